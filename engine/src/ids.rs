@@ -1,0 +1,109 @@
+//! Identifier newtypes shared by every node and driver.
+//!
+//! Ids are plain counters handed out deterministically (never random draws), so the
+//! same inputs always name the same things. They are not capabilities: holding a
+//! `PageId` proves nothing about owning the page; a [`PageTag`] (page plus generation)
+//! is what ownership checks compare.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident($inner:ty), $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(
+            Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
+        )]
+        #[serde(transparent)]
+        pub struct $name(pub $inner);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!($prefix, "{}"), self.0)
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A client request, as numbered by whoever submits it (the workload).
+    RequestId(u64), "req"
+);
+id_type!(
+    /// A bootstrap room: the router's handle that pairs one prefill half with one decode
+    /// half. Room numbers are reused (the router keeps a bounded room table), so a room
+    /// is only meaningful together with its [`Generation`]; see [`RoomKey`].
+    RoomId(u32), "room"
+);
+id_type!(
+    /// A node (router, prefill, decode) or a client endpoint in the topology.
+    NodeId(u16), "n"
+);
+id_type!(
+    /// A physical KV page inside one node's pool. Page 0 is reserved padding.
+    PageId(u32), "p"
+);
+id_type!(
+    /// A generation counter: a page's changes on every allocation, a room's on every reuse.
+    Generation(u64), "g"
+);
+id_type!(
+    /// The tenant (customer account) a request belongs to.
+    TenantId(u32), "t"
+);
+
+/// A token id. The toy model never interprets tokens; it only echoes them.
+pub type Token = u32;
+
+/// One use of a room: the room number plus the generation it had when the router
+/// handed it out. Every message of the handoff carries one, so a late message for an
+/// earlier use of a reused room number can be told apart from the current one.
+#[derive(
+    Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct RoomKey {
+    pub room: RoomId,
+    pub gen: Generation,
+}
+
+impl RoomKey {
+    pub const fn new(room: u32, gen: u64) -> Self {
+        RoomKey {
+            room: RoomId(room),
+            gen: Generation(gen),
+        }
+    }
+}
+
+impl fmt::Display for RoomKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.room, self.gen)
+    }
+}
+
+/// A page as one owner knows it: the physical page and the generation it had when it
+/// was handed to that owner. A tag whose generation differs from the page's current
+/// one is stale: the page has been freed and handed out again since.
+#[derive(
+    Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct PageTag {
+    pub page: PageId,
+    pub gen: Generation,
+}
+
+impl fmt::Display for PageTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.page, self.gen)
+    }
+}
+
+/// Pages needed to hold `tokens` tokens (`ceil(tokens / page_size)`, as SGLang's
+/// `kv_to_page_num`).
+pub fn pages_for(tokens: u64, page_size: u32) -> u64 {
+    assert!(
+        page_size > 0,
+        "page_size is validated non-zero by EngineConfig"
+    );
+    tokens.div_ceil(u64::from(page_size))
+}

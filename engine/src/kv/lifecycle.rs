@@ -1,0 +1,211 @@
+//! The page lifecycle: states, operations and the one legal-transition table.
+//!
+//! Every structure that tracks page ownership (the single-threaded [`super::PagePool`]
+//! and any concurrent record built for the hardware runtime) moves pages only through
+//! [`transition`], so the two cannot drift apart. A transition missing from
+//! [`TRANSITIONS`] is a bug in the caller and is reported as [`IllegalTransition`].
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Where a page is in its life. Exactly one state at a time.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PageState {
+    /// On the free list; no owner, no holders. Its contents are stale, never zeroed.
+    Free,
+    /// Allocated to one owner; nothing written yet.
+    Reserved,
+    /// Allocated, and a remote transfer into it is expected or in progress.
+    Writing,
+    /// Allocated and holding the owner's verified KV.
+    Ready,
+    /// Released by its owner while other paths still hold it; returns to Free when the
+    /// last holder lets go.
+    Draining,
+    /// Released by an aborted owner while a remote write may still land in it; returns
+    /// to Free only once the writer has acked that its writes have drained.
+    Quarantined,
+}
+
+impl PageState {
+    /// States in which the page belongs to exactly one owner.
+    pub fn is_owned(self) -> bool {
+        matches!(
+            self,
+            PageState::Reserved | PageState::Writing | PageState::Ready
+        )
+    }
+}
+
+impl fmt::Display for PageState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// What a caller asks to do to a page.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum PageOp {
+    /// Hand a free page to an owner (the generation changes).
+    Allocate,
+    /// Announce that a remote transfer will write the page.
+    ExpectWrite,
+    /// The page holds verified KV (local forward done, or transfer verified).
+    MarkReady,
+    /// The owner lets go and nobody else holds the page.
+    Release,
+    /// The owner lets go while another path still holds the page.
+    ReleaseHeld,
+    /// The owner aborted while remote writes may be in flight.
+    Quarantine,
+    /// The last holder of a draining page let go.
+    LastHolderGone,
+    /// The writer acked that its writes have drained, nobody holds the page.
+    DrainAcked,
+    /// The writer acked, but another path still holds the page.
+    DrainAckedHeld,
+}
+
+/// The legal-transition table: `(from, op, to)`. Anything absent is illegal.
+pub const TRANSITIONS: &[(PageState, PageOp, PageState)] = {
+    use PageOp::*;
+    use PageState::*;
+    &[
+        (Free, Allocate, Reserved),
+        (Reserved, ExpectWrite, Writing),
+        (Reserved, MarkReady, Ready),
+        (Writing, MarkReady, Ready),
+        (Reserved, Release, Free),
+        (Writing, Release, Free),
+        (Ready, Release, Free),
+        (Reserved, ReleaseHeld, Draining),
+        (Writing, ReleaseHeld, Draining),
+        (Ready, ReleaseHeld, Draining),
+        (Reserved, Quarantine, Quarantined),
+        (Writing, Quarantine, Quarantined),
+        (Ready, Quarantine, Quarantined),
+        (Draining, LastHolderGone, Free),
+        (Quarantined, DrainAcked, Free),
+        (Quarantined, DrainAckedHeld, Draining),
+    ]
+};
+
+/// A transition that the table does not allow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("illegal page transition: {op:?} from {from}")]
+pub struct IllegalTransition {
+    pub from: PageState,
+    pub op: PageOp,
+}
+
+/// Look up `(from, op)` in [`TRANSITIONS`].
+pub fn transition(from: PageState, op: PageOp) -> Result<PageState, IllegalTransition> {
+    TRANSITIONS
+        .iter()
+        .find(|(f, o, _)| *f == from && *o == op)
+        .map(|(_, _, to)| *to)
+        .ok_or(IllegalTransition { from, op })
+}
+
+/// Every state, for exhaustive tests over the table.
+pub const ALL_STATES: [PageState; 6] = [
+    PageState::Free,
+    PageState::Reserved,
+    PageState::Writing,
+    PageState::Ready,
+    PageState::Draining,
+    PageState::Quarantined,
+];
+
+/// Every operation, for exhaustive tests over the table.
+pub const ALL_OPS: [PageOp; 9] = [
+    PageOp::Allocate,
+    PageOp::ExpectWrite,
+    PageOp::MarkReady,
+    PageOp::Release,
+    PageOp::ReleaseHeld,
+    PageOp::Quarantine,
+    PageOp::LastHolderGone,
+    PageOp::DrainAcked,
+    PageOp::DrainAckedHeld,
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PageOp::*;
+    use PageState::*;
+
+    /// The table is a function: no (from, op) pair appears twice.
+    #[test]
+    fn table_is_deterministic() {
+        for (i, a) in TRANSITIONS.iter().enumerate() {
+            for b in &TRANSITIONS[i + 1..] {
+                assert!(!(a.0 == b.0 && a.1 == b.1), "duplicate entry {a:?} / {b:?}");
+            }
+        }
+    }
+
+    /// Every legal transition, spelled out once more, so that a change to the table
+    /// has to change this list too.
+    #[test]
+    fn legal_transitions() {
+        let legal = [
+            (Free, Allocate, Reserved),
+            (Reserved, ExpectWrite, Writing),
+            (Reserved, MarkReady, Ready),
+            (Writing, MarkReady, Ready),
+            (Reserved, Release, Free),
+            (Writing, Release, Free),
+            (Ready, Release, Free),
+            (Reserved, ReleaseHeld, Draining),
+            (Writing, ReleaseHeld, Draining),
+            (Ready, ReleaseHeld, Draining),
+            (Reserved, Quarantine, Quarantined),
+            (Writing, Quarantine, Quarantined),
+            (Ready, Quarantine, Quarantined),
+            (Draining, LastHolderGone, Free),
+            (Quarantined, DrainAcked, Free),
+            (Quarantined, DrainAckedHeld, Draining),
+        ];
+        for (from, op, to) in legal {
+            assert_eq!(transition(from, op), Ok(to), "{from:?} --{op:?}-->");
+        }
+        assert_eq!(legal.len(), TRANSITIONS.len());
+    }
+
+    /// Every pair not in the table is refused, naming the state and the operation.
+    #[test]
+    fn illegal_transitions_are_refused() {
+        let mut refused = 0;
+        for from in ALL_STATES {
+            for op in ALL_OPS {
+                let listed = TRANSITIONS.iter().any(|(f, o, _)| *f == from && *o == op);
+                match transition(from, op) {
+                    Ok(_) => assert!(listed),
+                    Err(e) => {
+                        assert!(!listed);
+                        assert_eq!(e, IllegalTransition { from, op });
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            refused,
+            ALL_STATES.len() * ALL_OPS.len() - TRANSITIONS.len()
+        );
+        // The ones that matter most, by name.
+        assert!(transition(Free, Release).is_err(), "double free");
+        assert!(
+            transition(Quarantined, Release).is_err(),
+            "quarantine bypassed"
+        );
+        assert!(transition(Draining, Allocate).is_err(), "reuse while held");
+        assert!(
+            transition(Quarantined, Allocate).is_err(),
+            "reuse while a write may land"
+        );
+        assert!(transition(Free, MarkReady).is_err());
+    }
+}

@@ -1,0 +1,10 @@
+//! KV page ownership: the lifecycle table and the per-node allocator.
+//!
+//! This module decides who owns which page and when a page may be reused. It does
+//! not hold KV contents (see [`crate::gpu`]) and does no I/O.
+
+pub mod lifecycle;
+pub mod pool;
+
+pub use lifecycle::{transition, IllegalTransition, PageOp, PageState, TRANSITIONS};
+pub use pool::{PagePool, PageRecord, PoolError};

@@ -1,0 +1,447 @@
+//! `PagePool`: one node's paged KV allocator with ownership tags.
+//!
+//! It re-creates SGLang's `PagedTokenToKVPoolAllocator` where that matters for safety:
+//! a fixed number of pages sized once at startup, page 0 reserved as padding, and
+//! **LIFO reuse** (the page freed last is handed out first), which is exactly what
+//! makes a stale page dangerous. Unlike upstream it records, per page, a lifecycle
+//! state, an owner, a generation that changes on every allocation and a holder count,
+//! and it moves a page only through the legal-transition table in
+//! [`super::lifecycle`]. It never touches page contents (that is the `Gpu`'s job), and
+//! it is not thread-safe.
+//!
+//! Invariant (checked by [`PagePool::invariants`]): every page other than page 0 is on
+//! the free list exactly once and in state Free, or off it and in exactly one other
+//! state with an owner (Reserved/Writing/Ready/Quarantined) or with holders (Draining).
+
+use super::lifecycle::{transition, IllegalTransition, PageOp, PageState};
+use crate::ids::{Generation, PageId, PageTag, RoomKey};
+use crate::invariant::{Invariant, Violation};
+
+/// The ownership record of one page.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct PageRecord {
+    pub state: PageState,
+    /// Changes on every allocation; a [`PageTag`] with another generation is stale.
+    pub gen: Generation,
+    /// The room use that owns the page (also kept while quarantined).
+    pub owner: Option<RoomKey>,
+    /// Paths other than the owner that hold the page (a send reading it, an offload).
+    pub holders: u16,
+}
+
+/// An operating error of the pool: a caller asked for something the record refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolError {
+    #[error("pool exhausted: {requested} pages requested, {free} free")]
+    Exhausted { requested: usize, free: usize },
+    #[error("stale page tag {tag}: the page now has generation {current}")]
+    StaleTag { tag: PageTag, current: Generation },
+    #[error("page {page} is not owned by {caller} (owner: {owner:?})")]
+    NotOwner {
+        page: PageId,
+        caller: RoomKey,
+        owner: Option<RoomKey>,
+    },
+    #[error("page {page} is not a pool page (pool has pages 1..={last})")]
+    OutOfRange { page: PageId, last: u32 },
+    #[error("page {tag} has no holder to release")]
+    NotHeld { tag: PageTag },
+    #[error("page {page}: {source}")]
+    Illegal {
+        page: PageId,
+        source: IllegalTransition,
+    },
+}
+
+/// The paged allocator of one node.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct PagePool {
+    page_size: u32,
+    /// Index 0 is the padding page and is never handed out.
+    pages: Vec<PageRecord>,
+    /// Stack of free pages; the last element is handed out next (LIFO reuse).
+    free: Vec<PageId>,
+}
+
+impl PagePool {
+    /// A pool of `pages` usable pages (ids `1..=pages`) of `page_size` tokens each.
+    pub fn new(pages: u32, page_size: u32) -> Self {
+        assert!(page_size > 0, "EngineConfig validates page_size > 0");
+        let mut records = Vec::with_capacity(pages as usize + 1);
+        for _ in 0..=pages {
+            records.push(PageRecord {
+                state: PageState::Free,
+                gen: Generation(0),
+                owner: None,
+                holders: 0,
+            });
+        }
+        // Page 0 is padding: permanently "reserved" to nobody, never on the free list.
+        records[0].state = PageState::Reserved;
+        // Like upstream's `arange(1, n+1)` popped from the front: page 1 goes first.
+        let free = (1..=pages).rev().map(PageId).collect();
+        PagePool {
+            page_size,
+            pages: records,
+            free,
+        }
+    }
+
+    pub fn page_size(&self) -> u32 {
+        self.page_size
+    }
+
+    /// Usable pages (page 0 excluded).
+    pub fn capacity(&self) -> usize {
+        self.pages.len() - 1
+    }
+
+    pub fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
+    /// The record of one page.
+    pub fn record(&self, page: PageId) -> Option<&PageRecord> {
+        if page.0 == 0 {
+            return None;
+        }
+        self.pages.get(page.0 as usize)
+    }
+
+    /// Every page record with its id, page 0 excluded, in page order.
+    pub fn records(&self) -> impl Iterator<Item = (PageId, &PageRecord)> {
+        self.pages
+            .iter()
+            .enumerate()
+            .skip(1)
+            .map(|(i, r)| (PageId(i as u32), r))
+    }
+
+    /// The free list, next-to-be-handed-out last.
+    pub fn free_list(&self) -> &[PageId] {
+        &self.free
+    }
+
+    /// The current tag of a page.
+    pub fn tag(&self, page: PageId) -> Option<PageTag> {
+        self.record(page).map(|r| PageTag { page, gen: r.gen })
+    }
+
+    /// Is `tag` current (same generation) and owned by `owner` right now?
+    pub fn owns(&self, owner: RoomKey, tag: PageTag) -> bool {
+        self.record(tag.page)
+            .is_some_and(|r| r.gen == tag.gen && r.owner == Some(owner) && r.state.is_owned())
+    }
+
+    /// Allocate `n` pages to `owner`, all or nothing, most recently freed first.
+    pub fn alloc(&mut self, n: usize, owner: RoomKey) -> Result<Vec<PageTag>, PoolError> {
+        if n > self.free.len() {
+            return Err(PoolError::Exhausted {
+                requested: n,
+                free: self.free.len(),
+            });
+        }
+        let mut tags = Vec::with_capacity(n);
+        for _ in 0..n {
+            let page = self.free.pop().expect("length checked above");
+            let rec = &mut self.pages[page.0 as usize];
+            rec.state = transition(rec.state, PageOp::Allocate)
+                .map_err(|source| PoolError::Illegal { page, source })?;
+            assert_eq!(rec.holders, 0, "a free page has no holders (S1)");
+            rec.gen = Generation(rec.gen.0 + 1);
+            rec.owner = Some(owner);
+            tags.push(PageTag { page, gen: rec.gen });
+        }
+        Ok(tags)
+    }
+
+    fn checked(&mut self, tag: PageTag) -> Result<&mut PageRecord, PoolError> {
+        let last = self.capacity() as u32;
+        if tag.page.0 == 0 || tag.page.0 > last {
+            return Err(PoolError::OutOfRange {
+                page: tag.page,
+                last,
+            });
+        }
+        let rec = &mut self.pages[tag.page.0 as usize];
+        if rec.gen != tag.gen {
+            return Err(PoolError::StaleTag {
+                tag,
+                current: rec.gen,
+            });
+        }
+        Ok(rec)
+    }
+
+    fn owned_mut(&mut self, owner: RoomKey, tag: PageTag) -> Result<&mut PageRecord, PoolError> {
+        let rec = self.checked(tag)?;
+        if rec.owner != Some(owner) {
+            return Err(PoolError::NotOwner {
+                page: tag.page,
+                caller: owner,
+                owner: rec.owner,
+            });
+        }
+        Ok(rec)
+    }
+
+    fn apply(&mut self, owner: RoomKey, tag: PageTag, op: PageOp) -> Result<(), PoolError> {
+        let rec = self.owned_mut(owner, tag)?;
+        rec.state = transition(rec.state, op).map_err(|source| PoolError::Illegal {
+            page: tag.page,
+            source,
+        })?;
+        Ok(())
+    }
+
+    /// Check that every tag is owned by `owner` before any of them is changed, so a
+    /// multi-page operation either applies to all pages or to none.
+    fn precheck(&self, owner: RoomKey, tags: &[PageTag], op: PageOp) -> Result<(), PoolError> {
+        let last = self.capacity() as u32;
+        for &tag in tags {
+            if tag.page.0 == 0 || tag.page.0 > last {
+                return Err(PoolError::OutOfRange {
+                    page: tag.page,
+                    last,
+                });
+            }
+            let rec = &self.pages[tag.page.0 as usize];
+            if rec.gen != tag.gen {
+                return Err(PoolError::StaleTag {
+                    tag,
+                    current: rec.gen,
+                });
+            }
+            if rec.owner != Some(owner) {
+                return Err(PoolError::NotOwner {
+                    page: tag.page,
+                    caller: owner,
+                    owner: rec.owner,
+                });
+            }
+            let op = match (op, rec.holders) {
+                (PageOp::Release, h) if h > 0 => PageOp::ReleaseHeld,
+                (PageOp::DrainAcked, h) if h > 0 => PageOp::DrainAckedHeld,
+                (op, _) => op,
+            };
+            transition(rec.state, op).map_err(|source| PoolError::Illegal {
+                page: tag.page,
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Announce remote writes into `tags` (Reserved -> Writing).
+    pub fn expect_write(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), PoolError> {
+        self.precheck(owner, tags, PageOp::ExpectWrite)?;
+        for &t in tags {
+            self.apply(owner, t, PageOp::ExpectWrite)?;
+        }
+        Ok(())
+    }
+
+    /// The pages hold the owner's verified KV (-> Ready).
+    pub fn mark_ready(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), PoolError> {
+        self.precheck(owner, tags, PageOp::MarkReady)?;
+        for &t in tags {
+            self.apply(owner, t, PageOp::MarkReady)?;
+        }
+        Ok(())
+    }
+
+    /// Take a hold on a page for another path (a send reading it). Refused for a stale
+    /// tag: a path can only hold the page generation it was given.
+    pub fn hold(&mut self, tag: PageTag) -> Result<(), PoolError> {
+        let rec = self.checked(tag)?;
+        if !(rec.state.is_owned() || rec.state == PageState::Quarantined) {
+            return Err(PoolError::Illegal {
+                page: tag.page,
+                source: IllegalTransition {
+                    from: rec.state,
+                    op: PageOp::ReleaseHeld,
+                },
+            });
+        }
+        rec.holders = rec
+            .holders
+            .checked_add(1)
+            .expect("holder count bounded by in-flight limit");
+        Ok(())
+    }
+
+    /// Let go of a hold. A draining page whose last holder lets go returns to Free.
+    pub fn unhold(&mut self, tag: PageTag) -> Result<(), PoolError> {
+        let rec = self.checked(tag)?;
+        if rec.holders == 0 {
+            return Err(PoolError::NotHeld { tag });
+        }
+        rec.holders -= 1;
+        if rec.holders == 0 && rec.state == PageState::Draining {
+            rec.state = transition(rec.state, PageOp::LastHolderGone).map_err(|source| {
+                PoolError::Illegal {
+                    page: tag.page,
+                    source,
+                }
+            })?;
+            self.free.push(tag.page);
+        }
+        Ok(())
+    }
+
+    fn release_one(&mut self, owner: RoomKey, tag: PageTag, op: PageOp) -> Result<(), PoolError> {
+        let (op, held_op) = match op {
+            PageOp::Release => (PageOp::Release, PageOp::ReleaseHeld),
+            _ => (PageOp::DrainAcked, PageOp::DrainAckedHeld),
+        };
+        let rec = self.owned_mut(owner, tag)?;
+        let op = if rec.holders > 0 { held_op } else { op };
+        rec.state = transition(rec.state, op).map_err(|source| PoolError::Illegal {
+            page: tag.page,
+            source,
+        })?;
+        rec.owner = None;
+        if rec.state == PageState::Free {
+            // Upstream sorts the freed ids and prepends them, so the lowest freed page
+            // is handed out first: push in reverse to keep that order on our stack.
+            self.free.push(tag.page);
+        }
+        Ok(())
+    }
+
+    fn release_all(
+        &mut self,
+        owner: RoomKey,
+        tags: &[PageTag],
+        op: PageOp,
+    ) -> Result<(), PoolError> {
+        self.precheck(owner, tags, op)?;
+        let mut sorted = tags.to_vec();
+        sorted.sort_by_key(|t| std::cmp::Reverse(t.page));
+        for t in sorted {
+            self.release_one(owner, t, op)?;
+        }
+        Ok(())
+    }
+
+    /// The owner lets go of its pages. Held pages go to Draining and return to Free
+    /// when their last holder lets go. Only the owner may release (S8).
+    pub fn release(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), PoolError> {
+        self.release_all(owner, tags, PageOp::Release)
+    }
+
+    /// The owner aborted while remote writes may still land: keep the pages out of
+    /// circulation until [`PagePool::release_quarantined`].
+    pub fn quarantine(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), PoolError> {
+        self.precheck(owner, tags, PageOp::Quarantine)?;
+        for &t in tags {
+            self.apply(owner, t, PageOp::Quarantine)?;
+        }
+        Ok(())
+    }
+
+    /// The writer acked that its writes for `owner` have drained: quarantined pages
+    /// return to Free (or Draining while held).
+    pub fn release_quarantined(
+        &mut self,
+        owner: RoomKey,
+        tags: &[PageTag],
+    ) -> Result<(), PoolError> {
+        self.release_all(owner, tags, PageOp::DrainAcked)
+    }
+
+    /// Upstream's unchecked `free()`: prepend the pages to the free list whatever their
+    /// state, owner or holders, as SGLang's allocator does outside its debug mode.
+    /// Only bug switches call this (`double-free-on-finish`,
+    /// `prefill-release-before-drain`, `decode-release-immediate`); the defended engine
+    /// never does. The result is what upstream would produce, including duplicates on
+    /// the free list, which [`PagePool::invariants`] then reports.
+    pub fn free_unchecked(&mut self, tags: &[PageTag]) {
+        let mut sorted = tags.to_vec();
+        sorted.sort_by_key(|t| std::cmp::Reverse(t.page));
+        for t in sorted {
+            let Some(rec) = self.pages.get_mut(t.page.0 as usize) else {
+                continue;
+            };
+            if t.page.0 == 0 {
+                continue;
+            }
+            rec.state = PageState::Free;
+            rec.owner = None;
+            rec.holders = 0;
+            self.free.push(t.page);
+        }
+    }
+
+    /// Pages owned by or quarantined for `owner`.
+    pub fn pages_of(&self, owner: RoomKey) -> Vec<PageTag> {
+        self.records()
+            .filter(|(_, r)| r.owner == Some(owner))
+            .map(|(page, r)| PageTag { page, gen: r.gen })
+            .collect()
+    }
+
+    /// S1 (partition) and S8 (each free page listed once). Returns the first violation.
+    pub fn invariants(&self) -> Result<(), Violation> {
+        let n = self.capacity();
+        let mut on_free = vec![0u32; n + 1];
+        for &p in &self.free {
+            let i = p.0 as usize;
+            if i == 0 || i > n {
+                return Err(Violation::new(
+                    Invariant::S1,
+                    format!("free list holds {p}, not a pool page"),
+                ));
+            }
+            on_free[i] += 1;
+            if on_free[i] > 1 {
+                return Err(Violation::new(
+                    Invariant::S8,
+                    format!(
+                        "{p} is on the free list {} times: it was freed twice",
+                        on_free[i]
+                    ),
+                ));
+            }
+        }
+        let mut counts = [0usize; 3]; // free, owned or quarantined, draining
+        for (page, rec) in self.records() {
+            let listed = on_free[page.0 as usize] == 1;
+            let ok = match rec.state {
+                PageState::Free => listed && rec.owner.is_none() && rec.holders == 0,
+                PageState::Reserved
+                | PageState::Writing
+                | PageState::Ready
+                | PageState::Quarantined => !listed && rec.owner.is_some(),
+                PageState::Draining => !listed && rec.owner.is_none() && rec.holders > 0,
+            };
+            if !ok {
+                return Err(Violation::new(
+                    Invariant::S1,
+                    format!(
+                        "{page}@{} is {} with owner {:?}, {} holders, {} on the free list",
+                        rec.gen,
+                        rec.state,
+                        rec.owner,
+                        rec.holders,
+                        if listed { "listed" } else { "not listed" }
+                    ),
+                ));
+            }
+            let slot = match rec.state {
+                PageState::Free => 0,
+                PageState::Draining => 2,
+                _ => 1,
+            };
+            counts[slot] += 1;
+        }
+        if counts.iter().sum::<usize>() != n {
+            return Err(Violation::new(
+                Invariant::S1,
+                format!("counts {counts:?} do not add up to {n}"),
+            ));
+        }
+        Ok(())
+    }
+}

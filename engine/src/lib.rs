@@ -1,0 +1,5 @@
+//! kvsim-engine: a miniature disaggregated inference engine as deterministic state machines.
+
+pub mod ids;
+pub mod invariant;
+pub mod kv;
