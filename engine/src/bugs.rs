@@ -1,0 +1,215 @@
+//! Bug switches: historical defects of this family, re-introduced on purpose.
+//!
+//! A [`BugSet`] is empty by default. Each [`Bug`] changes exactly the code path that
+//! upstream got wrong and nothing else, so that the harness can prove it finds the
+//! defect the way it would find it in a real engine: from the state and the replies,
+//! never from a marker the switch leaves behind. The doc of each variant names the
+//! upstream behaviour it re-creates and the invariant it breaks first.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One historical defect.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Bug {
+    /// SGLang #30233 (fixed by #36988/#38935): an over-length prompt is rejected the
+    /// legacy way (`set_finish_with_abort`: error kept in `to_finish`, prompt swapped
+    /// for a 1-token placeholder) and the disaggregation queue gates and the prefill
+    /// result path read `finished()` only, so the rejected request walks through the
+    /// handoff. Breaks S5 first.
+    GateChecksFinishedOnly,
+    /// The root that turned the incident into a leak: decode accepts a transfer Success
+    /// without checking that the tokens and pages written equal what it reserved (and
+    /// its checksum digests only the tokens prefill says it sent). Breaks S4, then S3.
+    NoLengthAgreement,
+    /// SGLang #33507 (fix #33508): on transfer Success prefill sets the finish reason to
+    /// LENGTH unconditionally, wiping a pending abort. Breaks S6.
+    SuccessOverwritesAbort,
+    /// SGLang before deferred release (#35049/#35360/#37077): decode frees an aborted
+    /// or failed request's pages at once while prefill writes for them are in flight;
+    /// LIFO reuse hands them to the next request. Breaks S2 (then S3).
+    DecodeReleaseImmediate,
+    /// SGLang #38961 ("hold prefill source pages"): prefill frees its source pages when
+    /// it polls Failed while its sends are still reading them. Breaks S2.
+    PrefillReleaseBeforeDrain,
+    /// The #43719 class: one failed write future reports the room drained while sibling
+    /// writes still run, so the drain ack goes out early. Breaks S9.
+    FailedSendReportsDrained,
+    /// Generation-blind ACKs: a drain ack for an earlier use of a reused room number
+    /// releases the quarantine of the current one. Breaks S9.
+    AckIgnoresGeneration,
+    /// SGLang #9726 (fixed by #29017): on a client disconnect the router aborts the
+    /// prefill half but never tells decode. Breaks L1/L4 (decode waits on its own
+    /// timeout at best, forever at worst).
+    RouterCancelsOneHalf,
+    /// The #15734 class ("Committed KV cache already freed"): a second release path
+    /// frees a finished request's pages again, through the allocator's unchecked free.
+    /// Breaks S8.
+    DoubleFreeOnFinish,
+    /// SGLang #29249: the admission limit uses the context length only, so a request
+    /// larger than the pool is admitted and waits for pages forever. Breaks L5.
+    AdmitBeyondPool,
+    /// vLLM #52234: a KV receive failure is answered with 200 and whatever the
+    /// destination pages held. Breaks S3/S6.
+    FailOpenOnRecvError,
+    /// The GLM-5.3 configuration: a node starts with a pool smaller than its advertised
+    /// context. Breaks the pre-flight rule (a config check, not a runtime invariant).
+    SkipPreflight,
+}
+
+impl Bug {
+    pub const ALL: [Bug; 12] = [
+        Bug::GateChecksFinishedOnly,
+        Bug::NoLengthAgreement,
+        Bug::SuccessOverwritesAbort,
+        Bug::DecodeReleaseImmediate,
+        Bug::PrefillReleaseBeforeDrain,
+        Bug::FailedSendReportsDrained,
+        Bug::AckIgnoresGeneration,
+        Bug::RouterCancelsOneHalf,
+        Bug::DoubleFreeOnFinish,
+        Bug::AdmitBeyondPool,
+        Bug::FailOpenOnRecvError,
+        Bug::SkipPreflight,
+    ];
+
+    /// The switch name used on command lines and in scenario files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bug::GateChecksFinishedOnly => "gate-checks-finished-only",
+            Bug::NoLengthAgreement => "no-length-agreement",
+            Bug::SuccessOverwritesAbort => "success-overwrites-abort",
+            Bug::DecodeReleaseImmediate => "decode-release-immediate",
+            Bug::PrefillReleaseBeforeDrain => "prefill-release-before-drain",
+            Bug::FailedSendReportsDrained => "failed-send-reports-drained",
+            Bug::AckIgnoresGeneration => "ack-ignores-generation",
+            Bug::RouterCancelsOneHalf => "router-cancels-one-half",
+            Bug::DoubleFreeOnFinish => "double-free-on-finish",
+            Bug::AdmitBeyondPool => "admit-beyond-pool",
+            Bug::FailOpenOnRecvError => "fail-open-on-recv-error",
+            Bug::SkipPreflight => "skip-preflight",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+impl fmt::Display for Bug {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A bug name that is not one of [`Bug::ALL`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown bug switch `{0}` (known: {known})", known = Bug::ALL.map(Bug::name).join(", "))]
+pub struct UnknownBug(pub String);
+
+impl std::str::FromStr for Bug {
+    type Err = UnknownBug;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        Bug::ALL
+            .into_iter()
+            .find(|b| b.name() == s || b.name().replace('-', "_") == s)
+            .ok_or_else(|| UnknownBug(s.to_string()))
+    }
+}
+
+/// A set of enabled bug switches. Empty (the defended engine) by default.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BugSet(u16);
+
+impl BugSet {
+    pub const NONE: BugSet = BugSet(0);
+
+    /// The two switches that together re-create the GLM-5.3 incident.
+    pub const INCIDENT: BugSet = BugSet(0)
+        .with(Bug::GateChecksFinishedOnly)
+        .with(Bug::NoLengthAgreement);
+
+    pub const fn with(self, bug: Bug) -> BugSet {
+        BugSet(self.0 | (1 << (bug as u16)))
+    }
+
+    pub fn has(self, bug: Bug) -> bool {
+        self.0 & bug.bit() != 0
+    }
+
+    pub fn insert(&mut self, bug: Bug) {
+        self.0 |= bug.bit();
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Bug> {
+        Bug::ALL.into_iter().filter(move |b| self.has(*b))
+    }
+
+    /// Parse a comma-separated list (`""` and `"none"` are the empty set).
+    pub fn parse(list: &str) -> Result<BugSet, UnknownBug> {
+        let mut set = BugSet::NONE;
+        for part in list
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty() && *p != "none")
+        {
+            set.insert(part.parse()?);
+        }
+        Ok(set)
+    }
+}
+
+impl fmt::Display for BugSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("none");
+        }
+        let names: Vec<&str> = self.iter().map(Bug::name).collect();
+        f.write_str(&names.join(","))
+    }
+}
+
+impl Serialize for BugSet {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.iter().map(Bug::name))
+    }
+}
+
+impl<'de> Deserialize<'de> for BugSet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let names = Vec::<String>::deserialize(d)?;
+        BugSet::parse(&names.join(",")).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for bug in Bug::ALL {
+            assert_eq!(bug.name().parse::<Bug>(), Ok(bug));
+        }
+        let all = BugSet::parse(&Bug::ALL.map(Bug::name).join(",")).unwrap();
+        assert_eq!(all.iter().count(), 12);
+        assert_eq!(BugSet::parse(&all.to_string()), Ok(all));
+        assert_eq!(BugSet::parse("none"), Ok(BugSet::NONE));
+        assert_eq!(
+            BugSet::parse("gate-checks-finished-only,no-length-agreement"),
+            Ok(BugSet::INCIDENT)
+        );
+    }
+
+    #[test]
+    fn unknown_names_are_refused_with_the_list() {
+        let err = BugSet::parse("gate-checks-finished-only,no-such-bug").unwrap_err();
+        assert_eq!(err.0, "no-such-bug");
+        assert!(err.to_string().contains("admit-beyond-pool"));
+    }
+}

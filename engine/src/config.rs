@@ -1,0 +1,306 @@
+//! Engine configuration: sizes, limits, timeouts, defenses and bug switches.
+//!
+//! A config is validated once, before any node starts; a config that breaks a stated
+//! relation is a [`ConfigError`] naming the field, never a panic later. The pre-flight
+//! rule (a pool must hold the advertised context) lives here too.
+
+use crate::bugs::{Bug, BugSet};
+use crate::ids::pages_for;
+use serde::{Deserialize, Serialize};
+
+/// The defenses of DESIGN.md section 3. Each is on by default except zero-on-free.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Defenses {
+    /// 1. Reject a prompt longer than `min(context_len, pool)` at intake, before any
+    ///    bootstrap, allocation or transfer, with its original error (400).
+    pub admission_check: bool,
+    /// 2. Decode verifies a completed transfer: tokens and pages written equal what it
+    ///    reserved, and the checksum over its whole reservation matches.
+    pub verify_on_completion: bool,
+    /// 3. Deferred release: aborted pages stay quarantined until the writer acks that
+    ///    its writes drained; prefill keeps source pages until its sends completed.
+    pub deferred_release: bool,
+    /// 4. Page tags: KV writes and attention reads carry the (page, generation) pairs
+    ///    the request expects; a mismatch is refused and fails that request.
+    pub page_tags: bool,
+    /// 5. Pre-flight: a node refuses to start when its pool cannot hold its context.
+    pub preflight: bool,
+    /// 6. The router cancels both halves of a pair on any abort or failure.
+    pub router_cancels_both: bool,
+    /// 7. Zero pages when they return to the free list (a cost comparison with tags).
+    pub zero_on_free: bool,
+}
+
+impl Default for Defenses {
+    fn default() -> Self {
+        Defenses {
+            admission_check: true,
+            verify_on_completion: true,
+            deferred_release: true,
+            page_tags: true,
+            preflight: true,
+            router_cancels_both: true,
+            zero_on_free: false,
+        }
+    }
+}
+
+/// Timer lengths, in nanoseconds of whatever clock drives the engine. The model
+/// checker ignores the lengths: any set timer may fire at any point.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// Prefill: a room that never gets decode's page list is failed after this.
+    pub bootstrap_ns: u64,
+    /// Decode: a room whose KV never completes is failed after this.
+    pub waiting_ns: u64,
+    /// Decode: re-ask prefill for the drain ack after this.
+    pub drain_retry_ns: u64,
+    /// Decode: after this many unanswered drain requests the node fails loudly.
+    pub drain_retries: u32,
+    /// Router: a request with no terminal answer from both halves is cancelled.
+    pub request_ns: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            bootstrap_ns: 200_000_000,
+            waiting_ns: 400_000_000,
+            drain_retry_ns: 50_000_000,
+            drain_retries: 40,
+            request_ns: 2_000_000_000,
+        }
+    }
+}
+
+/// Compute latencies the engine asks its clock for (forward, decode step).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Latencies {
+    pub prefill_forward_ns: u64,
+    pub decode_step_ns: u64,
+}
+
+impl Default for Latencies {
+    fn default() -> Self {
+        Latencies {
+            prefill_forward_ns: 2_000_000,
+            decode_step_ns: 1_000_000,
+        }
+    }
+}
+
+/// Everything the nodes share. Per-node pool sizes are passed to each node.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Tokens per KV page (SGLang `page_size`); prefill and decode must agree.
+    pub page_size: u32,
+    /// The context length the deployment advertises.
+    pub context_len: u64,
+    /// Most pages in one KV write message (a bounded transfer batch, #32758).
+    pub chunk_pages: u32,
+    /// Most chunk writes one room may have in flight at once.
+    pub max_inflight_chunks: u32,
+    /// Size of the router's room table; room numbers are reused (LIFO).
+    pub max_rooms: u32,
+    /// Most requests one node holds in its queues (beyond it: 503).
+    pub max_queue: u32,
+    /// Most requests in one decode batch.
+    pub max_batch: u32,
+    /// Most tokens a request may ask to generate.
+    pub max_new_tokens_limit: u32,
+    pub timeouts: Timeouts,
+    pub latencies: Latencies,
+    pub defenses: Defenses,
+    pub bugs: BugSet,
+    /// Start even though a pool cannot hold the context (the incident configuration).
+    pub allow_unsafe_pool: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            page_size: 64,
+            context_len: 8192,
+            chunk_pages: 16,
+            max_inflight_chunks: 4,
+            max_rooms: 64,
+            max_queue: 256,
+            max_batch: 32,
+            max_new_tokens_limit: 64,
+            timeouts: Timeouts::default(),
+            latencies: Latencies::default(),
+            defenses: Defenses::default(),
+            bugs: BugSet::NONE,
+            allow_unsafe_pool: false,
+        }
+    }
+}
+
+/// A configuration that cannot run, naming the field and the reason.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("`{field}` must be at least {min} (got {value})")]
+    TooSmall {
+        field: &'static str,
+        min: u64,
+        value: u64,
+    },
+    #[error("`{field}` must be at most {max} (got {value})")]
+    TooLarge {
+        field: &'static str,
+        max: u64,
+        value: u64,
+    },
+    #[error(
+        "pre-flight: {node} KV pool holds {pool_tokens} tokens ({pool_pages} pages of {page_size}), \
+         less than the advertised context of {context_len} tokens; lower `context_len` or grow the \
+         pool (set `allow_unsafe_pool = true` only to reproduce the unsafe configuration on purpose)"
+    )]
+    PoolSmallerThanContext {
+        node: String,
+        pool_tokens: u64,
+        pool_pages: u32,
+        page_size: u32,
+        context_len: u64,
+    },
+}
+
+impl EngineConfig {
+    /// Check every stated relation between fields.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let at_least = |field, min: u64, value: u64| {
+            if value < min {
+                Err(ConfigError::TooSmall { field, min, value })
+            } else {
+                Ok(())
+            }
+        };
+        let at_most = |field, max: u64, value: u64| {
+            if value > max {
+                Err(ConfigError::TooLarge { field, max, value })
+            } else {
+                Ok(())
+            }
+        };
+        at_least("page_size", 1, self.page_size.into())?;
+        at_most("page_size", 4096, self.page_size.into())?;
+        at_least("context_len", 1, self.context_len)?;
+        at_most("context_len", 1 << 32, self.context_len)?;
+        at_least("chunk_pages", 1, self.chunk_pages.into())?;
+        at_least("max_inflight_chunks", 1, self.max_inflight_chunks.into())?;
+        at_most("max_inflight_chunks", 1024, self.max_inflight_chunks.into())?;
+        at_least("max_rooms", 1, self.max_rooms.into())?;
+        at_least("max_queue", 1, self.max_queue.into())?;
+        at_least("max_batch", 1, self.max_batch.into())?;
+        at_least("max_new_tokens_limit", 1, self.max_new_tokens_limit.into())?;
+        at_least("timeouts.bootstrap_ns", 1, self.timeouts.bootstrap_ns)?;
+        at_least("timeouts.waiting_ns", 1, self.timeouts.waiting_ns)?;
+        at_least("timeouts.drain_retry_ns", 1, self.timeouts.drain_retry_ns)?;
+        at_least("timeouts.request_ns", 1, self.timeouts.request_ns)?;
+        Ok(())
+    }
+
+    /// The pre-flight rule for one node: its pool must hold the advertised context,
+    /// unless the scenario asks for the unsafe configuration on purpose (or the
+    /// `skip-preflight` bug, or the defense is off).
+    pub fn preflight(&self, node: &str, pool_pages: u32) -> Result<(), ConfigError> {
+        let pool_tokens = u64::from(pool_pages) * u64::from(self.page_size);
+        let enforced = self.defenses.preflight
+            && !self.allow_unsafe_pool
+            && !self.bugs.has(Bug::SkipPreflight);
+        if enforced && pool_tokens < self.context_len {
+            return Err(ConfigError::PoolSmallerThanContext {
+                node: node.to_string(),
+                pool_tokens,
+                pool_pages,
+                page_size: self.page_size,
+                context_len: self.context_len,
+            });
+        }
+        Ok(())
+    }
+
+    /// The longest prompt a node with `pool_pages` admits: `min(context, pool)`, or
+    /// the context alone under `admit-beyond-pool` (SGLang #29249). `None` when the
+    /// admission check is off.
+    pub fn admission_limit(&self, pool_pages: u32) -> Option<u64> {
+        let pool_tokens = u64::from(pool_pages) * u64::from(self.page_size);
+        if self.bugs.has(Bug::AdmitBeyondPool) {
+            Some(self.context_len)
+        } else if self.defenses.admission_check || self.bugs.has(Bug::GateChecksFinishedOnly) {
+            Some(self.context_len.min(pool_tokens))
+        } else {
+            None
+        }
+    }
+
+    pub fn pages_for(&self, tokens: u64) -> u64 {
+        pages_for(tokens, self.page_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preflight_names_both_numbers() {
+        let cfg = EngineConfig {
+            page_size: 64,
+            context_len: 1_048_576,
+            ..Default::default()
+        };
+        let err = cfg.preflight("prefill n1", 10_645).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("681280"), "{msg}");
+        assert!(msg.contains("1048576"), "{msg}");
+        assert!(cfg.preflight("decode n2", 16_384).is_ok());
+        let unsafe_ok = EngineConfig {
+            allow_unsafe_pool: true,
+            ..cfg.clone()
+        };
+        assert!(unsafe_ok.preflight("prefill n1", 10_645).is_ok());
+        let bug = EngineConfig {
+            bugs: BugSet::NONE.with(Bug::SkipPreflight),
+            ..cfg
+        };
+        assert!(bug.preflight("prefill n1", 10_645).is_ok());
+    }
+
+    #[test]
+    fn validate_names_the_field() {
+        let cfg = EngineConfig {
+            chunk_pages: 0,
+            ..Default::default()
+        };
+        assert_eq!(
+            cfg.validate(),
+            Err(ConfigError::TooSmall {
+                field: "chunk_pages",
+                min: 1,
+                value: 0
+            })
+        );
+        assert!(EngineConfig::default().validate().is_ok());
+    }
+
+    #[test]
+    fn admission_limit_follows_pool_unless_bugged() {
+        let cfg = EngineConfig {
+            page_size: 4,
+            context_len: 100,
+            ..Default::default()
+        };
+        assert_eq!(cfg.admission_limit(10), Some(40));
+        let bug = EngineConfig {
+            bugs: BugSet::NONE.with(Bug::AdmitBeyondPool),
+            ..cfg.clone()
+        };
+        assert_eq!(bug.admission_limit(10), Some(100));
+    }
+}

@@ -1,0 +1,65 @@
+//! The seam between the engine and whatever drives it: `Clock`, `Network`, `Trace`.
+//!
+//! Nodes never read a clock, open a socket or spawn a thread; they call these traits
+//! and the driver decides what they mean (virtual time and a seeded network in the
+//! simulator, nondeterministic timers and stateright's network in the model checker,
+//! `Instant` and TCP on hardware). The third seam, [`crate::gpu::Gpu`], is owned by
+//! each node because its memory is part of the node's state.
+//!
+//! Pitfall this shape avoids: a timeout is a timer the node set and then handles as an
+//! input, never a comparison of `now` against a stored deadline, so a model checker
+//! whose timers carry no time can fire every timeout in every order.
+
+use crate::ids::{NodeId, RoomKey};
+use crate::msg::Msg;
+use crate::trace::TraceEvent;
+use serde::{Deserialize, Serialize};
+
+/// A timer a node can set. At most one of each value is pending per node: setting it
+/// again replaces it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Timer {
+    /// The node's scheduler loop has work (prefill forward and inflight poll, decode step).
+    Compute,
+    /// Prefill: the room never received decode's page list.
+    Bootstrap(RoomKey),
+    /// Decode: the room's KV never completed.
+    WaitingForKv(RoomKey),
+    /// Decode: ask again for the drain ack of a quarantined room.
+    DrainRetry(RoomKey),
+    /// Router: the request got no terminal answer in time.
+    Request(RoomKey),
+}
+
+/// Time, as the driver defines it.
+pub trait Clock {
+    /// Nanoseconds since the driver started. Only for metrics: nothing that reaches
+    /// hashed node state may depend on it.
+    fn now_ns(&self) -> u64;
+    /// Ask for `timer` to fire after `after_ns` (replacing a pending one of that value).
+    fn set_timer(&mut self, timer: Timer, after_ns: u64);
+    /// Cancel a pending timer (no effect if none is pending).
+    fn cancel_timer(&mut self, timer: Timer);
+}
+
+/// Sending, as the driver defines it. Delivery is the driver's business: it may be
+/// late, duplicated, reordered or never.
+pub trait Network<K> {
+    fn send(&mut self, to: NodeId, msg: Msg<K>);
+}
+
+/// A sink for engine events that oracles and traces read. Never read back by the engine.
+pub trait Trace {
+    fn trace(&mut self, event: TraceEvent);
+}
+
+/// Everything a node handler needs from its driver.
+pub trait Env<K>: Clock + Network<K> + Trace {}
+impl<K, T: Clock + Network<K> + Trace> Env<K> for T {}
+
+/// One input to a node: a delivered message or a fired timer.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Input<K> {
+    Message { from: NodeId, msg: Msg<K> },
+    Timer(Timer),
+}

@@ -1,0 +1,278 @@
+//! The `Gpu` seam: one node's KV memory and the compute over it.
+//!
+//! Backends: [`SymbolicGpu`] (tiny and hashable; records which room wrote every page,
+//! for the model checker and the simulator's white-box oracles) and [`HostGpu`] (real
+//! f32 arithmetic on the CPU). A CUDA backend lives in `gpu-tests/`. All of them
+//! implement the same toy model, "echo attention", and must produce the same tokens
+//! for the same inputs (a cross-backend test checks it):
+//!
+//! - Position `i` of a sequence lives in page `pages[i / page_size]` at slot
+//!   `i % page_size`. A slot holds a key and a value.
+//! - The key written at slot `o` is row `o` of a Sylvester-Hadamard matrix of width
+//!   `d = page_size.next_power_of_two()`: keys within a page are orthogonal.
+//! - The value encodes the token, one ±0/1 lane per bit (32 lanes).
+//! - Decode step `s` of `n` queries position `q(s)`, spread evenly over the prompt,
+//!   attending over the slots of the page that holds `q(s)`: softmax of `K·q/sqrt(d)`,
+//!   then the weighted sum of values. When one slot takes more than half the weight and
+//!   its score is positive, each value lane above 0.5 is a 1-bit of the reply token;
+//!   otherwise the step emits token 0. So the reply echoes the token stored at `q(s)`,
+//!   whoever wrote it: a page that still holds another tenant's KV is echoed back,
+//!   exactly as an operator's canary check would see it.
+//!
+//! Pages are never zeroed unless the node asks (defense 7), as in SGLang.
+
+mod host;
+mod symbolic;
+
+pub use host::HostGpu;
+pub use symbolic::{Provenance, SymbolicGpu, SymbolicPage};
+
+use crate::ids::{Generation, PageId, PageTag, RoomKey, Token};
+use serde::{Deserialize, Serialize};
+use std::fmt::Debug;
+use std::hash::Hash;
+
+/// The ownership tag stored with a page's KV (defense 4): which room use wrote it, for
+/// which allocation of the page. Reallocation changes the generation, and only a write
+/// by the owning room stamps its own tag, so a page that was never written for this
+/// allocation (stale) or was reallocated carries a tag the reader does not expect.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct WriteTag {
+    pub room: RoomKey,
+    pub gen: Generation,
+}
+
+/// A page whose stored tag is not the one the reader expects.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, thiserror::Error)]
+#[error("page {expected} holds tag {found:?}, expected the reader's own")]
+pub struct TagMismatch {
+    pub expected: PageTag,
+    pub found: Option<WriteTag>,
+}
+
+/// One node's KV memory and compute.
+pub trait Gpu {
+    /// A page's contents as they travel in a KV write.
+    type Kv: Clone + Debug + Hash + Eq + Ord + Send + Sync + 'static;
+
+    fn page_size(&self) -> u32;
+
+    /// Number of usable pages (ids `1..=pages`).
+    fn pages(&self) -> u32;
+
+    /// Write the KV of `tokens` at sequence positions `start..` into `pages`
+    /// (position `p` goes to `pages[p / page_size]`, slot `p % page_size`), stamping
+    /// each touched page with `WriteTag { room, gen: page.gen }`. `room` is also the
+    /// provenance symbolic backends record.
+    fn write_tokens(&mut self, pages: &[PageTag], start: u64, tokens: &[Token], room: RoomKey);
+
+    /// Copy a whole page out (the source side of a KV write).
+    fn read_page(&self, page: PageId) -> Self::Kv;
+
+    /// Overwrite a whole page (the destination side of a KV write) and stamp it with
+    /// `WriteTag { room, gen: dst.gen }`. Contents (and provenance) come from `kv`.
+    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Self::Kv);
+
+    /// The tag stored with a page, if any write stamped one since it was last zeroed.
+    fn page_tag(&self, page: PageId) -> Option<WriteTag>;
+
+    /// Check, before reading, that every page carries the reader's own tag
+    /// (`room`, the generation it was given). The in-kernel check of defense 4.
+    fn check_tags(&self, pages: &[PageTag], room: RoomKey) -> Result<(), TagMismatch> {
+        for &t in pages {
+            let found = self.page_tag(t.page);
+            if found != Some(WriteTag { room, gen: t.gen }) {
+                return Err(TagMismatch { expected: t, found });
+            }
+        }
+        Ok(())
+    }
+
+    /// Echo attention for one query position over a sequence of `seq_len` tokens.
+    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Token;
+
+    /// The token stored at a sequence position (what attention would echo there).
+    fn token_at(&self, pages: &[PageId], pos: u64) -> Token;
+
+    /// Zero a page (defense 7, zero-on-free).
+    fn zero_page(&mut self, page: PageId);
+
+    /// Who wrote the page last, if the backend records it.
+    fn provenance(&self, _page: PageId) -> Option<Provenance> {
+        None
+    }
+
+    /// Digest of the first `tokens` positions, keyed by position (the transfer
+    /// checksum of #39500).
+    fn digest(&self, pages: &[PageId], tokens: u64) -> u64 {
+        let mut h = 0x6b76_7369_6d00_0001_u64;
+        for pos in 0..tokens {
+            h = splitmix64(h ^ splitmix64((pos << 32) ^ u64::from(self.token_at(pages, pos))));
+        }
+        h
+    }
+}
+
+/// The query position of decode step `step` of `steps`, spread evenly over `prompt_len`.
+pub fn query_position(step: u32, steps: u32, prompt_len: u64) -> u64 {
+    if prompt_len == 0 {
+        return 0;
+    }
+    let denom = u64::from(steps.saturating_sub(1).max(1));
+    u64::from(step) * (prompt_len - 1) / denom
+}
+
+/// Width of the key vectors for a page size (a power of two, so Hadamard rows exist).
+pub fn key_width(page_size: u32) -> usize {
+    (page_size as usize).next_power_of_two()
+}
+
+/// Entry `(row, col)` of the Sylvester-Hadamard matrix: `(-1)^popcount(row & col)`.
+pub fn hadamard(row: usize, col: usize) -> f32 {
+    if (row & col).count_ones() % 2 == 0 {
+        1.0
+    } else {
+        -1.0
+    }
+}
+
+/// Lanes of the value vector: one per token bit.
+pub const VALUE_LANES: usize = 32;
+
+/// SplitMix64 finalizer: a cheap, well-mixed hash step.
+pub fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Map a position to its page and slot; `None` if it lies beyond `pages`.
+fn locate(pages: &[PageId], page_size: u32, pos: u64) -> Option<(PageId, usize)> {
+    let idx = usize::try_from(pos / u64::from(page_size)).ok()?;
+    let page = *pages.get(idx)?;
+    Some((page, (pos % u64::from(page_size)) as usize))
+}
+
+/// [`locate`] over tags.
+fn locate_tag(pages: &[PageTag], page_size: u32, pos: u64) -> Option<(PageTag, usize)> {
+    let idx = usize::try_from(pos / u64::from(page_size)).ok()?;
+    let page = *pages.get(idx)?;
+    Some((page, (pos % u64::from(page_size)) as usize))
+}
+
+/// The page ids of a tag list.
+pub fn ids(pages: &[PageTag]) -> Vec<PageId> {
+    pages.iter().map(|t| t.page).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both backends give the same reply for the same writes, including pages that
+    /// hold another room's stale KV and slots never written.
+    #[test]
+    fn symbolic_and_host_agree() {
+        for page_size in [1u32, 2, 3, 4, 8, 16, 64] {
+            let mut sym = SymbolicGpu::new(8, page_size);
+            let mut host = HostGpu::new(8, page_size);
+            let a = RoomKey::new(1, 1);
+            let b = RoomKey::new(2, 1);
+            let tag = |p: u32| PageTag {
+                page: PageId(p),
+                gen: Generation(1),
+            };
+            let a_tags = [tag(3), tag(4), tag(5)];
+            let a_pages = ids(&a_tags);
+            let a_tokens: Vec<Token> = (0..(3 * page_size)).map(|i| 0x0001_0000 | i).collect();
+            sym.write_tokens(&a_tags, 0, &a_tokens, a);
+            host.write_tokens(&a_tags, 0, &a_tokens, a);
+            // b reuses page 4 and 5 but writes only one token (the incident's stub).
+            let b_tags = [tag(4), tag(5), tag(6)];
+            let b_pages = ids(&b_tags);
+            sym.write_tokens(&b_tags, 0, &[0xBEEF], b);
+            host.write_tokens(&b_tags, 0, &[0xBEEF], b);
+            // Tags: a's first page is still a's; b's second page still carries a's tag.
+            for gpu in [&sym as &dyn TagView, &host] {
+                assert_eq!(
+                    gpu.tag_of(PageId(3)),
+                    Some(WriteTag {
+                        room: a,
+                        gen: Generation(1)
+                    })
+                );
+                assert_eq!(
+                    gpu.tag_of(PageId(4)),
+                    Some(WriteTag {
+                        room: b,
+                        gen: Generation(1)
+                    })
+                );
+                assert_eq!(
+                    gpu.tag_of(PageId(5)),
+                    Some(WriteTag {
+                        room: a,
+                        gen: Generation(1)
+                    })
+                );
+            }
+            assert!(sym.check_tags(&a_tags[..1], a).is_ok());
+            let err = sym.check_tags(&b_tags, b).unwrap_err();
+            assert_eq!(err.expected, tag(5));
+            let seq = 3 * u64::from(page_size);
+            for pages in [&a_pages, &b_pages] {
+                for q in 0..seq {
+                    assert_eq!(
+                        sym.attend(pages, seq, q),
+                        host.attend(pages, seq, q),
+                        "page_size {page_size} q {q}"
+                    );
+                    assert_eq!(sym.token_at(pages, q), host.token_at(pages, q));
+                }
+                assert_eq!(sym.digest(pages, seq), host.digest(pages, seq));
+            }
+            // The stale slots of page 4 still echo a's tokens through b's sequence.
+            if page_size > 1 {
+                assert_eq!(
+                    sym.attend(&b_pages, seq, 1),
+                    a_tokens[page_size as usize + 1]
+                );
+            }
+            // Copying a page moves its contents and provenance.
+            let kv = sym.read_page(PageId(3));
+            sym.write_page(tag(7), b, &kv);
+            let hkv = host.read_page(PageId(3));
+            host.write_page(tag(7), b, &hkv);
+            assert_eq!(
+                sym.page_tag(PageId(7)),
+                Some(WriteTag {
+                    room: b,
+                    gen: Generation(1)
+                })
+            );
+            assert_eq!(
+                sym.attend(&[PageId(7)], 1, 0),
+                host.attend(&[PageId(7)], 1, 0)
+            );
+            assert_eq!(sym.provenance(PageId(7)).unwrap().writer, Some(a));
+        }
+    }
+
+    trait TagView {
+        fn tag_of(&self, page: PageId) -> Option<WriteTag>;
+    }
+    impl<G: Gpu> TagView for G {
+        fn tag_of(&self, page: PageId) -> Option<WriteTag> {
+            self.page_tag(page)
+        }
+    }
+
+    #[test]
+    fn query_positions_cover_the_prompt() {
+        assert_eq!(query_position(0, 4, 100), 0);
+        assert_eq!(query_position(3, 4, 100), 99);
+        assert_eq!(query_position(0, 1, 100), 0);
+        assert_eq!(query_position(5, 1, 1), 0);
+    }
+}

@@ -1,0 +1,163 @@
+//! `SymbolicGpu`: KV memory as tokens plus per-page provenance, for checkers.
+//!
+//! It stores each slot's token (so echo attention replies exactly as the numeric
+//! backends do) and, per page, the room use that wrote it last and the contiguous slot
+//! range that writer covered: the coarsest grain that still decides S3 ("did this
+//! request write every slot it reads?"). It is small, `Hash` and `Eq`, so model states
+//! stay few. It computes no arithmetic.
+
+use super::{locate, locate_tag, Gpu, WriteTag};
+use crate::ids::{PageId, PageTag, RoomKey, Token};
+use serde::{Deserialize, Serialize};
+
+/// Who wrote a page last, and which slots (`lo..hi`) that writer covered. Slots
+/// outside the range hold whatever an earlier writer left (stale).
+#[derive(
+    Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct Provenance {
+    pub writer: Option<RoomKey>,
+    pub lo: u32,
+    pub hi: u32,
+}
+
+impl Provenance {
+    /// Was slot `slot` written by `writer`?
+    pub fn covers(&self, writer: RoomKey, slot: u32) -> bool {
+        self.writer == Some(writer) && self.lo <= slot && slot < self.hi
+    }
+}
+
+/// One page's contents: tokens per slot plus provenance.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SymbolicPage {
+    pub tokens: Vec<Token>,
+    pub prov: Provenance,
+    /// The defense-4 tag stamped by the last write (not copied by transfers: the
+    /// receiving side stamps its own).
+    pub tag: Option<WriteTag>,
+}
+
+/// KV memory of one node as tokens and provenance.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct SymbolicGpu {
+    page_size: u32,
+    /// Index 0 is the padding page.
+    pages: Vec<SymbolicPage>,
+}
+
+impl SymbolicGpu {
+    pub fn new(pages: u32, page_size: u32) -> Self {
+        let blank = SymbolicPage {
+            tokens: vec![0; page_size as usize],
+            prov: Provenance::default(),
+            tag: None,
+        };
+        SymbolicGpu {
+            page_size,
+            pages: vec![blank; pages as usize + 1],
+        }
+    }
+
+    fn page_mut(&mut self, page: PageId) -> Option<&mut SymbolicPage> {
+        self.pages.get_mut(page.0 as usize)
+    }
+}
+
+impl Gpu for SymbolicGpu {
+    type Kv = SymbolicPage;
+
+    fn page_size(&self) -> u32 {
+        self.page_size
+    }
+
+    fn pages(&self) -> u32 {
+        (self.pages.len() - 1) as u32
+    }
+
+    fn write_tokens(&mut self, pages: &[PageTag], start: u64, tokens: &[Token], writer: RoomKey) {
+        let ps = self.page_size;
+        for (i, &tok) in tokens.iter().enumerate() {
+            let Some((tag, slot)) = locate_tag(pages, ps, start + i as u64) else {
+                break;
+            };
+            let Some(p) = self.page_mut(tag.page) else {
+                continue;
+            };
+            p.tokens[slot] = tok;
+            p.tag = Some(WriteTag {
+                room: writer,
+                gen: tag.gen,
+            });
+            let slot = slot as u32;
+            let prov = &mut p.prov;
+            if prov.writer == Some(writer) && slot >= prov.lo && slot <= prov.hi {
+                prov.hi = prov.hi.max(slot + 1);
+            } else if prov.writer == Some(writer) && slot + 1 == prov.lo {
+                prov.lo = slot;
+            } else {
+                *prov = Provenance {
+                    writer: Some(writer),
+                    lo: slot,
+                    hi: slot + 1,
+                };
+            }
+        }
+    }
+
+    fn read_page(&self, page: PageId) -> SymbolicPage {
+        self.pages
+            .get(page.0 as usize)
+            .cloned()
+            .unwrap_or_else(|| SymbolicPage {
+                tokens: vec![0; self.page_size as usize],
+                prov: Provenance::default(),
+                tag: None,
+            })
+    }
+
+    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &SymbolicPage) {
+        let ps = self.page_size as usize;
+        if let Some(p) = self.page_mut(dst.page) {
+            p.tokens.clear();
+            p.tokens.extend(
+                kv.tokens
+                    .iter()
+                    .copied()
+                    .chain(std::iter::repeat(0))
+                    .take(ps),
+            );
+            p.prov = kv.prov;
+            p.tag = Some(WriteTag { room, gen: dst.gen });
+        }
+    }
+
+    fn page_tag(&self, page: PageId) -> Option<WriteTag> {
+        self.pages.get(page.0 as usize).and_then(|p| p.tag)
+    }
+
+    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Token {
+        if query_pos >= seq_len {
+            return 0;
+        }
+        self.token_at(pages, query_pos)
+    }
+
+    fn token_at(&self, pages: &[PageId], pos: u64) -> Token {
+        locate(pages, self.page_size, pos)
+            .and_then(|(page, slot)| self.pages.get(page.0 as usize).map(|p| p.tokens[slot]))
+            .unwrap_or(0)
+    }
+
+    fn zero_page(&mut self, page: PageId) {
+        if let Some(p) = self.page_mut(page) {
+            p.tokens.iter_mut().for_each(|t| *t = 0);
+            p.prov = Provenance::default();
+            p.tag = None;
+        }
+    }
+
+    fn provenance(&self, page: PageId) -> Option<Provenance> {
+        self.pages.get(page.0 as usize).map(|p| p.prov)
+    }
+}

@@ -1,0 +1,270 @@
+//! The messages nodes exchange: one vocabulary for every driver.
+//!
+//! A message is a value; nothing in it points into a node. KV writes and drain acks
+//! are messages too, so a simulator can delay, drop or reorder them and a model
+//! checker can explore a write that lands late. Every message of the handoff carries
+//! the [`RoomKey`] (room and generation) it belongs to.
+
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// An HTTP-like status code, as the client sees it.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Status(pub u16);
+
+impl Status {
+    pub const OK: Status = Status(200);
+    /// Rejected at intake (the prompt does not fit), or a bad request.
+    pub const BAD_REQUEST: Status = Status(400);
+    /// The client went away or asked to abort.
+    pub const CLIENT_CLOSED: Status = Status(499);
+    /// The engine failed the request (transfer failure, verification failure, timeout).
+    pub const INTERNAL: Status = Status(500);
+    /// No capacity to take the request now (queue or room table full).
+    pub const UNAVAILABLE: Status = Status(503);
+
+    pub fn is_ok(self) -> bool {
+        self == Status::OK
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What prefill reports to decode when a room's transfer concludes (SGLang's M7 plus
+/// the aux row).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TransferOutcome {
+    /// Every chunk was written. Carries what prefill believes it sent.
+    Success {
+        /// Prompt tokens prefill ran and sent (its own prompt length).
+        tokens: u64,
+        /// Pages prefill sent (its own page count).
+        pages: u32,
+        /// Digest of the sent tokens keyed by position.
+        checksum: u64,
+    },
+    /// The transfer failed or was aborted on the prefill side.
+    Failed,
+}
+
+/// A message between two nodes (or a client and the router).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Msg<K> {
+    // Client <-> router.
+    /// A client submits a request.
+    Submit {
+        req: RequestId,
+        tenant: TenantId,
+        prompt: Vec<Token>,
+        max_new_tokens: u32,
+    },
+    /// The client disconnects or aborts its request.
+    Cancel { req: RequestId },
+    /// The one terminal answer to a client.
+    Response {
+        req: RequestId,
+        status: Status,
+        tokens: Vec<Token>,
+    },
+
+    // Router -> nodes.
+    /// Start the prefill half of a room.
+    PrefillStart {
+        room: RoomKey,
+        prompt: Vec<Token>,
+        decode: NodeId,
+    },
+    /// Start the decode half of a room (the same request, sent concurrently).
+    DecodeStart {
+        room: RoomKey,
+        prompt: Vec<Token>,
+        max_new_tokens: u32,
+        prefill: NodeId,
+    },
+    /// Abort a room (client disconnect, the other half failed, request timeout).
+    Abort { room: RoomKey },
+
+    // Decode -> prefill.
+    /// The destination pages for the room's prompt (SGLang M5).
+    KvMeta {
+        room: RoomKey,
+        dst: Vec<PageTag>,
+        prompt_len: u64,
+    },
+    /// Decode aborted the room: stop sending and ack once your writes drained (M8).
+    DrainRequest { room: RoomKey },
+    /// The NIC's completion of one chunk write (RDMA write completion).
+    WriteDone { room: RoomKey, chunk: u32, ok: bool },
+
+    // Prefill -> decode.
+    /// One chunk of KV pages written into decode's pool (M6). `src` names the prefill
+    /// pages being read, `dst` the decode pages (with the tags decode handed out).
+    KvWrite {
+        room: RoomKey,
+        chunk: u32,
+        src: Vec<PageTag>,
+        dst: Vec<PageTag>,
+        kv: Vec<K>,
+    },
+    /// The room's transfer concluded (M7).
+    KvDone {
+        room: RoomKey,
+        outcome: TransferOutcome,
+    },
+    /// Every write for the room has drained (deferred-release ACK, M8).
+    DrainAck { room: RoomKey },
+
+    // Nodes -> router.
+    /// The prefill half's terminal status.
+    PrefillFinished { room: RoomKey, status: Status },
+    /// Generated token number `index`, streamed.
+    TokenOut {
+        room: RoomKey,
+        index: u32,
+        token: Token,
+    },
+    /// The decode half's terminal status.
+    DecodeFinished { room: RoomKey, status: Status },
+}
+
+impl<K> Msg<K> {
+    /// The room a handoff message belongs to (client messages have none).
+    pub fn room(&self) -> Option<RoomKey> {
+        match self {
+            Msg::Submit { .. } | Msg::Cancel { .. } | Msg::Response { .. } => None,
+            Msg::PrefillStart { room, .. }
+            | Msg::DecodeStart { room, .. }
+            | Msg::Abort { room }
+            | Msg::KvMeta { room, .. }
+            | Msg::DrainRequest { room }
+            | Msg::WriteDone { room, .. }
+            | Msg::KvWrite { room, .. }
+            | Msg::KvDone { room, .. }
+            | Msg::DrainAck { room }
+            | Msg::PrefillFinished { room, .. }
+            | Msg::TokenOut { room, .. }
+            | Msg::DecodeFinished { room, .. } => Some(*room),
+        }
+    }
+
+    /// A short name for traces.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Msg::Submit { .. } => "Submit",
+            Msg::Cancel { .. } => "Cancel",
+            Msg::Response { .. } => "Response",
+            Msg::PrefillStart { .. } => "PrefillStart",
+            Msg::DecodeStart { .. } => "DecodeStart",
+            Msg::Abort { .. } => "Abort",
+            Msg::KvMeta { .. } => "KvMeta",
+            Msg::DrainRequest { .. } => "DrainRequest",
+            Msg::WriteDone { .. } => "WriteDone",
+            Msg::KvWrite { .. } => "KvWrite",
+            Msg::KvDone { .. } => "KvDone",
+            Msg::DrainAck { .. } => "DrainAck",
+            Msg::PrefillFinished { .. } => "PrefillFinished",
+            Msg::TokenOut { .. } => "TokenOut",
+            Msg::DecodeFinished { .. } => "DecodeFinished",
+        }
+    }
+
+    /// A one-line human summary (no KV payloads).
+    pub fn summary(&self) -> String {
+        fn tags(t: &[PageTag]) -> String {
+            if t.len() <= 6 {
+                t.iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            } else {
+                format!(
+                    "{},{},..,{} ({} pages)",
+                    t[0],
+                    t[1],
+                    t[t.len() - 1],
+                    t.len()
+                )
+            }
+        }
+        match self {
+            Msg::Submit {
+                req,
+                tenant,
+                prompt,
+                max_new_tokens,
+            } => {
+                format!(
+                    "Submit {req} {tenant} prompt={} max_new={max_new_tokens}",
+                    prompt.len()
+                )
+            }
+            Msg::Cancel { req } => format!("Cancel {req}"),
+            Msg::Response {
+                req,
+                status,
+                tokens,
+            } => {
+                format!("Response {req} status={status} tokens={}", tokens.len())
+            }
+            Msg::PrefillStart {
+                room,
+                prompt,
+                decode,
+            } => {
+                format!(
+                    "PrefillStart {room} prompt={} decode={decode}",
+                    prompt.len()
+                )
+            }
+            Msg::DecodeStart {
+                room,
+                prompt,
+                max_new_tokens,
+                prefill,
+            } => format!(
+                "DecodeStart {room} prompt={} max_new={max_new_tokens} prefill={prefill}",
+                prompt.len()
+            ),
+            Msg::Abort { room } => format!("Abort {room}"),
+            Msg::KvMeta {
+                room,
+                dst,
+                prompt_len,
+            } => {
+                format!("KvMeta {room} prompt={prompt_len} dst=[{}]", tags(dst))
+            }
+            Msg::DrainRequest { room } => format!("DrainRequest {room}"),
+            Msg::WriteDone { room, chunk, ok } => format!("WriteDone {room} chunk={chunk} ok={ok}"),
+            Msg::KvWrite {
+                room,
+                chunk,
+                src,
+                dst,
+                ..
+            } => {
+                format!(
+                    "KvWrite {room} chunk={chunk} src=[{}] dst=[{}]",
+                    tags(src),
+                    tags(dst)
+                )
+            }
+            Msg::KvDone { room, outcome } => format!("KvDone {room} {outcome:?}"),
+            Msg::DrainAck { room } => format!("DrainAck {room}"),
+            Msg::PrefillFinished { room, status } => {
+                format!("PrefillFinished {room} status={status}")
+            }
+            Msg::TokenOut { room, index, token } => {
+                format!("TokenOut {room} #{index} token={token:#x}")
+            }
+            Msg::DecodeFinished { room, status } => {
+                format!("DecodeFinished {room} status={status}")
+            }
+        }
+    }
+}
