@@ -1,11 +1,39 @@
-//! kvsim-engine: a miniature disaggregated inference engine as deterministic state machines.
+//! kvsim-engine: a miniature disaggregated inference engine as deterministic state
+//! machines.
+//!
+//! The [`router::Router`], [`prefill::PrefillNode`] and [`decode::DecodeNode`] run the
+//! prefill-to-decode handoff of SGLang's disaggregated serving (bootstrap room, page
+//! list, chunked KV writes, completion, abort and drain acks) with the defenses of
+//! DESIGN.md section 3 and, behind [`bugs::BugSet`], the historical bugs. The crate is
+//! pure: it does no I/O, reads no clock, starts no thread and draws no random number.
+//! Time, delivery and randomness belong to the driver, through [`env::Env`]; KV memory
+//! and compute belong to the node's [`gpu::Gpu`]. Same inputs in the same order give
+//! the same effects, bit for bit.
+//!
+//! Drive a node with [`node::Node::handle`]; effects leave through the `Env` in the
+//! order they were issued (messages, timers, trace events interleaved as called).
 
 pub mod bugs;
 pub mod config;
+pub mod decode;
 pub mod env;
 pub mod gpu;
 pub mod ids;
 pub mod invariant;
 pub mod kv;
 pub mod msg;
+pub mod node;
+pub mod prefill;
+pub mod router;
+pub mod shared_cfg;
 pub mod trace;
+
+pub use bugs::{Bug, BugSet};
+pub use config::{ConfigError, Defenses, EngineConfig};
+pub use env::{Clock, Env, Input, Network, Timer, Trace};
+pub use ids::{Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, Token};
+pub use invariant::{Invariant, Violation};
+pub use msg::{Msg, Status, TransferOutcome};
+pub use node::{Node, Role};
+pub use shared_cfg::Cfg;
+pub use trace::TraceEvent;

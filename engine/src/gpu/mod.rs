@@ -129,7 +129,7 @@ pub fn key_width(page_size: u32) -> usize {
 
 /// Entry `(row, col)` of the Sylvester-Hadamard matrix: `(-1)^popcount(row & col)`.
 pub fn hadamard(row: usize, col: usize) -> f32 {
-    if (row & col).count_ones() % 2 == 0 {
+    if (row & col).count_ones().is_multiple_of(2) {
         1.0
     } else {
         -1.0

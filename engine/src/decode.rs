@@ -1,0 +1,798 @@
+//! `DecodeNode`: receives KV from prefill and generates the reply.
+//!
+//! The SGLang decode scheduler, transfer queue and receiving NIC in one state
+//! machine: intake (its own length check) -> prealloc queue (reserve pages for the
+//! prompt length it was told plus the reply, send the page list, M5) -> transfer (KV
+//! writes land, each acknowledged to the writer) -> verify on completion (defense 2)
+//! -> running batch (echo attention with the page-tag check, defense 4; stream
+//! tokens) -> finish and release. On abort or failure while a transfer may still
+//! write, pages are quarantined until prefill acks that this exact room use drained
+//! (defense 3); a drain ack that never comes fails the node loudly instead of
+//! releasing.
+//!
+//! It is not the transport: a KV write is a message handled here the way a receiver
+//! thread would handle it, and it is refused (never applied) when a destination tag is
+//! stale or not the room's, as long as page tags are on.
+//!
+//! Invariant: a quarantined page returns to the pool only after the drain ack for its
+//! own room use; a request attends only over pages whose tags it was given.
+
+use crate::bugs::Bug;
+use crate::env::{Env, Input, Timer};
+use crate::gpu::{ids, query_position, Gpu};
+use crate::ids::{Generation, NodeId, PageTag, RoomId, RoomKey};
+use crate::invariant::{Invariant, Violation};
+use crate::kv::{PagePool, PageState};
+use crate::msg::{Msg, Status, TransferOutcome};
+use crate::shared_cfg::Cfg;
+use crate::trace::{ReleaseKind, Side, TraceEvent};
+use std::collections::{BTreeMap, VecDeque};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+enum Phase {
+    /// Receiver created; waiting for pages.
+    Prealloc,
+    /// Pages reserved and announced; KV writes may land.
+    Transferring { written: Vec<bool> },
+    /// Generating.
+    Running { seq_len: u64, step: u32 },
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Request {
+    prefill: NodeId,
+    prompt_len: u64,
+    max_new_tokens: u32,
+    /// Every page reserved: the prompt's pages first (the transfer destination), then
+    /// the pages the reply will be written into.
+    pages: Vec<PageTag>,
+    /// How many of `pages` are the transfer destination.
+    dst_pages: usize,
+    phase: Phase,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Quarantine {
+    pages: Vec<PageTag>,
+    prefill: NodeId,
+    retries: u32,
+}
+
+/// The decode node state machine, generic over its KV memory.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct DecodeNode<G> {
+    id: NodeId,
+    cfg: Cfg,
+    router: NodeId,
+    pool: PagePool,
+    gpu: G,
+    requests: BTreeMap<RoomKey, Request>,
+    prealloc: VecDeque<RoomKey>,
+    quarantine: BTreeMap<RoomKey, Quarantine>,
+    retired: BTreeMap<RoomId, Generation>,
+    /// Pages of recently finished requests, kept for the `double-free-on-finish` bug's
+    /// second release path (bounded by `max_queue`; empty unless the bug is on).
+    finished_pages: VecDeque<(RoomKey, Vec<PageTag>)>,
+    compute_armed: bool,
+    /// Set when the node stopped itself (a drain ack never came).
+    fatal: Option<String>,
+}
+
+impl<G: Gpu> DecodeNode<G> {
+    pub fn new(id: NodeId, cfg: Cfg, router: NodeId, gpu: G) -> Self {
+        let pool = PagePool::new(gpu.pages(), gpu.page_size());
+        DecodeNode {
+            id,
+            cfg,
+            router,
+            pool,
+            gpu,
+            requests: BTreeMap::new(),
+            prealloc: VecDeque::new(),
+            quarantine: BTreeMap::new(),
+            retired: BTreeMap::new(),
+            finished_pages: VecDeque::new(),
+            compute_armed: false,
+            fatal: None,
+        }
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+    pub fn pool(&self) -> &PagePool {
+        &self.pool
+    }
+    pub fn gpu(&self) -> &G {
+        &self.gpu
+    }
+    pub fn requests(&self) -> usize {
+        self.requests.len()
+    }
+    pub fn quarantined_rooms(&self) -> usize {
+        self.quarantine.len()
+    }
+    pub fn fatal(&self) -> Option<&str> {
+        self.fatal.as_deref()
+    }
+
+    fn is_stale(&self, room: RoomKey) -> bool {
+        self.retired.get(&room.room).is_some_and(|g| *g >= room.gen)
+    }
+
+    fn tombstone(&mut self, room: RoomKey) {
+        let g = self.retired.entry(room.room).or_insert(room.gen);
+        *g = (*g).max(room.gen);
+    }
+
+    fn kick<E: Env<G::Kv>>(&mut self, env: &mut E) {
+        if !self.compute_armed {
+            self.compute_armed = true;
+            env.set_timer(Timer::Compute, self.cfg.latencies.decode_step_ns);
+        }
+    }
+
+    pub fn handle<E: Env<G::Kv>>(&mut self, input: Input<G::Kv>, env: &mut E) {
+        match input {
+            Input::Message { from, msg } => match msg {
+                Msg::DecodeStart {
+                    room,
+                    prompt,
+                    max_new_tokens,
+                    prefill,
+                } => self.on_start(room, prompt.len() as u64, max_new_tokens, prefill, env),
+                Msg::KvWrite {
+                    room,
+                    chunk,
+                    dst,
+                    kv,
+                    ..
+                } => self.on_kv_write(from, room, chunk, dst, kv, env),
+                Msg::KvDone { room, outcome } => self.on_kv_done(room, outcome, env),
+                Msg::Abort { room } => self.on_abort(room, Status::CLIENT_CLOSED, env),
+                Msg::DrainAck { room } => self.on_drain_ack(room, env),
+                _ => {}
+            },
+            Input::Timer(Timer::Compute) => {
+                self.compute_armed = false;
+                self.on_tick(env)
+            }
+            Input::Timer(Timer::WaitingForKv(room)) => {
+                if matches!(
+                    self.requests.get(&room).map(|r| &r.phase),
+                    Some(Phase::Transferring { .. })
+                ) {
+                    env.trace(TraceEvent::TransferFailed {
+                        node: self.id,
+                        room,
+                        reason: "waiting timeout".into(),
+                    });
+                    self.fail(room, Status::INTERNAL, env);
+                }
+            }
+            Input::Timer(Timer::DrainRetry(room)) => self.on_drain_retry(room, env),
+            Input::Timer(_) => {}
+        }
+    }
+
+    fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+        self.tombstone(room);
+        env.trace(TraceEvent::Responded {
+            node: self.id,
+            room,
+            side: Side::Decode,
+            status,
+        });
+        env.send(self.router, Msg::DecodeFinished { room, status });
+    }
+
+    fn on_start<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        prompt_len: u64,
+        max_new_tokens: u32,
+        prefill: NodeId,
+        env: &mut E,
+    ) {
+        if self.requests.contains_key(&room) || self.is_stale(room) {
+            return;
+        }
+        let reject = |this: &mut Self, env: &mut E, status: Status, reason: String| {
+            env.trace(TraceEvent::Rejected {
+                node: this.id,
+                room,
+                side: Side::Decode,
+                status,
+                reason,
+            });
+            this.answer(room, status, env);
+        };
+        if let Some(reason) = &self.fatal {
+            let reason = format!("node stopped: {reason}");
+            reject(self, env, Status::UNAVAILABLE, reason);
+            return;
+        }
+        if self.requests.len() >= self.cfg.max_queue as usize {
+            reject(self, env, Status::UNAVAILABLE, "decode queue full".into());
+            return;
+        }
+        let mut prompt_len = prompt_len;
+        let need = prompt_len + u64::from(max_new_tokens);
+        if let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) {
+            if need > limit {
+                if self.cfg.bugs.has(Bug::GateChecksFinishedOnly) {
+                    // The same legacy rejection as prefill's: a 1-token placeholder that
+                    // decode's `finished_reason`-only gate lets through.
+                    env.trace(TraceEvent::RejectedLegacy {
+                        node: self.id,
+                        room,
+                        prompt_len,
+                    });
+                    prompt_len = 1;
+                } else {
+                    let reason = format!(
+                        "prompt of {prompt_len} tokens plus {max_new_tokens} new exceeds the admission limit of {limit}"
+                    );
+                    reject(self, env, Status::BAD_REQUEST, reason);
+                    return;
+                }
+            }
+        }
+        env.trace(TraceEvent::Admitted {
+            node: self.id,
+            room,
+            side: Side::Decode,
+            prompt_len,
+        });
+        self.requests.insert(
+            room,
+            Request {
+                prefill,
+                prompt_len,
+                max_new_tokens,
+                pages: Vec::new(),
+                dst_pages: 0,
+                phase: Phase::Prealloc,
+            },
+        );
+        self.prealloc.push_back(room);
+        self.try_prealloc(env);
+    }
+
+    /// `pop_preallocated`: reserve pages FIFO and send each room's page list.
+    fn try_prealloc<E: Env<G::Kv>>(&mut self, env: &mut E) {
+        while let Some(&room) = self.prealloc.front() {
+            let Some(req) = self.requests.get(&room) else {
+                self.prealloc.pop_front();
+                continue;
+            };
+            let need = self
+                .cfg
+                .pages_for(req.prompt_len + u64::from(req.max_new_tokens))
+                as usize;
+            if need > self.pool.capacity() && !self.cfg.bugs.has(Bug::AdmitBeyondPool) {
+                self.prealloc.pop_front();
+                self.requests.remove(&room);
+                self.answer(room, Status::INTERNAL, env);
+                continue;
+            }
+            let Ok(pages) = self.pool.alloc(need, room) else {
+                break;
+            };
+            self.prealloc.pop_front();
+            let dst_pages = (self.cfg.pages_for(req.prompt_len) as usize).min(pages.len());
+            let dst = pages[..dst_pages].to_vec();
+            // Fresh allocation: the pages are Reserved and ours.
+            self.pool
+                .expect_write(room, &dst)
+                .expect("fresh allocation is owned and Reserved (S1)");
+            env.trace(TraceEvent::PagesReserved {
+                node: self.id,
+                room,
+                pages: pages.clone(),
+            });
+            let (prefill, prompt_len) = (req.prefill, req.prompt_len);
+            if let Some(r) = self.requests.get_mut(&room) {
+                r.pages = pages;
+                r.dst_pages = dst_pages;
+                r.phase = Phase::Transferring {
+                    written: vec![false; dst_pages],
+                };
+            }
+            env.send(
+                prefill,
+                Msg::KvMeta {
+                    room,
+                    dst,
+                    prompt_len,
+                },
+            );
+            env.set_timer(Timer::WaitingForKv(room), self.cfg.timeouts.waiting_ns);
+        }
+    }
+
+    /// The receiver applying one chunk write. With page tags on, a destination that is
+    /// not this room use's (stale generation, another owner, freed) refuses the whole
+    /// chunk; without them the write lands wherever it points, as RDMA would.
+    fn on_kv_write<E: Env<G::Kv>>(
+        &mut self,
+        from: NodeId,
+        room: RoomKey,
+        chunk: u32,
+        dst: Vec<PageTag>,
+        kv: Vec<G::Kv>,
+        env: &mut E,
+    ) {
+        let malformed = dst.len() != kv.len();
+        let refused = if malformed {
+            dst.first()
+                .copied()
+                .map(|t| (t, "payload and page list differ in length".to_string()))
+        } else if self.cfg.defenses.page_tags {
+            dst.iter().find_map(|&t| match self.pool.record(t.page) {
+                None => Some((t, "not a pool page".into())),
+                Some(r) if r.gen != t.gen => {
+                    Some((t, format!("stale generation (page is at {})", r.gen)))
+                }
+                Some(r) if r.owner != Some(room) => Some((t, format!("owned by {:?}", r.owner))),
+                Some(r) if !(r.state.is_owned() || r.state == PageState::Quarantined) => {
+                    Some((t, format!("page is {}", r.state)))
+                }
+                Some(_) => None,
+            })
+        } else {
+            None
+        };
+        if malformed || refused.is_some() {
+            if let Some((tag, reason)) = refused {
+                env.trace(TraceEvent::KvRefused {
+                    node: self.id,
+                    room,
+                    chunk,
+                    tag,
+                    reason,
+                });
+            }
+            env.send(
+                from,
+                Msg::WriteDone {
+                    room,
+                    chunk,
+                    ok: false,
+                },
+            );
+            return;
+        }
+        for (t, page) in dst.iter().zip(&kv) {
+            self.gpu.write_page(*t, room, page);
+        }
+        env.trace(TraceEvent::KvLanded {
+            node: self.id,
+            room,
+            chunk,
+            dst: dst.clone(),
+        });
+        if let Some(req) = self.requests.get_mut(&room) {
+            if let Phase::Transferring { written } = &mut req.phase {
+                for t in &dst {
+                    if let Some(i) = req.pages[..req.dst_pages].iter().position(|p| p == t) {
+                        written[i] = true;
+                    }
+                }
+            }
+        }
+        env.send(
+            from,
+            Msg::WriteDone {
+                room,
+                chunk,
+                ok: true,
+            },
+        );
+    }
+
+    fn on_kv_done<E: Env<G::Kv>>(&mut self, room: RoomKey, outcome: TransferOutcome, env: &mut E) {
+        let Some(req) = self.requests.get(&room) else {
+            return;
+        };
+        let Phase::Transferring { written } = &req.phase else {
+            return;
+        };
+        let dst = ids(&req.pages[..req.dst_pages]);
+        let verify = self.cfg.defenses.verify_on_completion;
+        let verdict: Result<(u64, u32), String> = match outcome {
+            TransferOutcome::Failed if self.cfg.bugs.has(Bug::FailOpenOnRecvError) => {
+                // vLLM #52234: a receive failure is treated as done; the request runs
+                // on whatever its pages hold.
+                Ok((0, 0))
+            }
+            TransferOutcome::Failed => Err("prefill reported the transfer failed".into()),
+            TransferOutcome::Success {
+                tokens,
+                pages,
+                checksum,
+            } => {
+                if verify && !self.cfg.bugs.has(Bug::NoLengthAgreement) {
+                    if tokens != req.prompt_len {
+                        Err(format!(
+                            "prefill sent {tokens} tokens, decode expects {}",
+                            req.prompt_len
+                        ))
+                    } else if pages as usize != req.dst_pages {
+                        Err(format!(
+                            "prefill sent {pages} pages, decode reserved {}",
+                            req.dst_pages
+                        ))
+                    } else if let Some(i) = written.iter().position(|w| !w) {
+                        Err(format!(
+                            "destination page {} was never written",
+                            req.pages[i]
+                        ))
+                    } else if self.gpu.digest(&dst, req.prompt_len) != checksum {
+                        Err("checksum over the reserved prompt differs".into())
+                    } else {
+                        Ok((tokens, pages))
+                    }
+                } else if verify && self.gpu.digest(&dst, tokens) != checksum {
+                    // The legacy digest covers only what prefill says it sent.
+                    Err("checksum over the sent tokens differs".into())
+                } else {
+                    Ok((tokens, pages))
+                }
+            }
+        };
+        match verdict {
+            Err(reason) => {
+                env.trace(TraceEvent::TransferFailed {
+                    node: self.id,
+                    room,
+                    reason,
+                });
+                self.fail(room, Status::INTERNAL, env);
+            }
+            Ok((sent_tokens, sent_pages)) => {
+                let fully_written = written.iter().all(|w| *w);
+                let dst_tags = req.pages[..req.dst_pages].to_vec();
+                let prompt_len = req.prompt_len;
+                let reserved_pages = req.dst_pages as u32;
+                // The transfer was accepted: the destination pages hold verified KV.
+                // Under fail-open they may be Writing still; mark_ready accepts both.
+                let _ = self.pool.mark_ready(room, &dst_tags);
+                env.trace(TraceEvent::TransferAccepted {
+                    node: self.id,
+                    room,
+                    prompt_len,
+                    reserved_pages,
+                    sent_tokens,
+                    sent_pages,
+                    fully_written,
+                });
+                env.trace(TraceEvent::Running {
+                    node: self.id,
+                    room,
+                    side: Side::Decode,
+                });
+                env.cancel_timer(Timer::WaitingForKv(room));
+                if let Some(r) = self.requests.get_mut(&room) {
+                    r.phase = Phase::Running {
+                        seq_len: prompt_len,
+                        step: 0,
+                    };
+                }
+                self.kick(env);
+            }
+        }
+    }
+
+    /// One decode step for every running request (up to `max_batch`).
+    fn on_tick<E: Env<G::Kv>>(&mut self, env: &mut E) {
+        let running: Vec<RoomKey> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| matches!(r.phase, Phase::Running { .. }))
+            .map(|(k, _)| *k)
+            .take(self.cfg.max_batch as usize)
+            .collect();
+        for room in running {
+            self.step(room, env);
+        }
+        if self
+            .requests
+            .values()
+            .any(|r| matches!(r.phase, Phase::Running { .. }))
+        {
+            self.kick(env);
+        }
+    }
+
+    fn step<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+        let Some(req) = self.requests.get(&room) else {
+            return;
+        };
+        let Phase::Running { seq_len, step } = req.phase else {
+            return;
+        };
+        let ps = u64::from(self.cfg.page_size);
+        let seq_pages = (seq_len.div_ceil(ps) as usize).min(req.pages.len());
+        let pages = req.pages[..seq_pages].to_vec();
+        let q = query_position(step, req.max_new_tokens, req.prompt_len);
+        env.trace(TraceEvent::Attend {
+            node: self.id,
+            room,
+            step,
+            query_pos: q,
+            seq_len,
+            pages: pages.clone(),
+        });
+        if self.cfg.defenses.page_tags {
+            if let Err(m) = self.gpu.check_tags(&pages, room) {
+                let current = self
+                    .pool
+                    .record(m.expected.page)
+                    .map_or(m.expected.gen, |r| r.gen);
+                env.trace(TraceEvent::TagMismatch {
+                    node: self.id,
+                    room,
+                    tag: m.expected,
+                    current,
+                });
+                self.finish(room, Status::INTERNAL, env);
+                return;
+            }
+        }
+        let page_ids = ids(&pages);
+        let token = self.gpu.attend(&page_ids, seq_len, q);
+        // The generated token's KV goes into the next slot of the request's own pages.
+        let all = req.pages.clone();
+        self.gpu.write_tokens(&all, seq_len, &[token], room);
+        env.send(
+            self.router,
+            Msg::TokenOut {
+                room,
+                index: step,
+                token,
+            },
+        );
+        let done = step + 1 >= req.max_new_tokens;
+        if let Some(r) = self.requests.get_mut(&room) {
+            r.phase = Phase::Running {
+                seq_len: seq_len + 1,
+                step: step + 1,
+            };
+        }
+        if done {
+            self.finish(room, Status::OK, env);
+        }
+    }
+
+    /// Normal end (or a failed step): release the pages and answer once.
+    fn finish<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+        let Some(req) = self.requests.remove(&room) else {
+            return;
+        };
+        // Release only the pages this room still owns: after a tag mismatch some page
+        // may belong to someone else now, and only the owner frees (S8).
+        let owned: Vec<PageTag> = req
+            .pages
+            .iter()
+            .copied()
+            .filter(|t| self.pool.owns(room, *t))
+            .collect();
+        self.release(room, &owned, ReleaseKind::Owner, env);
+        if self.cfg.bugs.has(Bug::DoubleFreeOnFinish) {
+            if self.finished_pages.len() >= self.cfg.max_queue as usize {
+                self.finished_pages.pop_front();
+            }
+            self.finished_pages.push_back((room, req.pages.clone()));
+        }
+        self.answer(room, status, env);
+    }
+
+    fn release<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        pages: &[PageTag],
+        how: ReleaseKind,
+        env: &mut E,
+    ) {
+        match how {
+            ReleaseKind::Unchecked => self.pool.free_unchecked(pages),
+            ReleaseKind::Owner => {
+                if let Err(e) = self.pool.release(room, pages) {
+                    env.trace(TraceEvent::Fatal {
+                        node: self.id,
+                        reason: format!("release of {room}'s pages refused: {e}"),
+                    });
+                    return;
+                }
+            }
+        }
+        env.trace(TraceEvent::PagesReleased {
+            node: self.id,
+            room,
+            pages: pages.to_vec(),
+            how,
+        });
+        self.after_free(pages, env);
+    }
+
+    fn after_free<E: Env<G::Kv>>(&mut self, pages: &[PageTag], env: &mut E) {
+        if self.cfg.defenses.zero_on_free {
+            for t in pages {
+                if self
+                    .pool
+                    .record(t.page)
+                    .is_some_and(|r| r.state == PageState::Free)
+                {
+                    self.gpu.zero_page(t.page);
+                }
+            }
+        }
+        self.try_prealloc(env);
+    }
+
+    /// The request failed (transfer failure, verification, timeout, abort): answer,
+    /// and hand its pages to quarantine if a write may still land in them.
+    fn fail<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+        let Some(req) = self.requests.remove(&room) else {
+            return;
+        };
+        env.cancel_timer(Timer::WaitingForKv(room));
+        match req.phase {
+            Phase::Prealloc => self.prealloc.retain(|r| *r != room),
+            Phase::Running { .. } => {
+                let owned: Vec<PageTag> = req
+                    .pages
+                    .iter()
+                    .copied()
+                    .filter(|t| self.pool.owns(room, *t))
+                    .collect();
+                self.release(room, &owned, ReleaseKind::Owner, env);
+            }
+            Phase::Transferring { .. } => {
+                let deferred = self.cfg.defenses.deferred_release
+                    && !self.cfg.bugs.has(Bug::DecodeReleaseImmediate);
+                if deferred {
+                    if let Err(e) = self.pool.quarantine(room, &req.pages) {
+                        env.trace(TraceEvent::Fatal {
+                            node: self.id,
+                            reason: format!("quarantine refused: {e}"),
+                        });
+                    } else {
+                        env.trace(TraceEvent::Quarantined {
+                            node: self.id,
+                            room,
+                            pages: req.pages.clone(),
+                        });
+                        self.quarantine.insert(
+                            room,
+                            Quarantine {
+                                pages: req.pages,
+                                prefill: req.prefill,
+                                retries: 0,
+                            },
+                        );
+                        env.send(req.prefill, Msg::DrainRequest { room });
+                        env.set_timer(Timer::DrainRetry(room), self.cfg.timeouts.drain_retry_ns);
+                    }
+                } else {
+                    // Free now, while prefill may still be writing (pre-#35049).
+                    env.send(req.prefill, Msg::DrainRequest { room });
+                    self.release(room, &req.pages, ReleaseKind::Owner, env);
+                }
+            }
+        }
+        self.answer(room, status, env);
+    }
+
+    fn on_abort<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+        if self.requests.contains_key(&room) {
+            env.trace(TraceEvent::AbortNoted {
+                node: self.id,
+                room,
+                side: Side::Decode,
+            });
+            self.fail(room, status, env);
+            return;
+        }
+        if self.cfg.bugs.has(Bug::DoubleFreeOnFinish) {
+            // The second release path: the abort handler frees the finished request's
+            // pages again through the allocator's unchecked free.
+            if let Some(i) = self.finished_pages.iter().position(|(r, _)| *r == room) {
+                if let Some((_, pages)) = self.finished_pages.remove(i) {
+                    self.release(room, &pages, ReleaseKind::Unchecked, env);
+                }
+            }
+        }
+        // Unknown or already answered: answer again (the router ignores duplicates) so
+        // that a lost answer or a start message still in flight cannot wedge the room.
+        self.answer(room, status, env);
+    }
+
+    fn on_drain_ack<E: Env<G::Kv>>(&mut self, ack: RoomKey, env: &mut E) {
+        let matching: Vec<RoomKey> = if self.cfg.bugs.has(Bug::AckIgnoresGeneration) {
+            self.quarantine
+                .keys()
+                .filter(|k| k.room == ack.room)
+                .copied()
+                .collect()
+        } else {
+            self.quarantine
+                .contains_key(&ack)
+                .then_some(ack)
+                .into_iter()
+                .collect()
+        };
+        for room in matching {
+            let Some(q) = self.quarantine.remove(&room) else {
+                continue;
+            };
+            env.cancel_timer(Timer::DrainRetry(room));
+            if let Err(e) = self.pool.release_quarantined(room, &q.pages) {
+                env.trace(TraceEvent::Fatal {
+                    node: self.id,
+                    reason: format!("quarantine release refused: {e}"),
+                });
+                continue;
+            }
+            env.trace(TraceEvent::QuarantineReleased {
+                node: self.id,
+                room,
+                pages: q.pages.clone(),
+                acked: ack,
+            });
+            self.after_free(&q.pages, env);
+        }
+    }
+
+    fn on_drain_retry<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+        let max = self.cfg.timeouts.drain_retries;
+        let retry_ns = self.cfg.timeouts.drain_retry_ns;
+        let Some(q) = self.quarantine.get_mut(&room) else {
+            return;
+        };
+        q.retries += 1;
+        if q.retries > max {
+            // Never release on a timeout: a write may still land. Stop loudly.
+            let reason =
+                format!("no drain ack for {room} after {max} retries; pages stay quarantined");
+            env.trace(TraceEvent::Fatal {
+                node: self.id,
+                reason: reason.clone(),
+            });
+            self.fatal.get_or_insert(reason);
+            return;
+        }
+        let prefill = q.prefill;
+        env.send(prefill, Msg::DrainRequest { room });
+        env.set_timer(Timer::DrainRetry(room), retry_ns);
+    }
+
+    /// S1/S8 on the pool; every owned page belongs to a live request or a quarantine.
+    pub fn invariants(&self) -> Result<(), Violation> {
+        self.pool.invariants()?;
+        for (page, rec) in self.pool.records() {
+            let Some(owner) = rec.owner else { continue };
+            let ok = match rec.state {
+                PageState::Quarantined => self
+                    .quarantine
+                    .get(&owner)
+                    .is_some_and(|q| q.pages.iter().any(|t| t.page == page)),
+                _ => self
+                    .requests
+                    .get(&owner)
+                    .is_some_and(|r| r.pages.iter().any(|t| t.page == page)),
+            };
+            if !ok {
+                return Err(Violation::new(
+                    Invariant::S1,
+                    format!(
+                        "decode {}: {page} is {} for {owner}, which does not hold it",
+                        self.id, rec.state
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

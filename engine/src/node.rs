@@ -1,0 +1,96 @@
+//! `Node`: one of the three state machines behind one interface, for drivers.
+//!
+//! Drivers (simulator, model checker, hardware runtime) hold a topology of nodes and
+//! feed each one inputs; this enum lets them do so without knowing which is which.
+
+use crate::decode::DecodeNode;
+use crate::env::{Env, Input};
+use crate::gpu::Gpu;
+use crate::ids::NodeId;
+use crate::invariant::Violation;
+use crate::kv::PagePool;
+use crate::prefill::PrefillNode;
+use crate::router::Router;
+
+/// The role a node plays.
+#[derive(
+    Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub enum Role {
+    Router,
+    Prefill,
+    Decode,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Node<G> {
+    Router(Router),
+    Prefill(PrefillNode<G>),
+    Decode(DecodeNode<G>),
+}
+
+impl<G: Gpu> Node<G> {
+    pub fn id(&self) -> NodeId {
+        match self {
+            Node::Router(n) => n.id(),
+            Node::Prefill(n) => n.id(),
+            Node::Decode(n) => n.id(),
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        match self {
+            Node::Router(_) => Role::Router,
+            Node::Prefill(_) => Role::Prefill,
+            Node::Decode(_) => Role::Decode,
+        }
+    }
+
+    /// Feed one input. The node's effects leave through `env`, in the order issued.
+    pub fn handle<E: Env<G::Kv>>(&mut self, input: Input<G::Kv>, env: &mut E) {
+        match self {
+            Node::Router(n) => n.handle(input, env),
+            Node::Prefill(n) => n.handle(input, env),
+            Node::Decode(n) => n.handle(input, env),
+        }
+    }
+
+    /// The node's local invariants (pool partition, ownership bookkeeping).
+    pub fn invariants(&self) -> Result<(), Violation> {
+        match self {
+            Node::Router(n) => n.invariants(),
+            Node::Prefill(n) => n.invariants(),
+            Node::Decode(n) => n.invariants(),
+        }
+    }
+
+    pub fn pool(&self) -> Option<&PagePool> {
+        match self {
+            Node::Router(_) => None,
+            Node::Prefill(n) => Some(n.pool()),
+            Node::Decode(n) => Some(n.pool()),
+        }
+    }
+
+    pub fn gpu(&self) -> Option<&G> {
+        match self {
+            Node::Router(_) => None,
+            Node::Prefill(n) => Some(n.gpu()),
+            Node::Decode(n) => Some(n.gpu()),
+        }
+    }
+
+    pub fn as_prefill(&self) -> Option<&PrefillNode<G>> {
+        match self {
+            Node::Prefill(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    pub fn as_decode(&self) -> Option<&DecodeNode<G>> {
+        match self {
+            Node::Decode(n) => Some(n),
+            _ => None,
+        }
+    }
+}
