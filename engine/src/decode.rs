@@ -768,21 +768,27 @@ impl<G: Gpu> DecodeNode<G> {
         env.set_timer(Timer::DrainRetry(room), retry_ns);
     }
 
-    /// S1/S8 on the pool; every owned page belongs to a live request or a quarantine.
+    /// S1/S8 on the pool; every owned page belongs to a live request or a quarantine
+    /// that lists it, and vice versa. Linear in the pool size.
     pub fn invariants(&self) -> Result<(), Violation> {
         self.pool.invariants()?;
+        let mut expected: Vec<Option<(RoomKey, bool)>> = vec![None; self.pool.capacity() + 1];
+        let lists = self
+            .requests
+            .iter()
+            .map(|(k, r)| (k, &r.pages, false))
+            .chain(self.quarantine.iter().map(|(k, q)| (k, &q.pages, true)));
+        for (owner, pages, quarantined) in lists {
+            for t in pages {
+                if let Some(slot) = expected.get_mut(t.page.0 as usize) {
+                    *slot = Some((*owner, quarantined));
+                }
+            }
+        }
         for (page, rec) in self.pool.records() {
             let Some(owner) = rec.owner else { continue };
-            let ok = match rec.state {
-                PageState::Quarantined => self
-                    .quarantine
-                    .get(&owner)
-                    .is_some_and(|q| q.pages.iter().any(|t| t.page == page)),
-                _ => self
-                    .requests
-                    .get(&owner)
-                    .is_some_and(|r| r.pages.iter().any(|t| t.page == page)),
-            };
+            let ok =
+                expected[page.0 as usize] == Some((owner, rec.state == PageState::Quarantined));
             if !ok {
                 return Err(Violation::new(
                     Invariant::S1,

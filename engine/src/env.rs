@@ -63,3 +63,67 @@ pub enum Input<K> {
     Message { from: NodeId, msg: Msg<K> },
     Timer(Timer),
 }
+
+/// A timer request recorded by an [`Outbox`].
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TimerOp {
+    Set { timer: Timer, after_ns: u64 },
+    Cancel { timer: Timer },
+}
+
+/// An [`Env`] that only records: the effects of one handler call, drained by the
+/// driver afterwards (quinn-proto's `poll_*` shape). Every driver can use it, so no
+/// driver needs its own trait implementation to get the same effects.
+///
+/// Drain order: `sends` in the order issued, then `timers` in the order issued; the
+/// relative order of a send and a timer operation never matters to a node.
+#[derive(Clone, Debug, Default)]
+pub struct Outbox<K> {
+    pub now_ns: u64,
+    pub sends: Vec<(NodeId, Msg<K>)>,
+    pub timers: Vec<TimerOp>,
+    pub traces: Vec<TraceEvent>,
+}
+
+impl<K> Outbox<K> {
+    pub fn new(now_ns: u64) -> Self {
+        Outbox {
+            now_ns,
+            sends: Vec::new(),
+            timers: Vec::new(),
+            traces: Vec::new(),
+        }
+    }
+
+    /// Reuse the buffers for the next call.
+    pub fn reset(&mut self, now_ns: u64) {
+        self.now_ns = now_ns;
+        self.sends.clear();
+        self.timers.clear();
+        self.traces.clear();
+    }
+}
+
+impl<K> Clock for Outbox<K> {
+    fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+    fn set_timer(&mut self, timer: Timer, after_ns: u64) {
+        self.timers.push(TimerOp::Set { timer, after_ns });
+    }
+    fn cancel_timer(&mut self, timer: Timer) {
+        self.timers.push(TimerOp::Cancel { timer });
+    }
+}
+
+impl<K> Network<K> for Outbox<K> {
+    fn send(&mut self, to: NodeId, msg: Msg<K>) {
+        self.sends.push((to, msg));
+    }
+}
+
+impl<K> Trace for Outbox<K> {
+    fn trace(&mut self, event: TraceEvent) {
+        self.traces.push(event);
+    }
+}

@@ -30,7 +30,7 @@ pub mod trace;
 
 pub use bugs::{Bug, BugSet};
 pub use config::{ConfigError, Defenses, EngineConfig};
-pub use env::{Clock, Env, Input, Network, Timer, Trace};
+pub use env::{Clock, Env, Input, Network, Outbox, Timer, TimerOp, Trace};
 pub use ids::{Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, Token};
 pub use invariant::{Invariant, Violation};
 pub use msg::{Msg, Status, TransferOutcome};

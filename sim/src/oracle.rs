@@ -1,0 +1,559 @@
+//! Oracles: the invariants of DESIGN.md section 4, checked from outside the engine.
+//!
+//! The oracle watches every delivery, every trace event and every node after every
+//! event. It knows the workload (each request's true prompt length and canary tokens)
+//! and the topology, never the engine's flags: a defense that catches a bug does not
+//! hide it, because the oracle checks the attempt (a write aimed at a page its room no
+//! longer owns, a read of pages the request never wrote) before the defense acts.
+//! White-box checks read node state (pools, and `SymbolicGpu` provenance where the
+//! backend records it); the black-box canary check reads only replies.
+
+use crate::scenario::{canary_owner, PlannedRequest};
+use kvsim_engine::gpu::Gpu;
+use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, Token};
+use kvsim_engine::invariant::{Invariant, Violation};
+use kvsim_engine::kv::PageState;
+use kvsim_engine::msg::{Msg, Status, TransferOutcome};
+use kvsim_engine::node::Node;
+use kvsim_engine::trace::{Side, TraceEvent};
+use kvsim_engine::Cfg;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A violation with where and when it was found.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Finding {
+    pub violation: Violation,
+    pub at_ns: u64,
+    pub event: u64,
+    pub room: Option<RoomKey>,
+}
+
+/// What the oracle knows about one room use.
+#[derive(Clone, Debug)]
+struct RoomFacts {
+    req: RequestId,
+    prefill: NodeId,
+    decode: NodeId,
+}
+
+/// A leaked token found in a reply.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Leak {
+    pub victim_of: RequestId,
+    pub owner: RequestId,
+    pub token: Token,
+}
+
+pub struct Oracle {
+    cfg: Cfg,
+    requests: BTreeMap<RequestId, PlannedRequest>,
+    pool_pages: BTreeMap<NodeId, u32>,
+    rooms: BTreeMap<RoomKey, RoomFacts>,
+    responses: BTreeMap<RequestId, u32>,
+    transfer_failed: BTreeSet<(NodeId, RoomKey)>,
+    prefill_aborted: BTreeSet<(NodeId, RoomKey)>,
+    findings: Vec<Finding>,
+    seen: BTreeSet<(Invariant, Option<RoomKey>)>,
+    pub leaks: Vec<Leak>,
+    now_ns: u64,
+    event: u64,
+}
+
+impl Oracle {
+    pub fn new(cfg: Cfg, requests: &[PlannedRequest], pool_pages: BTreeMap<NodeId, u32>) -> Self {
+        Oracle {
+            cfg,
+            requests: requests.iter().map(|r| (r.req, r.clone())).collect(),
+            pool_pages,
+            rooms: BTreeMap::new(),
+            responses: BTreeMap::new(),
+            transfer_failed: BTreeSet::new(),
+            prefill_aborted: BTreeSet::new(),
+            findings: Vec::new(),
+            seen: BTreeSet::new(),
+            leaks: Vec::new(),
+            now_ns: 0,
+            event: 0,
+        }
+    }
+
+    pub fn findings(&self) -> &[Finding] {
+        &self.findings
+    }
+
+    /// The invariants broken, in the order first seen.
+    pub fn broken(&self) -> Vec<Invariant> {
+        let mut out: Vec<Invariant> = Vec::new();
+        for f in &self.findings {
+            if !out.contains(&f.violation.invariant) {
+                out.push(f.violation.invariant);
+            }
+        }
+        out
+    }
+
+    pub fn set_clock(&mut self, now_ns: u64, event: u64) {
+        self.now_ns = now_ns;
+        self.event = event;
+    }
+
+    /// Record a violation (once per invariant and room, so a broken room does not
+    /// flood the report).
+    pub fn report(&mut self, invariant: Invariant, room: Option<RoomKey>, detail: String) {
+        if self.seen.insert((invariant, room)) {
+            self.findings.push(Finding {
+                violation: Violation::new(invariant, detail),
+                at_ns: self.now_ns,
+                event: self.event,
+                room,
+            });
+        }
+    }
+
+    fn tokens_of(&self, node: NodeId) -> u64 {
+        u64::from(self.pool_pages.get(&node).copied().unwrap_or(0)) * u64::from(self.cfg.page_size)
+    }
+
+    /// Must `node` reject this request at intake (its own length limit)?
+    fn must_reject(&self, facts: &RoomFacts, side: Side) -> bool {
+        let Some(r) = self.requests.get(&facts.req) else {
+            return false;
+        };
+        match side {
+            Side::Prefill => r.prompt_len > self.cfg.context_len.min(self.tokens_of(facts.prefill)),
+            Side::Decode => {
+                r.prompt_len + u64::from(r.max_new_tokens)
+                    > self.cfg.context_len.min(self.tokens_of(facts.decode))
+            }
+        }
+    }
+
+    fn describe(&self, room: RoomKey) -> String {
+        match self
+            .rooms
+            .get(&room)
+            .and_then(|f| self.requests.get(&f.req))
+        {
+            Some(r) => format!(
+                "{room} ({} of {}, prompt {} tokens)",
+                r.req, r.tenant, r.prompt_len
+            ),
+            None => room.to_string(),
+        }
+    }
+
+    /// The router turned a client request into a room: learn the pairing.
+    pub fn on_router_send<K>(&mut self, submitted: Option<RequestId>, msg: &Msg<K>, to: NodeId) {
+        if let (Some(req), Msg::DecodeStart { room, prefill, .. }) = (submitted, msg) {
+            self.rooms.insert(
+                *room,
+                RoomFacts {
+                    req,
+                    prefill: *prefill,
+                    decode: to,
+                },
+            );
+        }
+    }
+
+    /// Checks at the moment a message is delivered, before the receiver acts on it.
+    pub fn before_deliver<G: Gpu>(
+        &mut self,
+        nodes: &[Node<G>],
+        from: NodeId,
+        to: NodeId,
+        msg: &Msg<G::Kv>,
+    ) {
+        match msg {
+            Msg::KvWrite { room, dst, src, .. } => {
+                // S2 on the destination: every page must still belong to this room use.
+                if let Some(pool) = nodes.get(to.0 as usize).and_then(|n| n.pool()) {
+                    for t in dst {
+                        let ok = pool.record(t.page).is_some_and(|r| {
+                            r.gen == t.gen
+                                && r.owner == Some(*room)
+                                && (r.state.is_owned() || r.state == PageState::Quarantined)
+                        });
+                        if !ok {
+                            let now = pool
+                                .record(t.page)
+                                .map(|r| format!("{} {} owner {:?}", r.state, r.gen, r.owner));
+                            let detail = format!(
+                                "a KV write for {} aimed at decode {to} page {t} lands after the page left the room (now {})",
+                                self.describe(*room),
+                                now.unwrap_or_else(|| "not a pool page".into())
+                            );
+                            self.report(Invariant::S2, Some(*room), detail);
+                            break;
+                        }
+                    }
+                }
+                // S2 on the source: the send has been reading these pages all along.
+                if let Some(pool) = nodes.get(from.0 as usize).and_then(|n| n.pool()) {
+                    for t in src {
+                        let ok = pool
+                            .record(t.page)
+                            .is_some_and(|r| r.gen == t.gen && r.state != PageState::Free);
+                        if !ok {
+                            let detail = format!(
+                                "prefill {from} freed source page {t} of {} while its KV write was still reading it",
+                                self.describe(*room)
+                            );
+                            self.report(Invariant::S2, Some(*room), detail);
+                            break;
+                        }
+                    }
+                }
+            }
+            Msg::KvDone {
+                room,
+                outcome: TransferOutcome::Failed,
+            } => {
+                self.transfer_failed.insert((to, *room));
+            }
+            _ => {}
+        }
+    }
+
+    /// Checks on one engine event, against the nodes as they are after the handler.
+    pub fn on_trace<G: Gpu>(
+        &mut self,
+        nodes: &[Node<G>],
+        in_flight: &dyn Fn(NodeId, RoomKey) -> usize,
+        ev: &TraceEvent,
+    ) {
+        match ev {
+            TraceEvent::Admitted {
+                node, room, side, ..
+            } => self.check_rejected_is_retired(
+                *node,
+                *room,
+                *side,
+                "was admitted (got a sender or receiver)",
+            ),
+            TraceEvent::PagesReserved { node, room, pages } => {
+                let side = if nodes
+                    .get(node.0 as usize)
+                    .is_some_and(|n| n.as_prefill().is_some())
+                {
+                    Side::Prefill
+                } else {
+                    Side::Decode
+                };
+                self.check_rejected_is_retired(
+                    *node,
+                    *room,
+                    side,
+                    &format!("got {} pages", pages.len()),
+                );
+                let cap = nodes
+                    .get(node.0 as usize)
+                    .and_then(|n| n.pool())
+                    .map_or(0, |p| p.capacity());
+                if pages.len() > cap {
+                    self.report(
+                        Invariant::L5,
+                        Some(*room),
+                        format!(
+                            "{} reserved {} pages on {node}, whose pool has {cap}",
+                            self.describe(*room),
+                            pages.len()
+                        ),
+                    );
+                }
+            }
+            TraceEvent::KvSent { node, room, .. } => {
+                self.check_rejected_is_retired(*node, *room, Side::Prefill, "sent KV")
+            }
+            TraceEvent::Running { node, room, side } => {
+                self.check_rejected_is_retired(*node, *room, *side, "joined a running batch")
+            }
+            TraceEvent::TransferAccepted { node, room, .. }
+                if self.transfer_failed.contains(&(*node, *room)) =>
+            {
+                // Accepting a failed transfer is an S6 matter (checked at the answer).
+            }
+            TraceEvent::TransferAccepted {
+                room,
+                prompt_len,
+                reserved_pages,
+                sent_tokens,
+                sent_pages,
+                fully_written,
+                ..
+            } => {
+                let true_len = self
+                    .rooms
+                    .get(room)
+                    .and_then(|f| self.requests.get(&f.req))
+                    .map(|r| r.prompt_len);
+                let problem = if Some(*prompt_len) != true_len || *sent_tokens != *prompt_len {
+                    Some(format!("decode expects {prompt_len} tokens, prefill sent {sent_tokens} (true prompt {})", true_len.map_or("?".into(), |l| l.to_string())))
+                } else if sent_pages != reserved_pages {
+                    Some(format!(
+                        "decode reserved {reserved_pages} pages, prefill sent {sent_pages}"
+                    ))
+                } else if !fully_written {
+                    Some("some reserved page was never written".to_string())
+                } else {
+                    None
+                };
+                if let Some(p) = problem {
+                    self.report(
+                        Invariant::S4,
+                        Some(*room),
+                        format!(
+                            "decode accepted the transfer of {}: {p}",
+                            self.describe(*room)
+                        ),
+                    );
+                }
+            }
+            TraceEvent::Attend {
+                node,
+                room,
+                seq_len,
+                pages,
+                ..
+            } => self.check_isolation(nodes, *node, *room, *seq_len, pages),
+            TraceEvent::AbortNoted {
+                node,
+                room,
+                side: Side::Prefill,
+            } => {
+                self.prefill_aborted.insert((*node, *room));
+            }
+            TraceEvent::Responded {
+                node,
+                room,
+                side,
+                status,
+            } => {
+                if status.is_ok()
+                    && *side == Side::Prefill
+                    && self.prefill_aborted.contains(&(*node, *room))
+                {
+                    self.report(
+                        Invariant::S6,
+                        Some(*room),
+                        format!(
+                            "prefill {node} answered 200 for {} after its abort became visible",
+                            self.describe(*room)
+                        ),
+                    );
+                }
+                if status.is_ok()
+                    && *side == Side::Decode
+                    && self.transfer_failed.contains(&(*node, *room))
+                {
+                    self.report(
+                        Invariant::S6,
+                        Some(*room),
+                        format!(
+                            "decode {node} answered 200 for {} after its KV transfer failed",
+                            self.describe(*room)
+                        ),
+                    );
+                }
+            }
+            TraceEvent::RouterResponse {
+                req, room, status, ..
+            } => {
+                let n = self.responses.entry(*req).or_insert(0);
+                *n += 1;
+                if *n > 1 {
+                    self.report(
+                        Invariant::S6,
+                        *room,
+                        format!("{req} got a second terminal response ({status})"),
+                    );
+                }
+                if let Some(facts) = room.and_then(|r| self.rooms.get(&r)).cloned() {
+                    let rejected = self.must_reject(&facts, Side::Prefill)
+                        || self.must_reject(&facts, Side::Decode);
+                    if status.is_ok() && rejected {
+                        self.report(Invariant::S6, *room, format!("{req} does not fit the pool and must be rejected, but the client got 200"));
+                    }
+                }
+            }
+            TraceEvent::QuarantineReleased {
+                node, room, acked, ..
+            } => {
+                if acked != room {
+                    self.report(Invariant::S9, Some(*room), format!("decode {node} released the quarantine of {} on a drain ack for {acked}", self.describe(*room)));
+                }
+                let prefill = self.rooms.get(room).map(|f| f.prefill);
+                let pending = prefill
+                    .and_then(|p| nodes.get(p.0 as usize))
+                    .and_then(|n| n.as_prefill())
+                    .map_or(0, |p| p.writes_in_flight(*room));
+                let flying = in_flight(*node, *room);
+                if pending > 0 || flying > 0 {
+                    self.report(Invariant::S9, Some(*room), format!(
+                        "decode {node} released the quarantine of {} while {} of its KV writes were still in flight",
+                        self.describe(*room), pending.max(flying)
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn check_rejected_is_retired(&mut self, node: NodeId, room: RoomKey, side: Side, what: &str) {
+        let Some(facts) = self.rooms.get(&room).cloned() else {
+            return;
+        };
+        if self.must_reject(&facts, side) {
+            let limit = match side {
+                Side::Prefill => self.cfg.context_len.min(self.tokens_of(facts.prefill)),
+                Side::Decode => self.cfg.context_len.min(self.tokens_of(facts.decode)),
+            };
+            self.report(Invariant::S5, Some(room), format!(
+                "{} exceeds {node}'s limit of {limit} tokens and must be rejected at intake, but it {what}",
+                self.describe(room)
+            ));
+        }
+    }
+
+    /// S3, white-box: every slot the step reads was written by this room use.
+    fn check_isolation<G: Gpu>(
+        &mut self,
+        nodes: &[Node<G>],
+        node: NodeId,
+        room: RoomKey,
+        seq_len: u64,
+        pages: &[PageTag],
+    ) {
+        let Some(gpu) = nodes.get(node.0 as usize).and_then(|n| n.gpu()) else {
+            return;
+        };
+        let ps = u64::from(self.cfg.page_size);
+        for (i, t) in pages.iter().enumerate() {
+            let start = i as u64 * ps;
+            if start >= seq_len {
+                break;
+            }
+            let need = (seq_len - start).min(ps) as u32;
+            let Some(prov) = gpu.provenance(t.page) else {
+                return;
+            };
+            let ok = prov.writer == Some(room) && prov.lo == 0 && prov.hi >= need;
+            if !ok {
+                let whose = match prov.writer {
+                    Some(w) if w == room => {
+                        format!("only slots {}..{} are its own", prov.lo, prov.hi)
+                    }
+                    Some(w) => format!("it holds KV written by {}", self.describe(w)),
+                    None => "it was never written".to_string(),
+                };
+                self.report(Invariant::S3, Some(room), format!(
+                    "decode {node} attends for {} over page {t} (positions {start}..{}) but {whose}",
+                    self.describe(room), start + u64::from(need)
+                ));
+                return;
+            }
+        }
+    }
+
+    /// The black-box canary check of one reply.
+    pub fn on_response(&mut self, req: RequestId, status: Status, tokens: &[Token]) {
+        let room = self
+            .rooms
+            .iter()
+            .rev()
+            .find(|(_, f)| f.req == req)
+            .map(|(k, _)| *k);
+        for &t in tokens {
+            if let Some(owner) = canary_owner(t) {
+                if owner != req {
+                    self.leaks.push(Leak {
+                        victim_of: req,
+                        owner,
+                        token: t,
+                    });
+                    let tenants = (
+                        self.requests.get(&req).map(|r| r.tenant),
+                        self.requests.get(&owner).map(|r| r.tenant),
+                    );
+                    self.report(Invariant::S3, room, format!(
+                        "canary: the {status} reply to {req} ({}) echoes token {t:#010x} from the prompt of {owner} ({})",
+                        tenants.0.map_or("?".into(), |t| t.to_string()),
+                        tenants.1.map_or("?".into(), |t| t.to_string()),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Checks after every event: each node's own invariants.
+    pub fn after_event<G: Gpu>(&mut self, nodes: &[Node<G>]) {
+        for n in nodes {
+            if let Err(v) = n.invariants() {
+                self.report(v.invariant, None, format!("{}: {}", n.id(), v.detail));
+            }
+        }
+    }
+
+    /// Liveness at the end of a run: everything answered, cleared, drained, returned.
+    pub fn at_quiescence<G: Gpu>(&mut self, nodes: &[Node<G>], stuck: Option<String>) {
+        if let Some(why) = stuck {
+            self.report(Invariant::L1, None, why);
+        }
+        let missing: Vec<RequestId> = self
+            .requests
+            .keys()
+            .filter(|r| !self.responses.contains_key(r))
+            .copied()
+            .collect();
+        if let Some(r) = missing.first() {
+            self.report(
+                Invariant::L1,
+                None,
+                format!(
+                    "{} request(s) never got a response (first: {r})",
+                    missing.len()
+                ),
+            );
+        }
+        for n in nodes {
+            match n {
+                Node::Router(r) if r.live_rooms() > 0 => {
+                    self.report(
+                        Invariant::L2,
+                        None,
+                        format!("router still has {} rooms open", r.live_rooms()),
+                    );
+                }
+                Node::Decode(d) if d.quarantined_rooms() > 0 => {
+                    let why = d
+                        .fatal()
+                        .map_or(String::new(), |f| format!(" (node stopped: {f})"));
+                    self.report(
+                        Invariant::L3,
+                        None,
+                        format!(
+                            "decode {} still quarantines {} rooms{why}",
+                            d.id(),
+                            d.quarantined_rooms()
+                        ),
+                    );
+                }
+                _ => {}
+            }
+            if let Some(pool) = n.pool() {
+                if pool.free_count() != pool.capacity() {
+                    self.report(
+                        Invariant::L4,
+                        None,
+                        format!(
+                            "{} has {} of {} pages free at quiescence",
+                            n.id(),
+                            pool.free_count(),
+                            pool.capacity()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}

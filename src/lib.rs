@@ -1,0 +1,6 @@
+//! The `kvsim` package: the command line's library half (the default suite).
+//!
+//! Logic that the CLI prints lives here or in the crates below, so tests reach it
+//! directly; `src/main.rs` only parses arguments and prints.
+
+pub mod suite;

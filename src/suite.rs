@@ -1,0 +1,189 @@
+//! The default suite: what `cargo run --release` runs with no arguments.
+//!
+//! A short, meaningful pass of each capability, ending in one summary table. Each row
+//! states what it expects and whether the run met it; the suite fails (exit 1) if any
+//! row does not.
+
+use anyhow::Result;
+use kvsim_engine::bugs::BugSet;
+use kvsim_engine::invariant::Invariant;
+use kvsim_engine::msg::Status;
+use kvsim_sim::scenario::Scenario;
+use kvsim_sim::{report, run_scenario, RunOptions, RunOutcome};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// The incident scenario, compiled in so the suite runs from any directory.
+pub const GLM53_INCIDENT: &str = include_str!("../scenarios/glm53-incident.toml");
+
+/// One row of the summary table.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub check: String,
+    pub expected: String,
+    pub observed: String,
+    pub ok: bool,
+    pub wall_s: f64,
+}
+
+fn status_of(out: &RunOutcome, tenant: u32) -> Option<Status> {
+    out.requests
+        .iter()
+        .filter(|r| r.tenant.0 == tenant)
+        .find_map(|r| {
+            out.replies
+                .get(&r.req)
+                .and_then(|v| v.first())
+                .map(|c| c.status)
+        })
+}
+
+/// The incident with the historical bugs: tenant 2 gets 200 carrying tenant 1's
+/// canary tokens, and the oracles name S5, S4 and S3.
+pub fn incident_with_bugs() -> Result<(Row, RunOutcome)> {
+    let sc = Scenario::parse(GLM53_INCIDENT, "scenarios/glm53-incident.toml")?;
+    let t = Instant::now();
+    let out = run_scenario(
+        &sc,
+        &RunOptions {
+            bugs: Some(BugSet::INCIDENT),
+            ..Default::default()
+        },
+    )?;
+    let wall_s = t.elapsed().as_secs_f64();
+    let broken = out.broken();
+    let leaked_from_1 = out.leaks.iter().any(|l| {
+        let tenant = |r| out.requests.iter().find(|p| p.req == r).map(|p| p.tenant.0);
+        tenant(l.victim_of) == Some(2) && tenant(l.owner) == Some(1)
+    });
+    let ok = status_of(&out, 2) == Some(Status::OK)
+        && leaked_from_1
+        && [Invariant::S5, Invariant::S4, Invariant::S3]
+            .iter()
+            .all(|i| broken.contains(i));
+    let observed = format!(
+        "tenant 2: {}, {} leaked tokens, violated {}",
+        status_of(&out, 2).map_or("no answer".into(), |s| s.to_string()),
+        out.leaks.len(),
+        broken
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let row = Row {
+        check: "incident, bugs gate-checks-finished-only + no-length-agreement".into(),
+        expected: "tenant 2 gets 200 echoing tenant 1; S5, S4, S3 caught".into(),
+        observed,
+        ok,
+        wall_s,
+    };
+    Ok((row, out))
+}
+
+/// The incident against the defended engine: tenant 2 gets 400, nothing leaks.
+pub fn incident_defended() -> Result<(Row, RunOutcome)> {
+    let sc = Scenario::parse(GLM53_INCIDENT, "scenarios/glm53-incident.toml")?;
+    let t = Instant::now();
+    let out = run_scenario(&sc, &RunOptions::default())?;
+    let wall_s = t.elapsed().as_secs_f64();
+    let ok = out.clean()
+        && status_of(&out, 2) == Some(Status::BAD_REQUEST)
+        && status_of(&out, 1) == Some(Status::OK);
+    let observed = format!(
+        "tenant 1: {}, tenant 2: {}, {}",
+        status_of(&out, 1).map_or("no answer".into(), |s| s.to_string()),
+        status_of(&out, 2).map_or("no answer".into(), |s| s.to_string()),
+        if out.clean() {
+            "clean".to_string()
+        } else {
+            format!("violated {:?}", out.broken())
+        }
+    );
+    let row = Row {
+        check: "incident, defended engine".into(),
+        expected: "tenant 2 gets 400, tenant 1 gets 200, clean".into(),
+        observed,
+        ok,
+        wall_s,
+    };
+    Ok((row, out))
+}
+
+/// The same configuration without `allow_unsafe_pool`: the pre-flight refuses it.
+pub fn preflight_refuses() -> Result<Row> {
+    let mut sc = Scenario::parse(GLM53_INCIDENT, "scenarios/glm53-incident.toml")?;
+    sc.engine.allow_unsafe_pool = false;
+    let t = Instant::now();
+    let res = run_scenario(&sc, &RunOptions::default());
+    let wall_s = t.elapsed().as_secs_f64();
+    let (ok, observed) = match res {
+        Ok(_) => (false, "the engine started".to_string()),
+        Err(e) => {
+            let msg = e.to_string();
+            (msg.contains("681280") && msg.contains("1048576"), msg)
+        }
+    };
+    Ok(Row {
+        check: "pre-flight on the incident config".into(),
+        expected: "refuses to start, naming 681280 and 1048576".into(),
+        observed,
+        ok,
+        wall_s,
+    })
+}
+
+/// Print rows as one table.
+pub fn render(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let w = rows.iter().map(|r| r.check.len()).max().unwrap_or(5).max(5);
+    out.push_str(&format!(
+        "{:<w$}  {:<4}  {:>7}  observed\n",
+        "check", "ok", "wall"
+    ));
+    for r in rows {
+        out.push_str(&format!(
+            "{:<w$}  {:<4}  {:>6.2}s  {}\n",
+            r.check,
+            if r.ok { "PASS" } else { "FAIL" },
+            r.wall_s,
+            r.observed
+        ));
+    }
+    out
+}
+
+/// Run the whole default suite, print it, and exit 1 if any row failed.
+pub fn run_default_suite() -> Result<ExitCode> {
+    println!("kvsim default suite\n");
+    let mut rows = Vec::new();
+
+    println!("== The GLM-5.3 incident with the historical bugs ==");
+    let (row, out) = incident_with_bugs()?;
+    print!("{}", report::render_requests(&out.requests, &out.replies));
+    println!("first findings:");
+    print!(
+        "{}",
+        report::render_findings(&out.findings[..out.findings.len().min(4)])
+    );
+    println!();
+    rows.push(row);
+
+    println!("== The same scenario on the defended engine ==");
+    let (row, out) = incident_defended()?;
+    print!("{}", report::render_requests(&out.requests, &out.replies));
+    println!();
+    rows.push(row);
+
+    rows.push(preflight_refuses()?);
+
+    println!("== Summary ==");
+    print!("{}", render(&rows));
+    let failed = rows.iter().filter(|r| !r.ok).count();
+    println!("\n{} passed, {} failed", rows.len() - failed, failed);
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
