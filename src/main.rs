@@ -3,9 +3,8 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use kvsim_engine::bugs::BugSet;
-use kvsim_sim::report;
 use kvsim_sim::scenario::Scenario;
-use kvsim_sim::{run_scenario, Backend, RunOptions, RunOutcome};
+use kvsim_sim::{run_scenario, Backend, RunOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -61,43 +60,6 @@ fn load(path: &Path) -> Result<Scenario> {
     Scenario::load(path).with_context(|| format!("loading {}", path.display()))
 }
 
-fn print_outcome(out: &RunOutcome, path: &Path, wall_s: f64, show_trace: bool) {
-    println!(
-        "scenario {} (seed {}, bugs: {})",
-        out.scenario, out.seed, out.bugs
-    );
-    if show_trace {
-        print!("{}", report::render_trace(&out.trace));
-    }
-    print!("{}", report::render_requests(&out.requests, &out.replies));
-    println!(
-        "{} events, {} simulated, {:.3}s wall",
-        out.events,
-        report::secs(out.sim_ns),
-        wall_s
-    );
-    if out.clean() {
-        println!(
-            "verdict: CLEAN (no invariant violated, no reply echoed another request's tokens)"
-        );
-    } else {
-        let names: Vec<String> = out.broken().iter().map(|i| i.to_string()).collect();
-        println!("verdict: VIOLATED {}", names.join(", "));
-        print!("{}", report::render_findings(&out.findings));
-        let bugs = if out.bugs.is_empty() {
-            String::new()
-        } else {
-            format!(" --bugs {}", out.bugs)
-        };
-        println!(
-            "replay: kvsim run {} --seed {}{} --trace",
-            path.display(),
-            out.seed,
-            bugs
-        );
-    }
-}
-
 fn cmd_run(
     path: &Path,
     bugs: Option<&str>,
@@ -114,7 +76,12 @@ fn cmd_run(
     };
     let t = Instant::now();
     let out = run_scenario(&sc, &opts)?;
-    print_outcome(&out, path, t.elapsed().as_secs_f64(), trace);
+    let wall_s = t.elapsed().as_secs_f64();
+    print!(
+        "{}",
+        kvsim::render::outcome(&out, &path.display().to_string(), trace)
+    );
+    println!("({wall_s:.3}s wall)");
     Ok(if out.clean() {
         ExitCode::SUCCESS
     } else {
