@@ -3,3 +3,4 @@
 pub mod ids;
 pub mod invariant;
 pub mod kv;
+mod sync;

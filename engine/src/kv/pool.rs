@@ -88,6 +88,27 @@ impl PagePool {
         }
     }
 
+    /// A pool assembled from the records of pages `1..` and a free list (next out last)
+    /// taken elsewhere: the concurrent record's snapshot. Page 0's padding record is
+    /// added here, as in [`PagePool::new`], so that the result compares with `==` to a
+    /// pool that lived through the same operations, and is checked by the same
+    /// [`PagePool::invariants`].
+    pub(crate) fn from_parts(page_size: u32, records: Vec<PageRecord>, free: Vec<PageId>) -> Self {
+        let mut pages = Vec::with_capacity(records.len() + 1);
+        pages.push(PageRecord {
+            state: PageState::Reserved,
+            gen: Generation(0),
+            owner: None,
+            holders: 0,
+        });
+        pages.extend(records);
+        PagePool {
+            page_size,
+            pages,
+            free,
+        }
+    }
+
     pub fn page_size(&self) -> u32 {
         self.page_size
     }
