@@ -367,6 +367,7 @@ impl SharedPool {
     /// Take a hold on a page for another path (a send reading it, an offload). Refused
     /// for a stale tag, and for a page that is neither owned nor quarantined.
     /// Prefer [`SharedPool::begin_read`], whose guard cannot forget to let go.
+    #[inline]
     pub fn hold(&self, tag: PageTag) -> Result<(), SharedError> {
         self.take_hold(tag, |state| {
             check_hold(state).map_err(|source| SharedError::Illegal {
@@ -378,6 +379,7 @@ impl SharedPool {
 
     /// Let go of a hold. A draining page whose last holder lets go returns to Free;
     /// the result says whether this call did that.
+    #[inline]
     pub fn unhold(&self, tag: PageTag) -> Result<bool, SharedError> {
         let slot = self.slot(tag.page)?;
         let mut bits = slot.load(Ordering::Acquire);
@@ -412,6 +414,7 @@ impl SharedPool {
     /// Hold the page for reading (an offload, a send). The hold is taken only if `tag`
     /// is current and the page owned or quarantined, in one atomic step; the guard lets
     /// go when dropped, and the page cannot be freed or handed out again before that.
+    #[inline]
     pub fn begin_read(&self, tag: PageTag) -> Result<ReadGuard<'_>, SharedError> {
         self.hold(tag)?;
         Ok(ReadGuard(Hold { pool: self, tag }))
@@ -421,6 +424,7 @@ impl SharedPool {
     /// when `tag` is stale ([`SharedError::StaleTag`]) or the page's owner has let go or
     /// aborted ([`SharedError::NotWritable`]). A write that began before an abort keeps
     /// its hold until the guard drops, so the page is not reused under it.
+    #[inline]
     pub fn begin_write(&self, tag: PageTag) -> Result<WriteGuard<'_>, SharedError> {
         self.take_hold(tag, |state| {
             if state.is_owned() {
@@ -495,6 +499,7 @@ impl SharedPool {
 
     /// The hot path: add a holder if the generation matches and `admit` accepts the
     /// state, as one CAS on the page word.
+    #[inline]
     fn take_hold(
         &self,
         tag: PageTag,
@@ -719,6 +724,7 @@ struct Hold<'a> {
 
 impl Hold<'_> {
     /// Let go; true when this returned the page to the free list.
+    #[inline]
     fn end(&self) -> bool {
         match self.pool.unhold(self.tag) {
             Ok(freed) => freed,
@@ -733,6 +739,7 @@ impl Hold<'_> {
 }
 
 impl Drop for Hold<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.end();
     }
