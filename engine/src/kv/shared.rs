@@ -24,8 +24,9 @@
 //! tagged with a stale generation is refused and never applied. [`SharedPool::invariants`]
 //! checks the partition at any moment, with [`PagePool::invariants`].
 //!
-//! Under `cfg(loom)` its atomics and lock come from loom (see [`crate::sync`]), and
-//! `tests/loom_shared.rs` explores the races between those paths exhaustively.
+//! Under `cfg(loom)` its atomics and lock come from loom (through `src/sync.rs`), and
+//! `tests/loom_shared.rs` explores the races between those paths: four models over
+//! every interleaving, two (with three busy threads) within a preemption bound.
 
 use super::lifecycle::{check_hold, let_go_op, transition, IllegalTransition, PageOp, PageState};
 use super::pool::{PagePool, PageRecord, PoolError};
@@ -456,8 +457,6 @@ impl SharedPool {
     pub fn invariants(&self) -> Result<(), Violation> {
         self.snapshot().invariants()
     }
-
-    // ---- internals ----
 
     fn book(&self) -> MutexGuard<'_, Book> {
         // A poisoned book means a thread panicked on a broken invariant while changing
