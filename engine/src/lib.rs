@@ -26,6 +26,7 @@ pub mod node;
 pub mod prefill;
 pub mod router;
 pub mod shared_cfg;
+mod sync;
 pub mod trace;
 
 pub use bugs::{Bug, BugSet};

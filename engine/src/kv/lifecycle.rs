@@ -107,6 +107,37 @@ pub fn transition(from: PageState, op: PageOp) -> Result<PageState, IllegalTrans
         .ok_or(IllegalTransition { from, op })
 }
 
+/// The form an owner's let-go takes when other paths may still hold the page.
+///
+/// `Release` and `DrainAcked` each have a `*Held` twin that parks the page in Draining
+/// instead of freeing it, so a page never returns to Free under a holder. Both the
+/// single-threaded pool and the concurrent record pick the operation here, from the
+/// holder count they see in the same step as the transition.
+pub fn let_go_op(op: PageOp, held: bool) -> PageOp {
+    match (op, held) {
+        (PageOp::Release, true) => PageOp::ReleaseHeld,
+        (PageOp::DrainAcked, true) => PageOp::DrainAckedHeld,
+        (op, _) => op,
+    }
+}
+
+/// May a path other than the owner (a send, an offload, a transfer receiver) take a
+/// hold on a page in `state`?
+///
+/// Only while the page has an owner or is quarantined for one: a hold on a Free or
+/// Draining page would keep a page alive that nobody will release. A refusal names
+/// the `ReleaseHeld` step the hold would later require, as the pool always has.
+pub fn check_hold(state: PageState) -> Result<(), IllegalTransition> {
+    if state.is_owned() || state == PageState::Quarantined {
+        Ok(())
+    } else {
+        Err(IllegalTransition {
+            from: state,
+            op: PageOp::ReleaseHeld,
+        })
+    }
+}
+
 /// Every state, for exhaustive tests over the table.
 pub const ALL_STATES: [PageState; 6] = [
     PageState::Free,
@@ -172,6 +203,22 @@ mod tests {
             assert_eq!(transition(from, op), Ok(to), "{from:?} --{op:?}-->");
         }
         assert_eq!(legal.len(), TRANSITIONS.len());
+    }
+
+    /// The held twins lead where the table says, and a hold is possible exactly in the
+    /// states from which `ReleaseHeld` or `DrainAckedHeld` is legal.
+    #[test]
+    fn let_go_and_hold_rules_agree_with_the_table() {
+        assert_eq!(let_go_op(Release, false), Release);
+        assert_eq!(let_go_op(Release, true), ReleaseHeld);
+        assert_eq!(let_go_op(DrainAcked, false), DrainAcked);
+        assert_eq!(let_go_op(DrainAcked, true), DrainAckedHeld);
+        assert_eq!(let_go_op(Quarantine, true), Quarantine);
+        for from in ALL_STATES {
+            let held_exit =
+                transition(from, ReleaseHeld).is_ok() || transition(from, DrainAckedHeld).is_ok();
+            assert_eq!(check_hold(from).is_ok(), held_exit, "{from:?}");
+        }
     }
 
     /// Every pair not in the table is refused, naming the state and the operation.

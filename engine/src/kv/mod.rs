@@ -5,6 +5,7 @@
 
 pub mod lifecycle;
 pub mod pool;
+pub mod shared;
 
 pub use lifecycle::{transition, IllegalTransition, PageOp, PageState, TRANSITIONS};
 pub use pool::{PagePool, PageRecord, PoolError};

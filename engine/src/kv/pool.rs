@@ -13,7 +13,7 @@
 //! the free list exactly once and in state Free, or off it and in exactly one other
 //! state with an owner (Reserved/Writing/Ready/Quarantined) or with holders (Draining).
 
-use super::lifecycle::{transition, IllegalTransition, PageOp, PageState};
+use super::lifecycle::{check_hold, let_go_op, transition, IllegalTransition, PageOp, PageState};
 use crate::ids::{Generation, PageId, PageTag, RoomKey};
 use crate::invariant::{Invariant, Violation};
 
@@ -84,6 +84,27 @@ impl PagePool {
         PagePool {
             page_size,
             pages: records,
+            free,
+        }
+    }
+
+    /// A pool assembled from the records of pages `1..` and a free list (next out last)
+    /// taken elsewhere: the concurrent record's snapshot. Page 0's padding record is
+    /// added here, as in [`PagePool::new`], so that the result compares with `==` to a
+    /// pool that lived through the same operations, and is checked by the same
+    /// [`PagePool::invariants`].
+    pub(crate) fn from_parts(page_size: u32, records: Vec<PageRecord>, free: Vec<PageId>) -> Self {
+        let mut pages = Vec::with_capacity(records.len() + 1);
+        pages.push(PageRecord {
+            state: PageState::Reserved,
+            gen: Generation(0),
+            owner: None,
+            holders: 0,
+        });
+        pages.extend(records);
+        PagePool {
+            page_size,
+            pages,
             free,
         }
     }
@@ -220,11 +241,7 @@ impl PagePool {
                     owner: rec.owner,
                 });
             }
-            let op = match (op, rec.holders) {
-                (PageOp::Release, h) if h > 0 => PageOp::ReleaseHeld,
-                (PageOp::DrainAcked, h) if h > 0 => PageOp::DrainAckedHeld,
-                (op, _) => op,
-            };
+            let op = let_go_op(op, rec.holders > 0);
             transition(rec.state, op).map_err(|source| PoolError::Illegal {
                 page: tag.page,
                 source,
@@ -255,15 +272,10 @@ impl PagePool {
     /// tag: a path can only hold the page generation it was given.
     pub fn hold(&mut self, tag: PageTag) -> Result<(), PoolError> {
         let rec = self.checked(tag)?;
-        if !(rec.state.is_owned() || rec.state == PageState::Quarantined) {
-            return Err(PoolError::Illegal {
-                page: tag.page,
-                source: IllegalTransition {
-                    from: rec.state,
-                    op: PageOp::ReleaseHeld,
-                },
-            });
-        }
+        check_hold(rec.state).map_err(|source| PoolError::Illegal {
+            page: tag.page,
+            source,
+        })?;
         rec.holders = rec
             .holders
             .checked_add(1)
@@ -291,12 +303,8 @@ impl PagePool {
     }
 
     fn release_one(&mut self, owner: RoomKey, tag: PageTag, op: PageOp) -> Result<(), PoolError> {
-        let (op, held_op) = match op {
-            PageOp::Release => (PageOp::Release, PageOp::ReleaseHeld),
-            _ => (PageOp::DrainAcked, PageOp::DrainAckedHeld),
-        };
         let rec = self.owned_mut(owner, tag)?;
-        let op = if rec.holders > 0 { held_op } else { op };
+        let op = let_go_op(op, rec.holders > 0);
         rec.state = transition(rec.state, op).map_err(|source| PoolError::Illegal {
             page: tag.page,
             source,
