@@ -116,6 +116,42 @@ impl<G: Gpu> DecodeNode<G> {
         self.fatal.as_deref()
     }
 
+    /// Crash and restart as incarnation `epoch`: requests, queues, quarantine, the
+    /// fatal flag and tombstones are gone; the pool starts over, full, in the new epoch,
+    /// so a write addressed with a tag handed out before the crash can never match a
+    /// page allocated after it. KV memory is kept as it was (never zeroed). The driver
+    /// must also forget the node's pending timers and undelivered messages. `epoch`
+    /// must exceed every earlier one.
+    pub fn restart(&mut self, epoch: u32) {
+        assert!(
+            epoch > self.pool.epoch(),
+            "a restart needs a new, higher epoch"
+        );
+        // Destructure so that a field added later cannot be forgotten here.
+        let DecodeNode {
+            id: _,
+            cfg: _,
+            router: _,
+            pool,
+            gpu,
+            requests,
+            prealloc,
+            quarantine,
+            retired,
+            finished_pages,
+            compute_armed,
+            fatal,
+        } = self;
+        *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch);
+        requests.clear();
+        prealloc.clear();
+        quarantine.clear();
+        retired.clear();
+        finished_pages.clear();
+        *compute_armed = false;
+        *fatal = None;
+    }
+
     fn is_stale(&self, room: RoomKey) -> bool {
         self.retired.get(&room.room).is_some_and(|g| *g >= room.gen)
     }

@@ -62,17 +62,26 @@ pub struct PagePool {
     pages: Vec<PageRecord>,
     /// Stack of free pages; the last element is handed out next (LIFO reuse).
     free: Vec<PageId>,
+    /// The incarnation of the node that owns the pool (0 until a restart).
+    epoch: u32,
 }
 
 impl PagePool {
     /// A pool of `pages` usable pages (ids `1..=pages`) of `page_size` tokens each.
     pub fn new(pages: u32, page_size: u32) -> Self {
+        Self::with_epoch(pages, page_size, 0)
+    }
+
+    /// The pool of a node incarnation: every generation it hands out lies in `epoch`
+    /// (see [`Generation::first_of_epoch`]), so a node restarted with a higher epoch
+    /// never repeats a generation of an earlier incarnation.
+    pub fn with_epoch(pages: u32, page_size: u32, epoch: u32) -> Self {
         assert!(page_size > 0, "EngineConfig validates page_size > 0");
         let mut records = Vec::with_capacity(pages as usize + 1);
         for _ in 0..=pages {
             records.push(PageRecord {
                 state: PageState::Free,
-                gen: Generation(0),
+                gen: Generation::first_of_epoch(epoch),
                 owner: None,
                 holders: 0,
             });
@@ -85,11 +94,17 @@ impl PagePool {
             page_size,
             pages: records,
             free,
+            epoch,
         }
     }
 
     pub fn page_size(&self) -> u32 {
         self.page_size
+    }
+
+    /// The incarnation whose generations this pool hands out.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
     }
 
     /// Usable pages (page 0 excluded).
@@ -150,6 +165,11 @@ impl PagePool {
                 .map_err(|source| PoolError::Illegal { page, source })?;
             assert_eq!(rec.holders, 0, "a free page has no holders (S1)");
             rec.gen = Generation(rec.gen.0 + 1);
+            assert_eq!(
+                rec.gen.epoch(),
+                self.epoch,
+                "2^32 allocations of one page within one incarnation would leave its epoch"
+            );
             rec.owner = Some(owner);
             tags.push(PageTag { page, gen: rec.gen });
         }
@@ -443,5 +463,36 @@ impl PagePool {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A restarted node's pool never hands out a generation of an earlier incarnation,
+    /// so a tag from before the crash is stale for every allocation after it.
+    #[test]
+    fn generations_continue_above_an_earlier_epoch() {
+        let room = RoomKey::new(1, 1);
+        let mut old = PagePool::new(2, 4);
+        let mut before = Vec::new();
+        for _ in 0..5 {
+            let tags = old.alloc(2, room).unwrap();
+            old.release(room, &tags).unwrap();
+            before.extend(tags);
+        }
+        let mut new = PagePool::with_epoch(2, 4, 1);
+        assert_eq!(new.epoch(), 1);
+        let after = new.alloc(2, room).unwrap();
+        for t in &after {
+            assert_eq!(t.gen.epoch(), 1);
+            assert!(before.iter().all(|b| b.gen < t.gen));
+        }
+        for b in &before {
+            assert_eq!(b.gen.epoch(), 0);
+            assert!(!new.owns(room, *b), "{b} from before the restart matches");
+        }
+        assert!(new.invariants().is_ok());
     }
 }
