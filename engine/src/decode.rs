@@ -805,26 +805,32 @@ impl<G: Gpu> DecodeNode<G> {
     }
 
     /// S1/S8 on the pool; every owned page belongs to a live request or a quarantine
-    /// that lists it, and vice versa. Linear in the pool size.
+    /// that lists it, and vice versa. Linear in the pool size (drivers call it after
+    /// every event, so the page -> holder map is a compact index, not a copy of keys).
     pub fn invariants(&self) -> Result<(), Violation> {
         self.pool.invariants()?;
-        let mut expected: Vec<Option<(RoomKey, bool)>> = vec![None; self.pool.capacity() + 1];
-        let lists = self
+        // holders[i]: 1 + the index in `lists` of the list that holds page i (0: none).
+        let mut holders: Vec<u32> = vec![0; self.pool.capacity() + 1];
+        let lists: Vec<(&RoomKey, &Vec<PageTag>, bool)> = self
             .requests
             .iter()
             .map(|(k, r)| (k, &r.pages, false))
-            .chain(self.quarantine.iter().map(|(k, q)| (k, &q.pages, true)));
-        for (owner, pages, quarantined) in lists {
-            for t in pages {
-                if let Some(slot) = expected.get_mut(t.page.0 as usize) {
-                    *slot = Some((*owner, quarantined));
+            .chain(self.quarantine.iter().map(|(k, q)| (k, &q.pages, true)))
+            .collect();
+        for (idx, (_, pages, _)) in lists.iter().enumerate() {
+            for t in pages.iter() {
+                if let Some(slot) = holders.get_mut(t.page.0 as usize) {
+                    *slot = idx as u32 + 1;
                 }
             }
         }
         for (page, rec) in self.pool.records() {
             let Some(owner) = rec.owner else { continue };
-            let ok =
-                expected[page.0 as usize] == Some((owner, rec.state == PageState::Quarantined));
+            let held_by = match holders[page.0 as usize] {
+                0 => None,
+                h => lists.get(h as usize - 1).map(|(k, _, q)| (**k, *q)),
+            };
+            let ok = held_by == Some((owner, rec.state == PageState::Quarantined));
             if !ok {
                 return Err(Violation::new(
                     Invariant::S1,
