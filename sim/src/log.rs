@@ -10,9 +10,10 @@
 
 use crate::oracle::Finding;
 use crate::report::describe_event;
-use crate::scenario::{Cancel, CancelHow};
+use crate::scenario::CancelHow;
 use kvsim_engine::env::Timer;
 use kvsim_engine::ids::{NodeId, PageId, PageTag, RequestId, RoomKey, TenantId, Token};
+use kvsim_engine::invariant::Violation;
 use kvsim_engine::msg::{Msg, Status, TransferOutcome};
 use kvsim_engine::trace::TraceEvent;
 use serde::Serialize;
@@ -398,8 +399,16 @@ pub enum Record {
         tokens: Vec<Token>,
     },
     Fault(FaultEvent),
-    /// An oracle found an invariant broken.
-    Violation(Finding),
+    /// An oracle found an invariant broken (the finding, less its time, which is
+    /// the entry's).
+    Violation {
+        violation: Violation,
+        room: Option<RoomKey>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        related: Vec<RoomKey>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pages: Vec<(NodeId, PageId)>,
+    },
 }
 
 /// One entry of the log.
@@ -407,7 +416,10 @@ pub enum Record {
 pub struct Entry {
     /// Simulated time, in nanoseconds.
     pub at_ns: u64,
-    /// The number of the event (queue pop) this entry belongs to.
+    /// The number of the simulator step (one event taken off the queue) this entry
+    /// belongs to; `seq` in JSON (an engine event has its own `event` tag and a
+    /// decode step its own `step`).
+    #[serde(rename = "seq")]
     pub event: u64,
     #[serde(flatten)]
     pub rec: Record,
@@ -445,7 +457,9 @@ impl Entry {
             | Record::TimerCancel { timer, .. }
             | Record::TimerFire { timer, .. } => timer_room(timer).into_iter().collect(),
             Record::Engine(ev) => ev.room().into_iter().collect(),
-            Record::Violation(f) => f.room.into_iter().chain(f.related.clone()).collect(),
+            Record::Violation { room, related, .. } => {
+                room.iter().chain(related.iter()).copied().collect()
+            }
             Record::Submit { .. }
             | Record::ClientCancel { .. }
             | Record::Response { .. }
@@ -497,7 +511,7 @@ impl Entry {
                 }
                 _ => Vec::new(),
             },
-            Record::Violation(f) => f.pages.clone(),
+            Record::Violation { pages, .. } => pages.clone(),
             _ => Vec::new(),
         }
     }
@@ -597,7 +611,7 @@ impl Entry {
                     "FAULTS HEAL: liveness phase, everything must drain".to_string()
                 }
             },
-            Record::Violation(f) => format!("!! VIOLATION {}", f.violation),
+            Record::Violation { violation, .. } => format!("!! VIOLATION {violation}"),
         }
     }
 
@@ -612,7 +626,19 @@ impl Entry {
     }
 }
 
-/// The text of a planned cancel, for the log.
-pub fn cancel_text(c: &Cancel) -> String {
-    c.to_string()
+impl Record {
+    /// The log record of a finding.
+    pub fn violation(f: &Finding) -> Record {
+        Record::Violation {
+            violation: f.violation.clone(),
+            room: f.room,
+            related: f.related.clone(),
+            pages: f.pages.clone(),
+        }
+    }
+
+    /// Is this the record of `f`?
+    pub fn is_finding(&self, f: &Finding) -> bool {
+        matches!(self, Record::Violation { violation, room, .. } if *violation == f.violation && *room == f.room)
+    }
 }

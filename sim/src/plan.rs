@@ -383,6 +383,8 @@ impl Plan {
             let t_drawn = between(&mut r, 1, u64::from(w.tenants)) as u32;
             let ol_drawn = between(&mut r, 0, u64::from(w.over_length_permille)) as u32;
             let burst_drawn = between(&mut r, 1, u64::from(w.burst)) as u32;
+            // Dense seeds stress contention (pools, rooms); sparse ones stretch timers.
+            let window_drawn = log_between(&mut r, (w.arrival_ms / 10).max(1), w.arrival_ms.max(1));
             let n_tenants = if swarm { t_drawn } else { w.tenants };
             let over_length = if swarm {
                 ol_drawn
@@ -403,13 +405,15 @@ impl Plan {
                 .collect();
             let lo = limits.iter().copied().min().unwrap_or(1);
             let hi = limits.iter().copied().max().unwrap_or(1);
-            let window = w.arrival_ms * 1_000_000;
+            let window = if swarm { window_drawn } else { w.arrival_ms } * 1_000_000;
+            // Bursts average (1 + burst) / 2 requests: spread their starts over the window.
+            let gap_max = window * (1 + u64::from(burst)) / u64::from(w.requests.max(1));
             let mut at = 0u64;
             let mut left_in_burst = 0u32;
             let first = requests.len() as u64;
             for i in 0..u64::from(w.requests) {
                 // Same number of draws per request whatever the outcome.
-                let gap = between(&mut r, 0, window / u64::from(w.requests.max(1)) * 2);
+                let gap = between(&mut r, 0, gap_max);
                 let size = between(&mut r, 1, u64::from(burst)) as u32;
                 let tenant = between(&mut r, 1, u64::from(n_tenants)) as u32;
                 let fit = log_between(&mut r, w.prompt_len[0], w.prompt_len[1]);
@@ -450,6 +454,15 @@ impl Plan {
         if level(FaultKind::Cancel).is_some() {
             let share = scale32(fs.cancel_permille, FaultKind::Cancel);
             let mut c = rng::stream(seed, Component::Cancels);
+            // A scenario may restrict the phases; the draw picks among those by index.
+            let allowed: Vec<ReqPhase> = fs
+                .cancel_phases
+                .iter()
+                .filter_map(|p| ReqPhase::parse(p))
+                .collect();
+            let phase_of = |i: usize| -> Option<ReqPhase> {
+                (!allowed.is_empty()).then(|| allowed[i % allowed.len()])
+            };
             for r in requests.iter_mut() {
                 let hit = chance(&mut c, share);
                 let abort = c.random_bool(0.5);
@@ -462,10 +475,12 @@ impl Plan {
                 if !hit || r.cancel.is_some() {
                     continue;
                 }
-                let phase = match ReqPhase::ALL[phase_i] {
-                    ReqPhase::Decoding(_) => ReqPhase::Decoding(step as u32),
-                    p => p,
+                let phase = match (phase_of(phase_i), ReqPhase::ALL[phase_i]) {
+                    (Some(p), _) => p,
+                    (None, ReqPhase::Decoding(_)) => ReqPhase::Decoding(step as u32),
+                    (None, p) => p,
                 };
+                let timed = timed && fs.cancel_phases.is_empty();
                 r.cancel = Some(Cancel {
                     how: if abort {
                         CancelHow::Abort

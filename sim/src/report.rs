@@ -252,8 +252,8 @@ pub fn causal_trace(
         if !e.shown_in_text() {
             return false;
         }
-        if let Record::Violation(v) = &e.rec {
-            return v == finding;
+        if matches!(e.rec, Record::Violation { .. }) {
+            return e.rec.is_finding(finding);
         }
         e.rooms().iter().any(|r| focus.rooms.contains(r))
             || e.request().is_some_and(|r| focus.requests.contains(&r))

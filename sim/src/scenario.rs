@@ -65,7 +65,8 @@ pub struct WorkloadSpec {
     /// Most per-mille of requests whose prompt does not fit some node (a swarm draws
     /// 0 to this; without a swarm, exactly this).
     pub over_length_permille: u32,
-    /// Requests are submitted over this window, in milliseconds of simulated time.
+    /// Requests are submitted over this window, in milliseconds of simulated time (a
+    /// swarm draws a window between a tenth of this and this, log-uniformly).
     pub arrival_ms: u64,
     /// Most requests submitted at the same instant (a burst).
     pub burst: u32,
@@ -133,6 +134,9 @@ pub struct FaultSpec {
     pub crash: WindowSpec,
     /// Per-mille of requests whose client aborts or disconnects, at a drawn phase.
     pub cancel_permille: u32,
+    /// The phases a drawn cancel may pick (names as in [`ReqPhase::parse`]); empty:
+    /// every phase, plus a share of cancels at a drawn time after submission.
+    pub cancel_phases: Vec<String>,
     /// Draw every engine timeout short (down to this many milliseconds) so that
     /// timeouts fire in the middle of transfers. 0 keeps the configured timeouts.
     pub short_timeouts_min_ms: u64,
@@ -266,7 +270,7 @@ fn one() -> u32 {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScenarioError {
-    #[error("cannot read scenario {path}: {source}")]
+    #[error("cannot read scenario {path}")]
     Read {
         path: String,
         source: std::io::Error,
@@ -571,6 +575,14 @@ impl Scenario {
         ] {
             if v > 1000 {
                 return Err(Self::invalid(format!("faults.{name}"), "at most 1000"));
+            }
+        }
+        for p in &fs.cancel_phases {
+            if ReqPhase::parse(p).is_none() {
+                return Err(Self::invalid(
+                    "faults.cancel_phases",
+                    format!("unknown phase `{p}`"),
+                ));
             }
         }
         // A lost message is recovered by a retry; losing every one would only test

@@ -411,7 +411,7 @@ impl<G: Gpu> World<G> {
             if self.log.is_some() {
                 let new: Vec<_> = self.oracle.findings()[self.findings_logged..].to_vec();
                 for f in new {
-                    self.record(|| Record::Violation(f));
+                    self.record(|| Record::violation(&f));
                 }
             }
             self.findings_logged = n;
