@@ -67,6 +67,8 @@ pub struct Oracle {
     uncleared: BTreeSet<RoomKey>,
     responses: BTreeMap<RequestId, u32>,
     transfer_failed: BTreeSet<(NodeId, RoomKey)>,
+    /// The message being delivered right now is prefill's Success for this room.
+    success_now: Option<(NodeId, RoomKey)>,
     prefill_aborted: BTreeSet<(NodeId, RoomKey)>,
     findings: Vec<Finding>,
     seen: BTreeSet<(Invariant, Option<RoomKey>)>,
@@ -88,6 +90,7 @@ impl Oracle {
             uncleared: BTreeSet::new(),
             responses: BTreeMap::new(),
             transfer_failed: BTreeSet::new(),
+            success_now: None,
             prefill_aborted: BTreeSet::new(),
             findings: Vec::new(),
             seen: BTreeSet::new(),
@@ -115,6 +118,7 @@ impl Oracle {
     pub fn set_clock(&mut self, now_ns: u64, event: u64) {
         self.now_ns = now_ns;
         self.event = event;
+        self.success_now = None;
     }
 
     /// Record a violation (once per invariant and room, so a broken room does not
@@ -259,6 +263,12 @@ impl Oracle {
                 outcome: TransferOutcome::Failed,
             } => {
                 self.transfer_failed.insert((to, *room));
+            }
+            Msg::KvDone {
+                room,
+                outcome: TransferOutcome::Success { .. },
+            } => {
+                self.success_now = Some((to, *room));
             }
             _ => {}
         }
@@ -466,6 +476,20 @@ impl Oracle {
             }
             // The engine's own defenses caught something: that is a detected violation
             // of the invariant the defense protects, never a clean run.
+            TraceEvent::TransferFailed { node, room, reason }
+                if self.success_now == Some((*node, *room)) =>
+            {
+                // Prefill reported Success and decode's verification (defense 2)
+                // refused it: the two halves disagree about this transfer.
+                self.report(
+                    Invariant::S4,
+                    Some(*room),
+                    format!(
+                        "decode {node}'s verification refused the transfer of {} that prefill reported complete: {reason}; the defense turned a disagreement into an error",
+                        self.describe(*room)
+                    ),
+                );
+            }
             TraceEvent::TagMismatch {
                 node,
                 room,

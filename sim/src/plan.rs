@@ -560,9 +560,10 @@ impl Plan {
         }
 
         let max_time_ns = sc.run.max_time_ms.saturating_mul(1_000_000);
+        let last_kept = requests.iter().map(|r| r.at_ns).max().unwrap_or(0);
         let deadline_ns = if sc.phases.liveness_ms > 0 {
             heal_at
-                .max(last_arrival)
+                .max(last_kept)
                 .saturating_add(sc.phases.liveness_ms * 1_000_000)
                 .min(max_time_ns)
         } else {
