@@ -787,18 +787,24 @@ impl<G: Gpu> DecodeNode<G> {
         let Some(q) = self.quarantine.get_mut(&room) else {
             return;
         };
-        q.retries += 1;
-        if q.retries > max {
-            // Never release on a timeout: a write may still land. Stop loudly.
+        // Saturate, so a node that keeps asking has finitely many states.
+        q.retries = q.retries.saturating_add(1).min(max.saturating_add(1));
+        if q.retries > max && self.fatal.is_none() {
+            // Never release on a timeout: a write may still land. Stop loudly: the
+            // node takes no new request from here on.
             let reason =
                 format!("no drain ack for {room} after {max} retries; pages stay quarantined");
             env.trace(TraceEvent::Fatal {
                 node: self.id,
                 reason: reason.clone(),
             });
-            self.fatal.get_or_insert(reason);
-            return;
+            self.fatal = Some(reason);
         }
+        // Keep asking, stopped or not: the writer may come back (a partition heals,
+        // a node restarts), and its ack is the only thing that may release these
+        // pages. Giving up here would leave them quarantined forever after every
+        // outage longer than the retry budget (liveness, L3/L4), with nothing gained
+        // for safety.
         let prefill = q.prefill;
         env.send(prefill, Msg::DrainRequest { room });
         env.set_timer(Timer::DrainRetry(room), retry_ns);
