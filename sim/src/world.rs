@@ -49,7 +49,8 @@ enum Pending<K> {
         to: NodeId,
         from_epoch: u32,
         to_epoch: u32,
-        msg: Msg<K>,
+        /// Boxed: queue entries move on every push and pop, and a message is large.
+        msg: Box<Msg<K>>,
         /// A KV write whose failure was decided when it was sent.
         doomed: bool,
     },
@@ -371,7 +372,7 @@ impl<G: Gpu> World<G> {
                 to_epoch,
                 msg,
                 doomed,
-            } => self.deliver(from, to, from_epoch, to_epoch, msg, doomed),
+            } => self.deliver(from, to, from_epoch, to_epoch, *msg, doomed),
             Pending::Fire { node, timer, .. } => {
                 self.timers.remove(&(node, timer));
                 self.record(|| Record::TimerFire { node, timer });
@@ -447,7 +448,7 @@ impl<G: Gpu> World<G> {
                 to,
                 from_epoch,
                 to_epoch,
-                msg,
+                msg: Box::new(msg),
                 doomed,
             },
         );
@@ -533,11 +534,11 @@ impl<G: Gpu> World<G> {
                     to: from,
                     from_epoch: self.epochs[to.0 as usize],
                     to_epoch: from_epoch,
-                    msg: Msg::WriteDone {
+                    msg: Box::new(Msg::WriteDone {
                         room,
                         chunk,
                         ok: false,
-                    },
+                    }),
                     doomed: false,
                 },
             );
@@ -764,12 +765,14 @@ impl<G: Gpu> World<G> {
                 from,
                 to,
                 from_epoch,
-                msg: Msg::KvWrite { room, .. },
+                msg,
                 ..
             } = &q.0.ev
             {
-                if *from == node && *from_epoch == dead {
-                    flushed.push((*to, *room));
+                if let Msg::KvWrite { room, .. } = &**msg {
+                    if *from == node && *from_epoch == dead {
+                        flushed.push((*to, *room));
+                    }
                 }
             }
         }

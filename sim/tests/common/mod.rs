@@ -5,13 +5,13 @@
 
 use kvsim_sim::scenario::Scenario;
 
-pub const MIXED_FAULTS: &str = include_str!("../../scenarios/mixed-faults.toml");
-pub const ABORT_STORM: &str = include_str!("../../scenarios/abort-storm.toml");
+pub const MIXED_FAULTS: &str = include_str!("../../../scenarios/mixed-faults.toml");
+pub const ABORT_STORM: &str = include_str!("../../../scenarios/abort-storm.toml");
 pub const DISCONNECT_MID_TRANSFER: &str =
-    include_str!("../../scenarios/disconnect-mid-transfer.toml");
-pub const TRANSFER_FAILURES: &str = include_str!("../../scenarios/transfer-failures.toml");
-pub const PARTITION: &str = include_str!("../../scenarios/partition.toml");
-pub const GLM53_INCIDENT: &str = include_str!("../../scenarios/glm53-incident.toml");
+    include_str!("../../../scenarios/disconnect-mid-transfer.toml");
+pub const TRANSFER_FAILURES: &str = include_str!("../../../scenarios/transfer-failures.toml");
+pub const PARTITION: &str = include_str!("../../../scenarios/partition.toml");
+pub const GLM53_INCIDENT: &str = include_str!("../../../scenarios/glm53-incident.toml");
 
 /// Every scenario file, by the path a replay command names.
 pub const ALL: [(&str, &str); 6] = [
