@@ -344,6 +344,14 @@ pub fn failure_report(out: &RunOutcome, path: &str) -> Option<String> {
         .map(|i| format!("{i} x{}", counts[&i]))
         .collect();
     let _ = writeln!(s, "all findings: {}", then.join(", "));
+    // The first finding of each other invariant, in order: how the failure unfolded.
+    let mut shown = vec![first.violation.invariant];
+    for f in &out.findings {
+        if !shown.contains(&f.violation.invariant) {
+            shown.push(f.violation.invariant);
+            let _ = writeln!(s, "  then [{} #{}] {}", secs(f.at_ns), f.event, f.violation);
+        }
+    }
     if !out.trace.is_empty() {
         let focus = focus_of(&out.trace, first, &out.room_requests);
         let rooms: Vec<String> = focus.rooms.iter().map(|r| r.to_string()).collect();
