@@ -41,6 +41,12 @@ enum Command {
     },
     /// The default suite (what `cargo run --release` runs).
     Suite,
+    /// Run many seeds of a scenario in parallel and summarise (exit 1 on a violation).
+    Sweep(kvsim::cmd_sim::SweepArgs),
+    /// Replay one seed with its full trace; optionally shrink it or write JSON.
+    Replay(kvsim::cmd_sim::ReplayArgs),
+    /// Merge the JSON summaries of a sweep's shards.
+    Merge(kvsim::cmd_sim::MergeArgs),
 }
 
 fn parse_bugs(list: Option<&str>) -> Result<Option<BugSet>> {
@@ -73,6 +79,7 @@ fn cmd_run(
         bugs: parse_bugs(bugs)?,
         backend: backend(gpu)?,
         trace: true,
+        ..Default::default()
     };
     let t = Instant::now();
     let out = run_scenario(&sc, &opts)?;
@@ -100,6 +107,9 @@ fn main() -> ExitCode {
             trace,
         }) => cmd_run(&scenario, bugs.as_deref(), seed, &gpu, trace),
         Some(Command::Suite) | None => kvsim::suite::run_default_suite(),
+        Some(Command::Sweep(a)) => kvsim::cmd_sim::sweep(&a),
+        Some(Command::Replay(a)) => kvsim::cmd_sim::replay(&a),
+        Some(Command::Merge(a)) => kvsim::cmd_sim::merge(&a),
     };
     match res {
         Ok(code) => code,

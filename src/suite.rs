@@ -16,6 +16,9 @@ use std::time::Instant;
 /// The incident scenario, compiled in so the suite runs from any directory.
 pub const GLM53_INCIDENT: &str = include_str!("../scenarios/glm53-incident.toml");
 
+/// The default sweep scenario (every fault kind under swarm testing).
+pub const MIXED_FAULTS: &str = include_str!("../scenarios/mixed-faults.toml");
+
 /// One row of the summary table.
 #[derive(Clone, Debug)]
 pub struct Row {
@@ -133,6 +136,70 @@ pub fn preflight_refuses() -> Result<Row> {
     })
 }
 
+fn mixed_faults_sweep(
+    seeds: u64,
+    bugs: Option<BugSet>,
+    stop_at_first: bool,
+) -> Result<kvsim_sim::sweep::SweepSummary> {
+    let path = "scenarios/mixed-faults.toml";
+    let sc = Scenario::parse(MIXED_FAULTS, path)?;
+    let opts = kvsim_sim::sweep::SweepOptions {
+        seeds: kvsim_sim::sweep::SeedRange {
+            start: 0,
+            end: seeds,
+        },
+        bugs,
+        stop_at_first,
+        ..Default::default()
+    };
+    Ok(kvsim_sim::sweep::run_sweep(&sc, path, &opts)?)
+}
+
+/// A short sweep of `mixed-faults` on the defended engine: every fault kind under
+/// swarm testing, 500 seeds of 64 requests, no violation.
+pub fn sweep_defended() -> Result<Row> {
+    let s = mixed_faults_sweep(500, None, false)?;
+    Ok(Row {
+        check: "sweep mixed-faults, 500 seeds, defended engine".into(),
+        expected: "clean".into(),
+        observed: format!(
+            "{} seeds, {} events, {} simulated, {}; {:.0} seeds/s, sim {:.0}x real time",
+            s.seeds_run,
+            s.events,
+            report::secs(s.sim_ns),
+            if s.clean() {
+                "clean".to_string()
+            } else {
+                format!("{} failing seeds: {:?}", s.failing_seeds, s.violations)
+            },
+            s.seeds_per_s(),
+            s.sim_ratio()
+        ),
+        ok: s.clean() && s.seeds_run == 500,
+        wall_s: s.wall_s,
+    })
+}
+
+/// The same sweep with the incident's bug switches: a violation within 50 seeds,
+/// with the command that replays it.
+pub fn sweep_incident() -> Result<Row> {
+    let s = mixed_faults_sweep(50, Some(BugSet::INCIDENT), true)?;
+    let first = s.failures.first();
+    Ok(Row {
+        check: "sweep mixed-faults, incident bugs".into(),
+        expected: "a violation within 50 seeds".into(),
+        observed: match first {
+            Some(f) => format!(
+                "seed {} breaks {} after {} seeds; {}",
+                f.seed, f.invariant, s.seeds_run, f.replay
+            ),
+            None => format!("no violation in {} seeds", s.seeds_run),
+        },
+        ok: first.is_some_and(|f| f.seed < 50),
+        wall_s: s.wall_s,
+    })
+}
+
 /// Print rows as one table.
 pub fn render(rows: &[Row]) -> String {
     let mut out = String::new();
@@ -176,6 +243,8 @@ pub fn run_default_suite() -> Result<ExitCode> {
     rows.push(row);
 
     rows.push(preflight_refuses()?);
+    rows.push(sweep_defended()?);
+    rows.push(sweep_incident()?);
 
     println!("== Summary ==");
     print!("{}", render(&rows));

@@ -57,7 +57,8 @@ pub struct Timeouts {
     pub waiting_ns: u64,
     /// Decode: re-ask prefill for the drain ack after this.
     pub drain_retry_ns: u64,
-    /// Decode: after this many unanswered drain requests the node fails loudly.
+    /// Decode: after this many unanswered drain requests the node fails loudly (it
+    /// takes no new request) but keeps asking; only the ack releases the pages.
     pub drain_retries: u32,
     /// Router: a request with no terminal answer from both halves is cancelled.
     pub request_ns: u64,

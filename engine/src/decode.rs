@@ -116,6 +116,42 @@ impl<G: Gpu> DecodeNode<G> {
         self.fatal.as_deref()
     }
 
+    /// Crash and restart as incarnation `epoch`: requests, queues, quarantine, the
+    /// fatal flag and tombstones are gone; the pool starts over, full, in the new epoch,
+    /// so a write addressed with a tag handed out before the crash can never match a
+    /// page allocated after it. KV memory is kept as it was (never zeroed). The driver
+    /// must also forget the node's pending timers and undelivered messages. `epoch`
+    /// must exceed every earlier one.
+    pub fn restart(&mut self, epoch: u32) {
+        assert!(
+            epoch > self.pool.epoch(),
+            "a restart needs a new, higher epoch"
+        );
+        // Destructure so that a field added later cannot be forgotten here.
+        let DecodeNode {
+            id: _,
+            cfg: _,
+            router: _,
+            pool,
+            gpu,
+            requests,
+            prealloc,
+            quarantine,
+            retired,
+            finished_pages,
+            compute_armed,
+            fatal,
+        } = self;
+        *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch);
+        requests.clear();
+        prealloc.clear();
+        quarantine.clear();
+        retired.clear();
+        finished_pages.clear();
+        *compute_armed = false;
+        *fatal = None;
+    }
+
     fn is_stale(&self, room: RoomKey) -> bool {
         self.retired.get(&room.room).is_some_and(|g| *g >= room.gen)
     }
@@ -751,44 +787,56 @@ impl<G: Gpu> DecodeNode<G> {
         let Some(q) = self.quarantine.get_mut(&room) else {
             return;
         };
-        q.retries += 1;
-        if q.retries > max {
-            // Never release on a timeout: a write may still land. Stop loudly.
+        // Saturate, so a node that keeps asking has finitely many states.
+        q.retries = q.retries.saturating_add(1).min(max.saturating_add(1));
+        if q.retries > max && self.fatal.is_none() {
+            // Never release on a timeout: a write may still land. Stop loudly: the
+            // node takes no new request from here on.
             let reason =
                 format!("no drain ack for {room} after {max} retries; pages stay quarantined");
             env.trace(TraceEvent::Fatal {
                 node: self.id,
                 reason: reason.clone(),
             });
-            self.fatal.get_or_insert(reason);
-            return;
+            self.fatal = Some(reason);
         }
+        // Keep asking, stopped or not: the writer may come back (a partition heals,
+        // a node restarts), and its ack is the only thing that may release these
+        // pages. Giving up here would leave them quarantined forever after every
+        // outage longer than the retry budget (liveness, L3/L4), with nothing gained
+        // for safety.
         let prefill = q.prefill;
         env.send(prefill, Msg::DrainRequest { room });
         env.set_timer(Timer::DrainRetry(room), retry_ns);
     }
 
     /// S1/S8 on the pool; every owned page belongs to a live request or a quarantine
-    /// that lists it, and vice versa. Linear in the pool size.
+    /// that lists it, and vice versa. Linear in the pool size (drivers call it after
+    /// every event, so the page -> holder map is a compact index, not a copy of keys).
     pub fn invariants(&self) -> Result<(), Violation> {
         self.pool.invariants()?;
-        let mut expected: Vec<Option<(RoomKey, bool)>> = vec![None; self.pool.capacity() + 1];
-        let lists = self
+        // holders[i]: 1 + the index in `lists` of the list that holds page i (0: none).
+        let mut holders: Vec<u32> = vec![0; self.pool.capacity() + 1];
+        let lists: Vec<(&RoomKey, &Vec<PageTag>, bool)> = self
             .requests
             .iter()
             .map(|(k, r)| (k, &r.pages, false))
-            .chain(self.quarantine.iter().map(|(k, q)| (k, &q.pages, true)));
-        for (owner, pages, quarantined) in lists {
-            for t in pages {
-                if let Some(slot) = expected.get_mut(t.page.0 as usize) {
-                    *slot = Some((*owner, quarantined));
+            .chain(self.quarantine.iter().map(|(k, q)| (k, &q.pages, true)))
+            .collect();
+        for (idx, (_, pages, _)) in lists.iter().enumerate() {
+            for t in pages.iter() {
+                if let Some(slot) = holders.get_mut(t.page.0 as usize) {
+                    *slot = idx as u32 + 1;
                 }
             }
         }
         for (page, rec) in self.pool.records() {
             let Some(owner) = rec.owner else { continue };
-            let ok =
-                expected[page.0 as usize] == Some((owner, rec.state == PageState::Quarantined));
+            let held_by = match holders[page.0 as usize] {
+                0 => None,
+                h => lists.get(h as usize - 1).map(|(k, _, q)| (**k, *q)),
+            };
+            let ok = held_by == Some((owner, rec.state == PageState::Quarantined));
             if !ok {
                 return Err(Violation::new(
                     Invariant::S1,

@@ -52,6 +52,25 @@ id_type!(
     TenantId(u32), "t"
 );
 
+impl Generation {
+    /// A page generation carries the incarnation (epoch) of the node that handed it out
+    /// in its high 32 bits and the allocation count within that incarnation in its low
+    /// 32 bits, so a node restarted with a higher epoch never hands out a generation it
+    /// used before the crash: a late write or read tagged before the crash can never
+    /// match an allocation made after it. Room generations do not use the split.
+    pub const EPOCH_SHIFT: u32 = 32;
+
+    /// The first generation of epoch `epoch` (no allocation made yet).
+    pub const fn first_of_epoch(epoch: u32) -> Generation {
+        Generation((epoch as u64) << Self::EPOCH_SHIFT)
+    }
+
+    /// The node incarnation a page generation was handed out by.
+    pub const fn epoch(self) -> u32 {
+        (self.0 >> Self::EPOCH_SHIFT) as u32
+    }
+}
+
 /// A token id. The toy model never interprets tokens; it only echoes them.
 pub type Token = u32;
 

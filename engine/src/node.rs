@@ -55,6 +55,21 @@ impl<G: Gpu> Node<G> {
         }
     }
 
+    /// Crash and restart a prefill or decode node as incarnation `epoch` (see
+    /// [`PrefillNode::restart`] and [`DecodeNode::restart`]).
+    ///
+    /// # Panics
+    /// On the router: it is the clients' endpoint, and no driver restarts it.
+    pub fn restart(&mut self, epoch: u32) {
+        match self {
+            Node::Router(_) => panic!(
+                "the router is never restarted (drivers restart prefill and decode nodes only)"
+            ),
+            Node::Prefill(n) => n.restart(epoch),
+            Node::Decode(n) => n.restart(epoch),
+        }
+    }
+
     /// The node's local invariants (pool partition, ownership bookkeeping).
     pub fn invariants(&self) -> Result<(), Violation> {
         match self {

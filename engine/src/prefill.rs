@@ -121,6 +121,41 @@ impl<G: Gpu> PrefillNode<G> {
         }
     }
 
+    /// Crash and restart as incarnation `epoch`: every volatile structure (requests,
+    /// queues, writes in flight, tombstones, timers) is gone, and the pool starts over,
+    /// full, handing out generations of the new epoch only. KV memory is kept as it was
+    /// (never zeroed, as GPU memory handed to a new process is not trusted to be), so a
+    /// restarted node that read a page it had not written would read stale KV. The
+    /// driver must also forget the node's pending timers and undelivered messages: they
+    /// belonged to the old incarnation. `epoch` must exceed every earlier one.
+    pub fn restart(&mut self, epoch: u32) {
+        assert!(
+            epoch > self.pool.epoch(),
+            "a restart needs a new, higher epoch"
+        );
+        // Destructure so that a field added later cannot be forgotten here.
+        let PrefillNode {
+            id: _,
+            cfg: _,
+            router: _,
+            pool,
+            gpu,
+            requests,
+            waiting,
+            outstanding,
+            retired,
+            early_meta,
+            compute_armed,
+        } = self;
+        *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch);
+        requests.clear();
+        waiting.clear();
+        outstanding.clear();
+        retired.clear();
+        early_meta.clear();
+        *compute_armed = false;
+    }
+
     fn is_stale(&self, room: RoomKey) -> bool {
         self.retired.get(&room.room).is_some_and(|g| *g >= room.gen)
     }

@@ -1,23 +1,39 @@
-//! kvsim-sim: deterministic drivers for the kvsim engine.
+//! kvsim-sim: the seeded, fault-injecting simulator for the kvsim engine.
 //!
-//! [`world::World`] runs a [`scenario::Scenario`] through the engine's own nodes on a
-//! virtual clock, with the [`oracle::Oracle`] checking the invariants of DESIGN.md
-//! section 4 after every event. [`run_scenario`] is the one entry point the CLI and the
-//! tests use.
+//! One `u64` seed and a [`scenario::Scenario`] determine a [`plan::Plan`] (under
+//! `[swarm]` the seed also draws which faults are on, the pools and the workload
+//! mix); [`world::World`] runs it through the engine's own nodes on a virtual clock
+//! with faults injected in a safety phase and healed for a liveness phase, and the
+//! [`oracle::Oracle`] checks the invariants of DESIGN.md section 4 after every event.
+//! On top: [`sweep`] (many seeds in parallel, sharded), [`replay`] (one seed with its
+//! full trace, text or JSON), [`shrink`] (a smaller run that still fails) and
+//! [`report`] (a failure report a person can act on).
+//!
+//! [`run_plan`] and [`run_scenario`] are the entry points the CLI and tests use.
 
+pub mod hash;
+pub mod log;
+pub mod net;
 pub mod oracle;
+pub mod plan;
+pub mod replay;
 pub mod report;
+pub mod rng;
 pub mod scenario;
+pub mod shrink;
+pub mod sweep;
 pub mod world;
 
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
-use kvsim_engine::ids::RequestId;
+use kvsim_engine::ids::{RequestId, RoomKey};
 use kvsim_engine::invariant::Invariant;
+use log::Entry;
 use oracle::{Finding, Leak};
+use plan::{Plan, Reduction};
 use scenario::{PlannedRequest, Scenario, ScenarioError};
 use std::collections::BTreeMap;
-use world::{ClientReply, TraceLine, World};
+use world::{ClientReply, FaultStats, World};
 
 /// Which KV backend a run uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -34,13 +50,18 @@ pub struct RunOutcome {
     pub scenario: String,
     pub seed: u64,
     pub bugs: BugSet,
+    pub plan: Plan,
     pub requests: Vec<PlannedRequest>,
     pub replies: BTreeMap<RequestId, Vec<ClientReply>>,
+    pub room_requests: BTreeMap<RoomKey, RequestId>,
     pub findings: Vec<Finding>,
     pub leaks: Vec<Leak>,
     pub events: u64,
     pub sim_ns: u64,
-    pub trace: Vec<TraceLine>,
+    pub trace_hash: u64,
+    pub stats: FaultStats,
+    /// The full event log (empty unless the run was traced).
+    pub trace: Vec<Entry>,
 }
 
 impl RunOutcome {
@@ -49,6 +70,10 @@ impl RunOutcome {
     }
     pub fn broken(&self) -> Vec<Invariant> {
         report::distinct(&self.findings)
+    }
+    /// The first violation, if any.
+    pub fn first(&self) -> Option<&Finding> {
+        self.findings.first()
     }
 }
 
@@ -60,6 +85,8 @@ pub struct RunOptions {
     pub bugs: Option<BugSet>,
     pub backend: Backend,
     pub trace: bool,
+    /// Run a smaller member of the seed's plan.
+    pub reduction: Reduction,
 }
 
 impl Default for RunOptions {
@@ -69,43 +96,43 @@ impl Default for RunOptions {
             bugs: None,
             backend: Backend::Symbolic,
             trace: false,
+            reduction: Reduction::default(),
         }
     }
 }
 
-fn run_with<G: Gpu>(
-    sc: &Scenario,
-    make: impl Fn(u32, u32) -> G,
-    trace: bool,
-    seed: u64,
-) -> Result<RunOutcome, ScenarioError> {
-    let requests = sc.planned_requests();
-    let mut w = World::new(sc, requests.clone(), make, trace)?;
+fn run_with<G: Gpu>(plan: &Plan, make: impl Fn(u32, u32) -> G, trace: bool) -> RunOutcome {
+    let mut w = World::new(plan, make, trace);
     w.run();
-    Ok(RunOutcome {
-        scenario: sc.name.clone(),
-        seed,
-        bugs: sc.engine.bugs,
-        requests,
+    RunOutcome {
+        scenario: plan.scenario.clone(),
+        seed: plan.seed,
+        bugs: plan.engine.bugs,
+        plan: plan.clone(),
+        requests: w.requests().to_vec(),
         replies: w.replies().clone(),
+        room_requests: w.room_requests().clone(),
         findings: w.oracle().findings().to_vec(),
         leaks: w.oracle().leaks.clone(),
         events: w.events(),
         sim_ns: w.now_ns(),
+        trace_hash: w.trace_hash(),
+        stats: w.stats(),
         trace: w.take_log(),
-    })
+    }
 }
 
-/// Run one scenario end to end and check it.
+/// Run one plan end to end and check it.
+pub fn run_plan(plan: &Plan, backend: Backend, trace: bool) -> RunOutcome {
+    match backend {
+        Backend::Symbolic => run_with(plan, SymbolicGpu::new, trace),
+        Backend::Host => run_with(plan, HostGpu::new, trace),
+    }
+}
+
+/// Build the plan of one seed of a scenario and run it.
 pub fn run_scenario(sc: &Scenario, opts: &RunOptions) -> Result<RunOutcome, ScenarioError> {
-    let mut sc = sc.clone();
-    if let Some(b) = opts.bugs {
-        sc.engine.bugs = b;
-    }
     let seed = opts.seed.unwrap_or(sc.seed);
-    sc.seed = seed;
-    match opts.backend {
-        Backend::Symbolic => run_with(&sc, SymbolicGpu::new, opts.trace, seed),
-        Backend::Host => run_with(&sc, HostGpu::new, opts.trace, seed),
-    }
+    let plan = Plan::build(sc, seed, opts.bugs, &opts.reduction)?;
+    Ok(run_plan(&plan, opts.backend, opts.trace))
 }

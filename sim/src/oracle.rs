@@ -10,7 +10,7 @@
 
 use crate::scenario::{canary_owner, PlannedRequest};
 use kvsim_engine::gpu::Gpu;
-use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, Token};
+use kvsim_engine::ids::{NodeId, PageId, PageTag, RequestId, RoomKey, Token};
 use kvsim_engine::invariant::{Invariant, Violation};
 use kvsim_engine::kv::PageState;
 use kvsim_engine::msg::{Msg, Status, TransferOutcome};
@@ -19,13 +19,21 @@ use kvsim_engine::trace::{Side, TraceEvent};
 use kvsim_engine::Cfg;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A violation with where and when it was found.
+/// A violation with where and when it was found, and what else it involves (so a
+/// report can cut the trace down to it).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Finding {
     pub violation: Violation,
     pub at_ns: u64,
     pub event: u64,
     pub room: Option<RoomKey>,
+    /// Other room uses involved (the earlier owner whose KV was read, the room whose
+    /// ack released a quarantine).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub related: Vec<RoomKey>,
+    /// Physical pages involved, per node.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pages: Vec<(NodeId, PageId)>,
 }
 
 /// What the oracle knows about one room use.
@@ -49,8 +57,18 @@ pub struct Oracle {
     requests: BTreeMap<RequestId, PlannedRequest>,
     pool_pages: BTreeMap<NodeId, u32>,
     rooms: BTreeMap<RoomKey, RoomFacts>,
+    /// The newest room use of each request.
+    req_room: BTreeMap<RequestId, RoomKey>,
+    /// Halves admitted and not yet answered, per node.
+    open: BTreeSet<(NodeId, RoomKey)>,
+    /// Rooms quarantined and not yet released, per decode node.
+    quarantined: BTreeSet<(NodeId, RoomKey)>,
+    /// Rooms the router opened and has not cleared.
+    uncleared: BTreeSet<RoomKey>,
     responses: BTreeMap<RequestId, u32>,
     transfer_failed: BTreeSet<(NodeId, RoomKey)>,
+    /// The message being delivered right now is prefill's Success for this room.
+    success_now: Option<(NodeId, RoomKey)>,
     prefill_aborted: BTreeSet<(NodeId, RoomKey)>,
     findings: Vec<Finding>,
     seen: BTreeSet<(Invariant, Option<RoomKey>)>,
@@ -66,8 +84,13 @@ impl Oracle {
             requests: requests.iter().map(|r| (r.req, r.clone())).collect(),
             pool_pages,
             rooms: BTreeMap::new(),
+            req_room: BTreeMap::new(),
+            open: BTreeSet::new(),
+            quarantined: BTreeSet::new(),
+            uncleared: BTreeSet::new(),
             responses: BTreeMap::new(),
             transfer_failed: BTreeSet::new(),
+            success_now: None,
             prefill_aborted: BTreeSet::new(),
             findings: Vec::new(),
             seen: BTreeSet::new(),
@@ -95,17 +118,32 @@ impl Oracle {
     pub fn set_clock(&mut self, now_ns: u64, event: u64) {
         self.now_ns = now_ns;
         self.event = event;
+        self.success_now = None;
     }
 
     /// Record a violation (once per invariant and room, so a broken room does not
     /// flood the report).
     pub fn report(&mut self, invariant: Invariant, room: Option<RoomKey>, detail: String) {
+        self.report_with(invariant, room, Vec::new(), Vec::new(), detail);
+    }
+
+    /// [`Oracle::report`] naming the other rooms and the pages involved.
+    pub fn report_with(
+        &mut self,
+        invariant: Invariant,
+        room: Option<RoomKey>,
+        related: Vec<RoomKey>,
+        pages: Vec<(NodeId, PageId)>,
+        detail: String,
+    ) {
         if self.seen.insert((invariant, room)) {
             self.findings.push(Finding {
                 violation: Violation::new(invariant, detail),
                 at_ns: self.now_ns,
                 event: self.event,
                 room,
+                related,
+                pages,
             });
         }
     }
@@ -145,6 +183,8 @@ impl Oracle {
     /// The router turned a client request into a room: learn the pairing.
     pub fn on_router_send<K>(&mut self, submitted: Option<RequestId>, msg: &Msg<K>, to: NodeId) {
         if let (Some(req), Msg::DecodeStart { room, prefill, .. }) = (submitted, msg) {
+            self.req_room.insert(req, *room);
+            self.uncleared.insert(*room);
             self.rooms.insert(
                 *room,
                 RoomFacts {
@@ -178,12 +218,19 @@ impl Oracle {
                             let now = pool
                                 .record(t.page)
                                 .map(|r| format!("{} {} owner {:?}", r.state, r.gen, r.owner));
+                            let holder = pool.record(t.page).and_then(|r| r.owner);
                             let detail = format!(
-                                "a KV write for {} aimed at decode {to} page {t} lands after the page left the room (now {})",
+                                "a KV write for {} aimed at decode {to} page {t} arrives after the page left the room (now {})",
                                 self.describe(*room),
                                 now.unwrap_or_else(|| "not a pool page".into())
                             );
-                            self.report(Invariant::S2, Some(*room), detail);
+                            self.report_with(
+                                Invariant::S2,
+                                Some(*room),
+                                holder.into_iter().collect(),
+                                vec![(to, t.page)],
+                                detail,
+                            );
                             break;
                         }
                     }
@@ -199,7 +246,13 @@ impl Oracle {
                                 "prefill {from} freed source page {t} of {} while its KV write was still reading it",
                                 self.describe(*room)
                             );
-                            self.report(Invariant::S2, Some(*room), detail);
+                            self.report_with(
+                                Invariant::S2,
+                                Some(*room),
+                                Vec::new(),
+                                vec![(from, t.page)],
+                                detail,
+                            );
                             break;
                         }
                     }
@@ -211,17 +264,43 @@ impl Oracle {
             } => {
                 self.transfer_failed.insert((to, *room));
             }
+            Msg::KvDone {
+                room,
+                outcome: TransferOutcome::Success { .. },
+            } => {
+                self.success_now = Some((to, *room));
+            }
             _ => {}
         }
     }
 
     /// Checks on one engine event, against the nodes as they are after the handler.
+    /// `in_flight` counts the KV writes queued and not yet landed or failed, per
+    /// (receiver, room use).
     pub fn on_trace<G: Gpu>(
         &mut self,
         nodes: &[Node<G>],
-        in_flight: &dyn Fn(NodeId, RoomKey) -> usize,
+        in_flight: &BTreeMap<(NodeId, RoomKey), u32>,
         ev: &TraceEvent,
     ) {
+        match ev {
+            TraceEvent::Admitted { node, room, .. } => {
+                self.open.insert((*node, *room));
+            }
+            TraceEvent::Responded { node, room, .. } => {
+                self.open.remove(&(*node, *room));
+            }
+            TraceEvent::Quarantined { node, room, .. } => {
+                self.quarantined.insert((*node, *room));
+            }
+            TraceEvent::QuarantineReleased { node, room, .. } => {
+                self.quarantined.remove(&(*node, *room));
+            }
+            TraceEvent::RoomCleared { room, .. } => {
+                self.uncleared.remove(room);
+            }
+            _ => {}
+        }
         match ev {
             TraceEvent::Admitted {
                 node, room, side, ..
@@ -387,13 +466,74 @@ impl Oracle {
                     .and_then(|p| nodes.get(p.0 as usize))
                     .and_then(|n| n.as_prefill())
                     .map_or(0, |p| p.writes_in_flight(*room));
-                let flying = in_flight(*node, *room);
+                let flying = in_flight.get(&(*node, *room)).copied().unwrap_or(0) as usize;
                 if pending > 0 || flying > 0 {
                     self.report(Invariant::S9, Some(*room), format!(
                         "decode {node} released the quarantine of {} while {} of its KV writes were still in flight",
                         self.describe(*room), pending.max(flying)
                     ));
                 }
+            }
+            // The engine's own defenses caught something: that is a detected violation
+            // of the invariant the defense protects, never a clean run.
+            TraceEvent::TransferFailed { node, room, reason }
+                if self.success_now == Some((*node, *room)) =>
+            {
+                // Prefill reported Success and decode's verification (defense 2)
+                // refused it: the two halves disagree about this transfer.
+                self.report(
+                    Invariant::S4,
+                    Some(*room),
+                    format!(
+                        "decode {node}'s verification refused the transfer of {} that prefill reported complete: {reason}; the defense turned a disagreement into an error",
+                        self.describe(*room)
+                    ),
+                );
+            }
+            TraceEvent::TagMismatch {
+                node,
+                room,
+                tag,
+                current,
+            } => {
+                let found = nodes
+                    .get(node.0 as usize)
+                    .and_then(|n| n.gpu())
+                    .and_then(|g| g.page_tag(tag.page));
+                let related: Vec<RoomKey> = found
+                    .map(|w| w.room)
+                    .filter(|r| r != room)
+                    .into_iter()
+                    .collect();
+                self.report_with(
+                    Invariant::S3,
+                    Some(*room),
+                    related,
+                    vec![(*node, tag.page)],
+                    format!(
+                        "decode {node}'s page-tag check failed {} at read time: page {tag} is not its own (page at {current}, holds {}); the defense turned a leak into an error",
+                        self.describe(*room),
+                        found.map_or("no tag".into(), |w| format!("KV of {} at {}", self.describe(w.room), w.gen))
+                    ),
+                );
+            }
+            TraceEvent::KvRefused {
+                node,
+                room,
+                chunk,
+                tag,
+                reason,
+            } => {
+                self.report_with(
+                    Invariant::S2,
+                    Some(*room),
+                    Vec::new(),
+                    vec![(*node, tag.page)],
+                    format!(
+                        "decode {node} refused chunk {chunk} of {}: page {tag} {reason}; a write aimed at a page its room no longer owns was attempted",
+                        self.describe(*room)
+                    ),
+                );
             }
             _ => {}
         }
@@ -446,7 +586,8 @@ impl Oracle {
                     Some(w) => format!("it holds KV written by {}", self.describe(w)),
                     None => "it was never written".to_string(),
                 };
-                self.report(Invariant::S3, Some(room), format!(
+                let related = prov.writer.filter(|w| *w != room).into_iter().collect();
+                self.report_with(Invariant::S3, Some(room), related, vec![(node, t.page)], format!(
                     "decode {node} attends for {} over page {t} (positions {start}..{}) but {whose}",
                     self.describe(room), start + u64::from(need)
                 ));
@@ -457,15 +598,11 @@ impl Oracle {
 
     /// The black-box canary check of one reply.
     pub fn on_response(&mut self, req: RequestId, status: Status, tokens: &[Token]) {
-        let room = self
-            .rooms
-            .iter()
-            .rev()
-            .find(|(_, f)| f.req == req)
-            .map(|(k, _)| *k);
+        let room = self.req_room.get(&req).copied();
         for &t in tokens {
             if let Some(owner) = canary_owner(t) {
                 if owner != req {
+                    let related = self.req_room.get(&owner).copied().into_iter().collect();
                     self.leaks.push(Leak {
                         victim_of: req,
                         owner,
@@ -475,7 +612,7 @@ impl Oracle {
                         self.requests.get(&req).map(|r| r.tenant),
                         self.requests.get(&owner).map(|r| r.tenant),
                     );
-                    self.report(Invariant::S3, room, format!(
+                    self.report_with(Invariant::S3, room, related, Vec::new(), format!(
                         "canary: the {status} reply to {req} ({}) echoes token {t:#010x} from the prompt of {owner} ({})",
                         tenants.0.map_or("?".into(), |t| t.to_string()),
                         tenants.1.map_or("?".into(), |t| t.to_string()),
@@ -485,19 +622,29 @@ impl Oracle {
         }
     }
 
-    /// Checks after every event: each node's own invariants.
-    pub fn after_event<G: Gpu>(&mut self, nodes: &[Node<G>]) {
-        for n in nodes {
-            if let Err(v) = n.invariants() {
-                self.report(v.invariant, None, format!("{}: {}", n.id(), v.detail));
-            }
+    /// Checks after every event: the own invariants of the node that handled it (no
+    /// other node's state can have changed).
+    pub fn after_event<G: Gpu>(&mut self, node: &Node<G>) {
+        if let Err(v) = node.invariants() {
+            self.report(v.invariant, None, format!("{}: {}", node.id(), v.detail));
         }
     }
 
     /// Liveness at the end of a run: everything answered, cleared, drained, returned.
     pub fn at_quiescence<G: Gpu>(&mut self, nodes: &[Node<G>], stuck: Option<String>) {
+        // Name the rooms that did not drain, so a report can show their story.
+        let first_two =
+            |rooms: &mut dyn Iterator<Item = RoomKey>| -> (Option<RoomKey>, Vec<RoomKey>, usize) {
+                let all: Vec<RoomKey> = rooms.collect();
+                (
+                    all.first().copied(),
+                    all.iter().skip(1).take(2).copied().collect(),
+                    all.len(),
+                )
+            };
         if let Some(why) = stuck {
-            self.report(Invariant::L1, None, why);
+            let (room, related, _) = first_two(&mut self.uncleared.iter().copied());
+            self.report_with(Invariant::L1, room, related, Vec::new(), why);
         }
         let missing: Vec<RequestId> = self
             .requests
@@ -506,9 +653,10 @@ impl Oracle {
             .copied()
             .collect();
         if let Some(r) = missing.first() {
+            let room = self.req_room.get(r).copied();
             self.report(
                 Invariant::L1,
-                None,
+                room,
                 format!(
                     "{} request(s) never got a response (first: {r})",
                     missing.len()
@@ -516,44 +664,122 @@ impl Oracle {
             );
         }
         for n in nodes {
+            let id = n.id();
             match n {
                 Node::Router(r) if r.live_rooms() > 0 => {
-                    self.report(
+                    let (room, related, _) = first_two(&mut self.uncleared.iter().copied());
+                    self.report_with(
                         Invariant::L2,
-                        None,
-                        format!("router still has {} rooms open", r.live_rooms()),
+                        room,
+                        related,
+                        Vec::new(),
+                        format!(
+                            "the router still has {} rooms open (first: {})",
+                            r.live_rooms(),
+                            room.map_or("?".into(), |r| self.describe(r))
+                        ),
                     );
                 }
-                Node::Decode(d) if d.quarantined_rooms() > 0 => {
-                    let why = d
-                        .fatal()
-                        .map_or(String::new(), |f| format!(" (node stopped: {f})"));
-                    self.report(
-                        Invariant::L3,
-                        None,
+                Node::Prefill(p) if p.requests() > 0 || !p.rooms_in_flight().is_empty() => {
+                    let flying = p.rooms_in_flight();
+                    let (room, related, _) = first_two(
+                        &mut self
+                            .open
+                            .iter()
+                            .filter(|(n, _)| *n == id)
+                            .map(|(_, r)| *r)
+                            .chain(flying.iter().copied()),
+                    );
+                    self.report_with(
+                        Invariant::L1,
+                        room,
+                        related,
+                        Vec::new(),
                         format!(
-                            "decode {} still quarantines {} rooms{why}",
-                            d.id(),
-                            d.quarantined_rooms()
+                            "prefill {id} still holds {} requests and KV writes in flight for {} rooms (first: {})",
+                            p.requests(),
+                            flying.len(),
+                            room.map_or("?".into(), |r| self.describe(r))
+                        ),
+                    );
+                }
+                Node::Decode(d) if d.requests() > 0 => {
+                    let (room, related, _) =
+                        first_two(&mut self.open.iter().filter(|(n, _)| *n == id).map(|(_, r)| *r));
+                    self.report_with(
+                        Invariant::L1,
+                        room,
+                        related,
+                        Vec::new(),
+                        format!(
+                            "decode {id} still holds {} requests (first: {})",
+                            d.requests(),
+                            room.map_or("?".into(), |r| self.describe(r))
                         ),
                     );
                 }
                 _ => {}
             }
+            if let Node::Decode(d) = n {
+                if d.quarantined_rooms() > 0 {
+                    let why = d
+                        .fatal()
+                        .map_or(String::new(), |f| format!(" (node stopped: {f})"));
+                    let (room, related, _) = first_two(
+                        &mut self
+                            .quarantined
+                            .iter()
+                            .filter(|(n, _)| *n == id)
+                            .map(|(_, r)| *r),
+                    );
+                    self.report_with(
+                        Invariant::L3,
+                        room,
+                        related,
+                        Vec::new(),
+                        format!(
+                            "decode {id} still quarantines {} rooms (first: {}){why}",
+                            d.quarantined_rooms(),
+                            room.map_or("?".into(), |r| self.describe(r))
+                        ),
+                    );
+                }
+            }
             if let Some(pool) = n.pool() {
                 if pool.free_count() != pool.capacity() {
-                    self.report(
+                    let held: Vec<(NodeId, PageId)> = pool
+                        .records()
+                        .filter(|(_, r)| r.state != PageState::Free)
+                        .map(|(p, _)| (id, p))
+                        .take(8)
+                        .collect();
+                    let (room, related, _) = first_two(
+                        &mut pool
+                            .records()
+                            .filter_map(|(_, r)| r.owner)
+                            .collect::<BTreeSet<_>>()
+                            .into_iter(),
+                    );
+                    self.report_with(
                         Invariant::L4,
-                        None,
+                        room,
+                        related,
+                        held,
                         format!(
-                            "{} has {} of {} pages free at quiescence",
-                            n.id(),
+                            "{id} has {} of {} pages free at quiescence (first holder: {})",
                             pool.free_count(),
-                            pool.capacity()
+                            pool.capacity(),
+                            room.map_or("none: pages still draining".into(), |r| self.describe(r))
                         ),
                     );
                 }
             }
         }
+    }
+
+    /// A node restarted: what its previous incarnation held is gone.
+    pub fn on_restart(&mut self, node: NodeId) {
+        self.open.retain(|(n, _)| *n != node);
+        self.quarantined.retain(|(n, _)| *n != node);
     }
 }

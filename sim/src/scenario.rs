@@ -24,19 +24,174 @@ pub struct Scenario {
     /// The engine configuration shared by all nodes (defenses, bug switches, limits).
     #[serde(default)]
     pub engine: EngineConfig,
+    /// The nodes (ignored when `[swarm]` draws them).
+    #[serde(default)]
     pub topology: Topology,
     #[serde(default)]
     pub network: NetworkConfig,
     /// Explicit requests, in the order listed.
     #[serde(default)]
     pub requests: Vec<RequestSpec>,
+    /// A generated workload, drawn per seed (after the explicit requests).
+    #[serde(default)]
+    pub workload: Option<WorkloadSpec>,
+    /// The faults a run may inject, each at most this hard.
+    #[serde(default)]
+    pub faults: FaultSpec,
+    /// Present: every seed draws which fault kinds are on and how hard, the topology,
+    /// pool sizes, engine limits and the workload mix (swarm testing).
+    #[serde(default)]
+    pub swarm: Option<SwarmSpec>,
+    /// The safety phase (faults on) and the liveness bound (faults healed).
+    #[serde(default)]
+    pub phases: Phases,
     /// Limits on a run.
     #[serde(default)]
     pub run: RunLimits,
 }
 
-/// Nodes and their pool sizes.
+/// A workload generated per seed (`[workload]`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkloadSpec {
+    /// Requests per run.
+    pub requests: u32,
+    /// Most tenants (a swarm draws 1 to this many).
+    pub tenants: u32,
+    /// Prompt lengths of requests that fit, in tokens (drawn log-uniformly).
+    pub prompt_len: [u64; 2],
+    /// Tokens each request asks to generate.
+    pub max_new_tokens: [u32; 2],
+    /// Most per-mille of requests whose prompt does not fit some node (a swarm draws
+    /// 0 to this; without a swarm, exactly this).
+    pub over_length_permille: u32,
+    /// Requests are submitted over this window, in milliseconds of simulated time (a
+    /// swarm draws a window between a tenth of this and this, log-uniformly).
+    pub arrival_ms: u64,
+    /// Most requests submitted at the same instant (a burst).
+    pub burst: u32,
+}
+
+impl Default for WorkloadSpec {
+    fn default() -> Self {
+        WorkloadSpec {
+            requests: 64,
+            tenants: 4,
+            prompt_len: [1, 512],
+            max_new_tokens: [1, 16],
+            over_length_permille: 0,
+            arrival_ms: 10_000,
+            burst: 4,
+        }
+    }
+}
+
+/// A fault that strikes a share of messages or writes, delaying it by up to `max_ms`.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TailSpec {
+    pub permille: u32,
+    pub max_ms: u64,
+}
+
+/// A fault that strikes up to `count` times, each lasting up to `max_ms`.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WindowSpec {
+    pub count: u32,
+    pub max_ms: u64,
+}
+
+/// `[faults]`: the most each fault kind may be turned up. Absent or zero means off.
+///
+/// The fault model is RDMA's: KV writes and their completions ride a reliable
+/// connection, so a write may be slow, land late or fail (then it is not applied and
+/// its sender gets exactly one failed completion), but it is never lost silently or
+/// duplicated. Control messages may be delayed, lost, duplicated and reordered. The
+/// client link is the test harness and is never faulted.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultSpec {
+    /// Control messages held back for up to `max_ms`.
+    pub delay: TailSpec,
+    /// Per-mille of control messages lost.
+    pub loss_permille: u32,
+    /// Per-mille of control messages delivered twice.
+    pub duplicate_permille: u32,
+    /// Every control message gets up to this much extra latency, so messages overtake
+    /// each other (reordering), in microseconds.
+    pub reorder_jitter_us: u64,
+    /// Windows in which a prefill and a decode node cannot reach each other: control
+    /// messages between them are dropped and KV writes across them fail.
+    pub partition: WindowSpec,
+    /// KV writes that take up to `max_ms` longer.
+    pub slow_write: TailSpec,
+    /// KV writes that land very late (after aborts and timeouts), up to `max_ms`.
+    pub late_write: TailSpec,
+    /// Per-mille of KV writes that fail (one failed write among several in flight).
+    pub write_fail_permille: u32,
+    /// Prefill or decode nodes that crash and restart after up to `max_ms`.
+    pub crash: WindowSpec,
+    /// Per-mille of requests whose client aborts or disconnects, at a drawn phase.
+    pub cancel_permille: u32,
+    /// The phases a drawn cancel may pick (names as in [`ReqPhase::parse`]); empty:
+    /// every phase, plus a share of cancels at a drawn time after submission.
+    pub cancel_phases: Vec<String>,
+    /// Draw every engine timeout short (down to this many milliseconds) so that
+    /// timeouts fire in the middle of transfers. 0 keeps the configured timeouts.
+    pub short_timeouts_min_ms: u64,
+}
+
+/// `[swarm]`: what each seed draws besides the faults. Ranges are inclusive.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SwarmSpec {
+    pub prefill_nodes: [u32; 2],
+    pub decode_nodes: [u32; 2],
+    /// Pool size of each node, in pages, when it holds the context.
+    pub pool_pages: [u32; 2],
+    /// Per-mille of nodes drawn with a pool smaller than the context (the GLM-5.3
+    /// configuration; the run then sets `allow_unsafe_pool`).
+    pub pool_below_context_permille: u32,
+    /// The smallest such pool, in pages.
+    pub small_pool_pages_min: u32,
+    pub chunk_pages: [u32; 2],
+    pub max_inflight_chunks: [u32; 2],
+    pub max_rooms: [u32; 2],
+    pub max_batch: [u32; 2],
+}
+
+impl Default for SwarmSpec {
+    fn default() -> Self {
+        SwarmSpec {
+            prefill_nodes: [1, 2],
+            decode_nodes: [1, 2],
+            pool_pages: [64, 256],
+            pool_below_context_permille: 0,
+            small_pool_pages_min: 8,
+            chunk_pages: [1, 8],
+            max_inflight_chunks: [1, 4],
+            max_rooms: [4, 64],
+            max_batch: [1, 16],
+        }
+    }
+}
+
+/// `[phases]`: a safety phase with faults on, then a liveness phase with faults
+/// healed in which everything must drain within `liveness_ms`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Phases {
+    /// Faults heal (partitions end, crashed nodes restart, no new message or write
+    /// faults) this long into the run. 0: at the last submission.
+    pub safety_ms: u64,
+    /// After healing, every request must be answered and every room, quarantine and
+    /// pool drained within this much simulated time. 0: only `run.max_time_ms` bounds it.
+    pub liveness_ms: u64,
+}
+
+/// Nodes and their pool sizes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Topology {
     /// Pool size in pages of each prefill node (one entry per node).
@@ -96,6 +251,12 @@ pub struct RequestSpec {
     /// The client disconnects this long after submitting (none if absent).
     #[serde(default)]
     pub cancel_after_us: Option<u64>,
+    /// The client disconnects when the request reaches this phase (see
+    /// [`ReqPhase::parse`]), `cancel_delay_us` later.
+    #[serde(default)]
+    pub cancel_on: Option<String>,
+    #[serde(default)]
+    pub cancel_delay_us: u64,
 }
 
 fn default_new_tokens() -> u32 {
@@ -109,7 +270,7 @@ fn one() -> u32 {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScenarioError {
-    #[error("cannot read scenario {path}: {source}")]
+    #[error("cannot read scenario {path}")]
     Read {
         path: String,
         source: std::io::Error,
@@ -122,6 +283,116 @@ pub enum ScenarioError {
     Engine(#[from] kvsim_engine::config::ConfigError),
 }
 
+/// A point in a request's life at which its client may give up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ReqPhase {
+    /// Prefill admitted its half (a sender exists).
+    PrefillAdmitted,
+    /// Decode reserved its pages and announced them.
+    DecodeReserved,
+    /// Prefill issued its first KV write.
+    KvSent,
+    /// A KV write landed in decode's pool.
+    KvLanded,
+    /// Decode accepted the transfer.
+    TransferAccepted,
+    /// Decode ran step `n` of the reply.
+    Decoding(u32),
+    /// Prefill gave its terminal answer.
+    PrefillAnswered,
+    /// The client already has its answer (a disconnect after the fact).
+    Answered,
+}
+
+impl ReqPhase {
+    /// The phases a drawn cancel picks from (`Decoding` with its step drawn).
+    pub const ALL: [ReqPhase; 8] = [
+        ReqPhase::PrefillAdmitted,
+        ReqPhase::DecodeReserved,
+        ReqPhase::KvSent,
+        ReqPhase::KvLanded,
+        ReqPhase::TransferAccepted,
+        ReqPhase::Decoding(0),
+        ReqPhase::PrefillAnswered,
+        ReqPhase::Answered,
+    ];
+
+    /// Parse a scenario name: `prefill-admitted`, `decode-reserved`, `kv-sent`,
+    /// `kv-landed`, `transfer-accepted`, `decoding` or `decoding:N`, `prefill-answered`,
+    /// `answered`.
+    pub fn parse(s: &str) -> Option<ReqPhase> {
+        let s = s.trim();
+        if let Some(n) = s.strip_prefix("decoding:") {
+            return n.parse().ok().map(ReqPhase::Decoding);
+        }
+        Some(match s {
+            "prefill-admitted" => ReqPhase::PrefillAdmitted,
+            "decode-reserved" => ReqPhase::DecodeReserved,
+            "kv-sent" => ReqPhase::KvSent,
+            "kv-landed" => ReqPhase::KvLanded,
+            "transfer-accepted" => ReqPhase::TransferAccepted,
+            "decoding" => ReqPhase::Decoding(0),
+            "prefill-answered" => ReqPhase::PrefillAnswered,
+            "answered" => ReqPhase::Answered,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for ReqPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReqPhase::PrefillAdmitted => f.write_str("prefill-admitted"),
+            ReqPhase::DecodeReserved => f.write_str("decode-reserved"),
+            ReqPhase::KvSent => f.write_str("kv-sent"),
+            ReqPhase::KvLanded => f.write_str("kv-landed"),
+            ReqPhase::TransferAccepted => f.write_str("transfer-accepted"),
+            ReqPhase::Decoding(n) => write!(f, "decoding:{n}"),
+            ReqPhase::PrefillAnswered => f.write_str("prefill-answered"),
+            ReqPhase::Answered => f.write_str("answered"),
+        }
+    }
+}
+
+/// How a client gives up on a request. Both reach the router as a cancel; a
+/// disconnected client no longer reads its answer (the oracle still checks it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum CancelHow {
+    Abort,
+    Disconnect,
+}
+
+/// When a client gives up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CancelAt {
+    /// This long after submitting.
+    AfterNs(u64),
+    /// When the request reaches `phase`, `delay_ns` later.
+    Phase { phase: ReqPhase, delay_ns: u64 },
+}
+
+/// A planned client abort or disconnect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancel {
+    pub how: CancelHow,
+    pub at: CancelAt,
+}
+
+impl std::fmt::Display for Cancel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match self.how {
+            CancelHow::Abort => "abort",
+            CancelHow::Disconnect => "disconnect",
+        };
+        match self.at {
+            CancelAt::AfterNs(ns) => write!(f, "{how} {}us after submit", ns / 1_000),
+            CancelAt::Phase { phase, delay_ns } => {
+                write!(f, "{how} {}us after {phase}", delay_ns / 1_000)
+            }
+        }
+    }
+}
+
 /// One concrete request of a run, with its canary prompt.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedRequest {
@@ -130,7 +401,7 @@ pub struct PlannedRequest {
     pub prompt_len: u64,
     pub max_new_tokens: u32,
     pub at_ns: u64,
-    pub cancel_at_ns: Option<u64>,
+    pub cancel: Option<Cancel>,
 }
 
 /// The most requests a run may hold: canary tokens carry the request number in 16 bits.
@@ -150,6 +421,23 @@ impl PlannedRequest {
             .map(|i| c | (i as u32 & 0xFFFF))
             .collect()
     }
+}
+
+/// The cancel an explicit request asks for (`cancel_after_us` or `cancel_on`).
+fn explicit_cancel(r: &RequestSpec) -> Option<Cancel> {
+    if let Some(phase) = r.cancel_on.as_deref().and_then(ReqPhase::parse) {
+        return Some(Cancel {
+            how: CancelHow::Disconnect,
+            at: CancelAt::Phase {
+                phase,
+                delay_ns: r.cancel_delay_us * 1_000,
+            },
+        });
+    }
+    r.cancel_after_us.map(|c| Cancel {
+        how: CancelHow::Disconnect,
+        at: CancelAt::AfterNs(c * 1_000),
+    })
 }
 
 /// Which request's prompt a token came from (`None` for placeholder tokens).
@@ -188,29 +476,32 @@ impl Scenario {
     pub fn validate(&self) -> Result<(), ScenarioError> {
         self.engine.validate()?;
         let t = &self.topology;
-        if t.prefill_pool_pages.is_empty() || t.prefill_pool_pages.len() > 64 {
-            return Err(Self::invalid(
-                "topology.prefill_pool_pages",
-                "needs 1 to 64 nodes",
-            ));
-        }
-        if t.decode_pool_pages.is_empty() || t.decode_pool_pages.len() > 64 {
-            return Err(Self::invalid(
-                "topology.decode_pool_pages",
-                "needs 1 to 64 nodes",
-            ));
-        }
-        for (i, &p) in t
-            .prefill_pool_pages
-            .iter()
-            .chain(&t.decode_pool_pages)
-            .enumerate()
-        {
-            if p == 0 || p > 1 << 24 {
+        // Under a swarm the topology is drawn; a listed one is ignored.
+        if self.swarm.is_none() {
+            if t.prefill_pool_pages.is_empty() || t.prefill_pool_pages.len() > 64 {
                 return Err(Self::invalid(
-                    format!("topology pool #{i}"),
-                    format!("{p} pages: a pool has 1 to 16777216 pages"),
+                    "topology.prefill_pool_pages",
+                    "needs 1 to 64 nodes",
                 ));
+            }
+            if t.decode_pool_pages.is_empty() || t.decode_pool_pages.len() > 64 {
+                return Err(Self::invalid(
+                    "topology.decode_pool_pages",
+                    "needs 1 to 64 nodes",
+                ));
+            }
+            for (i, &p) in t
+                .prefill_pool_pages
+                .iter()
+                .chain(&t.decode_pool_pages)
+                .enumerate()
+            {
+                if p == 0 || p > 1 << 24 {
+                    return Err(Self::invalid(
+                        format!("topology pool #{i}"),
+                        format!("{p} pages: a pool has 1 to 16777216 pages"),
+                    ));
+                }
             }
         }
         let mut total = 0usize;
@@ -228,7 +519,124 @@ impl Scenario {
             if r.repeat == 0 {
                 return Err(Self::invalid(f("repeat"), "must be at least 1"));
             }
+            if let Some(p) = &r.cancel_on {
+                if ReqPhase::parse(p).is_none() {
+                    return Err(Self::invalid(
+                        f("cancel_on"),
+                        format!("unknown phase `{p}` (known: prefill-admitted, decode-reserved, kv-sent, kv-landed, transfer-accepted, decoding[:N], prefill-answered, answered)"),
+                    ));
+                }
+            }
             total += r.repeat as usize;
+        }
+        if let Some(w) = &self.workload {
+            let f = |name: &str| format!("workload.{name}");
+            total += w.requests as usize;
+            if w.prompt_len[0] == 0
+                || w.prompt_len[0] > w.prompt_len[1]
+                || w.prompt_len[1] > 1 << 24
+            {
+                return Err(Self::invalid(
+                    f("prompt_len"),
+                    "needs 1 <= low <= high <= 16777216",
+                ));
+            }
+            if w.max_new_tokens[0] == 0 || w.max_new_tokens[0] > w.max_new_tokens[1] {
+                return Err(Self::invalid(f("max_new_tokens"), "needs 1 <= low <= high"));
+            }
+            if w.max_new_tokens[1] > self.engine.max_new_tokens_limit {
+                return Err(Self::invalid(
+                    f("max_new_tokens"),
+                    format!(
+                        "exceeds engine.max_new_tokens_limit ({})",
+                        self.engine.max_new_tokens_limit
+                    ),
+                ));
+            }
+            if w.tenants == 0 || w.tenants > 1 << 16 {
+                return Err(Self::invalid(f("tenants"), "must be 1 to 65536"));
+            }
+            if w.burst == 0 {
+                return Err(Self::invalid(f("burst"), "must be at least 1"));
+            }
+            if w.over_length_permille > 1000 {
+                return Err(Self::invalid(f("over_length_permille"), "at most 1000"));
+            }
+        }
+        let fs = &self.faults;
+        for (name, v) in [
+            ("delay.permille", fs.delay.permille),
+            ("loss_permille", fs.loss_permille),
+            ("duplicate_permille", fs.duplicate_permille),
+            ("slow_write.permille", fs.slow_write.permille),
+            ("late_write.permille", fs.late_write.permille),
+            ("write_fail_permille", fs.write_fail_permille),
+            ("cancel_permille", fs.cancel_permille),
+        ] {
+            if v > 1000 {
+                return Err(Self::invalid(format!("faults.{name}"), "at most 1000"));
+            }
+        }
+        for p in &fs.cancel_phases {
+            if ReqPhase::parse(p).is_none() {
+                return Err(Self::invalid(
+                    "faults.cancel_phases",
+                    format!("unknown phase `{p}`"),
+                ));
+            }
+        }
+        // A lost message is recovered by a retry; losing every one would only test
+        // that nothing can be done.
+        if fs.loss_permille > 500 {
+            return Err(Self::invalid("faults.loss_permille", "at most 500"));
+        }
+        if fs.partition.count > 64 || fs.crash.count > 64 {
+            return Err(Self::invalid(
+                "faults",
+                "at most 64 partitions and 64 crashes",
+            ));
+        }
+        if let Some(sw) = &self.swarm {
+            for (name, r) in [
+                ("prefill_nodes", sw.prefill_nodes),
+                ("decode_nodes", sw.decode_nodes),
+                ("pool_pages", sw.pool_pages),
+                ("chunk_pages", sw.chunk_pages),
+                ("max_inflight_chunks", sw.max_inflight_chunks),
+                ("max_rooms", sw.max_rooms),
+                ("max_batch", sw.max_batch),
+            ] {
+                if r[0] == 0 || r[0] > r[1] {
+                    return Err(Self::invalid(
+                        format!("swarm.{name}"),
+                        "needs 1 <= low <= high",
+                    ));
+                }
+            }
+            if sw.prefill_nodes[1] > 64 || sw.decode_nodes[1] > 64 {
+                return Err(Self::invalid(
+                    "swarm",
+                    "at most 64 prefill and 64 decode nodes",
+                ));
+            }
+            if sw.pool_pages[1] > 1 << 24 {
+                return Err(Self::invalid("swarm.pool_pages", "at most 16777216 pages"));
+            }
+            if sw.max_inflight_chunks[1] > 1024 {
+                return Err(Self::invalid("swarm.max_inflight_chunks", "at most 1024"));
+            }
+            if sw.pool_below_context_permille > 1000 {
+                return Err(Self::invalid(
+                    "swarm.pool_below_context_permille",
+                    "at most 1000",
+                ));
+            }
+            if sw.small_pool_pages_min == 0 {
+                return Err(Self::invalid(
+                    "swarm.small_pool_pages_min",
+                    "must be at least 1",
+                ));
+            }
         }
         if total > MAX_REQUESTS {
             return Err(Self::invalid(
@@ -238,17 +646,6 @@ impl Scenario {
         }
         if self.run.max_events == 0 {
             return Err(Self::invalid("run.max_events", "must be at least 1"));
-        }
-        Ok(())
-    }
-
-    /// Run the pre-flight rule on every node, naming the node.
-    pub fn preflight(&self) -> Result<(), ScenarioError> {
-        for (i, &p) in self.topology.prefill_pool_pages.iter().enumerate() {
-            self.engine.preflight(&format!("prefill node #{i}"), p)?;
-        }
-        for (i, &p) in self.topology.decode_pool_pages.iter().enumerate() {
-            self.engine.preflight(&format!("decode node #{i}"), p)?;
         }
         Ok(())
     }
@@ -265,7 +662,7 @@ impl Scenario {
                     prompt_len: r.prompt_len,
                     max_new_tokens: r.max_new_tokens,
                     at_ns,
-                    cancel_at_ns: r.cancel_after_us.map(|c| at_ns + c * 1_000),
+                    cancel: explicit_cancel(r),
                 });
             }
         }
@@ -329,7 +726,7 @@ prompt_len = 10
             prompt_len: 5,
             max_new_tokens: 1,
             at_ns: 0,
-            cancel_at_ns: None,
+            cancel: None,
         };
         for t in r.prompt() {
             assert_eq!(canary_owner(t), Some(RequestId(41)));

@@ -62,17 +62,26 @@ pub struct PagePool {
     pages: Vec<PageRecord>,
     /// Stack of free pages; the last element is handed out next (LIFO reuse).
     free: Vec<PageId>,
+    /// The incarnation of the node that owns the pool (0 until a restart).
+    epoch: u32,
 }
 
 impl PagePool {
     /// A pool of `pages` usable pages (ids `1..=pages`) of `page_size` tokens each.
     pub fn new(pages: u32, page_size: u32) -> Self {
+        Self::with_epoch(pages, page_size, 0)
+    }
+
+    /// The pool of a node incarnation: every generation it hands out lies in `epoch`
+    /// (see [`Generation::first_of_epoch`]), so a node restarted with a higher epoch
+    /// never repeats a generation of an earlier incarnation.
+    pub fn with_epoch(pages: u32, page_size: u32, epoch: u32) -> Self {
         assert!(page_size > 0, "EngineConfig validates page_size > 0");
         let mut records = Vec::with_capacity(pages as usize + 1);
         for _ in 0..=pages {
             records.push(PageRecord {
                 state: PageState::Free,
-                gen: Generation(0),
+                gen: Generation::first_of_epoch(epoch),
                 owner: None,
                 holders: 0,
             });
@@ -85,6 +94,7 @@ impl PagePool {
             page_size,
             pages: records,
             free,
+            epoch,
         }
     }
 
@@ -102,15 +112,22 @@ impl PagePool {
             holders: 0,
         });
         pages.extend(records);
+        // The concurrent record has no incarnations: its generations live in epoch 0.
         PagePool {
             page_size,
             pages,
             free,
+            epoch: 0,
         }
     }
 
     pub fn page_size(&self) -> u32 {
         self.page_size
+    }
+
+    /// The incarnation whose generations this pool hands out.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
     }
 
     /// Usable pages (page 0 excluded).
@@ -171,6 +188,11 @@ impl PagePool {
                 .map_err(|source| PoolError::Illegal { page, source })?;
             assert_eq!(rec.holders, 0, "a free page has no holders (S1)");
             rec.gen = Generation(rec.gen.0 + 1);
+            assert_eq!(
+                rec.gen.epoch(),
+                self.epoch,
+                "2^32 allocations of one page within one incarnation would leave its epoch"
+            );
             rec.owner = Some(owner);
             tags.push(PageTag { page, gen: rec.gen });
         }
@@ -391,9 +413,12 @@ impl PagePool {
     }
 
     /// S1 (partition) and S8 (each free page listed once). Returns the first violation.
+    ///
+    /// Drivers call this after every event, so it is one pass over the free list and
+    /// one over the records, with a bitset for "listed" (no per-page counters).
     pub fn invariants(&self) -> Result<(), Violation> {
         let n = self.capacity();
-        let mut on_free = vec![0u32; n + 1];
+        let mut listed = vec![0u64; n / 64 + 1];
         for &p in &self.free {
             let i = p.0 as usize;
             if i == 0 || i > n {
@@ -402,29 +427,30 @@ impl PagePool {
                     format!("free list holds {p}, not a pool page"),
                 ));
             }
-            on_free[i] += 1;
-            if on_free[i] > 1 {
+            let (w, bit) = (i / 64, 1u64 << (i % 64));
+            if listed[w] & bit != 0 {
+                let times = self.free.iter().filter(|q| **q == p).count();
                 return Err(Violation::new(
                     Invariant::S8,
-                    format!(
-                        "{p} is on the free list {} times: it was freed twice",
-                        on_free[i]
-                    ),
+                    format!("{p} is on the free list {times} times: it was freed twice"),
                 ));
             }
+            listed[w] |= bit;
         }
-        let mut counts = [0usize; 3]; // free, owned or quarantined, draining
-        for (page, rec) in self.records() {
-            let listed = on_free[page.0 as usize] == 1;
+        // Every record is in exactly one state, so the per-state counts add up to the
+        // pool by construction; what can break is a record disagreeing with the list.
+        for (i, rec) in self.pages.iter().enumerate().skip(1) {
+            let is_listed = (listed[i / 64] >> (i % 64)) & 1 == 1;
             let ok = match rec.state {
-                PageState::Free => listed && rec.owner.is_none() && rec.holders == 0,
+                PageState::Free => is_listed && rec.owner.is_none() && rec.holders == 0,
                 PageState::Reserved
                 | PageState::Writing
                 | PageState::Ready
-                | PageState::Quarantined => !listed && rec.owner.is_some(),
-                PageState::Draining => !listed && rec.owner.is_none() && rec.holders > 0,
+                | PageState::Quarantined => !is_listed && rec.owner.is_some(),
+                PageState::Draining => !is_listed && rec.owner.is_none() && rec.holders > 0,
             };
             if !ok {
+                let page = PageId(i as u32);
                 return Err(Violation::new(
                     Invariant::S1,
                     format!(
@@ -433,23 +459,42 @@ impl PagePool {
                         rec.state,
                         rec.owner,
                         rec.holders,
-                        if listed { "listed" } else { "not listed" }
+                        if is_listed { "listed" } else { "not listed" }
                     ),
                 ));
             }
-            let slot = match rec.state {
-                PageState::Free => 0,
-                PageState::Draining => 2,
-                _ => 1,
-            };
-            counts[slot] += 1;
-        }
-        if counts.iter().sum::<usize>() != n {
-            return Err(Violation::new(
-                Invariant::S1,
-                format!("counts {counts:?} do not add up to {n}"),
-            ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A restarted node's pool never hands out a generation of an earlier incarnation,
+    /// so a tag from before the crash is stale for every allocation after it.
+    #[test]
+    fn generations_continue_above_an_earlier_epoch() {
+        let room = RoomKey::new(1, 1);
+        let mut old = PagePool::new(2, 4);
+        let mut before = Vec::new();
+        for _ in 0..5 {
+            let tags = old.alloc(2, room).unwrap();
+            old.release(room, &tags).unwrap();
+            before.extend(tags);
+        }
+        let mut new = PagePool::with_epoch(2, 4, 1);
+        assert_eq!(new.epoch(), 1);
+        let after = new.alloc(2, room).unwrap();
+        for t in &after {
+            assert_eq!(t.gen.epoch(), 1);
+            assert!(before.iter().all(|b| b.gen < t.gen));
+        }
+        for b in &before {
+            assert_eq!(b.gen.epoch(), 0);
+            assert!(!new.owns(room, *b), "{b} from before the restart matches");
+        }
+        assert!(new.invariants().is_ok());
     }
 }

@@ -1,0 +1,160 @@
+//! The network model: per-message fault decisions, drawn from seeded streams.
+//!
+//! It decides, when a node sends, what the network does with the message; the
+//! [`crate::world::World`] carries the decision out. Two classes of traffic, as in a
+//! disaggregated deployment:
+//!
+//! - **KV writes** (`Msg::KvWrite`) ride an RDMA reliable connection: a write may be
+//!   slow or land very late, or fail (not applied; its sender then gets exactly one
+//!   `WriteDone { ok: false }`, which the world synthesises in place of delivery), but
+//!   it is never lost silently and never duplicated. Completions (`WriteDone`) are
+//!   never lost either.
+//! - **Control messages** (everything else between nodes) may be held back, lost,
+//!   duplicated, and reordered by jitter.
+//!
+//! The client's link to the router is the test harness and is never faulted. After
+//! the faults heal, every decision is "deliver after the base latency". Partitions
+//! and crashes are not decided here: they depend on the instant of delivery and the
+//! world checks them then. Each decision kind draws from its own stream, a fixed
+//! number of times per message, so turning one kind off leaves the others' draws as
+//! they were for the same sequence of messages.
+
+use crate::plan::NetParams;
+use crate::rng::{self, between, chance, log_between, Component};
+
+/// What happens to one control message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControlFate {
+    /// Delivered after this long; `Some(d2)` also delivers a duplicate after `d2`.
+    Deliver {
+        after_ns: u64,
+        dup_ns: Option<u64>,
+    },
+    Lost,
+}
+
+/// What happens to one KV write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteFate {
+    /// Lands after this long; `late` when it is one of the very late ones.
+    Land { after_ns: u64, late: bool },
+    /// Fails: not applied; the failed completion reaches the sender after this long.
+    Fail { after_ns: u64 },
+}
+
+/// The per-message decision streams of one run.
+pub struct NetModel {
+    p: NetParams,
+    healed: bool,
+    delay: rng::Rng,
+    loss: rng::Rng,
+    dup: rng::Rng,
+    jitter: rng::Rng,
+    slow: rng::Rng,
+    late: rng::Rng,
+    fail: rng::Rng,
+}
+
+impl NetModel {
+    pub fn new(seed: u64, p: NetParams) -> Self {
+        NetModel {
+            p,
+            healed: false,
+            delay: rng::stream(seed, Component::NetDelay),
+            loss: rng::stream(seed, Component::NetLoss),
+            dup: rng::stream(seed, Component::NetDuplicate),
+            jitter: rng::stream(seed, Component::NetJitter),
+            slow: rng::stream(seed, Component::WriteSlow),
+            late: rng::stream(seed, Component::WriteLate),
+            fail: rng::stream(seed, Component::WriteFail),
+        }
+    }
+
+    pub fn params(&self) -> &NetParams {
+        &self.p
+    }
+
+    /// From now on every message is delivered after the base latency.
+    pub fn heal(&mut self) {
+        self.healed = true;
+    }
+
+    pub fn healed(&self) -> bool {
+        self.healed
+    }
+
+    /// The fixed latency of an unfaulted link (the client's, and every link after
+    /// the faults healed).
+    pub fn latency_ns(&self) -> u64 {
+        self.p.latency_ns
+    }
+
+    fn jitter(&mut self) -> u64 {
+        if self.p.jitter_ns == 0 {
+            0
+        } else {
+            between(&mut self.jitter, 0, self.p.jitter_ns)
+        }
+    }
+
+    /// Decide a control message's fate.
+    pub fn control(&mut self, faulty: bool) -> ControlFate {
+        let base = self.p.latency_ns;
+        if self.healed || !faulty {
+            return ControlFate::Deliver {
+                after_ns: base,
+                dup_ns: None,
+            };
+        }
+        let lost = chance(&mut self.loss, self.p.loss_permille);
+        let dup = chance(&mut self.dup, self.p.duplicate_permille);
+        let held = chance(&mut self.delay, self.p.delay_permille);
+        let hold_ns = if held {
+            log_between(&mut self.delay, 1_000, self.p.delay_max_ns.max(1_000))
+        } else {
+            0
+        };
+        let j1 = self.jitter();
+        let j2 = self.jitter();
+        if lost {
+            return ControlFate::Lost;
+        }
+        ControlFate::Deliver {
+            after_ns: base + j1 + hold_ns,
+            dup_ns: dup.then_some(base + j2 + hold_ns / 2),
+        }
+    }
+
+    /// Decide a KV write's fate.
+    pub fn write(&mut self) -> WriteFate {
+        let base = self.p.latency_ns;
+        if self.healed {
+            return WriteFate::Land {
+                after_ns: base,
+                late: false,
+            };
+        }
+        let fail = chance(&mut self.fail, self.p.write_fail_permille);
+        let slow = chance(&mut self.slow, self.p.slow_write_permille);
+        let slow_ns = log_between(&mut self.slow, 1_000, self.p.slow_write_max_ns.max(1_000));
+        let late = chance(&mut self.late, self.p.late_write_permille);
+        let late_ns = between(
+            &mut self.late,
+            self.p.late_write_max_ns / 4,
+            self.p.late_write_max_ns.max(1),
+        );
+        let mut after_ns = base;
+        if slow {
+            after_ns += slow_ns;
+        }
+        if late {
+            after_ns += late_ns;
+        }
+        if fail {
+            // The sender's NIC reports the error after the transport's retries.
+            WriteFate::Fail { after_ns }
+        } else {
+            WriteFate::Land { after_ns, late }
+        }
+    }
+}

@@ -1,0 +1,782 @@
+//! `Plan`: everything one run is made of, drawn from a scenario and a seed.
+//!
+//! A scenario is a family of runs; a plan is one member of it, fully concrete: the
+//! topology and pool sizes, the engine limits and timeouts, the network's fault rates,
+//! the partition windows and crashes with their times, every request with its arrival
+//! and its client's cancel, and the phase boundaries. Under `[swarm]` each seed draws
+//! all of these (which fault kinds are on and how hard, zero included); without it
+//! the scenario's values are used as written and every fault it lists is fully on.
+//!
+//! Each part is drawn from its own seed stream ([`crate::rng`]) with a fixed number of
+//! draws, so a [`Reduction`] (fewer requests, fault kinds off, a shorter safety phase)
+//! changes exactly what it names and nothing else: the shrinker relies on it.
+//! A plan is a pure function of (scenario, seed, bug switches, reduction).
+
+use crate::rng::{self, between, between32, chance, log_between, Component};
+use crate::scenario::{
+    Cancel, CancelAt, CancelHow, PlannedRequest, ReqPhase, Scenario, ScenarioError,
+};
+use kvsim_engine::bugs::BugSet;
+use kvsim_engine::config::EngineConfig;
+use kvsim_engine::ids::{NodeId, RequestId, TenantId};
+use rand::RngExt;
+use std::collections::BTreeSet;
+use std::fmt::{self, Write};
+
+/// A kind of fault a run may inject.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// Control messages held back.
+    Delay,
+    /// Control messages lost.
+    Loss,
+    /// Control messages delivered twice.
+    Duplicate,
+    /// Control messages overtaking each other (latency jitter).
+    Reorder,
+    /// A prefill and a decode node cut off from each other for a window.
+    Partition,
+    /// KV writes that take longer.
+    SlowWrite,
+    /// KV writes that land very late, after aborts and timeouts.
+    LateWrite,
+    /// KV writes that fail (one among several in flight).
+    WriteFail,
+    /// Prefill or decode nodes that crash and restart.
+    Crash,
+    /// Clients that abort or disconnect at a drawn phase of their request.
+    Cancel,
+    /// Engine timeouts drawn short enough to fire in the middle of work.
+    ShortTimeouts,
+}
+
+impl FaultKind {
+    /// Every kind, in the order the swarm draws them. Append only: the order fixes
+    /// which numbers of the `FaultLevels` stream each kind gets.
+    pub const ALL: [FaultKind; 11] = [
+        FaultKind::Delay,
+        FaultKind::Loss,
+        FaultKind::Duplicate,
+        FaultKind::Reorder,
+        FaultKind::Partition,
+        FaultKind::SlowWrite,
+        FaultKind::LateWrite,
+        FaultKind::WriteFail,
+        FaultKind::Crash,
+        FaultKind::Cancel,
+        FaultKind::ShortTimeouts,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Delay => "delay",
+            FaultKind::Loss => "loss",
+            FaultKind::Duplicate => "duplicate",
+            FaultKind::Reorder => "reorder",
+            FaultKind::Partition => "partition",
+            FaultKind::SlowWrite => "slow-write",
+            FaultKind::LateWrite => "late-write",
+            FaultKind::WriteFail => "write-fail",
+            FaultKind::Crash => "crash",
+            FaultKind::Cancel => "cancel",
+            FaultKind::ShortTimeouts => "short-timeouts",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|k| k.name() == s.trim())
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The network's fault rates for one run (all zero: a FIFO link with fixed latency).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NetParams {
+    pub latency_ns: u64,
+    pub jitter_ns: u64,
+    pub delay_permille: u32,
+    pub delay_max_ns: u64,
+    pub loss_permille: u32,
+    pub duplicate_permille: u32,
+    pub slow_write_permille: u32,
+    pub slow_write_max_ns: u64,
+    pub late_write_permille: u32,
+    pub late_write_max_ns: u64,
+    pub write_fail_permille: u32,
+}
+
+/// A window in which a prefill and a decode node cannot reach each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Partition {
+    pub prefill: NodeId,
+    pub decode: NodeId,
+    pub from_ns: u64,
+    pub until_ns: u64,
+}
+
+/// A node crash and its restart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrashPlan {
+    pub node: NodeId,
+    pub at_ns: u64,
+    pub restart_ns: u64,
+}
+
+/// A smaller run carved out of a seed's plan: the shrinker's output, and what
+/// `--reduce` replays. Empty means the plan as drawn.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reduction {
+    /// Keep only these requests (by id); `None` keeps all.
+    pub keep: Option<Vec<RequestId>>,
+    /// Fault kinds turned off.
+    pub off: BTreeSet<FaultKind>,
+    /// Heal the faults this early (never later than drawn).
+    pub safety_ns: Option<u64>,
+}
+
+impl Reduction {
+    pub fn is_empty(&self) -> bool {
+        self.keep.is_none() && self.off.is_empty() && self.safety_ns.is_none()
+    }
+
+    /// Parse `keep=0,3,7;off=loss,crash;safety-ms=1200` (any part may be left out).
+    pub fn parse(spec: &str) -> Result<Reduction, ScenarioError> {
+        let bad = |reason: String| ScenarioError::Invalid {
+            field: "--reduce".into(),
+            reason,
+        };
+        let mut r = Reduction::default();
+        for part in spec.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, val) = part
+                .split_once('=')
+                .ok_or_else(|| bad(format!("`{part}` is not key=value")))?;
+            match key.trim() {
+                "keep" => {
+                    let mut ids = Vec::new();
+                    for x in val.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+                        let n: u64 = x
+                            .trim_start_matches("req")
+                            .parse()
+                            .map_err(|_| bad(format!("`{x}` is not a request number")))?;
+                        ids.push(RequestId(n));
+                    }
+                    ids.sort();
+                    ids.dedup();
+                    r.keep = Some(ids);
+                }
+                "off" => {
+                    for x in val.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+                        let k = FaultKind::parse(x).ok_or_else(|| {
+                            bad(format!(
+                                "unknown fault kind `{x}` (known: {})",
+                                FaultKind::ALL.map(FaultKind::name).join(", ")
+                            ))
+                        })?;
+                        r.off.insert(k);
+                    }
+                }
+                "safety-ms" => {
+                    let ms: u64 = val
+                        .trim()
+                        .parse()
+                        .map_err(|_| bad(format!("`{val}` is not a number of milliseconds")))?;
+                    r.safety_ns = Some(ms.saturating_mul(1_000_000));
+                }
+                other => {
+                    return Err(bad(format!(
+                        "unknown key `{other}` (known: keep, off, safety-ms)"
+                    )))
+                }
+            }
+        }
+        Ok(r)
+    }
+}
+
+impl fmt::Display for Reduction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(keep) = &self.keep {
+            let ids: Vec<String> = keep.iter().map(|r| r.0.to_string()).collect();
+            parts.push(format!("keep={}", ids.join(",")));
+        }
+        if !self.off.is_empty() {
+            let off: Vec<&str> = self.off.iter().map(|k| k.name()).collect();
+            parts.push(format!("off={}", off.join(",")));
+        }
+        if let Some(ns) = self.safety_ns {
+            parts.push(format!("safety-ms={}", ns / 1_000_000));
+        }
+        f.write_str(&parts.join(";"))
+    }
+}
+
+/// One concrete run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub scenario: String,
+    pub seed: u64,
+    /// The engine config with the drawn limits and timeouts and the run's bug switches.
+    pub engine: EngineConfig,
+    pub prefill_pools: Vec<u32>,
+    pub decode_pools: Vec<u32>,
+    pub net: NetParams,
+    pub partitions: Vec<Partition>,
+    pub crashes: Vec<CrashPlan>,
+    pub requests: Vec<PlannedRequest>,
+    /// When faults heal; `None` for a fault-free scenario.
+    pub heal_at_ns: Option<u64>,
+    /// Everything must have drained by this instant.
+    pub deadline_ns: u64,
+    pub max_events: u64,
+    /// The fault kinds that are on, with their level (per mille of the scenario's
+    /// maximum; 0 is on but harmless).
+    pub levels: Vec<(FaultKind, u32)>,
+    /// Drawn by a swarm (rather than taken as written).
+    pub swarm: bool,
+    pub tenants: u32,
+    pub reduction: Reduction,
+}
+
+impl Plan {
+    /// Draw the plan of `seed` from `sc`, with `bugs` replacing the scenario's bug
+    /// switches when given, then apply `reduction`.
+    pub fn build(
+        sc: &Scenario,
+        seed: u64,
+        bugs: Option<BugSet>,
+        reduction: &Reduction,
+    ) -> Result<Plan, ScenarioError> {
+        sc.validate()?;
+        let mut engine = sc.engine.clone();
+        if let Some(b) = bugs {
+            engine.bugs = b;
+        }
+
+        // Topology and engine limits.
+        let (prefill_pools, decode_pools) = match &sc.swarm {
+            None => (
+                sc.topology.prefill_pool_pages.clone(),
+                sc.topology.decode_pool_pages.clone(),
+            ),
+            Some(sw) => {
+                let mut t = rng::stream(seed, Component::Topology);
+                let np = between32(&mut t, sw.prefill_nodes);
+                let nd = between32(&mut t, sw.decode_nodes);
+                let context_pages = engine.pages_for(engine.context_len);
+                let pool = |t: &mut rng::Rng| {
+                    let small = chance(t, sw.pool_below_context_permille);
+                    let normal = between32(t, sw.pool_pages);
+                    let below = between(
+                        t,
+                        u64::from(sw.small_pool_pages_min),
+                        context_pages.saturating_sub(1),
+                    ) as u32;
+                    if small && u64::from(below) < context_pages {
+                        below.max(1)
+                    } else {
+                        normal
+                    }
+                };
+                let p: Vec<u32> = (0..np).map(|_| pool(&mut t)).collect();
+                let d: Vec<u32> = (0..nd).map(|_| pool(&mut t)).collect();
+                engine.chunk_pages = between32(&mut t, sw.chunk_pages);
+                engine.max_inflight_chunks = between32(&mut t, sw.max_inflight_chunks);
+                engine.max_rooms = between32(&mut t, sw.max_rooms);
+                engine.max_batch = between32(&mut t, sw.max_batch);
+                let ps = u64::from(engine.page_size);
+                if p.iter()
+                    .chain(&d)
+                    .any(|&x| u64::from(x) * ps < engine.context_len)
+                {
+                    // The drawn configuration is the unsafe one on purpose.
+                    engine.allow_unsafe_pool = true;
+                }
+                (p, d)
+            }
+        };
+        for (i, &p) in prefill_pools.iter().enumerate() {
+            engine.preflight(&format!("prefill node #{i}"), p)?;
+        }
+        for (i, &p) in decode_pools.iter().enumerate() {
+            engine.preflight(&format!("decode node #{i}"), p)?;
+        }
+        let np = prefill_pools.len() as u16;
+        let nd = decode_pools.len() as u16;
+        let prefill_ids: Vec<NodeId> = (1..=np).map(NodeId).collect();
+        let decode_ids: Vec<NodeId> = (np + 1..=np + nd).map(NodeId).collect();
+
+        // Which fault kinds are on, and how hard: two draws per kind, always.
+        let fs = &sc.faults;
+        let max_of = |k: FaultKind| -> bool {
+            match k {
+                FaultKind::Delay => fs.delay.permille > 0 && fs.delay.max_ms > 0,
+                FaultKind::Loss => fs.loss_permille > 0,
+                FaultKind::Duplicate => fs.duplicate_permille > 0,
+                FaultKind::Reorder => fs.reorder_jitter_us > 0,
+                FaultKind::Partition => fs.partition.count > 0 && fs.partition.max_ms > 0,
+                FaultKind::SlowWrite => fs.slow_write.permille > 0 && fs.slow_write.max_ms > 0,
+                FaultKind::LateWrite => fs.late_write.permille > 0 && fs.late_write.max_ms > 0,
+                FaultKind::WriteFail => fs.write_fail_permille > 0,
+                FaultKind::Crash => fs.crash.count > 0 && fs.crash.max_ms > 0,
+                FaultKind::Cancel => fs.cancel_permille > 0,
+                FaultKind::ShortTimeouts => fs.short_timeouts_min_ms > 0,
+            }
+        };
+        let mut lv = rng::stream(seed, Component::FaultLevels);
+        let mut levels = Vec::new();
+        for k in FaultKind::ALL {
+            let on = lv.random_bool(0.5);
+            let level = between(&mut lv, 0, 1000) as u32;
+            let on = if sc.swarm.is_some() { on } else { true };
+            let level = if sc.swarm.is_some() { level } else { 1000 };
+            if on && max_of(k) && !reduction.off.contains(&k) {
+                levels.push((k, level));
+            }
+        }
+        let level = |k: FaultKind| levels.iter().find(|(x, _)| *x == k).map(|(_, l)| *l);
+        let scale = |max: u64, k: FaultKind| level(k).map_or(0, |l| max * u64::from(l) / 1000);
+        let scale32 = |max: u32, k: FaultKind| scale(u64::from(max), k) as u32;
+
+        // Timeouts: each shortened with probability `level`, log-uniformly down to the
+        // minimum. The drain-retry budget (retries x interval) is kept, so a short
+        // interval means more retries, not an earlier fatal stop.
+        if let Some(l) = level(FaultKind::ShortTimeouts) {
+            let mut t = rng::stream(seed, Component::Timeouts);
+            let min = fs.short_timeouts_min_ms * 1_000_000;
+            let to = &mut engine.timeouts;
+            let budget = to
+                .drain_retry_ns
+                .saturating_mul(u64::from(to.drain_retries));
+            for v in [
+                &mut to.bootstrap_ns,
+                &mut to.waiting_ns,
+                &mut to.request_ns,
+                &mut to.drain_retry_ns,
+            ] {
+                let short = chance(&mut t, l);
+                let drawn = log_between(&mut t, min.min(*v), *v);
+                if short {
+                    *v = drawn.max(1);
+                }
+            }
+            to.drain_retries = u32::try_from(budget.div_ceil(to.drain_retry_ns))
+                .unwrap_or(u32::MAX)
+                .max(to.drain_retries);
+        }
+
+        // The workload: explicit requests first, then the generated ones.
+        let mut requests = sc.planned_requests();
+        let mut tenants = requests
+            .iter()
+            .map(|r| r.tenant.0)
+            .collect::<BTreeSet<_>>()
+            .len() as u32;
+        if let Some(w) = &sc.workload {
+            let mut r = rng::stream(seed, Component::Workload);
+            let swarm = sc.swarm.is_some();
+            let t_drawn = between(&mut r, 1, u64::from(w.tenants)) as u32;
+            let ol_drawn = between(&mut r, 0, u64::from(w.over_length_permille)) as u32;
+            let burst_drawn = between(&mut r, 1, u64::from(w.burst)) as u32;
+            // Dense seeds stress contention (pools, rooms); sparse ones stretch timers.
+            let window_drawn = log_between(&mut r, (w.arrival_ms / 10).max(1), w.arrival_ms.max(1));
+            let n_tenants = if swarm { t_drawn } else { w.tenants };
+            let over_length = if swarm {
+                ol_drawn
+            } else {
+                w.over_length_permille
+            };
+            let burst = if swarm { burst_drawn } else { w.burst };
+            tenants = tenants.max(n_tenants);
+            // Admission limits per node: an over-length prompt exceeds the smallest
+            // one and at most a quarter more than the largest, so it is rejected by
+            // some nodes and, with asymmetric pools, accepted by others (the
+            // incident's shape).
+            let ps = u64::from(engine.page_size);
+            let limits: Vec<u64> = prefill_pools
+                .iter()
+                .chain(&decode_pools)
+                .map(|&p| engine.context_len.min(u64::from(p) * ps))
+                .collect();
+            let lo = limits.iter().copied().min().unwrap_or(1);
+            let hi = limits.iter().copied().max().unwrap_or(1);
+            let window = if swarm { window_drawn } else { w.arrival_ms } * 1_000_000;
+            // Bursts average (1 + burst) / 2 requests: spread their starts over the window.
+            let gap_max = window * (1 + u64::from(burst)) / u64::from(w.requests.max(1));
+            let mut at = 0u64;
+            let mut left_in_burst = 0u32;
+            let first = requests.len() as u64;
+            for i in 0..u64::from(w.requests) {
+                // Same number of draws per request whatever the outcome.
+                let gap = between(&mut r, 0, gap_max);
+                let size = between(&mut r, 1, u64::from(burst)) as u32;
+                let tenant = between(&mut r, 1, u64::from(n_tenants)) as u32;
+                let fit = log_between(&mut r, w.prompt_len[0], w.prompt_len[1]);
+                let over = chance(&mut r, over_length);
+                let long = between(&mut r, lo + 1, (hi + hi / 4).max(lo + 1)).min(1 << 24);
+                let new_tokens = between32(&mut r, w.max_new_tokens);
+                if left_in_burst == 0 {
+                    at = (at + gap).min(window);
+                    left_in_burst = size;
+                }
+                left_in_burst -= 1;
+                requests.push(PlannedRequest {
+                    req: RequestId(first + i),
+                    tenant: TenantId(tenant),
+                    prompt_len: if over { long } else { fit },
+                    max_new_tokens: new_tokens,
+                    at_ns: at,
+                    cancel: None,
+                });
+            }
+        }
+
+        // The safety phase ends (faults heal) at the configured time, or at the last
+        // submission; a reduction may only bring it forward.
+        let last_arrival = requests.iter().map(|r| r.at_ns).max().unwrap_or(0);
+        let any_fault = !levels.is_empty();
+        let drawn_heal = if sc.phases.safety_ms > 0 {
+            sc.phases.safety_ms * 1_000_000
+        } else {
+            last_arrival
+        };
+        let heal_at = match reduction.safety_ns {
+            Some(s) => s.min(drawn_heal),
+            None => drawn_heal,
+        };
+
+        // Client cancels: one fixed set of draws per request.
+        if level(FaultKind::Cancel).is_some() {
+            let share = scale32(fs.cancel_permille, FaultKind::Cancel);
+            let mut c = rng::stream(seed, Component::Cancels);
+            // A scenario may restrict the phases; the draw picks among those by index.
+            let allowed: Vec<ReqPhase> = fs
+                .cancel_phases
+                .iter()
+                .filter_map(|p| ReqPhase::parse(p))
+                .collect();
+            let phase_of = |i: usize| -> Option<ReqPhase> {
+                (!allowed.is_empty()).then(|| allowed[i % allowed.len()])
+            };
+            for r in requests.iter_mut() {
+                let hit = chance(&mut c, share);
+                let abort = c.random_bool(0.5);
+                let timed = chance(&mut c, 250);
+                let after = log_between(&mut c, 1_000, 2_000_000_000);
+                let phase_i = between(&mut c, 0, ReqPhase::ALL.len() as u64 - 1) as usize;
+                let step = between(&mut c, 0, u64::from(r.max_new_tokens.saturating_sub(1)));
+                let immediate = c.random_bool(0.5);
+                let delay = log_between(&mut c, 1_000, 50_000_000);
+                if !hit || r.cancel.is_some() {
+                    continue;
+                }
+                let phase = match (phase_of(phase_i), ReqPhase::ALL[phase_i]) {
+                    (Some(p), _) => p,
+                    (None, ReqPhase::Decoding(_)) => ReqPhase::Decoding(step as u32),
+                    (None, p) => p,
+                };
+                let timed = timed && fs.cancel_phases.is_empty();
+                r.cancel = Some(Cancel {
+                    how: if abort {
+                        CancelHow::Abort
+                    } else {
+                        CancelHow::Disconnect
+                    },
+                    at: if timed {
+                        CancelAt::AfterNs(after)
+                    } else {
+                        CancelAt::Phase {
+                            phase,
+                            delay_ns: if immediate { 0 } else { delay },
+                        }
+                    },
+                });
+            }
+        }
+
+        // Partitions and crashes, inside the safety phase.
+        let safety = heal_at.max(1);
+        let mut partitions = Vec::new();
+        if level(FaultKind::Partition).is_some() {
+            let mut p = rng::stream(seed, Component::Partitions);
+            let count = between(&mut p, 1, u64::from(fs.partition.count));
+            let max = scale(fs.partition.max_ms * 1_000_000, FaultKind::Partition).max(1_000_000);
+            for _ in 0..count {
+                let pi = between(&mut p, 0, u64::from(np) - 1) as usize;
+                let di = between(&mut p, 0, u64::from(nd) - 1) as usize;
+                let from = between(&mut p, 0, safety - 1);
+                let len = log_between(&mut p, 1_000_000, max);
+                partitions.push(Partition {
+                    prefill: prefill_ids[pi],
+                    decode: decode_ids[di],
+                    from_ns: from,
+                    until_ns: (from + len).min(heal_at),
+                });
+            }
+        }
+        let mut crashes = Vec::new();
+        if level(FaultKind::Crash).is_some() {
+            let mut p = rng::stream(seed, Component::Crashes);
+            let count = between(&mut p, 1, u64::from(fs.crash.count));
+            let max = scale(fs.crash.max_ms * 1_000_000, FaultKind::Crash).max(1_000_000);
+            let all: Vec<NodeId> = prefill_ids.iter().chain(&decode_ids).copied().collect();
+            for _ in 0..count {
+                let ni = between(&mut p, 0, all.len() as u64 - 1) as usize;
+                let at = between(&mut p, 0, safety - 1);
+                let down = log_between(&mut p, 1_000_000, max);
+                if at < heal_at {
+                    crashes.push(CrashPlan {
+                        node: all[ni],
+                        at_ns: at,
+                        restart_ns: (at + down).min(heal_at),
+                    });
+                }
+            }
+            crashes.sort_by_key(|c| (c.at_ns, c.node));
+        }
+        partitions.retain(|p| p.from_ns < heal_at);
+
+        let net = NetParams {
+            latency_ns: sc.network.latency_us * 1_000,
+            jitter_ns: scale(fs.reorder_jitter_us * 1_000, FaultKind::Reorder),
+            delay_permille: scale32(fs.delay.permille, FaultKind::Delay),
+            delay_max_ns: fs.delay.max_ms * 1_000_000,
+            loss_permille: scale32(fs.loss_permille, FaultKind::Loss),
+            duplicate_permille: scale32(fs.duplicate_permille, FaultKind::Duplicate),
+            slow_write_permille: scale32(fs.slow_write.permille, FaultKind::SlowWrite),
+            slow_write_max_ns: fs.slow_write.max_ms * 1_000_000,
+            late_write_permille: scale32(fs.late_write.permille, FaultKind::LateWrite),
+            late_write_max_ns: fs.late_write.max_ms * 1_000_000,
+            write_fail_permille: scale32(fs.write_fail_permille, FaultKind::WriteFail),
+        };
+
+        if let Some(keep) = &reduction.keep {
+            requests.retain(|r| keep.binary_search(&r.req).is_ok());
+        }
+
+        let max_time_ns = sc.run.max_time_ms.saturating_mul(1_000_000);
+        let last_kept = requests.iter().map(|r| r.at_ns).max().unwrap_or(0);
+        let deadline_ns = if sc.phases.liveness_ms > 0 {
+            heal_at
+                .max(last_kept)
+                .saturating_add(sc.phases.liveness_ms * 1_000_000)
+                .min(max_time_ns)
+        } else {
+            max_time_ns
+        };
+        engine.validate()?;
+        Ok(Plan {
+            scenario: sc.name.clone(),
+            seed,
+            engine,
+            prefill_pools,
+            decode_pools,
+            net,
+            partitions,
+            crashes,
+            requests,
+            heal_at_ns: any_fault.then_some(heal_at),
+            deadline_ns,
+            max_events: sc.run.max_events,
+            levels,
+            swarm: sc.swarm.is_some(),
+            tenants,
+            reduction: reduction.clone(),
+        })
+    }
+
+    pub fn prefill_ids(&self) -> Vec<NodeId> {
+        (1..=self.prefill_pools.len() as u16).map(NodeId).collect()
+    }
+
+    pub fn decode_ids(&self) -> Vec<NodeId> {
+        let np = self.prefill_pools.len() as u16;
+        (np + 1..=np + self.decode_pools.len() as u16)
+            .map(NodeId)
+            .collect()
+    }
+
+    /// The level of a fault kind, if it is on.
+    pub fn level(&self, k: FaultKind) -> Option<u32> {
+        self.levels.iter().find(|(x, _)| *x == k).map(|(_, l)| *l)
+    }
+
+    /// The draw, as the few lines a failure report starts with.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        let e = &self.engine;
+        let ps = u64::from(e.page_size);
+        let pools = |ids: Vec<NodeId>, pools: &[u32]| -> String {
+            ids.iter()
+                .zip(pools)
+                .map(|(id, p)| {
+                    let small = u64::from(*p) * ps < e.context_len;
+                    format!("{id} {p}p{}", if small { "*" } else { "" })
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let what = if self.swarm { "swarm draw" } else { "plan" };
+        let _ = writeln!(out, "{what} for seed {} of {}:", self.seed, self.scenario);
+        let _ = writeln!(
+            out,
+            "  topology: {} prefill ({}), {} decode ({}); page {} tokens, context {} tokens{}",
+            self.prefill_pools.len(),
+            pools(self.prefill_ids(), &self.prefill_pools),
+            self.decode_pools.len(),
+            pools(self.decode_ids(), &self.decode_pools),
+            e.page_size,
+            e.context_len,
+            if e.allow_unsafe_pool {
+                " (* pool below the context: the unsafe configuration, on purpose)"
+            } else {
+                ""
+            }
+        );
+        let t = &e.timeouts;
+        let _ = writeln!(
+            out,
+            "  engine:   chunk {} pages, {} writes in flight, {} rooms, batch {}; timeouts bootstrap {}, waiting {}, request {}, drain retry {} x{}; bugs {}",
+            e.chunk_pages,
+            e.max_inflight_chunks,
+            e.max_rooms,
+            e.max_batch,
+            ms(t.bootstrap_ns),
+            ms(t.waiting_ns),
+            ms(t.request_ns),
+            ms(t.drain_retry_ns),
+            t.drain_retries,
+            e.bugs
+        );
+        let over = self
+            .requests
+            .iter()
+            .filter(|r| {
+                let need = r.prompt_len;
+                self.prefill_pools
+                    .iter()
+                    .chain(&self.decode_pools)
+                    .any(|&p| need > e.context_len.min(u64::from(p) * ps))
+            })
+            .count();
+        let aborts = self
+            .requests
+            .iter()
+            .filter(|r| r.cancel.is_some_and(|c| c.how == CancelHow::Abort))
+            .count();
+        let disconnects = self
+            .requests
+            .iter()
+            .filter(|r| r.cancel.is_some_and(|c| c.how == CancelHow::Disconnect))
+            .count();
+        let (plo, phi) = self.requests.iter().fold((u64::MAX, 0), |(lo, hi), r| {
+            (lo.min(r.prompt_len), hi.max(r.prompt_len))
+        });
+        let last = self.requests.iter().map(|r| r.at_ns).max().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "  workload: {} requests from {} tenants over {}; prompts {}..{} tokens; {} over-length; {} client aborts, {} disconnects",
+            self.requests.len(),
+            self.tenants,
+            ms(last),
+            if plo == u64::MAX { 0 } else { plo },
+            phi,
+            over,
+            aborts,
+            disconnects
+        );
+        let n = &self.net;
+        let mut faults = Vec::new();
+        for k in FaultKind::ALL {
+            let Some(level) = self.level(k) else {
+                faults.push(format!("{k} off"));
+                continue;
+            };
+            let s = match k {
+                FaultKind::Delay => {
+                    format!("delay {}‰ up to {}", n.delay_permille, ms(n.delay_max_ns))
+                }
+                FaultKind::Loss => format!("loss {}‰", n.loss_permille),
+                FaultKind::Duplicate => format!("duplicate {}‰", n.duplicate_permille),
+                FaultKind::Reorder => format!("reorder jitter {}", ms(n.jitter_ns)),
+                FaultKind::Partition => format!("partition x{}", self.partitions.len()),
+                FaultKind::SlowWrite => format!(
+                    "slow-write {}‰ up to {}",
+                    n.slow_write_permille,
+                    ms(n.slow_write_max_ns)
+                ),
+                FaultKind::LateWrite => format!(
+                    "late-write {}‰ up to {}",
+                    n.late_write_permille,
+                    ms(n.late_write_max_ns)
+                ),
+                FaultKind::WriteFail => format!("write-fail {}‰", n.write_fail_permille),
+                FaultKind::Crash => format!("crash x{}", self.crashes.len()),
+                FaultKind::Cancel => format!("cancel level {level}‰"),
+                FaultKind::ShortTimeouts => format!("short-timeouts level {level}‰"),
+            };
+            faults.push(s);
+        }
+        let _ = writeln!(out, "  faults:   {}", faults.join(", "));
+        for p in &self.partitions {
+            let _ = writeln!(
+                out,
+                "            partition {} | {} from {} to {}",
+                p.prefill,
+                p.decode,
+                ms(p.from_ns),
+                ms(p.until_ns)
+            );
+        }
+        for c in &self.crashes {
+            let _ = writeln!(
+                out,
+                "            crash {} at {}, restart at {}",
+                c.node,
+                ms(c.at_ns),
+                ms(c.restart_ns)
+            );
+        }
+        match self.heal_at_ns {
+            Some(h) => {
+                let _ = writeln!(
+                    out,
+                    "  phases:   safety (faults on) until {}, then liveness: everything drained by {}",
+                    ms(h),
+                    ms(self.deadline_ns)
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "  phases:   no faults; everything drained by {}",
+                    ms(self.deadline_ns)
+                );
+            }
+        }
+        if !self.reduction.is_empty() {
+            let _ = writeln!(out, "  reduced:  {}", self.reduction);
+        }
+        out
+    }
+}
+
+/// Nanoseconds as a short human duration.
+pub fn ms(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!(
+            "{}.{:03}s",
+            ns / 1_000_000_000,
+            (ns % 1_000_000_000) / 1_000_000
+        )
+    } else if ns >= 1_000_000 {
+        format!("{}ms", ns / 1_000_000)
+    } else {
+        format!("{}us", ns / 1_000)
+    }
+}

@@ -1,0 +1,36 @@
+//! Shared helpers for the simulator's integration tests: the scenario files,
+//! compiled in so the tests run from any directory.
+
+#![allow(dead_code)]
+
+use kvsim_sim::scenario::Scenario;
+
+pub const MIXED_FAULTS: &str = include_str!("../../../scenarios/mixed-faults.toml");
+pub const ABORT_STORM: &str = include_str!("../../../scenarios/abort-storm.toml");
+pub const DISCONNECT_MID_TRANSFER: &str =
+    include_str!("../../../scenarios/disconnect-mid-transfer.toml");
+pub const TRANSFER_FAILURES: &str = include_str!("../../../scenarios/transfer-failures.toml");
+pub const PARTITION: &str = include_str!("../../../scenarios/partition.toml");
+pub const GLM53_INCIDENT: &str = include_str!("../../../scenarios/glm53-incident.toml");
+
+/// Every scenario file, by the path a replay command names.
+pub const ALL: [(&str, &str); 6] = [
+    ("scenarios/mixed-faults.toml", MIXED_FAULTS),
+    ("scenarios/abort-storm.toml", ABORT_STORM),
+    (
+        "scenarios/disconnect-mid-transfer.toml",
+        DISCONNECT_MID_TRANSFER,
+    ),
+    ("scenarios/transfer-failures.toml", TRANSFER_FAILURES),
+    ("scenarios/partition.toml", PARTITION),
+    ("scenarios/glm53-incident.toml", GLM53_INCIDENT),
+];
+
+pub fn scenario(path: &str) -> Scenario {
+    let text = ALL
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, t)| *t)
+        .unwrap_or_else(|| panic!("no scenario {path}"));
+    Scenario::parse(text, path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
