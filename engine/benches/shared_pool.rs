@@ -5,7 +5,7 @@
 //! single-threaded `PagePool` is measured beside it as the floor (no atomics). This is
 //! not a correctness test (the loom models and proptests are); it only times. Threads
 //! and clock reads live here, never in the engine. Results and the machine they were
-//! taken on: docs/PERFORMANCE-shared.md.
+//! taken on: docs/PERFORMANCE.md (section "kv::shared").
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use kvsim_engine::ids::{PageId, PageTag, RoomKey};
