@@ -61,8 +61,9 @@ impl MatrixRow {
 pub struct DefenseRow {
     pub config: String,
     pub bugs: String,
+    pub scenario: String,
     pub invariants: Vec<String>,
-    pub leaks: usize,
+    pub failing_seeds: u64,
     pub seeds_run: u64,
 }
 

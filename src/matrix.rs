@@ -1,0 +1,260 @@
+//! The bug-detection matrix: every historical bug switch, hunted by both tools.
+//!
+//! For each switch alone (and the incident pair together) the simulator sweeps the
+//! scenario that exercises it, stopping at the first violation, and the model checker
+//! searches the standard models in turn until one breaks. The defended engine must
+//! show nothing in either. A second table turns each defense off alone, and the
+//! page-tag check on and off under each switch, to show which defense is load-bearing.
+//!
+//! This module runs things and collects numbers; `matrix_report.rs` formats them.
+
+use crate::matrix_report::{DefenseRow, Matrix, MatrixRow, McCell, SimCell};
+use anyhow::{Context, Result};
+use kvsim_engine::bugs::{Bug, BugSet};
+use kvsim_engine::config::Defenses;
+use kvsim_models::{check, CheckOptions, ModelSpec, Verdict};
+use kvsim_sim::scenario::Scenario;
+use kvsim_sim::sweep::{run_sweep, SeedRange, SweepOptions};
+use std::time::Instant;
+
+/// Scenario files compiled in, so the matrix runs from any directory.
+pub const SCENARIOS: &[(&str, &str)] = &[
+    ("scenarios/mixed-faults.toml", include_str!("../scenarios/mixed-faults.toml")),
+    ("scenarios/abort-storm.toml", include_str!("../scenarios/abort-storm.toml")),
+    ("scenarios/disconnect-mid-transfer.toml", include_str!("../scenarios/disconnect-mid-transfer.toml")),
+    ("scenarios/transfer-failures.toml", include_str!("../scenarios/transfer-failures.toml")),
+    ("scenarios/partition.toml", include_str!("../scenarios/partition.toml")),
+    ("scenarios/client-disconnects.toml", include_str!("../scenarios/client-disconnects.toml")),
+    ("scenarios/glm53-incident.toml", include_str!("../scenarios/glm53-incident.toml")),
+];
+
+/// Which scenario hunts which switch (the one whose faults reach its code path).
+pub fn scenario_for(bugs: BugSet) -> &'static str {
+    let only = |b: Bug| bugs == BugSet::NONE.with(b);
+    if only(Bug::SuccessOverwritesAbort) {
+        "scenarios/abort-storm.toml"
+    } else if only(Bug::DecodeReleaseImmediate) || only(Bug::PrefillReleaseBeforeDrain) {
+        "scenarios/disconnect-mid-transfer.toml"
+    } else if only(Bug::FailedSendReportsDrained) {
+        "scenarios/transfer-failures.toml"
+    } else if only(Bug::AckIgnoresGeneration) {
+        "scenarios/partition.toml"
+    } else if only(Bug::RouterCancelsOneHalf) {
+        "scenarios/client-disconnects.toml"
+    } else if only(Bug::SkipPreflight) {
+        "scenarios/glm53-incident.toml"
+    } else {
+        "scenarios/mixed-faults.toml"
+    }
+}
+
+/// Why the model checker cannot catch a switch, if it cannot by design.
+pub fn mc_not_applicable(bugs: BugSet) -> Option<&'static str> {
+    let only = |b: Bug| bugs == BugSet::NONE.with(b);
+    if only(Bug::RouterCancelsOneHalf) {
+        Some("liveness over time: decode's own waiting timer (300 s upstream) rescues it, and model timers carry no time")
+    } else if only(Bug::SkipPreflight) {
+        Some("a start-up config rule, not a runtime transition")
+    } else {
+        None
+    }
+}
+
+pub fn load(path: &str) -> Result<Scenario> {
+    let text = SCENARIOS
+        .iter()
+        .find(|(p, _)| *p == path)
+        .map(|(_, t)| *t)
+        .with_context(|| format!("no compiled-in scenario {path}"))?;
+    Ok(Scenario::parse(text, path)?)
+}
+
+/// How hard to look.
+#[derive(Clone, Debug)]
+pub struct Budget {
+    pub seeds: u64,
+    /// Standard models to search, in order (the first violation ends the search).
+    pub models: Vec<&'static str>,
+    pub threads: usize,
+    /// Also build the defenses table.
+    pub defenses: bool,
+}
+
+impl Budget {
+    /// What `kvsim bugs` runs by default.
+    pub fn full(seeds: u64) -> Budget {
+        Budget { seeds, models: vec!["handoff", "abort-race", "timeout-race"], threads: 2, defenses: true }
+    }
+    /// The reduced pass of the default suite and `cargo test`.
+    pub fn quick(seeds: u64) -> Budget {
+        Budget { seeds, models: vec!["handoff-small", "abort-race-small"], threads: 1, defenses: false }
+    }
+}
+
+/// The sim column: sweep until the first violation (or the budget).
+pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<SimCell> {
+    let path = scenario_for(bugs);
+    let mut sc = load(path)?;
+    tweak(&mut sc);
+    let t = Instant::now();
+    if bugs.has(Bug::SkipPreflight) || (bugs.is_empty() && path.contains("glm53")) {
+        // The pre-flight rule is checked where it lives: start the incident's unsafe
+        // pool without asking for it. The defended engine must refuse to start.
+        sc.engine.allow_unsafe_pool = false;
+        sc.engine.bugs = bugs;
+        let started = kvsim_sim::run_scenario(&sc, &kvsim_sim::RunOptions::default()).is_ok();
+        return Ok(SimCell {
+            scenario: format!("{path} (allow_unsafe_pool = false)"),
+            seeds_run: 1,
+            first_seed: started.then_some(sc.seed),
+            invariant: started.then(|| "pre-flight".to_string()),
+            wall_s: t.elapsed().as_secs_f64(),
+        });
+    }
+    let opts = SweepOptions {
+        seeds: SeedRange { start: 0, end: seeds },
+        bugs: Some(bugs),
+        stop_at_first: !bugs.is_empty(),
+        ..SweepOptions::default()
+    };
+    let s = run_sweep(&sc, path, &opts)?;
+    let first = s.failures.iter().min_by_key(|f| f.seed);
+    Ok(SimCell {
+        scenario: path.to_string(),
+        seeds_run: first.map_or(s.seeds_run, |f| f.seed + 1),
+        first_seed: first.map(|f| f.seed),
+        invariant: first.map(|f| f.invariant.clone()),
+        wall_s: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// The model-checker column: the first standard model that breaks.
+pub fn mc_cell(bugs: BugSet, budget: &Budget) -> Result<Result<McCell, String>> {
+    if let Some(why) = mc_not_applicable(bugs) {
+        return Ok(Err(why.to_string()));
+    }
+    let t = Instant::now();
+    let mut states = 0u64;
+    let mut last = String::new();
+    for &name in &budget.models {
+        let spec = ModelSpec::standard(name)?.with_bugs(bugs);
+        let opts = CheckOptions { threads: budget.threads, ..CheckOptions::default() };
+        let report = check(spec, &opts)?;
+        states += report.unique as u64;
+        last = name.to_string();
+        let violated = report.properties.iter().find_map(|p| match p.verdict {
+            Verdict::Violated { steps } => Some((p.name, steps)),
+            _ => None,
+        });
+        if let Some((property, steps)) = violated {
+            let invariant = kvsim_models::check::invariant_of(property)
+                .map_or_else(|| property.to_string(), |i| i.to_string());
+            return Ok(Ok(McCell {
+                model: name.to_string(),
+                counterexample_len: Some(steps),
+                states,
+                invariant: Some(invariant),
+                wall_s: t.elapsed().as_secs_f64(),
+            }));
+        }
+    }
+    Ok(Ok(McCell {
+        model: budget.models.join("+").replace(&last, &last),
+        counterexample_len: None,
+        states,
+        invariant: None,
+        wall_s: t.elapsed().as_secs_f64(),
+    }))
+}
+
+/// The rows to hunt: every switch alone, the incident pair, then the defended engine.
+pub fn configurations() -> Vec<(String, BugSet, bool)> {
+    let mut rows: Vec<(String, BugSet, bool)> =
+        Bug::ALL.iter().map(|b| (b.name().to_string(), BugSet::NONE.with(*b), false)).collect();
+    rows.push(("incident pair (gate + length)".into(), BugSet::INCIDENT, false));
+    rows.push(("default engine (no bugs)".into(), BugSet::NONE, true));
+    rows
+}
+
+fn defense_names() -> Vec<(&'static str, fn(&mut Defenses))> {
+    vec![
+        ("admission check off", |d| d.admission_check = false),
+        ("verify on completion off", |d| d.verify_on_completion = false),
+        ("deferred release off", |d| d.deferred_release = false),
+        ("page tags off", |d| d.page_tags = false),
+        ("pre-flight off", |d| d.preflight = false),
+        ("router cancels both off", |d| d.router_cancels_both = false),
+        ("zero on free on", |d| d.zero_on_free = true),
+    ]
+}
+
+/// What the harness reports for one configuration: every invariant any seed broke.
+fn reported(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<DefenseRow> {
+    let path = scenario_for(bugs);
+    let mut sc = load(path)?;
+    tweak(&mut sc);
+    let opts = SweepOptions {
+        seeds: SeedRange { start: 0, end: seeds },
+        bugs: Some(bugs),
+        keep_failures: usize::MAX,
+        ..SweepOptions::default()
+    };
+    let s = run_sweep(&sc, path, &opts)?;
+    let mut inv: Vec<String> = Vec::new();
+    for f in &s.failures {
+        for i in &f.invariants {
+            if !inv.contains(i) {
+                inv.push(i.clone());
+            }
+        }
+    }
+    inv.sort();
+    Ok(DefenseRow {
+        config: String::new(),
+        bugs: bugs.to_string(),
+        scenario: path.to_string(),
+        invariants: inv,
+        failing_seeds: s.failing_seeds,
+        seeds_run: s.seeds_run,
+    })
+}
+
+/// The defenses table.
+pub fn defenses_table(seeds: u64) -> Result<Vec<DefenseRow>> {
+    let mut rows = Vec::new();
+    for (name, f) in defense_names() {
+        let mut r = reported(BugSet::NONE, seeds, |sc| f(&mut sc.engine.defenses))?;
+        r.config = name.to_string();
+        rows.push(r);
+    }
+    for (label, bugs, baseline) in configurations() {
+        if baseline || bugs.has(Bug::SkipPreflight) {
+            continue;
+        }
+        for tags in [true, false] {
+            let mut r = reported(bugs, seeds, |sc| sc.engine.defenses.page_tags = tags)?;
+            r.config = format!("page tags {}", if tags { "on" } else { "off" });
+            r.bugs = label.clone();
+            rows.push(r);
+        }
+    }
+    Ok(rows)
+}
+
+/// Run the whole matrix.
+pub fn run(budget: &Budget, command: &str, mut progress: impl FnMut(&str)) -> Result<Matrix> {
+    let mut rows = Vec::new();
+    for (label, bugs, baseline) in configurations() {
+        progress(&label);
+        let sim = sim_cell(bugs, budget.seeds, |_| {})?;
+        let mc = mc_cell(bugs, budget)?;
+        rows.push(MatrixRow { label, sim, mc, baseline });
+    }
+    let defenses = if budget.defenses {
+        progress("defenses table");
+        defenses_table(budget.seeds)?
+    } else {
+        Vec::new()
+    };
+    Ok(Matrix { rows, defenses, seed_budget: budget.seeds, command: command.to_string() })
+}
