@@ -3,4 +3,5 @@
 //! Logic that the CLI prints lives here or in the crates below, so tests reach it
 //! directly; `src/main.rs` only parses arguments and prints.
 
+pub mod cmd_check;
 pub mod suite;

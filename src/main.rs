@@ -42,6 +42,8 @@ enum Command {
     },
     /// The default suite (what `cargo run --release` runs).
     Suite,
+    /// Exhaust a model of the handoff with stateright (the engine's own nodes).
+    Check(kvsim::cmd_check::CheckArgs),
 }
 
 fn parse_bugs(list: Option<&str>) -> Result<Option<BugSet>> {
@@ -133,6 +135,7 @@ fn main() -> ExitCode {
             trace,
         }) => cmd_run(&scenario, bugs.as_deref(), seed, &gpu, trace),
         Some(Command::Suite) | None => kvsim::suite::run_default_suite(),
+        Some(Command::Check(args)) => kvsim::cmd_check::run(&args),
     };
     match res {
         Ok(code) => code,

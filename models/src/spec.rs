@@ -5,6 +5,7 @@
 //! standard models ([`ModelSpec::standard`]) are named and documented here, with the
 //! reduced bounds the default `cargo test` runs. Nothing here runs anything.
 
+use crate::model::names;
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::config::{ConfigError, EngineConfig, Timeouts};
 
@@ -69,6 +70,10 @@ pub struct ModelSpec {
     pub decode_pages: u32,
     pub clients: Vec<ClientSpec>,
     pub faults: FaultBounds,
+    /// The `sometimes` paths this model must reach (names from
+    /// [`crate::model::names`]): a model that stops reaching one no longer exercises
+    /// what it is for, and `kvsim check` fails it.
+    pub reaches: Vec<&'static str>,
 }
 
 /// A model name that is not one of [`ModelSpec::NAMES`], or a spec that cannot run.
@@ -111,50 +116,56 @@ impl ModelSpec {
     pub const NAMES: [&'static str; 4] =
         ["handoff", "abort-race", "handoff-small", "abort-race-small"];
 
-    /// `handoff`: one prefill (3 pages), one decode (4 pages), two interchangeable
-    /// requests of 3 tokens whose clients may disconnect at any point, and one request
-    /// of 7 tokens that exceeds the prefill pool (6 tokens) but fits decode's. Faults:
-    /// one lost and one duplicated control message, one failed KV write; every timer
-    /// may fire at any point.
+    /// `handoff`: one prefill (3 pages of 2 tokens), one decode (4 pages), two
+    /// interchangeable requests of 3 tokens and one of 7 tokens that exceeds the
+    /// prefill pool (6 tokens) but fits decode's, all under a context of 16 tokens.
+    /// Faults: one lost control message and one failed KV write (one page per write,
+    /// two in flight); timers fire in any order once nothing else can happen.
     pub fn handoff() -> ModelSpec {
         ModelSpec {
             name: "handoff".into(),
-            about: "1 prefill (3 pages of 2), 1 decode (4 pages), 2 interchangeable 3-token \
-                    requests whose clients may disconnect, 1 over-length 7-token request; \
-                    at most 1 lost and 1 duplicated control message and 1 failed KV write"
+            about: "1 prefill (3 pages of 2 tokens), 1 decode (4 pages), context 16; two \
+                    interchangeable 3-token requests and one over-length 7-token request; at \
+                    most 1 lost control message and 1 failed KV write"
                 .into(),
             engine: model_engine(),
             prefill_pages: 3,
             decode_pages: 4,
             clients: vec![
-                ClientSpec::normal(1, 3).aborting(),
-                ClientSpec::normal(1, 3).aborting(),
+                ClientSpec::normal(1, 3),
+                ClientSpec::normal(1, 3),
                 ClientSpec::normal(2, 7),
             ],
             faults: FaultBounds {
                 losses: 1,
-                duplicates: 1,
                 write_failures: 1,
-                early_timeouts: 1,
-                overtakes: 1,
+                ..FaultBounds::default()
             },
+            reaches: vec![
+                names::COMPLETES,
+                names::REJECTED,
+                names::ABORT_RACE,
+                names::LATE_ACK,
+            ],
         }
     }
 
-    /// `handoff-small`: the reduced bounds the default `cargo test` runs: one normal
-    /// request and the over-length one, one lost control message.
+    /// `handoff-small`: the reduced bounds the default `cargo test` runs: one 3-token
+    /// request and the over-length one; one lost and one overtaking control message.
     pub fn handoff_small() -> ModelSpec {
         ModelSpec {
             name: "handoff-small".into(),
-            about: "1 prefill (3 pages), 1 decode (4 pages), one 3-token request and one \
-                    over-length 7-token request; at most 1 lost control message"
+            about: "1 prefill (3 pages of 2 tokens), 1 decode (4 pages), context 16; one \
+                    3-token request and one over-length 7-token request; at most 1 lost and \
+                    1 overtaking control message"
                 .into(),
             clients: vec![ClientSpec::normal(1, 3), ClientSpec::normal(2, 7)],
             faults: FaultBounds {
                 losses: 1,
-                early_timeouts: 1,
+                overtakes: 1,
                 ..FaultBounds::default()
             },
+            reaches: vec![names::COMPLETES, names::REJECTED, names::LATE_ACK],
             ..ModelSpec::handoff()
         }
     }
@@ -162,13 +173,13 @@ impl ModelSpec {
     /// `abort-race`: decode's pool (2 pages) holds one request at a time, so the
     /// second request reuses exactly the pages of the first, whose client may
     /// disconnect at every point of its transfer (two one-page KV writes, both may be
-    /// in flight). One KV write may fail; control messages are not faulted.
+    /// in flight). One KV write may fail.
     pub fn abort_race() -> ModelSpec {
         ModelSpec {
             name: "abort-race".into(),
-            about: "1 prefill (2 pages), 1 decode (2 pages: one request at a time), a \
-                    3-token request whose client may disconnect at any point, then a second \
-                    3-token request that reuses its pages; at most 1 failed KV write"
+            about: "1 prefill (2 pages), 1 decode (2 pages: one request at a time), context \
+                    16; a 3-token request whose client may disconnect at any point, and a \
+                    second 3-token request that reuses its pages; at most 1 failed KV write"
                 .into(),
             engine: model_engine(),
             prefill_pages: 2,
@@ -179,21 +190,22 @@ impl ModelSpec {
             ],
             faults: FaultBounds {
                 write_failures: 1,
-                early_timeouts: 1,
                 ..FaultBounds::default()
             },
+            reaches: vec![names::COMPLETES, names::ABORT_RACE],
         }
     }
 
-    /// `abort-race-small`: the reduced bounds of `abort-race`: no write failure.
+    /// `abort-race-small`: the reduced bounds of `abort-race`: no write failure, and
+    /// the prompt goes in one write.
     pub fn abort_race_small() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.chunk_pages = 2;
         ModelSpec {
             name: "abort-race-small".into(),
-            about: "abort-race without the failed KV write".into(),
-            faults: FaultBounds {
-                early_timeouts: 1,
-                ..FaultBounds::default()
-            },
+            about: "abort-race with each prompt in one KV write and no failed write".into(),
+            engine,
+            faults: FaultBounds::default(),
             ..ModelSpec::abort_race()
         }
     }

@@ -1,0 +1,144 @@
+//! The standard models at reduced bounds, fast enough for the default `cargo test`
+//! in debug builds. Each test pins an exact unique-state count: a change to the
+//! engine's semantics (or to the model's environment) moves it, and the change must
+//! then be explained and the pin updated in the same commit.
+//!
+//! The full standard models run behind `#[ignore]`:
+//! `cargo test --release -p kvsim-models -- --ignored` (see docs/PERFORMANCE-models.md).
+
+use kvsim_engine::bugs::BugSet;
+use kvsim_engine::invariant::Invariant;
+use kvsim_models::check::{invariant_of, Verdict};
+use kvsim_models::replay::replay;
+use kvsim_models::{check, names, CheckOptions, CheckReport, ClientSpec, ModelSpec, Schedule};
+
+fn run(spec: ModelSpec) -> CheckReport {
+    check(spec, &CheckOptions::default()).expect("standard specs are valid")
+}
+
+/// The model exhausts its space, every `always` holds, every expected path is reached.
+fn assert_clean(r: &CheckReport) {
+    assert!(r.complete, "not exhaustive");
+    assert!(!r.violated(), "{}", r.render());
+    for p in &r.properties {
+        assert_ne!(p.verdict, Verdict::NotReached, "{} not reached", p.name);
+    }
+}
+
+#[test]
+fn handoff_small_is_clean_with_a_pinned_state_count() {
+    let r = run(ModelSpec::handoff_small());
+    assert_clean(&r);
+    assert_eq!(r.unique, 13_742);
+    // The shortest over-length rejection: the router learns prefill's 400 at once.
+    assert_eq!(
+        r.status(names::REJECTED),
+        Some(Verdict::Reached { steps: 3 })
+    );
+    assert_eq!(
+        r.status(names::LATE_ACK),
+        Some(Verdict::Reached { steps: 10 })
+    );
+}
+
+#[test]
+fn abort_race_small_is_clean_with_a_pinned_state_count() {
+    let r = run(ModelSpec::abort_race_small());
+    assert_clean(&r);
+    assert_eq!(r.unique, 22_253);
+    assert_eq!(
+        r.status(names::ABORT_RACE),
+        Some(Verdict::Reached { steps: 8 })
+    );
+}
+
+/// The incident bug pair: S5, S4 and S3 are broken, the S3 counterexample is the
+/// kept schedule (at most 25 steps), and every counterexample replays through the
+/// simulator's nodes and oracle to the same invariant.
+#[test]
+fn incident_bugs_break_s5_s4_s3_and_every_counterexample_replays() {
+    let spec = ModelSpec::handoff_small().with_bugs(BugSet::INCIDENT);
+    let r = run(spec.clone());
+    assert!(r.violated());
+    assert_eq!(r.status(names::S5), Some(Verdict::Violated { steps: 2 }));
+    assert_eq!(r.status(names::S4), Some(Verdict::Violated { steps: 9 }));
+    assert_eq!(r.status(names::S3), Some(Verdict::Violated { steps: 10 }));
+    for c in &r.counterexamples {
+        assert!(
+            c.steps.len() <= 25,
+            "{} takes {} steps",
+            c.property,
+            c.steps.len()
+        );
+        let inv = invariant_of(c.property).expect("safety properties name an invariant");
+        let replayed = c.replay.as_ref().expect("the schedule replays");
+        assert!(
+            replayed.broken.contains(&inv),
+            "{}: the simulator's oracle found {:?}",
+            c.property,
+            replayed.broken
+        );
+    }
+    let kept = include_str!("data/incident-handoff-small.schedule");
+    let kept = Schedule::parse(kept).unwrap();
+    assert_eq!(r.counterexample(names::S3).unwrap().schedule, kept);
+}
+
+/// The kept incident counterexample, replayed through the simulator's nodes and
+/// oracle on its own: the regression test the issue asks for.
+#[test]
+fn kept_incident_counterexample_replays_through_the_simulator() {
+    let spec = ModelSpec::handoff_small().with_bugs(BugSet::INCIDENT);
+    let schedule = Schedule::parse(include_str!("data/incident-handoff-small.schedule")).unwrap();
+    let out = replay(&spec, &schedule).unwrap();
+    assert_eq!(
+        out.broken,
+        vec![Invariant::S5, Invariant::S4, Invariant::S3]
+    );
+    // On the defended engine the same first steps are refused: prefill rejects the
+    // prompt outright, so the schedule cannot even go on (no page list is used).
+    let defended = replay(&ModelSpec::handoff_small(), &schedule);
+    assert!(defended.is_err() || defended.unwrap().broken.is_empty());
+}
+
+/// Symmetry over interchangeable clients, on a model with two identical requests:
+/// the depth-first search with the representative visits fewer states and finds the
+/// same verdicts.
+#[test]
+fn symmetry_reduces_interchangeable_requests() {
+    let spec = ModelSpec {
+        name: "two-identical".into(),
+        clients: vec![ClientSpec::normal(1, 3), ClientSpec::normal(1, 3)],
+        faults: Default::default(),
+        reaches: vec![names::COMPLETES],
+        ..ModelSpec::handoff()
+    };
+    let plain = run(spec.clone());
+    let reduced = check(
+        spec,
+        &CheckOptions {
+            symmetry: true,
+            ..CheckOptions::default()
+        },
+    )
+    .unwrap();
+    assert_clean(&plain);
+    assert_clean(&reduced);
+    assert_eq!((plain.unique, reduced.unique), (921, 461));
+}
+
+#[test]
+fn a_bug_switch_is_found_by_its_first_invariant() {
+    // decode-release-immediate: an aborted request's pages are freed while its write
+    // is in flight; the write lands in pages that left the room.
+    let spec =
+        ModelSpec::abort_race_small().with_bugs(BugSet::parse("decode-release-immediate").unwrap());
+    let r = run(spec);
+    assert!(
+        matches!(r.status(names::S2), Some(Verdict::Violated { .. })),
+        "{}",
+        r.render()
+    );
+    let c = r.counterexample(names::S2).unwrap();
+    assert!(c.replay.as_ref().unwrap().broken.contains(&Invariant::S2));
+}
