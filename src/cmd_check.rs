@@ -26,7 +26,10 @@ pub struct CheckArgs {
     /// Explore paths of at most D steps.
     #[arg(long, value_name = "D")]
     pub depth: Option<usize>,
-    /// Symmetry reduction over interchangeable clients (depth-first search).
+    /// Search depth-first (faster, less memory; counterexamples not shortest).
+    #[arg(long)]
+    pub dfs: bool,
+    /// Symmetry reduction over interchangeable clients (implies --dfs).
     #[arg(long)]
     pub symmetry: bool,
     /// Serve stateright's Explorer on this loopback address instead of checking.
@@ -59,6 +62,7 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
     let options = CheckOptions {
         threads: args.threads,
         depth: args.depth,
+        dfs: args.dfs,
         symmetry: args.symmetry,
     };
     let report = check(spec, &options)?;

@@ -23,7 +23,10 @@ pub struct CheckOptions {
     pub threads: usize,
     /// Explore paths of at most this many steps.
     pub depth: Option<usize>,
-    /// Sort interchangeable clients (DFS; counterexamples are then not shortest).
+    /// Search depth-first (less memory, faster here; counterexamples not shortest).
+    pub dfs: bool,
+    /// Sort interchangeable clients (implies depth-first: stateright applies symmetry
+    /// reduction in its DFS and simulation checkers only).
     pub symmetry: bool,
 }
 
@@ -32,6 +35,7 @@ impl Default for CheckOptions {
         CheckOptions {
             threads: 1,
             depth: None,
+            dfs: false,
             symmetry: false,
         }
     }
@@ -127,6 +131,8 @@ impl CheckReport {
         let _ = writeln!(out, "  {}", self.spec.about);
         let search = if self.options.symmetry {
             "depth-first with symmetry reduction"
+        } else if self.options.dfs {
+            "depth-first"
         } else {
             "breadth-first"
         };
@@ -287,6 +293,9 @@ pub fn check(spec: ModelSpec, options: &CheckOptions) -> Result<CheckReport, Spe
     let start = Instant::now();
     Ok(if options.symmetry {
         let c = builder.symmetry_fn(representative).spawn_dfs().join();
+        report(c, &model, spec, options, start.elapsed())
+    } else if options.dfs {
+        let c = builder.spawn_dfs().join();
         report(c, &model, spec, options, start.elapsed())
     } else {
         let c = builder.spawn_bfs().join();

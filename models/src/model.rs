@@ -84,6 +84,12 @@ fn latch_first(m: &HandoffModel, bit: u32) -> bool {
     m.latched.fetch_or(1 << bit, AtomicOrdering::Relaxed) & (1 << bit) == 0
 }
 
+/// Has this property's discovery been reported already? (Then its condition need not
+/// be evaluated again: the answer is "no new discovery".)
+fn latched(m: &HandoffModel, bit: u32) -> bool {
+    m.latched.load(AtomicOrdering::Relaxed) & (1 << bit) != 0
+}
+
 impl HandoffModel {
     pub fn new(spec: ModelSpec) -> Result<Self, SpecError> {
         spec.validate()?;
@@ -339,6 +345,10 @@ impl HandoffModel {
     }
 }
 
+thread_local! {
+    static OUTBOX: std::cell::RefCell<Outbox<SymbolicPage>> = std::cell::RefCell::new(Outbox::new(0));
+}
+
 /// One transition under construction.
 struct Tx<'a> {
     m: &'a HandoffModel,
@@ -433,7 +443,9 @@ impl Tx<'_> {
             } => Some((*from, *room)),
             _ => None,
         };
-        let mut out: Outbox<SymbolicPage> = Outbox::new(0);
+        // One outbox per thread, reused: its buffers keep their capacity.
+        let mut out = OUTBOX.with(|o| std::mem::replace(&mut *o.borrow_mut(), Outbox::new(0)));
+        out.reset(0);
         let local = match node {
             ROUTER => self.s.router.update(|n| {
                 n.handle(input, &mut out);
@@ -465,7 +477,7 @@ impl Tx<'_> {
         if let Err(v) = local {
             self.violate(v.invariant, || format!("{node}: {}", v.detail));
         }
-        for (to, msg) in std::mem::take(&mut out.sends) {
+        for (to, msg) in out.sends.drain(..) {
             if to == CLIENT {
                 self.respond(msg);
             } else {
@@ -484,6 +496,7 @@ impl Tx<'_> {
                 }
             }
         }
+        OUTBOX.with(|o| *o.borrow_mut() = out);
     }
 
     /// The router answered a client (delivered at once: client traffic is reliable).
@@ -713,17 +726,23 @@ const BIT_ABORT_RACE: u32 = 23;
 const BIT_LATE_ACK: u32 = 24;
 
 fn quiescence_holds(m: &HandoffModel, s: &State) -> bool {
-    !(m.is_quiescent(s) && m.quiescence_problem(s).is_some() && latch_first(m, BIT_QUIESCENCE))
+    latched(m, BIT_QUIESCENCE)
+        || !(m.is_quiescent(s)
+            && m.quiescence_problem(s).is_some()
+            && latch_first(m, BIT_QUIESCENCE))
 }
 
 fn request_completes(m: &HandoffModel, s: &State) -> bool {
-    s.clients.iter().any(|c| c.reply == Some(Status::OK)) && latch_first(m, BIT_COMPLETES)
+    !latched(m, BIT_COMPLETES)
+        && s.clients.iter().any(|c| c.reply == Some(Status::OK))
+        && latch_first(m, BIT_COMPLETES)
 }
 
 fn over_length_rejected(m: &HandoffModel, s: &State) -> bool {
-    s.clients
-        .iter()
-        .any(|c| c.reply == Some(Status::BAD_REQUEST) && m.over_length(m.client_spec(c)))
+    !latched(m, BIT_REJECTED)
+        && s.clients
+            .iter()
+            .any(|c| c.reply == Some(Status::BAD_REQUEST) && m.over_length(m.client_spec(c)))
         && latch_first(m, BIT_REJECTED)
 }
 
@@ -731,23 +750,27 @@ fn over_length_rejected(m: &HandoffModel, s: &State) -> bool {
 /// live request of its room (the room was aborted or failed: quarantined, or freed).
 fn abort_races_write(m: &HandoffModel, s: &State) -> bool {
     let pool = s.decode.get().pool();
-    s.net.iter().any(|e| match &e.get().msg {
-        Msg::KvWrite { room, dst, .. } if e.get().to == DECODE => dst.iter().any(|t| {
-            !pool
-                .record(t.page)
-                .is_some_and(|r| r.gen == t.gen && r.owner == Some(*room) && r.state.is_owned())
-        }),
-        _ => false,
-    }) && latch_first(m, BIT_ABORT_RACE)
+    !latched(m, BIT_ABORT_RACE)
+        && s.net.iter().any(|e| match &e.get().msg {
+            Msg::KvWrite { room, dst, .. } if e.get().to == DECODE => dst.iter().any(|t| {
+                !pool
+                    .record(t.page)
+                    .is_some_and(|r| r.gen == t.gen && r.owner == Some(*room) && r.state.is_owned())
+            }),
+            _ => false,
+        })
+        && latch_first(m, BIT_ABORT_RACE)
 }
 
 /// A drain ack is on its way to decode for a quarantine whose retry timer already
 /// fired (the ack is late: it arrives after the drain timeout).
 fn drain_ack_after_timeout(m: &HandoffModel, s: &State) -> bool {
-    s.net.iter().any(|e| match &e.get().msg {
-        Msg::DrainAck { room } => e.get().to == DECODE && s.noted(*room, note::DRAIN_RETRIED),
-        _ => false,
-    }) && latch_first(m, BIT_LATE_ACK)
+    !latched(m, BIT_LATE_ACK)
+        && s.net.iter().any(|e| match &e.get().msg {
+            Msg::DrainAck { room } => e.get().to == DECODE && s.noted(*room, note::DRAIN_RETRIED),
+            _ => false,
+        })
+        && latch_first(m, BIT_LATE_ACK)
 }
 
 /// A property's condition.

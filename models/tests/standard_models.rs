@@ -142,3 +142,47 @@ fn a_bug_switch_is_found_by_its_first_invariant() {
     let c = r.counterexample(names::S2).unwrap();
     assert!(c.replay.as_ref().unwrap().broken.contains(&Invariant::S2));
 }
+
+/// The full `handoff` model (about 10 s in release on 2 cores; 1.28 million states).
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn handoff_full_is_clean_with_a_pinned_state_count() {
+    let options = CheckOptions {
+        threads: 2,
+        ..CheckOptions::default()
+    };
+    let r = check(ModelSpec::handoff(), &options).unwrap();
+    assert_clean(&r);
+    assert_eq!(r.unique, 1_278_975);
+    let reduced = check(
+        ModelSpec::handoff(),
+        &CheckOptions {
+            symmetry: true,
+            ..options
+        },
+    )
+    .unwrap();
+    assert_clean(&reduced);
+    assert_eq!(reduced.unique, 639_556);
+    let buggy = check(ModelSpec::handoff().with_bugs(BugSet::INCIDENT), &options).unwrap();
+    let s3 = buggy
+        .counterexample(names::S3)
+        .expect("the incident is found");
+    assert!(s3.steps.len() <= 25);
+}
+
+/// The full `abort-race` model (about 1 s in release; 176,647 states).
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn abort_race_full_is_clean_with_a_pinned_state_count() {
+    let r = check(
+        ModelSpec::abort_race(),
+        &CheckOptions {
+            threads: 2,
+            ..CheckOptions::default()
+        },
+    )
+    .unwrap();
+    assert_clean(&r);
+    assert_eq!(r.unique, 176_647);
+}
