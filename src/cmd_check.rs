@@ -14,7 +14,9 @@ use std::process::ExitCode;
 
 #[derive(Args, Debug, Clone)]
 pub struct CheckArgs {
-    /// The model to check (handoff, abort-race, handoff-small, abort-race-small).
+    /// The model to check: handoff, abort-race, timeout-race (the standard models),
+    /// handoff-small, abort-race-small (their reduced bounds), or `all` (the standard
+    /// models one after another).
     #[arg(long, default_value = "handoff")]
     pub model: String,
     /// Bug switches to enable, comma-separated.
@@ -41,6 +43,20 @@ pub struct CheckArgs {
 }
 
 pub fn run(args: &CheckArgs) -> Result<ExitCode> {
+    if args.model == "all" {
+        let mut worst = ExitCode::SUCCESS;
+        for name in ModelSpec::STANDARD {
+            let one = CheckArgs {
+                model: name.to_string(),
+                ..args.clone()
+            };
+            if run(&one)? != ExitCode::SUCCESS {
+                worst = ExitCode::from(1);
+            }
+            println!();
+        }
+        return Ok(worst);
+    }
     let mut spec = ModelSpec::standard(&args.model)?;
     if let Some(list) = &args.bugs {
         spec = spec.with_bugs(BugSet::parse(list)?);

@@ -113,15 +113,25 @@ pub fn model_engine() -> EngineConfig {
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 4] =
-        ["handoff", "abort-race", "handoff-small", "abort-race-small"];
+    pub const NAMES: [&'static str; 5] = [
+        "handoff",
+        "abort-race",
+        "timeout-race",
+        "handoff-small",
+        "abort-race-small",
+    ];
+
+    /// The standard models `kvsim check` exhausts by default (the small ones are their
+    /// reduced bounds for the default `cargo test`).
+    pub const STANDARD: [&'static str; 3] = ["handoff", "abort-race", "timeout-race"];
 
     /// `handoff`: one prefill (3 pages of 2 tokens), one decode (4 pages), two
     /// interchangeable requests of 3 tokens and one of 7 tokens that exceeds the
     /// prefill pool (6 tokens) but fits decode's, all under a context of 16 tokens.
     /// Faults: one lost and one overtaking control message; timers fire in any order
-    /// once nothing else can happen. (Failed KV writes and disconnects are
-    /// `abort-race`'s: adding either here multiplies the space past a minute.)
+    /// once nothing else can happen. (Failed KV writes, disconnects and premature
+    /// timeouts are `abort-race`'s and `timeout-race`'s: adding any of them here
+    /// multiplies the space past a minute.)
     pub fn handoff() -> ModelSpec {
         ModelSpec {
             name: "handoff".into(),
@@ -192,6 +202,28 @@ impl ModelSpec {
         }
     }
 
+    /// `timeout-race`: `abort-race`'s pools with two interchangeable requests and no
+    /// disconnects, where one timeout may fire prematurely (while a message is still in
+    /// flight or a scheduler tick pending: the network was slower than the timer) and
+    /// one KV write may fail. This is where a waiting, bootstrap, request or drain
+    /// timeout races a transfer.
+    pub fn timeout_race() -> ModelSpec {
+        ModelSpec {
+            name: "timeout-race".into(),
+            about: "1 prefill (2 pages), 1 decode (2 pages), context 16; two interchangeable \
+                    3-token requests; at most 1 premature timeout and 1 failed KV write"
+                .into(),
+            clients: vec![ClientSpec::normal(1, 3), ClientSpec::normal(1, 3)],
+            faults: FaultBounds {
+                write_failures: 1,
+                early_timeouts: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES, names::ABORT_RACE, names::LATE_ACK],
+            ..ModelSpec::abort_race()
+        }
+    }
+
     /// `abort-race-small`: the reduced bounds of `abort-race`: no write failure, and
     /// the prompt goes in one write.
     pub fn abort_race_small() -> ModelSpec {
@@ -212,6 +244,7 @@ impl ModelSpec {
             "handoff" => Ok(ModelSpec::handoff()),
             "handoff-small" => Ok(ModelSpec::handoff_small()),
             "abort-race" => Ok(ModelSpec::abort_race()),
+            "timeout-race" => Ok(ModelSpec::timeout_race()),
             "abort-race-small" => Ok(ModelSpec::abort_race_small()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }

@@ -186,3 +186,27 @@ fn abort_race_full_is_clean_with_a_pinned_state_count() {
     assert_clean(&r);
     assert_eq!(r.unique, 176_647);
 }
+
+/// The full `timeout-race` model (a few seconds in release; 397,593 states, half of
+/// them with symmetry: its two requests are interchangeable).
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn timeout_race_full_is_clean_with_a_pinned_state_count() {
+    let options = CheckOptions {
+        threads: 2,
+        ..CheckOptions::default()
+    };
+    let r = check(ModelSpec::timeout_race(), &options).unwrap();
+    assert_clean(&r);
+    assert_eq!(r.unique, 397_593);
+    let reduced = check(
+        ModelSpec::timeout_race(),
+        &CheckOptions {
+            symmetry: true,
+            ..options
+        },
+    )
+    .unwrap();
+    assert_clean(&reduced);
+    assert_eq!(reduced.unique, 198_797);
+}
