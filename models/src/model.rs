@@ -478,6 +478,12 @@ impl Tx<'_> {
             self.violate(v.invariant, || format!("{node}: {}", v.detail));
         }
         for (to, msg) in out.sends.drain(..) {
+            if let Some(log) = self.log.as_deref_mut() {
+                if to != CLIENT {
+                    log.events
+                        .push(format!("{node} sends {} to {to}", msg.summary()));
+                }
+            }
             if to == CLIENT {
                 self.respond(msg);
             } else {
