@@ -8,7 +8,11 @@
 //! aborting requests; a network of FIFO channels that may lose, duplicate and reorder
 //! control messages, and on which KV writes and their completions are messages too
 //! (late or failed, never lost or duplicated), so a write that lands after an abort
-//! is explored; and timers that fire in any order. The oracles are the simulator's
+//! is explored; and timers that fire in any order. A timer always may fire once
+//! nothing else can happen; one that fires while a message is still in flight or a
+//! scheduler tick is pending (a premature timeout: the network was slower than the
+//! timer) is a bounded fault like a lost message, because unbounded premature timeouts
+//! multiply the space a hundredfold. The oracles are the simulator's
 //! (`kvsim_sim::oracle`), evaluated inside each transition.
 //!
 //! Why a hand-written [`stateright::Model`] rather than an `ActorModel`: the engine's
