@@ -3,7 +3,9 @@
 //! Logic that the CLI prints lives here or in the crates below, so tests reach it
 //! directly; `src/main.rs` only parses arguments and prints.
 
+pub mod cmd_check;
 pub mod cmd_sim;
+pub mod matrix;
 pub mod matrix_report;
 pub mod render;
 pub mod suite;

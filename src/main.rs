@@ -47,6 +47,8 @@ enum Command {
     Replay(kvsim::cmd_sim::ReplayArgs),
     /// Merge the JSON summaries of a sweep's shards.
     Merge(kvsim::cmd_sim::MergeArgs),
+    /// Exhaust a model of the handoff with stateright (the engine's own nodes).
+    Check(kvsim::cmd_check::CheckArgs),
 }
 
 fn parse_bugs(list: Option<&str>) -> Result<Option<BugSet>> {
@@ -110,6 +112,7 @@ fn main() -> ExitCode {
         Some(Command::Sweep(a)) => kvsim::cmd_sim::sweep(&a),
         Some(Command::Replay(a)) => kvsim::cmd_sim::replay(&a),
         Some(Command::Merge(a)) => kvsim::cmd_sim::merge(&a),
+        Some(Command::Check(args)) => kvsim::cmd_check::run(&args),
     };
     match res {
         Ok(code) => code,

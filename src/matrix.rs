@@ -19,13 +19,34 @@ use std::time::Instant;
 
 /// Scenario files compiled in, so the matrix runs from any directory.
 pub const SCENARIOS: &[(&str, &str)] = &[
-    ("scenarios/mixed-faults.toml", include_str!("../scenarios/mixed-faults.toml")),
-    ("scenarios/abort-storm.toml", include_str!("../scenarios/abort-storm.toml")),
-    ("scenarios/disconnect-mid-transfer.toml", include_str!("../scenarios/disconnect-mid-transfer.toml")),
-    ("scenarios/transfer-failures.toml", include_str!("../scenarios/transfer-failures.toml")),
-    ("scenarios/partition.toml", include_str!("../scenarios/partition.toml")),
-    ("scenarios/client-disconnects.toml", include_str!("../scenarios/client-disconnects.toml")),
-    ("scenarios/glm53-incident.toml", include_str!("../scenarios/glm53-incident.toml")),
+    (
+        "scenarios/mixed-faults.toml",
+        include_str!("../scenarios/mixed-faults.toml"),
+    ),
+    (
+        "scenarios/abort-storm.toml",
+        include_str!("../scenarios/abort-storm.toml"),
+    ),
+    (
+        "scenarios/disconnect-mid-transfer.toml",
+        include_str!("../scenarios/disconnect-mid-transfer.toml"),
+    ),
+    (
+        "scenarios/transfer-failures.toml",
+        include_str!("../scenarios/transfer-failures.toml"),
+    ),
+    (
+        "scenarios/partition.toml",
+        include_str!("../scenarios/partition.toml"),
+    ),
+    (
+        "scenarios/client-disconnects.toml",
+        include_str!("../scenarios/client-disconnects.toml"),
+    ),
+    (
+        "scenarios/glm53-incident.toml",
+        include_str!("../scenarios/glm53-incident.toml"),
+    ),
 ];
 
 /// Which scenario hunts which switch (the one whose faults reach its code path).
@@ -83,11 +104,21 @@ pub struct Budget {
 impl Budget {
     /// What `kvsim bugs` runs by default.
     pub fn full(seeds: u64) -> Budget {
-        Budget { seeds, models: vec!["handoff", "abort-race", "timeout-race"], threads: 2, defenses: true }
+        Budget {
+            seeds,
+            models: vec!["handoff", "abort-race", "timeout-race"],
+            threads: 2,
+            defenses: true,
+        }
     }
     /// The reduced pass of the default suite and `cargo test`.
     pub fn quick(seeds: u64) -> Budget {
-        Budget { seeds, models: vec!["handoff-small", "abort-race-small"], threads: 1, defenses: false }
+        Budget {
+            seeds,
+            models: vec!["handoff-small", "abort-race-small"],
+            threads: 1,
+            defenses: false,
+        }
     }
 }
 
@@ -112,7 +143,10 @@ pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Resu
         });
     }
     let opts = SweepOptions {
-        seeds: SeedRange { start: 0, end: seeds },
+        seeds: SeedRange {
+            start: 0,
+            end: seeds,
+        },
         bugs: Some(bugs),
         stop_at_first: !bugs.is_empty(),
         ..SweepOptions::default()
@@ -138,7 +172,10 @@ pub fn mc_cell(bugs: BugSet, budget: &Budget) -> Result<Result<McCell, String>> 
     let mut last = String::new();
     for &name in &budget.models {
         let spec = ModelSpec::standard(name)?.with_bugs(bugs);
-        let opts = CheckOptions { threads: budget.threads, ..CheckOptions::default() };
+        let opts = CheckOptions {
+            threads: budget.threads,
+            ..CheckOptions::default()
+        };
         let report = check(spec, &opts)?;
         states += report.unique as u64;
         last = name.to_string();
@@ -169,9 +206,15 @@ pub fn mc_cell(bugs: BugSet, budget: &Budget) -> Result<Result<McCell, String>> 
 
 /// The rows to hunt: every switch alone, the incident pair, then the defended engine.
 pub fn configurations() -> Vec<(String, BugSet, bool)> {
-    let mut rows: Vec<(String, BugSet, bool)> =
-        Bug::ALL.iter().map(|b| (b.name().to_string(), BugSet::NONE.with(*b), false)).collect();
-    rows.push(("incident pair (gate + length)".into(), BugSet::INCIDENT, false));
+    let mut rows: Vec<(String, BugSet, bool)> = Bug::ALL
+        .iter()
+        .map(|b| (b.name().to_string(), BugSet::NONE.with(*b), false))
+        .collect();
+    rows.push((
+        "incident pair (gate + length)".into(),
+        BugSet::INCIDENT,
+        false,
+    ));
     rows.push(("default engine (no bugs)".into(), BugSet::NONE, true));
     rows
 }
@@ -179,7 +222,9 @@ pub fn configurations() -> Vec<(String, BugSet, bool)> {
 fn defense_names() -> Vec<(&'static str, fn(&mut Defenses))> {
     vec![
         ("admission check off", |d| d.admission_check = false),
-        ("verify on completion off", |d| d.verify_on_completion = false),
+        ("verify on completion off", |d| {
+            d.verify_on_completion = false
+        }),
         ("deferred release off", |d| d.deferred_release = false),
         ("page tags off", |d| d.page_tags = false),
         ("pre-flight off", |d| d.preflight = false),
@@ -194,7 +239,10 @@ fn reported(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<D
     let mut sc = load(path)?;
     tweak(&mut sc);
     let opts = SweepOptions {
-        seeds: SeedRange { start: 0, end: seeds },
+        seeds: SeedRange {
+            start: 0,
+            end: seeds,
+        },
         bugs: Some(bugs),
         keep_failures: usize::MAX,
         ..SweepOptions::default()
@@ -248,7 +296,12 @@ pub fn run(budget: &Budget, command: &str, mut progress: impl FnMut(&str)) -> Re
         progress(&label);
         let sim = sim_cell(bugs, budget.seeds, |_| {})?;
         let mc = mc_cell(bugs, budget)?;
-        rows.push(MatrixRow { label, sim, mc, baseline });
+        rows.push(MatrixRow {
+            label,
+            sim,
+            mc,
+            baseline,
+        });
     }
     let defenses = if budget.defenses {
         progress("defenses table");
@@ -256,5 +309,10 @@ pub fn run(budget: &Budget, command: &str, mut progress: impl FnMut(&str)) -> Re
     } else {
         Vec::new()
     };
-    Ok(Matrix { rows, defenses, seed_budget: budget.seeds, command: command.to_string() })
+    Ok(Matrix {
+        rows,
+        defenses,
+        seed_budget: budget.seeds,
+        command: command.to_string(),
+    })
 }

@@ -129,7 +129,7 @@ pub fn markdown(m: &Matrix) -> String {
         let _ = writeln!(s, "Each defense turned off alone, and the page-tag check on and off under each switch: the invariants the harness still reports (simulator sweep, same budget).\n");
         let _ = writeln!(
             s,
-            "| configuration | bugs | invariants reported | leaked tokens | seeds |"
+            "| configuration | bugs | scenario | invariants reported | failing seeds |"
         );
         let _ = writeln!(s, "|---|---|---|---|---|");
         for d in &m.defenses {
@@ -140,8 +140,8 @@ pub fn markdown(m: &Matrix) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} |",
-                d.config, d.bugs, inv, d.leaks, d.seeds_run
+                "| {} | {} | {} | {} | {} of {} |",
+                d.config, d.bugs, d.scenario, inv, d.failing_seeds, d.seeds_run
             );
         }
     }

@@ -200,6 +200,53 @@ pub fn sweep_incident() -> Result<Row> {
     })
 }
 
+/// The model checker on the handoff (reduced bounds, a second or two in release):
+/// exhaustive and clean on the defended engine, and with the incident's bug pair it
+/// finds S5, S4 and S3, the S3 counterexample replaying through the simulator.
+pub fn model_check_handoff() -> Result<Row> {
+    use kvsim_models::{check, names, CheckOptions, ModelSpec};
+    let t = Instant::now();
+    let clean = check(ModelSpec::handoff_small(), &CheckOptions::default())?;
+    let buggy = check(
+        ModelSpec::handoff_small().with_bugs(BugSet::INCIDENT),
+        &CheckOptions::default(),
+    )?;
+    let wall_s = t.elapsed().as_secs_f64();
+    let s3 = buggy.counterexample(names::S3);
+    let replayed = s3
+        .and_then(|c| c.replay.as_ref().ok())
+        .map(|r| r.broken.clone())
+        .unwrap_or_default();
+    let ok = clean.complete
+        && !clean.violated()
+        && s3.is_some_and(|c| c.steps.len() <= 25)
+        && [Invariant::S5, Invariant::S4, Invariant::S3]
+            .iter()
+            .all(|i| replayed.contains(i));
+    let observed = format!(
+        "defended: {} states, {}; bugs: S3 in {} steps, replay violates {}",
+        clean.unique,
+        if clean.violated() {
+            "VIOLATED"
+        } else {
+            "clean"
+        },
+        s3.map_or("-".into(), |c| c.steps.len().to_string()),
+        replayed
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    Ok(Row {
+        check: "model check handoff-small (stateright, engine nodes)".into(),
+        expected: "clean when defended; incident bugs: S3 counterexample <= 25 steps".into(),
+        observed,
+        ok,
+        wall_s,
+    })
+}
+
 /// Print rows as one table.
 pub fn render(rows: &[Row]) -> String {
     let mut out = String::new();
@@ -245,6 +292,7 @@ pub fn run_default_suite() -> Result<ExitCode> {
     rows.push(preflight_refuses()?);
     rows.push(sweep_defended()?);
     rows.push(sweep_incident()?);
+    rows.push(model_check_handoff()?);
 
     println!("== Summary ==");
     print!("{}", render(&rows));

@@ -783,3 +783,140 @@ impl Oracle {
         self.quarantined.retain(|(n, _)| *n != node);
     }
 }
+
+// Pure predicates of the oracle, for drivers that keep no `Oracle` (the model checker
+// evaluates them inside its transitions, where state must stay hashable). Each one
+// states exactly the condition the corresponding `Oracle` check reports; they read
+// only what they are given.
+
+/// S2 on the destination of a KV write: the first tag in `dst` whose page no longer
+/// belongs to `room` (stale generation, another owner, or a state that holds no
+/// owner's data), with the page's current record. `None` when the write may land.
+pub fn write_target_breach(
+    pool: &kvsim_engine::kv::PagePool,
+    room: RoomKey,
+    dst: &[PageTag],
+) -> Option<(PageTag, Option<kvsim_engine::kv::PageRecord>)> {
+    dst.iter().find_map(|t| {
+        let rec = pool.record(t.page);
+        let ok = rec.is_some_and(|r| {
+            r.gen == t.gen
+                && r.owner == Some(room)
+                && (r.state.is_owned() || r.state == PageState::Quarantined)
+        });
+        (!ok).then(|| (*t, rec.cloned()))
+    })
+}
+
+/// S2 on the source of a KV write: the first source tag whose page was freed (or
+/// reallocated) while the send was still reading it.
+pub fn source_read_breach(pool: &kvsim_engine::kv::PagePool, src: &[PageTag]) -> Option<PageTag> {
+    src.iter().copied().find(|t| {
+        !pool
+            .record(t.page)
+            .is_some_and(|r| r.gen == t.gen && r.state != PageState::Free)
+    })
+}
+
+/// S3, white-box: the first page (index and tag) of an attention over `seq_len`
+/// positions whose slots were not all written by `room`, with its provenance. `None`
+/// when every slot read is the room's own, or the backend records no provenance.
+pub fn isolation_breach<G: Gpu>(
+    gpu: &G,
+    page_size: u32,
+    room: RoomKey,
+    seq_len: u64,
+    pages: &[PageTag],
+) -> Option<(usize, PageTag, kvsim_engine::gpu::Provenance)> {
+    let ps = u64::from(page_size);
+    for (i, t) in pages.iter().enumerate() {
+        let start = i as u64 * ps;
+        if start >= seq_len {
+            break;
+        }
+        let need = (seq_len - start).min(ps) as u32;
+        let prov = gpu.provenance(t.page)?;
+        if !(prov.writer == Some(room) && prov.lo == 0 && prov.hi >= need) {
+            return Some((i, *t, prov));
+        }
+    }
+    None
+}
+
+/// S5's limit: must a node whose pool has `pool_pages` pages reject a request that
+/// needs `tokens` tokens (prefill: the prompt; decode: prompt plus new tokens)?
+pub fn exceeds_limit(cfg: &Cfg, pool_pages: u32, tokens: u64) -> bool {
+    let pool_tokens = u64::from(pool_pages) * u64::from(cfg.page_size);
+    tokens > cfg.context_len.min(pool_tokens)
+}
+
+/// S4: why an accepted transfer breaks length agreement, given the request's true
+/// prompt length (if known), or `None` when prefill and decode agree.
+pub fn length_disagreement(
+    true_len: Option<u64>,
+    prompt_len: u64,
+    reserved_pages: u32,
+    sent_tokens: u64,
+    sent_pages: u32,
+    fully_written: bool,
+) -> Option<String> {
+    if Some(prompt_len) != true_len || sent_tokens != prompt_len {
+        Some(format!(
+            "decode expects {prompt_len} tokens, prefill sent {sent_tokens} (true prompt {})",
+            true_len.map_or("?".into(), |l| l.to_string())
+        ))
+    } else if sent_pages != reserved_pages {
+        Some(format!(
+            "decode reserved {reserved_pages} pages, prefill sent {sent_pages}"
+        ))
+    } else if !fully_written {
+        Some("some reserved page was never written".to_string())
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod predicate_tests {
+    use super::*;
+    use kvsim_engine::gpu::SymbolicGpu;
+    use kvsim_engine::kv::PagePool;
+
+    #[test]
+    fn predicates_agree_with_their_statements() {
+        let room = RoomKey::new(1, 1);
+        let other = RoomKey::new(2, 1);
+        let mut pool = PagePool::new(4, 2);
+        let tags = pool.alloc(2, room).unwrap();
+        assert_eq!(write_target_breach(&pool, room, &tags), None);
+        assert_eq!(
+            write_target_breach(&pool, other, &tags).map(|b| b.0),
+            Some(tags[0])
+        );
+        assert_eq!(source_read_breach(&pool, &tags), None);
+        pool.release(room, &tags).unwrap();
+        assert_eq!(source_read_breach(&pool, &tags), Some(tags[0]));
+
+        let mut gpu = SymbolicGpu::new(4, 2);
+        gpu.write_tokens(&tags, 0, &[1, 2, 3], room);
+        assert!(isolation_breach(&gpu, 2, room, 3, &tags).is_none());
+        assert_eq!(
+            isolation_breach(&gpu, 2, room, 4, &tags).map(|b| b.0),
+            Some(1)
+        );
+        assert_eq!(
+            isolation_breach(&gpu, 2, other, 1, &tags).map(|b| b.0),
+            Some(0)
+        );
+
+        let cfg = Cfg::new(kvsim_engine::EngineConfig {
+            page_size: 2,
+            context_len: 16,
+            ..Default::default()
+        });
+        assert!(exceeds_limit(&cfg, 3, 7));
+        assert!(!exceeds_limit(&cfg, 3, 6));
+        assert!(length_disagreement(Some(4), 4, 2, 4, 2, true).is_none());
+        assert!(length_disagreement(Some(7), 7, 4, 1, 1, false).is_some());
+    }
+}

@@ -1,0 +1,315 @@
+//! Running a model check and reporting it: the library half of `kvsim check`.
+//!
+//! [`check`] runs stateright's breadth-first checker (shortest counterexamples) or,
+//! with symmetry reduction, its depth-first one (stateright applies symmetry in DFS
+//! only), and returns a [`CheckReport`]: state counts, time, rate, each property's
+//! status, and each counterexample explained step by step as engine events and as a
+//! [`Schedule`], replayed through the simulator's oracle. [`CheckReport::render`]
+//! is what the command line prints.
+
+use crate::model::{representative, HandoffModel, StepLog};
+use crate::replay::{replay, ReplayOutcome};
+use crate::schedule::{step_of, Schedule};
+use crate::spec::{ModelSpec, SpecError};
+use crate::state::{Action, State};
+use kvsim_engine::invariant::Invariant;
+use stateright::{Checker, Expectation, Model, Path};
+use std::fmt::Write;
+use std::time::{Duration, Instant};
+
+/// How to search.
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    pub threads: usize,
+    /// Explore paths of at most this many steps.
+    pub depth: Option<usize>,
+    /// Search depth-first (less memory, faster here; counterexamples not shortest).
+    pub dfs: bool,
+    /// Sort interchangeable clients (implies depth-first: stateright applies symmetry
+    /// reduction in its DFS and simulation checkers only).
+    pub symmetry: bool,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            threads: 1,
+            depth: None,
+            dfs: false,
+            symmetry: false,
+        }
+    }
+}
+
+/// What the search established about one property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// `always`: no reachable state breaks it (within the depth bound, if any).
+    Holds,
+    /// `always`: a counterexample of this many steps.
+    Violated { steps: usize },
+    /// `sometimes`: an example of this many steps.
+    Reached { steps: usize },
+    /// `sometimes`: no reachable state satisfies it (within the depth bound, if any).
+    NotReached,
+}
+
+#[derive(Clone, Debug)]
+pub struct PropertyStatus {
+    pub name: &'static str,
+    pub always: bool,
+    pub verdict: Verdict,
+}
+
+/// One step of a counterexample, explained.
+#[derive(Clone, Debug)]
+pub struct ExplainedStep {
+    pub step: crate::schedule::Step,
+    pub log: StepLog,
+}
+
+#[derive(Clone, Debug)]
+pub struct Counterexample {
+    pub property: &'static str,
+    pub steps: Vec<ExplainedStep>,
+    pub schedule: Schedule,
+    /// The same schedule through the simulator's nodes and oracle.
+    pub replay: Result<ReplayOutcome, crate::replay::ReplayError>,
+}
+
+#[derive(Clone, Debug)]
+pub struct CheckReport {
+    pub spec: ModelSpec,
+    pub options: CheckOptions,
+    pub generated: usize,
+    pub unique: usize,
+    pub max_depth: usize,
+    pub elapsed: Duration,
+    /// Every reachable state was visited (no depth bound cut the search).
+    pub complete: bool,
+    pub properties: Vec<PropertyStatus>,
+    pub counterexamples: Vec<Counterexample>,
+}
+
+impl CheckReport {
+    /// Did any `always` property fail?
+    pub fn violated(&self) -> bool {
+        self.properties
+            .iter()
+            .any(|p| matches!(p.verdict, Verdict::Violated { .. }))
+    }
+
+    pub fn states_per_sec(&self) -> f64 {
+        self.unique as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn status(&self, name: &str) -> Option<Verdict> {
+        self.properties
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.verdict)
+    }
+
+    pub fn counterexample(&self, name: &str) -> Option<&Counterexample> {
+        self.counterexamples.iter().find(|c| c.property == name)
+    }
+
+    /// The command-line report.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let bugs = self.spec.engine.bugs;
+        let _ = writeln!(
+            out,
+            "model {} (bugs: {})",
+            self.spec.name,
+            if bugs.is_empty() {
+                "none".to_string()
+            } else {
+                bugs.to_string()
+            }
+        );
+        let _ = writeln!(out, "  {}", self.spec.about);
+        let search = if self.options.symmetry {
+            "depth-first with symmetry reduction"
+        } else if self.options.dfs {
+            "depth-first"
+        } else {
+            "breadth-first"
+        };
+        let _ = writeln!(
+            out,
+            "search: {search}, {} thread(s){}",
+            self.options.threads,
+            self.options
+                .depth
+                .map_or(String::new(), |d| format!(", depth bound {d}"))
+        );
+        let _ = writeln!(
+            out,
+            "states: {} generated, {} unique, max depth {}; {:.2} s, {:.0} unique states/s{}",
+            self.generated,
+            self.unique,
+            self.max_depth,
+            self.elapsed.as_secs_f64(),
+            self.states_per_sec(),
+            if self.complete {
+                " (exhaustive)"
+            } else {
+                " (NOT exhaustive: depth bound reached)"
+            }
+        );
+        let _ = writeln!(out, "properties:");
+        for p in &self.properties {
+            let (word, extra) = match p.verdict {
+                Verdict::Holds => ("holds", String::new()),
+                Verdict::Violated { steps } => {
+                    ("VIOLATED", format!(" ({steps}-step counterexample)"))
+                }
+                Verdict::Reached { steps } => ("reached", format!(" ({steps}-step example)")),
+                Verdict::NotReached => ("NOT reached", String::new()),
+            };
+            let kind = if p.always { "always" } else { "sometimes" };
+            let _ = writeln!(out, "  {word:<11} {kind:<9} {}{extra}", p.name);
+        }
+        for c in &self.counterexamples {
+            let _ = writeln!(
+                out,
+                "\ncounterexample for \"{}\" ({} steps):",
+                c.property,
+                c.steps.len()
+            );
+            for (i, s) in c.steps.iter().enumerate() {
+                let _ = writeln!(out, "{:>3}. {}", i + 1, s.step);
+                for e in &s.log.events {
+                    let _ = writeln!(out, "        {e}");
+                }
+                for v in &s.log.violations {
+                    let _ = writeln!(out, "        !! {v}");
+                }
+            }
+            match &c.replay {
+                Ok(r) => {
+                    let names: Vec<String> = r.broken.iter().map(|i| i.to_string()).collect();
+                    let _ = writeln!(
+                        out,
+                        "replayed through the simulator's nodes and oracle: {}",
+                        if names.is_empty() {
+                            "no violation".to_string()
+                        } else {
+                            format!("violates {}", names.join(", "))
+                        }
+                    );
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "replay through the simulator failed: {e}");
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The invariant a safety property's name stands for (`"S3 isolation"` -> S3).
+pub fn invariant_of(property: &str) -> Option<Invariant> {
+    property
+        .split_whitespace()
+        .next()
+        .and_then(Invariant::parse)
+}
+
+/// Explain a path: each step as a schedule line with the engine events it caused.
+pub fn explain(model: &HandoffModel, path: Path<State, Action>) -> (Vec<ExplainedStep>, Schedule) {
+    let mut steps = Vec::new();
+    for (state, action) in path.into_vec() {
+        if let Some(a) = action {
+            let step = step_of(model, &state, &a);
+            let (_, log) = model.explain(&state, &a);
+            steps.push(ExplainedStep { step, log });
+        }
+    }
+    let schedule = Schedule(steps.iter().map(|s| s.step.clone()).collect());
+    (steps, schedule)
+}
+
+fn report<C: Checker<HandoffModel>>(
+    checker: C,
+    model: &HandoffModel,
+    spec: ModelSpec,
+    options: &CheckOptions,
+    elapsed: Duration,
+) -> CheckReport {
+    let discoveries = checker.discoveries();
+    let complete = options.depth.is_none_or(|d| checker.max_depth() < d);
+    let mut properties = Vec::new();
+    let mut counterexamples = Vec::new();
+    for p in model.properties() {
+        let always = p.expectation == Expectation::Always;
+        let verdict = match (discoveries.get(p.name), always) {
+            (Some(path), true) => Verdict::Violated {
+                steps: path.clone().into_actions().len(),
+            },
+            (Some(path), false) => Verdict::Reached {
+                steps: path.clone().into_actions().len(),
+            },
+            (None, true) => Verdict::Holds,
+            (None, false) => Verdict::NotReached,
+        };
+        if let (Some(path), true) = (discoveries.get(p.name), always) {
+            let (steps, schedule) = explain(model, path.clone());
+            let replay = replay(&spec, &schedule);
+            counterexamples.push(Counterexample {
+                property: p.name,
+                steps,
+                schedule,
+                replay,
+            });
+        }
+        properties.push(PropertyStatus {
+            name: p.name,
+            always,
+            verdict,
+        });
+    }
+    CheckReport {
+        spec,
+        options: options.clone(),
+        generated: checker.state_count(),
+        unique: checker.unique_state_count(),
+        max_depth: checker.max_depth(),
+        elapsed,
+        complete,
+        properties,
+        counterexamples,
+    }
+}
+
+/// Check a model to exhaustion (or to the depth bound).
+pub fn check(spec: ModelSpec, options: &CheckOptions) -> Result<CheckReport, SpecError> {
+    let model = HandoffModel::new(spec.clone())?;
+    let mut builder = model.clone().checker().threads(options.threads.max(1));
+    if let Some(d) = options.depth {
+        builder = builder.target_max_depth(d);
+    }
+    let start = Instant::now();
+    Ok(if options.symmetry {
+        let c = builder.symmetry_fn(representative).spawn_dfs().join();
+        report(c, &model, spec, options, start.elapsed())
+    } else if options.dfs {
+        let c = builder.spawn_dfs().join();
+        report(c, &model, spec, options, start.elapsed())
+    } else {
+        let c = builder.spawn_bfs().join();
+        report(c, &model, spec, options, start.elapsed())
+    })
+}
+
+/// Serve stateright's Explorer for a model on `addr` (blocks while it serves).
+pub fn explore(
+    spec: ModelSpec,
+    threads: usize,
+    addr: std::net::SocketAddr,
+) -> Result<(), SpecError> {
+    let model = HandoffModel::new(spec)?;
+    let _ = model.checker().threads(threads.max(1)).serve(addr);
+    Ok(())
+}

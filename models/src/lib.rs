@@ -1,0 +1,46 @@
+//! kvsim-models: stateright models of the prefill-to-decode handoff, on the engine's
+//! own nodes.
+//!
+//! Every transition of a model calls the engine's real `Router`, `PrefillNode` and
+//! `DecodeNode` (with `SymbolicGpu`, whose per-page provenance decides S3) through
+//! their one input handler, and applies the effects they record in an `Outbox`. Only
+//! the environment is written here: clients that send normal, over-length and
+//! aborting requests; a network of FIFO channels that may lose, duplicate and reorder
+//! control messages, and on which KV writes and their completions are messages too
+//! (late or failed, never lost or duplicated), so a write that lands after an abort
+//! is explored; and timers that fire in any order. A timer always may fire once
+//! nothing else can happen; one that fires while a message is still in flight or a
+//! scheduler tick is pending (a premature timeout: the network was slower than the
+//! timer) is a bounded fault like a lost message, because unbounded premature timeouts
+//! multiply the space a hundredfold. The oracles are the simulator's
+//! (`kvsim_sim::oracle`), evaluated inside each transition.
+//!
+//! Why a hand-written [`stateright::Model`] rather than an `ActorModel`: the engine's
+//! nodes already are actors with their own message and timer vocabulary, and wrapping
+//! them in stateright's actor runtime would re-encode both (its `Out` and timer types)
+//! for nothing. More importantly, a hand-written model decides in `actions()` which
+//! steps are enabled (a message at the head of its channel, a fault with budget left,
+//! a timeout that is not premature or has budget) so a disabled step costs no clone of
+//! the state; an `ActorModel` generates a successor for every deliverable envelope and
+//! timer and only then finds that nothing changed. And the model can share the nodes
+//! a transition does not touch ([`shared::Shared`]), so a successor costs one node
+//! clone, not three.
+//!
+//! The standard models, their bounds and their pinned state counts are in
+//! [`spec::ModelSpec`] and this crate's tests; `kvsim check` runs them
+//! ([`check::check`]); every counterexample is a [`schedule::Schedule`] that
+//! [`replay::replay`] runs through the simulator's nodes and oracle.
+
+pub mod check;
+pub mod model;
+pub mod replay;
+pub mod schedule;
+pub mod shared;
+pub mod spec;
+pub mod state;
+
+pub use check::{check, CheckOptions, CheckReport, Verdict};
+pub use model::{names, representative, HandoffModel, StepLog};
+pub use schedule::Schedule;
+pub use spec::{ClientSpec, FaultBounds, ModelSpec, SpecError};
+pub use state::{Action, Envelope, State};

@@ -1,0 +1,305 @@
+//! Model specifications: topology, engine configuration, clients and fault bounds.
+//!
+//! A [`ModelSpec`] is data: which requests the clients may send, how big each pool
+//! is, and how many faults of each kind the environment may inject in one run. The
+//! standard models ([`ModelSpec::standard`]) are named and documented here, with the
+//! reduced bounds the default `cargo test` runs. Nothing here runs anything.
+
+use crate::model::names;
+use kvsim_engine::bugs::BugSet;
+use kvsim_engine::config::{ConfigError, EngineConfig, Timeouts};
+
+/// What one client does: submit one request, and perhaps cancel it later.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct ClientSpec {
+    pub tenant: u32,
+    pub prompt_len: u64,
+    pub max_new_tokens: u32,
+    /// The client may disconnect at any point before it has its answer.
+    pub may_cancel: bool,
+}
+
+impl ClientSpec {
+    /// A request that fits both pools.
+    pub fn normal(tenant: u32, prompt_len: u64) -> Self {
+        ClientSpec {
+            tenant,
+            prompt_len,
+            max_new_tokens: 1,
+            may_cancel: false,
+        }
+    }
+
+    /// The same request from a client that may disconnect at any point.
+    pub fn aborting(self) -> Self {
+        ClientSpec {
+            may_cancel: true,
+            ..self
+        }
+    }
+}
+
+/// How many faults of each kind one run may suffer. Small bounds keep the model
+/// exhaustible; every placement of each fault is explored.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct FaultBounds {
+    /// Control messages lost (KV writes and their completions never are).
+    pub losses: u8,
+    /// Control messages delivered twice.
+    pub duplicates: u8,
+    /// KV writes that fail on the wire: not applied, and the writer's NIC reports
+    /// `WriteDone { ok: false }`.
+    pub write_failures: u8,
+    /// Timeouts that fire while other progress is still possible (a message in flight
+    /// or a scheduler tick pending): the network was slower than the timer. A timer
+    /// fires freely once nothing else can happen, so recovery never depends on this
+    /// budget; the bound only limits how many premature timeouts one run explores.
+    pub early_timeouts: u8,
+    /// Messages delivered ahead of older ones on their channel.
+    pub overtakes: u8,
+}
+
+/// One model: the engine under a bounded environment.
+#[derive(Clone, Debug)]
+pub struct ModelSpec {
+    pub name: String,
+    /// One paragraph: what the model explores and its bounds.
+    pub about: String,
+    pub engine: EngineConfig,
+    pub prefill_pages: u32,
+    pub decode_pages: u32,
+    pub clients: Vec<ClientSpec>,
+    pub faults: FaultBounds,
+    /// The `sometimes` paths this model must reach (names from
+    /// [`crate::model::names`]): a model that stops reaching one no longer exercises
+    /// what it is for, and `kvsim check` fails it.
+    pub reaches: Vec<&'static str>,
+}
+
+/// A model name that is not one of [`ModelSpec::NAMES`], or a spec that cannot run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecError {
+    #[error("unknown model `{0}` (known: {known})", known = ModelSpec::NAMES.join(", "))]
+    UnknownModel(String),
+    #[error("model `{model}`: {source}")]
+    Config { model: String, source: ConfigError },
+    #[error("model `{model}`: {reason}")]
+    Invalid { model: String, reason: String },
+}
+
+/// The engine configuration every standard model shares: pages of 2 tokens, a
+/// context (16 tokens) larger than any pool (the incident's shape), one page per KV
+/// write with two in flight, and one drain retry before a decode node stops loudly.
+pub fn model_engine() -> EngineConfig {
+    EngineConfig {
+        page_size: 2,
+        context_len: 16,
+        chunk_pages: 1,
+        max_inflight_chunks: 2,
+        max_rooms: 3,
+        max_queue: 4,
+        max_batch: 2,
+        max_new_tokens_limit: 2,
+        timeouts: Timeouts {
+            drain_retries: 1,
+            ..Timeouts::default()
+        },
+        // Pools smaller than the context, on purpose: the pre-flight would refuse.
+        allow_unsafe_pool: true,
+        ..EngineConfig::default()
+    }
+}
+
+impl ModelSpec {
+    /// The standard models, by name.
+    pub const NAMES: [&'static str; 5] = [
+        "handoff",
+        "abort-race",
+        "timeout-race",
+        "handoff-small",
+        "abort-race-small",
+    ];
+
+    /// The standard models `kvsim check` exhausts by default (the small ones are their
+    /// reduced bounds for the default `cargo test`).
+    pub const STANDARD: [&'static str; 3] = ["handoff", "abort-race", "timeout-race"];
+
+    /// `handoff`: one prefill (3 pages of 2 tokens), one decode (4 pages), two
+    /// interchangeable requests of 3 tokens and one of 7 tokens that exceeds the
+    /// prefill pool (6 tokens) but fits decode's, all under a context of 16 tokens.
+    /// Faults: one lost and one overtaking control message; timers fire in any order
+    /// once nothing else can happen. (Failed KV writes, disconnects and premature
+    /// timeouts are `abort-race`'s and `timeout-race`'s: adding any of them here
+    /// multiplies the space past a minute.)
+    pub fn handoff() -> ModelSpec {
+        ModelSpec {
+            name: "handoff".into(),
+            about: "1 prefill (3 pages of 2 tokens), 1 decode (4 pages), context 16; two \
+                    interchangeable 3-token requests and one over-length 7-token request; at \
+                    most 1 lost and 1 overtaking control message"
+                .into(),
+            engine: model_engine(),
+            prefill_pages: 3,
+            decode_pages: 4,
+            clients: vec![
+                ClientSpec::normal(1, 3),
+                ClientSpec::normal(1, 3),
+                ClientSpec::normal(2, 7),
+            ],
+            faults: FaultBounds {
+                losses: 1,
+                overtakes: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES, names::REJECTED, names::LATE_ACK],
+        }
+    }
+
+    /// `handoff-small`: the reduced bounds the default `cargo test` runs: one 3-token
+    /// request and the over-length one; one lost and one overtaking control message.
+    pub fn handoff_small() -> ModelSpec {
+        ModelSpec {
+            name: "handoff-small".into(),
+            about: "1 prefill (3 pages of 2 tokens), 1 decode (4 pages), context 16; one \
+                    3-token request and one over-length 7-token request; at most 1 lost and \
+                    1 overtaking control message"
+                .into(),
+            clients: vec![ClientSpec::normal(1, 3), ClientSpec::normal(2, 7)],
+            faults: FaultBounds {
+                losses: 1,
+                overtakes: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES, names::REJECTED, names::LATE_ACK],
+            ..ModelSpec::handoff()
+        }
+    }
+
+    /// `abort-race`: decode's pool (2 pages) holds one request at a time, so the
+    /// second request reuses exactly the pages of the first, whose client may
+    /// disconnect at every point of its transfer (two one-page KV writes, both may be
+    /// in flight). One KV write may fail.
+    pub fn abort_race() -> ModelSpec {
+        ModelSpec {
+            name: "abort-race".into(),
+            about: "1 prefill (2 pages), 1 decode (2 pages: one request at a time), context \
+                    16; a 3-token request whose client may disconnect at any point, and a \
+                    second 3-token request that reuses its pages; at most 1 failed KV write"
+                .into(),
+            engine: model_engine(),
+            prefill_pages: 2,
+            decode_pages: 2,
+            clients: vec![
+                ClientSpec::normal(1, 3).aborting(),
+                ClientSpec::normal(2, 3),
+            ],
+            faults: FaultBounds {
+                write_failures: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES, names::ABORT_RACE],
+        }
+    }
+
+    /// `timeout-race`: `abort-race`'s pools with two interchangeable requests and no
+    /// disconnects, where one timeout may fire prematurely (while a message is still in
+    /// flight or a scheduler tick pending: the network was slower than the timer) and
+    /// one KV write may fail. This is where a waiting, bootstrap, request or drain
+    /// timeout races a transfer.
+    pub fn timeout_race() -> ModelSpec {
+        ModelSpec {
+            name: "timeout-race".into(),
+            about: "1 prefill (2 pages), 1 decode (2 pages), context 16; two interchangeable \
+                    3-token requests; at most 1 premature timeout and 1 failed KV write"
+                .into(),
+            clients: vec![ClientSpec::normal(1, 3), ClientSpec::normal(1, 3)],
+            faults: FaultBounds {
+                write_failures: 1,
+                early_timeouts: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES, names::ABORT_RACE, names::LATE_ACK],
+            ..ModelSpec::abort_race()
+        }
+    }
+
+    /// `abort-race-small`: the reduced bounds of `abort-race`: no write failure, and
+    /// the prompt goes in one write.
+    pub fn abort_race_small() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.chunk_pages = 2;
+        ModelSpec {
+            name: "abort-race-small".into(),
+            about: "abort-race with each prompt in one KV write and no failed write".into(),
+            engine,
+            faults: FaultBounds::default(),
+            ..ModelSpec::abort_race()
+        }
+    }
+
+    /// A standard model by name.
+    pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
+        match name {
+            "handoff" => Ok(ModelSpec::handoff()),
+            "handoff-small" => Ok(ModelSpec::handoff_small()),
+            "abort-race" => Ok(ModelSpec::abort_race()),
+            "timeout-race" => Ok(ModelSpec::timeout_race()),
+            "abort-race-small" => Ok(ModelSpec::abort_race_small()),
+            other => Err(SpecError::UnknownModel(other.to_string())),
+        }
+    }
+
+    /// The same model with these bug switches (replacing any already set).
+    pub fn with_bugs(mut self, bugs: BugSet) -> ModelSpec {
+        self.engine.bugs = bugs;
+        self
+    }
+
+    /// Check the relations a model relies on.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        let config = |source| SpecError::Config {
+            model: self.name.clone(),
+            source,
+        };
+        let invalid = |reason: &str| SpecError::Invalid {
+            model: self.name.clone(),
+            reason: reason.to_string(),
+        };
+        self.engine.validate().map_err(config)?;
+        self.engine
+            .preflight("prefill", self.prefill_pages)
+            .map_err(config)?;
+        self.engine
+            .preflight("decode", self.decode_pages)
+            .map_err(config)?;
+        if self.clients.is_empty() || self.clients.len() > 8 {
+            return Err(invalid("a model has 1 to 8 clients"));
+        }
+        if self.prefill_pages == 0 || self.decode_pages == 0 || self.decode_pages > 64 {
+            return Err(invalid("pools have 1 to 64 pages"));
+        }
+        for c in &self.clients {
+            if c.prompt_len == 0 || c.max_new_tokens == 0 {
+                return Err(invalid("every request has a prompt and asks for a token"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn standard_models_are_valid_and_named() {
+        for name in ModelSpec::NAMES {
+            let spec = ModelSpec::standard(name).unwrap();
+            assert_eq!(spec.name, name);
+            spec.validate().unwrap();
+        }
+        let err = ModelSpec::standard("nope").unwrap_err().to_string();
+        assert!(err.contains("handoff"), "{err}");
+    }
+}

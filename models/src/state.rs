@@ -1,0 +1,288 @@
+//! The model state and actions: three engine nodes plus the environment around them.
+//!
+//! The nodes are the engine's own `Router`, `PrefillNode` and `DecodeNode` with
+//! `SymbolicGpu`; everything else here is the environment (clients, the network,
+//! pending timers, fault budgets) and the little the oracles must remember between
+//! transitions. It holds no timestamps and no event counters, so two runs that reach
+//! the same configuration reach the same state.
+//!
+//! Invariant: `net` and `timers` are sorted and free of duplicates, `rooms` and
+//! `notes` are sorted by room, so equal configurations are equal values.
+
+use crate::shared::Shared;
+use kvsim_engine::decode::DecodeNode;
+use kvsim_engine::env::Timer;
+use kvsim_engine::gpu::SymbolicGpu;
+use kvsim_engine::gpu::SymbolicPage;
+use kvsim_engine::ids::{NodeId, RequestId, RoomKey};
+use kvsim_engine::invariant::Invariant;
+use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::prefill::PrefillNode;
+use kvsim_engine::router::Router;
+use std::fmt;
+
+/// The router, as in the simulator's topology.
+pub const ROUTER: NodeId = NodeId(0);
+/// The one prefill node.
+pub const PREFILL: NodeId = NodeId(1);
+/// The one decode node.
+pub const DECODE: NodeId = NodeId(2);
+/// The client endpoint (every client shares it; requests tell them apart).
+pub const CLIENT: NodeId = NodeId(3);
+
+/// A message in flight between two nodes.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Envelope {
+    pub from: NodeId,
+    pub to: NodeId,
+    pub msg: Msg<SymbolicPage>,
+}
+
+impl Envelope {
+    /// KV writes and their completions ride an RDMA reliable connection: they may be
+    /// late or fail, never be lost or duplicated. Everything else is control traffic.
+    pub fn is_rdma(&self) -> bool {
+        matches!(self.msg, Msg::KvWrite { .. } | Msg::WriteDone { .. })
+    }
+
+    /// The FIFO channel the message travels on: one per direction and per transport
+    /// (RDMA or control), as a queue pair or a TCP connection would be.
+    pub fn channel(&self) -> (NodeId, NodeId, bool) {
+        (self.from, self.to, self.is_rdma())
+    }
+}
+
+impl fmt::Display for Envelope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} -> {} | {}", self.from, self.to, self.msg.summary())
+    }
+}
+
+/// One client. `group` names its [`crate::spec::ClientSpec`]: clients with identical
+/// specs share a group and are interchangeable (the symmetry reduction sorts them).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Client {
+    pub group: u8,
+    /// The request id it got when it submitted (ids follow submission order).
+    pub req: Option<RequestId>,
+    pub cancelled: bool,
+    /// The first terminal answer it received.
+    pub reply: Option<Status>,
+}
+
+/// What the oracles remember about one room use between transitions (the
+/// simulator's oracle keeps the same facts in sets). Dropped when the router clears
+/// the room, after which no check reads them.
+pub mod note {
+    /// A `KvDone { Failed }` reached decode: a later 200 from decode is dishonest (S6).
+    pub const TRANSFER_FAILED: u8 = 1;
+    /// Prefill saw the abort: a later 200 from prefill is dishonest (S6).
+    pub const PREFILL_ABORTED: u8 = 2;
+    /// Decode's drain-retry timer fired while the room was quarantined (cleared when
+    /// the quarantine ends, so it mirrors the node's own retry count).
+    pub const DRAIN_RETRIED: u8 = 4;
+}
+
+/// Faults injected so far.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+pub struct FaultsUsed {
+    pub losses: u8,
+    pub duplicates: u8,
+    pub write_failures: u8,
+    pub early_timeouts: u8,
+    pub overtakes: u8,
+}
+
+/// One state of a model.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct State {
+    pub router: Shared<Router>,
+    pub prefill: Shared<PrefillNode<SymbolicGpu>>,
+    pub decode: Shared<DecodeNode<SymbolicGpu>>,
+    /// Messages in flight: FIFO channels (see [`Envelope::channel`]) laid end to end,
+    /// sorted by channel, oldest first within one. Overtaking is the bounded fault
+    /// `Overtake`. A retransmission identical to a message still queued on its channel
+    /// merges with it; delivering a message twice is the explicit fault `Duplicate`.
+    pub net: Vec<Shared<Envelope>>,
+    /// Pending timers per node.
+    pub timers: Vec<(NodeId, Timer)>,
+    pub clients: Vec<Client>,
+    /// Which request each room use serves, learnt from the router's start messages.
+    pub rooms: Vec<(RoomKey, RequestId)>,
+    /// Oracle memory per room use (see [`note`]).
+    pub notes: Vec<(RoomKey, u8)>,
+    pub faults: FaultsUsed,
+    /// Invariants some transition broke (bit `Invariant as u16`). Always empty on a
+    /// correct engine, so it splits no states there.
+    pub violations: u16,
+}
+
+impl State {
+    pub fn violated(&self, inv: Invariant) -> bool {
+        self.violations & (1 << inv as u16) != 0
+    }
+
+    pub fn violate(&mut self, inv: Invariant) {
+        self.violations |= 1 << inv as u16;
+    }
+
+    /// The request a room use serves.
+    pub fn req_of(&self, room: RoomKey) -> Option<RequestId> {
+        self.rooms
+            .binary_search_by_key(&room, |(k, _)| *k)
+            .ok()
+            .map(|i| self.rooms[i].1)
+    }
+
+    /// The client that submitted `req`.
+    pub fn client_of(&self, req: RequestId) -> Option<&Client> {
+        self.clients.iter().find(|c| c.req == Some(req))
+    }
+
+    pub fn noted(&self, room: RoomKey, flag: u8) -> bool {
+        self.notes
+            .binary_search_by_key(&room, |(k, _)| *k)
+            .is_ok_and(|i| self.notes[i].1 & flag != 0)
+    }
+
+    pub fn note(&mut self, room: RoomKey, flag: u8) {
+        match self.notes.binary_search_by_key(&room, |(k, _)| *k) {
+            Ok(i) => self.notes[i].1 |= flag,
+            Err(i) => self.notes.insert(i, (room, flag)),
+        }
+    }
+
+    pub fn unnote(&mut self, room: RoomKey, flag: u8) {
+        if let Ok(i) = self.notes.binary_search_by_key(&room, |(k, _)| *k) {
+            self.notes[i].1 &= !flag;
+            if self.notes[i].1 == 0 {
+                self.notes.remove(i);
+            }
+        }
+    }
+
+    /// The range of `net` that holds one channel's queue.
+    fn segment(&self, key: (NodeId, NodeId, bool)) -> std::ops::Range<usize> {
+        let start = self.net.partition_point(|e| e.get().channel() < key);
+        let end = self.net.partition_point(|e| e.get().channel() <= key);
+        start..end
+    }
+
+    /// Put a message at the end of its channel (no effect if an identical one is
+    /// still queued there).
+    pub fn send(&mut self, env: Envelope) {
+        let seg = self.segment(env.channel());
+        if self.net[seg.clone()].iter().any(|e| e.get() == &env) {
+            return;
+        }
+        self.net.insert(seg.end, Shared::new(env));
+    }
+
+    /// Where a message is queued: its index in `net`, and whether it is the head of
+    /// its channel (the next one the channel delivers in order).
+    pub fn position(&self, env: &Shared<Envelope>) -> Option<(usize, bool)> {
+        let seg = self.segment(env.get().channel());
+        let start = seg.start;
+        self.net[seg]
+            .iter()
+            .position(|e| e == env)
+            .map(|i| (start + i, i == 0))
+    }
+
+    /// Is this entry of `net` the head of its channel?
+    pub fn is_head(&self, i: usize) -> bool {
+        i == 0 || self.net[i - 1].get().channel() != self.net[i].get().channel()
+    }
+
+    /// Take a message out of flight; `false` if it was not in flight.
+    pub fn take(&mut self, env: &Shared<Envelope>) -> bool {
+        match self.position(env) {
+            Some((i, _)) => {
+                self.net.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn set_timer(&mut self, node: NodeId, timer: Timer) {
+        if let Err(i) = self.timers.binary_search(&(node, timer)) {
+            self.timers.insert(i, (node, timer));
+        }
+    }
+
+    pub fn cancel_timer(&mut self, node: NodeId, timer: Timer) -> bool {
+        match self.timers.binary_search(&(node, timer)) {
+            Ok(i) => {
+                self.timers.remove(i);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Would a timeout firing now be premature: is other progress still possible (a
+    /// message in flight, or a scheduler tick pending)?
+    pub fn timeout_is_early(&self) -> bool {
+        !self.net.is_empty() || self.timers.iter().any(|(_, t)| *t == Timer::Compute)
+    }
+
+    /// KV writes for `room` in flight to decode.
+    pub fn writes_in_flight(&self, room: RoomKey) -> usize {
+        self.net
+            .iter()
+            .filter(|e| {
+                e.get().to == DECODE
+                    && matches!(&e.get().msg, Msg::KvWrite { room: r, .. } if *r == room)
+            })
+            .count()
+    }
+}
+
+/// What the environment does next. Every enabled action is one branch of the model.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Action {
+    /// Client `slot` submits its request to the router.
+    Submit(u8),
+    /// Client `slot` disconnects.
+    Cancel(u8),
+    /// Deliver the oldest message of a channel (and take it out of flight).
+    Deliver(Shared<Envelope>),
+    /// Deliver a message ahead of older ones on its channel (reordering).
+    Overtake(Shared<Envelope>),
+    /// Deliver a copy of a control message and keep it in flight.
+    Duplicate(Shared<Envelope>),
+    /// Lose a control message.
+    Lose(Shared<Envelope>),
+    /// A KV write fails on the wire: it is not applied, and the writer's NIC reports
+    /// its completion with an error.
+    FailWrite(Shared<Envelope>),
+    /// A node's pending timer fires.
+    Fire(NodeId, Timer),
+}
+
+/// A timer as `Kind room` text (`Compute`, `Request room1.1`).
+pub fn timer_text(timer: Timer) -> String {
+    match timer {
+        Timer::Compute => "Compute".into(),
+        Timer::Bootstrap(r) => format!("Bootstrap {r}"),
+        Timer::WaitingForKv(r) => format!("WaitingForKv {r}"),
+        Timer::DrainRetry(r) => format!("DrainRetry {r}"),
+        Timer::Request(r) => format!("Request {r}"),
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::Submit(slot) => write!(f, "client {slot} submits"),
+            Action::Cancel(slot) => write!(f, "client {slot} disconnects"),
+            Action::Deliver(e) => write!(f, "deliver {}", e.get()),
+            Action::Overtake(e) => write!(f, "overtake {}", e.get()),
+            Action::Duplicate(e) => write!(f, "duplicate {}", e.get()),
+            Action::Lose(e) => write!(f, "lose {}", e.get()),
+            Action::FailWrite(e) => write!(f, "fail-write {}", e.get()),
+            Action::Fire(node, t) => write!(f, "fire {node} {}", timer_text(*t)),
+        }
+    }
+}
