@@ -49,6 +49,8 @@ enum Command {
     Merge(kvsim::cmd_sim::MergeArgs),
     /// Exhaust a model of the handoff with stateright (the engine's own nodes).
     Check(kvsim::cmd_check::CheckArgs),
+    /// Hunt every historical bug switch with both tools; write reports/bugs.{md,svg}.
+    Bugs(kvsim::cmd_bugs::BugsArgs),
 }
 
 fn parse_bugs(list: Option<&str>) -> Result<Option<BugSet>> {
@@ -113,6 +115,7 @@ fn main() -> ExitCode {
         Some(Command::Replay(a)) => kvsim::cmd_sim::replay(&a),
         Some(Command::Merge(a)) => kvsim::cmd_sim::merge(&a),
         Some(Command::Check(args)) => kvsim::cmd_check::run(&args),
+        Some(Command::Bugs(args)) => kvsim::cmd_bugs::run(&args),
     };
     match res {
         Ok(code) => code,

@@ -47,6 +47,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "scenarios/glm53-incident.toml",
         include_str!("../scenarios/glm53-incident.toml"),
     ),
+    (
+        "scenarios/glm53-truncate.toml",
+        include_str!("../scenarios/glm53-truncate.toml"),
+    ),
 ];
 
 /// Which scenario hunts which switch (the one whose faults reach its code path).
@@ -64,6 +68,10 @@ pub fn scenario_for(bugs: BugSet) -> &'static str {
         "scenarios/client-disconnects.toml"
     } else if only(Bug::SkipPreflight) {
         "scenarios/glm53-incident.toml"
+    } else if only(Bug::NoLengthAgreement) {
+        // Alone, the length check has nothing to catch unless something else makes the
+        // halves disagree: prompt truncation at asymmetric limits does.
+        "scenarios/glm53-truncate.toml"
     } else {
         "scenarios/mixed-faults.toml"
     }
@@ -128,7 +136,7 @@ pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Resu
     let mut sc = load(path)?;
     tweak(&mut sc);
     let t = Instant::now();
-    if bugs.has(Bug::SkipPreflight) || (bugs.is_empty() && path.contains("glm53")) {
+    if bugs.has(Bug::SkipPreflight) {
         // The pre-flight rule is checked where it lives: start the incident's unsafe
         // pool without asking for it. The defended engine must refuse to start.
         sc.engine.allow_unsafe_pool = false;
@@ -142,6 +150,8 @@ pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Resu
             wall_s: t.elapsed().as_secs_f64(),
         });
     }
+    // A scenario with an explicit workload runs the same way under every seed.
+    let seeds = if path.contains("glm53") { 1 } else { seeds };
     let opts = SweepOptions {
         seeds: SeedRange {
             start: 0,
@@ -152,12 +162,38 @@ pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Resu
         ..SweepOptions::default()
     };
     let s = run_sweep(&sc, path, &opts)?;
-    let first = s.failures.iter().min_by_key(|f| f.seed);
+    // A scenario whose defended run already reports a detected violation (the
+    // engine refusing a mismatch it cannot prevent) credits a switch only with what
+    // the defended engine does not show.
+    let baseline: Vec<String> = if bugs.is_empty() || !path.contains("truncate") {
+        Vec::new()
+    } else {
+        let base = SweepOptions {
+            bugs: Some(BugSet::NONE),
+            stop_at_first: false,
+            ..opts.clone()
+        };
+        run_sweep(&sc, path, &base)?
+            .failures
+            .iter()
+            .flat_map(|f| f.invariants.clone())
+            .collect()
+    };
+    let first = s
+        .failures
+        .iter()
+        .filter_map(|f| {
+            f.invariants
+                .iter()
+                .find(|i| !baseline.contains(i))
+                .map(|i| (f.seed, i.clone()))
+        })
+        .min_by_key(|(seed, _)| *seed);
     Ok(SimCell {
         scenario: path.to_string(),
-        seeds_run: first.map_or(s.seeds_run, |f| f.seed + 1),
-        first_seed: first.map(|f| f.seed),
-        invariant: first.map(|f| f.invariant.clone()),
+        seeds_run: first.as_ref().map_or(s.seeds_run, |(seed, _)| seed + 1),
+        first_seed: first.as_ref().map(|(seed, _)| *seed),
+        invariant: first.map(|(_, i)| i),
         wall_s: t.elapsed().as_secs_f64(),
     })
 }
@@ -236,6 +272,7 @@ fn defense_names() -> Vec<(&'static str, fn(&mut Defenses))> {
 /// What the harness reports for one configuration: every invariant any seed broke.
 fn reported(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<DefenseRow> {
     let path = scenario_for(bugs);
+    let seeds = if path.contains("glm53") { 1 } else { seeds };
     let mut sc = load(path)?;
     tweak(&mut sc);
     let opts = SweepOptions {

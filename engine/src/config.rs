@@ -119,6 +119,11 @@ pub struct EngineConfig {
     pub bugs: BugSet,
     /// Start even though a pool cannot hold the context (the incident configuration).
     pub allow_unsafe_pool: bool,
+    /// SGLang `--allow-auto-truncate`: a prompt over a node's admission limit is cut to
+    /// the limit instead of rejected. Each half truncates to its own limit, so with
+    /// asymmetric pools prefill and decode disagree on the prompt length: exactly the
+    /// mismatch that decode's length agreement (defense 2) exists to catch.
+    pub allow_auto_truncate: bool,
 }
 
 impl Default for EngineConfig {
@@ -137,6 +142,7 @@ impl Default for EngineConfig {
             defenses: Defenses::default(),
             bugs: BugSet::NONE,
             allow_unsafe_pool: false,
+            allow_auto_truncate: false,
         }
     }
 }

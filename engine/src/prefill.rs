@@ -280,7 +280,16 @@ impl<G: Gpu> PrefillNode<G> {
             phase: Phase::Bootstrapping,
         };
         if let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) {
-            if len > limit {
+            if len > limit && self.cfg.allow_auto_truncate {
+                // `validate_input_length` with truncation on: keep the head of the prompt.
+                req.prompt.truncate(limit as usize);
+                env.trace(TraceEvent::Truncated {
+                    node: self.id,
+                    room,
+                    from: len,
+                    to: limit,
+                });
+            } else if len > limit {
                 if self.cfg.bugs.has(Bug::GateChecksFinishedOnly) {
                     // SGLang `set_finish_with_abort`: keep the error in `to_finish`,
                     // swap the prompt for a 1-token placeholder, stay live.

@@ -42,6 +42,13 @@ pub enum TraceEvent {
         status: Status,
         reason: String,
     },
+    /// The prompt was cut to the node's admission limit (`allow_auto_truncate`).
+    Truncated {
+        node: NodeId,
+        room: RoomKey,
+        from: u64,
+        to: u64,
+    },
     /// The legacy rejection: error parked in `to_finish`, prompt swapped for a
     /// 1-token placeholder, request still live (only under `gate-checks-finished-only`).
     RejectedLegacy {
@@ -170,6 +177,7 @@ impl TraceEvent {
             Admitted { room, .. }
             | Rejected { room, .. }
             | RejectedLegacy { room, .. }
+            | Truncated { room, .. }
             | PagesReserved { room, .. }
             | PagesReleased { room, .. }
             | Quarantined { room, .. }

@@ -70,6 +70,8 @@ pub struct Oracle {
     /// The message being delivered right now is prefill's Success for this room.
     success_now: Option<(NodeId, RoomKey)>,
     prefill_aborted: BTreeSet<(NodeId, RoomKey)>,
+    /// Rooms a node rejected the legacy way (`to_finish` set, request still live).
+    legacy_rejected: BTreeSet<(NodeId, RoomKey)>,
     findings: Vec<Finding>,
     seen: BTreeSet<(Invariant, Option<RoomKey>)>,
     pub leaks: Vec<Leak>,
@@ -92,6 +94,7 @@ impl Oracle {
             transfer_failed: BTreeSet::new(),
             success_now: None,
             prefill_aborted: BTreeSet::new(),
+            legacy_rejected: BTreeSet::new(),
             findings: Vec::new(),
             seen: BTreeSet::new(),
             leaks: Vec::new(),
@@ -158,7 +161,11 @@ impl Oracle {
             return false;
         };
         match side {
-            Side::Prefill => r.prompt_len > self.cfg.context_len.min(self.tokens_of(facts.prefill)),
+            // A deployment that truncates serves an over-length prompt cut short.
+            Side::Prefill => {
+                !self.cfg.allow_auto_truncate
+                    && r.prompt_len > self.cfg.context_len.min(self.tokens_of(facts.prefill))
+            }
             Side::Decode => {
                 r.prompt_len + u64::from(r.max_new_tokens)
                     > self.cfg.context_len.min(self.tokens_of(facts.decode))
@@ -298,6 +305,9 @@ impl Oracle {
             }
             TraceEvent::RoomCleared { room, .. } => {
                 self.uncleared.remove(room);
+            }
+            TraceEvent::RejectedLegacy { node, room, .. } => {
+                self.legacy_rejected.insert((*node, *room));
             }
             _ => {}
         }
@@ -548,6 +558,23 @@ impl Oracle {
                 Side::Prefill => self.cfg.context_len.min(self.tokens_of(facts.prefill)),
                 Side::Decode => self.cfg.context_len.min(self.tokens_of(facts.decode)),
             };
+            // A prompt within the context that the node never even flagged was admitted
+            // beyond its pool (L5, SGLang #29249); one it rejected and then served is
+            // rejected-but-live (S5, the GLM-5.3 incident).
+            let within_context = self.requests.get(&facts.req).is_some_and(|r| {
+                let need = match side {
+                    Side::Prefill => r.prompt_len,
+                    Side::Decode => r.prompt_len + u64::from(r.max_new_tokens),
+                };
+                need <= self.cfg.context_len
+            });
+            if within_context && !self.legacy_rejected.contains(&(node, room)) {
+                self.report(Invariant::L5, Some(room), format!(
+                    "{} needs more than {node}'s pool of {limit} tokens, yet it {what}: admitted beyond the pool",
+                    self.describe(room)
+                ));
+                return;
+            }
             self.report(Invariant::S5, Some(room), format!(
                 "{} exceeds {node}'s limit of {limit} tokens and must be rejected at intake, but it {what}",
                 self.describe(room)

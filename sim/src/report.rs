@@ -24,6 +24,9 @@ pub fn describe_event(ev: &TraceEvent) -> String {
         RejectedLegacy { node, room, prompt_len } => format!(
             "{node} rejects {room} the legacy way: prompt of {prompt_len} swapped for a 1-token placeholder, error parked in to_finish"
         ),
+        Truncated { node, room, from, to } => {
+            format!("{node} truncates the prompt of {room} from {from} to {to} tokens (allow_auto_truncate)")
+        }
         PagesReserved { node, room, pages } => format!("{node} reserves [{}] for {room}", tags(pages)),
         PagesReleased { node, room, pages, how } => format!("{node} releases [{}] of {room} ({how:?})", tags(pages)),
         Quarantined { node, room, pages } => format!("{node} quarantines [{}] of {room}", tags(pages)),

@@ -1,0 +1,67 @@
+//! `kvsim bugs`: argument parsing and file output for the bug-detection matrix.
+//! The runs are `matrix.rs`; the formatting is `matrix_report.rs`.
+
+use crate::matrix::{self, Budget};
+use crate::matrix_report;
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args, Debug)]
+pub struct BugsArgs {
+    /// Seed budget per switch for the simulator sweeps.
+    #[arg(long, default_value_t = 300)]
+    pub seeds: u64,
+    /// Also write the matrix as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Where to write bugs.md and bugs.svg.
+    #[arg(long, default_value = "reports")]
+    pub out: PathBuf,
+    /// Reduced model bounds and no defenses table (what the default suite runs).
+    #[arg(long)]
+    pub quick: bool,
+    /// Model-checker threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+}
+
+pub fn run(a: &BugsArgs) -> Result<ExitCode> {
+    let mut budget = if a.quick {
+        Budget::quick(a.seeds)
+    } else {
+        Budget::full(a.seeds)
+    };
+    budget.threads = a.threads.max(1);
+    let command = if a.quick {
+        format!("kvsim bugs --quick --seeds {}", a.seeds)
+    } else {
+        format!("kvsim bugs --seeds {}", a.seeds)
+    };
+    let m = matrix::run(&budget, &command, |label| eprintln!("  hunting: {label}"))?;
+    let md = matrix_report::markdown(&m);
+    print!("{md}");
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let md_path = a.out.join("bugs.md");
+    std::fs::write(&md_path, &md).with_context(|| format!("writing {}", md_path.display()))?;
+    let svg = matrix_report::svg(&m).map_err(|e| anyhow::anyhow!("drawing the chart: {e}"))?;
+    let svg_path = a.out.join("bugs.svg");
+    std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&m)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    let failed: Vec<&str> = m
+        .rows
+        .iter()
+        .filter(|r| !r.ok())
+        .map(|r| r.label.as_str())
+        .collect();
+    eprintln!("wrote {} and {}", md_path.display(), svg_path.display());
+    if failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("NOT OK: {}", failed.join(", "));
+        Ok(ExitCode::from(1))
+    }
+}
