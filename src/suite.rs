@@ -247,6 +247,36 @@ pub fn model_check_handoff() -> Result<Row> {
     })
 }
 
+/// The bug matrix, quick pass: every historical switch hunted by the simulator (50
+/// seeds each) and the reduced models; each must be caught, the defended engine not.
+pub fn bug_matrix_quick() -> Result<Row> {
+    let t = Instant::now();
+    let m = crate::matrix::run(
+        &crate::matrix::Budget::quick(50),
+        "kvsim bugs --quick --seeds 50",
+        |_| {},
+    )?;
+    let wall_s = t.elapsed().as_secs_f64();
+    let switches = m.rows.iter().filter(|r| !r.baseline).count();
+    let caught = m.rows.iter().filter(|r| !r.baseline && r.ok()).count();
+    let both = m
+        .rows
+        .iter()
+        .filter(|r| !r.baseline && r.sim_caught() && r.mc_caught())
+        .count();
+    let baseline_clean = m.rows.iter().filter(|r| r.baseline).all(|r| r.ok());
+    Ok(Row {
+        check: "bug matrix (quick): 12 switches + incident pair".into(),
+        expected: "every switch caught, defended engine clean".into(),
+        observed: format!(
+            "{caught}/{switches} caught ({both} by both tools), defended engine {}; full: kvsim bugs",
+            if baseline_clean { "clean" } else { "FLAGGED" }
+        ),
+        ok: caught == switches && baseline_clean,
+        wall_s,
+    })
+}
+
 /// Print rows as one table.
 pub fn render(rows: &[Row]) -> String {
     let mut out = String::new();
@@ -293,6 +323,7 @@ pub fn run_default_suite() -> Result<ExitCode> {
     rows.push(sweep_defended()?);
     rows.push(sweep_incident()?);
     rows.push(model_check_handoff()?);
+    rows.push(bug_matrix_quick()?);
 
     println!("== Summary ==");
     print!("{}", render(&rows));
