@@ -206,7 +206,23 @@ pub fn mc_cell(bugs: BugSet, budget: &Budget) -> Result<Result<McCell, String>> 
     let t = Instant::now();
     let mut states = 0u64;
     let mut last = String::new();
-    for &name in &budget.models {
+    // Search first the model whose faults reach the switch's code path.
+    let abort_first = [
+        Bug::SuccessOverwritesAbort,
+        Bug::DecodeReleaseImmediate,
+        Bug::PrefillReleaseBeforeDrain,
+        Bug::FailedSendReportsDrained,
+        Bug::FailOpenOnRecvError,
+        Bug::AckIgnoresGeneration,
+        Bug::NoLengthAgreement,
+    ]
+    .iter()
+    .any(|b| bugs.has(*b));
+    let mut order: Vec<&'static str> = budget.models.clone();
+    if abort_first {
+        order.sort_by_key(|m| !m.starts_with("abort-race"));
+    }
+    for &name in &order {
         let spec = ModelSpec::standard(name)?.with_bugs(bugs);
         let opts = CheckOptions {
             threads: budget.threads,
