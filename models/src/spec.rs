@@ -179,13 +179,14 @@ impl ModelSpec {
     /// `abort-race`: decode's pool (2 pages) holds one request at a time, so the
     /// second request reuses exactly the pages of the first, whose client may
     /// disconnect at every point of its transfer (two one-page KV writes, both may be
-    /// in flight). One KV write may fail.
+    /// in flight). One KV write may fail and one control message may be delivered twice.
     pub fn abort_race() -> ModelSpec {
         ModelSpec {
             name: "abort-race".into(),
             about: "1 prefill (2 pages), 1 decode (2 pages: one request at a time), context \
                     16; a 3-token request whose client may disconnect at any point, and a \
-                    second 3-token request that reuses its pages; at most 1 failed KV write"
+                    second 3-token request that reuses its pages; at most 1 failed KV write \
+                    and 1 duplicated control message"
                 .into(),
             engine: model_engine(),
             prefill_pages: 2,
@@ -196,6 +197,7 @@ impl ModelSpec {
             ],
             faults: FaultBounds {
                 write_failures: 1,
+                duplicates: 1,
                 ..FaultBounds::default()
             },
             reaches: vec![names::COMPLETES, names::ABORT_RACE],
