@@ -31,8 +31,6 @@ fn model_checker_exception(bugs: BugSet) -> Option<&'static str> {
     let only = |b: Bug| bugs == BugSet::NONE.with(b);
     if let Some(why) = matrix::mc_not_applicable(bugs) {
         Some(why)
-    } else if only(Bug::AckIgnoresGeneration) {
-        Some("needs two generations of one room quarantined at once; the standard pools never hold two (the simulator's partition scenario does)")
     } else if only(Bug::NoLengthAgreement) {
         Some("needs a length mismatch from elsewhere; every model prompt fits every node, so nothing truncates (the simulator's glm53-truncate does)")
     } else {
