@@ -216,7 +216,7 @@ pub fn mc_cell(bugs: BugSet, budget: &Budget) -> Result<Result<McCell, String>> 
         Bug::NoLengthAgreement,
     ]
     .iter()
-    .any(|b| bugs.has(*b));
+    .any(|b| bugs == BugSet::NONE.with(*b));
     let mut order: Vec<&'static str> = budget.models.clone();
     if abort_first {
         order.sort_by_key(|m| !m.starts_with("abort-race"));

@@ -247,13 +247,13 @@ pub fn model_check_handoff() -> Result<Row> {
     })
 }
 
-/// The bug matrix, quick pass: every historical switch hunted by the simulator (50
+/// The bug matrix, quick pass: every historical switch hunted by the simulator (100
 /// seeds each) and the reduced models; each must be caught, the defended engine not.
 pub fn bug_matrix_quick() -> Result<Row> {
     let t = Instant::now();
     let m = crate::matrix::run(
-        &crate::matrix::Budget::quick(50),
-        "kvsim bugs --quick --seeds 50",
+        &crate::matrix::Budget::quick(100),
+        "kvsim bugs --quick --seeds 100",
         |_| {},
     )?;
     let wall_s = t.elapsed().as_secs_f64();
