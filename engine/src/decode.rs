@@ -20,10 +20,11 @@
 use crate::bugs::Bug;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::{ids, query_position, Gpu};
-use crate::ids::{Generation, NodeId, PageTag, RoomId, RoomKey};
+use crate::ids::{NodeId, PageTag, RoomKey};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{PagePool, PageState};
 use crate::msg::{Msg, Status, TransferOutcome};
+use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
 use crate::trace::{ReleaseKind, Side, TraceEvent};
 use std::collections::{BTreeMap, VecDeque};
@@ -69,7 +70,7 @@ pub struct DecodeNode<G> {
     requests: BTreeMap<RoomKey, Request>,
     prealloc: VecDeque<RoomKey>,
     quarantine: BTreeMap<RoomKey, Quarantine>,
-    retired: BTreeMap<RoomId, Generation>,
+    retired: RetiredRooms,
     /// Pages of recently finished requests, kept for the `double-free-on-finish` bug's
     /// second release path (bounded by `max_queue`; empty unless the bug is on).
     finished_pages: VecDeque<(RoomKey, Vec<PageTag>)>,
@@ -90,7 +91,7 @@ impl<G: Gpu> DecodeNode<G> {
             requests: BTreeMap::new(),
             prealloc: VecDeque::new(),
             quarantine: BTreeMap::new(),
-            retired: BTreeMap::new(),
+            retired: RetiredRooms::default(),
             finished_pages: VecDeque::new(),
             compute_armed: false,
             fatal: None,
@@ -153,12 +154,11 @@ impl<G: Gpu> DecodeNode<G> {
     }
 
     fn is_stale(&self, room: RoomKey) -> bool {
-        self.retired.get(&room.room).is_some_and(|g| *g >= room.gen)
+        self.retired.is_stale(room)
     }
 
     fn tombstone(&mut self, room: RoomKey) {
-        let g = self.retired.entry(room.room).or_insert(room.gen);
-        *g = (*g).max(room.gen);
+        self.retired.retire(room);
     }
 
     fn kick<E: Env<G::Kv>>(&mut self, env: &mut E) {

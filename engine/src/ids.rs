@@ -126,3 +126,22 @@ pub fn pages_for(tokens: u64, page_size: u32) -> u64 {
     );
     tokens.div_ceil(u64::from(page_size))
 }
+
+/// A tag list for humans: all of it when it has at most `max` tags, else the first
+/// two, the last and the count.
+pub fn fmt_tags(t: &[PageTag], max: usize) -> String {
+    if t.len() <= max.max(3) {
+        t.iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    } else {
+        format!(
+            "{},{},..,{} ({} pages)",
+            t[0],
+            t[1],
+            t[t.len() - 1],
+            t.len()
+        )
+    }
+}

@@ -24,6 +24,7 @@ pub mod kv;
 pub mod msg;
 pub mod node;
 pub mod prefill;
+pub mod retired;
 pub mod router;
 pub mod shared_cfg;
 mod sync;

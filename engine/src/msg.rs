@@ -176,22 +176,7 @@ impl<K> Msg<K> {
 
     /// A one-line human summary (no KV payloads).
     pub fn summary(&self) -> String {
-        fn tags(t: &[PageTag]) -> String {
-            if t.len() <= 6 {
-                t.iter()
-                    .map(|t| t.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            } else {
-                format!(
-                    "{},{},..,{} ({} pages)",
-                    t[0],
-                    t[1],
-                    t[t.len() - 1],
-                    t.len()
-                )
-            }
-        }
+        let tags = |t: &[PageTag]| crate::ids::fmt_tags(t, 6);
         match self {
             Msg::Submit {
                 req,

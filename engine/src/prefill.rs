@@ -19,10 +19,11 @@
 use crate::bugs::Bug;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::{ids, Gpu};
-use crate::ids::{Generation, NodeId, PageTag, RoomId, RoomKey, Token};
+use crate::ids::{NodeId, PageTag, RoomKey, Token};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
 use crate::msg::{Msg, Status, TransferOutcome};
+use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
 use crate::trace::{ReleaseKind, Side, TraceEvent};
 use std::collections::{BTreeMap, VecDeque};
@@ -94,7 +95,7 @@ pub struct PrefillNode<G> {
     outstanding: BTreeMap<RoomKey, Outstanding>,
     /// Per room number, the newest generation this node has retired: any message for
     /// that generation or an older one is stale (a late or reordered delivery).
-    retired: BTreeMap<RoomId, Generation>,
+    retired: RetiredRooms,
     /// Page lists that arrived before their `PrefillStart` (reordering), bounded.
     early_meta: BTreeMap<RoomKey, Vec<PageTag>>,
     /// A `Compute` timer is pending (so new work does not postpone it).
@@ -115,7 +116,7 @@ impl<G: Gpu> PrefillNode<G> {
             requests: BTreeMap::new(),
             waiting: VecDeque::new(),
             outstanding: BTreeMap::new(),
-            retired: BTreeMap::new(),
+            retired: RetiredRooms::default(),
             early_meta: BTreeMap::new(),
             compute_armed: false,
         }
@@ -157,12 +158,11 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     fn is_stale(&self, room: RoomKey) -> bool {
-        self.retired.get(&room.room).is_some_and(|g| *g >= room.gen)
+        self.retired.is_stale(room)
     }
 
     fn tombstone(&mut self, room: RoomKey) {
-        let g = self.retired.entry(room.room).or_insert(room.gen);
-        *g = (*g).max(room.gen);
+        self.retired.retire(room);
         self.early_meta.remove(&room);
     }
 

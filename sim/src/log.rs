@@ -261,20 +261,7 @@ impl MsgView {
 
 /// Page tags, shortened when long.
 pub fn tags(t: &[PageTag]) -> String {
-    if t.len() <= 4 {
-        t.iter()
-            .map(|t| t.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    } else {
-        format!(
-            "{},{},..,{} ({} pages)",
-            t[0],
-            t[1],
-            t[t.len() - 1],
-            t.len()
-        )
-    }
+    kvsim_engine::ids::fmt_tags(t, 4)
 }
 
 /// Why a message was not delivered.
