@@ -376,17 +376,14 @@ impl Oracle {
                     .get(room)
                     .and_then(|f| self.requests.get(&f.req))
                     .map(|r| r.prompt_len);
-                let problem = if Some(*prompt_len) != true_len || *sent_tokens != *prompt_len {
-                    Some(format!("decode expects {prompt_len} tokens, prefill sent {sent_tokens} (true prompt {})", true_len.map_or("?".into(), |l| l.to_string())))
-                } else if sent_pages != reserved_pages {
-                    Some(format!(
-                        "decode reserved {reserved_pages} pages, prefill sent {sent_pages}"
-                    ))
-                } else if !fully_written {
-                    Some("some reserved page was never written".to_string())
-                } else {
-                    None
-                };
+                let problem = length_disagreement(
+                    true_len,
+                    *prompt_len,
+                    *reserved_pages,
+                    *sent_tokens,
+                    *sent_pages,
+                    *fully_written,
+                );
                 if let Some(p) = problem {
                     self.report(
                         Invariant::S4,
