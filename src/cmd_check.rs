@@ -8,7 +8,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kvsim_engine::bugs::BugSet;
-use kvsim_models::{check, CheckOptions, ModelSpec, Verdict};
+use kvsim_models::{check, CheckOptions, MemoMode, ModelSpec, Verdict};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -34,6 +34,10 @@ pub struct CheckArgs {
     /// Symmetry reduction over interchangeable clients (implies --dfs).
     #[arg(long)]
     pub symmetry: bool,
+    /// Compute every node transition with the engine instead of reusing one computed
+    /// before in another interleaving (slower; same states and verdicts).
+    #[arg(long)]
+    pub no_memo: bool,
     /// Serve stateright's Explorer on this loopback address instead of checking.
     #[arg(long, value_name = "ADDR")]
     pub explore: Option<String>,
@@ -80,6 +84,11 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
         depth: args.depth,
         dfs: args.dfs,
         symmetry: args.symmetry,
+        memo: if args.no_memo {
+            MemoMode::Off
+        } else {
+            MemoMode::On
+        },
     };
     let report = check(spec, &options)?;
     let text = report.render();

@@ -1,5 +1,8 @@
 //! The `kvsim` command line: parse, call a library function, print. No logic here.
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use kvsim_engine::bugs::BugSet;

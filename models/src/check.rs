@@ -28,6 +28,20 @@ pub struct CheckOptions {
     /// Sort interchangeable clients (implies depth-first: stateright applies symmetry
     /// reduction in its DFS and simulation checkers only).
     pub symmetry: bool,
+    /// How node transitions are computed ([`crate::memo`]).
+    pub memo: MemoMode,
+}
+
+/// Whether the checker reuses node transitions it computed before.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MemoMode {
+    /// Reuse them (per-thread cache of (node, input) -> effect).
+    #[default]
+    On,
+    /// Compute every transition with the engine (to measure what the cache saves).
+    Off,
+    /// Reuse them, and also recompute each reused one and panic on a difference.
+    Verify,
 }
 
 impl Default for CheckOptions {
@@ -37,6 +51,7 @@ impl Default for CheckOptions {
             depth: None,
             dfs: false,
             symmetry: false,
+            memo: MemoMode::On,
         }
     }
 }
@@ -138,11 +153,16 @@ impl CheckReport {
         };
         let _ = writeln!(
             out,
-            "search: {search}, {} thread(s){}",
+            "search: {search}, {} thread(s){}{}",
             self.options.threads,
             self.options
                 .depth
-                .map_or(String::new(), |d| format!(", depth bound {d}"))
+                .map_or(String::new(), |d| format!(", depth bound {d}")),
+            match self.options.memo {
+                MemoMode::On => "",
+                MemoMode::Off => ", no transition cache",
+                MemoMode::Verify => ", transition cache verified",
+            }
         );
         let _ = writeln!(
             out,
@@ -285,7 +305,11 @@ fn report<C: Checker<HandoffModel>>(
 
 /// Check a model to exhaustion (or to the depth bound).
 pub fn check(spec: ModelSpec, options: &CheckOptions) -> Result<CheckReport, SpecError> {
-    let model = HandoffModel::new(spec.clone())?;
+    let model = match options.memo {
+        MemoMode::On => HandoffModel::new(spec.clone())?,
+        MemoMode::Off => HandoffModel::new(spec.clone())?.without_memo(),
+        MemoMode::Verify => HandoffModel::new(spec.clone())?.with_memo_check(),
+    };
     let mut builder = model.clone().checker().threads(options.threads.max(1));
     if let Some(d) = options.depth {
         builder = builder.target_max_depth(d);

@@ -32,6 +32,7 @@
 //! [`replay::replay`] runs through the simulator's nodes and oracle.
 
 pub mod check;
+pub mod memo;
 pub mod model;
 pub mod replay;
 pub mod schedule;
@@ -39,7 +40,7 @@ pub mod shared;
 pub mod spec;
 pub mod state;
 
-pub use check::{check, CheckOptions, CheckReport, Verdict};
+pub use check::{check, CheckOptions, CheckReport, MemoMode, Verdict};
 pub use model::{names, representative, HandoffModel, StepLog};
 pub use schedule::Schedule;
 pub use spec::{ClientSpec, FaultBounds, ModelSpec, SpecError};

@@ -20,13 +20,14 @@
 //!
 //! [`Node::handle`]: kvsim_engine::node::Node::handle
 
+use crate::memo::{self, Effect, Machine, Routed};
 use crate::shared::Shared;
 use crate::spec::{ClientSpec, ModelSpec, SpecError};
 use crate::state::{
     note, Action, Client, Envelope, FaultsUsed, State, CLIENT, DECODE, PREFILL, ROUTER,
 };
 use kvsim_engine::decode::DecodeNode;
-use kvsim_engine::env::{Input, Outbox, TimerOp};
+use kvsim_engine::env::{Input, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
 use kvsim_engine::ids::{NodeId, RequestId, RoomKey, TenantId};
 use kvsim_engine::invariant::{Invariant, Violation};
@@ -43,6 +44,7 @@ use kvsim_sim::report::describe_event;
 use kvsim_sim::scenario::{canary_owner, PlannedRequest};
 use stateright::{Model, Property};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
 /// What one transition did, for counterexamples and the Explorer: the engine events
 /// it emitted as sentences, and each invariant it broke with a sentence saying how.
@@ -61,7 +63,16 @@ pub struct HandoffModel {
     groups: Vec<u8>,
     /// Properties that already have a discovery (one bit each, see [`latch_first`]).
     latched: AtomicU64,
+    /// This model's key in the node-transition caches ([`crate::memo`]).
+    id: u64,
+    /// Recompute every cached transition and compare (tests).
+    memo_check: bool,
+    /// Bypass the caches altogether (to measure what they save).
+    memo_off: bool,
 }
+
+/// Model keys for the transition caches: one per `HandoffModel::new`.
+static NEXT_MODEL_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Clone for HandoffModel {
     /// A clone starts with no discovery latched: it is a fresh model for a new run.
@@ -71,6 +82,9 @@ impl Clone for HandoffModel {
             cfg: self.cfg.clone(),
             groups: self.groups.clone(),
             latched: AtomicU64::new(0),
+            id: self.id,
+            memo_check: self.memo_check,
+            memo_off: self.memo_off,
         }
     }
 }
@@ -106,7 +120,37 @@ impl HandoffModel {
             spec,
             groups,
             latched: AtomicU64::new(0),
+            id: NEXT_MODEL_ID.fetch_add(1, AtomicOrdering::Relaxed),
+            memo_check: false,
+            memo_off: false,
         })
+    }
+
+    /// Recompute every node transition the cache answers and panic if the engine now
+    /// says something else (proves the cache changes nothing; slow).
+    pub fn with_memo_check(mut self) -> Self {
+        self.memo_check = true;
+        self
+    }
+
+    /// Compute every node transition afresh: no cache (for comparison).
+    pub fn without_memo(mut self) -> Self {
+        self.memo_off = true;
+        self
+    }
+
+    /// The effect of `input` on one node, computed by the engine or reused.
+    fn transition<N: Machine>(
+        &self,
+        id: NodeId,
+        before: &Shared<N>,
+        input: Input<SymbolicPage>,
+    ) -> Arc<Effect<N>> {
+        if self.memo_off {
+            Arc::new(memo::compute(id, before, input))
+        } else {
+            memo::transition(self.id, id, before, input, self.memo_check)
+        }
     }
 
     pub fn spec(&self) -> &ModelSpec {
@@ -345,10 +389,6 @@ impl HandoffModel {
     }
 }
 
-thread_local! {
-    static OUTBOX: std::cell::RefCell<Outbox<SymbolicPage>> = std::cell::RefCell::new(Outbox::new(0));
-}
-
 /// One transition under construction.
 struct Tx<'a> {
     m: &'a HandoffModel,
@@ -443,58 +483,79 @@ impl Tx<'_> {
             } => Some((*from, *room)),
             _ => None,
         };
-        // One outbox per thread, reused: its buffers keep their capacity.
-        let mut out = OUTBOX.with(|o| std::mem::replace(&mut *o.borrow_mut(), Outbox::new(0)));
-        out.reset(0);
-        let local = match node {
-            ROUTER => self.s.router.update(|n| {
-                n.handle(input, &mut out);
-                n.invariants()
-            }),
-            PREFILL => self.s.prefill.update(|n| {
-                n.handle(input, &mut out);
-                n.invariants()
-            }),
-            DECODE => self.s.decode.update(|n| {
-                n.handle(input, &mut out);
-                n.invariants()
-            }),
-            _ => return,
-        };
+        match node {
+            ROUTER => {
+                let e = self.m.transition(node, &self.s.router, input);
+                self.s.router = e.after.clone();
+                self.apply(
+                    node, &e.local, &e.sends, &e.timers, &e.traces, kv_done, submitted,
+                );
+            }
+            PREFILL => {
+                let e = self.m.transition(node, &self.s.prefill, input);
+                self.s.prefill = e.after.clone();
+                self.apply(
+                    node, &e.local, &e.sends, &e.timers, &e.traces, kv_done, submitted,
+                );
+            }
+            DECODE => {
+                let e = self.m.transition(node, &self.s.decode, input);
+                self.s.decode = e.after.clone();
+                self.apply(
+                    node, &e.local, &e.sends, &e.timers, &e.traces, kv_done, submitted,
+                );
+            }
+            _ => {}
+        }
+    }
+
+    /// Apply what a node did (its new state is already in place): check its events,
+    /// put its messages in flight, answer clients, set and cancel its timers.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        node: NodeId,
+        local: &Result<(), Violation>,
+        sends: &[Routed],
+        timers: &[TimerOp],
+        traces: &[TraceEvent],
+        kv_done: Option<(NodeId, RoomKey)>,
+        submitted: Option<RequestId>,
+    ) {
         if let Some(req) = submitted {
-            for (_, msg) in &out.sends {
-                if let Msg::DecodeStart { room, .. } = msg {
-                    if let Err(i) = self.s.rooms.binary_search_by_key(room, |(k, _)| *k) {
-                        self.s.rooms.insert(i, (*room, req));
+            for send in sends {
+                if let Routed::Peer(e) = send {
+                    if let Msg::DecodeStart { room, .. } = &e.get().msg {
+                        if let Err(i) = self.s.rooms.binary_search_by_key(room, |(k, _)| *k) {
+                            self.s.rooms.insert(i, (*room, req));
+                        }
                     }
                 }
             }
         }
-        for ev in &out.traces {
+        for ev in traces {
             self.event(|| describe_event(ev));
             self.check(node, ev, kv_done);
         }
         if let Err(v) = local {
             self.violate(v.invariant, || format!("{node}: {}", v.detail));
         }
-        for (to, msg) in out.sends.drain(..) {
-            if let Some(log) = self.log.as_deref_mut() {
-                if to != CLIENT {
-                    log.events
-                        .push(format!("{node} sends {} to {to}", msg.summary()));
+        for send in sends {
+            match send {
+                Routed::Client(msg) => self.respond(msg),
+                Routed::Peer(e) => {
+                    if let Some(log) = self.log.as_deref_mut() {
+                        log.events.push(format!(
+                            "{node} sends {} to {}",
+                            e.get().msg.summary(),
+                            e.get().to
+                        ));
+                    }
+                    self.s.send_shared(e.clone());
                 }
             }
-            if to == CLIENT {
-                self.respond(msg);
-            } else {
-                self.s.send(Envelope {
-                    from: node,
-                    to,
-                    msg,
-                });
-            }
         }
-        for op in &out.timers {
+        for op in timers {
             match *op {
                 TimerOp::Set { timer, .. } => self.s.set_timer(node, timer),
                 TimerOp::Cancel { timer } => {
@@ -502,15 +563,14 @@ impl Tx<'_> {
                 }
             }
         }
-        OUTBOX.with(|o| *o.borrow_mut() = out);
     }
 
     /// The router answered a client (delivered at once: client traffic is reliable).
-    fn respond(&mut self, msg: Msg<SymbolicPage>) {
-        let Msg::Response {
+    fn respond(&mut self, msg: &Msg<SymbolicPage>) {
+        let &Msg::Response {
             req,
             status,
-            tokens,
+            ref tokens,
         } = msg
         else {
             return;

@@ -171,11 +171,16 @@ impl State {
     /// Put a message at the end of its channel (no effect if an identical one is
     /// still queued there).
     pub fn send(&mut self, env: Envelope) {
-        let seg = self.segment(env.channel());
-        if self.net[seg.clone()].iter().any(|e| e.get() == &env) {
+        self.send_shared(Shared::new(env));
+    }
+
+    /// [`State::send`] for a message already built (shared with a memoized effect).
+    pub fn send_shared(&mut self, env: Shared<Envelope>) {
+        let seg = self.segment(env.get().channel());
+        if self.net[seg.clone()].iter().any(|e| e == &env) {
             return;
         }
-        self.net.insert(seg.end, Shared::new(env));
+        self.net.insert(seg.end, env);
     }
 
     /// Where a message is queued: its index in `net`, and whether it is the head of

@@ -10,7 +10,9 @@ use kvsim_engine::bugs::BugSet;
 use kvsim_engine::invariant::Invariant;
 use kvsim_models::check::{invariant_of, Verdict};
 use kvsim_models::replay::replay;
-use kvsim_models::{check, names, CheckOptions, CheckReport, ClientSpec, ModelSpec, Schedule};
+use kvsim_models::{
+    check, names, CheckOptions, CheckReport, ClientSpec, MemoMode, ModelSpec, Schedule,
+};
 
 fn run(spec: ModelSpec) -> CheckReport {
     check(spec, &CheckOptions::default()).expect("standard specs are valid")
@@ -99,6 +101,46 @@ fn kept_incident_counterexample_replays_through_the_simulator() {
     // prompt outright, so the schedule cannot even go on (no page list is used).
     let defended = replay(&ModelSpec::handoff_small(), &schedule);
     assert!(defended.is_err() || defended.unwrap().broken.is_empty());
+}
+
+/// The transition cache changes nothing: with every reused transition recomputed and
+/// compared (`Verify` panics on a difference), and with no cache at all, the reduced
+/// models reach the same states and the same verdicts, on the default engine and
+/// under the incident's bug pair.
+#[test]
+fn transition_cache_changes_no_state_and_no_verdict() {
+    for spec in [
+        ModelSpec::handoff_small(),
+        ModelSpec::abort_race_small(),
+        ModelSpec::handoff_small().with_bugs(BugSet::INCIDENT),
+    ] {
+        let with = |memo| {
+            check(
+                spec.clone(),
+                &CheckOptions {
+                    memo,
+                    ..CheckOptions::default()
+                },
+            )
+            .expect("standard specs are valid")
+        };
+        let (on, off, verified) = (
+            with(MemoMode::On),
+            with(MemoMode::Off),
+            with(MemoMode::Verify),
+        );
+        for other in [&off, &verified] {
+            assert_eq!(other.unique, on.unique, "{}", spec.name);
+            assert_eq!(other.generated, on.generated, "{}", spec.name);
+            let verdicts = |r: &CheckReport| {
+                r.properties
+                    .iter()
+                    .map(|p| (p.name, p.verdict))
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(verdicts(other), verdicts(&on), "{}", spec.name);
+        }
+    }
 }
 
 /// Symmetry over interchangeable clients, on a model with two identical requests:

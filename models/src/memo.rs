@@ -1,0 +1,319 @@
+//! Memoized node transitions: each distinct (node state, input) pair is computed by
+//! the engine once per thread, however many global states it occurs in.
+//!
+//! A model state is three nodes plus the environment, and an action feeds one input to
+//! one node. Interleavings make the same node-local step recur: in the diamond "deliver
+//! m to prefill, then n to decode" against "n to decode, then m to prefill", decode
+//! handles n in the very same state both ways, and with faults in play most generated
+//! successors are such repeats (stateright generates about three successors per
+//! unique state on the standard models). The engine's handlers are pure functions of
+//! (node, input): no clock, no randomness, no globals (DESIGN's determinism rule,
+//! enforced by `engine/clippy.toml`), and the model resets the outbox's clock to 0
+//! before every call. So the effect of a step can be cached and reused: the new node
+//! (shared, not copied), its `invariants()` verdict, and what it sent, set and traced.
+//! The model still applies those effects and runs every oracle check on every
+//! transition; only the node-local computation is shared.
+//!
+//! The cache is direct-mapped and per thread (stateright's checker threads never
+//! contend on it), holds at most [`SLOTS`] entries per node kind, and is keyed by
+//! the model instance as well as the node and the input: `Cfg` compares equal across
+//! configurations (it is hashed as the nodes' identity, not their settings), so
+//! entries from a model with other bug switches must never be reused.
+//!
+//! Invariant: an entry's `effect` is exactly what `handle(before.clone(), input)`
+//! produces. `HandoffModel::with_memo_check` recomputes every hit and panics on a
+//! difference; the crate's tests run the reduced models that way.
+
+use crate::shared::{hash_of, Shared};
+use crate::state::Envelope;
+use kvsim_engine::decode::DecodeNode;
+use kvsim_engine::env::{Input, Outbox, TimerOp};
+use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
+use kvsim_engine::ids::NodeId;
+use kvsim_engine::invariant::Violation;
+use kvsim_engine::msg::Msg;
+use kvsim_engine::prefill::PrefillNode;
+use kvsim_engine::router::Router;
+use kvsim_engine::trace::TraceEvent;
+use std::cell::RefCell;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::thread::LocalKey;
+
+/// Entries per node kind and thread (a power of two).
+pub const SLOTS: usize = 1 << 15;
+
+/// A node the model drives: the engine's handler followed by the node's own checks.
+pub trait Machine: Clone + Hash + Eq + Sized + 'static {
+    fn step(
+        &mut self,
+        input: Input<SymbolicPage>,
+        out: &mut Outbox<SymbolicPage>,
+    ) -> Result<(), Violation>;
+    /// This kind's cache on the current thread.
+    fn memo() -> &'static LocalKey<RefCell<Memo<Self>>>;
+}
+
+/// Where a send goes once the model applies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Routed {
+    /// A response to a client (client traffic is not faulted: it arrives at once).
+    Client(Msg<SymbolicPage>),
+    /// A message put in flight, prebuilt and prehashed.
+    Peer(Shared<Envelope>),
+}
+
+/// What one input did to one node.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Effect<N> {
+    pub after: Shared<N>,
+    /// The node's `invariants()` after the input.
+    pub local: Result<(), Violation>,
+    pub sends: Vec<Routed>,
+    pub timers: Vec<TimerOp>,
+    pub traces: Vec<TraceEvent>,
+}
+
+struct Slot<N> {
+    model: u64,
+    key: u64,
+    before: Shared<N>,
+    input: Input<SymbolicPage>,
+    effect: Arc<Effect<N>>,
+}
+
+/// One thread's cache for one node kind.
+pub struct Memo<N> {
+    slots: Vec<Option<Slot<N>>>,
+    /// Lookups answered from the cache, and lookups computed.
+    pub hits: u64,
+    pub misses: u64,
+}
+
+impl<N> Memo<N> {
+    pub fn new() -> Self {
+        Memo {
+            slots: (0..SLOTS).map(|_| None).collect(),
+            hits: 0,
+            misses: 0,
+        }
+    }
+
+    /// Drop every entry (and the nodes they keep alive).
+    pub fn clear(&mut self) {
+        self.slots.iter_mut().for_each(|s| *s = None);
+    }
+}
+
+impl<N> Default for Memo<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+thread_local! {
+    static ROUTER_MEMO: RefCell<Memo<Router>> = RefCell::new(Memo::new());
+    static PREFILL_MEMO: RefCell<Memo<PrefillNode<SymbolicGpu>>> = RefCell::new(Memo::new());
+    static DECODE_MEMO: RefCell<Memo<DecodeNode<SymbolicGpu>>> = RefCell::new(Memo::new());
+}
+
+impl Machine for Router {
+    fn step(
+        &mut self,
+        input: Input<SymbolicPage>,
+        out: &mut Outbox<SymbolicPage>,
+    ) -> Result<(), Violation> {
+        self.handle(input, out);
+        self.invariants()
+    }
+    fn memo() -> &'static LocalKey<RefCell<Memo<Self>>> {
+        &ROUTER_MEMO
+    }
+}
+
+impl Machine for PrefillNode<SymbolicGpu> {
+    fn step(
+        &mut self,
+        input: Input<SymbolicPage>,
+        out: &mut Outbox<SymbolicPage>,
+    ) -> Result<(), Violation> {
+        self.handle(input, out);
+        self.invariants()
+    }
+    fn memo() -> &'static LocalKey<RefCell<Memo<Self>>> {
+        &PREFILL_MEMO
+    }
+}
+
+impl Machine for DecodeNode<SymbolicGpu> {
+    fn step(
+        &mut self,
+        input: Input<SymbolicPage>,
+        out: &mut Outbox<SymbolicPage>,
+    ) -> Result<(), Violation> {
+        self.handle(input, out);
+        self.invariants()
+    }
+    fn memo() -> &'static LocalKey<RefCell<Memo<Self>>> {
+        &DECODE_MEMO
+    }
+}
+
+/// Run the engine: node `id` in state `before` handles `input`.
+pub fn compute<N: Machine>(
+    id: NodeId,
+    before: &Shared<N>,
+    input: Input<SymbolicPage>,
+) -> Effect<N> {
+    let mut out = Outbox::new(0);
+    let mut after = before.clone();
+    let local = after.update(|n| n.step(input, &mut out));
+    let effect = Effect {
+        after,
+        local,
+        sends: out
+            .sends
+            .drain(..)
+            .map(|(to, msg)| {
+                if to == crate::state::CLIENT {
+                    Routed::Client(msg)
+                } else {
+                    Routed::Peer(Shared::new(Envelope { from: id, to, msg }))
+                }
+            })
+            .collect(),
+        timers: out.timers,
+        traces: out.traces,
+    };
+    effect
+}
+
+/// The effect of `input` on node `id` in state `before`, from this thread's cache when
+/// the same model met the same step before. With `verify`, a hit is recomputed and
+/// must equal the cached effect.
+pub fn transition<N: Machine>(
+    model: u64,
+    id: NodeId,
+    before: &Shared<N>,
+    input: Input<SymbolicPage>,
+    verify: bool,
+) -> Arc<Effect<N>> {
+    let key = before.digest() ^ hash_of(&input).rotate_left(29) ^ model.rotate_left(47);
+    let i = (key as usize) & (SLOTS - 1);
+    let hit = N::memo().with(|m| {
+        let mut m = m.borrow_mut();
+        let found = match &m.slots[i] {
+            Some(s)
+                if s.model == model && s.key == key && s.before == *before && s.input == input =>
+            {
+                Some(Arc::clone(&s.effect))
+            }
+            _ => None,
+        };
+        if found.is_some() {
+            m.hits += 1;
+        } else {
+            m.misses += 1;
+        }
+        found
+    });
+    if let Some(effect) = hit {
+        if verify {
+            let fresh = compute(id, before, input);
+            assert!(
+                fresh == *effect,
+                "memoized transition of {id} differs from the engine's: the handler is not a pure function of (node, input)"
+            );
+        }
+        return effect;
+    }
+    let effect = Arc::new(compute(id, before, input.clone()));
+    N::memo().with(|m| {
+        m.borrow_mut().slots[i] = Some(Slot {
+            model,
+            key,
+            before: before.clone(),
+            input,
+            effect: Arc::clone(&effect),
+        })
+    });
+    effect
+}
+
+/// This thread's hits and misses over all node kinds, and reset them.
+pub fn take_stats() -> (u64, u64) {
+    fn one<N: Machine>() -> (u64, u64) {
+        N::memo().with(|m| {
+            let mut m = m.borrow_mut();
+            let r = (m.hits, m.misses);
+            m.hits = 0;
+            m.misses = 0;
+            r
+        })
+    }
+    let (a, b, c) = (
+        one::<Router>(),
+        one::<PrefillNode<SymbolicGpu>>(),
+        one::<DecodeNode<SymbolicGpu>>(),
+    );
+    (a.0 + b.0 + c.0, a.1 + b.1 + c.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::ModelSpec;
+    use crate::HandoffModel;
+    use kvsim_engine::env::Timer;
+
+    fn router() -> Shared<Router> {
+        HandoffModel::new(ModelSpec::handoff_small())
+            .expect("valid")
+            .initial()
+            .router
+    }
+
+    /// The second identical step is answered from the cache, and a different input
+    /// or node state is not.
+    #[test]
+    fn an_identical_step_is_reused_and_a_different_one_is_not() {
+        let before = router();
+        let input = |r: u32| Input::Timer(Timer::Request(kvsim_engine::ids::RoomKey::new(r, 1)));
+        let _ = take_stats();
+        let a = transition(900, NodeId(0), &before, input(1), false);
+        let b = transition(900, NodeId(0), &before, input(1), false);
+        assert!(Arc::ptr_eq(&a, &b));
+        let c = transition(900, NodeId(0), &before, input(2), false);
+        let d = transition(901, NodeId(0), &before, input(1), false);
+        assert!(!Arc::ptr_eq(&a, &c) && !Arc::ptr_eq(&a, &d));
+        assert_eq!(take_stats(), (1, 3));
+    }
+
+    /// `verify` catches a cached effect that is not what the engine computes.
+    #[test]
+    #[should_panic(expected = "differs from the engine's")]
+    fn verify_catches_a_wrong_cached_effect() {
+        let before = router();
+        let input = Input::Timer(Timer::Compute);
+        let good = transition(902, NodeId(0), &before, input.clone(), true);
+        Router::memo().with(|m| {
+            let mut m = m.borrow_mut();
+            let slot = m
+                .slots
+                .iter_mut()
+                .flatten()
+                .find(|s| s.model == 902)
+                .expect("the step was cached");
+            slot.effect = Arc::new(Effect {
+                after: good.after.clone(),
+                local: good.local.clone(),
+                sends: good.sends.clone(),
+                timers: vec![TimerOp::Cancel {
+                    timer: Timer::Compute,
+                }],
+                traces: good.traces.clone(),
+            });
+        });
+        transition(902, NodeId(0), &before, input, true);
+    }
+}
