@@ -74,11 +74,42 @@ pub struct Effect<N> {
     pub traces: Vec<TraceEvent>,
 }
 
+/// What a node handles, as the cache knows it: a delivered message keeps the
+/// envelope it travelled in (shared, its digest already computed), so a cache hit
+/// neither copies nor rehashes the message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The message in this envelope reaches its destination.
+    Delivered(Shared<Envelope>),
+    /// A client's message or a fired timer.
+    Input(Input<SymbolicPage>),
+}
+
+impl Cause {
+    fn digest(&self) -> u64 {
+        match self {
+            Cause::Delivered(e) => e.digest(),
+            Cause::Input(i) => hash_of(i),
+        }
+    }
+
+    /// The input the node's handler takes.
+    pub fn input(&self) -> Input<SymbolicPage> {
+        match self {
+            Cause::Delivered(e) => Input::Message {
+                from: e.get().from,
+                msg: e.get().msg.clone(),
+            },
+            Cause::Input(i) => i.clone(),
+        }
+    }
+}
+
 struct Slot<N> {
     model: u64,
     key: u64,
     before: Shared<N>,
-    input: Input<SymbolicPage>,
+    cause: Cause,
     effect: Arc<Effect<N>>,
 }
 
@@ -195,16 +226,16 @@ pub fn transition<N: Machine>(
     model: u64,
     id: NodeId,
     before: &Shared<N>,
-    input: Input<SymbolicPage>,
+    cause: Cause,
     verify: bool,
 ) -> Arc<Effect<N>> {
-    let key = before.digest() ^ hash_of(&input).rotate_left(29) ^ model.rotate_left(47);
+    let key = before.digest() ^ cause.digest().rotate_left(29) ^ model.rotate_left(47);
     let i = (key as usize) & (SLOTS - 1);
     let hit = N::memo().with(|m| {
         let mut m = m.borrow_mut();
         let found = match &m.slots[i] {
             Some(s)
-                if s.model == model && s.key == key && s.before == *before && s.input == input =>
+                if s.model == model && s.key == key && s.before == *before && s.cause == cause =>
             {
                 Some(Arc::clone(&s.effect))
             }
@@ -219,7 +250,7 @@ pub fn transition<N: Machine>(
     });
     if let Some(effect) = hit {
         if verify {
-            let fresh = compute(id, before, input);
+            let fresh = compute(id, before, cause.input());
             assert!(
                 fresh == *effect,
                 "memoized transition of {id} differs from the engine's: the handler is not a pure function of (node, input)"
@@ -227,13 +258,13 @@ pub fn transition<N: Machine>(
         }
         return effect;
     }
-    let effect = Arc::new(compute(id, before, input.clone()));
+    let effect = Arc::new(compute(id, before, cause.input()));
     N::memo().with(|m| {
         m.borrow_mut().slots[i] = Some(Slot {
             model,
             key,
             before: before.clone(),
-            input,
+            cause,
             effect: Arc::clone(&effect),
         })
     });
@@ -278,7 +309,11 @@ mod tests {
     #[test]
     fn an_identical_step_is_reused_and_a_different_one_is_not() {
         let before = router();
-        let input = |r: u32| Input::Timer(Timer::Request(kvsim_engine::ids::RoomKey::new(r, 1)));
+        let input = |r: u32| {
+            Cause::Input(Input::Timer(Timer::Request(
+                kvsim_engine::ids::RoomKey::new(r, 1),
+            )))
+        };
         let _ = take_stats();
         let a = transition(900, NodeId(0), &before, input(1), false);
         let b = transition(900, NodeId(0), &before, input(1), false);
@@ -294,7 +329,7 @@ mod tests {
     #[should_panic(expected = "differs from the engine's")]
     fn verify_catches_a_wrong_cached_effect() {
         let before = router();
-        let input = Input::Timer(Timer::Compute);
+        let input = Cause::Input(Input::Timer(Timer::Compute));
         let good = transition(902, NodeId(0), &before, input.clone(), true);
         Router::memo().with(|m| {
             let mut m = m.borrow_mut();

@@ -20,7 +20,7 @@
 //!
 //! [`Node::handle`]: kvsim_engine::node::Node::handle
 
-use crate::memo::{self, Effect, Machine, Routed};
+use crate::memo::{self, Cause, Effect, Machine, Routed};
 use crate::shared::Shared;
 use crate::spec::{ClientSpec, ModelSpec, SpecError};
 use crate::state::{
@@ -38,7 +38,8 @@ use kvsim_engine::router::Router;
 use kvsim_engine::trace::{Side, TraceEvent};
 use kvsim_engine::{Cfg, Timer};
 use kvsim_sim::oracle::{
-    exceeds_limit, isolation_breach, length_disagreement, source_read_breach, write_target_breach,
+    exceeds_limit, isolation_breach, length_disagreement, over_limit_invariant, source_read_breach,
+    write_target_breach,
 };
 use kvsim_sim::report::describe_event;
 use kvsim_sim::scenario::{canary_owner, PlannedRequest};
@@ -144,12 +145,12 @@ impl HandoffModel {
         &self,
         id: NodeId,
         before: &Shared<N>,
-        input: Input<SymbolicPage>,
+        cause: Cause,
     ) -> Arc<Effect<N>> {
         if self.memo_off {
-            Arc::new(memo::compute(id, before, input))
+            Arc::new(memo::compute(id, before, cause.input()))
         } else {
-            memo::transition(self.id, id, before, input, self.memo_check)
+            memo::transition(self.id, id, before, cause, self.memo_check)
         }
     }
 
@@ -255,7 +256,11 @@ impl HandoffModel {
                     prompt: p.prompt(),
                     max_new_tokens: p.max_new_tokens,
                 };
-                tx.dispatch(ROUTER, Input::Message { from: CLIENT, msg }, Some(req));
+                tx.dispatch(
+                    ROUTER,
+                    Cause::Input(Input::Message { from: CLIENT, msg }),
+                    Some(req),
+                );
             }
             Action::Cancel(slot) => {
                 let slot = *slot as usize;
@@ -263,28 +268,28 @@ impl HandoffModel {
                 if let Some(req) = tx.s.clients[slot].req {
                     tx.dispatch(
                         ROUTER,
-                        Input::Message {
+                        Cause::Input(Input::Message {
                             from: CLIENT,
                             msg: Msg::Cancel { req },
-                        },
+                        }),
                         None,
                     );
                 }
             }
             Action::Deliver(e) => {
                 if tx.s.take(e) {
-                    tx.deliver(e.get().clone());
+                    tx.deliver(e);
                 }
             }
             Action::Overtake(e) => {
                 tx.s.faults.overtakes += 1;
                 if tx.s.take(e) {
-                    tx.deliver(e.get().clone());
+                    tx.deliver(e);
                 }
             }
             Action::Duplicate(e) => {
                 tx.s.faults.duplicates += 1;
-                tx.deliver(e.get().clone());
+                tx.deliver(e);
             }
             Action::Lose(e) => {
                 tx.s.faults.losses += 1;
@@ -317,7 +322,7 @@ impl HandoffModel {
                             tx.s.note(room, note::DRAIN_RETRIED);
                         }
                     }
-                    tx.dispatch(*node, Input::Timer(*timer), None);
+                    tx.dispatch(*node, Cause::Input(Input::Timer(*timer)), None);
                 }
             }
         }
@@ -437,7 +442,8 @@ impl Tx<'_> {
     }
 
     /// Checks at delivery, before the receiver acts (as the simulator's oracle).
-    fn deliver(&mut self, env: Envelope) {
+    fn deliver(&mut self, shared: &Shared<Envelope>) {
+        let env = shared.get();
         match &env.msg {
             Msg::KvWrite { room, src, dst, .. } if env.to == DECODE => {
                 let room = *room;
@@ -463,43 +469,36 @@ impl Tx<'_> {
             } if env.to == DECODE => self.s.note(*room, note::TRANSFER_FAILED),
             _ => {}
         }
-        self.dispatch(
-            env.to,
-            Input::Message {
-                from: env.from,
-                msg: env.msg,
-            },
-            None,
-        );
+        self.dispatch(env.to, Cause::Delivered(shared.clone()), None);
     }
 
     /// Feed one input to one node and apply its effects.
-    fn dispatch(&mut self, node: NodeId, input: Input<SymbolicPage>, submitted: Option<RequestId>) {
+    fn dispatch(&mut self, node: NodeId, cause: Cause, submitted: Option<RequestId>) {
         // S7 needs to know which completion (if any) the input is.
-        let kv_done = match &input {
-            Input::Message {
-                from,
-                msg: Msg::KvDone { room, .. },
-            } => Some((*from, *room)),
-            _ => None,
+        let kv_done = match &cause {
+            Cause::Delivered(e) => match &e.get().msg {
+                Msg::KvDone { room, .. } => Some((e.get().from, *room)),
+                _ => None,
+            },
+            Cause::Input(_) => None,
         };
         match node {
             ROUTER => {
-                let e = self.m.transition(node, &self.s.router, input);
+                let e = self.m.transition(node, &self.s.router, cause);
                 self.s.router = e.after.clone();
                 self.apply(
                     node, &e.local, &e.sends, &e.timers, &e.traces, kv_done, submitted,
                 );
             }
             PREFILL => {
-                let e = self.m.transition(node, &self.s.prefill, input);
+                let e = self.m.transition(node, &self.s.prefill, cause);
                 self.s.prefill = e.after.clone();
                 self.apply(
                     node, &e.local, &e.sends, &e.timers, &e.traces, kv_done, submitted,
                 );
             }
             DECODE => {
-                let e = self.m.transition(node, &self.s.decode, input);
+                let e = self.m.transition(node, &self.s.decode, cause);
                 self.s.decode = e.after.clone();
                 self.apply(
                     node, &e.local, &e.sends, &e.timers, &e.traces, kv_done, submitted,
@@ -610,19 +609,37 @@ impl Tx<'_> {
         }
     }
 
-    fn must_reject(&self, room: RoomKey, side: Side) -> bool {
-        self.s
+    /// S5 (or L5) when a request that exceeds `side`'s limit gets something there.
+    fn s5(&mut self, node: NodeId, room: RoomKey, side: Side, what: &str) {
+        let Some(spec) = self
+            .s
             .req_of(room)
             .and_then(|r| self.s.client_of(r))
-            .is_some_and(|c| self.m.must_reject(self.m.client_spec(c), side))
-    }
-
-    fn s5(&mut self, node: NodeId, room: RoomKey, side: Side, what: &str) {
-        if self.must_reject(room, side) {
-            let d = self.describe(room);
-            self.violate(Invariant::S5, || {
+            .map(|c| self.m.client_spec(c))
+        else {
+            return;
+        };
+        if !self.m.must_reject(spec, side) {
+            return;
+        }
+        let (need, flag) = match side {
+            Side::Prefill => (spec.prompt_len, note::FLAGGED_PREFILL),
+            Side::Decode => (
+                spec.prompt_len + u64::from(spec.max_new_tokens),
+                note::FLAGGED_DECODE,
+            ),
+        };
+        let flagged = self.s.noted(room, flag);
+        let d = self.describe(room);
+        match over_limit_invariant(Some(need), self.m.cfg.context_len, flagged) {
+            Invariant::L5 => self.violate(Invariant::L5, || {
+                format!(
+                    "{d} needs more than {node}'s pool, yet it {what}: admitted beyond the pool"
+                )
+            }),
+            inv => self.violate(inv, || {
                 format!("{d} exceeds {node}'s limit and must be rejected at intake, but it {what}")
-            });
+            }),
         }
     }
 
@@ -718,6 +735,14 @@ impl Tx<'_> {
                     });
                 }
             }
+            TraceEvent::RejectedLegacy { node, room, .. } => self.s.note(
+                *room,
+                if *node == PREFILL {
+                    note::FLAGGED_PREFILL
+                } else {
+                    note::FLAGGED_DECODE
+                },
+            ),
             TraceEvent::AbortNoted {
                 room,
                 side: Side::Prefill,

@@ -58,6 +58,11 @@ impl<T> Shared<T> {
     pub fn get(&self) -> &T {
         &self.0.value
     }
+
+    /// The same allocation (so certainly the same value).
+    pub fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl<T: Hash + Clone> Shared<T> {

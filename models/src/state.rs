@@ -81,6 +81,11 @@ pub mod note {
     /// Decode's drain-retry timer fired while the room was quarantined (cleared when
     /// the quarantine ends, so it mirrors the node's own retry count).
     pub const DRAIN_RETRIED: u8 = 4;
+    /// Prefill traced a legacy rejection of the room (kept: the simulator's oracle
+    /// never forgets one either).
+    pub const FLAGGED_PREFILL: u8 = 8;
+    /// Decode traced a legacy rejection of the room.
+    pub const FLAGGED_DECODE: u8 = 16;
 }
 
 /// Faults injected so far.
@@ -186,6 +191,11 @@ impl State {
     /// Where a message is queued: its index in `net`, and whether it is the head of
     /// its channel (the next one the channel delivers in order).
     pub fn position(&self, env: &Shared<Envelope>) -> Option<(usize, bool)> {
+        // Actions carry the very envelope they were generated from: find it by
+        // identity first (a successor shares its parent's envelopes).
+        if let Some(i) = self.net.iter().position(|e| e.same(env)) {
+            return Some((i, self.is_head(i)));
+        }
         let seg = self.segment(env.get().channel());
         let start = seg.start;
         self.net[seg]

@@ -555,17 +555,12 @@ impl Oracle {
                 Side::Prefill => self.cfg.context_len.min(self.tokens_of(facts.prefill)),
                 Side::Decode => self.cfg.context_len.min(self.tokens_of(facts.decode)),
             };
-            // A prompt within the context that the node never even flagged was admitted
-            // beyond its pool (L5, SGLang #29249); one it rejected and then served is
-            // rejected-but-live (S5, the GLM-5.3 incident).
-            let within_context = self.requests.get(&facts.req).is_some_and(|r| {
-                let need = match side {
-                    Side::Prefill => r.prompt_len,
-                    Side::Decode => r.prompt_len + u64::from(r.max_new_tokens),
-                };
-                need <= self.cfg.context_len
+            let need = self.requests.get(&facts.req).map(|r| match side {
+                Side::Prefill => r.prompt_len,
+                Side::Decode => r.prompt_len + u64::from(r.max_new_tokens),
             });
-            if within_context && !self.legacy_rejected.contains(&(node, room)) {
+            let flagged = self.legacy_rejected.contains(&(node, room));
+            if over_limit_invariant(need, self.cfg.context_len, flagged) == Invariant::L5 {
                 self.report(Invariant::L5, Some(room), format!(
                     "{} needs more than {node}'s pool of {limit} tokens, yet it {what}: admitted beyond the pool",
                     self.describe(room)
@@ -872,6 +867,21 @@ pub fn isolation_breach<G: Gpu>(
 pub fn exceeds_limit(cfg: &Cfg, pool_pages: u32, tokens: u64) -> bool {
     let pool_tokens = u64::from(pool_pages) * u64::from(cfg.page_size);
     tokens > cfg.context_len.min(pool_tokens)
+}
+
+/// Which invariant a node breaks when a request that exceeds its limit (see
+/// [`exceeds_limit`]) gets pages, a sender or a batch slot there. `need` is the
+/// request's token count on that side (if known), `flagged` whether the node traced a
+/// legacy rejection of it. A request within the context that the node never even
+/// flagged was admitted beyond its pool (L5, SGLang #29249); one it flagged as
+/// rejected, or one beyond the context, and then served is rejected-but-live (S5, the
+/// GLM-5.3 incident).
+pub fn over_limit_invariant(need: Option<u64>, context_len: u64, flagged: bool) -> Invariant {
+    if need.is_some_and(|n| n <= context_len) && !flagged {
+        Invariant::L5
+    } else {
+        Invariant::S5
+    }
 }
 
 /// S4: why an accepted transfer breaks length agreement, given the request's true
