@@ -44,6 +44,10 @@ pub struct CheckArgs {
     /// Print only the summary (no counterexample traces).
     #[arg(long)]
     pub quiet: bool,
+    /// Benchmark: run the check N times, print each run's rate, then the report of
+    /// the median run and the median, best and worst rates.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub repeat: usize,
 }
 
 pub fn run(args: &CheckArgs) -> Result<ExitCode> {
@@ -90,7 +94,38 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
             MemoMode::On
         },
     };
-    let report = check(spec, &options)?;
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    let mut runs = Vec::with_capacity(args.repeat);
+    for i in 0..args.repeat {
+        let r = check(spec.clone(), &options)?;
+        if args.repeat > 1 {
+            println!(
+                "run {}/{}: {} unique states in {:.2} s, {:.0} unique states/s",
+                i + 1,
+                args.repeat,
+                r.unique,
+                r.elapsed.as_secs_f64(),
+                r.states_per_sec()
+            );
+        }
+        runs.push(r);
+    }
+    runs.sort_by_key(|r| r.elapsed);
+    let rates: Vec<f64> = runs.iter().map(|r| r.states_per_sec()).collect();
+    let report = runs.swap_remove(runs.len() / 2);
+    if args.repeat > 1 {
+        println!(
+            "rate over {} runs: median {:.0}, best {:.0}, worst {:.0} unique states/s ({} thread(s); per core: median / threads = {:.0})",
+            args.repeat,
+            report.states_per_sec(),
+            rates[0],
+            rates[rates.len() - 1],
+            args.threads,
+            report.states_per_sec() / args.threads.max(1) as f64
+        );
+    }
     let text = report.render();
     if args.quiet {
         let summary = text.split("\ncounterexample").next().unwrap_or(&text);

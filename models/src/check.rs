@@ -7,6 +7,7 @@
 //! [`Schedule`], replayed through the simulator's oracle. [`CheckReport::render`]
 //! is what the command line prints.
 
+use crate::memo::MemoStats;
 use crate::model::{representative, HandoffModel, StepLog};
 use crate::replay::{replay, ReplayOutcome};
 use crate::schedule::{step_of, Schedule};
@@ -102,6 +103,8 @@ pub struct CheckReport {
     pub elapsed: Duration,
     /// Every reachable state was visited (no depth bound cut the search).
     pub complete: bool,
+    /// Node transitions the search computed with the engine and reused.
+    pub transitions: MemoStats,
     pub properties: Vec<PropertyStatus>,
     pub counterexamples: Vec<Counterexample>,
 }
@@ -177,6 +180,15 @@ impl CheckReport {
             } else {
                 " (NOT exhaustive: depth bound reached)"
             }
+        );
+        let t = self.transitions;
+        let total = (t.computed + t.reused).max(1);
+        let _ = writeln!(
+            out,
+            "node transitions: {} computed by the engine, {} reused ({:.0}%)",
+            t.computed,
+            t.reused,
+            100.0 * t.reused as f64 / total as f64
         );
         let _ = writeln!(out, "properties:");
         for p in &self.properties {
@@ -258,6 +270,8 @@ fn report<C: Checker<HandoffModel>>(
     options: &CheckOptions,
     elapsed: Duration,
 ) -> CheckReport {
+    // Before the paths are rebuilt below (that replays steps on this thread).
+    let transitions = model.memo_stats();
     let discoveries = checker.discoveries();
     let complete = options.depth.is_none_or(|d| checker.max_depth() < d);
     let mut properties = Vec::new();
@@ -292,6 +306,7 @@ fn report<C: Checker<HandoffModel>>(
     }
     CheckReport {
         spec,
+        transitions,
         options: options.clone(),
         generated: checker.state_count(),
         unique: checker.unique_state_count(),

@@ -36,8 +36,9 @@ use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::trace::TraceEvent;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::LocalKey;
 
 /// Entries per node kind and thread (a power of two).
@@ -116,17 +117,12 @@ struct Slot<N> {
 /// One thread's cache for one node kind.
 pub struct Memo<N> {
     slots: Vec<Option<Slot<N>>>,
-    /// Lookups answered from the cache, and lookups computed.
-    pub hits: u64,
-    pub misses: u64,
 }
 
 impl<N> Memo<N> {
     pub fn new() -> Self {
         Memo {
             slots: (0..SLOTS).map(|_| None).collect(),
-            hits: 0,
-            misses: 0,
         }
     }
 
@@ -142,7 +138,86 @@ impl<N> Default for Memo<N> {
     }
 }
 
+/// How many node transitions a model's check reused and computed, over all threads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoStats {
+    pub reused: u64,
+    pub computed: u64,
+}
+
+/// Totals per model, from threads that moved on to another model or exited.
+static TOTALS: Mutex<BTreeMap<u64, MemoStats>> = Mutex::new(BTreeMap::new());
+
+/// One thread's running tally for the model it is checking.
+struct Tally {
+    model: u64,
+    stats: MemoStats,
+}
+
+impl Tally {
+    fn flush(&mut self) {
+        if self.stats != MemoStats::default() {
+            let mut totals = TOTALS.lock().unwrap_or_else(|e| e.into_inner());
+            let t = totals.entry(self.model).or_default();
+            t.reused += self.stats.reused;
+            t.computed += self.stats.computed;
+            self.stats = MemoStats::default();
+        }
+    }
+
+    fn count(&mut self, model: u64, reused: bool) {
+        if model != self.model {
+            self.flush();
+            self.model = model;
+        }
+        if reused {
+            self.stats.reused += 1;
+        } else {
+            self.stats.computed += 1;
+        }
+    }
+}
+
+/// A checker thread's tally reaches the totals when the thread ends.
+impl Drop for Tally {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// What the checks of `model` reused and computed so far, on every thread that has
+/// exited or moved on to another model, plus the calling thread. Call it after the
+/// checker's threads are joined.
+pub fn stats(model: u64) -> MemoStats {
+    TALLY.with(|t| {
+        let mut t = t.borrow_mut();
+        if t.model == model {
+            t.flush();
+        }
+    });
+    TOTALS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&model)
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Count one transition of `model` on this thread.
+pub fn tally(model: u64, reused: bool) {
+    TALLY.with(|t| t.borrow_mut().count(model, reused));
+}
+
 thread_local! {
+    static TALLY: RefCell<Tally> = const {
+        RefCell::new(Tally {
+            model: 0,
+            stats: MemoStats {
+                reused: 0,
+                computed: 0,
+            },
+        })
+    };
     static ROUTER_MEMO: RefCell<Memo<Router>> = RefCell::new(Memo::new());
     static PREFILL_MEMO: RefCell<Memo<PrefillNode<SymbolicGpu>>> = RefCell::new(Memo::new());
     static DECODE_MEMO: RefCell<Memo<DecodeNode<SymbolicGpu>>> = RefCell::new(Memo::new());
@@ -231,23 +306,13 @@ pub fn transition<N: Machine>(
 ) -> Arc<Effect<N>> {
     let key = before.digest() ^ cause.digest().rotate_left(29) ^ model.rotate_left(47);
     let i = (key as usize) & (SLOTS - 1);
-    let hit = N::memo().with(|m| {
-        let mut m = m.borrow_mut();
-        let found = match &m.slots[i] {
-            Some(s)
-                if s.model == model && s.key == key && s.before == *before && s.cause == cause =>
-            {
-                Some(Arc::clone(&s.effect))
-            }
-            _ => None,
-        };
-        if found.is_some() {
-            m.hits += 1;
-        } else {
-            m.misses += 1;
+    let hit = N::memo().with(|m| match &m.borrow().slots[i] {
+        Some(s) if s.model == model && s.key == key && s.before == *before && s.cause == cause => {
+            Some(Arc::clone(&s.effect))
         }
-        found
+        _ => None,
     });
+    tally(model, hit.is_some());
     if let Some(effect) = hit {
         if verify {
             let fresh = compute(id, before, cause.input());
@@ -269,25 +334,6 @@ pub fn transition<N: Machine>(
         })
     });
     effect
-}
-
-/// This thread's hits and misses over all node kinds, and reset them.
-pub fn take_stats() -> (u64, u64) {
-    fn one<N: Machine>() -> (u64, u64) {
-        N::memo().with(|m| {
-            let mut m = m.borrow_mut();
-            let r = (m.hits, m.misses);
-            m.hits = 0;
-            m.misses = 0;
-            r
-        })
-    }
-    let (a, b, c) = (
-        one::<Router>(),
-        one::<PrefillNode<SymbolicGpu>>(),
-        one::<DecodeNode<SymbolicGpu>>(),
-    );
-    (a.0 + b.0 + c.0, a.1 + b.1 + c.1)
 }
 
 #[cfg(test)]
@@ -314,14 +360,26 @@ mod tests {
                 kvsim_engine::ids::RoomKey::new(r, 1),
             )))
         };
-        let _ = take_stats();
         let a = transition(900, NodeId(0), &before, input(1), false);
         let b = transition(900, NodeId(0), &before, input(1), false);
         assert!(Arc::ptr_eq(&a, &b));
         let c = transition(900, NodeId(0), &before, input(2), false);
         let d = transition(901, NodeId(0), &before, input(1), false);
         assert!(!Arc::ptr_eq(&a, &c) && !Arc::ptr_eq(&a, &d));
-        assert_eq!(take_stats(), (1, 3));
+        assert_eq!(
+            stats(900),
+            MemoStats {
+                reused: 1,
+                computed: 2
+            }
+        );
+        assert_eq!(
+            stats(901),
+            MemoStats {
+                reused: 0,
+                computed: 1
+            }
+        );
     }
 
     /// `verify` catches a cached effect that is not what the engine computes.

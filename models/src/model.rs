@@ -24,7 +24,7 @@ use crate::memo::{self, Cause, Effect, Machine, Routed};
 use crate::shared::Shared;
 use crate::spec::{ClientSpec, ModelSpec, SpecError};
 use crate::state::{
-    note, Action, Client, Envelope, FaultsUsed, State, CLIENT, DECODE, PREFILL, ROUTER,
+    note, Action, Book, Client, Envelope, FaultsUsed, State, CLIENT, DECODE, PREFILL, ROUTER,
 };
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::{Input, TimerOp};
@@ -43,6 +43,7 @@ use kvsim_sim::oracle::{
 };
 use kvsim_sim::report::describe_event;
 use kvsim_sim::scenario::{canary_owner, PlannedRequest};
+use smallvec::SmallVec;
 use stateright::{Model, Property};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
@@ -140,6 +141,12 @@ impl HandoffModel {
         self
     }
 
+    /// Node transitions this model's checks computed and reused so far (complete for
+    /// threads that have exited: call it after the checker is joined).
+    pub fn memo_stats(&self) -> memo::MemoStats {
+        memo::stats(self.id)
+    }
+
     /// The effect of `input` on one node, computed by the engine or reused.
     fn transition<N: Machine>(
         &self,
@@ -148,6 +155,7 @@ impl HandoffModel {
         cause: Cause,
     ) -> Arc<Effect<N>> {
         if self.memo_off {
+            memo::tally(self.id, false);
             Arc::new(memo::compute(id, before, cause.input()))
         } else {
             memo::transition(self.id, id, before, cause, self.memo_check)
@@ -219,20 +227,22 @@ impl HandoffModel {
             decode: Shared::new(decode),
             net: Vec::new(),
             timers: Vec::new(),
-            clients: self
-                .groups
-                .iter()
-                .map(|&group| Client {
-                    group,
-                    req: None,
-                    cancelled: false,
-                    reply: None,
-                })
-                .collect(),
-            rooms: Vec::new(),
-            notes: Vec::new(),
-            faults: FaultsUsed::default(),
-            violations: 0,
+            book: Shared::new(Book {
+                clients: self
+                    .groups
+                    .iter()
+                    .map(|&group| Client {
+                        group,
+                        req: None,
+                        cancelled: false,
+                        reply: None,
+                    })
+                    .collect(),
+                rooms: SmallVec::new(),
+                notes: SmallVec::new(),
+                faults: FaultsUsed::default(),
+                violations: 0,
+            }),
         }
     }
 
@@ -246,9 +256,9 @@ impl HandoffModel {
         match action {
             Action::Submit(slot) => {
                 let slot = *slot as usize;
-                let req = RequestId(s.clients.iter().filter(|c| c.req.is_some()).count() as u64);
-                let client = tx.s.clients[slot];
-                tx.s.clients[slot].req = Some(req);
+                let req = RequestId(s.clients().iter().filter(|c| c.req.is_some()).count() as u64);
+                let client = s.clients()[slot];
+                tx.s.book(|b| b.clients[slot].req = Some(req));
                 let p = self.planned(&client, req);
                 let msg = Msg::Submit {
                     req,
@@ -264,8 +274,8 @@ impl HandoffModel {
             }
             Action::Cancel(slot) => {
                 let slot = *slot as usize;
-                tx.s.clients[slot].cancelled = true;
-                if let Some(req) = tx.s.clients[slot].req {
+                tx.s.book(|b| b.clients[slot].cancelled = true);
+                if let Some(req) = s.clients()[slot].req {
                     tx.dispatch(
                         ROUTER,
                         Cause::Input(Input::Message {
@@ -282,21 +292,21 @@ impl HandoffModel {
                 }
             }
             Action::Overtake(e) => {
-                tx.s.faults.overtakes += 1;
+                tx.s.book(|b| b.faults.overtakes += 1);
                 if tx.s.take(e) {
                     tx.deliver(e);
                 }
             }
             Action::Duplicate(e) => {
-                tx.s.faults.duplicates += 1;
+                tx.s.book(|b| b.faults.duplicates += 1);
                 tx.deliver(e);
             }
             Action::Lose(e) => {
-                tx.s.faults.losses += 1;
+                tx.s.book(|b| b.faults.losses += 1);
                 tx.s.take(e);
             }
             Action::FailWrite(e) => {
-                tx.s.faults.write_failures += 1;
+                tx.s.book(|b| b.faults.write_failures += 1);
                 if tx.s.take(e) {
                     if let Msg::KvWrite { room, chunk, .. } = &e.get().msg {
                         // The writer's NIC completes the work request with an error.
@@ -314,7 +324,7 @@ impl HandoffModel {
             }
             Action::Fire(node, timer) => {
                 if *timer != Timer::Compute && s.timeout_is_early() {
-                    tx.s.faults.early_timeouts += 1;
+                    tx.s.book(|b| b.faults.early_timeouts += 1);
                 }
                 if tx.s.cancel_timer(*node, *timer) {
                     if let (DECODE, Timer::DrainRetry(room)) = (*node, *timer) {
@@ -345,7 +355,7 @@ impl HandoffModel {
     /// loud stop DESIGN L3 allows, never a silent leak.
     pub fn quiescence_problem(&self, s: &State) -> Option<String> {
         if let Some((i, _)) = s
-            .clients
+            .clients()
             .iter()
             .enumerate()
             .find(|(_, c)| c.reply.is_none())
@@ -525,9 +535,7 @@ impl Tx<'_> {
             for send in sends {
                 if let Routed::Peer(e) = send {
                     if let Msg::DecodeStart { room, .. } = &e.get().msg {
-                        if let Err(i) = self.s.rooms.binary_search_by_key(room, |(k, _)| *k) {
-                            self.s.rooms.insert(i, (*room, req));
-                        }
+                        self.s.add_room(*room, req);
                     }
                 }
             }
@@ -574,7 +582,7 @@ impl Tx<'_> {
         else {
             return;
         };
-        let Some(i) = self.s.clients.iter().position(|c| c.req == Some(req)) else {
+        let Some(i) = self.s.clients().iter().position(|c| c.req == Some(req)) else {
             return;
         };
         self.event(|| {
@@ -583,13 +591,13 @@ impl Tx<'_> {
                 tokens.len()
             )
         });
-        let client = self.s.clients[i];
+        let client = self.s.clients()[i];
         if client.reply.is_some() {
             self.violate(Invariant::S6, || {
                 format!("{req} got a second terminal response ({status})")
             });
         } else {
-            self.s.clients[i].reply = Some(status);
+            self.s.book(|b| b.clients[i].reply = Some(status));
         }
         if status.is_ok() && self.m.over_length(self.m.client_spec(&client)) {
             self.violate(Invariant::S6, || {
@@ -825,13 +833,13 @@ fn quiescence_holds(m: &HandoffModel, s: &State) -> bool {
 
 fn request_completes(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_COMPLETES)
-        && s.clients.iter().any(|c| c.reply == Some(Status::OK))
+        && s.clients().iter().any(|c| c.reply == Some(Status::OK))
         && latch_first(m, BIT_COMPLETES)
 }
 
 fn over_length_rejected(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_REJECTED)
-        && s.clients
+        && s.clients()
             .iter()
             .any(|c| c.reply == Some(Status::BAD_REQUEST) && m.over_length(m.client_spec(c)))
         && latch_first(m, BIT_REJECTED)
@@ -897,7 +905,7 @@ impl Model for HandoffModel {
     }
 
     fn actions(&self, s: &State, out: &mut Vec<Action>) {
-        for (slot, c) in s.clients.iter().enumerate() {
+        for (slot, c) in s.clients().iter().enumerate() {
             if c.req.is_none() {
                 out.push(Action::Submit(slot as u8));
             } else if self.client_spec(c).may_cancel && !c.cancelled && c.reply.is_none() {
@@ -905,7 +913,7 @@ impl Model for HandoffModel {
             }
         }
         let bounds = &self.spec.faults;
-        let used = &s.faults;
+        let used = &s.faults();
         for (i, e) in s.net.iter().enumerate() {
             if !s.is_head(i) {
                 // Values are unique within a channel, so each overtake is one branch.
@@ -988,6 +996,6 @@ impl Model for HandoffModel {
 /// ids live inside the nodes' private state and their order is observable (LIFO reuse).
 pub fn representative(s: &State) -> State {
     let mut r = s.clone();
-    r.clients.sort();
+    r.book(|b| b.clients.sort());
     r
 }

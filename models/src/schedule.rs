@@ -225,17 +225,17 @@ pub fn step_of(model: &HandoffModel, s: &State, a: &Action) -> Step {
     };
     match a {
         Action::Submit(slot) => {
-            let c = &s.clients[*slot as usize];
+            let c = &s.clients()[*slot as usize];
             let spec = model.client_spec(c);
             Step::Submit {
-                req: RequestId(s.clients.iter().filter(|c| c.req.is_some()).count() as u64),
+                req: RequestId(s.clients().iter().filter(|c| c.req.is_some()).count() as u64),
                 tenant: spec.tenant,
                 prompt_len: spec.prompt_len,
                 max_new_tokens: spec.max_new_tokens,
             }
         }
         Action::Cancel(slot) => Step::Cancel {
-            req: s.clients[*slot as usize].req.unwrap_or_default(),
+            req: s.clients()[*slot as usize].req.unwrap_or_default(),
         },
         Action::Deliver(e) => message(MessageStep::Deliver, e),
         Action::Overtake(e) => message(MessageStep::Overtake, e),

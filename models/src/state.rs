@@ -6,8 +6,8 @@
 //! transitions. It holds no timestamps and no event counters, so two runs that reach
 //! the same configuration reach the same state.
 //!
-//! Invariant: `net` and `timers` are sorted and free of duplicates, `rooms` and
-//! `notes` are sorted by room, so equal configurations are equal values.
+//! Invariant: `net` and `timers` are sorted and free of duplicates, the book's
+//! `rooms` and `notes` are sorted by room, so equal configurations are equal values.
 
 use crate::shared::Shared;
 use kvsim_engine::decode::DecodeNode;
@@ -19,7 +19,9 @@ use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
+use smallvec::SmallVec;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 
 /// The router, as in the simulator's topology.
 pub const ROUTER: NodeId = NodeId(0);
@@ -98,8 +100,71 @@ pub struct FaultsUsed {
     pub overtakes: u8,
 }
 
+/// What the environment remembers besides the nodes and the network: the clients,
+/// the room-to-request map, the oracles' notes, the faults used and the invariants
+/// broken. Most transitions leave it as it is, so a state shares it with its
+/// successors ([`Shared`]) until one changes it; its lists are inline, so that copy
+/// is a single allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Book {
+    pub clients: SmallVec<[Client; 4]>,
+    /// Which request each room use serves, learnt from the router's start messages.
+    pub rooms: SmallVec<[(RoomKey, RequestId); 4]>,
+    /// Oracle memory per room use (see [`note`]).
+    pub notes: SmallVec<[(RoomKey, u8); 4]>,
+    pub faults: FaultsUsed,
+    /// Invariants some transition broke (bit `Invariant as u16`). Always empty on a
+    /// correct engine, so it splits no states there.
+    pub violations: u16,
+}
+
+/// Written by hand: packing the small fields into a few words makes hashing a few
+/// dozen hasher calls. It hashes exactly the fields `Eq` compares.
+impl Hash for Book {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        // The lengths, so that no two different splits of the lists hash alike.
+        h.write_u64(
+            self.clients.len() as u64
+                | (self.rooms.len() as u64) << 16
+                | (self.notes.len() as u64) << 32,
+        );
+        for c in &self.clients {
+            h.write_u64(
+                u64::from(c.group)
+                    | u64::from(c.cancelled) << 8
+                    | u64::from(c.req.is_some()) << 9
+                    | u64::from(c.reply.is_some()) << 10
+                    | u64::from(c.reply.map_or(0, |s| s.0)) << 16,
+            );
+            h.write_u64(c.req.map_or(0, |r| r.0));
+        }
+        for (k, r) in &self.rooms {
+            h.write_u64(u64::from(k.room.0));
+            h.write_u64(k.gen.0);
+            h.write_u64(r.0);
+        }
+        for (k, flags) in &self.notes {
+            h.write_u64(u64::from(k.room.0) << 8 | u64::from(*flags));
+            h.write_u64(k.gen.0);
+        }
+        let f = &self.faults;
+        h.write_u64(
+            u64::from(f.losses)
+                | u64::from(f.duplicates) << 8
+                | u64::from(f.write_failures) << 16
+                | u64::from(f.early_timeouts) << 24
+                | u64::from(f.overtakes) << 32
+                | u64::from(self.violations) << 40,
+        );
+    }
+}
+
 /// One state of a model.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+///
+/// Small on purpose (stateright moves and clones a state several times per
+/// successor): three shared nodes, the network, the timers and the shared [`Book`].
+/// `Hash` is written by hand (below): it hashes exactly the fields `Eq` compares.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct State {
     pub router: Shared<Router>,
     pub prefill: Shared<PrefillNode<SymbolicGpu>>,
@@ -111,59 +176,122 @@ pub struct State {
     pub net: Vec<Shared<Envelope>>,
     /// Pending timers per node.
     pub timers: Vec<(NodeId, Timer)>,
-    pub clients: Vec<Client>,
-    /// Which request each room use serves, learnt from the router's start messages.
-    pub rooms: Vec<(RoomKey, RequestId)>,
-    /// Oracle memory per room use (see [`note`]).
-    pub notes: Vec<(RoomKey, u8)>,
-    pub faults: FaultsUsed,
-    /// Invariants some transition broke (bit `Invariant as u16`). Always empty on a
-    /// correct engine, so it splits no states there.
-    pub violations: u16,
+    pub book: Shared<Book>,
+}
+
+/// A timer in one word plus its room's generation: node, kind, room number.
+fn timer_words(node: NodeId, t: Timer) -> (u64, u64) {
+    let (kind, key) = match t {
+        Timer::Compute => (0u64, RoomKey::default()),
+        Timer::Bootstrap(k) => (1, k),
+        Timer::WaitingForKv(k) => (2, k),
+        Timer::DrainRetry(k) => (3, k),
+        Timer::Request(k) => (4, k),
+    };
+    (
+        u64::from(node.0) << 48 | kind << 40 | u64::from(key.room.0),
+        key.gen.0,
+    )
+}
+
+impl Hash for State {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        h.write_u64(self.router.digest());
+        h.write_u64(self.prefill.digest());
+        h.write_u64(self.decode.digest());
+        h.write_u64(self.book.digest());
+        // The lengths, so that no two different splits of the lists hash alike.
+        h.write_u64(self.net.len() as u64 | (self.timers.len() as u64) << 32);
+        for e in &self.net {
+            h.write_u64(e.digest());
+        }
+        for &(node, t) in &self.timers {
+            let (a, b) = timer_words(node, t);
+            h.write_u64(a);
+            h.write_u64(b);
+        }
+    }
 }
 
 impl State {
+    pub fn clients(&self) -> &[Client] {
+        &self.book.get().clients
+    }
+
+    pub fn faults(&self) -> FaultsUsed {
+        self.book.get().faults
+    }
+
+    /// Change the bookkeeping (copies it if a parent state still shares it).
+    pub fn book(&mut self, f: impl FnOnce(&mut Book)) {
+        self.book.update(f)
+    }
+
     pub fn violated(&self, inv: Invariant) -> bool {
-        self.violations & (1 << inv as u16) != 0
+        self.book.get().violations & (1 << inv as u16) != 0
     }
 
     pub fn violate(&mut self, inv: Invariant) {
-        self.violations |= 1 << inv as u16;
+        if !self.violated(inv) {
+            self.book(|b| b.violations |= 1 << inv as u16);
+        }
     }
 
     /// The request a room use serves.
     pub fn req_of(&self, room: RoomKey) -> Option<RequestId> {
-        self.rooms
+        let rooms = &self.book.get().rooms;
+        rooms
             .binary_search_by_key(&room, |(k, _)| *k)
             .ok()
-            .map(|i| self.rooms[i].1)
+            .map(|i| rooms[i].1)
+    }
+
+    /// Remember which request a room use serves.
+    pub fn add_room(&mut self, room: RoomKey, req: RequestId) {
+        if let Err(i) = self
+            .book
+            .get()
+            .rooms
+            .binary_search_by_key(&room, |(k, _)| *k)
+        {
+            self.book(|b| b.rooms.insert(i, (room, req)));
+        }
     }
 
     /// The client that submitted `req`.
     pub fn client_of(&self, req: RequestId) -> Option<&Client> {
-        self.clients.iter().find(|c| c.req == Some(req))
+        self.clients().iter().find(|c| c.req == Some(req))
     }
 
     pub fn noted(&self, room: RoomKey, flag: u8) -> bool {
-        self.notes
+        let notes = &self.book.get().notes;
+        notes
             .binary_search_by_key(&room, |(k, _)| *k)
-            .is_ok_and(|i| self.notes[i].1 & flag != 0)
+            .is_ok_and(|i| notes[i].1 & flag != 0)
     }
 
     pub fn note(&mut self, room: RoomKey, flag: u8) {
-        match self.notes.binary_search_by_key(&room, |(k, _)| *k) {
-            Ok(i) => self.notes[i].1 |= flag,
-            Err(i) => self.notes.insert(i, (room, flag)),
+        if self.noted(room, flag) {
+            return;
         }
+        self.book(|b| match b.notes.binary_search_by_key(&room, |(k, _)| *k) {
+            Ok(i) => b.notes[i].1 |= flag,
+            Err(i) => b.notes.insert(i, (room, flag)),
+        });
     }
 
     pub fn unnote(&mut self, room: RoomKey, flag: u8) {
-        if let Ok(i) = self.notes.binary_search_by_key(&room, |(k, _)| *k) {
-            self.notes[i].1 &= !flag;
-            if self.notes[i].1 == 0 {
-                self.notes.remove(i);
-            }
+        if !self.noted(room, flag) {
+            return;
         }
+        self.book(|b| {
+            if let Ok(i) = b.notes.binary_search_by_key(&room, |(k, _)| *k) {
+                b.notes[i].1 &= !flag;
+                if b.notes[i].1 == 0 {
+                    b.notes.remove(i);
+                }
+            }
+        });
     }
 
     /// The range of `net` that holds one channel's queue.

@@ -342,8 +342,11 @@ where
                 // Otherwise further checking is applicable.
                 is_terminal = false;
                 // kvsim patch: the path is copied only for a state not seen before
-                // (upstream copies it for every successor, duplicates included).
-                let mut next_action_path = action_path.clone();
+                // (upstream copies it for every successor, duplicates included), and
+                // into an allocation of its final size (`clone` then `push` would
+                // allocate twice).
+                let mut next_action_path = Vec::with_capacity(action_path.len() + 1);
+                next_action_path.extend_from_slice(&action_path);
                 next_action_path.push(action_idx);
                 pending.push_front((
                     next_state,
