@@ -26,6 +26,12 @@
 //! a transition does not touch ([`shared::Shared`]), so a successor costs one node
 //! clone, not three.
 //!
+//! Speed: a handler is a pure function of (node, input), so the model computes each
+//! distinct node step once per thread and reuses its effect when another
+//! interleaving takes the same step ([`memo`]); more than 99 % of the steps of the
+//! standard models are such repeats. Every oracle check still runs on every
+//! transition. [`check::MemoMode`] turns the cache off or verifies every reuse.
+//!
 //! The standard models, their bounds and their pinned state counts are in
 //! [`spec::ModelSpec`] and this crate's tests; `kvsim check` runs them
 //! ([`check::check`]); every counterexample is a [`schedule::Schedule`] that
