@@ -32,6 +32,32 @@ fn lifo_reuse_hands_out_the_last_freed_page_first() {
     pool.invariants().unwrap();
 }
 
+/// Why the model checker has no symmetry over free pages: renaming pages is not an
+/// automorphism of this allocator. Two pages with identical records (same state,
+/// owner and generation) are indistinguishable in the pool, so swapping their ids
+/// maps the pool onto itself; yet after releasing both, the next allocation hands out
+/// page 1 rather than its image, page 2, because release orders freed pages by id
+/// (as SGLang's `free` sorts them). A reduction that treated such pages as
+/// interchangeable would merge states whose futures differ. (If this test fails, the
+/// allocator stopped ordering by id and page symmetry may have become sound.)
+#[test]
+fn renaming_pages_is_not_an_automorphism_of_the_allocator() {
+    let mut pool = PagePool::new(2, 4);
+    let both = pool.alloc(2, A).unwrap();
+    let rec = |p: u32| pool.record(PageId(p)).unwrap().clone();
+    assert_eq!(rec(1), rec(2), "the swap 1<->2 maps this pool onto itself");
+    // The owner's list in either order (the order is the owner's, not the pool's).
+    let swapped: Vec<PageTag> = both.iter().rev().copied().collect();
+    let mut image = pool.clone();
+    pool.release(A, &both).unwrap();
+    image.release(A, &swapped).unwrap();
+    let next = pool.alloc(1, B).unwrap()[0].page;
+    let next_in_image = image.alloc(1, B).unwrap()[0].page;
+    assert_eq!(next, PageId(1));
+    // Equivariance would need the image to hand out page 2 (the swap of page 1).
+    assert_ne!(next_in_image, PageId(2));
+}
+
 #[test]
 fn page_zero_is_never_handed_out() {
     let mut pool = PagePool::new(4, 1);

@@ -992,8 +992,10 @@ impl Model for HandoffModel {
 
 /// The symmetry representative: clients of one group are interchangeable (identical
 /// specs; ids are handed out in submission order, not per client), so sorting them is
-/// a permutation the engine cannot observe. Pages and rooms are not permuted: their
-/// ids live inside the nodes' private state and their order is observable (LIFO reuse).
+/// a permutation the engine cannot observe. Pages and rooms are not permuted: renaming
+/// them is not an automorphism of the engine (the pool releases a batch in page-id
+/// order, as SGLang's `free` sorts it, so ids decide which page is handed out next;
+/// see `renaming_pages_is_not_an_automorphism_of_the_allocator` in the engine's tests).
 pub fn representative(s: &State) -> State {
     let mut r = s.clone();
     r.book(|b| b.clients.sort());
