@@ -569,27 +569,11 @@ impl<G: Gpu> PrefillNode<G> {
             let _ = self.pool.unhold(t);
         }
         if let Some(req) = self.requests.get_mut(&room) {
-            if let Phase::Sending {
-                in_flight, pages, ..
-            } = &mut req.phase
-            {
+            if let Phase::Sending { in_flight, .. } = &mut req.phase {
                 *in_flight = in_flight.saturating_sub(1);
                 if !ok {
                     // One failed write fails the room (M7 Failed, immediately).
-                    let pages = pages.clone();
-                    req.phase = Phase::Inflight {
-                        pages,
-                        outcome: TransferOutcome::Failed,
-                    };
-                    let decode = req.decode;
-                    env.send(
-                        decode,
-                        Msg::KvDone {
-                            room,
-                            outcome: TransferOutcome::Failed,
-                        },
-                    );
-                    self.kick(env);
+                    self.fail_send(room, true, env);
                 } else {
                     self.pump(room, env);
                 }
@@ -635,14 +619,10 @@ impl<G: Gpu> PrefillNode<G> {
     fn on_drain_request<E: Env<G::Kv>>(&mut self, from: NodeId, room: RoomKey, env: &mut E) {
         if let Some(req) = self.requests.get_mut(&room) {
             match &req.phase {
-                Phase::Sending { pages, .. } => {
-                    let pages = pages.clone();
-                    req.phase = Phase::Inflight {
-                        pages,
-                        outcome: TransferOutcome::Failed,
-                    };
+                Phase::Sending { .. } => {
                     req.finished_reason.get_or_insert(Status::INTERNAL);
-                    self.kick(env);
+                    // Decode asked: it needs no KvDone.
+                    self.fail_send(room, false, env);
                 }
                 Phase::Bootstrapping | Phase::Waiting | Phase::Forward { .. } => {
                     self.on_abort(room, Status::INTERNAL, env);
@@ -684,22 +664,9 @@ impl<G: Gpu> PrefillNode<G> {
             Phase::Forward { .. } => {
                 req.to_finish.get_or_insert(status);
             }
-            Phase::Sending { pages, .. } => {
-                let pages = pages.clone();
+            Phase::Sending { .. } => {
                 req.finished_reason.get_or_insert(status);
-                req.phase = Phase::Inflight {
-                    pages,
-                    outcome: TransferOutcome::Failed,
-                };
-                let decode = req.decode;
-                env.send(
-                    decode,
-                    Msg::KvDone {
-                        room,
-                        outcome: TransferOutcome::Failed,
-                    },
-                );
-                self.kick(env);
+                self.fail_send(room, true, env);
             }
             // The transfer already concluded; the abort is recorded as the finish
             // reason and the poll decides what the router hears.
@@ -707,6 +674,29 @@ impl<G: Gpu> PrefillNode<G> {
                 req.finished_reason.get_or_insert(status);
             }
         }
+    }
+
+    /// Conclude a sending room's transfer as failed: no further chunk goes out, decode
+    /// hears `KvDone { Failed }` unless it asked for the stop itself, and the next
+    /// scheduler tick polls the room (which releases the source pages once their writes
+    /// drained). The three ways a send fails (a write failed, an abort, decode's drain
+    /// request) all end here.
+    fn fail_send<E: Env<G::Kv>>(&mut self, room: RoomKey, tell_decode: bool, env: &mut E) {
+        let Some(req) = self.requests.get_mut(&room) else {
+            return;
+        };
+        let Phase::Sending { pages, .. } = &mut req.phase else {
+            return;
+        };
+        let pages = std::mem::take(pages);
+        req.phase = Phase::Inflight {
+            pages,
+            outcome: TransferOutcome::Failed,
+        };
+        if tell_decode {
+            self.notify_decode_failed(room, env);
+        }
+        self.kick(env);
     }
 
     fn notify_decode_failed<E: Env<G::Kv>>(&self, room: RoomKey, env: &mut E) {

@@ -223,47 +223,29 @@ thread_local! {
     static DECODE_MEMO: RefCell<Memo<DecodeNode<SymbolicGpu>>> = RefCell::new(Memo::new());
 }
 
-impl Machine for Router {
-    fn step(
-        &mut self,
-        input: Input<SymbolicPage>,
-        out: &mut Outbox<SymbolicPage>,
-    ) -> Result<(), Violation> {
-        self.handle(input, out);
-        self.invariants()
-    }
-    fn memo() -> &'static LocalKey<RefCell<Memo<Self>>> {
-        &ROUTER_MEMO
-    }
+/// The three node kinds step the same way: the engine's handler, then the node's own
+/// checks; each has its own cache.
+macro_rules! machine {
+    ($node:ty, $memo:ident) => {
+        impl Machine for $node {
+            fn step(
+                &mut self,
+                input: Input<SymbolicPage>,
+                out: &mut Outbox<SymbolicPage>,
+            ) -> Result<(), Violation> {
+                self.handle(input, out);
+                self.invariants()
+            }
+            fn memo() -> &'static LocalKey<RefCell<Memo<Self>>> {
+                &$memo
+            }
+        }
+    };
 }
 
-impl Machine for PrefillNode<SymbolicGpu> {
-    fn step(
-        &mut self,
-        input: Input<SymbolicPage>,
-        out: &mut Outbox<SymbolicPage>,
-    ) -> Result<(), Violation> {
-        self.handle(input, out);
-        self.invariants()
-    }
-    fn memo() -> &'static LocalKey<RefCell<Memo<Self>>> {
-        &PREFILL_MEMO
-    }
-}
-
-impl Machine for DecodeNode<SymbolicGpu> {
-    fn step(
-        &mut self,
-        input: Input<SymbolicPage>,
-        out: &mut Outbox<SymbolicPage>,
-    ) -> Result<(), Violation> {
-        self.handle(input, out);
-        self.invariants()
-    }
-    fn memo() -> &'static LocalKey<RefCell<Memo<Self>>> {
-        &DECODE_MEMO
-    }
-}
+machine!(Router, ROUTER_MEMO);
+machine!(PrefillNode<SymbolicGpu>, PREFILL_MEMO);
+machine!(DecodeNode<SymbolicGpu>, DECODE_MEMO);
 
 /// Run the engine: node `id` in state `before` handles `input`.
 pub fn compute<N: Machine>(
