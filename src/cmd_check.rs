@@ -14,9 +14,9 @@ use std::process::ExitCode;
 
 #[derive(Args, Debug, Clone)]
 pub struct CheckArgs {
-    /// The model to check: handoff, abort-race, timeout-race (the standard models),
-    /// handoff-small, abort-race-small (their reduced bounds), or `all` (the standard
-    /// models one after another).
+    /// The model to check: handoff, abort-race, timeout-race, crash-race (the standard
+    /// models), handoff-small, abort-race-small, crash-race-small (their reduced
+    /// bounds), or `all` (the standard models one after another).
     #[arg(long, default_value = "handoff")]
     pub model: String,
     /// Bug switches to enable, comma-separated.

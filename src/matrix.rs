@@ -114,7 +114,7 @@ impl Budget {
     pub fn full(seeds: u64) -> Budget {
         Budget {
             seeds,
-            models: vec!["handoff", "abort-race", "timeout-race"],
+            models: vec!["handoff", "abort-race", "timeout-race", "crash-race"],
             threads: 2,
             defenses: true,
         }
@@ -123,7 +123,7 @@ impl Budget {
     pub fn quick(seeds: u64) -> Budget {
         Budget {
             seeds,
-            models: vec!["handoff-small", "abort-race-small"],
+            models: vec!["handoff-small", "abort-race-small", "crash-race-small"],
             threads: 1,
             defenses: false,
         }

@@ -8,7 +8,11 @@
 //! aborting requests; a network of FIFO channels that may lose, duplicate and reorder
 //! control messages, and on which KV writes and their completions are messages too
 //! (late or failed, never lost or duplicated), so a write that lands after an abort
-//! is explored; and timers that fire in any order. A timer always may fire once
+//! is explored; timers that fire in any order; and, in `crash-race`, one crash of
+//! the prefill or the decode node with an immediate restart into a new incarnation
+//! (the simulator's semantics: its timers die, messages to it are lost, a KV write to
+//! it fails back to its writer, its own writes in flight are flushed, and a write
+//! addressed to a dead incarnation's pages fails). A timer always may fire once
 //! nothing else can happen; one that fires while a message is still in flight or a
 //! scheduler tick is pending (a premature timeout: the network was slower than the
 //! timer) is a bounded fault like a lost message, because unbounded premature timeouts

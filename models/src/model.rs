@@ -322,6 +322,7 @@ impl HandoffModel {
                     }
                 }
             }
+            Action::Crash(node) => tx.crash(*node),
             Action::Fire(node, timer) => {
                 if *timer != Timer::Compute && s.timeout_is_early() {
                     tx.s.book(|b| b.faults.early_timeouts += 1);
@@ -451,9 +452,105 @@ impl Tx<'_> {
         }
     }
 
+    /// The prefill or decode node crashes and restarts at once into its next
+    /// incarnation, as the simulator's `World` does it: the node's timers die; messages
+    /// in flight to it are lost with the dead incarnation, except that a KV write to
+    /// it fails back to its writer (the writer's NIC reports the error); its own KV
+    /// writes in flight are flushed, never applied. Control messages it sent before
+    /// the crash still arrive.
+    fn crash(&mut self, node: NodeId) {
+        let busy = match node {
+            PREFILL => self.s.prefill.get().requests() > 0,
+            DECODE => {
+                let d = self.s.decode.get();
+                d.requests() > 0 || d.quarantined_rooms() > 0
+            }
+            _ => return,
+        };
+        self.s.book(|b| {
+            b.faults.crashes += 1;
+            if busy {
+                b.faults.busy_crashes += 1;
+            }
+        });
+        let local = match node {
+            PREFILL => {
+                let epoch = self.s.prefill.get().pool().epoch() + 1;
+                self.s.prefill.update(|n| {
+                    n.restart(epoch);
+                    n.invariants()
+                })
+            }
+            _ => {
+                let epoch = self.s.decode.get().pool().epoch() + 1;
+                self.s.decode.update(|n| {
+                    n.restart(epoch);
+                    n.invariants()
+                })
+            }
+        };
+        self.event(|| format!("{node} crashes and restarts into a new incarnation"));
+        if let Err(v) = local {
+            self.violate(v.invariant, || format!("{node}: {}", v.detail));
+        }
+        self.s.timers.retain(|(n, _)| *n != node);
+        let mut failed = Vec::new();
+        self.s.net.retain(|e| {
+            let env = e.get();
+            if env.to == node {
+                if let Msg::KvWrite { room, chunk, .. } = &env.msg {
+                    failed.push(Envelope {
+                        from: env.to,
+                        to: env.from,
+                        msg: Msg::WriteDone {
+                            room: *room,
+                            chunk: *chunk,
+                            ok: false,
+                        },
+                    });
+                }
+                return false;
+            }
+            !(env.from == node && matches!(env.msg, Msg::KvWrite { .. }))
+        });
+        for env in failed {
+            self.s.send(env);
+        }
+        if node == DECODE {
+            // The new incarnation has no quarantine and no retry count.
+            let rooms: Vec<RoomKey> = self.s.book.get().notes.iter().map(|(k, _)| *k).collect();
+            for room in rooms {
+                self.s.unnote(room, note::DRAIN_RETRIED);
+            }
+        }
+    }
+
     /// Checks at delivery, before the receiver acts (as the simulator's oracle).
     fn deliver(&mut self, shared: &Shared<Envelope>) {
         let env = shared.get();
+        if let Msg::KvWrite {
+            room, chunk, dst, ..
+        } = &env.msg
+        {
+            let epoch = self.s.decode.get().pool().epoch();
+            if env.to == DECODE && dst.iter().any(|t| t.gen.epoch() != epoch) {
+                // Addressed to a dead incarnation's memory registration: the write
+                // fails on the wire and the writer's NIC reports it.
+                self.event(|| {
+                    format!("the KV write for {room} fails: its registration died with decode's previous incarnation")
+                });
+                self.s.send(Envelope {
+                    from: env.to,
+                    to: env.from,
+                    msg: Msg::WriteDone {
+                        room: *room,
+                        chunk: *chunk,
+                        ok: false,
+                    },
+                });
+                return;
+            }
+        }
         match &env.msg {
             Msg::KvWrite { room, src, dst, .. } if env.to == DECODE => {
                 let room = *room;
@@ -823,6 +920,7 @@ const BIT_COMPLETES: u32 = 21;
 const BIT_REJECTED: u32 = 22;
 const BIT_ABORT_RACE: u32 = 23;
 const BIT_LATE_ACK: u32 = 24;
+const BIT_CRASH: u32 = 25;
 
 fn quiescence_holds(m: &HandoffModel, s: &State) -> bool {
     latched(m, BIT_QUIESCENCE)
@@ -872,6 +970,11 @@ fn drain_ack_after_timeout(m: &HandoffModel, s: &State) -> bool {
         && latch_first(m, BIT_LATE_ACK)
 }
 
+/// A prefill or decode node crashed while it held a request (or a quarantine).
+fn busy_crash(m: &HandoffModel, s: &State) -> bool {
+    !latched(m, BIT_CRASH) && s.faults().busy_crashes > 0 && latch_first(m, BIT_CRASH)
+}
+
 /// A property's condition.
 type Condition = fn(&HandoffModel, &State) -> bool;
 
@@ -894,6 +997,7 @@ pub mod names {
     pub const ABORT_RACE: &str = "an abort races an in-flight KV write";
     pub const REJECTED: &str = "an over-length request is rejected";
     pub const LATE_ACK: &str = "a drain ack arrives after a timeout";
+    pub const CRASH: &str = "a node crashes while it holds a request";
 }
 
 impl Model for HandoffModel {
@@ -943,6 +1047,12 @@ impl Model for HandoffModel {
                 out.push(Action::Fire(node, timer));
             }
         }
+        // A crash races whatever else can happen; once nothing else can, the run is
+        // over (and the quiescence property judges it), so a crash is not enabled.
+        if used.crashes < bounds.crashes && !out.is_empty() {
+            out.push(Action::Crash(PREFILL));
+            out.push(Action::Crash(DECODE));
+        }
     }
 
     fn next_state(&self, s: &State, action: Action) -> Option<State> {
@@ -975,11 +1085,12 @@ impl Model for HandoffModel {
             Property::always(names::L5, holds_l5),
             Property::always(names::QUIESCENCE, quiescence_holds),
         ];
-        let sometimes: [(&'static str, Condition); 4] = [
+        let sometimes: [(&'static str, Condition); 5] = [
             (names::COMPLETES, request_completes),
             (names::ABORT_RACE, abort_races_write),
             (names::LATE_ACK, drain_ack_after_timeout),
             (names::REJECTED, over_length_rejected),
+            (names::CRASH, busy_crash),
         ];
         for (name, f) in sometimes {
             if self.spec.reaches.contains(&name) {

@@ -117,8 +117,63 @@ impl Replayer {
     }
 
     fn deliver(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>) {
+        if let Msg::KvWrite {
+            room, chunk, dst, ..
+        } = &msg
+        {
+            let epoch = self.nodes[to.0 as usize].pool().map_or(0, |p| p.epoch());
+            if dst.iter().any(|t| t.gen.epoch() != epoch) {
+                // `World::deliver`: a stale registration fails the write.
+                self.log.push(format!(
+                    "    the KV write for {room} fails: stale registration"
+                ));
+                self.net.push((
+                    to,
+                    from,
+                    Msg::WriteDone {
+                        room: *room,
+                        chunk: *chunk,
+                        ok: false,
+                    },
+                ));
+                return;
+            }
+        }
         self.oracle.before_deliver(&self.nodes, from, to, &msg);
         self.dispatch(to, Input::Message { from, msg }, None);
+    }
+
+    /// `World::crash` and `World::restart` back to back.
+    fn crash(&mut self, node: NodeId) -> Result<(), String> {
+        let i = node.0 as usize;
+        let epoch = match self.nodes.get(i).and_then(|n| n.pool()) {
+            Some(pool) => pool.epoch() + 1,
+            None => return Err("only a prefill or decode node can crash".into()),
+        };
+        self.timers.retain(|(n, _)| *n != node);
+        let mut kept = Vec::new();
+        for (from, to, msg) in std::mem::take(&mut self.net) {
+            if to == node {
+                if let Msg::KvWrite { room, chunk, .. } = msg {
+                    kept.push((
+                        to,
+                        from,
+                        Msg::WriteDone {
+                            room,
+                            chunk,
+                            ok: false,
+                        },
+                    ));
+                }
+            } else if !(from == node && matches!(msg, Msg::KvWrite { .. })) {
+                kept.push((from, to, msg));
+            }
+        }
+        self.net = kept;
+        self.nodes[i].restart(epoch);
+        self.oracle.on_restart(node);
+        self.oracle.after_event(&self.nodes[i]);
+        Ok(())
     }
 }
 
@@ -246,6 +301,13 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                         ));
                     }
                 }
+            }
+            Step::Crash { node } => {
+                r.crash(*node).map_err(|reason| ReplayError::Invalid {
+                    index,
+                    step: step.to_string(),
+                    reason,
+                })?;
             }
             Step::Fire { node, timer } => {
                 if !r.timers.remove(&(*node, *timer)) {

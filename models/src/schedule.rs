@@ -40,6 +40,10 @@ pub enum Step {
         node: NodeId,
         timer: Timer,
     },
+    /// The node crashes and restarts into its next incarnation.
+    Crash {
+        node: NodeId,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +102,7 @@ impl fmt::Display for Step {
             Step::Fire { node, timer } => {
                 write!(f, "fire {node} {}", crate::state::timer_text(*timer))
             }
+            Step::Crash { node } => write!(f, "crash {node}"),
         }
     }
 }
@@ -165,6 +170,10 @@ fn parse_step(text: &str) -> Result<Step, String> {
                 _ => return Err("unknown timer".into()),
             };
             return Ok(Step::Fire { node: n, timer });
+        }
+        "crash" => {
+            let n = node(words.next().unwrap_or("")).ok_or("expected nN")?;
+            return Ok(Step::Crash { node: n });
         }
         "deliver" => MessageStep::Deliver,
         "overtake" => MessageStep::Overtake,
@@ -246,6 +255,7 @@ pub fn step_of(model: &HandoffModel, s: &State, a: &Action) -> Step {
             node: *node,
             timer: *timer,
         },
+        Action::Crash(node) => Step::Crash { node: *node },
     }
 }
 
@@ -262,9 +272,10 @@ deliver n0 -> n2 | DecodeStart room1.g1 prompt=3 max_new=1 prefill=n1
 fail-write n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 fire n1 Compute
 fire n0 Request room12.g3
+crash n2
 ";
         let s = Schedule::parse(text).unwrap();
-        assert_eq!(s.0.len(), 6);
+        assert_eq!(s.0.len(), 7);
         assert_eq!(s.to_string(), text);
         let err = Schedule::parse("teleport n1").unwrap_err();
         assert_eq!(err.line, 1);

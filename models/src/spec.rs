@@ -57,6 +57,12 @@ pub struct FaultBounds {
     pub early_timeouts: u8,
     /// Messages delivered ahead of older ones on their channel.
     pub overtakes: u8,
+    /// Crashes of the prefill or the decode node, each followed at once by a restart
+    /// into a new incarnation (the simulator's semantics): its timers die, messages in
+    /// flight to it are lost (a KV write to it fails back to its writer), its own KV
+    /// writes in flight are flushed, and a later write addressed with page tags of the
+    /// dead incarnation fails (its memory registration is gone).
+    pub crashes: u8,
 }
 
 /// One model: the engine under a bounded environment.
@@ -113,17 +119,19 @@ pub fn model_engine() -> EngineConfig {
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 5] = [
+    pub const NAMES: [&'static str; 7] = [
         "handoff",
         "abort-race",
         "timeout-race",
+        "crash-race",
         "handoff-small",
         "abort-race-small",
+        "crash-race-small",
     ];
 
     /// The standard models `kvsim check` exhausts by default (the small ones are their
     /// reduced bounds for the default `cargo test`).
-    pub const STANDARD: [&'static str; 3] = ["handoff", "abort-race", "timeout-race"];
+    pub const STANDARD: [&'static str; 4] = ["handoff", "abort-race", "timeout-race", "crash-race"];
 
     /// `handoff`: one prefill (3 pages of 2 tokens), one decode (4 pages), two
     /// interchangeable requests of 3 tokens and one of 7 tokens that exceeds the
@@ -240,6 +248,49 @@ impl ModelSpec {
         }
     }
 
+    /// `crash-race`: `abort-race` (a request whose client may disconnect at any point,
+    /// a second one of another tenant that reuses its decode pages, one duplicated
+    /// control message) with, instead of a failed write, one crash of the prefill or
+    /// the decode node at any point while anything else can still happen (restarting
+    /// at once into a new incarnation whose page generations lie in a new epoch).
+    pub fn crash_race() -> ModelSpec {
+        ModelSpec {
+            name: "crash-race".into(),
+            about: "1 prefill (2 pages), 1 decode (2 pages: one request at a time), context \
+                    16; a 3-token request whose client may disconnect at any point and a \
+                    second 3-token request of another tenant; at most 1 crash (with restart) \
+                    of the prefill or the decode node and 1 duplicated control message"
+                .into(),
+            clients: vec![
+                ClientSpec::normal(1, 3).aborting(),
+                ClientSpec::normal(2, 3),
+            ],
+            faults: FaultBounds {
+                crashes: 1,
+                duplicates: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES, names::CRASH],
+            ..ModelSpec::abort_race()
+        }
+    }
+
+    /// `crash-race-small`: the reduced bounds of `crash-race`: one request (that does
+    /// not disconnect), sent in one KV write; still one crash and one duplicate.
+    pub fn crash_race_small() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.chunk_pages = 2;
+        ModelSpec {
+            name: "crash-race-small".into(),
+            about: "crash-race with one request that stays connected, its prompt in one KV \
+                    write"
+                .into(),
+            engine,
+            clients: vec![ClientSpec::normal(1, 3)],
+            ..ModelSpec::crash_race()
+        }
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -248,6 +299,8 @@ impl ModelSpec {
             "abort-race" => Ok(ModelSpec::abort_race()),
             "timeout-race" => Ok(ModelSpec::timeout_race()),
             "abort-race-small" => Ok(ModelSpec::abort_race_small()),
+            "crash-race" => Ok(ModelSpec::crash_race()),
+            "crash-race-small" => Ok(ModelSpec::crash_race_small()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

@@ -98,6 +98,9 @@ pub struct FaultsUsed {
     pub write_failures: u8,
     pub early_timeouts: u8,
     pub overtakes: u8,
+    pub crashes: u8,
+    /// Crashes of a node that held a request (or a quarantine) at the time.
+    pub busy_crashes: u8,
 }
 
 /// What the environment remembers besides the nodes and the network: the clients,
@@ -154,7 +157,9 @@ impl Hash for Book {
                 | u64::from(f.write_failures) << 16
                 | u64::from(f.early_timeouts) << 24
                 | u64::from(f.overtakes) << 32
-                | u64::from(self.violations) << 40,
+                | u64::from(self.violations) << 40
+                | u64::from(f.crashes) << 56
+                | u64::from(f.busy_crashes) << 60,
         );
     }
 }
@@ -402,6 +407,8 @@ pub enum Action {
     FailWrite(Shared<Envelope>),
     /// A node's pending timer fires.
     Fire(NodeId, Timer),
+    /// The prefill or decode node crashes and restarts into a new incarnation.
+    Crash(NodeId),
 }
 
 /// A timer as `Kind room` text (`Compute`, `Request room1.1`).
@@ -426,6 +433,7 @@ impl fmt::Display for Action {
             Action::Lose(e) => write!(f, "lose {}", e.get()),
             Action::FailWrite(e) => write!(f, "fail-write {}", e.get()),
             Action::Fire(node, t) => write!(f, "fire {node} {}", timer_text(*t)),
+            Action::Crash(node) => write!(f, "crash {node}"),
         }
     }
 }

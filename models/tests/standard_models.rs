@@ -8,11 +8,16 @@
 
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::invariant::Invariant;
+use kvsim_engine::msg::Msg;
 use kvsim_models::check::{invariant_of, Verdict};
 use kvsim_models::replay::replay;
+use kvsim_models::schedule::Step;
+use kvsim_models::state::DECODE;
 use kvsim_models::{
-    check, names, CheckOptions, CheckReport, ClientSpec, MemoMode, ModelSpec, Schedule,
+    check, names, Action, CheckOptions, CheckReport, ClientSpec, HandoffModel, MemoMode, ModelSpec,
+    Schedule,
 };
+use stateright::Model;
 
 fn run(spec: ModelSpec) -> CheckReport {
     check(spec, &CheckOptions::default()).expect("standard specs are valid")
@@ -52,6 +57,59 @@ fn abort_race_small_is_clean_with_a_pinned_state_count() {
         r.status(names::ABORT_RACE),
         Some(Verdict::Reached { steps: 8 })
     );
+}
+
+#[test]
+fn crash_race_small_is_clean_with_a_pinned_state_count() {
+    let r = run(ModelSpec::crash_race_small());
+    assert_clean(&r);
+    assert_eq!(r.unique, 1_626);
+    // The shortest busy crash: submit, the router's start reaches prefill, crash.
+    assert_eq!(r.status(names::CRASH), Some(Verdict::Reached { steps: 3 }));
+}
+
+/// Decode crashes while a KV write is on its way to it. The model and the
+/// simulator's replay must agree on what is in flight afterwards (the write fails back
+/// to prefill; nothing else addressed to decode survives), the run must drain with the
+/// client answered and every pool full, and neither side may find a violation.
+#[test]
+fn decode_crash_mid_transfer_drains_and_replays_through_the_simulator() {
+    let spec = ModelSpec::crash_race_small();
+    let model = HandoffModel::new(spec.clone()).unwrap();
+    let mut s = model.initial();
+    let mut path = Vec::new();
+    let mut crashed = false;
+    for _ in 0..200 {
+        let mut enabled = Vec::new();
+        model.actions(&s, &mut enabled);
+        let write_in_flight = s
+            .net
+            .iter()
+            .any(|e| matches!(e.get().msg, Msg::KvWrite { .. }));
+        let action = if !crashed && write_in_flight {
+            crashed = true;
+            assert!(enabled.contains(&Action::Crash(DECODE)));
+            Action::Crash(DECODE)
+        } else {
+            match enabled.into_iter().find(|a| !matches!(a, Action::Crash(_))) {
+                Some(a) => a,
+                None => break,
+            }
+        };
+        let next = model.step(&s, &action, None);
+        path.push((s, action));
+        s = next;
+    }
+    assert!(crashed, "no KV write was ever in flight");
+    assert!(model.is_quiescent(&s), "the run did not drain");
+    assert_eq!(model.quiescence_problem(&s), None);
+    assert!(s.clients()[0].reply.is_some());
+    assert_eq!(s.book.get().violations, 0);
+    let schedule = Schedule::from_path(&model, &path);
+    assert!(schedule.0.contains(&Step::Crash { node: DECODE }));
+    let out = replay(&spec, &schedule).expect("every step replays");
+    assert!(out.broken.is_empty(), "{:?}", out.findings);
+    assert!(out.quiescent, "the replay did not drain");
 }
 
 /// The incident bug pair: S5, S4 and S3 are broken, the S3 counterexample is the
@@ -112,6 +170,7 @@ fn transition_cache_changes_no_state_and_no_verdict() {
     for spec in [
         ModelSpec::handoff_small(),
         ModelSpec::abort_race_small(),
+        ModelSpec::crash_race_small(),
         ModelSpec::handoff_small().with_bugs(BugSet::INCIDENT),
     ] {
         let with = |memo| {
@@ -251,6 +310,21 @@ fn timeout_race_full_is_clean_with_a_pinned_state_count() {
     .unwrap();
     assert_clean(&reduced);
     assert_eq!(reduced.unique, 198_797);
+}
+
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn crash_race_full_is_clean_with_a_pinned_state_count() {
+    let r = check(
+        ModelSpec::crash_race(),
+        &CheckOptions {
+            threads: 2,
+            ..CheckOptions::default()
+        },
+    )
+    .unwrap();
+    assert_clean(&r);
+    assert_eq!(r.unique, 3_183_267);
 }
 
 /// Each bug switch that the standard models can reach is found by the invariant it
