@@ -335,7 +335,7 @@ fn crash_race_full_is_clean_with_a_pinned_state_count() {
 #[test]
 #[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
 fn every_reachable_bug_switch_is_found_and_replays() {
-    let expect: [(&str, &str, Invariant); 10] = [
+    let expect: [(&str, &str, Invariant); 11] = [
         ("gate-checks-finished-only", "handoff-small", Invariant::S5),
         ("gate-checks-finished-only", "timeout-race", Invariant::S9),
         ("success-overwrites-abort", "timeout-race", Invariant::S6),
@@ -352,6 +352,9 @@ fn every_reachable_bug_switch_is_found_and_replays() {
         // A duplicated drain request lets an old generation's ack free the new one.
         ("ack-ignores-generation", "abort-race", Invariant::S9),
         ("fail-open-on-recv-error", "timeout-race", Invariant::S3),
+        // A prefill crash, decode's waiting timeout, then the same late ack (the
+        // counterexample has a `crash n1` step, so it also checks crash replay).
+        ("ack-ignores-generation", "crash-race", Invariant::S9),
     ];
     for (bug, model, inv) in expect {
         let spec = ModelSpec::standard(model)
