@@ -308,17 +308,8 @@ impl HandoffModel {
             Action::FailWrite(e) => {
                 tx.s.book(|b| b.faults.write_failures += 1);
                 if tx.s.take(e) {
-                    if let Msg::KvWrite { room, chunk, .. } = &e.get().msg {
-                        // The writer's NIC completes the work request with an error.
-                        tx.s.send(Envelope {
-                            from: e.get().to,
-                            to: e.get().from,
-                            msg: Msg::WriteDone {
-                                room: *room,
-                                chunk: *chunk,
-                                ok: false,
-                            },
-                        });
+                    if let Some(done) = e.get().failed_completion() {
+                        tx.s.send(done);
                     }
                 }
             }
@@ -498,17 +489,7 @@ impl Tx<'_> {
         self.s.net.retain(|e| {
             let env = e.get();
             if env.to == node {
-                if let Msg::KvWrite { room, chunk, .. } = &env.msg {
-                    failed.push(Envelope {
-                        from: env.to,
-                        to: env.from,
-                        msg: Msg::WriteDone {
-                            room: *room,
-                            chunk: *chunk,
-                            ok: false,
-                        },
-                    });
-                }
+                failed.extend(env.failed_completion());
                 return false;
             }
             !(env.from == node && matches!(env.msg, Msg::KvWrite { .. }))
@@ -528,10 +509,7 @@ impl Tx<'_> {
     /// Checks at delivery, before the receiver acts (as the simulator's oracle).
     fn deliver(&mut self, shared: &Shared<Envelope>) {
         let env = shared.get();
-        if let Msg::KvWrite {
-            room, chunk, dst, ..
-        } = &env.msg
-        {
+        if let Msg::KvWrite { room, dst, .. } = &env.msg {
             let epoch = self.s.decode.get().pool().epoch();
             if env.to == DECODE && dst.iter().any(|t| t.gen.epoch() != epoch) {
                 // Addressed to a dead incarnation's memory registration: the write
@@ -539,15 +517,7 @@ impl Tx<'_> {
                 self.event(|| {
                     format!("the KV write for {room} fails: its registration died with decode's previous incarnation")
                 });
-                self.s.send(Envelope {
-                    from: env.to,
-                    to: env.from,
-                    msg: Msg::WriteDone {
-                        room: *room,
-                        chunk: *chunk,
-                        ok: false,
-                    },
-                });
+                self.s.send(env.failed_completion().expect("a KV write"));
                 return;
             }
         }

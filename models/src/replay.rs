@@ -13,7 +13,7 @@
 
 use crate::schedule::{MessageStep, Schedule, Step};
 use crate::spec::ModelSpec;
-use crate::state::{CLIENT, DECODE, PREFILL, ROUTER};
+use crate::state::{failed_write_done, CLIENT, DECODE, PREFILL, ROUTER};
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::{Input, Outbox, Timer, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
@@ -117,25 +117,15 @@ impl Replayer {
     }
 
     fn deliver(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>) {
-        if let Msg::KvWrite {
-            room, chunk, dst, ..
-        } = &msg
-        {
+        if let Msg::KvWrite { room, dst, .. } = &msg {
             let epoch = self.nodes[to.0 as usize].pool().map_or(0, |p| p.epoch());
             if dst.iter().any(|t| t.gen.epoch() != epoch) {
                 // `World::deliver`: a stale registration fails the write.
                 self.log.push(format!(
                     "    the KV write for {room} fails: stale registration"
                 ));
-                self.net.push((
-                    to,
-                    from,
-                    Msg::WriteDone {
-                        room: *room,
-                        chunk: *chunk,
-                        ok: false,
-                    },
-                ));
+                self.net
+                    .extend(failed_write_done(&msg).map(|done| (to, from, done)));
                 return;
             }
         }
@@ -154,17 +144,7 @@ impl Replayer {
         let mut kept = Vec::new();
         for (from, to, msg) in std::mem::take(&mut self.net) {
             if to == node {
-                if let Msg::KvWrite { room, chunk, .. } = msg {
-                    kept.push((
-                        to,
-                        from,
-                        Msg::WriteDone {
-                            room,
-                            chunk,
-                            ok: false,
-                        },
-                    ));
-                }
+                kept.extend(failed_write_done(&msg).map(|done| (to, from, done)));
             } else if !(from == node && matches!(msg, Msg::KvWrite { .. })) {
                 kept.push((from, to, msg));
             }
@@ -282,7 +262,7 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                     }
                     MessageStep::FailWrite => {
                         let (f, t, m) = r.net.remove(i);
-                        let Msg::KvWrite { room, chunk, .. } = m else {
+                        let Some(done) = failed_write_done(&m) else {
                             return Err(ReplayError::Invalid {
                                 index,
                                 step: step.to_string(),
@@ -290,15 +270,7 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                             });
                         };
                         // The writer's NIC completes the work request with an error.
-                        r.net.push((
-                            t,
-                            f,
-                            Msg::WriteDone {
-                                room,
-                                chunk,
-                                ok: false,
-                            },
-                        ));
+                        r.net.push((t, f, done));
                     }
                 }
             }

@@ -47,10 +47,33 @@ impl Envelope {
         matches!(self.msg, Msg::KvWrite { .. } | Msg::WriteDone { .. })
     }
 
+    /// For a KV write: the completion the writer's NIC reports when the write fails on
+    /// the wire (lost to a fault, a dead receiver, or a stale registration), travelling
+    /// back to the writer. `None` for any other message.
+    pub fn failed_completion(&self) -> Option<Envelope> {
+        failed_write_done(&self.msg).map(|msg| Envelope {
+            from: self.to,
+            to: self.from,
+            msg,
+        })
+    }
+
     /// The FIFO channel the message travels on: one per direction and per transport
     /// (RDMA or control), as a queue pair or a TCP connection would be.
     pub fn channel(&self) -> (NodeId, NodeId, bool) {
         (self.from, self.to, self.is_rdma())
+    }
+}
+
+/// `WriteDone { ok: false }` for a KV write (its chunk), `None` for any other message.
+pub fn failed_write_done(msg: &Msg<SymbolicPage>) -> Option<Msg<SymbolicPage>> {
+    match msg {
+        Msg::KvWrite { room, chunk, .. } => Some(Msg::WriteDone {
+            room: *room,
+            chunk: *chunk,
+            ok: false,
+        }),
+        _ => None,
     }
 }
 
