@@ -18,15 +18,16 @@
 //! own room use; a request attends only over pages whose tags it was given.
 
 use crate::bugs::Bug;
+use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
-use crate::gpu::{ids, query_position, Gpu};
-use crate::ids::{NodeId, PageTag, RoomKey};
+use crate::gpu::{ids, query_position, write_traced, Gpu};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{PagePool, PageState};
 use crate::msg::{Msg, Status, TransferOutcome};
 use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
-use crate::trace::{ReleaseKind, Side, TraceEvent};
+use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
 use std::collections::{BTreeMap, VecDeque};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -77,11 +78,12 @@ pub struct DecodeNode<G> {
     compute_armed: bool,
     /// Set when the node stopped itself (a drain ack never came).
     fatal: Option<String>,
+    counters: Counters,
 }
 
 impl<G: Gpu> DecodeNode<G> {
     pub fn new(id: NodeId, cfg: Cfg, router: NodeId, gpu: G) -> Self {
-        let pool = PagePool::new(gpu.pages(), gpu.page_size());
+        let pool = PagePool::new(gpu.pages(), gpu.page_size()).journal();
         DecodeNode {
             id,
             cfg,
@@ -95,6 +97,7 @@ impl<G: Gpu> DecodeNode<G> {
             finished_pages: VecDeque::new(),
             compute_armed: false,
             fatal: None,
+            counters: Counters::default(),
         }
     }
 
@@ -115,6 +118,75 @@ impl<G: Gpu> DecodeNode<G> {
     }
     pub fn fatal(&self) -> Option<&str> {
         self.fatal.as_deref()
+    }
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Trace the page changes the pool journaled since the last call, in order; a
+    /// quarantine release names the drain ack that caused it (`acked`).
+    fn flush<E: Env<G::Kv>>(&mut self, env: &mut E, acked: Option<RoomKey>) {
+        let id = self.id;
+        for c in self.pool.take_changes() {
+            env.trace(c.into_event(id, acked));
+        }
+    }
+
+    /// Report a fault of this node (drivers act on it).
+    fn fault<E: Env<G::Kv>>(&mut self, fault: NodeFault, env: &mut E) {
+        self.counters.faults += 1;
+        env.trace(TraceEvent::Fault {
+            node: self.id,
+            fault,
+        });
+    }
+
+    /// Peer identity: the router starts and aborts rooms; a KV write, a transfer's
+    /// conclusion and a drain ack about a room this node knows are believed only from
+    /// that room's prefill node, and a write only when its id names its sender. For a
+    /// room this node does not know there is no recorded peer: a write for it is then
+    /// judged by the page tags alone (as RDMA into a registered region would be), and an
+    /// ack for it releases nothing.
+    fn check_peer(&self, from: NodeId, msg: &Msg<G::Kv>) -> Result<(), String> {
+        let prefill_of = |room: &RoomKey| {
+            self.requests
+                .get(room)
+                .map(|r| r.prefill)
+                .or_else(|| self.quarantine.get(room).map(|q| q.prefill))
+        };
+        match msg {
+            Msg::DecodeStart { .. } | Msg::Abort { .. } if from != self.router => {
+                Err(format!("only the router ({}) starts or aborts rooms", self.router))
+            }
+            Msg::KvWrite { id, .. } if id.writer != from => {
+                Err(format!("the write {id} names another writer"))
+            }
+            Msg::KvWrite { id, .. } => match prefill_of(&id.room) {
+                Some(p) if p != from => Err(format!("{}'s prefill node is {p}", id.room)),
+                _ => Ok(()),
+            },
+            Msg::KvDone { room, .. } => match prefill_of(room) {
+                Some(p) if p != from => Err(format!("{room}'s prefill node is {p}")),
+                _ => Ok(()),
+            },
+            Msg::DrainAck { room } => {
+                let asked: Vec<NodeId> = if self.cfg.bugs.has(Bug::AckIgnoresGeneration) {
+                    self.quarantine
+                        .iter()
+                        .filter(|(k, _)| k.room == room.room)
+                        .map(|(_, q)| q.prefill)
+                        .collect()
+                } else {
+                    self.quarantine.get(room).map(|q| q.prefill).into_iter().collect()
+                };
+                if asked.iter().any(|p| *p != from) {
+                    Err(format!("{from} was not asked to drain {room}"))
+                } else {
+                    Ok(())
+                }
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Crash and restart as incarnation `epoch`: requests, queues, quarantine, the
@@ -142,8 +214,9 @@ impl<G: Gpu> DecodeNode<G> {
             finished_pages,
             compute_armed,
             fatal,
+            counters: _,
         } = self;
-        *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch);
+        *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch).journal();
         requests.clear();
         prealloc.clear();
         quarantine.clear();
@@ -170,25 +243,44 @@ impl<G: Gpu> DecodeNode<G> {
 
     pub fn handle<E: Env<G::Kv>>(&mut self, input: Input<G::Kv>, env: &mut E) {
         match input {
-            Input::Message { from, msg } => match msg {
-                Msg::DecodeStart {
-                    room,
-                    prompt,
-                    max_new_tokens,
-                    prefill,
-                } => self.on_start(room, prompt.len() as u64, max_new_tokens, prefill, env),
-                Msg::KvWrite {
-                    room,
-                    chunk,
-                    dst,
-                    kv,
-                    ..
-                } => self.on_kv_write(from, room, chunk, dst, kv, env),
-                Msg::KvDone { room, outcome } => self.on_kv_done(room, outcome, env),
-                Msg::Abort { room } => self.on_abort(room, Status::CLIENT_CLOSED, env),
-                Msg::DrainAck { room } => self.on_drain_ack(room, env),
-                _ => {}
-            },
+            Input::Message { from, msg } => {
+                if let Err(reason) = self.check_peer(from, &msg) {
+                    self.counters.peer_refused += 1;
+                    env.trace(TraceEvent::PeerRefused {
+                        node: self.id,
+                        from,
+                        room: msg.room(),
+                        msg: msg.kind().to_string(),
+                        reason,
+                    });
+                    if let Msg::KvWrite { id, .. } = msg {
+                        // Exactly one completion per write, even for a refused one.
+                        env.send(from, Msg::WriteDone { id, ok: false });
+                    }
+                    return;
+                }
+                match msg {
+                    Msg::DecodeStart {
+                        room,
+                        req,
+                        prompt,
+                        max_new_tokens,
+                        prefill,
+                    } => self.on_start(
+                        room,
+                        req,
+                        prompt.len() as u64,
+                        max_new_tokens,
+                        prefill,
+                        env,
+                    ),
+                    Msg::KvWrite { id, dst, kv, .. } => self.on_kv_write(from, id, dst, kv, env),
+                    Msg::KvDone { room, outcome } => self.on_kv_done(from, room, outcome, env),
+                    Msg::Abort { room } => self.on_abort(room, Status::CLIENT_CLOSED, env),
+                    Msg::DrainAck { room } => self.on_drain_ack(room, env),
+                    _ => {}
+                }
+            }
             Input::Timer(Timer::Compute) => {
                 self.compute_armed = false;
                 self.on_tick(env)
@@ -225,6 +317,7 @@ impl<G: Gpu> DecodeNode<G> {
     fn on_start<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
+        req: RequestId,
         prompt_len: u64,
         max_new_tokens: u32,
         prefill: NodeId,
@@ -277,6 +370,7 @@ impl<G: Gpu> DecodeNode<G> {
         env.trace(TraceEvent::Admitted {
             node: self.id,
             room,
+            req,
             side: Side::Decode,
             prompt_len,
         });
@@ -322,12 +416,8 @@ impl<G: Gpu> DecodeNode<G> {
             self.pool
                 .expect_write(room, &dst)
                 .expect("fresh allocation is owned and Reserved (S1)");
-            env.trace(TraceEvent::PagesReserved {
-                node: self.id,
-                room,
-                pages: pages.clone(),
-            });
             let (prefill, prompt_len) = (req.prefill, req.prompt_len);
+            self.flush(env, None);
             if let Some(r) = self.requests.get_mut(&room) {
                 r.pages = pages;
                 r.dst_pages = dst_pages;
@@ -353,50 +443,44 @@ impl<G: Gpu> DecodeNode<G> {
     fn on_kv_write<E: Env<G::Kv>>(
         &mut self,
         from: NodeId,
-        room: RoomKey,
-        chunk: u32,
+        id: WriteId,
         dst: Vec<PageTag>,
         kv: Vec<G::Kv>,
         env: &mut E,
     ) {
-        let malformed = dst.len() != kv.len();
-        let refused = if malformed {
-            dst.first()
-                .copied()
-                .map(|t| (t, "payload and page list differ in length".to_string()))
+        let room = id.room;
+        let refused = if dst.len() != kv.len() {
+            Some((
+                dst.first().copied(),
+                "payload and page list differ in length".to_string(),
+            ))
         } else if self.cfg.defenses.page_tags {
-            dst.iter().find_map(|&t| match self.pool.record(t.page) {
-                None => Some((t, "not a pool page".into())),
-                Some(r) if r.gen != t.gen => {
-                    Some((t, format!("stale generation (page is at {})", r.gen)))
-                }
-                Some(r) if r.owner != Some(room) => Some((t, format!("owned by {:?}", r.owner))),
-                Some(r) if !(r.state.is_owned() || r.state == PageState::Quarantined) => {
-                    Some((t, format!("page is {}", r.state)))
-                }
-                Some(_) => None,
+            dst.iter().find_map(|&t| {
+                let why = match self.pool.record(t.page) {
+                    None => Some("not a pool page".into()),
+                    Some(r) if r.gen != t.gen => {
+                        Some(format!("stale generation (page is at {})", r.gen))
+                    }
+                    Some(r) if r.owner != Some(room) => Some(format!("owned by {:?}", r.owner)),
+                    Some(r) if !(r.state.is_owned() || r.state == PageState::Quarantined) => {
+                        Some(format!("page is {}", r.state))
+                    }
+                    Some(_) => None,
+                };
+                why.map(|w| (Some(t), w))
             })
         } else {
             None
         };
-        if malformed || refused.is_some() {
-            if let Some((tag, reason)) = refused {
-                env.trace(TraceEvent::KvRefused {
-                    node: self.id,
-                    room,
-                    chunk,
-                    tag,
-                    reason,
-                });
-            }
-            env.send(
-                from,
-                Msg::WriteDone {
-                    room,
-                    chunk,
-                    ok: false,
-                },
-            );
+        if let Some((tag, reason)) = refused {
+            self.counters.writes_refused += 1;
+            env.trace(TraceEvent::KvRefused {
+                node: self.id,
+                write: id,
+                tag,
+                reason,
+            });
+            env.send(from, Msg::WriteDone { id, ok: false });
             return;
         }
         for (t, page) in dst.iter().zip(&kv) {
@@ -404,8 +488,7 @@ impl<G: Gpu> DecodeNode<G> {
         }
         env.trace(TraceEvent::KvLanded {
             node: self.id,
-            room,
-            chunk,
+            write: id,
             dst: dst.clone(),
         });
         if let Some(req) = self.requests.get_mut(&room) {
@@ -417,23 +500,29 @@ impl<G: Gpu> DecodeNode<G> {
                 }
             }
         }
-        env.send(
-            from,
-            Msg::WriteDone {
-                room,
-                chunk,
-                ok: true,
-            },
-        );
+        env.send(from, Msg::WriteDone { id, ok: true });
     }
 
-    fn on_kv_done<E: Env<G::Kv>>(&mut self, room: RoomKey, outcome: TransferOutcome, env: &mut E) {
+    fn on_kv_done<E: Env<G::Kv>>(
+        &mut self,
+        from: NodeId,
+        room: RoomKey,
+        outcome: TransferOutcome,
+        env: &mut E,
+    ) {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
         let Phase::Transferring { written } = &req.phase else {
             return;
         };
+        env.trace(TraceEvent::TransferReported {
+            node: self.id,
+            room,
+            from,
+            success: matches!(outcome, TransferOutcome::Success { .. }),
+        });
+        let reported = outcome.clone();
         let dst = ids(&req.pages[..req.dst_pages]);
         let verify = self.cfg.defenses.verify_on_completion;
         let verdict: Result<(u64, u32), String> = match outcome {
@@ -477,8 +566,34 @@ impl<G: Gpu> DecodeNode<G> {
                 }
             }
         };
-        match verdict {
-            Err(reason) => {
+        let fully_written = written.iter().all(|w| *w);
+        let prompt_len = req.prompt_len;
+        let reserved_pages = req.dst_pages as u32;
+        match (verdict, reported) {
+            (
+                Err(reason),
+                TransferOutcome::Success {
+                    tokens: sent_tokens,
+                    pages: sent_pages,
+                    ..
+                },
+            ) => {
+                self.counters.transfers_failed += 1;
+                env.trace(TraceEvent::TransferRefused {
+                    node: self.id,
+                    room,
+                    from,
+                    prompt_len,
+                    reserved_pages,
+                    sent_tokens,
+                    sent_pages,
+                    fully_written,
+                    reason,
+                });
+                self.fail(room, Status::INTERNAL, env);
+            }
+            (Err(reason), TransferOutcome::Failed) => {
+                self.counters.transfers_failed += 1;
                 env.trace(TraceEvent::TransferFailed {
                     node: self.id,
                     room,
@@ -486,17 +601,25 @@ impl<G: Gpu> DecodeNode<G> {
                 });
                 self.fail(room, Status::INTERNAL, env);
             }
-            Ok((sent_tokens, sent_pages)) => {
-                let fully_written = written.iter().all(|w| *w);
+            (Ok((sent_tokens, sent_pages)), _) => {
                 let dst_tags = req.pages[..req.dst_pages].to_vec();
-                let prompt_len = req.prompt_len;
-                let reserved_pages = req.dst_pages as u32;
                 // The transfer was accepted: the destination pages hold verified KV.
                 // Under fail-open they may be Writing still; mark_ready accepts both.
-                let _ = self.pool.mark_ready(room, &dst_tags);
+                if let Err(e) = self.pool.mark_ready(room, &dst_tags) {
+                    self.fault(
+                        NodeFault::PageRecordRefused {
+                            room: Some(room),
+                            op: "mark-ready".into(),
+                            error: e.to_string(),
+                        },
+                        env,
+                    );
+                }
+                self.flush(env, None);
                 env.trace(TraceEvent::TransferAccepted {
                     node: self.id,
                     room,
+                    from,
                     prompt_len,
                     reserved_pages,
                     sent_tokens,
@@ -552,6 +675,26 @@ impl<G: Gpu> DecodeNode<G> {
         let seq_pages = (seq_len.div_ceil(ps) as usize).min(req.pages.len());
         let pages = req.pages[..seq_pages].to_vec();
         let q = query_position(step, req.max_new_tokens, req.prompt_len);
+        if self.cfg.defenses.page_tags {
+            if let Err(m) = self.gpu.check_tags(&pages, room) {
+                let current = self
+                    .pool
+                    .record(m.expected.page)
+                    .map_or(m.expected.gen, |r| r.gen);
+                self.counters.tag_mismatches += 1;
+                env.trace(TraceEvent::TagMismatch {
+                    node: self.id,
+                    room,
+                    step,
+                    seq_len,
+                    pages,
+                    tag: m.expected,
+                    current,
+                });
+                self.finish(room, Status::INTERNAL, env);
+                return;
+            }
+        }
         env.trace(TraceEvent::Attend {
             node: self.id,
             room,
@@ -560,27 +703,11 @@ impl<G: Gpu> DecodeNode<G> {
             seq_len,
             pages: pages.clone(),
         });
-        if self.cfg.defenses.page_tags {
-            if let Err(m) = self.gpu.check_tags(&pages, room) {
-                let current = self
-                    .pool
-                    .record(m.expected.page)
-                    .map_or(m.expected.gen, |r| r.gen);
-                env.trace(TraceEvent::TagMismatch {
-                    node: self.id,
-                    room,
-                    tag: m.expected,
-                    current,
-                });
-                self.finish(room, Status::INTERNAL, env);
-                return;
-            }
-        }
         let page_ids = ids(&pages);
         let token = self.gpu.attend(&page_ids, seq_len, q);
         // The generated token's KV goes into the next slot of the request's own pages.
         let all = req.pages.clone();
-        self.gpu.write_tokens(&all, seq_len, &[token], room);
+        write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room);
         env.send(
             self.router,
             Msg::TokenOut {
@@ -632,36 +759,44 @@ impl<G: Gpu> DecodeNode<G> {
         env: &mut E,
     ) {
         match how {
-            ReleaseKind::Unchecked => self.pool.free_unchecked(pages),
+            ReleaseKind::Unchecked => self.pool.free_unchecked(room, pages),
             ReleaseKind::Owner => {
                 if let Err(e) = self.pool.release(room, pages) {
-                    env.trace(TraceEvent::Fatal {
-                        node: self.id,
-                        reason: format!("release of {room}'s pages refused: {e}"),
-                    });
+                    self.fault(
+                        NodeFault::PageRecordRefused {
+                            room: Some(room),
+                            op: "release".into(),
+                            error: e.to_string(),
+                        },
+                        env,
+                    );
                     return;
                 }
             }
         }
-        env.trace(TraceEvent::PagesReleased {
-            node: self.id,
-            room,
-            pages: pages.to_vec(),
-            how,
-        });
+        self.flush(env, None);
         self.after_free(pages, env);
     }
 
     fn after_free<E: Env<G::Kv>>(&mut self, pages: &[PageTag], env: &mut E) {
         if self.cfg.defenses.zero_on_free {
-            for t in pages {
-                if self
-                    .pool
-                    .record(t.page)
-                    .is_some_and(|r| r.state == PageState::Free)
-                {
-                    self.gpu.zero_page(t.page);
-                }
+            let zeroed: Vec<_> = pages
+                .iter()
+                .filter(|t| {
+                    self.pool
+                        .record(t.page)
+                        .is_some_and(|r| r.state == PageState::Free)
+                })
+                .map(|t| t.page)
+                .collect();
+            for &p in &zeroed {
+                self.gpu.zero_page(p);
+            }
+            if !zeroed.is_empty() {
+                env.trace(TraceEvent::PagesZeroed {
+                    node: self.id,
+                    pages: zeroed,
+                });
             }
         }
         self.try_prealloc(env);
@@ -690,16 +825,16 @@ impl<G: Gpu> DecodeNode<G> {
                     && !self.cfg.bugs.has(Bug::DecodeReleaseImmediate);
                 if deferred {
                     if let Err(e) = self.pool.quarantine(room, &req.pages) {
-                        env.trace(TraceEvent::Fatal {
-                            node: self.id,
-                            reason: format!("quarantine refused: {e}"),
-                        });
+                        self.fault(
+                            NodeFault::PageRecordRefused {
+                                room: Some(room),
+                                op: "quarantine".into(),
+                                error: e.to_string(),
+                            },
+                            env,
+                        );
                     } else {
-                        env.trace(TraceEvent::Quarantined {
-                            node: self.id,
-                            room,
-                            pages: req.pages.clone(),
-                        });
+                        self.flush(env, None);
                         self.quarantine.insert(
                             room,
                             Quarantine {
@@ -765,18 +900,17 @@ impl<G: Gpu> DecodeNode<G> {
             };
             env.cancel_timer(Timer::DrainRetry(room));
             if let Err(e) = self.pool.release_quarantined(room, &q.pages) {
-                env.trace(TraceEvent::Fatal {
-                    node: self.id,
-                    reason: format!("quarantine release refused: {e}"),
-                });
+                self.fault(
+                    NodeFault::PageRecordRefused {
+                        room: Some(room),
+                        op: "quarantine release".into(),
+                        error: e.to_string(),
+                    },
+                    env,
+                );
                 continue;
             }
-            env.trace(TraceEvent::QuarantineReleased {
-                node: self.id,
-                room,
-                pages: q.pages.clone(),
-                acked: ack,
-            });
+            self.flush(env, Some(ack));
             self.after_free(&q.pages, env);
         }
     }
@@ -789,23 +923,19 @@ impl<G: Gpu> DecodeNode<G> {
         };
         // Saturate, so a node that keeps asking has finitely many states.
         q.retries = q.retries.saturating_add(1).min(max.saturating_add(1));
-        if q.retries > max && self.fatal.is_none() {
+        let (retries, prefill) = (q.retries, q.prefill);
+        if retries > max && self.fatal.is_none() {
             // Never release on a timeout: a write may still land. Stop loudly: the
             // node takes no new request from here on.
-            let reason =
-                format!("no drain ack for {room} after {max} retries; pages stay quarantined");
-            env.trace(TraceEvent::Fatal {
-                node: self.id,
-                reason: reason.clone(),
-            });
-            self.fatal = Some(reason);
+            let fault = NodeFault::DrainAckMissing { room, retries: max };
+            self.fatal = Some(fault.to_string());
+            self.fault(fault, env);
         }
         // Keep asking, stopped or not: the writer may come back (a partition heals,
         // a node restarts), and its ack is the only thing that may release these
         // pages. Giving up here would leave them quarantined forever after every
         // outage longer than the retry budget (liveness, L3/L4), with nothing gained
         // for safety.
-        let prefill = q.prefill;
         env.send(prefill, Msg::DrainRequest { room });
         env.set_timer(Timer::DrainRetry(room), retry_ns);
     }

@@ -71,36 +71,59 @@ pub enum TimerOp {
     Cancel { timer: Timer },
 }
 
+/// One effect of a handler call, as an [`Outbox`] records it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum Effect<K> {
+    /// Send `msg` to `to` (a node or the client endpoint).
+    Send { to: NodeId, msg: Msg<K> },
+    /// Set or cancel one of the node's timers.
+    Timer(TimerOp),
+    /// An engine event for oracles and traces.
+    Trace(TraceEvent),
+}
+
 /// An [`Env`] that only records: the effects of one handler call, drained by the
-/// driver afterwards (quinn-proto's `poll_*` shape). Every driver can use it, so no
+/// driver afterwards (quinn-proto's `poll_*` shape). Every driver uses it, so no
 /// driver needs its own trait implementation to get the same effects.
 ///
-/// Drain order: `sends` in the order issued, then `timers` in the order issued; the
-/// relative order of a send and a timer operation never matters to a node.
+/// Drain order: `effects` in the order the handler issued them, sends, timer
+/// operations and events interleaved. Drivers apply them in that order
+/// ([`crate::world::apply`]), so a trace shows an event before the message it
+/// caused, exactly as the handler did it.
 #[derive(Clone, Debug, Default)]
 pub struct Outbox<K> {
     pub now_ns: u64,
-    pub sends: Vec<(NodeId, Msg<K>)>,
-    pub timers: Vec<TimerOp>,
-    pub traces: Vec<TraceEvent>,
+    pub effects: Vec<Effect<K>>,
 }
 
 impl<K> Outbox<K> {
     pub fn new(now_ns: u64) -> Self {
         Outbox {
             now_ns,
-            sends: Vec::new(),
-            timers: Vec::new(),
-            traces: Vec::new(),
+            effects: Vec::new(),
         }
     }
 
-    /// Reuse the buffers for the next call.
+    /// Reuse the buffer for the next call.
     pub fn reset(&mut self, now_ns: u64) {
         self.now_ns = now_ns;
-        self.sends.clear();
-        self.timers.clear();
-        self.traces.clear();
+        self.effects.clear();
+    }
+
+    /// The messages sent, in order.
+    pub fn sends(&self) -> impl Iterator<Item = (NodeId, &Msg<K>)> {
+        self.effects.iter().filter_map(|e| match e {
+            Effect::Send { to, msg } => Some((*to, msg)),
+            _ => None,
+        })
+    }
+
+    /// The events emitted, in order.
+    pub fn traces(&self) -> impl Iterator<Item = &TraceEvent> {
+        self.effects.iter().filter_map(|e| match e {
+            Effect::Trace(ev) => Some(ev),
+            _ => None,
+        })
     }
 }
 
@@ -109,21 +132,22 @@ impl<K> Clock for Outbox<K> {
         self.now_ns
     }
     fn set_timer(&mut self, timer: Timer, after_ns: u64) {
-        self.timers.push(TimerOp::Set { timer, after_ns });
+        self.effects
+            .push(Effect::Timer(TimerOp::Set { timer, after_ns }));
     }
     fn cancel_timer(&mut self, timer: Timer) {
-        self.timers.push(TimerOp::Cancel { timer });
+        self.effects.push(Effect::Timer(TimerOp::Cancel { timer }));
     }
 }
 
 impl<K> Network<K> for Outbox<K> {
     fn send(&mut self, to: NodeId, msg: Msg<K>) {
-        self.sends.push((to, msg));
+        self.effects.push(Effect::Send { to, msg });
     }
 }
 
 impl<K> Trace for Outbox<K> {
     fn trace(&mut self, event: TraceEvent) {
-        self.traces.push(event);
+        self.effects.push(Effect::Trace(event));
     }
 }

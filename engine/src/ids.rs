@@ -100,6 +100,26 @@ impl fmt::Display for RoomKey {
     }
 }
 
+/// One KV write (one chunk of one room use's transfer), as every event about it names
+/// it: the writer node and its incarnation, the room use and the chunk number. Chunk
+/// numbers count up per room use within one writer incarnation, so the id is unique in
+/// a run; the delivery, the failure and the completion of the write all carry it.
+#[derive(
+    Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct WriteId {
+    pub writer: NodeId,
+    pub epoch: u32,
+    pub room: RoomKey,
+    pub chunk: u32,
+}
+
+impl fmt::Display for WriteId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "w{}.e{}/{}#{}", self.writer.0, self.epoch, self.room, self.chunk)
+    }
+}
+
 /// A page as one owner knows it: the physical page and the generation it had when it
 /// was handed to that owner. A tag whose generation differs from the page's current
 /// one is stale: the page has been freed and handed out again since.

@@ -15,6 +15,7 @@
 
 pub mod bugs;
 pub mod config;
+pub mod counters;
 pub mod decode;
 pub mod env;
 pub mod gpu;
@@ -29,11 +30,15 @@ pub mod router;
 pub mod shared_cfg;
 mod sync;
 pub mod trace;
+pub mod world;
 
 pub use bugs::{Bug, BugSet};
 pub use config::{ConfigError, Defenses, EngineConfig};
-pub use env::{Clock, Env, Input, Network, Outbox, Timer, TimerOp, Trace};
-pub use ids::{Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, Token};
+pub use counters::Counters;
+pub use env::{Clock, Effect, Env, Input, Network, Outbox, Timer, TimerOp, Trace};
+pub use ids::{
+    Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, Token, WriteId,
+};
 pub use invariant::{Invariant, Violation};
 pub use msg::{Msg, Status, TransferOutcome};
 pub use node::{Node, Role};

@@ -5,7 +5,7 @@
 //! checker can explore a write that lands late. Every message of the handoff carries
 //! the [`RoomKey`] (room and generation) it belongs to.
 
-use crate::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -77,12 +77,15 @@ pub enum Msg<K> {
     /// Start the prefill half of a room.
     PrefillStart {
         room: RoomKey,
+        /// The client request the room serves (so every trace links the room to it).
+        req: RequestId,
         prompt: Vec<Token>,
         decode: NodeId,
     },
     /// Start the decode half of a room (the same request, sent concurrently).
     DecodeStart {
         room: RoomKey,
+        req: RequestId,
         prompt: Vec<Token>,
         max_new_tokens: u32,
         prefill: NodeId,
@@ -100,14 +103,13 @@ pub enum Msg<K> {
     /// Decode aborted the room: stop sending and ack once your writes drained (M8).
     DrainRequest { room: RoomKey },
     /// The NIC's completion of one chunk write (RDMA write completion).
-    WriteDone { room: RoomKey, chunk: u32, ok: bool },
+    WriteDone { id: WriteId, ok: bool },
 
     // Prefill -> decode.
     /// One chunk of KV pages written into decode's pool (M6). `src` names the prefill
     /// pages being read, `dst` the decode pages (with the tags decode handed out).
     KvWrite {
-        room: RoomKey,
-        chunk: u32,
+        id: WriteId,
         src: Vec<PageTag>,
         dst: Vec<PageTag>,
         kv: Vec<K>,
@@ -143,13 +145,20 @@ impl<K> Msg<K> {
             | Msg::Abort { room }
             | Msg::KvMeta { room, .. }
             | Msg::DrainRequest { room }
-            | Msg::WriteDone { room, .. }
-            | Msg::KvWrite { room, .. }
             | Msg::KvDone { room, .. }
             | Msg::DrainAck { room }
             | Msg::PrefillFinished { room, .. }
             | Msg::TokenOut { room, .. }
             | Msg::DecodeFinished { room, .. } => Some(*room),
+            Msg::WriteDone { id, .. } | Msg::KvWrite { id, .. } => Some(id.room),
+        }
+    }
+
+    /// The KV write a write or its completion is about.
+    pub fn write_id(&self) -> Option<WriteId> {
+        match self {
+            Msg::WriteDone { id, .. } | Msg::KvWrite { id, .. } => Some(*id),
+            _ => None,
         }
     }
 
@@ -199,21 +208,23 @@ impl<K> Msg<K> {
             }
             Msg::PrefillStart {
                 room,
+                req,
                 prompt,
                 decode,
             } => {
                 format!(
-                    "PrefillStart {room} prompt={} decode={decode}",
+                    "PrefillStart {room} {req} prompt={} decode={decode}",
                     prompt.len()
                 )
             }
             Msg::DecodeStart {
                 room,
+                req,
                 prompt,
                 max_new_tokens,
                 prefill,
             } => format!(
-                "DecodeStart {room} prompt={} max_new={max_new_tokens} prefill={prefill}",
+                "DecodeStart {room} {req} prompt={} max_new={max_new_tokens} prefill={prefill}",
                 prompt.len()
             ),
             Msg::Abort { room } => format!("Abort {room}"),
@@ -225,19 +236,9 @@ impl<K> Msg<K> {
                 format!("KvMeta {room} prompt={prompt_len} dst=[{}]", tags(dst))
             }
             Msg::DrainRequest { room } => format!("DrainRequest {room}"),
-            Msg::WriteDone { room, chunk, ok } => format!("WriteDone {room} chunk={chunk} ok={ok}"),
-            Msg::KvWrite {
-                room,
-                chunk,
-                src,
-                dst,
-                ..
-            } => {
-                format!(
-                    "KvWrite {room} chunk={chunk} src=[{}] dst=[{}]",
-                    tags(src),
-                    tags(dst)
-                )
+            Msg::WriteDone { id, ok } => format!("WriteDone {id} ok={ok}"),
+            Msg::KvWrite { id, src, dst, .. } => {
+                format!("KvWrite {id} src=[{}] dst=[{}]", tags(src), tags(dst))
             }
             Msg::KvDone { room, outcome } => format!("KvDone {room} {outcome:?}"),
             Msg::DrainAck { room } => format!("DrainAck {room}"),

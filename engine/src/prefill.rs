@@ -17,15 +17,16 @@
 //! a room's drain ack is sent only when it has no write in flight.
 
 use crate::bugs::Bug;
+use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
-use crate::gpu::{ids, Gpu};
-use crate::ids::{NodeId, PageTag, RoomKey, Token};
+use crate::gpu::{ids, write_traced, Gpu};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
 use crate::msg::{Msg, Status, TransferOutcome};
 use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
-use crate::trace::{ReleaseKind, Side, TraceEvent};
+use crate::trace::{NodeFault, Side, TraceEvent};
 use std::collections::{BTreeMap, VecDeque};
 
 /// Where a prefill request is.
@@ -58,6 +59,7 @@ struct Meta {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Request {
+    req: RequestId,
     decode: NodeId,
     /// The prompt this node runs (the 1-token placeholder after a legacy rejection).
     prompt: Vec<Token>,
@@ -72,6 +74,9 @@ struct Request {
 /// Writes of one room use still in flight, kept after the request retires.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
 struct Outstanding {
+    /// The decode node the writes go to (the only node whose completions and drain
+    /// requests for this room use are believed).
+    to: NodeId,
     /// Chunk number -> the source pages its send holds.
     chunks: BTreeMap<u32, Vec<PageTag>>,
     next_chunk: u32,
@@ -96,17 +101,19 @@ pub struct PrefillNode<G> {
     /// Per room number, the newest generation this node has retired: any message for
     /// that generation or an older one is stale (a late or reordered delivery).
     retired: RetiredRooms,
-    /// Page lists that arrived before their `PrefillStart` (reordering), bounded.
-    early_meta: BTreeMap<RoomKey, Vec<PageTag>>,
+    /// Page lists that arrived before their `PrefillStart` (reordering), bounded, with
+    /// the node that sent each.
+    early_meta: BTreeMap<RoomKey, (NodeId, Vec<PageTag>)>,
     /// A `Compute` timer is pending (so new work does not postpone it).
     compute_armed: bool,
+    counters: Counters,
 }
 
 impl<G: Gpu> PrefillNode<G> {
     /// A prefill node. The pool size is the GPU's; run the pre-flight check first
     /// ([`crate::config::EngineConfig::preflight`]).
     pub fn new(id: NodeId, cfg: Cfg, router: NodeId, gpu: G) -> Self {
-        let pool = PagePool::new(gpu.pages(), gpu.page_size());
+        let pool = PagePool::new(gpu.pages(), gpu.page_size()).journal();
         PrefillNode {
             id,
             cfg,
@@ -119,6 +126,7 @@ impl<G: Gpu> PrefillNode<G> {
             retired: RetiredRooms::default(),
             early_meta: BTreeMap::new(),
             compute_armed: false,
+            counters: Counters::default(),
         }
     }
 
@@ -147,8 +155,9 @@ impl<G: Gpu> PrefillNode<G> {
             retired,
             early_meta,
             compute_armed,
+            counters: _,
         } = self;
-        *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch);
+        *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch).journal();
         requests.clear();
         waiting.clear();
         outstanding.clear();
@@ -174,6 +183,9 @@ impl<G: Gpu> PrefillNode<G> {
     }
     pub fn gpu(&self) -> &G {
         &self.gpu
+    }
+    pub fn counters(&self) -> &Counters {
+        &self.counters
     }
     /// Live requests.
     pub fn requests(&self) -> usize {
@@ -204,18 +216,32 @@ impl<G: Gpu> PrefillNode<G> {
 
     pub fn handle<E: Env<G::Kv>>(&mut self, input: Input<G::Kv>, env: &mut E) {
         match input {
-            Input::Message { from, msg } => match msg {
-                Msg::PrefillStart {
-                    room,
-                    prompt,
-                    decode,
-                } => self.on_start(room, prompt, decode, env),
-                Msg::KvMeta { room, dst, .. } => self.on_meta(room, dst, env),
-                Msg::WriteDone { room, chunk, ok } => self.on_write_done(room, chunk, ok, env),
-                Msg::Abort { room } => self.on_abort(room, Status::CLIENT_CLOSED, env),
-                Msg::DrainRequest { room } => self.on_drain_request(from, room, env),
-                _ => {}
-            },
+            Input::Message { from, msg } => {
+                if let Err(reason) = self.check_peer(from, &msg) {
+                    self.counters.peer_refused += 1;
+                    env.trace(TraceEvent::PeerRefused {
+                        node: self.id,
+                        from,
+                        room: msg.room(),
+                        msg: msg.kind().to_string(),
+                        reason,
+                    });
+                    return;
+                }
+                match msg {
+                    Msg::PrefillStart {
+                        room,
+                        req,
+                        prompt,
+                        decode,
+                    } => self.on_start(room, req, prompt, decode, env),
+                    Msg::KvMeta { room, dst, .. } => self.on_meta(from, room, dst, env),
+                    Msg::WriteDone { id, ok } => self.on_write_done(id, ok, env),
+                    Msg::Abort { room } => self.on_abort(room, Status::CLIENT_CLOSED, env),
+                    Msg::DrainRequest { room } => self.on_drain_request(from, room, env),
+                    _ => {}
+                }
+            }
             Input::Timer(Timer::Compute) => {
                 self.compute_armed = false;
                 self.on_tick(env)
@@ -232,6 +258,57 @@ impl<G: Gpu> PrefillNode<G> {
         }
     }
 
+    /// Peer identity: a message about a room is believed only from that room's peer. The
+    /// router starts and aborts rooms; the room's decode node sends its page list and
+    /// drain requests; a write's completion comes from the node the write went to, for
+    /// a write this incarnation issued. A room this node does not know has no recorded
+    /// peer, and what it may do for such a room moves no page (it answers, or keeps a
+    /// page list for a start message still on its way).
+    fn check_peer(&self, from: NodeId, msg: &Msg<G::Kv>) -> Result<(), String> {
+        let decode_of = |room: &RoomKey| {
+            self.requests
+                .get(room)
+                .map(|r| r.decode)
+                .or_else(|| self.outstanding.get(room).map(|o| o.to))
+        };
+        match msg {
+            Msg::PrefillStart { .. } | Msg::Abort { .. } if from != self.router => {
+                Err(format!("only the router ({}) starts or aborts rooms", self.router))
+            }
+            Msg::KvMeta { room, .. } | Msg::DrainRequest { room } => match decode_of(room) {
+                Some(d) if d != from => Err(format!("{room}'s decode node is {d}")),
+                _ => Ok(()),
+            },
+            Msg::WriteDone { id, .. } => {
+                if id.writer != self.id || id.epoch != self.pool.epoch() {
+                    return Err(format!("{id} is not a write of this incarnation"));
+                }
+                match self.outstanding.get(&id.room).map(|o| o.to) {
+                    Some(to) if to != from => Err(format!("{id} went to {to}")),
+                    _ => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Trace the page changes the pool journaled since the last call, in order.
+    fn flush<E: Env<G::Kv>>(&mut self, env: &mut E) {
+        let id = self.id;
+        for c in self.pool.take_changes() {
+            env.trace(c.into_event(id, None));
+        }
+    }
+
+    /// Report a fault of this node (drivers act on it).
+    fn fault<E: Env<G::Kv>>(&mut self, fault: NodeFault, env: &mut E) {
+        self.counters.faults += 1;
+        env.trace(TraceEvent::Fault {
+            node: self.id,
+            fault,
+        });
+    }
+
     fn kick<E: Env<G::Kv>>(&mut self, env: &mut E) {
         if !self.compute_armed {
             self.compute_armed = true;
@@ -242,6 +319,7 @@ impl<G: Gpu> PrefillNode<G> {
     fn on_start<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
+        req_id: RequestId,
         prompt: Vec<Token>,
         decode: NodeId,
         env: &mut E,
@@ -272,6 +350,7 @@ impl<G: Gpu> PrefillNode<G> {
             return;
         }
         let mut req = Request {
+            req: req_id,
             decode,
             prompt,
             to_finish: None,
@@ -320,21 +399,39 @@ impl<G: Gpu> PrefillNode<G> {
         env.trace(TraceEvent::Admitted {
             node: self.id,
             room,
+            req: req_id,
             side: Side::Prefill,
             prompt_len: req.prompt.len() as u64,
         });
         self.requests.insert(room, req);
         env.set_timer(Timer::Bootstrap(room), self.cfg.timeouts.bootstrap_ns);
-        if let Some(dst) = self.early_meta.remove(&room) {
-            self.on_meta(room, dst, env);
+        if let Some((from, dst)) = self.early_meta.remove(&room) {
+            if from == decode {
+                self.on_meta(from, room, dst, env);
+            } else {
+                self.counters.peer_refused += 1;
+                env.trace(TraceEvent::PeerRefused {
+                    node: self.id,
+                    from,
+                    room: Some(room),
+                    msg: "KvMeta".into(),
+                    reason: format!("{room}'s decode node is {decode}"),
+                });
+            }
         }
     }
 
-    fn on_meta<E: Env<G::Kv>>(&mut self, room: RoomKey, dst: Vec<PageTag>, env: &mut E) {
+    fn on_meta<E: Env<G::Kv>>(
+        &mut self,
+        from: NodeId,
+        room: RoomKey,
+        dst: Vec<PageTag>,
+        env: &mut E,
+    ) {
         let Some(req) = self.requests.get_mut(&room) else {
             // Decode's page list can overtake the router's start message.
             if !self.is_stale(room) && self.early_meta.len() < self.cfg.max_queue as usize {
-                self.early_meta.insert(room, dst);
+                self.early_meta.insert(room, (from, dst));
             }
             return;
         };
@@ -413,12 +510,8 @@ impl<G: Gpu> PrefillNode<G> {
             let Ok(pages) = self.pool.alloc(need, room) else {
                 break;
             };
+            self.flush(env);
             self.waiting.pop_front();
-            env.trace(TraceEvent::PagesReserved {
-                node: self.id,
-                room,
-                pages: pages.clone(),
-            });
             env.trace(TraceEvent::Running {
                 node: self.id,
                 room,
@@ -456,13 +549,22 @@ impl<G: Gpu> PrefillNode<G> {
             return;
         }
         let prompt = req.prompt.clone();
-        self.gpu.write_tokens(&pages, 0, &prompt, room);
-        if self.pool.mark_ready(room, &pages).is_err() {
+        write_traced(&mut self.gpu, env, self.id, &pages, 0, &prompt, room);
+        if let Err(e) = self.pool.mark_ready(room, &pages) {
             // Our own fresh allocation must be ours; anything else is an engine bug
             // that only a bug switch can cause. Fail the request loudly.
+            self.fault(
+                NodeFault::PageRecordRefused {
+                    room: Some(room),
+                    op: "mark-ready".into(),
+                    error: e.to_string(),
+                },
+                env,
+            );
             self.retire(room, Status::INTERNAL, env);
             return;
         }
+        self.flush(env);
         if let Some(r) = self.requests.get_mut(&room) {
             r.phase = Phase::Sending {
                 pages,
@@ -479,6 +581,7 @@ impl<G: Gpu> PrefillNode<G> {
         let max_in_flight = self.cfg.max_inflight_chunks;
         let hold = !self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain)
             && self.cfg.defenses.deferred_release;
+        let epoch = self.pool.epoch();
         let Some(req) = self.requests.get_mut(&room) else {
             return;
         };
@@ -506,30 +609,31 @@ impl<G: Gpu> PrefillNode<G> {
                         .hold(t)
                         .expect("sending room owns its source pages (S1)");
                 }
+                for c in self.pool.take_changes() {
+                    env.trace(c.into_event(self.id, None));
+                }
             }
             let kv = src.iter().map(|t| self.gpu.read_page(t.page)).collect();
-            let out = self.outstanding.entry(room).or_default();
-            let chunk = out.next_chunk;
+            let out = self.outstanding.entry(room).or_insert_with(|| Outstanding {
+                to: decode,
+                ..Outstanding::default()
+            });
+            let id = WriteId {
+                writer: self.id,
+                epoch,
+                room,
+                chunk: out.next_chunk,
+            };
             out.next_chunk += 1;
             out.chunks
-                .insert(chunk, if hold { src.clone() } else { Vec::new() });
+                .insert(id.chunk, if hold { src.clone() } else { Vec::new() });
             env.trace(TraceEvent::KvSent {
                 node: self.id,
-                room,
-                chunk,
+                write: id,
                 src: src.clone(),
                 dst: dst.clone(),
             });
-            env.send(
-                decode,
-                Msg::KvWrite {
-                    room,
-                    chunk,
-                    src,
-                    dst,
-                    kv,
-                },
-            );
+            env.send(decode, Msg::KvWrite { id, src, dst, kv });
             *next_page = end;
             *in_flight += 1;
         }
@@ -553,21 +657,36 @@ impl<G: Gpu> PrefillNode<G> {
         }
     }
 
-    fn on_write_done<E: Env<G::Kv>>(&mut self, room: RoomKey, chunk: u32, ok: bool, env: &mut E) {
+    fn on_write_done<E: Env<G::Kv>>(&mut self, id: WriteId, ok: bool, env: &mut E) {
+        let room = id.room;
         let Some(out) = self.outstanding.get_mut(&room) else {
             return;
         };
-        let Some(held) = out.chunks.remove(&chunk) else {
+        let Some(held) = out.chunks.remove(&id.chunk) else {
             return;
         };
         if !ok {
             out.any_failed = true;
         }
+        env.trace(TraceEvent::WriteCompleted {
+            node: self.id,
+            write: id,
+            ok,
+        });
         for t in held {
             // Under `prefill-release-before-drain` the page may already be gone; the
-            // hold then has nothing to release.
-            let _ = self.pool.unhold(t);
+            // hold then has nothing to release, which is reported, not dropped.
+            if let Err(e) = self.pool.unhold(t) {
+                self.fault(
+                    NodeFault::HoldLost {
+                        tag: t,
+                        error: e.to_string(),
+                    },
+                    env,
+                );
+            }
         }
+        self.flush(env);
         if let Some(req) = self.requests.get_mut(&room) {
             if let Phase::Sending { in_flight, .. } = &mut req.phase {
                 *in_flight = in_flight.saturating_sub(1);
@@ -633,7 +752,13 @@ impl<G: Gpu> PrefillNode<G> {
         if !self.requests.contains_key(&room) {
             self.tombstone(room);
         }
-        self.outstanding.entry(room).or_default().drain_requested_by = Some(from);
+        self.outstanding
+            .entry(room)
+            .or_insert_with(|| Outstanding {
+                to: from,
+                ..Outstanding::default()
+            })
+            .drain_requested_by = Some(from);
         self.maybe_ack_drain(room, env);
     }
 
@@ -749,34 +874,37 @@ impl<G: Gpu> PrefillNode<G> {
     fn release_source<E: Env<G::Kv>>(&mut self, room: RoomKey, pages: &[PageTag], env: &mut E) {
         let unchecked = self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain) && !self.drained(room);
         if unchecked {
-            self.pool.free_unchecked(pages);
+            self.pool.free_unchecked(room, pages);
         } else if let Err(e) = self.pool.release(room, pages) {
-            env.trace(TraceEvent::Fatal {
-                node: self.id,
-                reason: format!("release of {room}'s pages refused: {e}"),
-            });
+            self.fault(
+                NodeFault::PageRecordRefused {
+                    room: Some(room),
+                    op: "release".into(),
+                    error: e.to_string(),
+                },
+                env,
+            );
             return;
         }
-        let how = if unchecked {
-            ReleaseKind::Unchecked
-        } else {
-            ReleaseKind::Owner
-        };
-        env.trace(TraceEvent::PagesReleased {
-            node: self.id,
-            room,
-            pages: pages.to_vec(),
-            how,
-        });
+        self.flush(env);
         if self.cfg.defenses.zero_on_free {
-            for t in pages {
-                if self
-                    .pool
-                    .record(t.page)
-                    .is_some_and(|r| r.state == crate::kv::PageState::Free)
-                {
-                    self.gpu.zero_page(t.page);
-                }
+            let zeroed: Vec<_> = pages
+                .iter()
+                .filter(|t| {
+                    self.pool
+                        .record(t.page)
+                        .is_some_and(|r| r.state == crate::kv::PageState::Free)
+                })
+                .map(|t| t.page)
+                .collect();
+            for &p in &zeroed {
+                self.gpu.zero_page(p);
+            }
+            if !zeroed.is_empty() {
+                env.trace(TraceEvent::PagesZeroed {
+                    node: self.id,
+                    pages: zeroed,
+                });
             }
         }
         // Freed pages may unblock the head of the waiting queue.

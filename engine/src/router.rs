@@ -14,8 +14,9 @@
 //! reused only after both halves reported a terminal status for it.
 
 use crate::bugs::Bug;
+use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
-use crate::ids::{Generation, NodeId, RequestId, RoomId, RoomKey, Token};
+use crate::ids::{Generation, NodeId, RequestId, RoomId, RoomKey, TenantId, Token};
 use crate::invariant::{Invariant, Violation};
 use crate::msg::{Msg, Status};
 use crate::shared_cfg::Cfg;
@@ -54,6 +55,7 @@ pub struct Router {
     by_req: BTreeMap<RequestId, RoomKey>,
     /// Round-robin cursor over the prefill and decode lists.
     next_pair: u32,
+    counters: Counters,
 }
 
 impl Router {
@@ -79,6 +81,41 @@ impl Router {
             free_rooms,
             by_req: BTreeMap::new(),
             next_pair: 0,
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Peer identity: a half's status and tokens about a room are believed only from
+    /// the node the room was sent to, and a cancel only from the client that submitted
+    /// the request. Anything about a room this router does not have live moves nothing.
+    fn check_peer<K>(&self, from: NodeId, msg: &Msg<K>) -> Result<(), String> {
+        let live = |room: &RoomKey| {
+            let slot = self.rooms.get((room.room.0 as usize).checked_sub(1)?)?;
+            if slot.gen != room.gen {
+                return None;
+            }
+            slot.live.as_ref()
+        };
+        match msg {
+            Msg::PrefillFinished { room, .. } => match live(room) {
+                Some(u) if u.prefill != from => Err(format!("{room}'s prefill node is {}", u.prefill)),
+                _ => Ok(()),
+            },
+            Msg::DecodeFinished { room, .. } | Msg::TokenOut { room, .. } => match live(room) {
+                Some(u) if u.decode != from => Err(format!("{room}'s decode node is {}", u.decode)),
+                _ => Ok(()),
+            },
+            Msg::Cancel { req } => match self.by_req.get(req).and_then(live) {
+                Some(u) if u.client != from => {
+                    Err(format!("{req} was submitted by {}", u.client))
+                }
+                _ => Ok(()),
+            },
+            _ => Ok(()),
         }
     }
 
@@ -102,13 +139,34 @@ impl Router {
     /// Handle one input. Drain order of effects: messages in the order sent.
     pub fn handle<K, E: Env<K>>(&mut self, input: Input<K>, env: &mut E) {
         match input {
-            Input::Message { from, msg } => match msg {
+            Input::Message { from, msg } => {
+                if let Err(reason) = self.check_peer(from, &msg) {
+                    self.counters.peer_refused += 1;
+                    env.trace(TraceEvent::PeerRefused {
+                        node: self.id,
+                        from,
+                        room: msg.room(),
+                        msg: msg.kind().to_string(),
+                        reason,
+                    });
+                    return;
+                }
+                self.on_message(from, msg, env)
+            }
+            Input::Timer(Timer::Request(room)) => self.on_request_timeout(room, env),
+            Input::Timer(_) => {}
+        }
+    }
+
+    fn on_message<K, E: Env<K>>(&mut self, from: NodeId, msg: Msg<K>, env: &mut E) {
+        {
+            match msg {
                 Msg::Submit {
                     req,
+                    tenant,
                     prompt,
                     max_new_tokens,
-                    ..
-                } => self.on_submit(from, req, prompt, max_new_tokens, env),
+                } => self.on_submit(from, req, tenant, prompt, max_new_tokens, env),
                 Msg::Cancel { req } => self.on_cancel(req, env),
                 Msg::PrefillFinished { room, status } => self.on_half(room, status, true, env),
                 Msg::DecodeFinished { room, status } => self.on_half(room, status, false, env),
@@ -126,9 +184,7 @@ impl Router {
                 }
                 // Anything else is not for a router: ignore it rather than trust a peer.
                 _ => {}
-            },
-            Input::Timer(Timer::Request(room)) => self.on_request_timeout(room, env),
-            Input::Timer(_) => {}
+            }
         }
     }
 
@@ -146,7 +202,7 @@ impl Router {
             req,
             room,
             status,
-            tokens: tokens.len(),
+            tokens: tokens.clone(),
         });
         env.send(
             client,
@@ -162,6 +218,7 @@ impl Router {
         &mut self,
         client: NodeId,
         req: RequestId,
+        tenant: TenantId,
         prompt: Vec<Token>,
         max_new_tokens: u32,
         env: &mut E,
@@ -201,10 +258,21 @@ impl Router {
             tokens: Vec::new(),
         });
         self.by_req.insert(req, key);
+        env.trace(TraceEvent::Routed {
+            node: self.id,
+            req,
+            tenant,
+            room: key,
+            prefill,
+            decode,
+            prompt_len: prompt.len() as u64,
+            max_new_tokens,
+        });
         env.send(
             decode,
             Msg::DecodeStart {
                 room: key,
+                req,
                 prompt: prompt.clone(),
                 max_new_tokens,
                 prefill,
@@ -214,6 +282,7 @@ impl Router {
             prefill,
             Msg::PrefillStart {
                 room: key,
+                req,
                 prompt,
                 decode,
             },

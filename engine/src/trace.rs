@@ -1,12 +1,18 @@
-//! Engine events for oracles, traces and reports.
+//! Engine events: the facts a node states about what it did, for oracles and traces.
 //!
-//! Nodes emit these through [`crate::env::Trace`]; they never read them back, so a
-//! driver that drops them changes nothing. The JSON form (serde) is the `--trace-json`
-//! schema documented in `docs/TRACE.md`.
+//! Nodes emit these through [`crate::env::Trace`] in the order things happen; they
+//! never read them back, so a driver that drops them changes nothing. Together with the
+//! driver's own records (deliveries, failed writes, crashes, client responses) they are
+//! the documented trace schema (`docs/TRACE.md`): every fact an oracle needs to judge a
+//! run is an event here, so a run can be judged from its trace alone, by a checker that
+//! never saw the engine's memory. In particular every change of a page's ownership
+//! record and every write into KV memory is an event, with the page generations and the
+//! writing room use.
 
-use crate::ids::{Generation, NodeId, PageTag, RequestId, RoomKey};
+use crate::ids::{Generation, NodeId, PageId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use crate::msg::Status;
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
 /// Which half of a room an event is about.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -24,13 +30,100 @@ pub enum ReleaseKind {
     Unchecked,
 }
 
+/// What a driver does about a [`NodeFault`].
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum FaultAction {
+    /// The node stopped itself: it takes no new request from here on, keeps draining
+    /// what it holds, and says so (status, health, exit code). Drivers record it.
+    Stop,
+    /// The node's own bookkeeping can no longer be trusted: the driver restarts it into a
+    /// new incarnation, whose epoch makes every page tag handed out before stale.
+    Restart,
+    /// An anomaly worth reporting that needs no action.
+    Report,
+}
+
+/// A failure a node reports about itself, typed so that drivers can act on it and
+/// oracles can read it. A handler never drops an internal error silently: it becomes
+/// one of these.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "fault")]
+#[non_exhaustive]
+pub enum NodeFault {
+    /// Decode: no drain ack for a quarantined room use after `retries` requests. The
+    /// pages stay quarantined (a timeout never releases them: a write may still land)
+    /// and the node stops taking new requests; it keeps asking.
+    DrainAckMissing { room: RoomKey, retries: u32 },
+    /// The node's own page record refused an operation the node's logic asked for
+    /// (`op`), so its bookkeeping and its record disagree.
+    PageRecordRefused {
+        room: Option<RoomKey>,
+        op: String,
+        error: String,
+    },
+    /// A hold on a page could not be let go: the page left its holder's reach (only
+    /// upstream's unchecked free, a bug switch, causes it).
+    HoldLost { tag: PageTag, error: String },
+}
+
+impl NodeFault {
+    /// What the driver does about it.
+    pub fn action(&self) -> FaultAction {
+        match self {
+            NodeFault::DrainAckMissing { .. } => FaultAction::Stop,
+            NodeFault::PageRecordRefused { .. } => FaultAction::Restart,
+            NodeFault::HoldLost { .. } => FaultAction::Report,
+        }
+    }
+
+    pub fn room(&self) -> Option<RoomKey> {
+        match self {
+            NodeFault::DrainAckMissing { room, .. } => Some(*room),
+            NodeFault::PageRecordRefused { room, .. } => *room,
+            NodeFault::HoldLost { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for NodeFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeFault::DrainAckMissing { room, retries } => write!(
+                f,
+                "no drain ack for {room} after {retries} requests; its pages stay quarantined and the node takes no new request"
+            ),
+            NodeFault::PageRecordRefused { room, op, error } => match room {
+                Some(r) => write!(f, "the page record refused {op} for {r}: {error}"),
+                None => write!(f, "the page record refused {op}: {error}"),
+            },
+            NodeFault::HoldLost { tag, error } => {
+                write!(f, "the hold on {tag} could not be let go: {error}")
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "event")]
 pub enum TraceEvent {
+    /// The router accepted a client request and paired it with a room use and one
+    /// prefill and one decode node. `prompt_len` and `max_new_tokens` are what the
+    /// client asked for: the request's true size.
+    Routed {
+        node: NodeId,
+        req: RequestId,
+        tenant: TenantId,
+        room: RoomKey,
+        prefill: NodeId,
+        decode: NodeId,
+        prompt_len: u64,
+        max_new_tokens: u32,
+    },
     /// The half accepted the request: a sender (prefill) or receiver (decode) exists.
     Admitted {
         node: NodeId,
         room: RoomKey,
+        req: RequestId,
         side: Side,
         prompt_len: u64,
     },
@@ -56,63 +149,124 @@ pub enum TraceEvent {
         room: RoomKey,
         prompt_len: u64,
     },
+    /// Free pages handed to the room use (Free -> Reserved), with their new generations.
     PagesReserved {
         node: NodeId,
         room: RoomKey,
         pages: Vec<PageTag>,
     },
+    /// A remote transfer will write these pages (Reserved -> Writing).
+    PagesExpectWrite {
+        node: NodeId,
+        room: RoomKey,
+        pages: Vec<PageTag>,
+    },
+    /// The pages hold the room's verified KV (-> Ready).
+    PagesReady {
+        node: NodeId,
+        room: RoomKey,
+        pages: Vec<PageTag>,
+    },
+    /// The room let go of its pages. `held` lists those another path still held: they
+    /// went to Draining, the rest to Free. `Unchecked` is upstream's unchecked free.
     PagesReleased {
         node: NodeId,
         room: RoomKey,
         pages: Vec<PageTag>,
         how: ReleaseKind,
+        held: Vec<PageTag>,
     },
+    /// An aborted room's pages kept out of circulation until the drain ack.
     Quarantined {
         node: NodeId,
         room: RoomKey,
         pages: Vec<PageTag>,
     },
-    /// Quarantined pages returned to the pool after the drain ack for `acked`.
+    /// Quarantined pages let go on the drain ack for `acked`; `held` went to Draining.
     QuarantineReleased {
         node: NodeId,
         room: RoomKey,
         pages: Vec<PageTag>,
         acked: RoomKey,
+        held: Vec<PageTag>,
     },
-    /// Prefill issued a chunk write.
-    KvSent {
+    /// A path other than the owner (a send reading them) took a hold on the pages.
+    PagesHeld { node: NodeId, pages: Vec<PageTag> },
+    /// Holds let go; `freed` are Draining pages whose last holder left (-> Free).
+    PagesUnheld {
+        node: NodeId,
+        pages: Vec<PageTag>,
+        freed: Vec<PageTag>,
+    },
+    /// The node wrote the KV of `tokens` tokens at sequence positions `start..` into
+    /// `pages` for `room` (prefill's forward; a decode step's own token).
+    KvWritten {
         node: NodeId,
         room: RoomKey,
-        chunk: u32,
+        pages: Vec<PageTag>,
+        start: u64,
+        tokens: u64,
+    },
+    /// Pages zeroed on free (defense 7): whatever they held is gone.
+    PagesZeroed { node: NodeId, pages: Vec<PageId> },
+    /// Prefill issued a KV write of `src` into decode's `dst` (their contents as of now).
+    KvSent {
+        node: NodeId,
+        write: WriteId,
         src: Vec<PageTag>,
         dst: Vec<PageTag>,
     },
-    /// A chunk write landed in decode's pool.
+    /// A KV write landed in the node's pages.
     KvLanded {
         node: NodeId,
-        room: RoomKey,
-        chunk: u32,
+        write: WriteId,
         dst: Vec<PageTag>,
     },
-    /// A chunk write was refused because a destination tag is stale or not the room's.
+    /// The node refused a KV write (the landing-time tag check, or a malformed write):
+    /// nothing of it was applied.
     KvRefused {
         node: NodeId,
-        room: RoomKey,
-        chunk: u32,
-        tag: PageTag,
+        write: WriteId,
+        tag: Option<PageTag>,
         reason: String,
+    },
+    /// The writer learnt the outcome of one of its writes (the NIC's completion).
+    WriteCompleted {
+        node: NodeId,
+        write: WriteId,
+        ok: bool,
+    },
+    /// Decode heard prefill's conclusion of a room's transfer (M7).
+    TransferReported {
+        node: NodeId,
+        room: RoomKey,
+        from: NodeId,
+        success: bool,
     },
     /// Decode accepted a transfer as complete and will run the request.
     TransferAccepted {
         node: NodeId,
         room: RoomKey,
+        from: NodeId,
         prompt_len: u64,
         reserved_pages: u32,
         sent_tokens: u64,
         sent_pages: u32,
         fully_written: bool,
     },
-    /// Decode refused or lost a transfer.
+    /// Decode's verification (defense 2) refused a transfer prefill reported complete.
+    TransferRefused {
+        node: NodeId,
+        room: RoomKey,
+        from: NodeId,
+        prompt_len: u64,
+        reserved_pages: u32,
+        sent_tokens: u64,
+        sent_pages: u32,
+        fully_written: bool,
+        reason: String,
+    },
+    /// Decode failed a transfer (prefill's failure report, or a timeout).
     TransferFailed {
         node: NodeId,
         room: RoomKey,
@@ -124,7 +278,8 @@ pub enum TraceEvent {
         room: RoomKey,
         side: Side,
     },
-    /// One decode step attended over `pages` (the tags the request expects).
+    /// One decode step read `pages` (the tags the request expects) over `seq_len`
+    /// positions.
     Attend {
         node: NodeId,
         room: RoomKey,
@@ -133,10 +288,14 @@ pub enum TraceEvent {
         seq_len: u64,
         pages: Vec<PageTag>,
     },
-    /// The page-tag check found a page whose generation moved on.
+    /// The page-tag check (defense 4) refused the read this decode step attempted over
+    /// `pages`: `tag` is not the reader's (the page is at `current` now).
     TagMismatch {
         node: NodeId,
         room: RoomKey,
+        step: u32,
+        seq_len: u64,
+        pages: Vec<PageTag>,
         tag: PageTag,
         current: Generation,
     },
@@ -153,20 +312,29 @@ pub enum TraceEvent {
         side: Side,
         status: Status,
     },
-    /// The router answered the client.
+    /// The router answered the client, with the reply's tokens.
     RouterResponse {
         node: NodeId,
         req: RequestId,
         room: Option<RoomKey>,
         status: Status,
-        tokens: usize,
+        tokens: Vec<Token>,
     },
     /// The router cleared a room (both halves answered).
     RoomCleared { node: NodeId, room: RoomKey },
     /// Prefill acked a drain request.
     DrainAcked { node: NodeId, room: RoomKey },
-    /// The node stopped itself loudly rather than risk a silent leak.
-    Fatal { node: NodeId, reason: String },
+    /// The node refused a message about a room from a node that is not that room's
+    /// peer (or a write whose id names another writer). Nothing moved.
+    PeerRefused {
+        node: NodeId,
+        from: NodeId,
+        room: Option<RoomKey>,
+        msg: String,
+        reason: String,
+    },
+    /// The node reports a failure of its own; drivers act on [`NodeFault::action`].
+    Fault { node: NodeId, fault: NodeFault },
 }
 
 impl TraceEvent {
@@ -174,18 +342,21 @@ impl TraceEvent {
     pub fn room(&self) -> Option<RoomKey> {
         use TraceEvent::*;
         match self {
-            Admitted { room, .. }
+            Routed { room, .. }
+            | Admitted { room, .. }
             | Rejected { room, .. }
             | RejectedLegacy { room, .. }
             | Truncated { room, .. }
             | PagesReserved { room, .. }
+            | PagesExpectWrite { room, .. }
+            | PagesReady { room, .. }
             | PagesReleased { room, .. }
             | Quarantined { room, .. }
             | QuarantineReleased { room, .. }
-            | KvSent { room, .. }
-            | KvLanded { room, .. }
-            | KvRefused { room, .. }
+            | KvWritten { room, .. }
+            | TransferReported { room, .. }
             | TransferAccepted { room, .. }
+            | TransferRefused { room, .. }
             | TransferFailed { room, .. }
             | Running { room, .. }
             | Attend { room, .. }
@@ -194,8 +365,130 @@ impl TraceEvent {
             | Responded { room, .. }
             | RoomCleared { room, .. }
             | DrainAcked { room, .. } => Some(*room),
-            RouterResponse { room, .. } => *room,
-            Fatal { .. } => None,
+            KvSent { write, .. }
+            | KvLanded { write, .. }
+            | KvRefused { write, .. }
+            | WriteCompleted { write, .. } => Some(write.room),
+            RouterResponse { room, .. } | PeerRefused { room, .. } => *room,
+            Fault { fault, .. } => fault.room(),
+            PagesHeld { .. } | PagesUnheld { .. } | PagesZeroed { .. } => None,
         }
     }
+
+    /// The node that emitted the event.
+    pub fn node(&self) -> NodeId {
+        use TraceEvent::*;
+        match self {
+            Routed { node, .. }
+            | Admitted { node, .. }
+            | Rejected { node, .. }
+            | Truncated { node, .. }
+            | RejectedLegacy { node, .. }
+            | PagesReserved { node, .. }
+            | PagesExpectWrite { node, .. }
+            | PagesReady { node, .. }
+            | PagesReleased { node, .. }
+            | Quarantined { node, .. }
+            | QuarantineReleased { node, .. }
+            | PagesHeld { node, .. }
+            | PagesUnheld { node, .. }
+            | KvWritten { node, .. }
+            | PagesZeroed { node, .. }
+            | KvSent { node, .. }
+            | KvLanded { node, .. }
+            | KvRefused { node, .. }
+            | WriteCompleted { node, .. }
+            | TransferReported { node, .. }
+            | TransferAccepted { node, .. }
+            | TransferRefused { node, .. }
+            | TransferFailed { node, .. }
+            | Running { node, .. }
+            | Attend { node, .. }
+            | TagMismatch { node, .. }
+            | AbortNoted { node, .. }
+            | Responded { node, .. }
+            | RouterResponse { node, .. }
+            | RoomCleared { node, .. }
+            | DrainAcked { node, .. }
+            | PeerRefused { node, .. }
+            | Fault { node, .. } => *node,
+        }
+    }
+
+    /// The event's name, as its JSON `event` tag.
+    pub fn name(&self) -> &'static str {
+        use TraceEvent::*;
+        match self {
+            Routed { .. } => "Routed",
+            Admitted { .. } => "Admitted",
+            Rejected { .. } => "Rejected",
+            Truncated { .. } => "Truncated",
+            RejectedLegacy { .. } => "RejectedLegacy",
+            PagesReserved { .. } => "PagesReserved",
+            PagesExpectWrite { .. } => "PagesExpectWrite",
+            PagesReady { .. } => "PagesReady",
+            PagesReleased { .. } => "PagesReleased",
+            Quarantined { .. } => "Quarantined",
+            QuarantineReleased { .. } => "QuarantineReleased",
+            PagesHeld { .. } => "PagesHeld",
+            PagesUnheld { .. } => "PagesUnheld",
+            KvWritten { .. } => "KvWritten",
+            PagesZeroed { .. } => "PagesZeroed",
+            KvSent { .. } => "KvSent",
+            KvLanded { .. } => "KvLanded",
+            KvRefused { .. } => "KvRefused",
+            WriteCompleted { .. } => "WriteCompleted",
+            TransferReported { .. } => "TransferReported",
+            TransferAccepted { .. } => "TransferAccepted",
+            TransferRefused { .. } => "TransferRefused",
+            TransferFailed { .. } => "TransferFailed",
+            Running { .. } => "Running",
+            Attend { .. } => "Attend",
+            TagMismatch { .. } => "TagMismatch",
+            AbortNoted { .. } => "AbortNoted",
+            Responded { .. } => "Responded",
+            RouterResponse { .. } => "RouterResponse",
+            RoomCleared { .. } => "RoomCleared",
+            DrainAcked { .. } => "DrainAcked",
+            PeerRefused { .. } => "PeerRefused",
+            Fault { .. } => "Fault",
+        }
+    }
+
+    /// Every event name, for the schema and its tests.
+    pub const NAMES: [&'static str; 33] = [
+        "Routed",
+        "Admitted",
+        "Rejected",
+        "Truncated",
+        "RejectedLegacy",
+        "PagesReserved",
+        "PagesExpectWrite",
+        "PagesReady",
+        "PagesReleased",
+        "Quarantined",
+        "QuarantineReleased",
+        "PagesHeld",
+        "PagesUnheld",
+        "KvWritten",
+        "PagesZeroed",
+        "KvSent",
+        "KvLanded",
+        "KvRefused",
+        "WriteCompleted",
+        "TransferReported",
+        "TransferAccepted",
+        "TransferRefused",
+        "TransferFailed",
+        "Running",
+        "Attend",
+        "TagMismatch",
+        "AbortNoted",
+        "Responded",
+        "RouterResponse",
+        "RoomCleared",
+        "DrainAcked",
+        "PeerRefused",
+        "Fault",
+    ];
 }

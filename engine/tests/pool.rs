@@ -194,7 +194,7 @@ fn unchecked_double_free_is_caught_by_the_invariants() {
     let t = pool.alloc(1, A).unwrap();
     pool.release(A, &t).unwrap();
     // Upstream's allocator does not check: the page lands on the free list twice.
-    pool.free_unchecked(&t);
+    pool.free_unchecked(A, &t);
     let v = pool.invariants().unwrap_err();
     assert_eq!(v.invariant, kvsim_engine::invariant::Invariant::S8, "{v}");
 }

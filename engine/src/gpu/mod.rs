@@ -1,8 +1,9 @@
 //! The `Gpu` seam: one node's KV memory and the compute over it.
 //!
-//! Backends: [`SymbolicGpu`] (tiny and hashable; records which room wrote every page,
-//! for the model checker and the simulator's white-box oracles) and [`HostGpu`] (real
-//! f32 arithmetic on the CPU). A CUDA backend lives in `gpu-tests/`. All of them
+//! Backends: [`SymbolicGpu`] (tiny and hashable, for the model checker and the
+//! simulator) and [`HostGpu`] (real f32 arithmetic on the CPU). Nodes write KV through
+//! [`write_traced`], which states every write as a [`TraceEvent::KvWritten`] event:
+//! that is how oracles know who wrote which slot, without reading any backend. All of them
 //! implement the same toy model, "echo attention", and must produce the same tokens
 //! for the same inputs (a cross-backend test checks it):
 //!
@@ -25,9 +26,11 @@ mod host;
 mod symbolic;
 
 pub use host::HostGpu;
-pub use symbolic::{Provenance, SymbolicGpu, SymbolicPage};
+pub use symbolic::{SymbolicGpu, SymbolicPage};
 
-use crate::ids::{Generation, PageId, PageTag, RoomKey, Token};
+use crate::env::Trace;
+use crate::ids::{Generation, NodeId, PageId, PageTag, RoomKey, Token};
+use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -97,11 +100,6 @@ pub trait Gpu {
     /// Zero a page (defense 7, zero-on-free).
     fn zero_page(&mut self, page: PageId);
 
-    /// Who wrote the page last, if the backend records it.
-    fn provenance(&self, _page: PageId) -> Option<Provenance> {
-        None
-    }
-
     /// Digest of the first `tokens` positions, keyed by position (the transfer
     /// checksum of #39500).
     fn digest(&self, pages: &[PageId], tokens: u64) -> u64 {
@@ -159,6 +157,42 @@ fn locate_tag(pages: &[PageTag], page_size: u32, pos: u64) -> Option<(PageTag, u
     let idx = usize::try_from(pos / u64::from(page_size)).ok()?;
     let page = *pages.get(idx)?;
     Some((page, (pos % u64::from(page_size)) as usize))
+}
+
+/// Write the KV of `tokens` at sequence positions `start..` of `pages` for `room` and
+/// state it as a [`TraceEvent::KvWritten`] naming only the pages it touched (positions
+/// renumbered from the first of them). Every KV write a node makes goes through here.
+#[allow(clippy::too_many_arguments)]
+pub fn write_traced<G: Gpu, E: Trace>(
+    gpu: &mut G,
+    env: &mut E,
+    node: NodeId,
+    pages: &[PageTag],
+    start: u64,
+    tokens: &[Token],
+    room: RoomKey,
+) {
+    gpu.write_tokens(pages, start, tokens, room);
+    if tokens.is_empty() {
+        return;
+    }
+    let ps = u64::from(gpu.page_size());
+    let first = (start / ps) as usize;
+    let last = ((start + tokens.len() as u64 - 1) / ps) as usize;
+    if first >= pages.len() {
+        return;
+    }
+    let touched = pages[first..=last.min(pages.len() - 1)].to_vec();
+    let written = tokens
+        .len()
+        .min((touched.len() as u64 * ps - (start - first as u64 * ps)) as usize);
+    env.trace(TraceEvent::KvWritten {
+        node,
+        room,
+        pages: touched,
+        start: start - first as u64 * ps,
+        tokens: written as u64,
+    });
 }
 
 /// The page ids of a tag list.
@@ -255,7 +289,6 @@ mod tests {
                 sym.attend(&[PageId(7)], 1, 0),
                 host.attend(&[PageId(7)], 1, 0)
             );
-            assert_eq!(sym.provenance(PageId(7)).unwrap().writer, Some(a));
         }
     }
 

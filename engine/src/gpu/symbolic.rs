@@ -1,38 +1,18 @@
-//! `SymbolicGpu`: KV memory as tokens plus per-page provenance, for checkers.
+//! `SymbolicGpu`: KV memory as tokens, for checkers.
 //!
 //! It stores each slot's token (so echo attention replies exactly as the numeric
-//! backends do) and, per page, the room use that wrote it last and the contiguous slot
-//! range that writer covered: the coarsest grain that still decides S3 ("did this
-//! request write every slot it reads?"). It is small, `Hash` and `Eq`, so model states
-//! stay few. It computes no arithmetic.
+//! backends do) and each page's defense-4 tag. It is small, `Hash` and `Eq`, so model
+//! states stay few. It computes no arithmetic, and it records no provenance: who wrote
+//! which slot is the oracle's to know, from the trace's write events, never from the
+//! engine's memory.
 
 use super::{locate, locate_tag, Gpu, WriteTag};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
-use serde::{Deserialize, Serialize};
 
-/// Who wrote a page last, and which slots (`lo..hi`) that writer covered. Slots
-/// outside the range hold whatever an earlier writer left (stale).
-#[derive(
-    Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
-)]
-pub struct Provenance {
-    pub writer: Option<RoomKey>,
-    pub lo: u32,
-    pub hi: u32,
-}
-
-impl Provenance {
-    /// Was slot `slot` written by `writer`?
-    pub fn covers(&self, writer: RoomKey, slot: u32) -> bool {
-        self.writer == Some(writer) && self.lo <= slot && slot < self.hi
-    }
-}
-
-/// One page's contents: tokens per slot plus provenance.
+/// One page's contents: tokens per slot plus the stamped tag.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SymbolicPage {
     pub tokens: Vec<Token>,
-    pub prov: Provenance,
     /// The defense-4 tag stamped by the last write (not copied by transfers: the
     /// receiving side stamps its own).
     pub tag: Option<WriteTag>,
@@ -50,7 +30,6 @@ impl SymbolicGpu {
     pub fn new(pages: u32, page_size: u32) -> Self {
         let blank = SymbolicPage {
             tokens: vec![0; page_size as usize],
-            prov: Provenance::default(),
             tag: None,
         };
         SymbolicGpu {
@@ -89,19 +68,6 @@ impl Gpu for SymbolicGpu {
                 room: writer,
                 gen: tag.gen,
             });
-            let slot = slot as u32;
-            let prov = &mut p.prov;
-            if prov.writer == Some(writer) && slot >= prov.lo && slot <= prov.hi {
-                prov.hi = prov.hi.max(slot + 1);
-            } else if prov.writer == Some(writer) && slot + 1 == prov.lo {
-                prov.lo = slot;
-            } else {
-                *prov = Provenance {
-                    writer: Some(writer),
-                    lo: slot,
-                    hi: slot + 1,
-                };
-            }
         }
     }
 
@@ -111,7 +77,6 @@ impl Gpu for SymbolicGpu {
             .cloned()
             .unwrap_or_else(|| SymbolicPage {
                 tokens: vec![0; self.page_size as usize],
-                prov: Provenance::default(),
                 tag: None,
             })
     }
@@ -127,7 +92,6 @@ impl Gpu for SymbolicGpu {
                     .chain(std::iter::repeat(0))
                     .take(ps),
             );
-            p.prov = kv.prov;
             p.tag = Some(WriteTag { room, gen: dst.gen });
         }
     }
@@ -152,12 +116,7 @@ impl Gpu for SymbolicGpu {
     fn zero_page(&mut self, page: PageId) {
         if let Some(p) = self.page_mut(page) {
             p.tokens.iter_mut().for_each(|t| *t = 0);
-            p.prov = Provenance::default();
             p.tag = None;
         }
-    }
-
-    fn provenance(&self, page: PageId) -> Option<Provenance> {
-        self.pages.get(page.0 as usize).map(|p| p.prov)
     }
 }

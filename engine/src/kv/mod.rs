@@ -8,4 +8,4 @@ pub mod pool;
 pub mod shared;
 
 pub use lifecycle::{transition, IllegalTransition, PageOp, PageState, TRANSITIONS};
-pub use pool::{PagePool, PageRecord, PoolError};
+pub use pool::{PageChange, PagePool, PageRecord, PoolError};

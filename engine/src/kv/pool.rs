@@ -14,8 +14,106 @@
 //! state with an owner (Reserved/Writing/Ready/Quarantined) or with holders (Draining).
 
 use super::lifecycle::{check_hold, let_go_op, transition, IllegalTransition, PageOp, PageState};
-use crate::ids::{Generation, PageId, PageTag, RoomKey};
+use crate::ids::{Generation, NodeId, PageId, PageTag, RoomKey};
 use crate::invariant::{Invariant, Violation};
+use crate::trace::{ReleaseKind, TraceEvent};
+
+/// A change of page records, as the pool journals it for its node to trace (see
+/// [`PagePool::journal`]). One entry per pool operation, listing every page it moved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PageChange {
+    Reserved {
+        room: RoomKey,
+        pages: Vec<PageTag>,
+    },
+    ExpectWrite {
+        room: RoomKey,
+        pages: Vec<PageTag>,
+    },
+    Ready {
+        room: RoomKey,
+        pages: Vec<PageTag>,
+    },
+    Released {
+        room: RoomKey,
+        pages: Vec<PageTag>,
+        how: ReleaseKind,
+        held: Vec<PageTag>,
+    },
+    Quarantined {
+        room: RoomKey,
+        pages: Vec<PageTag>,
+    },
+    QuarantineReleased {
+        room: RoomKey,
+        pages: Vec<PageTag>,
+        held: Vec<PageTag>,
+    },
+    Held {
+        pages: Vec<PageTag>,
+    },
+    Unheld {
+        pages: Vec<PageTag>,
+        freed: Vec<PageTag>,
+    },
+}
+
+impl PageChange {
+    /// The trace event of this change on `node`. A quarantine release names the room use
+    /// whose drain ack caused it (`acked`; the released room itself when `None`).
+    pub fn into_event(self, node: NodeId, acked: Option<RoomKey>) -> TraceEvent {
+        match self {
+            PageChange::Reserved { room, pages } => TraceEvent::PagesReserved { node, room, pages },
+            PageChange::ExpectWrite { room, pages } => {
+                TraceEvent::PagesExpectWrite { node, room, pages }
+            }
+            PageChange::Ready { room, pages } => TraceEvent::PagesReady { node, room, pages },
+            PageChange::Released {
+                room,
+                pages,
+                how,
+                held,
+            } => TraceEvent::PagesReleased {
+                node,
+                room,
+                pages,
+                how,
+                held,
+            },
+            PageChange::Quarantined { room, pages } => TraceEvent::Quarantined { node, room, pages },
+            PageChange::QuarantineReleased { room, pages, held } => {
+                TraceEvent::QuarantineReleased {
+                    node,
+                    room,
+                    pages,
+                    acked: acked.unwrap_or(room),
+                    held,
+                }
+            }
+            PageChange::Held { pages } => TraceEvent::PagesHeld { node, pages },
+            PageChange::Unheld { pages, freed } => TraceEvent::PagesUnheld { node, pages, freed },
+        }
+    }
+}
+
+/// The journal of changes not yet traced. It is part of a pool's value but not of its
+/// state: nodes drain it within the handler call that filled it, so between calls it is
+/// empty, and `Hash`/`Eq` ignore it.
+#[derive(Clone, Debug, Default)]
+struct Journal {
+    on: bool,
+    changes: Vec<PageChange>,
+}
+
+impl std::hash::Hash for Journal {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+impl PartialEq for Journal {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for Journal {}
 
 /// The ownership record of one page.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -64,6 +162,7 @@ pub struct PagePool {
     free: Vec<PageId>,
     /// The incarnation of the node that owns the pool (0 until a restart).
     epoch: u32,
+    journal: Journal,
 }
 
 impl PagePool {
@@ -95,6 +194,42 @@ impl PagePool {
             pages: records,
             free,
             epoch,
+            journal: Journal::default(),
+        }
+    }
+
+    /// Journal every change from now on, for [`PagePool::take_changes`]. Nodes turn it
+    /// on so that every page movement becomes a trace event in the order it happened.
+    pub fn journal(mut self) -> Self {
+        self.journal.on = true;
+        self
+    }
+
+    /// The changes made since the last call, oldest first.
+    pub fn take_changes(&mut self) -> std::vec::Drain<'_, PageChange> {
+        self.journal.changes.drain(..)
+    }
+
+    fn log(&mut self, change: PageChange) {
+        if !self.journal.on {
+            return;
+        }
+        // Holds and unholds come one page at a time: merge runs of them.
+        match (self.journal.changes.last_mut(), change) {
+            (Some(PageChange::Held { pages }), PageChange::Held { pages: more }) => {
+                pages.extend(more)
+            }
+            (
+                Some(PageChange::Unheld { pages, freed }),
+                PageChange::Unheld {
+                    pages: more,
+                    freed: more_freed,
+                },
+            ) => {
+                pages.extend(more);
+                freed.extend(more_freed);
+            }
+            (_, change) => self.journal.changes.push(change),
         }
     }
 
@@ -118,6 +253,7 @@ impl PagePool {
             pages,
             free,
             epoch: 0,
+            journal: Journal::default(),
         }
     }
 
@@ -196,6 +332,10 @@ impl PagePool {
             rec.owner = Some(owner);
             tags.push(PageTag { page, gen: rec.gen });
         }
+        self.log(PageChange::Reserved {
+            room: owner,
+            pages: tags.clone(),
+        });
         Ok(tags)
     }
 
@@ -278,6 +418,10 @@ impl PagePool {
         for &t in tags {
             self.apply(owner, t, PageOp::ExpectWrite)?;
         }
+        self.log(PageChange::ExpectWrite {
+            room: owner,
+            pages: tags.to_vec(),
+        });
         Ok(())
     }
 
@@ -287,6 +431,10 @@ impl PagePool {
         for &t in tags {
             self.apply(owner, t, PageOp::MarkReady)?;
         }
+        self.log(PageChange::Ready {
+            room: owner,
+            pages: tags.to_vec(),
+        });
         Ok(())
     }
 
@@ -302,6 +450,7 @@ impl PagePool {
             .holders
             .checked_add(1)
             .expect("holder count bounded by in-flight limit");
+        self.log(PageChange::Held { pages: vec![tag] });
         Ok(())
     }
 
@@ -312,6 +461,7 @@ impl PagePool {
             return Err(PoolError::NotHeld { tag });
         }
         rec.holders -= 1;
+        let mut freed = Vec::new();
         if rec.holders == 0 && rec.state == PageState::Draining {
             rec.state = transition(rec.state, PageOp::LastHolderGone).map_err(|source| {
                 PoolError::Illegal {
@@ -320,13 +470,20 @@ impl PagePool {
                 }
             })?;
             self.free.push(tag.page);
+            freed.push(tag);
         }
+        self.log(PageChange::Unheld {
+            pages: vec![tag],
+            freed,
+        });
         Ok(())
     }
 
-    fn release_one(&mut self, owner: RoomKey, tag: PageTag, op: PageOp) -> Result<(), PoolError> {
+    /// Let go of one page; `true` when it went to Draining (still held).
+    fn release_one(&mut self, owner: RoomKey, tag: PageTag, op: PageOp) -> Result<bool, PoolError> {
         let rec = self.owned_mut(owner, tag)?;
-        let op = let_go_op(op, rec.holders > 0);
+        let held = rec.holders > 0;
+        let op = let_go_op(op, held);
         rec.state = transition(rec.state, op).map_err(|source| PoolError::Illegal {
             page: tag.page,
             source,
@@ -337,28 +494,40 @@ impl PagePool {
             // is handed out first: push in reverse to keep that order on our stack.
             self.free.push(tag.page);
         }
-        Ok(())
+        Ok(held)
     }
 
+    /// Let go of every tag; returns the ones that went to Draining.
     fn release_all(
         &mut self,
         owner: RoomKey,
         tags: &[PageTag],
         op: PageOp,
-    ) -> Result<(), PoolError> {
+    ) -> Result<Vec<PageTag>, PoolError> {
         self.precheck(owner, tags, op)?;
         let mut sorted = tags.to_vec();
         sorted.sort_by_key(|t| std::cmp::Reverse(t.page));
+        let mut held = Vec::new();
         for t in sorted {
-            self.release_one(owner, t, op)?;
+            if self.release_one(owner, t, op)? {
+                held.push(t);
+            }
         }
-        Ok(())
+        held.sort();
+        Ok(held)
     }
 
     /// The owner lets go of its pages. Held pages go to Draining and return to Free
     /// when their last holder lets go. Only the owner may release (S8).
     pub fn release(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), PoolError> {
-        self.release_all(owner, tags, PageOp::Release)
+        let held = self.release_all(owner, tags, PageOp::Release)?;
+        self.log(PageChange::Released {
+            room: owner,
+            pages: tags.to_vec(),
+            how: ReleaseKind::Owner,
+            held,
+        });
+        Ok(())
     }
 
     /// The owner aborted while remote writes may still land: keep the pages out of
@@ -368,6 +537,10 @@ impl PagePool {
         for &t in tags {
             self.apply(owner, t, PageOp::Quarantine)?;
         }
+        self.log(PageChange::Quarantined {
+            room: owner,
+            pages: tags.to_vec(),
+        });
         Ok(())
     }
 
@@ -378,7 +551,13 @@ impl PagePool {
         owner: RoomKey,
         tags: &[PageTag],
     ) -> Result<(), PoolError> {
-        self.release_all(owner, tags, PageOp::DrainAcked)
+        let held = self.release_all(owner, tags, PageOp::DrainAcked)?;
+        self.log(PageChange::QuarantineReleased {
+            room: owner,
+            pages: tags.to_vec(),
+            held,
+        });
+        Ok(())
     }
 
     /// Upstream's unchecked `free()`: prepend the pages to the free list whatever their
@@ -387,7 +566,7 @@ impl PagePool {
     /// `prefill-release-before-drain`, `decode-release-immediate`); the defended engine
     /// never does. The result is what upstream would produce, including duplicates on
     /// the free list, which [`PagePool::invariants`] then reports.
-    pub fn free_unchecked(&mut self, tags: &[PageTag]) {
+    pub fn free_unchecked(&mut self, room: RoomKey, tags: &[PageTag]) {
         let mut sorted = tags.to_vec();
         sorted.sort_by_key(|t| std::cmp::Reverse(t.page));
         for t in sorted {
@@ -402,6 +581,12 @@ impl PagePool {
             rec.holders = 0;
             self.free.push(t.page);
         }
+        self.log(PageChange::Released {
+            room,
+            pages: tags.to_vec(),
+            how: ReleaseKind::Unchecked,
+            held: Vec::new(),
+        });
     }
 
     /// Pages owned by or quarantined for `owner`.
@@ -412,30 +597,39 @@ impl PagePool {
             .collect()
     }
 
-    /// S1 (partition) and S8 (each free page listed once). Returns the first violation.
+    /// The pool's own consistency, as S1 (partition) and S8 (each free page listed
+    /// once): every problem, not only the first, so one cannot hide another. This is
+    /// the record's self-check (engine tests and the hand-stepped driver call it);
+    /// oracles judge S1 and S8 from the trace, never from here.
     ///
-    /// Drivers call this after every event, so it is one pass over the free list and
-    /// one over the records, with a bitset for "listed" (no per-page counters).
-    pub fn invariants(&self) -> Result<(), Violation> {
+    /// One pass over the free list and one over the records, with a bitset for
+    /// "listed" (no per-page counters).
+    pub fn violations(&self) -> Vec<Violation> {
+        let mut out = Vec::new();
         let n = self.capacity();
         let mut listed = vec![0u64; n / 64 + 1];
+        let mut twice = std::collections::BTreeSet::new();
         for &p in &self.free {
             let i = p.0 as usize;
             if i == 0 || i > n {
-                return Err(Violation::new(
+                out.push(Violation::new(
                     Invariant::S1,
                     format!("free list holds {p}, not a pool page"),
                 ));
+                continue;
             }
             let (w, bit) = (i / 64, 1u64 << (i % 64));
             if listed[w] & bit != 0 {
-                let times = self.free.iter().filter(|q| **q == p).count();
-                return Err(Violation::new(
-                    Invariant::S8,
-                    format!("{p} is on the free list {times} times: it was freed twice"),
-                ));
+                twice.insert(p);
             }
             listed[w] |= bit;
+        }
+        for p in twice {
+            let times = self.free.iter().filter(|q| **q == p).count();
+            out.push(Violation::new(
+                Invariant::S8,
+                format!("{p} is on the free list {times} times: it was freed twice"),
+            ));
         }
         // Every record is in exactly one state, so the per-state counts add up to the
         // pool by construction; what can break is a record disagreeing with the list.
@@ -451,7 +645,7 @@ impl PagePool {
             };
             if !ok {
                 let page = PageId(i as u32);
-                return Err(Violation::new(
+                out.push(Violation::new(
                     Invariant::S1,
                     format!(
                         "{page}@{} is {} with owner {:?}, {} holders, {} on the free list",
@@ -464,7 +658,15 @@ impl PagePool {
                 ));
             }
         }
-        Ok(())
+        out
+    }
+
+    /// [`PagePool::violations`], as a result: the first problem, if any.
+    pub fn invariants(&self) -> Result<(), Violation> {
+        match self.violations().into_iter().next() {
+            Some(v) => Err(v),
+            None => Ok(()),
+        }
     }
 }
 

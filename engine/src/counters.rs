@@ -1,0 +1,35 @@
+//! `Counters`: what a node counts for operators (metrics), outside its state.
+//!
+//! Counts only ever grow, so keeping them in a node's hashed state would make every
+//! refusal a new model-checker state for nothing. Like [`crate::Cfg`], they are part of
+//! a node's value but not of its state: `Hash` and `Eq` ignore them. Nothing in the
+//! engine reads them back to decide anything.
+
+use std::hash::{Hash, Hasher};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    /// Messages about a room refused because they came from a node that is not that
+    /// room's peer.
+    pub peer_refused: u64,
+    /// Decode reads the page-tag check refused (defense 4).
+    pub tag_mismatches: u64,
+    /// KV writes the receiver refused (landing-time tag check, malformed writes).
+    pub writes_refused: u64,
+    /// Transfers decode failed (failure reports, verification, timeouts).
+    pub transfers_failed: u64,
+    /// Faults the node reported about itself.
+    pub faults: u64,
+}
+
+impl Hash for Counters {
+    fn hash<H: Hasher>(&self, _: &mut H) {}
+}
+
+impl PartialEq for Counters {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Counters {}

@@ -1,0 +1,533 @@
+//! The world around the nodes, stated once: the topology, how a driver carries out a
+//! node's effects, and what the network, the NICs, the timers and a crash do.
+//!
+//! Every driver goes through here: the simulator (virtual time, seeded faults), the
+//! model checker (every interleaving, bounded faults), the counterexample replayer and
+//! the hand-stepped test driver ([`crate::harness`]); the hardware runtime uses the
+//! parts that are not real I/O (the topology, the fates of writes at a crash). Nothing
+//! here reads a clock or draws a random number: a driver decides *when* and *whether*
+//! (a delay, a loss, an injected failure), and these functions say *what follows*.
+//!
+//! The fault model is RDMA's for KV writes (a write lands once or fails with exactly
+//! one failed completion to its writer, never silently lost or duplicated; a
+//! completion is the writer NIC's own report and no partition loses it) and an
+//! unreliable network for control messages (lost, duplicated, delayed, reordered).
+//! A crashed node's incarnation dies with its timers, its connections (messages to it
+//! are lost, writes to it fail back) and its NIC's queue (its own writes are flushed,
+//! never applied); a write addressed with page tags of an earlier incarnation of its
+//! receiver fails, because the memory registration it names is gone.
+
+use crate::config::EngineConfig;
+use crate::decode::DecodeNode;
+use crate::env::{Effect, Timer, TimerOp};
+use crate::gpu::Gpu;
+use crate::ids::NodeId;
+use crate::msg::Msg;
+use crate::node::{Node, Role};
+use crate::prefill::PrefillNode;
+use crate::router::Router;
+use crate::shared_cfg::Cfg;
+use crate::trace::TraceEvent;
+use serde::{Deserialize, Serialize};
+
+/// The router, in every topology.
+pub const ROUTER: NodeId = NodeId(0);
+
+/// Which nodes exist and how big their pools are. Ids: the router is `n0`, then the
+/// prefill nodes `n1..=nP`, then the decode nodes, then the client endpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topology {
+    /// Pool size in pages of each prefill node.
+    pub prefill_pools: Vec<u32>,
+    /// Pool size in pages of each decode node.
+    pub decode_pools: Vec<u32>,
+}
+
+impl Topology {
+    pub fn prefill_ids(&self) -> Vec<NodeId> {
+        (1..=self.prefill_pools.len()).map(|i| NodeId(i as u16)).collect()
+    }
+
+    pub fn decode_ids(&self) -> Vec<NodeId> {
+        let p = self.prefill_pools.len();
+        (p + 1..=p + self.decode_pools.len())
+            .map(|i| NodeId(i as u16))
+            .collect()
+    }
+
+    /// The client endpoint every client shares (requests tell them apart).
+    pub fn client(&self) -> NodeId {
+        NodeId((1 + self.prefill_pools.len() + self.decode_pools.len()) as u16)
+    }
+
+    /// The role of a node id, `None` for the client or an unknown id.
+    pub fn role(&self, node: NodeId) -> Option<Role> {
+        let (i, p, d) = (
+            node.0 as usize,
+            self.prefill_pools.len(),
+            self.decode_pools.len(),
+        );
+        match i {
+            0 => Some(Role::Router),
+            i if i <= p => Some(Role::Prefill),
+            i if i <= p + d => Some(Role::Decode),
+            _ => None,
+        }
+    }
+
+    /// The pool size of a prefill or decode node.
+    pub fn pool(&self, node: NodeId) -> Option<u32> {
+        let (i, p) = (node.0 as usize, self.prefill_pools.len());
+        match self.role(node)? {
+            Role::Router => None,
+            Role::Prefill => self.prefill_pools.get(i - 1).copied(),
+            Role::Decode => self.decode_pools.get(i - 1 - p).copied(),
+        }
+    }
+
+    /// Every node with its role and pool (the router has none), in id order.
+    pub fn nodes(&self) -> Vec<(NodeId, Role, Option<u32>)> {
+        (0..self.client().0)
+            .map(NodeId)
+            .filter_map(|n| Some((n, self.role(n)?, self.pool(n))))
+            .collect()
+    }
+
+    /// Build the nodes, in id order. `make_gpu(pages, page_size)` makes each node's KV
+    /// memory. Run [`Topology::preflight`] first.
+    pub fn build<G: Gpu>(&self, cfg: &Cfg, make_gpu: impl Fn(u32, u32) -> G) -> Vec<Node<G>> {
+        let (prefills, decodes) = (self.prefill_ids(), self.decode_ids());
+        let mut nodes = vec![Node::Router(Router::new(
+            ROUTER,
+            cfg.clone(),
+            prefills.clone(),
+            decodes.clone(),
+        ))];
+        for (id, &pages) in prefills.iter().zip(&self.prefill_pools) {
+            nodes.push(Node::Prefill(PrefillNode::new(
+                *id,
+                cfg.clone(),
+                ROUTER,
+                make_gpu(pages, cfg.page_size),
+            )));
+        }
+        for (id, &pages) in decodes.iter().zip(&self.decode_pools) {
+            nodes.push(Node::Decode(DecodeNode::new(
+                *id,
+                cfg.clone(),
+                ROUTER,
+                make_gpu(pages, cfg.page_size),
+            )));
+        }
+        nodes
+    }
+
+    /// The pre-flight rule on every node (a pool must hold the advertised context).
+    pub fn preflight(&self, cfg: &EngineConfig) -> Result<(), crate::config::ConfigError> {
+        for (node, role, pool) in self.nodes() {
+            if let Some(pages) = pool {
+                let name = match role {
+                    Role::Prefill => format!("prefill node {node}"),
+                    _ => format!("decode node {node}"),
+                };
+                cfg.preflight(&name, pages)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a message travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// To or from the client endpoint: the test harness's own link, never faulted.
+    Client,
+    /// Control traffic between nodes: may be lost, duplicated, delayed, reordered.
+    Control,
+    /// A KV write: lands once or fails with one failed completion; may be slow or late.
+    Write,
+    /// A KV write's completion, the writer NIC's report: never lost to a partition.
+    Completion,
+}
+
+/// How `msg` from `from` to `to` travels, given the client endpoint's id.
+pub fn transport<K>(from: NodeId, to: NodeId, client: NodeId, msg: &Msg<K>) -> Transport {
+    if from == client || to == client {
+        Transport::Client
+    } else {
+        match msg {
+            Msg::KvWrite { .. } => Transport::Write,
+            Msg::WriteDone { .. } => Transport::Completion,
+            _ => Transport::Control,
+        }
+    }
+}
+
+/// Why a message was not delivered.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// The network lost it.
+    Lost,
+    /// The two nodes were partitioned when it arrived.
+    Partitioned,
+    /// The receiver was down, or restarted since the message was sent (the
+    /// connection it was sent on died with the old incarnation).
+    ReceiverGone,
+    /// A KV write of a sender that crashed: flushed from its NIC, never applied.
+    SenderCrashed,
+}
+
+/// Why a KV write failed (not applied; its writer gets one failed completion).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteFailure {
+    /// The injected write failure.
+    Injected,
+    /// Across a partition.
+    Partitioned,
+    /// The receiver was down or restarted since.
+    ReceiverGone,
+    /// The destination tags belong to an earlier incarnation of the receiver (the
+    /// memory registration they name no longer exists).
+    StaleRegistration,
+}
+
+/// What the driver knows about a message as it arrives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Arriving {
+    /// The sender's incarnation that sent it is still the current one.
+    pub sender_alive: bool,
+    /// The receiver is up and is the incarnation the message was sent to.
+    pub receiver_alive: bool,
+    /// The receiver's current incarnation (its pool's epoch).
+    pub receiver_epoch: u32,
+    /// The sender and the receiver are partitioned right now.
+    pub partitioned: bool,
+    /// The driver decided to fail this write (a fault it injects).
+    pub injected_failure: bool,
+}
+
+/// The world's verdict on one arriving message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Arrival<K> {
+    /// The receiver handles it.
+    Deliver,
+    /// It is not delivered.
+    Drop(DropReason),
+    /// A KV write fails: nothing of it is applied, and `completion` (a failed
+    /// `WriteDone`) travels back to its writer.
+    Fail {
+        reason: WriteFailure,
+        completion: Msg<K>,
+    },
+}
+
+/// What happens to `msg` as it arrives. One rule for every driver.
+pub fn arrival<K>(msg: &Msg<K>, at: &Arriving) -> Arrival<K> {
+    match msg {
+        Msg::KvWrite { dst, .. } => {
+            if !at.sender_alive {
+                return Arrival::Drop(DropReason::SenderCrashed);
+            }
+            let reason = if at.injected_failure {
+                WriteFailure::Injected
+            } else if !at.receiver_alive {
+                WriteFailure::ReceiverGone
+            } else if at.partitioned {
+                WriteFailure::Partitioned
+            } else if dst.iter().any(|t| t.gen.epoch() != at.receiver_epoch) {
+                WriteFailure::StaleRegistration
+            } else {
+                return Arrival::Deliver;
+            };
+            match failed_completion(msg) {
+                Some(completion) => Arrival::Fail { reason, completion },
+                None => Arrival::Deliver,
+            }
+        }
+        // A completion is the sender NIC's own report: a partition cannot lose it, but
+        // the incarnation that posted the write may be gone.
+        Msg::WriteDone { .. } if !at.receiver_alive => Arrival::Drop(DropReason::ReceiverGone),
+        Msg::WriteDone { .. } => Arrival::Deliver,
+        _ if !at.receiver_alive => Arrival::Drop(DropReason::ReceiverGone),
+        _ if at.partitioned => Arrival::Drop(DropReason::Partitioned),
+        _ => Arrival::Deliver,
+    }
+}
+
+/// `WriteDone { ok: false }` for a KV write, `None` for any other message: the one
+/// completion a failed write produces, which travels back to the writer.
+pub fn failed_completion<K>(msg: &Msg<K>) -> Option<Msg<K>> {
+    match msg {
+        Msg::KvWrite { id, .. } => Some(Msg::WriteDone { id: *id, ok: false }),
+        _ => None,
+    }
+}
+
+/// What a crash of `crashed` does to one message in flight from `from` to `to`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CrashFate<K> {
+    /// Unaffected: it travels on.
+    Keep,
+    /// Lost with the dead incarnation's connections.
+    Lose,
+    /// A KV write to the dead incarnation: it fails, and this failed completion
+    /// travels back to its writer instead.
+    FailBack(Msg<K>),
+    /// One of the dead incarnation's own KV writes: flushed from its NIC, never applied.
+    Flush,
+}
+
+pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Msg<K>) -> CrashFate<K> {
+    if to == crashed {
+        match failed_completion(msg) {
+            Some(done) if from != crashed => CrashFate::FailBack(done),
+            _ => CrashFate::Lose,
+        }
+    } else if from == crashed && matches!(msg, Msg::KvWrite { .. }) {
+        CrashFate::Flush
+    } else {
+        CrashFate::Keep
+    }
+}
+
+/// Pending timers of every node, with a driver's token each (`()` when the driver
+/// needs none). Setting a timer replaces a pending one of the same value; a crash
+/// kills all of a node's timers. Sorted by (node, timer), so equal sets are equal
+/// values.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct Timers<T> {
+    pending: Vec<((NodeId, Timer), T)>,
+}
+
+impl<T> Timers<T> {
+    pub fn new() -> Self {
+        Timers {
+            pending: Vec::new(),
+        }
+    }
+
+    fn find(&self, key: (NodeId, Timer)) -> Result<usize, usize> {
+        self.pending.binary_search_by(|(k, _)| k.cmp(&key))
+    }
+
+    /// Apply a node's timer operation; `token` identifies the timer set now.
+    pub fn apply(&mut self, node: NodeId, op: TimerOp, token: T) {
+        match op {
+            TimerOp::Set { timer, .. } => match self.find((node, timer)) {
+                Ok(i) => self.pending[i].1 = token,
+                Err(i) => self.pending.insert(i, ((node, timer), token)),
+            },
+            TimerOp::Cancel { timer } => {
+                self.take(node, timer);
+            }
+        }
+    }
+
+    /// Take a pending timer out (it fires, or was cancelled); its token if it was set.
+    pub fn take(&mut self, node: NodeId, timer: Timer) -> Option<T> {
+        self.find((node, timer))
+            .ok()
+            .map(|i| self.pending.remove(i).1)
+    }
+
+    pub fn get(&self, node: NodeId, timer: Timer) -> Option<&T> {
+        self.find((node, timer)).ok().map(|i| &self.pending[i].1)
+    }
+
+    /// A crash: every timer of `node` dies.
+    pub fn crash(&mut self, node: NodeId) {
+        self.pending.retain(|((n, _), _)| *n != node);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Every pending timer, sorted.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, Timer)> + '_ {
+        self.pending.iter().map(|(k, _)| *k)
+    }
+
+    /// The pending timers of one node.
+    pub fn of(&self, node: NodeId) -> impl Iterator<Item = Timer> + '_ {
+        self.iter().filter(move |(n, _)| *n == node).map(|(_, t)| t)
+    }
+}
+
+/// What a driver provides to carry out one node's effects.
+pub trait Driver<K> {
+    /// `from` sent `msg` to `to`: the driver's network takes it (see [`transport`]).
+    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<K>);
+    /// `node` set or cancelled a timer.
+    fn timer(&mut self, node: NodeId, op: TimerOp);
+    /// `node` emitted an event (a [`TraceEvent::Fault`] asks the driver to act, see
+    /// [`crate::trace::NodeFault::action`]).
+    fn event(&mut self, node: NodeId, event: TraceEvent);
+}
+
+/// Carry out the effects of one handler call of `node`, in the order it issued them.
+pub fn apply<K, D: Driver<K>>(node: NodeId, effects: impl IntoIterator<Item = Effect<K>>, d: &mut D) {
+    for effect in effects {
+        match effect {
+            Effect::Send { to, msg } => d.send(node, to, msg),
+            Effect::Timer(op) => d.timer(node, op),
+            Effect::Trace(ev) => d.event(node, ev),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{Generation, PageId, PageTag, RoomKey, WriteId};
+
+    fn write(epoch: u32) -> Msg<()> {
+        Msg::KvWrite {
+            id: WriteId {
+                writer: NodeId(1),
+                epoch: 0,
+                room: RoomKey::new(1, 1),
+                chunk: 0,
+            },
+            src: vec![],
+            dst: vec![PageTag {
+                page: PageId(1),
+                gen: Generation(Generation::first_of_epoch(epoch).0 + 1),
+            }],
+            kv: vec![()],
+        }
+    }
+
+    #[test]
+    fn topology_numbers_nodes_as_documented() {
+        let t = Topology {
+            prefill_pools: vec![4, 5],
+            decode_pools: vec![6],
+        };
+        assert_eq!(t.prefill_ids(), vec![NodeId(1), NodeId(2)]);
+        assert_eq!(t.decode_ids(), vec![NodeId(3)]);
+        assert_eq!(t.client(), NodeId(4));
+        assert_eq!(t.pool(NodeId(2)), Some(5));
+        assert_eq!(t.pool(NodeId(3)), Some(6));
+        assert_eq!(t.role(NodeId(4)), None);
+        assert_eq!(t.nodes().len(), 4);
+    }
+
+    #[test]
+    fn a_write_fails_back_for_every_reason_and_lands_otherwise() {
+        let alive = Arriving {
+            sender_alive: true,
+            receiver_alive: true,
+            receiver_epoch: 0,
+            partitioned: false,
+            injected_failure: false,
+        };
+        assert_eq!(arrival(&write(0), &alive), Arrival::Deliver);
+        let fails = |at: Arriving, why| match arrival(&write(0), &at) {
+            Arrival::Fail { reason, completion } => {
+                assert_eq!(reason, why);
+                assert!(matches!(completion, Msg::WriteDone { ok: false, .. }));
+            }
+            other => panic!("{other:?}"),
+        };
+        fails(
+            Arriving {
+                injected_failure: true,
+                ..alive
+            },
+            WriteFailure::Injected,
+        );
+        fails(
+            Arriving {
+                receiver_alive: false,
+                ..alive
+            },
+            WriteFailure::ReceiverGone,
+        );
+        fails(
+            Arriving {
+                partitioned: true,
+                ..alive
+            },
+            WriteFailure::Partitioned,
+        );
+        fails(
+            Arriving {
+                receiver_epoch: 1,
+                ..alive
+            },
+            WriteFailure::StaleRegistration,
+        );
+        assert_eq!(
+            arrival(
+                &write(0),
+                &Arriving {
+                    sender_alive: false,
+                    ..alive
+                }
+            ),
+            Arrival::Drop(DropReason::SenderCrashed)
+        );
+        // A completion crosses a partition; a control message does not.
+        let done: Msg<()> = failed_completion(&write(0)).unwrap();
+        let cut = Arriving {
+            partitioned: true,
+            ..alive
+        };
+        assert_eq!(arrival(&done, &cut), Arrival::Deliver);
+        assert_eq!(
+            arrival(
+                &Msg::<()>::Abort {
+                    room: RoomKey::new(1, 1)
+                },
+                &cut
+            ),
+            Arrival::Drop(DropReason::Partitioned)
+        );
+    }
+
+    #[test]
+    fn a_crash_loses_fails_back_or_flushes() {
+        let (p, d, r) = (NodeId(1), NodeId(2), NodeId(0));
+        assert!(matches!(
+            crash_fate(d, p, d, &write(0)),
+            CrashFate::FailBack(Msg::WriteDone { ok: false, .. })
+        ));
+        assert_eq!(crash_fate(p, p, d, &write(0)), CrashFate::Flush);
+        let abort = Msg::<()>::Abort {
+            room: RoomKey::new(1, 1),
+        };
+        assert_eq!(crash_fate(d, r, d, &abort), CrashFate::Lose);
+        assert_eq!(crash_fate(d, r, p, &abort), CrashFate::Keep);
+    }
+
+    #[test]
+    fn timers_replace_cancel_and_die_with_their_node() {
+        let mut t: Timers<u64> = Timers::new();
+        let set = TimerOp::Set {
+            timer: Timer::Compute,
+            after_ns: 1,
+        };
+        t.apply(NodeId(1), set, 1);
+        t.apply(NodeId(1), set, 2);
+        t.apply(NodeId(2), set, 3);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.get(NodeId(1), Timer::Compute), Some(&2));
+        t.apply(
+            NodeId(2),
+            TimerOp::Cancel {
+                timer: Timer::Compute,
+            },
+            0,
+        );
+        assert_eq!(t.take(NodeId(2), Timer::Compute), None);
+        t.crash(NodeId(1));
+        assert!(t.is_empty());
+    }
+}
