@@ -71,15 +71,28 @@ pub enum TimerOp {
     Cancel { timer: Timer },
 }
 
-/// One effect of a handler call, as an [`Outbox`] records it.
+/// One effect of a handler call, as an [`Outbox`] records it: over `Msg<K>` and
+/// `TraceEvent`, or over a driver's own forms of them (the model checker keeps its
+/// sends pre-routed, and applies cached effects by reference, [`Effect::as_ref`]).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub enum Effect<K> {
+pub enum Effect<M, T = TraceEvent> {
     /// Send `msg` to `to` (a node or the client endpoint).
-    Send { to: NodeId, msg: Msg<K> },
+    Send { to: NodeId, msg: M },
     /// Set or cancel one of the node's timers.
     Timer(TimerOp),
     /// An engine event for oracles and traces.
-    Trace(TraceEvent),
+    Trace(T),
+}
+
+impl<M, T> Effect<M, T> {
+    /// The same effect, borrowed.
+    pub fn as_ref(&self) -> Effect<&M, &T> {
+        match self {
+            Effect::Send { to, msg } => Effect::Send { to: *to, msg },
+            Effect::Timer(op) => Effect::Timer(*op),
+            Effect::Trace(t) => Effect::Trace(t),
+        }
+    }
 }
 
 /// An [`Env`] that only records: the effects of one handler call, drained by the
@@ -93,7 +106,7 @@ pub enum Effect<K> {
 #[derive(Clone, Debug, Default)]
 pub struct Outbox<K> {
     pub now_ns: u64,
-    pub effects: Vec<Effect<K>>,
+    pub effects: Vec<Effect<Msg<K>>>,
 }
 
 impl<K> Outbox<K> {

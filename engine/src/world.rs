@@ -360,19 +360,24 @@ impl<T> Timers<T> {
     }
 }
 
-/// What a driver provides to carry out one node's effects.
-pub trait Driver<K> {
+/// What a driver provides to carry out one node's effects (`M`: the message form it
+/// takes, `T`: the event form; owned `Msg<K>` and `TraceEvent` for most drivers).
+pub trait Driver<M, T = TraceEvent> {
     /// `from` sent `msg` to `to`: the driver's network takes it (see [`transport`]).
-    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<K>);
-    /// `node` set or cancelled a timer.
+    fn send(&mut self, from: NodeId, to: NodeId, msg: M);
+    /// `node` set or cancelled a timer (see [`Timers::apply`]).
     fn timer(&mut self, node: NodeId, op: TimerOp);
     /// `node` emitted an event (a [`TraceEvent::Fault`] asks the driver to act, see
     /// [`crate::trace::NodeFault::action`]).
-    fn event(&mut self, node: NodeId, event: TraceEvent);
+    fn event(&mut self, node: NodeId, event: T);
 }
 
 /// Carry out the effects of one handler call of `node`, in the order it issued them.
-pub fn apply<K, D: Driver<K>>(node: NodeId, effects: impl IntoIterator<Item = Effect<K>>, d: &mut D) {
+pub fn apply<M, T, D: Driver<M, T>>(
+    node: NodeId,
+    effects: impl IntoIterator<Item = Effect<M, T>>,
+    d: &mut D,
+) {
     for effect in effects {
         match effect {
             Effect::Send { to, msg } => d.send(node, to, msg),

@@ -3,8 +3,9 @@
 //! One `u64` seed and a [`scenario::Scenario`] determine a [`plan::Plan`] (under
 //! `[swarm]` the seed also draws which faults are on, the pools and the workload
 //! mix); [`world::World`] runs it through the engine's own nodes on a virtual clock
-//! with faults injected in a safety phase and healed for a liveness phase, and the
-//! [`oracle::Oracle`] checks the invariants of DESIGN.md section 4 after every event.
+//! with faults injected in a safety phase and healed for a liveness phase. Every
+//! record of the run goes to the one oracle (`kvsim_oracle::Oracle`), which judges the
+//! invariants from the trace alone, exactly as `kvsim audit` judges an exported trace.
 //! On top: [`sweep`] (many seeds in parallel, sharded), [`replay`] (one seed with its
 //! full trace, text or JSON), [`shrink`] (a smaller run that still fails) and
 //! [`report`] (a failure report a person can act on).
@@ -12,9 +13,7 @@
 //! [`run_plan`] and [`run_scenario`] are the entry points the CLI and tests use.
 
 pub mod hash;
-pub mod log;
 pub mod net;
-pub mod oracle;
 pub mod plan;
 pub mod replay;
 pub mod report;
@@ -28,8 +27,8 @@ use kvsim_engine::bugs::BugSet;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
 use kvsim_engine::ids::{RequestId, RoomKey};
 use kvsim_engine::invariant::Invariant;
-use log::Entry;
-use oracle::{Finding, Leak};
+use kvsim_oracle::schema::{Entry, RunHeader};
+use kvsim_oracle::{Finding, Leak};
 use plan::{Plan, Reduction};
 use scenario::{PlannedRequest, Scenario, ScenarioError};
 use std::collections::BTreeMap;
@@ -54,8 +53,11 @@ pub struct RunOutcome {
     pub requests: Vec<PlannedRequest>,
     pub replies: BTreeMap<RequestId, Vec<ClientReply>>,
     pub room_requests: BTreeMap<RoomKey, RequestId>,
+    /// Every finding: violations and detections (a defense that fired).
     pub findings: Vec<Finding>,
     pub leaks: Vec<Leak>,
+    /// The trace's header (the facts a checker needs about the run).
+    pub header: RunHeader,
     pub events: u64,
     pub sim_ns: u64,
     pub trace_hash: u64,
@@ -65,14 +67,28 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
+    /// No invariant violated (a defense that fired is a detection, not a violation).
     pub fn clean(&self) -> bool {
-        self.findings.is_empty()
+        !self.findings.iter().any(Finding::violated)
     }
+    /// The invariants violated, in order of first violation.
     pub fn broken(&self) -> Vec<Invariant> {
-        report::distinct(&self.findings)
+        report::distinct(self.findings.iter().filter(|f| f.violated()))
+    }
+    /// The invariants a defense detected (and stopped), in order.
+    pub fn detected(&self) -> Vec<Invariant> {
+        report::distinct(self.findings.iter().filter(|f| !f.violated()))
+    }
+    /// Every invariant found, violated or detected.
+    pub fn found(&self) -> Vec<Invariant> {
+        report::distinct(self.findings.iter())
     }
     /// The first violation, if any.
     pub fn first(&self) -> Option<&Finding> {
+        self.findings.iter().find(|f| f.violated())
+    }
+    /// The first finding of either kind, if any.
+    pub fn first_finding(&self) -> Option<&Finding> {
         self.findings.first()
     }
 }
@@ -101,8 +117,25 @@ impl Default for RunOptions {
     }
 }
 
-fn run_with<G: Gpu>(plan: &Plan, make: impl Fn(u32, u32) -> G, trace: bool) -> RunOutcome {
-    let mut w = World::new(plan, make, trace);
+/// Run one plan with any KV backend: `make_gpu(pages, page_size)` builds each node's
+/// memory. With `trace`, the outcome keeps every trace entry.
+pub fn run_plan_with<G: Gpu>(plan: &Plan, make_gpu: impl Fn(u32, u32) -> G, trace: bool) -> RunOutcome {
+    finish(plan, World::new(plan, make_gpu, trace))
+}
+
+/// Run one plan, writing its trace (header first) as JSON lines to `sink`.
+pub fn run_plan_json(
+    plan: &Plan,
+    backend: Backend,
+    sink: Box<dyn world::TraceSink>,
+) -> RunOutcome {
+    match backend {
+        Backend::Symbolic => finish(plan, World::new(plan, SymbolicGpu::new, false).with_json(sink)),
+        Backend::Host => finish(plan, World::new(plan, HostGpu::new, false).with_json(sink)),
+    }
+}
+
+fn finish<G: Gpu>(plan: &Plan, mut w: World<G>) -> RunOutcome {
     w.run();
     RunOutcome {
         scenario: plan.scenario.clone(),
@@ -114,6 +147,7 @@ fn run_with<G: Gpu>(plan: &Plan, make: impl Fn(u32, u32) -> G, trace: bool) -> R
         room_requests: w.room_requests().clone(),
         findings: w.oracle().findings().to_vec(),
         leaks: w.oracle().leaks.clone(),
+        header: w.header().clone(),
         events: w.events(),
         sim_ns: w.now_ns(),
         trace_hash: w.trace_hash(),
@@ -125,8 +159,8 @@ fn run_with<G: Gpu>(plan: &Plan, make: impl Fn(u32, u32) -> G, trace: bool) -> R
 /// Run one plan end to end and check it.
 pub fn run_plan(plan: &Plan, backend: Backend, trace: bool) -> RunOutcome {
     match backend {
-        Backend::Symbolic => run_with(plan, SymbolicGpu::new, trace),
-        Backend::Host => run_with(plan, HostGpu::new, trace),
+        Backend::Symbolic => run_plan_with(plan, SymbolicGpu::new, trace),
+        Backend::Host => run_plan_with(plan, HostGpu::new, trace),
     }
 }
 

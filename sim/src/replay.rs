@@ -6,7 +6,7 @@
 //! invariant broke, the failure report. `--trace-json` writes every log entry as one
 //! JSON object per line (schema: `docs/TRACE.md`).
 
-use crate::log::Entry;
+use kvsim_oracle::schema::{header_line, entry_line, Entry, RunHeader};
 use crate::plan::{Plan, Reduction};
 use crate::report;
 use crate::scenario::{Scenario, ScenarioError};
@@ -99,29 +99,41 @@ pub fn render(
             }
         );
     }
-    match report::failure_report(out, path) {
-        None => {
-            let _ = writeln!(
-                s,
-                "verdict: CLEAN (no invariant violated, no reply echoed another request's tokens)"
-            );
-        }
-        Some(r) => {
-            let names: Vec<String> = out.broken().iter().map(|i| i.to_string()).collect();
-            let _ = writeln!(s, "verdict: VIOLATED {}", names.join(", "));
-            s.push_str(&r);
-        }
+    let _ = writeln!(s, "verdict: {}", verdict(out));
+    if let Some(r) = report::failure_report(out, path) {
+        s.push_str(&r);
     }
     s
 }
 
-/// Write every log entry as one JSON object per line.
-pub fn write_trace_json(entries: &[Entry], path: &Path) -> std::io::Result<()> {
+/// One line: `CLEAN`, or `VIOLATED S5, S3`, and the detections a defense made.
+pub fn verdict(out: &RunOutcome) -> String {
+    let names = |v: Vec<kvsim_engine::invariant::Invariant>| {
+        v.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+    };
+    let detected = out.detected();
+    let det = if detected.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; DETECTED {} (a defense refused it, nothing leaked)",
+            names(detected)
+        )
+    };
+    if out.clean() {
+        format!("CLEAN (no invariant violated, no reply echoed another request's tokens){det}")
+    } else {
+        format!("VIOLATED {}{det}", names(out.broken()))
+    }
+}
+
+/// Write a run's trace as JSON lines: the header, then one entry per line.
+pub fn write_trace_json(header: &RunHeader, entries: &[Entry], path: &Path) -> std::io::Result<()> {
     let file = std::fs::File::create(path)?;
     let mut w = std::io::BufWriter::new(file);
+    writeln!(w, "{}", header_line(header))?;
     for e in entries {
-        serde_json::to_writer(&mut w, e)?;
-        w.write_all(b"\n")?;
+        writeln!(w, "{}", entry_line(e))?;
     }
     w.flush()
 }

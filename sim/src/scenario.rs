@@ -354,13 +354,8 @@ impl std::fmt::Display for ReqPhase {
     }
 }
 
-/// How a client gives up on a request. Both reach the router as a cancel; a
-/// disconnected client no longer reads its answer (the oracle still checks it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum CancelHow {
-    Abort,
-    Disconnect,
-}
+/// How a client gives up on a request (part of the trace schema).
+pub use kvsim_oracle::schema::CancelHow;
 
 /// When a client gives up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -405,21 +400,13 @@ pub struct PlannedRequest {
 }
 
 /// The most requests a run may hold: canary tokens carry the request number in 16 bits.
-pub const MAX_REQUESTS: usize = 0xFFFF;
+pub use kvsim_oracle::canary::MAX_REQUESTS;
 
 impl PlannedRequest {
-    /// The canary id of this request (never 0: token 0 is the placeholder).
-    pub fn canary(&self) -> u32 {
-        (self.req.0 as u32) + 1
-    }
-
     /// The canary prompt: token `i` names this request and its position, so any token
-    /// echoed back identifies whose prompt it came from.
+    /// echoed back identifies whose prompt it came from (`kvsim_oracle::canary`).
     pub fn prompt(&self) -> Vec<Token> {
-        let c = self.canary() << 16;
-        (0..self.prompt_len)
-            .map(|i| c | (i as u32 & 0xFFFF))
-            .collect()
+        kvsim_oracle::canary::prompt(self.req, self.prompt_len)
     }
 }
 
@@ -441,10 +428,7 @@ fn explicit_cancel(r: &RequestSpec) -> Option<Cancel> {
 }
 
 /// Which request's prompt a token came from (`None` for placeholder tokens).
-pub fn canary_owner(token: Token) -> Option<RequestId> {
-    let c = token >> 16;
-    (c != 0).then(|| RequestId(u64::from(c) - 1))
-}
+pub use kvsim_oracle::canary::owner as canary_owner;
 
 impl Scenario {
     /// Parse a scenario from TOML text; `origin` names it in errors.

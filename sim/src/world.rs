@@ -22,21 +22,19 @@
 //! crashed nodes are up, and the run must drain by the plan's deadline (liveness).
 
 use crate::hash::TraceHash;
-use crate::log::{DropReason, Entry, FaultEvent, MsgView, Record, WriteFailure};
 use crate::net::{ControlFate, NetModel, WriteFate};
-use crate::oracle::Oracle;
 use crate::plan::{Partition, Plan};
-use crate::scenario::{CancelAt, CancelHow, PlannedRequest, ReqPhase};
-use kvsim_engine::decode::DecodeNode;
+use crate::scenario::{CancelAt, PlannedRequest, ReqPhase};
 use kvsim_engine::env::{Input, Outbox, Timer, TimerOp};
 use kvsim_engine::gpu::Gpu;
-use kvsim_engine::ids::{NodeId, RequestId, RoomKey, Token};
+use kvsim_engine::ids::{NodeId, RequestId, RoomKey, Token, WriteId};
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
-use kvsim_engine::prefill::PrefillNode;
-use kvsim_engine::router::Router;
-use kvsim_engine::trace::{Side, TraceEvent};
+use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
+use kvsim_engine::world::{self as env_world, Arrival, Arriving, CrashFate, DropReason, Driver, Timers, Topology, Transport, WriteFailure};
 use kvsim_engine::Cfg;
+use kvsim_oracle::schema::{CancelHow, ClockKind, EndOutcome, Entry, FaultEvent, MsgView, Record, RunHeader};
+use kvsim_oracle::Oracle;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
 use std::hash::Hash;
@@ -123,6 +121,17 @@ pub struct FaultStats {
     pub cancels: u64,
 }
 
+/// Where a run's trace goes besides the oracle.
+pub trait TraceSink {
+    fn line(&mut self, line: &str);
+}
+
+impl TraceSink for Vec<String> {
+    fn line(&mut self, line: &str) {
+        self.push(line.to_string());
+    }
+}
+
 /// The driver of one run.
 pub struct World<G: Gpu> {
     now_ns: u64,
@@ -135,7 +144,7 @@ pub struct World<G: Gpu> {
     down: Vec<bool>,
     router: NodeId,
     client: NodeId,
-    timers: BTreeMap<(NodeId, Timer), u64>,
+    timers: Timers<u64>,
     net: NetModel,
     partitions: Vec<Partition>,
     requests: Vec<PlannedRequest>,
@@ -143,57 +152,39 @@ pub struct World<G: Gpu> {
     /// Phase-triggered cancels not yet triggered.
     armed: BTreeMap<RequestId, (ReqPhase, u64, CancelHow)>,
     replies: BTreeMap<RequestId, Vec<ClientReply>>,
+    header: RunHeader,
     oracle: Oracle,
     outbox: Outbox<G::Kv>,
+    /// The node whose effects are being applied (for `Driver`).
     log: Option<Vec<Entry>>,
+    /// Every entry as a JSON line, header first (`--trace-json`, `--audit`).
+    json: Option<Box<dyn TraceSink>>,
     hash: TraceHash,
-    /// KV writes queued and not yet landed or failed, per (receiver, room use).
-    writes_in_flight: BTreeMap<(NodeId, RoomKey), u32>,
     heal_at_ns: Option<u64>,
     deadline_ns: u64,
     max_events: u64,
-    findings_logged: usize,
     stats: FaultStats,
 }
 
 impl<G: Gpu> World<G> {
     /// Build the topology of `plan` (router 0, prefill nodes, decode nodes, then the
     /// client endpoint) and schedule its workload and faults. `make_gpu(pages,
-    /// page_size)` builds each node's KV memory.
+    /// page_size)` builds each node's KV memory. With `trace`, every entry is also kept
+    /// in memory ([`World::take_log`]).
     pub fn new(plan: &Plan, make_gpu: impl Fn(u32, u32) -> G, trace: bool) -> Self {
         let cfg = Cfg::new(plan.engine.clone());
-        let router = NodeId(0);
-        let prefills = plan.prefill_ids();
-        let decodes = plan.decode_ids();
-        let mut nodes = vec![Node::Router(Router::new(
-            router,
-            cfg.clone(),
-            prefills.clone(),
-            decodes.clone(),
-        ))];
-        let mut pool_pages = BTreeMap::new();
-        for (id, &pages) in prefills.iter().zip(&plan.prefill_pools) {
-            nodes.push(Node::Prefill(PrefillNode::new(
-                *id,
-                cfg.clone(),
-                router,
-                make_gpu(pages, cfg.page_size),
-            )));
-            pool_pages.insert(*id, pages);
-        }
-        for (id, &pages) in decodes.iter().zip(&plan.decode_pools) {
-            nodes.push(Node::Decode(DecodeNode::new(
-                *id,
-                cfg.clone(),
-                router,
-                make_gpu(pages, cfg.page_size),
-            )));
-            pool_pages.insert(*id, pages);
-        }
-        let client = NodeId(nodes.len() as u16);
+        let topology = Topology {
+            prefill_pools: plan.prefill_pools.clone(),
+            decode_pools: plan.decode_pools.clone(),
+        };
+        let nodes = topology.build(&cfg, make_gpu);
+        let client = topology.client();
         let mut requests = plan.requests.clone();
         requests.sort_by_key(|r| r.req);
-        let oracle = Oracle::new(cfg.clone(), &requests, pool_pages);
+        let mut header = RunHeader::new("kvsim-sim", ClockKind::Simulated, &plan.engine, &topology);
+        header.scenario = Some(plan.scenario.clone());
+        header.seed = Some(plan.seed);
+        let oracle = Oracle::new(header.clone());
         let n = nodes.len() + 1;
         let mut w = World {
             now_ns: 0,
@@ -203,24 +194,24 @@ impl<G: Gpu> World<G> {
             nodes,
             epochs: vec![0; n],
             down: vec![false; n],
-            router,
+            router: env_world::ROUTER,
             client,
-            timers: BTreeMap::new(),
+            timers: Timers::new(),
             net: NetModel::new(plan.seed, plan.net.clone()),
             partitions: plan.partitions.clone(),
             requests: requests.clone(),
             room_req: BTreeMap::new(),
             armed: BTreeMap::new(),
             replies: BTreeMap::new(),
+            header,
             oracle,
             outbox: Outbox::new(0),
             log: trace.then(Vec::new),
+            json: None,
             hash: TraceHash::default(),
-            writes_in_flight: BTreeMap::new(),
             heal_at_ns: plan.heal_at_ns,
             deadline_ns: plan.deadline_ns,
             max_events: plan.max_events,
-            findings_logged: 0,
             stats: FaultStats::default(),
         };
         for r in &requests {
@@ -259,6 +250,13 @@ impl<G: Gpu> World<G> {
         w
     }
 
+    /// Also write every entry as a JSON line to `sink`, the header first.
+    pub fn with_json(mut self, mut sink: Box<dyn TraceSink>) -> Self {
+        sink.line(&kvsim_oracle::schema::header_line(&self.header));
+        self.json = Some(sink);
+        self
+    }
+
     fn push(&mut self, at_ns: u64, ev: Pending<G::Kv>) {
         self.seq += 1;
         self.queue.push(Reverse(Queued {
@@ -268,13 +266,55 @@ impl<G: Gpu> World<G> {
         }));
     }
 
+    /// Is anybody besides the oracle reading the trace?
+    fn traced(&self) -> bool {
+        self.log.is_some() || self.json.is_some()
+    }
+
+    /// An entry for the readers of the trace only (the oracle judges nothing by it):
+    /// built only when someone reads the trace.
     fn record(&mut self, rec: impl FnOnce() -> Record) {
+        if self.traced() {
+            self.write(rec());
+        }
+    }
+
+    /// An entry the oracle judges: always built.
+    fn emit(&mut self, rec: Record) {
+        let e = Entry {
+            at_ns: self.now_ns,
+            seq: self.events,
+            rec,
+        };
+        let found: Vec<Record> = if self.traced() {
+            self.oracle.observe(&e).iter().map(Record::violation).collect()
+        } else {
+            self.oracle.observe(&e);
+            Vec::new()
+        };
+        if self.traced() {
+            self.write_entry(e);
+            for rec in found {
+                self.write(rec);
+            }
+        }
+    }
+
+    fn write(&mut self, rec: Record) {
+        let e = Entry {
+            at_ns: self.now_ns,
+            seq: self.events,
+            rec,
+        };
+        self.write_entry(e);
+    }
+
+    fn write_entry(&mut self, e: Entry) {
+        if let Some(sink) = &mut self.json {
+            sink.line(&kvsim_oracle::schema::entry_line(&e));
+        }
         if let Some(log) = &mut self.log {
-            log.push(Entry {
-                at_ns: self.now_ns,
-                event: self.events,
-                rec: rec(),
-            });
+            log.push(e);
         }
     }
 
@@ -283,6 +323,9 @@ impl<G: Gpu> World<G> {
     }
     pub fn oracle(&self) -> &Oracle {
         &self.oracle
+    }
+    pub fn header(&self) -> &RunHeader {
+        &self.header
     }
     pub fn replies(&self) -> &BTreeMap<RequestId, Vec<ClientReply>> {
         &self.replies
@@ -327,13 +370,12 @@ impl<G: Gpu> World<G> {
         })
     }
 
-    /// Drop queued timer firings that were cancelled or replaced, so the head of the
-    /// queue is a real event. Returns its time.
+    /// The time of the next event that will do something (skipping stale timers).
     fn next_live(&mut self) -> Option<u64> {
         loop {
             let q = &self.queue.peek()?.0;
             if let Pending::Fire { node, timer, token } = &q.ev {
-                if self.timers.get(&(*node, *timer)) != Some(token) {
+                if self.timers.get(*node, *timer) != Some(token) {
                     self.queue.pop();
                     continue;
                 }
@@ -352,7 +394,6 @@ impl<G: Gpu> World<G> {
         };
         self.now_ns = q.at_ns;
         self.events += 1;
-        self.oracle.set_clock(self.now_ns, self.events);
         match q.ev {
             Pending::Submit { req } => self.on_submit(req),
             Pending::Cancel { req, how } => {
@@ -361,7 +402,7 @@ impl<G: Gpu> World<G> {
                     .request(req)
                     .and_then(|r| r.cancel)
                     .map_or_else(String::new, |c| c.to_string());
-                self.record(|| Record::ClientCancel { req, how, plan });
+                self.emit(Record::ClientCancel { req, how, plan });
                 let (client, router) = (self.client, self.router);
                 self.send(client, router, Msg::Cancel { req });
             }
@@ -374,9 +415,9 @@ impl<G: Gpu> World<G> {
                 doomed,
             } => self.deliver(from, to, from_epoch, to_epoch, *msg, doomed),
             Pending::Fire { node, timer, .. } => {
-                self.timers.remove(&(node, timer));
+                self.timers.take(node, timer);
                 self.record(|| Record::TimerFire { node, timer });
-                self.dispatch(node, Input::Timer(timer), None);
+                self.dispatch(node, Input::Timer(timer));
             }
             Pending::Crash { node, restart_ns } => self.crash(node, restart_ns),
             Pending::Restart { node } => self.restart(node),
@@ -402,28 +443,14 @@ impl<G: Gpu> World<G> {
                 }
             }
         }
-        self.log_findings();
         true
-    }
-
-    fn log_findings(&mut self) {
-        let n = self.oracle.findings().len();
-        if n > self.findings_logged {
-            if self.log.is_some() {
-                let new: Vec<_> = self.oracle.findings()[self.findings_logged..].to_vec();
-                for f in new {
-                    self.record(|| Record::violation(&f));
-                }
-            }
-            self.findings_logged = n;
-        }
     }
 
     fn on_submit(&mut self, req: RequestId) {
         let Some(r) = self.request(req).cloned() else {
             return;
         };
-        self.record(|| Record::Submit {
+        self.emit(Record::Submit {
             req,
             tenant: r.tenant,
             prompt_len: r.prompt_len,
@@ -457,49 +484,51 @@ impl<G: Gpu> World<G> {
     /// A node (or the client) sends: the network model decides the message's fate.
     fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) {
         let now = self.now_ns;
-        let harness = from == self.client || to == self.client;
-        if harness || matches!(msg, Msg::WriteDone { .. }) {
-            // The client link is the harness; completions ride the reliable connection.
-            let at = now + self.net.latency_ns();
-            self.log_send(from, to, &msg, at, false);
-            self.enqueue(at, from, to, msg, false);
-            return;
-        }
-        self.stats.messages += 1;
-        if let Msg::KvWrite { room, .. } = &msg {
-            self.stats.writes += 1;
-            *self.writes_in_flight.entry((to, *room)).or_insert(0) += 1;
-            match self.net.write() {
-                WriteFate::Land { after_ns, late } => {
-                    self.stats.writes_late += u64::from(late);
-                    self.log_send(from, to, &msg, now + after_ns, false);
-                    self.enqueue(now + after_ns, from, to, msg, false);
-                }
-                WriteFate::Fail { after_ns } => {
-                    self.log_send(from, to, &msg, now + after_ns, false);
-                    self.enqueue(now + after_ns, from, to, msg, true);
+        match env_world::transport(from, to, self.client, &msg) {
+            Transport::Client | Transport::Completion => {
+                // The client link is the harness; completions ride the reliable
+                // connection.
+                let at = now + self.net.latency_ns();
+                self.log_send(from, to, &msg, at, false);
+                self.enqueue(at, from, to, msg, false);
+            }
+            Transport::Write => {
+                self.stats.messages += 1;
+                self.stats.writes += 1;
+                match self.net.write() {
+                    WriteFate::Land { after_ns, late } => {
+                        self.stats.writes_late += u64::from(late);
+                        self.log_send(from, to, &msg, now + after_ns, false);
+                        self.enqueue(now + after_ns, from, to, msg, false);
+                    }
+                    WriteFate::Fail { after_ns } => {
+                        self.log_send(from, to, &msg, now + after_ns, false);
+                        self.enqueue(now + after_ns, from, to, msg, true);
+                    }
                 }
             }
-            return;
-        }
-        match self.net.control(true) {
-            ControlFate::Lost => {
-                self.stats.lost += 1;
-                self.record(|| Record::Drop {
-                    from,
-                    to,
-                    msg: MsgView::of(&msg),
-                    reason: DropReason::Lost,
-                });
-            }
-            ControlFate::Deliver { after_ns, dup_ns } => {
-                if let Some(d) = dup_ns {
-                    self.stats.duplicated += 1;
-                    self.log_send(from, to, &msg, now + d, true);
-                    self.enqueue(now + d, from, to, msg.clone(), false);
+            Transport::Control => {
+                self.stats.messages += 1;
+                match self.net.control(true) {
+                    ControlFate::Lost => {
+                        self.stats.lost += 1;
+                        self.record(|| Record::Drop {
+                            from,
+                            to,
+                            msg: MsgView::of(&msg),
+                            reason: DropReason::Lost,
+                        });
+                    }
+                    ControlFate::Deliver { after_ns, dup_ns } => {
+                        if let Some(d) = dup_ns {
+                            self.stats.duplicated += 1;
+                            self.log_send(from, to, &msg, now + d, true);
+                            self.enqueue(now + d, from, to, msg.clone(), false);
+                        }
+                        self.log_send(from, to, &msg, now + after_ns, false);
+                        self.enqueue(now + after_ns, from, to, msg, false);
+                    }
                 }
-                self.log_send(from, to, &msg, now + after_ns, false);
-                self.enqueue(now + after_ns, from, to, msg, false);
             }
         }
     }
@@ -514,35 +543,28 @@ impl<G: Gpu> World<G> {
         });
     }
 
-    fn write_failed(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>, reason: WriteFailure) {
+    /// A KV write failed on the wire: it is not applied, and its one failed completion
+    /// travels back to the incarnation of the writer that posted it.
+    fn write_failed(&mut self, from: NodeId, to: NodeId, id: WriteId, completion: Msg<G::Kv>, reason: WriteFailure) {
         self.stats.writes_failed += 1;
-        self.record(|| Record::WriteFailed {
+        self.emit(Record::WriteFailed {
             from,
             to,
-            msg: MsgView::of(&msg),
+            write: id,
             reason,
         });
-        if let Msg::KvWrite { room, chunk, .. } = msg {
-            // Exactly one completion per write: the failed one, to the sender's
-            // incarnation that posted it (dropped if that one is gone too).
-            let at = self.now_ns + self.net.latency_ns();
-            let from_epoch = self.epochs[from.0 as usize];
-            self.push(
-                at,
-                Pending::Deliver {
-                    from: to,
-                    to: from,
-                    from_epoch: self.epochs[to.0 as usize],
-                    to_epoch: from_epoch,
-                    msg: Box::new(Msg::WriteDone {
-                        room,
-                        chunk,
-                        ok: false,
-                    }),
-                    doomed: false,
-                },
-            );
-        }
+        let at = self.now_ns + self.net.latency_ns();
+        self.push(
+            at,
+            Pending::Deliver {
+                from: to,
+                to: from,
+                from_epoch: self.epochs[to.0 as usize],
+                to_epoch: id.epoch,
+                msg: Box::new(completion),
+                doomed: false,
+            },
+        );
     }
 
     fn deliver(
@@ -562,68 +584,42 @@ impl<G: Gpu> World<G> {
         if ti >= self.nodes.len() || fi >= self.epochs.len() {
             return;
         }
-        let gone = self.down[ti] || self.epochs[ti] != to_epoch;
-        if let Msg::KvWrite { room, dst, .. } = &msg {
-            if self.epochs[fi] != from_epoch {
-                // Counted out of flight when the sender crashed.
-                self.stats.writes_flushed += 1;
+        let at = Arriving {
+            sender_alive: self.epochs[fi] == from_epoch,
+            receiver_alive: !self.down[ti] && self.epochs[ti] == to_epoch,
+            receiver_epoch: self.epochs[ti],
+            partitioned: self.partitioned(from, to),
+            injected_failure: doomed,
+        };
+        match env_world::arrival(&msg, &at) {
+            Arrival::Deliver => {}
+            Arrival::Drop(reason) => {
+                if reason == DropReason::SenderCrashed {
+                    self.stats.writes_flushed += 1;
+                } else {
+                    self.stats.dropped += 1;
+                }
                 self.record(|| Record::Drop {
                     from,
                     to,
                     msg: MsgView::of(&msg),
-                    reason: DropReason::SenderCrashed,
+                    reason,
                 });
                 return;
             }
-            let key = (to, *room);
-            if let Some(n) = self.writes_in_flight.get_mut(&key) {
-                *n -= 1;
-                if *n == 0 {
-                    self.writes_in_flight.remove(&key);
+            Arrival::Fail { reason, completion } => {
+                if let Some(id) = msg.write_id() {
+                    self.write_failed(from, to, id, completion, reason);
                 }
-            }
-            let failure = if doomed {
-                Some(WriteFailure::Injected)
-            } else if gone {
-                Some(WriteFailure::ReceiverGone)
-            } else if self.partitioned(from, to) {
-                Some(WriteFailure::Partitioned)
-            } else if dst.iter().any(|t| t.gen.epoch() != self.epochs[ti]) {
-                Some(WriteFailure::StaleRegistration)
-            } else {
-                None
-            };
-            if let Some(reason) = failure {
-                self.write_failed(from, to, msg, reason);
                 return;
             }
-        } else if gone || (self.partitioned(from, to) && !matches!(msg, Msg::WriteDone { .. })) {
-            // A completion is the sender NIC's own report: a partition cannot lose it.
-            let reason = if gone {
-                DropReason::ReceiverGone
-            } else {
-                DropReason::Partitioned
-            };
-            self.stats.dropped += 1;
-            self.record(|| Record::Drop {
-                from,
-                to,
-                msg: MsgView::of(&msg),
-                reason,
-            });
-            return;
         }
         self.record(|| Record::Deliver {
             from,
             to,
             msg: MsgView::of(&msg),
         });
-        self.oracle.before_deliver(&self.nodes, from, to, &msg);
-        let submitted = match &msg {
-            Msg::Submit { req, .. } if to == self.router => Some(*req),
-            _ => None,
-        };
-        self.dispatch(to, Input::Message { from, msg }, submitted);
+        self.dispatch(to, Input::Message { from, msg });
     }
 
     fn deliver_to_client(&mut self, msg: Msg<G::Kv>) {
@@ -634,12 +630,11 @@ impl<G: Gpu> World<G> {
         } = msg
         {
             (self.now_ns, req, status, &tokens).hash(&mut self.hash);
-            self.record(|| Record::Response {
+            self.emit(Record::Response {
                 req,
                 status,
                 tokens: tokens.clone(),
             });
-            self.oracle.on_response(req, status, &tokens);
             self.replies
                 .entry(req)
                 .or_default()
@@ -647,61 +642,16 @@ impl<G: Gpu> World<G> {
         }
     }
 
-    fn dispatch(&mut self, node: NodeId, input: Input<G::Kv>, submitted: Option<RequestId>) {
+    /// Feed one input to one node and carry out its effects, in the order issued.
+    fn dispatch(&mut self, node: NodeId, input: Input<G::Kv>) {
         let i = node.0 as usize;
         (self.now_ns, node, &input).hash(&mut self.hash);
         self.outbox.reset(self.now_ns);
         self.nodes[i].handle(input, &mut self.outbox);
-        let traces = std::mem::take(&mut self.outbox.traces);
-        let sends = std::mem::take(&mut self.outbox.sends);
-        let timers = std::mem::take(&mut self.outbox.timers);
-        if node == self.router {
-            for (to, msg) in &sends {
-                self.oracle.on_router_send(submitted, msg, *to);
-                if let (Some(req), Msg::DecodeStart { room, .. }) = (submitted, msg) {
-                    self.room_req.insert(*room, req);
-                }
-            }
-        }
-        for ev in &traces {
-            ev.hash(&mut self.hash);
-            self.oracle
-                .on_trace(&self.nodes, &self.writes_in_flight, ev);
-            self.trigger_cancels(ev);
-            self.record(|| Record::Engine(ev.clone()));
-        }
-        for (to, msg) in sends {
-            self.send(node, to, msg);
-        }
-        for op in timers {
-            match op {
-                TimerOp::Set { timer, after_ns } => {
-                    self.seq += 1;
-                    let token = self.seq;
-                    self.timers.insert((node, timer), token);
-                    let at = self.now_ns + after_ns;
-                    self.record(|| Record::TimerSet {
-                        node,
-                        timer,
-                        fire_at_ns: at,
-                    });
-                    self.queue.push(Reverse(Queued {
-                        at_ns: at,
-                        seq: token,
-                        ev: Pending::Fire { node, timer, token },
-                    }));
-                }
-                TimerOp::Cancel { timer } => {
-                    if self.timers.remove(&(node, timer)).is_some() {
-                        self.record(|| Record::TimerCancel { node, timer });
-                    }
-                }
-            }
-        }
-        self.oracle.after_event(&self.nodes[i]);
-        // Give the buffers back so the next call reuses their capacity.
-        self.outbox.traces = traces;
-        self.outbox.traces.clear();
+        let mut effects = std::mem::take(&mut self.outbox.effects);
+        env_world::apply(node, effects.drain(..), self);
+        // Give the buffer back so the next call reuses its capacity.
+        self.outbox.effects = effects;
     }
 
     /// Arm a client cancel whose phase this event reached.
@@ -719,8 +669,8 @@ impl<G: Gpu> World<G> {
             TraceEvent::PagesReserved { node, room, .. } if role(node) == Some(Role::Decode) => {
                 Some((*room, ReqPhase::DecodeReserved))
             }
-            TraceEvent::KvSent { room, .. } => Some((*room, ReqPhase::KvSent)),
-            TraceEvent::KvLanded { room, .. } => Some((*room, ReqPhase::KvLanded)),
+            TraceEvent::KvSent { write, .. } => Some((write.room, ReqPhase::KvSent)),
+            TraceEvent::KvLanded { write, .. } => Some((write.room, ReqPhase::KvLanded)),
             TraceEvent::TransferAccepted { room, .. } => Some((*room, ReqPhase::TransferAccepted)),
             TraceEvent::Attend { room, step, .. } => Some((*room, ReqPhase::Decoding(*step))),
             TraceEvent::Responded {
@@ -746,6 +696,10 @@ impl<G: Gpu> World<G> {
         }
     }
 
+    /// A crash: the node's incarnation dies with its timers and connections (messages
+    /// to it are lost, KV writes to it fail back to their writers) and its NIC's queue
+    /// (its own writes are flushed, never applied). The world's rules
+    /// ([`env_world::crash_fate`]) decide each message in flight.
     fn crash(&mut self, node: NodeId, restart_ns: u64) {
         let i = node.0 as usize;
         if i >= self.nodes.len() || node == self.router || self.down[i] {
@@ -753,36 +707,64 @@ impl<G: Gpu> World<G> {
         }
         self.stats.crashes += 1;
         let dead = self.epochs[i];
-        self.record(|| Record::Fault(FaultEvent::Crash { node, epoch: dead }));
         self.epochs[i] += 1;
         self.down[i] = true;
-        // Its timers die with it.
-        self.timers.retain(|(n, _), _| *n != node);
-        // Its NIC's posted writes are flushed, never applied: out of flight now.
+        self.timers.crash(node);
         let mut flushed = Vec::new();
-        for q in self.queue.iter() {
-            if let Pending::Deliver {
-                from,
-                to,
-                from_epoch,
-                msg,
-                ..
-            } = &q.0.ev
-            {
-                if let Msg::KvWrite { room, .. } = &**msg {
-                    if *from == node && *from_epoch == dead {
-                        flushed.push((*to, *room));
+        let mut failed = Vec::new();
+        let mut lost = Vec::new();
+        let queue = std::mem::take(&mut self.queue);
+        for Reverse(q) in queue.into_vec() {
+            let keep = match &q.ev {
+                Pending::Deliver {
+                    from,
+                    to,
+                    from_epoch,
+                    to_epoch,
+                    msg,
+                    ..
+                } if (*to == node && *to_epoch == dead) || (*from == node && *from_epoch == dead) => {
+                    match env_world::crash_fate(node, *from, *to, msg) {
+                        CrashFate::Keep => true,
+                        CrashFate::Lose => {
+                            lost.push((*from, *to, MsgView::of(msg)));
+                            false
+                        }
+                        CrashFate::FailBack(done) => {
+                            if let Some(id) = msg.write_id() {
+                                failed.push((*from, *to, id, done));
+                            }
+                            false
+                        }
+                        CrashFate::Flush => {
+                            flushed.extend(msg.write_id());
+                            false
+                        }
                     }
                 }
+                _ => true,
+            };
+            if keep {
+                self.queue.push(Reverse(q));
             }
         }
-        for key in flushed {
-            if let Some(n) = self.writes_in_flight.get_mut(&key) {
-                *n -= 1;
-                if *n == 0 {
-                    self.writes_in_flight.remove(&key);
-                }
-            }
+        self.stats.writes_flushed += flushed.len() as u64;
+        self.emit(Record::Fault(FaultEvent::Crash {
+            node,
+            epoch: dead,
+            flushed,
+        }));
+        for (from, to, msg) in lost {
+            self.stats.dropped += 1;
+            self.record(|| Record::Drop {
+                from,
+                to,
+                msg,
+                reason: DropReason::ReceiverGone,
+            });
+        }
+        for (from, to, id, done) in failed {
+            self.write_failed(from, to, id, done, WriteFailure::ReceiverGone);
         }
         self.push(restart_ns.max(self.now_ns), Pending::Restart { node });
     }
@@ -796,15 +778,13 @@ impl<G: Gpu> World<G> {
         let epoch = self.epochs[i];
         (self.now_ns, node, epoch).hash(&mut self.hash);
         self.nodes[i].restart(epoch);
-        self.oracle.on_restart(node);
-        self.record(|| Record::Fault(FaultEvent::Restart { node, epoch }));
-        self.oracle.after_event(&self.nodes[i]);
+        self.emit(Record::Fault(FaultEvent::Restart { node, epoch }));
     }
 
     /// Run to the end: until the queue is empty (everything drained), the deadline of
-    /// the liveness phase passes, or the event limit is hit; then check liveness.
+    /// the liveness phase passes, or the event limit is hit; then judge liveness.
     pub fn run(&mut self) {
-        let mut stuck = None;
+        let mut end = (EndOutcome::Drained, "drained".to_string());
         while let Some(next) = self.next_live() {
             if next > self.deadline_ns {
                 let since = match self.heal_at_ns {
@@ -817,19 +797,85 @@ impl<G: Gpu> World<G> {
                         crate::report::secs(self.deadline_ns)
                     ),
                 };
-                stuck = Some(format!("the run did not drain within {since}"));
+                end = (
+                    EndOutcome::LivenessBound,
+                    format!("the run did not drain within {since}"),
+                );
                 break;
             }
             if self.events >= self.max_events {
-                stuck = Some(format!(
-                    "the run did not drain within {} events",
-                    self.max_events
-                ));
+                end = (
+                    EndOutcome::EventLimit,
+                    format!("the run did not drain within {} events", self.max_events),
+                );
                 break;
             }
             self.step();
         }
-        self.oracle.at_quiescence(&self.nodes, stuck);
-        self.log_findings();
+        self.events += 1;
+        self.emit(Record::End {
+            outcome: end.0,
+            detail: end.1,
+        });
+    }
+}
+
+/// The simulator carries out a node's effects: sends go through its network model,
+/// timers onto its queue (a replaced or cancelled timer is recognised by its token),
+/// events to the oracle and the trace, and a fault that asks for a restart crashes the
+/// node now and brings it back at once.
+impl<G: Gpu> Driver<Msg<G::Kv>> for World<G> {
+    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) {
+        World::send(self, from, to, msg);
+    }
+
+    fn timer(&mut self, node: NodeId, op: TimerOp) {
+        match op {
+            TimerOp::Set { timer, after_ns } => {
+                self.seq += 1;
+                let token = self.seq;
+                self.timers.apply(node, op, token);
+                let at = self.now_ns.saturating_add(after_ns);
+                self.record(|| Record::TimerSet {
+                    node,
+                    timer,
+                    fire_at_ns: at,
+                });
+                self.queue.push(Reverse(Queued {
+                    at_ns: at,
+                    seq: token,
+                    ev: Pending::Fire { node, timer, token },
+                }));
+            }
+            TimerOp::Cancel { timer } => {
+                if self.timers.take(node, timer).is_some() {
+                    self.record(|| Record::TimerCancel { node, timer });
+                }
+            }
+        }
+    }
+
+    fn event(&mut self, _node: NodeId, ev: TraceEvent) {
+        ev.hash(&mut self.hash);
+        if let TraceEvent::Routed { req, room, .. } = &ev {
+            self.room_req.insert(*room, *req);
+        }
+        self.trigger_cancels(&ev);
+        let restart = match &ev {
+            TraceEvent::Fault { node, fault } if fault.action() == FaultAction::Restart => {
+                Some(*node)
+            }
+            _ => None,
+        };
+        self.emit(Record::Engine(ev));
+        if let Some(node) = restart {
+            self.push(
+                self.now_ns,
+                Pending::Crash {
+                    node,
+                    restart_ns: self.now_ns,
+                },
+            );
+        }
     }
 }

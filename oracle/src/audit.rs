@@ -1,0 +1,352 @@
+//! `kvsim audit`: judge a run from its trace files alone, in one streaming pass.
+//!
+//! Input: one trace, or several (one per node of a deployment), each a JSON Lines file
+//! of the documented schema whose first line is its header. Several files are merged
+//! by time (ties: file order, then line order) and their headers must agree on the
+//! run's facts; their node lists are united. Every entry goes to one [`Oracle`] as it
+//! is read, so memory is bounded by the run's live state (pages, rooms, writes in
+//! flight), never by the trace's length. Only when something was found, and only for
+//! regular files, a second pass collects the entries of the rooms and pages involved
+//! to print their causal trace.
+//!
+//! A trace ends with one `end` entry per file saying whether the run drained; without
+//! one the trace is taken as cut and liveness is not judged (and the report says so).
+
+use crate::oracle::{Finding, Leak, Oracle};
+use crate::render::{causal_trace, Focus};
+use crate::schema::{parse_line, EndOutcome, Entry, Line, Record, RunHeader};
+use kvsim_engine::trace::TraceEvent;
+use std::collections::BinaryHeap;
+use std::cmp::Reverse;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// A trace that cannot be used: which file, which line, and why.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AuditError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path} line {line}: {reason}")]
+    Line {
+        path: String,
+        line: u64,
+        reason: String,
+    },
+    #[error("{path}: the first line must be the run header (`\"type\": \"header\"`)")]
+    NoHeader { path: String },
+    #[error("{path}: its header disagrees with {first}'s: {reason}")]
+    HeaderMismatch {
+        path: String,
+        first: String,
+        reason: String,
+    },
+    #[error("no trace given")]
+    Nothing,
+}
+
+/// What an audit prints besides the verdict.
+#[derive(Clone, Copy, Debug)]
+pub struct AuditOptions {
+    /// Collect the causal trace of each violation (a second pass over the files).
+    pub causal: bool,
+    /// Most lines of one causal trace.
+    pub max_lines: usize,
+    /// Causal traces for at most this many findings.
+    pub max_findings_explained: usize,
+}
+
+impl Default for AuditOptions {
+    fn default() -> Self {
+        AuditOptions {
+            causal: true,
+            max_lines: 60,
+            max_findings_explained: 3,
+        }
+    }
+}
+
+/// The verdict on a set of trace files.
+#[derive(Clone, Debug)]
+pub struct AuditReport {
+    pub header: RunHeader,
+    pub findings: Vec<Finding>,
+    pub leaks: Vec<Leak>,
+    /// Entries and bytes read.
+    pub entries: u64,
+    pub bytes: u64,
+    /// How the run ended (`Cut` when no file said).
+    pub end: EndOutcome,
+    /// For explained findings: the index into `findings` and its causal trace.
+    pub causal: Vec<(usize, Vec<String>)>,
+}
+
+impl AuditReport {
+    /// Any invariant violated (detections do not count).
+    pub fn violated(&self) -> bool {
+        self.findings.iter().any(Finding::violated)
+    }
+}
+
+/// One input file being read.
+struct Source {
+    path: String,
+    reader: BufReader<Box<dyn Read>>,
+    line_no: u64,
+    buf: String,
+}
+
+impl Source {
+    fn open(path: &Path) -> Result<Source, AuditError> {
+        let name = path.display().to_string();
+        let file: Box<dyn Read> = if name == "-" {
+            Box::new(std::io::stdin())
+        } else {
+            Box::new(File::open(path).map_err(|source| AuditError::Io {
+                path: name.clone(),
+                source,
+            })?)
+        };
+        Ok(Source {
+            path: name,
+            reader: BufReader::with_capacity(1 << 20, file),
+            line_no: 0,
+            buf: String::new(),
+        })
+    }
+
+    /// The next non-empty line, parsed; `None` at the end.
+    fn next(&mut self, bytes: &mut u64) -> Result<Option<Line>, AuditError> {
+        loop {
+            self.buf.clear();
+            let n = self
+                .reader
+                .read_line(&mut self.buf)
+                .map_err(|source| AuditError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            *bytes += n as u64;
+            self.line_no += 1;
+            let text = self.buf.trim();
+            if text.is_empty() {
+                continue;
+            }
+            return parse_line(text).map(Some).map_err(|e| AuditError::Line {
+                path: self.path.clone(),
+                line: self.line_no,
+                reason: e.0,
+            });
+        }
+    }
+}
+
+/// Open every file and read its header; the merged header.
+fn open_all(paths: &[PathBuf], bytes: &mut u64) -> Result<(RunHeader, Vec<Source>), AuditError> {
+    let mut sources = Vec::new();
+    let mut merged: Option<(RunHeader, String)> = None;
+    for p in paths {
+        let mut src = Source::open(p)?;
+        let header = match src.next(bytes)? {
+            Some(Line::Header(h)) => *h,
+            _ => return Err(AuditError::NoHeader { path: src.path }),
+        };
+        match &mut merged {
+            None => merged = Some((header, src.path.clone())),
+            Some((h, first)) => {
+                let agree = h.page_size == header.page_size
+                    && h.context_len == header.context_len
+                    && h.allow_auto_truncate == header.allow_auto_truncate
+                    && h.clock == header.clock;
+                if !agree {
+                    return Err(AuditError::HeaderMismatch {
+                        path: src.path,
+                        first: first.clone(),
+                        reason: "page_size, context_len, allow_auto_truncate and clock must be equal".into(),
+                    });
+                }
+                for n in header.nodes {
+                    match h.nodes.iter().find(|m| m.id == n.id) {
+                        Some(m) if *m != n => {
+                            return Err(AuditError::HeaderMismatch {
+                                path: src.path,
+                                first: first.clone(),
+                                reason: format!("node {} is declared differently", n.id),
+                            })
+                        }
+                        Some(_) => {}
+                        None => h.nodes.push(n),
+                    }
+                }
+                h.nodes.sort_by_key(|n| n.id);
+            }
+        }
+        sources.push(src);
+    }
+    let (header, _) = merged.ok_or(AuditError::Nothing)?;
+    Ok((header, sources))
+}
+
+/// Read every file's entries merged by time, calling `f(position, entry)` for each
+/// (the `end` entries are collected, not passed on). Returns the run's end.
+fn merged(
+    sources: &mut [Source],
+    bytes: &mut u64,
+    mut f: impl FnMut(u64, &Entry) -> bool,
+) -> Result<(u64, EndOutcome, String), AuditError> {
+    let mut heap: BinaryHeap<Reverse<(u64, usize, u64)>> = BinaryHeap::new();
+    let mut pending: Vec<Option<Entry>> = Vec::with_capacity(sources.len());
+    for (i, s) in sources.iter_mut().enumerate() {
+        let e = next_entry(s, bytes)?;
+        if let Some(e) = &e {
+            heap.push(Reverse((e.at_ns, i, s.line_no)));
+        }
+        pending.push(e);
+    }
+    let mut ends: Vec<(EndOutcome, String)> = Vec::new();
+    let mut position = 0u64;
+    while let Some(Reverse((_, i, _))) = heap.pop() {
+        let Some(e) = pending[i].take() else { continue };
+        if let Record::End { outcome, detail } = &e.rec {
+            ends.push((*outcome, detail.clone()));
+        } else {
+            position += 1;
+            if !f(position, &e) {
+                return Ok((position, EndOutcome::Cut, String::new()));
+            }
+        }
+        let next = next_entry(&mut sources[i], bytes)?;
+        if let Some(n) = &next {
+            heap.push(Reverse((n.at_ns, i, sources[i].line_no)));
+        }
+        pending[i] = next;
+    }
+    // Drained only if every file says so; otherwise the first other outcome.
+    let end = if ends.len() < sources.len() {
+        (EndOutcome::Cut, "the trace has no end entry: liveness is not judged".into())
+    } else {
+        ends.iter()
+            .find(|(o, _)| *o != EndOutcome::Drained)
+            .cloned()
+            .unwrap_or((EndOutcome::Drained, "drained".into()))
+    };
+    Ok((position, end.0, end.1))
+}
+
+fn next_entry(s: &mut Source, bytes: &mut u64) -> Result<Option<Entry>, AuditError> {
+    match s.next(bytes)? {
+        None => Ok(None),
+        Some(Line::Entry(e)) => Ok(Some(e)),
+        Some(Line::Header(_)) => Err(AuditError::Line {
+            path: s.path.clone(),
+            line: s.line_no,
+            reason: "a second header".into(),
+        }),
+    }
+}
+
+/// Audit trace files.
+pub fn audit(paths: &[PathBuf], opts: AuditOptions) -> Result<AuditReport, AuditError> {
+    let mut bytes = 0u64;
+    let (header, mut sources) = open_all(paths, &mut bytes)?;
+    let mut oracle = Oracle::new(header.clone());
+    let mut positions: Vec<u64> = Vec::new();
+    let (entries, end, detail) = merged(&mut sources, &mut bytes, |pos, e| {
+        let found = oracle.observe(e).len();
+        positions.extend(std::iter::repeat_n(pos, found));
+        true
+    })?;
+    let last = Entry {
+        at_ns: 0,
+        seq: u64::MAX,
+        rec: Record::End {
+            outcome: end,
+            detail: detail.clone(),
+        },
+    };
+    let found = oracle.observe(&last).len();
+    positions.extend(std::iter::repeat_n(entries + 1, found));
+    let findings = oracle.findings().to_vec();
+    let leaks = oracle.leaks.clone();
+    let mut report = AuditReport {
+        header,
+        findings,
+        leaks,
+        entries,
+        bytes,
+        end,
+        causal: Vec::new(),
+    };
+    let files = paths.iter().all(|p| p.to_str() != Some("-"));
+    if opts.causal && files && !report.findings.is_empty() {
+        report.causal = explain(paths, &report, &positions, opts)?;
+    }
+    Ok(report)
+}
+
+/// The second pass: the causal traces of the first findings.
+fn explain(
+    paths: &[PathBuf],
+    report: &AuditReport,
+    positions: &[u64],
+    opts: AuditOptions,
+) -> Result<Vec<(usize, Vec<String>)>, AuditError> {
+    let chosen: Vec<usize> = (0..report.findings.len())
+        .filter(|i| report.findings[*i].violated())
+        .chain((0..report.findings.len()).filter(|i| !report.findings[*i].violated()))
+        .take(opts.max_findings_explained)
+        .collect();
+    let mut focus: Vec<Focus> = chosen
+        .iter()
+        .map(|&i| {
+            let f = &report.findings[i];
+            let mut focus = Focus::default();
+            focus.rooms.extend(f.room);
+            focus.rooms.extend(f.related.iter().copied());
+            focus.pages.extend(f.pages.iter().copied());
+            focus
+        })
+        .collect();
+    // Bounded: the entries of the focus only, at most this many per finding.
+    const KEEP: usize = 20_000;
+    let mut kept: Vec<Vec<Entry>> = vec![Vec::new(); chosen.len()];
+    let mut bytes = 0u64;
+    let (_, mut sources) = open_all(paths, &mut bytes)?;
+    let upto = chosen.iter().map(|&i| positions.get(i).copied().unwrap_or(u64::MAX)).max().unwrap_or(0);
+    merged(&mut sources, &mut bytes, |pos, e| {
+        for (k, &i) in chosen.iter().enumerate() {
+            if pos > positions.get(i).copied().unwrap_or(u64::MAX) {
+                continue;
+            }
+            if let Record::Engine(TraceEvent::Routed { req, room, .. }) = &e.rec {
+                if focus[k].rooms.contains(room) {
+                    focus[k].requests.insert(*req);
+                }
+            }
+            let touches = matches!(e.rec, Record::Fault(_))
+                || e.rooms().iter().any(|r| focus[k].rooms.contains(r))
+                || e.request().is_some_and(|r| focus[k].requests.contains(&r))
+                || e.pages().iter().any(|p| focus[k].pages.contains(p));
+            if touches && kept[k].len() < KEEP {
+                kept[k].push(e.clone());
+            }
+        }
+        pos <= upto
+    })?;
+    Ok(chosen
+        .iter()
+        .enumerate()
+        .map(|(k, &i)| {
+            let mut f = report.findings[i].clone();
+            f.event = u64::MAX; // the entries are already cut at the finding
+            (i, causal_trace(&kept[k], &f, &focus[k], opts.max_lines))
+        })
+        .collect())
+}

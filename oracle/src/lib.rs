@@ -1,0 +1,21 @@
+//! kvsim-oracle: the trace schema, the oracle that judges a run from its trace alone,
+//! and `kvsim audit`.
+//!
+//! A run (the simulator's, the model checker's, a real server's, another engine's) is
+//! a stream of [`schema`] lines: a header, then entries. [`state::OracleState`] is the
+//! one implementation of every invariant (S1-S9 and L1-L5, and the canary check),
+//! built from those lines only; [`oracle::Oracle`] adds times, evidence and
+//! de-duplication for reports; [`audit`] reads trace files (one, or one per node,
+//! merged by time) in one streaming pass; [`render`] prints entries, findings and
+//! causal traces the way every kvsim command does.
+
+pub mod audit;
+pub mod canary;
+pub mod oracle;
+pub mod render;
+pub mod schema;
+pub mod state;
+
+pub use oracle::{Finding, Leak, Oracle};
+pub use schema::{Entry, Line, Record, RunHeader, SCHEMA_VERSION};
+pub use state::{Draft, OracleState};

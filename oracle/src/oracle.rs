@@ -1,0 +1,186 @@
+//! `Oracle`: the judge of one run, fed its trace line by line.
+//!
+//! It wraps the [`OracleState`] (the model of the run and every invariant) with what a
+//! report needs and a model checker does not: when each finding happened, one finding
+//! per invariant, verdict and room (so a broken room does not flood the report), the
+//! canary leaks found in replies, and evidence: for every page, the last trace entry
+//! that wrote it, so a finding about a page cites the write that proves it. The
+//! simulator feeds it the records it produces, `kvsim audit` the lines it reads; both
+//! get the same verdict from the same records.
+
+use crate::schema::{Entry, Record, RunHeader};
+use crate::state::{Draft, OracleState};
+use kvsim_engine::ids::{NodeId, PageId, RequestId, RoomKey, Token};
+use kvsim_engine::invariant::{Invariant, Violation};
+use kvsim_engine::trace::TraceEvent;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A broken invariant, or a hazard a defense stopped, with where and when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub violation: Violation,
+    /// The defense that stopped it (a detection: nothing leaked); `None`: violated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detected_by: Option<&'static str>,
+    pub at_ns: u64,
+    /// The trace sequence number of the step at which it was found.
+    pub event: u64,
+    pub room: Option<RoomKey>,
+    /// Other room uses involved (the earlier owner whose KV was read, the room whose
+    /// ack released a quarantine).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub related: Vec<RoomKey>,
+    /// Physical pages involved, per node.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pages: Vec<(NodeId, PageId)>,
+    /// The earlier trace entries that prove it (the writes of the pages involved).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+}
+
+impl Finding {
+    /// A violation (it happened), not a detection.
+    pub fn violated(&self) -> bool {
+        self.detected_by.is_none()
+    }
+
+    /// `VIOLATED S3` or `DETECTED S4 (refused by verify_on_completion, nothing leaked)`.
+    pub fn verdict(&self) -> String {
+        match self.detected_by {
+            None => format!("VIOLATED {}", self.violation.invariant),
+            Some(d) => format!(
+                "DETECTED {} (refused by {d}, nothing leaked)",
+                self.violation.invariant
+            ),
+        }
+    }
+}
+
+/// A leaked token found in a reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Leak {
+    pub victim_of: RequestId,
+    pub owner: RequestId,
+    pub token: Token,
+}
+
+/// The judge of one run.
+pub struct Oracle {
+    header: RunHeader,
+    state: OracleState,
+    findings: Vec<Finding>,
+    seen: BTreeSet<(Invariant, bool, Option<RoomKey>)>,
+    pub leaks: Vec<Leak>,
+    /// Per page, the last entry that wrote it (bounded by the pools).
+    last_write: BTreeMap<(NodeId, PageId), String>,
+    drafts: Vec<Draft>,
+}
+
+impl Oracle {
+    pub fn new(header: RunHeader) -> Self {
+        Oracle {
+            state: OracleState::new(&header),
+            header,
+            findings: Vec::new(),
+            seen: BTreeSet::new(),
+            leaks: Vec::new(),
+            last_write: BTreeMap::new(),
+            drafts: Vec::new(),
+        }
+    }
+
+    pub fn header(&self) -> &RunHeader {
+        &self.header
+    }
+
+    pub fn state(&self) -> &OracleState {
+        &self.state
+    }
+
+    pub fn findings(&self) -> &[Finding] {
+        &self.findings
+    }
+
+    /// The invariants violated (not merely detected), in the order first seen.
+    pub fn violated(&self) -> Vec<Invariant> {
+        let mut out: Vec<Invariant> = Vec::new();
+        for f in self.findings.iter().filter(|f| f.violated()) {
+            if !out.contains(&f.violation.invariant) {
+                out.push(f.violation.invariant);
+            }
+        }
+        out
+    }
+
+    /// Judge one entry; returns the findings it produced.
+    pub fn observe(&mut self, e: &Entry) -> &[Finding] {
+        let before = self.findings.len();
+        self.drafts.clear();
+        let mut drafts = std::mem::take(&mut self.drafts);
+        self.state.observe(&self.header, &e.rec, &mut drafts);
+        if let Record::Engine(TraceEvent::RouterResponse { req, tokens, .. }) = &e.rec {
+            if self.header.canary_tokens {
+                for &t in tokens {
+                    if let Some(owner) = crate::canary::owner(t).filter(|o| o != req) {
+                        self.leaks.push(Leak {
+                            victim_of: *req,
+                            owner,
+                            token: t,
+                        });
+                    }
+                }
+            }
+        }
+        for d in drafts.drain(..) {
+            self.push(e, d);
+        }
+        self.drafts = drafts;
+        self.remember_writes(e);
+        &self.findings[before..]
+    }
+
+    fn push(&mut self, e: &Entry, d: Draft) {
+        if !self
+            .seen
+            .insert((d.invariant, d.detected_by.is_some(), d.room))
+        {
+            return;
+        }
+        let evidence = d
+            .pages
+            .iter()
+            .filter_map(|k| self.last_write.get(k))
+            .cloned()
+            .collect();
+        self.findings.push(Finding {
+            violation: Violation::new(d.invariant, d.detail),
+            detected_by: d.detected_by,
+            at_ns: e.at_ns,
+            event: e.seq,
+            room: d.room,
+            related: d.related,
+            pages: d.pages,
+            evidence,
+        });
+    }
+
+    fn remember_writes(&mut self, e: &Entry) {
+        let Record::Engine(ev) = &e.rec else { return };
+        let (node, pages) = match ev {
+            TraceEvent::KvWritten { node, pages, .. } | TraceEvent::KvLanded { node, dst: pages, .. } => {
+                (*node, pages)
+            }
+            _ => return,
+        };
+        let line = format!(
+            "[{} #{}] {}",
+            crate::render::secs(e.at_ns),
+            e.seq,
+            crate::render::describe_event(ev)
+        );
+        for t in pages {
+            self.last_write.insert((node, t.page), line.clone());
+        }
+    }
+}
