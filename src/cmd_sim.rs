@@ -159,7 +159,7 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
     let r = replay::replay(&sc, &path, &opts, a.check_determinism)?;
     print!("{}", r.text);
     if let Some(j) = &a.trace_json {
-        replay::write_trace_json(&r.outcome.trace, j)
+        replay::write_trace_json(&r.outcome.header, &r.outcome.trace, j)
             .with_context(|| format!("writing {}", j.display()))?;
         println!(
             "trace: {} events written to {}",

@@ -10,7 +10,7 @@
 //! (node, input): no clock, no randomness, no globals (DESIGN's determinism rule,
 //! enforced by `engine/clippy.toml`), and the model resets the outbox's clock to 0
 //! before every call. So the effect of a step can be cached and reused: the new node
-//! (shared, not copied), its `invariants()` verdict, and what it sent, set and traced.
+//! (shared, not copied) and what it sent, set and traced, in the order it did.
 //! The model still applies those effects and runs every oracle check on every
 //! transition; only the node-local computation is shared.
 //!
@@ -27,14 +27,12 @@
 use crate::shared::{hash_of, Shared};
 use crate::state::Envelope;
 use kvsim_engine::decode::DecodeNode;
-use kvsim_engine::env::{Input, Outbox, TimerOp};
+use kvsim_engine::env::{Effect as Step, Input, Outbox};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
 use kvsim_engine::ids::NodeId;
-use kvsim_engine::invariant::Violation;
 use kvsim_engine::msg::Msg;
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
-use kvsim_engine::trace::TraceEvent;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::hash::Hash;
@@ -44,13 +42,9 @@ use std::thread::LocalKey;
 /// Entries per node kind and thread (a power of two).
 pub const SLOTS: usize = 1 << 15;
 
-/// A node the model drives: the engine's handler followed by the node's own checks.
+/// A node the model drives: the engine's handler.
 pub trait Machine: Clone + Hash + Eq + Sized + 'static {
-    fn step(
-        &mut self,
-        input: Input<SymbolicPage>,
-        out: &mut Outbox<SymbolicPage>,
-    ) -> Result<(), Violation>;
+    fn step(&mut self, input: Input<SymbolicPage>, out: &mut Outbox<SymbolicPage>);
     /// This kind's cache on the current thread.
     fn memo() -> &'static LocalKey<RefCell<Memo<Self>>>;
 }
@@ -64,15 +58,12 @@ pub enum Routed {
     Peer(Shared<Envelope>),
 }
 
-/// What one input did to one node.
+/// What one input did to one node: its new state and its effects, in the order the
+/// handler issued them, with sends pre-routed.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Effect<N> {
     pub after: Shared<N>,
-    /// The node's `invariants()` after the input.
-    pub local: Result<(), Violation>,
-    pub sends: Vec<Routed>,
-    pub timers: Vec<TimerOp>,
-    pub traces: Vec<TraceEvent>,
+    pub effects: Vec<Step<Routed>>,
 }
 
 /// What a node handles, as the cache knows it: a delivered message keeps the
@@ -228,13 +219,8 @@ thread_local! {
 macro_rules! machine {
     ($node:ty, $memo:ident) => {
         impl Machine for $node {
-            fn step(
-                &mut self,
-                input: Input<SymbolicPage>,
-                out: &mut Outbox<SymbolicPage>,
-            ) -> Result<(), Violation> {
+            fn step(&mut self, input: Input<SymbolicPage>, out: &mut Outbox<SymbolicPage>) {
                 self.handle(input, out);
-                self.invariants()
             }
             fn memo() -> &'static LocalKey<RefCell<Memo<Self>>> {
                 &$memo
@@ -255,25 +241,24 @@ pub fn compute<N: Machine>(
 ) -> Effect<N> {
     let mut out = Outbox::new(0);
     let mut after = before.clone();
-    let local = after.update(|n| n.step(input, &mut out));
-    let effect = Effect {
-        after,
-        local,
-        sends: out
-            .sends
-            .drain(..)
-            .map(|(to, msg)| {
-                if to == crate::state::CLIENT {
+    after.update(|n| n.step(input, &mut out));
+    let effects = out
+        .effects
+        .drain(..)
+        .map(|e| match e {
+            Step::Send { to, msg } => Step::Send {
+                to,
+                msg: if to == crate::state::CLIENT {
                     Routed::Client(msg)
                 } else {
                     Routed::Peer(Shared::new(Envelope { from: id, to, msg }))
-                }
-            })
-            .collect(),
-        timers: out.timers,
-        traces: out.traces,
-    };
-    effect
+                },
+            },
+            Step::Timer(op) => Step::Timer(op),
+            Step::Trace(ev) => Step::Trace(ev),
+        })
+        .collect();
+    Effect { after, effects }
 }
 
 /// The effect of `input` on node `id` in state `before`, from this thread's cache when
@@ -381,12 +366,9 @@ mod tests {
                 .expect("the step was cached");
             slot.effect = Arc::new(Effect {
                 after: good.after.clone(),
-                local: good.local.clone(),
-                sends: good.sends.clone(),
-                timers: vec![TimerOp::Cancel {
+                effects: vec![Step::Timer(kvsim_engine::env::TimerOp::Cancel {
                     timer: Timer::Compute,
-                }],
-                traces: good.traces.clone(),
+                })],
             });
         });
         transition(902, NodeId(0), &before, input, true);

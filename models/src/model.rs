@@ -1,55 +1,52 @@
 //! `HandoffModel`: the stateright model whose transitions call the engine's own nodes.
 //!
 //! Each action is one environment decision (a client submits or disconnects, the
-//! network delivers, loses, duplicates or fails a message, a timer fires). Its
-//! transition feeds exactly one input to one real node through [`Node::handle`]-style
-//! calls with an [`Outbox`], then applies the recorded effects the way the simulator
-//! does: sends go in flight (responses reach the client at once, because client to
-//! router traffic is not faulted), timers are set or cancelled, and every engine event
-//! the handler emitted is checked by the oracles before the next action. Nothing about
-//! the engine is re-specified here: only the environment is model-side.
+//! network delivers, loses, duplicates or fails a message, a timer fires, a node
+//! crashes). Its transition feeds exactly one input to one real node through the
+//! node's handler with an `Outbox`, then carries out the recorded effects in the
+//! order the handler issued them through the world module every driver uses
+//! (`kvsim_engine::world`: sends go in flight, timers are set or cancelled with the
+//! world's timer semantics, events go to the oracle), and decides what the world does
+//! to a message with the same rules as the simulator (`world::arrival`,
+//! `world::crash_fate`). Nothing about the engine is re-specified here: only the
+//! environment's choices are model-side.
 //!
-//! Oracles. A stateright property is a plain function of one state, so a transition
-//! that emits an offending event records the broken invariant in
-//! [`State::violations`]; the `always` properties read those bits. The checks are the
-//! simulator's (`kvsim_sim::oracle`): S2 on KV-write delivery, S3 on every `Attend`
-//! against `SymbolicGpu` provenance and on every reply's canary tokens, S4 and S7 on
-//! `TransferAccepted`, S5 on admission, reservation, send or batch of a request that
-//! must be rejected, S6 on every answer, S9 on `QuarantineReleased`, and each node's
-//! own `invariants()` (S1, S8) after every input it handles.
-//!
-//! [`Node::handle`]: kvsim_engine::node::Node::handle
+//! Oracle. The state carries the oracle's model of the run (`kvsim_oracle::
+//! OracleState`, the one implementation of every invariant that the simulator and
+//! `kvsim audit` use), fed the same records the simulator's trace holds: engine
+//! events, client submits, failed writes, crashes and restarts. A transition whose
+//! records produce a finding (a violation, or a hazard a defense had to stop) sets the
+//! invariant's bit in [`Book::violations`]; the `always` properties read those bits,
+//! and the quiescence property asks the oracle's end-of-run check (L1-L4) of every
+//! state where nothing is left to do.
 
 use crate::memo::{self, Cause, Effect, Machine, Routed};
 use crate::shared::Shared;
 use crate::spec::{ClientSpec, ModelSpec, SpecError};
-use crate::state::{
-    note, Action, Book, Client, Envelope, FaultsUsed, State, CLIENT, DECODE, PREFILL, ROUTER,
-};
+use crate::state::{note, Action, Book, Client, Envelope, FaultsUsed, State, CLIENT, DECODE, PREFILL, ROUTER};
 use kvsim_engine::decode::DecodeNode;
-use kvsim_engine::env::{Input, TimerOp};
+use kvsim_engine::env::{Effect as Step, Input, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
-use kvsim_engine::ids::{NodeId, RequestId, RoomKey, TenantId};
+use kvsim_engine::ids::{NodeId, RequestId, TenantId};
 use kvsim_engine::invariant::{Invariant, Violation};
 use kvsim_engine::kv::PageState;
-use kvsim_engine::msg::{Msg, Status, TransferOutcome};
+use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
-use kvsim_engine::trace::{Side, TraceEvent};
+use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
+use kvsim_engine::world::{self, Arrival, Arriving, CrashFate, Driver, Timers, Topology, WriteFailure};
 use kvsim_engine::{Cfg, Timer};
-use kvsim_sim::oracle::{
-    exceeds_limit, isolation_breach, length_disagreement, over_limit_invariant, source_read_breach,
-    write_target_breach,
-};
-use kvsim_sim::report::describe_event;
-use kvsim_sim::scenario::{canary_owner, PlannedRequest};
+use kvsim_oracle::render::describe_event;
+use kvsim_oracle::schema::{ClockKind, EndOutcome, FaultEvent, Record, RunHeader};
+use kvsim_oracle::state::{must_reject, Draft};
+use kvsim_oracle::OracleState;
 use smallvec::SmallVec;
 use stateright::{Model, Property};
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::Arc;
 
 /// What one transition did, for counterexamples and the Explorer: the engine events
-/// it emitted as sentences, and each invariant it broke with a sentence saying how.
+/// it emitted as sentences, and each finding with a sentence saying how.
 #[derive(Clone, Debug, Default)]
 pub struct StepLog {
     pub events: Vec<String>,
@@ -61,6 +58,8 @@ pub struct StepLog {
 pub struct HandoffModel {
     spec: ModelSpec,
     cfg: Cfg,
+    /// The facts of the run the oracle needs (the same header a simulator trace has).
+    header: RunHeader,
     /// Per client slot, its group: the first slot with an identical spec.
     groups: Vec<u8>,
     /// Properties that already have a discovery (one bit each, see [`latch_first`]).
@@ -82,6 +81,7 @@ impl Clone for HandoffModel {
         HandoffModel {
             spec: self.spec.clone(),
             cfg: self.cfg.clone(),
+            header: self.header.clone(),
             groups: self.groups.clone(),
             latched: AtomicU64::new(0),
             id: self.id,
@@ -117,8 +117,15 @@ impl HandoffModel {
                 first.expect("a client is equal to itself") as u8
             })
             .collect();
+        let header = RunHeader::new(
+            "kvsim-models",
+            ClockKind::Simulated,
+            &spec.engine,
+            &Self::topology_of(&spec),
+        );
         Ok(HandoffModel {
             cfg: Cfg::new(spec.engine.clone()),
+            header,
             spec,
             groups,
             latched: AtomicU64::new(0),
@@ -126,6 +133,15 @@ impl HandoffModel {
             memo_check: false,
             memo_off: false,
         })
+    }
+
+    /// One prefill and one decode node: router `n0`, prefill `n1`, decode `n2`,
+    /// client `n3`, as the simulator numbers them.
+    pub fn topology_of(spec: &ModelSpec) -> Topology {
+        Topology {
+            prefill_pools: vec![spec.prefill_pages],
+            decode_pools: vec![spec.decode_pages],
+        }
     }
 
     /// Recompute every node transition the cache answers and panic if the engine now
@@ -170,39 +186,32 @@ impl HandoffModel {
         &self.cfg
     }
 
+    pub fn header(&self) -> &RunHeader {
+        &self.header
+    }
+
     /// The spec of a client.
     pub fn client_spec(&self, c: &Client) -> &ClientSpec {
         &self.spec.clients[c.group as usize]
     }
 
-    /// The request a client sends once it has been given `req`.
-    pub fn planned(&self, c: &Client, req: RequestId) -> PlannedRequest {
-        let spec = self.client_spec(c);
-        PlannedRequest {
-            req,
-            tenant: TenantId(spec.tenant),
-            prompt_len: spec.prompt_len,
-            max_new_tokens: spec.max_new_tokens,
-            at_ns: 0,
-            cancel: None,
-        }
+    /// The prompt a client sends once it has been given `req` (the canary prompt).
+    pub fn prompt(&self, c: &Client, req: RequestId) -> Vec<kvsim_engine::Token> {
+        kvsim_oracle::canary::prompt(req, self.client_spec(c).prompt_len)
     }
 
-    /// Must `side` reject this request at intake (its own length limit)?
-    pub fn must_reject(&self, spec: &ClientSpec, side: Side) -> bool {
-        match side {
-            Side::Prefill => exceeds_limit(&self.cfg, self.spec.prefill_pages, spec.prompt_len),
-            Side::Decode => exceeds_limit(
-                &self.cfg,
-                self.spec.decode_pages,
-                spec.prompt_len + u64::from(spec.max_new_tokens),
-            ),
-        }
-    }
-
-    /// Must either half reject this request?
+    /// Must either half reject this request (the oracle's rule)?
     pub fn over_length(&self, spec: &ClientSpec) -> bool {
-        self.must_reject(spec, Side::Prefill) || self.must_reject(spec, Side::Decode)
+        [Side::Prefill, Side::Decode].into_iter().any(|side| {
+            must_reject(
+                &self.header,
+                side,
+                PREFILL,
+                DECODE,
+                spec.prompt_len,
+                spec.max_new_tokens,
+            )
+        })
     }
 
     /// The initial state: fresh nodes, idle clients, nothing in flight.
@@ -226,7 +235,7 @@ impl HandoffModel {
             prefill: Shared::new(prefill),
             decode: Shared::new(decode),
             net: Vec::new(),
-            timers: Vec::new(),
+            timers: Timers::new(),
             book: Shared::new(Book {
                 clients: self
                     .groups
@@ -238,11 +247,11 @@ impl HandoffModel {
                         reply: None,
                     })
                     .collect(),
-                rooms: SmallVec::new(),
                 notes: SmallVec::new(),
                 faults: FaultsUsed::default(),
                 violations: 0,
             }),
+            oracle: Shared::new(OracleState::new(&self.header)),
         }
     }
 
@@ -252,6 +261,9 @@ impl HandoffModel {
             m: self,
             s: s.clone(),
             log,
+            oracle: None,
+            drafts: Vec::new(),
+            restart: None,
         };
         match action {
             Action::Submit(slot) => {
@@ -259,18 +271,20 @@ impl HandoffModel {
                 let req = RequestId(s.clients().iter().filter(|c| c.req.is_some()).count() as u64);
                 let client = s.clients()[slot];
                 tx.s.book(|b| b.clients[slot].req = Some(req));
-                let p = self.planned(&client, req);
+                let spec = self.client_spec(&client);
+                tx.record(&Record::Submit {
+                    req,
+                    tenant: TenantId(spec.tenant),
+                    prompt_len: spec.prompt_len,
+                    max_new_tokens: spec.max_new_tokens,
+                });
                 let msg = Msg::Submit {
                     req,
-                    tenant: p.tenant,
-                    prompt: p.prompt(),
-                    max_new_tokens: p.max_new_tokens,
+                    tenant: TenantId(spec.tenant),
+                    prompt: self.prompt(&client, req),
+                    max_new_tokens: spec.max_new_tokens,
                 };
-                tx.dispatch(
-                    ROUTER,
-                    Cause::Input(Input::Message { from: CLIENT, msg }),
-                    Some(req),
-                );
+                tx.dispatch(ROUTER, Cause::Input(Input::Message { from: CLIENT, msg }));
             }
             Action::Cancel(slot) => {
                 let slot = *slot as usize;
@@ -282,24 +296,23 @@ impl HandoffModel {
                             from: CLIENT,
                             msg: Msg::Cancel { req },
                         }),
-                        None,
                     );
                 }
             }
             Action::Deliver(e) => {
                 if tx.s.take(e) {
-                    tx.deliver(e);
+                    tx.deliver(e, false);
                 }
             }
             Action::Overtake(e) => {
                 tx.s.book(|b| b.faults.overtakes += 1);
                 if tx.s.take(e) {
-                    tx.deliver(e);
+                    tx.deliver(e, false);
                 }
             }
             Action::Duplicate(e) => {
                 tx.s.book(|b| b.faults.duplicates += 1);
-                tx.deliver(e);
+                tx.deliver(e, false);
             }
             Action::Lose(e) => {
                 tx.s.book(|b| b.faults.losses += 1);
@@ -308,27 +321,25 @@ impl HandoffModel {
             Action::FailWrite(e) => {
                 tx.s.book(|b| b.faults.write_failures += 1);
                 if tx.s.take(e) {
-                    if let Some(done) = e.get().failed_completion() {
-                        tx.s.send(done);
-                    }
+                    tx.deliver(e, true);
                 }
             }
-            Action::Crash(node) => tx.crash(*node),
+            Action::Crash(node) => tx.crash(*node, true),
             Action::Fire(node, timer) => {
                 if *timer != Timer::Compute && s.timeout_is_early() {
                     tx.s.book(|b| b.faults.early_timeouts += 1);
                 }
-                if tx.s.cancel_timer(*node, *timer) {
+                if tx.s.timers.take(*node, *timer).is_some() {
                     if let (DECODE, Timer::DrainRetry(room)) = (*node, *timer) {
                         if tx.quarantined(room) {
                             tx.s.note(room, note::DRAIN_RETRIED);
                         }
                     }
-                    tx.dispatch(*node, Cause::Input(Input::Timer(*timer)), None);
+                    tx.dispatch(*node, Cause::Input(Input::Timer(*timer)));
                 }
             }
         }
-        tx.s
+        tx.finish()
     }
 
     /// Is no action enabled? (The definition of quiescence the liveness property uses.)
@@ -341,51 +352,18 @@ impl HandoffModel {
         actions.is_empty()
     }
 
-    /// At quiescence, what is not as it must be: a request without an answer, a room
-    /// still open, a request still held, a page not returned. A decode node that
-    /// stopped loudly (a drain ack never came) may keep its quarantine: that is the
-    /// loud stop DESIGN L3 allows, never a silent leak.
+    /// At quiescence, what the oracle's end-of-run check (L1-L4) finds, if anything: a
+    /// request without an answer, a room still open, a request still held, a page not
+    /// returned. A decode node that stopped loudly (a drain ack never came) may keep
+    /// its quarantine: the oracle knows the stop from its fault event.
     pub fn quiescence_problem(&self, s: &State) -> Option<String> {
-        if let Some((i, _)) = s
-            .clients()
-            .iter()
-            .enumerate()
-            .find(|(_, c)| c.reply.is_none())
-        {
-            return Some(format!("L1: client {i} never got an answer"));
-        }
-        let router = s.router.get();
-        if router.live_rooms() > 0 {
-            return Some(format!(
-                "L2: the router still has {} rooms open",
-                router.live_rooms()
-            ));
-        }
-        let prefill = s.prefill.get();
-        let decode = s.decode.get();
-        if prefill.requests() > 0 || decode.requests() > 0 {
-            return Some(format!(
-                "L1: requests still held (prefill {}, decode {})",
-                prefill.requests(),
-                decode.requests()
-            ));
-        }
-        let full = |p: &kvsim_engine::kv::PagePool| p.free_count() == p.capacity();
-        if !full(prefill.pool()) {
-            return Some("L4: prefill's pool is not full".into());
-        }
-        if decode.fatal().is_none() {
-            if decode.quarantined_rooms() > 0 {
-                return Some(format!(
-                    "L3: decode still quarantines {} rooms and has not stopped",
-                    decode.quarantined_rooms()
-                ));
-            }
-            if !full(decode.pool()) {
-                return Some("L4: decode's pool is not full".into());
-            }
-        }
-        None
+        let mut drafts = Vec::new();
+        s.oracle
+            .get()
+            .at_end(EndOutcome::Drained, "drained", &mut drafts);
+        drafts
+            .first()
+            .map(|d| format!("{}: {}", d.invariant, d.detail))
     }
 
     /// The rendered log of one action from `s`.
@@ -401,23 +379,57 @@ struct Tx<'a> {
     m: &'a HandoffModel,
     s: State,
     log: Option<&'a mut StepLog>,
+    /// The oracle's model, taken out of the state for this transition (copied once).
+    oracle: Option<OracleState>,
+    drafts: Vec<Draft>,
+    /// A node that asked to be restarted (a fault with [`FaultAction::Restart`]).
+    restart: Option<NodeId>,
 }
 
 impl Tx<'_> {
-    fn violate(&mut self, inv: Invariant, detail: impl FnOnce() -> String) {
-        self.s.violate(inv);
-        if let Some(log) = self.log.as_deref_mut() {
-            log.violations.push(Violation::new(inv, detail()));
+    fn finish(mut self) -> State {
+        if let Some(o) = self.oracle.take() {
+            self.s.oracle = Shared::new(o);
         }
+        self.s
     }
 
-    fn event(&mut self, text: impl FnOnce() -> String) {
+    fn event_text(&mut self, text: impl FnOnce() -> String) {
         if let Some(log) = self.log.as_deref_mut() {
             log.events.push(text());
         }
     }
 
-    fn quarantined(&self, room: RoomKey) -> bool {
+    /// The oracle's model, copied out of the state on first use in this transition.
+    fn oracle(&mut self) -> &mut OracleState {
+        let s = &self.s;
+        self.oracle.get_or_insert_with(|| s.oracle.get().clone())
+    }
+
+    /// Turn the oracle's drafts into violation bits (and sentences, when logging).
+    fn judged(&mut self) {
+        for d in std::mem::take(&mut self.drafts) {
+            self.s.violate(d.invariant);
+            if let Some(log) = self.log.as_deref_mut() {
+                let detail = match d.detected_by {
+                    Some(def) => format!("DETECTED by {def}: {}", d.detail),
+                    None => d.detail,
+                };
+                log.violations.push(Violation::new(d.invariant, detail));
+            }
+        }
+    }
+
+    /// A world record for the oracle.
+    fn record(&mut self, rec: &Record) {
+        let m = self.m;
+        let mut drafts = std::mem::take(&mut self.drafts);
+        self.oracle().observe(&m.header, rec, &mut drafts);
+        self.drafts = drafts;
+        self.judged();
+    }
+
+    fn quarantined(&self, room: kvsim_engine::ids::RoomKey) -> bool {
         self.s
             .decode
             .get()
@@ -426,30 +438,19 @@ impl Tx<'_> {
             .any(|(_, r)| r.owner == Some(room) && r.state == PageState::Quarantined)
     }
 
-    fn describe(&self, room: RoomKey) -> String {
-        match self
-            .s
-            .req_of(room)
-            .and_then(|r| self.s.client_of(r).map(|c| (r, c)))
-        {
-            Some((req, c)) => {
-                let spec = self.m.client_spec(c);
-                format!(
-                    "{room} ({req} of t{}, prompt {} tokens)",
-                    spec.tenant, spec.prompt_len
-                )
-            }
-            None => room.to_string(),
+    fn epoch(&self, node: NodeId) -> u32 {
+        match node {
+            PREFILL => self.s.prefill.get().pool().epoch(),
+            DECODE => self.s.decode.get().pool().epoch(),
+            _ => 0,
         }
     }
 
     /// The prefill or decode node crashes and restarts at once into its next
-    /// incarnation, as the simulator's `World` does it: the node's timers die; messages
-    /// in flight to it are lost with the dead incarnation, except that a KV write to
-    /// it fails back to its writer (the writer's NIC reports the error); its own KV
-    /// writes in flight are flushed, never applied. Control messages it sent before
-    /// the crash still arrive.
-    fn crash(&mut self, node: NodeId) {
+    /// incarnation: the world's rules ([`world::crash_fate`]) decide each message in
+    /// flight, its timers die ([`Timers::crash`]). `budget`: an environment fault (it
+    /// counts against the crash bound), not a restart the node asked for.
+    fn crash(&mut self, node: NodeId, budget: bool) {
         let busy = match node {
             PREFILL => self.s.prefill.get().requests() > 0,
             DECODE => {
@@ -458,184 +459,123 @@ impl Tx<'_> {
             }
             _ => return,
         };
-        self.s.book(|b| {
-            b.faults.crashes += 1;
-            if busy {
-                b.faults.busy_crashes += 1;
-            }
-        });
-        let local = match node {
-            PREFILL => {
-                let epoch = self.s.prefill.get().pool().epoch() + 1;
-                self.s.prefill.update(|n| {
-                    n.restart(epoch);
-                    n.invariants()
-                })
-            }
-            _ => {
-                let epoch = self.s.decode.get().pool().epoch() + 1;
-                self.s.decode.update(|n| {
-                    n.restart(epoch);
-                    n.invariants()
-                })
-            }
-        };
-        self.event(|| format!("{node} crashes and restarts into a new incarnation"));
-        if let Err(v) = local {
-            self.violate(v.invariant, || format!("{node}: {}", v.detail));
+        if budget {
+            self.s.book(|b| {
+                b.faults.crashes += 1;
+                if busy {
+                    b.faults.busy_crashes += 1;
+                }
+            });
         }
-        self.s.timers.retain(|(n, _)| *n != node);
+        let dead = self.epoch(node);
+        match node {
+            PREFILL => self.s.prefill.update(|n| n.restart(dead + 1)),
+            _ => self.s.decode.update(|n| n.restart(dead + 1)),
+        }
+        self.event_text(|| format!("{node} crashes and restarts into a new incarnation"));
+        self.s.timers.crash(node);
+        let mut flushed = Vec::new();
         let mut failed = Vec::new();
-        self.s.net.retain(|e| {
+        let mut kept = Vec::with_capacity(self.s.net.len());
+        for e in std::mem::take(&mut self.s.net) {
             let env = e.get();
-            if env.to == node {
-                failed.extend(env.failed_completion());
-                return false;
+            match world::crash_fate(node, env.from, env.to, &env.msg) {
+                CrashFate::Keep => kept.push(e),
+                CrashFate::Lose => {}
+                CrashFate::Flush => flushed.extend(env.msg.write_id()),
+                CrashFate::FailBack(done) => failed.push((env.from, env.to, done)),
             }
-            !(env.from == node && matches!(env.msg, Msg::KvWrite { .. }))
-        });
-        for env in failed {
-            self.s.send(env);
         }
+        self.s.net = kept;
+        self.record(&Record::Fault(FaultEvent::Crash {
+            node,
+            epoch: dead,
+            flushed,
+        }));
+        for (from, to, done) in failed {
+            if let Some(write) = done.write_id() {
+                self.record(&Record::WriteFailed {
+                    from,
+                    to,
+                    write,
+                    reason: WriteFailure::ReceiverGone,
+                });
+            }
+            self.s.send(Envelope {
+                from: to,
+                to: from,
+                msg: done,
+            });
+        }
+        self.record(&Record::Fault(FaultEvent::Restart {
+            node,
+            epoch: dead + 1,
+        }));
         if node == DECODE {
             // The new incarnation has no quarantine and no retry count.
-            let rooms: Vec<RoomKey> = self.s.book.get().notes.iter().map(|(k, _)| *k).collect();
+            let rooms: Vec<_> = self.s.book.get().notes.iter().map(|(k, _)| *k).collect();
             for room in rooms {
                 self.s.unnote(room, note::DRAIN_RETRIED);
             }
         }
     }
 
-    /// Checks at delivery, before the receiver acts (as the simulator's oracle).
-    fn deliver(&mut self, shared: &Shared<Envelope>) {
+    /// A message arrives; the world's rules ([`world::arrival`]) decide what follows.
+    /// `fail`: the environment fails this KV write on the wire.
+    fn deliver(&mut self, shared: &Shared<Envelope>, fail: bool) {
         let env = shared.get();
-        if let Msg::KvWrite { room, dst, .. } = &env.msg {
-            let epoch = self.s.decode.get().pool().epoch();
-            if env.to == DECODE && dst.iter().any(|t| t.gen.epoch() != epoch) {
-                // Addressed to a dead incarnation's memory registration: the write
-                // fails on the wire and the writer's NIC reports it.
-                self.event(|| {
-                    format!("the KV write for {room} fails: its registration died with decode's previous incarnation")
+        let at = Arriving {
+            sender_alive: true,
+            receiver_alive: true,
+            receiver_epoch: self.epoch(env.to),
+            partitioned: false,
+            injected_failure: fail,
+        };
+        match world::arrival(&env.msg, &at) {
+            Arrival::Deliver => self.dispatch(env.to, Cause::Delivered(shared.clone())),
+            Arrival::Drop(_) => {}
+            Arrival::Fail { reason, completion } => {
+                if let Some(write) = env.msg.write_id() {
+                    self.event_text(|| format!("the KV write {write} fails on the wire ({reason:?})"));
+                    self.record(&Record::WriteFailed {
+                        from: env.from,
+                        to: env.to,
+                        write,
+                        reason,
+                    });
+                }
+                // The writer's NIC reports the failure.
+                self.s.send(Envelope {
+                    from: env.to,
+                    to: env.from,
+                    msg: completion,
                 });
-                self.s.send(env.failed_completion().expect("a KV write"));
-                return;
             }
         }
-        match &env.msg {
-            Msg::KvWrite { room, src, dst, .. } if env.to == DECODE => {
-                let room = *room;
-                if let Some((t, rec)) = write_target_breach(self.s.decode.get().pool(), room, dst) {
-                    let d = self.describe(room);
-                    self.violate(Invariant::S2, || {
-                        let now = rec.map_or("not a pool page".into(), |r| {
-                            format!("{} {} owner {:?}", r.state, r.gen, r.owner)
-                        });
-                        format!("a KV write for {d} aimed at decode page {t} lands after the page left the room (now {now})")
-                    });
-                }
-                if let Some(t) = source_read_breach(self.s.prefill.get().pool(), src) {
-                    let d = self.describe(room);
-                    self.violate(Invariant::S2, || {
-                        format!("prefill freed source page {t} of {d} while its KV write was still reading it")
-                    });
-                }
-            }
-            Msg::KvDone {
-                room,
-                outcome: TransferOutcome::Failed,
-            } if env.to == DECODE => self.s.note(*room, note::TRANSFER_FAILED),
-            _ => {}
-        }
-        self.dispatch(env.to, Cause::Delivered(shared.clone()), None);
     }
 
-    /// Feed one input to one node and apply its effects.
-    fn dispatch(&mut self, node: NodeId, cause: Cause, submitted: Option<RequestId>) {
-        // S7 needs to know which completion (if any) the input is.
-        let kv_done = match &cause {
-            Cause::Delivered(e) => match &e.get().msg {
-                Msg::KvDone { room, .. } => Some((e.get().from, *room)),
-                _ => None,
-            },
-            Cause::Input(_) => None,
-        };
+    /// Feed one input to one node and carry out its effects, in order.
+    fn dispatch(&mut self, node: NodeId, cause: Cause) {
         match node {
             ROUTER => {
                 let e = self.m.transition(node, &self.s.router, cause);
                 self.s.router = e.after.clone();
-                self.apply(
-                    node, &e.local, &e.sends, &e.timers, &e.traces, kv_done, submitted,
-                );
+                world::apply(node, e.effects.iter().map(Step::as_ref), self);
             }
             PREFILL => {
                 let e = self.m.transition(node, &self.s.prefill, cause);
                 self.s.prefill = e.after.clone();
-                self.apply(
-                    node, &e.local, &e.sends, &e.timers, &e.traces, kv_done, submitted,
-                );
+                world::apply(node, e.effects.iter().map(Step::as_ref), self);
             }
             DECODE => {
                 let e = self.m.transition(node, &self.s.decode, cause);
                 self.s.decode = e.after.clone();
-                self.apply(
-                    node, &e.local, &e.sends, &e.timers, &e.traces, kv_done, submitted,
-                );
+                world::apply(node, e.effects.iter().map(Step::as_ref), self);
             }
             _ => {}
         }
-    }
-
-    /// Apply what a node did (its new state is already in place): check its events,
-    /// put its messages in flight, answer clients, set and cancel its timers.
-    #[allow(clippy::too_many_arguments)]
-    fn apply(
-        &mut self,
-        node: NodeId,
-        local: &Result<(), Violation>,
-        sends: &[Routed],
-        timers: &[TimerOp],
-        traces: &[TraceEvent],
-        kv_done: Option<(NodeId, RoomKey)>,
-        submitted: Option<RequestId>,
-    ) {
-        if let Some(req) = submitted {
-            for send in sends {
-                if let Routed::Peer(e) = send {
-                    if let Msg::DecodeStart { room, .. } = &e.get().msg {
-                        self.s.add_room(*room, req);
-                    }
-                }
-            }
-        }
-        for ev in traces {
-            self.event(|| describe_event(ev));
-            self.check(node, ev, kv_done);
-        }
-        if let Err(v) = local {
-            self.violate(v.invariant, || format!("{node}: {}", v.detail));
-        }
-        for send in sends {
-            match send {
-                Routed::Client(msg) => self.respond(msg),
-                Routed::Peer(e) => {
-                    if let Some(log) = self.log.as_deref_mut() {
-                        log.events.push(format!(
-                            "{node} sends {} to {}",
-                            e.get().msg.summary(),
-                            e.get().to
-                        ));
-                    }
-                    self.s.send_shared(e.clone());
-                }
-            }
-        }
-        for op in timers {
-            match *op {
-                TimerOp::Set { timer, .. } => self.s.set_timer(node, timer),
-                TimerOp::Cancel { timer } => {
-                    self.s.cancel_timer(node, timer);
-                }
-            }
+        if let Some(n) = self.restart.take() {
+            self.crash(n, false);
         }
     }
 
@@ -652,221 +592,56 @@ impl Tx<'_> {
         let Some(i) = self.s.clients().iter().position(|c| c.req == Some(req)) else {
             return;
         };
-        self.event(|| {
+        self.event_text(|| {
             format!(
                 "client {i} gets {status} for {req} ({} tokens)",
                 tokens.len()
             )
         });
-        let client = self.s.clients()[i];
-        if client.reply.is_some() {
-            self.violate(Invariant::S6, || {
-                format!("{req} got a second terminal response ({status})")
-            });
-        } else {
+        if self.s.clients()[i].reply.is_none() {
             self.s.book(|b| b.clients[i].reply = Some(status));
         }
-        if status.is_ok() && self.m.over_length(self.m.client_spec(&client)) {
-            self.violate(Invariant::S6, || {
-                format!("{req} does not fit the pool and must be rejected, but the client got 200")
-            });
-        }
-        if let Some(&t) = tokens
-            .iter()
-            .find(|&&t| canary_owner(t).is_some_and(|o| o != req))
-        {
-            self.violate(Invariant::S3, || {
-                format!(
-                    "canary: the {status} reply to {req} echoes token {t:#010x} from the prompt of {}",
-                    canary_owner(t).map_or("?".into(), |o| o.to_string())
-                )
-            });
+    }
+}
+
+/// The model carries out a node's (cached) effects: a send goes in flight, or to the
+/// client at once; a timer is set or cancelled; an event goes to the oracle.
+impl<'r> Driver<&'r Routed, &'r TraceEvent> for Tx<'_> {
+    fn send(&mut self, from: NodeId, _to: NodeId, msg: &'r Routed) {
+        match msg {
+            Routed::Client(msg) => self.respond(msg),
+            Routed::Peer(e) => {
+                if let Some(log) = self.log.as_deref_mut() {
+                    log.events.push(format!(
+                        "{from} sends {} to {}",
+                        e.get().msg.summary(),
+                        e.get().to
+                    ));
+                }
+                self.s.send_shared(e.clone());
+            }
         }
     }
 
-    /// S5 (or L5) when a request that exceeds `side`'s limit gets something there.
-    fn s5(&mut self, node: NodeId, room: RoomKey, side: Side, what: &str) {
-        let Some(spec) = self
-            .s
-            .req_of(room)
-            .and_then(|r| self.s.client_of(r))
-            .map(|c| self.m.client_spec(c))
-        else {
-            return;
-        };
-        if !self.m.must_reject(spec, side) {
-            return;
-        }
-        let (need, flag) = match side {
-            Side::Prefill => (spec.prompt_len, note::FLAGGED_PREFILL),
-            Side::Decode => (
-                spec.prompt_len + u64::from(spec.max_new_tokens),
-                note::FLAGGED_DECODE,
-            ),
-        };
-        let flagged = self.s.noted(room, flag);
-        let d = self.describe(room);
-        match over_limit_invariant(Some(need), self.m.cfg.context_len, flagged) {
-            Invariant::L5 => self.violate(Invariant::L5, || {
-                format!(
-                    "{d} needs more than {node}'s pool, yet it {what}: admitted beyond the pool"
-                )
-            }),
-            inv => self.violate(inv, || {
-                format!("{d} exceeds {node}'s limit and must be rejected at intake, but it {what}")
-            }),
-        }
+    fn timer(&mut self, node: NodeId, op: TimerOp) {
+        self.s.timers.apply(node, op, ());
     }
 
-    /// The simulator oracle's per-event checks, on the state after the handler.
-    fn check(&mut self, node: NodeId, ev: &TraceEvent, kv_done: Option<(NodeId, RoomKey)>) {
-        match ev {
-            TraceEvent::Admitted { room, side, .. } => self.s5(
-                node,
-                *room,
-                *side,
-                "was admitted (got a sender or receiver)",
-            ),
-            TraceEvent::PagesReserved { room, pages, .. } => {
-                let (side, cap) = if node == PREFILL {
-                    (Side::Prefill, self.m.spec.prefill_pages)
-                } else {
-                    (Side::Decode, self.m.spec.decode_pages)
-                };
-                let n = pages.len();
-                self.s5(node, *room, side, &format!("got {n} pages"));
-                if n > cap as usize {
-                    let d = self.describe(*room);
-                    self.violate(Invariant::L5, || {
-                        format!("{d} reserved {n} pages on {node}, whose pool has {cap}")
-                    });
-                }
+    fn event(&mut self, _node: NodeId, ev: &'r TraceEvent) {
+        self.event_text(|| describe_event(ev));
+        if let TraceEvent::Fault { node, fault } = ev {
+            if fault.action() == FaultAction::Restart {
+                self.restart = Some(*node);
             }
-            TraceEvent::KvSent { room, .. } => self.s5(node, *room, Side::Prefill, "sent KV"),
-            TraceEvent::Running { room, side, .. } => {
-                self.s5(node, *room, *side, "joined a running batch")
-            }
-            TraceEvent::TransferAccepted {
-                room,
-                prompt_len,
-                reserved_pages,
-                sent_tokens,
-                sent_pages,
-                fully_written,
-                ..
-            } => {
-                let room = *room;
-                if kv_done != Some((PREFILL, room)) {
-                    let d = self.describe(room);
-                    self.violate(Invariant::S7, || {
-                        format!("decode accepted the transfer of {d} on an input that is not that room use's completion from its prefill ({kv_done:?})")
-                    });
-                }
-                if !self.s.noted(room, note::TRANSFER_FAILED) {
-                    let true_len = self
-                        .s
-                        .req_of(room)
-                        .and_then(|r| self.s.client_of(r))
-                        .map(|c| self.m.client_spec(c).prompt_len);
-                    if let Some(p) = length_disagreement(
-                        true_len,
-                        *prompt_len,
-                        *reserved_pages,
-                        *sent_tokens,
-                        *sent_pages,
-                        *fully_written,
-                    ) {
-                        let d = self.describe(room);
-                        self.violate(Invariant::S4, || {
-                            format!("decode accepted the transfer of {d}: {p}")
-                        });
-                    }
-                }
-            }
-            TraceEvent::Attend {
-                room,
-                seq_len,
-                pages,
-                ..
-            } => {
-                let breach = isolation_breach(
-                    self.s.decode.get().gpu(),
-                    self.m.cfg.page_size,
-                    *room,
-                    *seq_len,
-                    pages,
-                );
-                if let Some((i, t, prov)) = breach {
-                    let (room, d) = (*room, self.describe(*room));
-                    let whose = match prov.writer {
-                        Some(w) if w == room => {
-                            format!("only slots {}..{} are its own", prov.lo, prov.hi)
-                        }
-                        Some(w) => format!("it holds KV written by {}", self.describe(w)),
-                        None => "it was never written".to_string(),
-                    };
-                    self.violate(Invariant::S3, || {
-                        format!("decode attends for {d} over page {t} (page {i} of its sequence) but {whose}")
-                    });
-                }
-            }
-            TraceEvent::RejectedLegacy { node, room, .. } => self.s.note(
-                *room,
-                if *node == PREFILL {
-                    note::FLAGGED_PREFILL
-                } else {
-                    note::FLAGGED_DECODE
-                },
-            ),
-            TraceEvent::AbortNoted {
-                room,
-                side: Side::Prefill,
-                ..
-            } => self.s.note(*room, note::PREFILL_ABORTED),
-            TraceEvent::Responded {
-                room, side, status, ..
-            } if status.is_ok() => {
-                let room = *room;
-                if *side == Side::Prefill && self.s.noted(room, note::PREFILL_ABORTED) {
-                    let d = self.describe(room);
-                    self.violate(Invariant::S6, || {
-                        format!("prefill answered 200 for {d} after its abort became visible")
-                    });
-                }
-                if *side == Side::Decode && self.s.noted(room, note::TRANSFER_FAILED) {
-                    let d = self.describe(room);
-                    self.violate(Invariant::S6, || {
-                        format!("decode answered 200 for {d} after its KV transfer failed")
-                    });
-                }
-            }
-            TraceEvent::QuarantineReleased { room, acked, .. } => {
-                let (room, acked) = (*room, *acked);
-                if acked != room {
-                    let d = self.describe(room);
-                    self.violate(Invariant::S9, || {
-                        format!("decode released the quarantine of {d} on a drain ack for {acked}")
-                    });
-                }
-                let flying = self
-                    .s
-                    .prefill
-                    .get()
-                    .writes_in_flight(room)
-                    .max(self.s.writes_in_flight(room));
-                if flying > 0 {
-                    let d = self.describe(room);
-                    self.violate(Invariant::S9, || {
-                        format!("decode released the quarantine of {d} while {flying} of its KV writes were still in flight")
-                    });
-                }
-                self.s.unnote(room, note::DRAIN_RETRIED);
-            }
-            TraceEvent::RoomCleared { room, .. } => self
-                .s
-                .unnote(*room, note::TRANSFER_FAILED | note::PREFILL_ABORTED),
-            _ => {}
         }
+        if let TraceEvent::QuarantineReleased { room, .. } = ev {
+            self.s.unnote(*room, note::DRAIN_RETRIED);
+        }
+        let m = self.m;
+        let mut drafts = std::mem::take(&mut self.drafts);
+        self.oracle().observe_event(&m.header, ev, &mut drafts);
+        self.drafts = drafts;
+        self.judged();
     }
 }
 
@@ -880,8 +655,7 @@ macro_rules! safety {
 
 safety!(
     holds_s1 => S1, holds_s2 => S2, holds_s3 => S3, holds_s4 => S4, holds_s5 => S5,
-    holds_s6 => S6, holds_s7 => S7, holds_s8 => S8, holds_s9 => S9, holds_l2 => L2,
-    holds_l5 => L5,
+    holds_s6 => S6, holds_s7 => S7, holds_s8 => S8, holds_s9 => S9, holds_l5 => L5,
 );
 
 /// Latch bits of the properties that are not one invariant each.
@@ -919,10 +693,10 @@ fn abort_races_write(m: &HandoffModel, s: &State) -> bool {
     let pool = s.decode.get().pool();
     !latched(m, BIT_ABORT_RACE)
         && s.net.iter().any(|e| match &e.get().msg {
-            Msg::KvWrite { room, dst, .. } if e.get().to == DECODE => dst.iter().any(|t| {
-                !pool
-                    .record(t.page)
-                    .is_some_and(|r| r.gen == t.gen && r.owner == Some(*room) && r.state.is_owned())
+            Msg::KvWrite { id, dst, .. } if e.get().to == DECODE => dst.iter().any(|t| {
+                !pool.record(t.page).is_some_and(|r| {
+                    r.gen == t.gen && r.owner == Some(id.room) && r.state.is_owned()
+                })
             }),
             _ => false,
         })
@@ -959,7 +733,6 @@ pub mod names {
     pub const S7: &str = "S7 metadata integrity";
     pub const S8: &str = "S8 free discipline";
     pub const S9: &str = "S9 release after drain";
-    pub const L2: &str = "L2 room table consistent";
     pub const L5: &str = "L5 nothing larger than the pool admitted";
     pub const QUIESCENCE: &str =
         "L1-L4 no action enabled => every request answered, every pool full";
@@ -1012,7 +785,7 @@ impl Model for HandoffModel {
             }
         }
         let timeouts_left = used.early_timeouts < bounds.early_timeouts || !s.timeout_is_early();
-        for &(node, timer) in &s.timers {
+        for (node, timer) in s.timers.iter() {
             if timer == Timer::Compute || timeouts_left {
                 out.push(Action::Fire(node, timer));
             }
@@ -1051,7 +824,6 @@ impl Model for HandoffModel {
             Property::always(names::S7, holds_s7),
             Property::always(names::S8, holds_s8),
             Property::always(names::S9, holds_s9),
-            Property::always(names::L2, holds_l2),
             Property::always(names::L5, holds_l5),
             Property::always(names::QUIESCENCE, quiescence_holds),
         ];

@@ -1,10 +1,11 @@
 //! Replay a [`Schedule`] through the engine's nodes and the simulator's `Oracle`.
 //!
 //! This is the check that a counterexample is the engine's, not the model's: it
-//! rebuilds the topology the simulator builds (router `n0`, prefill `n1`, decode `n2`,
-//! `SymbolicGpu` pools), feeds each node the inputs the schedule forces, in order, and
-//! runs `kvsim_sim::oracle::Oracle` exactly as `kvsim_sim::world::World` does after
-//! every input. None of the model checker's code runs here: not its state, not its
+//! rebuilds the topology the simulator builds (`world::Topology`: router `n0`, prefill
+//! `n1`, decode `n2`, `SymbolicGpu` pools), feeds each node the inputs the schedule
+//! forces, in order, carries out their effects through the world module as the
+//! simulator does, and judges the records with the `kvsim_oracle::Oracle` the simulator
+//! feeds. None of the model checker's code runs here: not its state, not its
 //! transition function, not its property checks.
 //!
 //! It does not judge whether the schedule was a legal run of the model (fault budgets,
@@ -13,21 +14,20 @@
 
 use crate::schedule::{MessageStep, Schedule, Step};
 use crate::spec::ModelSpec;
-use crate::state::{failed_write_done, CLIENT, DECODE, PREFILL, ROUTER};
-use kvsim_engine::decode::DecodeNode;
+use crate::state::{CLIENT, PREFILL, ROUTER};
+use crate::HandoffModel;
 use kvsim_engine::env::{Input, Outbox, Timer, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
 use kvsim_engine::ids::{NodeId, RequestId, TenantId};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::Msg;
 use kvsim_engine::node::Node;
-use kvsim_engine::prefill::PrefillNode;
-use kvsim_engine::router::Router;
+use kvsim_engine::trace::{FaultAction, TraceEvent};
+use kvsim_engine::world::{self, Arrival, Arriving, CrashFate, Driver, Timers, WriteFailure};
 use kvsim_engine::Cfg;
-use kvsim_sim::oracle::{Finding, Oracle};
-use kvsim_sim::report::{describe_event, distinct};
-use kvsim_sim::scenario::PlannedRequest;
-use std::collections::{BTreeMap, BTreeSet};
+use kvsim_oracle::render::describe_event;
+use kvsim_oracle::schema::{ClockKind, EndOutcome, Entry, FaultEvent, Record, RunHeader};
+use kvsim_oracle::{Finding, Oracle};
 
 /// A step the replayer cannot apply.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -49,7 +49,7 @@ pub enum ReplayError {
 #[derive(Clone, Debug)]
 pub struct ReplayOutcome {
     pub findings: Vec<Finding>,
-    /// Distinct invariants broken, in order of first finding.
+    /// Distinct invariants found (violated or detected), in order of first finding.
     pub broken: Vec<Invariant>,
     /// One line per step and per engine event.
     pub log: Vec<String>,
@@ -60,177 +60,179 @@ pub struct ReplayOutcome {
 struct Replayer {
     nodes: Vec<Node<SymbolicGpu>>,
     net: Vec<(NodeId, NodeId, Msg<SymbolicPage>)>,
-    timers: BTreeSet<(NodeId, Timer)>,
+    timers: Timers<()>,
     oracle: Oracle,
     log: Vec<String>,
+    step: u64,
+    restart: Option<NodeId>,
 }
 
 impl Replayer {
-    /// `World::dispatch_with`, without a clock.
-    fn dispatch(&mut self, node: NodeId, input: Input<SymbolicPage>, submitted: Option<RequestId>) {
+    fn record(&mut self, rec: Record) {
+        self.oracle.observe(&Entry {
+            at_ns: 0,
+            seq: self.step,
+            rec,
+        });
+    }
+
+    /// Feed one input to one node and carry out its effects through the world module.
+    fn dispatch(&mut self, node: NodeId, input: Input<SymbolicPage>) {
         let mut out = Outbox::new(0);
         self.nodes[node.0 as usize].handle(input, &mut out);
-        if node == ROUTER {
-            for (to, msg) in &out.sends {
-                self.oracle.on_router_send(submitted, msg, *to);
-            }
+        world::apply(node, out.effects, self);
+        if let Some(n) = self.restart.take() {
+            self.crash(n).ok();
         }
-        for ev in &out.traces {
-            let mut flying = std::collections::BTreeMap::new();
-            for (_, to, m) in &self.net {
-                if let Msg::KvWrite { room, .. } = m {
-                    *flying.entry((*to, *room)).or_insert(0u32) += 1;
-                }
-            }
-            self.oracle.on_trace(&self.nodes, &flying, ev);
-            self.log.push(format!("    {}", describe_event(ev)));
-        }
-        for (to, msg) in out.sends {
-            if to == CLIENT {
-                if let Msg::Response {
-                    req,
-                    status,
-                    tokens,
-                } = &msg
-                {
-                    self.oracle.on_response(*req, *status, tokens);
-                    self.log.push(format!(
-                        "    client gets {status} for {req} ({} tokens)",
-                        tokens.len()
-                    ));
-                }
-            } else {
-                self.net.push((node, to, msg));
-            }
-        }
-        for op in out.timers {
-            match op {
-                TimerOp::Set { timer, .. } => {
-                    self.timers.insert((node, timer));
-                }
-                TimerOp::Cancel { timer } => {
-                    self.timers.remove(&(node, timer));
-                }
-            }
-        }
-        self.oracle.after_event(&self.nodes[node.0 as usize]);
     }
 
-    fn deliver(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>) {
-        if let Msg::KvWrite { room, dst, .. } = &msg {
-            let epoch = self.nodes[to.0 as usize].pool().map_or(0, |p| p.epoch());
-            if dst.iter().any(|t| t.gen.epoch() != epoch) {
-                // `World::deliver`: a stale registration fails the write.
-                self.log.push(format!(
-                    "    the KV write for {room} fails: stale registration"
-                ));
-                self.net
-                    .extend(failed_write_done(&msg).map(|done| (to, from, done)));
-                return;
+    fn deliver(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>, fail: bool) {
+        let at = Arriving {
+            sender_alive: true,
+            receiver_alive: true,
+            receiver_epoch: self.nodes[to.0 as usize].pool().map_or(0, |p| p.epoch()),
+            partitioned: false,
+            injected_failure: fail,
+        };
+        match world::arrival(&msg, &at) {
+            Arrival::Deliver => self.dispatch(to, Input::Message { from, msg }),
+            Arrival::Drop(_) => {}
+            Arrival::Fail { reason, completion } => {
+                if let Some(write) = msg.write_id() {
+                    self.log
+                        .push(format!("    the KV write {write} fails on the wire ({reason:?})"));
+                    self.record(Record::WriteFailed {
+                        from,
+                        to,
+                        write,
+                        reason,
+                    });
+                }
+                self.net.push((to, from, completion));
             }
         }
-        self.oracle.before_deliver(&self.nodes, from, to, &msg);
-        self.dispatch(to, Input::Message { from, msg }, None);
     }
 
-    /// `World::crash` and `World::restart` back to back.
+    /// A crash and an immediate restart, by the world's rules.
     fn crash(&mut self, node: NodeId) -> Result<(), String> {
         let i = node.0 as usize;
-        let epoch = match self.nodes.get(i).and_then(|n| n.pool()) {
-            Some(pool) => pool.epoch() + 1,
+        let dead = match self.nodes.get(i).and_then(|n| n.pool()) {
+            Some(pool) => pool.epoch(),
             None => return Err("only a prefill or decode node can crash".into()),
         };
-        self.timers.retain(|(n, _)| *n != node);
+        self.timers.crash(node);
         let mut kept = Vec::new();
+        let mut flushed = Vec::new();
+        let mut failed = Vec::new();
         for (from, to, msg) in std::mem::take(&mut self.net) {
-            if to == node {
-                kept.extend(failed_write_done(&msg).map(|done| (to, from, done)));
-            } else if !(from == node && matches!(msg, Msg::KvWrite { .. })) {
-                kept.push((from, to, msg));
+            match world::crash_fate(node, from, to, &msg) {
+                CrashFate::Keep => kept.push((from, to, msg)),
+                CrashFate::Lose => {}
+                CrashFate::Flush => flushed.extend(msg.write_id()),
+                CrashFate::FailBack(done) => failed.push((from, to, done)),
             }
         }
         self.net = kept;
-        self.nodes[i].restart(epoch);
-        self.oracle.on_restart(node);
-        self.oracle.after_event(&self.nodes[i]);
+        self.nodes[i].restart(dead + 1);
+        self.record(Record::Fault(FaultEvent::Crash {
+            node,
+            epoch: dead,
+            flushed,
+        }));
+        for (from, to, done) in failed {
+            if let Some(write) = done.write_id() {
+                self.record(Record::WriteFailed {
+                    from,
+                    to,
+                    write,
+                    reason: WriteFailure::ReceiverGone,
+                });
+            }
+            self.net.push((to, from, done));
+        }
+        self.record(Record::Fault(FaultEvent::Restart {
+            node,
+            epoch: dead + 1,
+        }));
         Ok(())
+    }
+}
+
+impl Driver<Msg<SymbolicPage>> for Replayer {
+    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>) {
+        if to == CLIENT {
+            if let Msg::Response {
+                req,
+                status,
+                tokens,
+            } = &msg
+            {
+                self.log.push(format!(
+                    "    client gets {status} for {req} ({} tokens)",
+                    tokens.len()
+                ));
+            }
+        } else {
+            self.net.push((from, to, msg));
+        }
+    }
+
+    fn timer(&mut self, node: NodeId, op: TimerOp) {
+        self.timers.apply(node, op, ());
+    }
+
+    fn event(&mut self, _node: NodeId, ev: TraceEvent) {
+        self.log.push(format!("    {}", describe_event(&ev)));
+        if let TraceEvent::Fault { node, fault } = &ev {
+            if fault.action() == FaultAction::Restart {
+                self.restart = Some(*node);
+            }
+        }
+        self.record(Record::Engine(ev));
     }
 }
 
 /// Replay `schedule` on the topology and engine configuration of `spec`.
 pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, ReplayError> {
     let cfg = Cfg::new(spec.engine.clone());
-    let ps = cfg.page_size;
-    let planned: Vec<PlannedRequest> = schedule
-        .0
-        .iter()
-        .filter_map(|s| match s {
+    let topology = HandoffModel::topology_of(spec);
+    let header = RunHeader::new("kvsim-replay", ClockKind::Simulated, &spec.engine, &topology);
+    let mut r = Replayer {
+        nodes: topology.build(&cfg, SymbolicGpu::new),
+        net: Vec::new(),
+        timers: Timers::new(),
+        oracle: Oracle::new(header),
+        log: Vec::new(),
+        step: 0,
+        restart: None,
+    };
+    for (index, step) in schedule.0.iter().enumerate() {
+        r.step = index as u64 + 1;
+        r.log.push(format!("{:>3}. {step}", index + 1));
+        match step {
             Step::Submit {
                 req,
                 tenant,
                 prompt_len,
                 max_new_tokens,
-            } => Some(PlannedRequest {
-                req: *req,
-                tenant: TenantId(*tenant),
-                prompt_len: *prompt_len,
-                max_new_tokens: *max_new_tokens,
-                at_ns: 0,
-                cancel: None,
-            }),
-            _ => None,
-        })
-        .collect();
-    let pool_pages = BTreeMap::from([(PREFILL, spec.prefill_pages), (DECODE, spec.decode_pages)]);
-    let mut r = Replayer {
-        nodes: vec![
-            Node::Router(Router::new(
-                ROUTER,
-                cfg.clone(),
-                vec![PREFILL],
-                vec![DECODE],
-            )),
-            Node::Prefill(PrefillNode::new(
-                PREFILL,
-                cfg.clone(),
-                ROUTER,
-                SymbolicGpu::new(spec.prefill_pages, ps),
-            )),
-            Node::Decode(DecodeNode::new(
-                DECODE,
-                cfg.clone(),
-                ROUTER,
-                SymbolicGpu::new(spec.decode_pages, ps),
-            )),
-        ],
-        net: Vec::new(),
-        timers: BTreeSet::new(),
-        oracle: Oracle::new(cfg.clone(), &planned, pool_pages),
-        log: Vec::new(),
-    };
-    for (index, step) in schedule.0.iter().enumerate() {
-        r.oracle.set_clock(0, index as u64 + 1);
-        r.log.push(format!("{:>3}. {step}", index + 1));
-        match step {
-            Step::Submit { req, .. } => {
-                let Some(p) = planned.iter().find(|p| p.req == *req) else {
-                    return Err(ReplayError::Invalid {
-                        index,
-                        step: step.to_string(),
-                        reason: "unknown request".into(),
-                    });
-                };
+            } => {
+                r.record(Record::Submit {
+                    req: *req,
+                    tenant: TenantId(*tenant),
+                    prompt_len: *prompt_len,
+                    max_new_tokens: *max_new_tokens,
+                });
                 let msg = Msg::Submit {
                     req: *req,
-                    tenant: p.tenant,
-                    prompt: p.prompt(),
-                    max_new_tokens: p.max_new_tokens,
+                    tenant: TenantId(*tenant),
+                    prompt: kvsim_oracle::canary::prompt(*req, *prompt_len),
+                    max_new_tokens: *max_new_tokens,
                 };
-                r.dispatch(ROUTER, Input::Message { from: CLIENT, msg }, Some(*req));
+                r.dispatch(ROUTER, Input::Message { from: CLIENT, msg });
             }
             Step::Cancel { req } => {
                 let msg = Msg::Cancel { req: *req };
-                r.dispatch(ROUTER, Input::Message { from: CLIENT, msg }, None);
+                r.dispatch(ROUTER, Input::Message { from: CLIENT, msg });
             }
             Step::Message {
                 how,
@@ -251,26 +253,25 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                 match how {
                     MessageStep::Deliver | MessageStep::Overtake => {
                         let (f, t, m) = r.net.remove(i);
-                        r.deliver(f, t, m);
+                        r.deliver(f, t, m, false);
                     }
                     MessageStep::Duplicate => {
                         let (f, t, m) = r.net[i].clone();
-                        r.deliver(f, t, m);
+                        r.deliver(f, t, m, false);
                     }
                     MessageStep::Lose => {
                         r.net.remove(i);
                     }
                     MessageStep::FailWrite => {
-                        let (f, t, m) = r.net.remove(i);
-                        let Some(done) = failed_write_done(&m) else {
+                        if !matches!(r.net[i].2, Msg::KvWrite { .. }) {
                             return Err(ReplayError::Invalid {
                                 index,
                                 step: step.to_string(),
                                 reason: "only a KV write can fail on the wire".into(),
                             });
-                        };
-                        // The writer's NIC completes the work request with an error.
-                        r.net.push((t, f, done));
+                        }
+                        let (f, t, m) = r.net.remove(i);
+                        r.deliver(f, t, m, true);
                     }
                 }
             }
@@ -282,23 +283,34 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                 })?;
             }
             Step::Fire { node, timer } => {
-                if !r.timers.remove(&(*node, *timer)) {
+                if r.timers.take(*node, *timer).is_none() {
                     return Err(ReplayError::TimerNotPending {
                         index,
                         step: step.to_string(),
                     });
                 }
-                r.dispatch(*node, Input::Timer(*timer), None);
+                r.dispatch(*node, Input::Timer(*timer));
             }
         }
     }
     let quiescent = r.net.is_empty() && r.timers.is_empty();
     if quiescent {
-        r.oracle.at_quiescence(&r.nodes, None);
+        r.step += 1;
+        r.record(Record::End {
+            outcome: EndOutcome::Drained,
+            detail: "nothing in flight, no timer pending".into(),
+        });
     }
     let findings = r.oracle.findings().to_vec();
+    let mut broken: Vec<Invariant> = Vec::new();
+    for f in &findings {
+        if !broken.contains(&f.violation.invariant) {
+            broken.push(f.violation.invariant);
+        }
+    }
+    let _ = (PREFILL, RequestId(0), Timer::Compute);
     Ok(ReplayOutcome {
-        broken: distinct(&findings),
+        broken,
         findings,
         log: r.log,
         quiescent,

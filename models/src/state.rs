@@ -2,12 +2,13 @@
 //!
 //! The nodes are the engine's own `Router`, `PrefillNode` and `DecodeNode` with
 //! `SymbolicGpu`; everything else here is the environment (clients, the network,
-//! pending timers, fault budgets) and the little the oracles must remember between
-//! transitions. It holds no timestamps and no event counters, so two runs that reach
-//! the same configuration reach the same state.
+//! pending timers, fault budgets) and the oracle's model of the run
+//! (`kvsim_oracle::OracleState`, the same one the simulator and `kvsim audit` use).
+//! It holds no timestamps and no event counters, so two runs that reach the same
+//! configuration reach the same state.
 //!
-//! Invariant: `net` and `timers` are sorted and free of duplicates, the book's
-//! `rooms` and `notes` are sorted by room, so equal configurations are equal values.
+//! Invariant: `net` and `timers` are sorted and free of duplicates, the book's `notes`
+//! are sorted by room, so equal configurations are equal values.
 
 use crate::shared::Shared;
 use kvsim_engine::decode::DecodeNode;
@@ -19,6 +20,8 @@ use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
+use kvsim_engine::world::Timers;
+use kvsim_oracle::OracleState;
 use smallvec::SmallVec;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -47,33 +50,10 @@ impl Envelope {
         matches!(self.msg, Msg::KvWrite { .. } | Msg::WriteDone { .. })
     }
 
-    /// For a KV write: the completion the writer's NIC reports when the write fails on
-    /// the wire (lost to a fault, a dead receiver, or a stale registration), travelling
-    /// back to the writer. `None` for any other message.
-    pub fn failed_completion(&self) -> Option<Envelope> {
-        failed_write_done(&self.msg).map(|msg| Envelope {
-            from: self.to,
-            to: self.from,
-            msg,
-        })
-    }
-
     /// The FIFO channel the message travels on: one per direction and per transport
     /// (RDMA or control), as a queue pair or a TCP connection would be.
     pub fn channel(&self) -> (NodeId, NodeId, bool) {
         (self.from, self.to, self.is_rdma())
-    }
-}
-
-/// `WriteDone { ok: false }` for a KV write (its chunk), `None` for any other message.
-pub fn failed_write_done(msg: &Msg<SymbolicPage>) -> Option<Msg<SymbolicPage>> {
-    match msg {
-        Msg::KvWrite { room, chunk, .. } => Some(Msg::WriteDone {
-            room: *room,
-            chunk: *chunk,
-            ok: false,
-        }),
-        _ => None,
     }
 }
 
@@ -95,22 +75,12 @@ pub struct Client {
     pub reply: Option<Status>,
 }
 
-/// What the oracles remember about one room use between transitions (the
-/// simulator's oracle keeps the same facts in sets). Dropped when the router clears
-/// the room, after which no check reads them.
+/// What the environment remembers about a room use for its `sometimes` properties
+/// (the oracle keeps its own facts, in [`State::oracle`]).
 pub mod note {
-    /// A `KvDone { Failed }` reached decode: a later 200 from decode is dishonest (S6).
-    pub const TRANSFER_FAILED: u8 = 1;
-    /// Prefill saw the abort: a later 200 from prefill is dishonest (S6).
-    pub const PREFILL_ABORTED: u8 = 2;
     /// Decode's drain-retry timer fired while the room was quarantined (cleared when
     /// the quarantine ends, so it mirrors the node's own retry count).
     pub const DRAIN_RETRIED: u8 = 4;
-    /// Prefill traced a legacy rejection of the room (kept: the simulator's oracle
-    /// never forgets one either).
-    pub const FLAGGED_PREFILL: u8 = 8;
-    /// Decode traced a legacy rejection of the room.
-    pub const FLAGGED_DECODE: u8 = 16;
 }
 
 /// Faults injected so far.
@@ -127,16 +97,14 @@ pub struct FaultsUsed {
 }
 
 /// What the environment remembers besides the nodes and the network: the clients,
-/// the room-to-request map, the oracles' notes, the faults used and the invariants
-/// broken. Most transitions leave it as it is, so a state shares it with its
+/// the notes of its `sometimes` properties, the faults used and the invariants the
+/// oracle found broken. Most transitions leave it as it is, so a state shares it with its
 /// successors ([`Shared`]) until one changes it; its lists are inline, so that copy
 /// is a single allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Book {
     pub clients: SmallVec<[Client; 4]>,
-    /// Which request each room use serves, learnt from the router's start messages.
-    pub rooms: SmallVec<[(RoomKey, RequestId); 4]>,
-    /// Oracle memory per room use (see [`note`]).
+    /// Environment notes per room use (see [`note`]).
     pub notes: SmallVec<[(RoomKey, u8); 4]>,
     pub faults: FaultsUsed,
     /// Invariants some transition broke (bit `Invariant as u16`). Always empty on a
@@ -149,11 +117,7 @@ pub struct Book {
 impl Hash for Book {
     fn hash<H: Hasher>(&self, h: &mut H) {
         // The lengths, so that no two different splits of the lists hash alike.
-        h.write_u64(
-            self.clients.len() as u64
-                | (self.rooms.len() as u64) << 16
-                | (self.notes.len() as u64) << 32,
-        );
+        h.write_u64(self.clients.len() as u64 | (self.notes.len() as u64) << 32);
         for c in &self.clients {
             h.write_u64(
                 u64::from(c.group)
@@ -163,11 +127,6 @@ impl Hash for Book {
                     | u64::from(c.reply.map_or(0, |s| s.0)) << 16,
             );
             h.write_u64(c.req.map_or(0, |r| r.0));
-        }
-        for (k, r) in &self.rooms {
-            h.write_u64(u64::from(k.room.0));
-            h.write_u64(k.gen.0);
-            h.write_u64(r.0);
         }
         for (k, flags) in &self.notes {
             h.write_u64(u64::from(k.room.0) << 8 | u64::from(*flags));
@@ -202,9 +161,11 @@ pub struct State {
     /// `Overtake`. A retransmission identical to a message still queued on its channel
     /// merges with it; delivering a message twice is the explicit fault `Duplicate`.
     pub net: Vec<Shared<Envelope>>,
-    /// Pending timers per node.
-    pub timers: Vec<(NodeId, Timer)>,
+    /// Pending timers per node (the world's timer semantics).
+    pub timers: Timers<()>,
     pub book: Shared<Book>,
+    /// The oracle's model of the run so far.
+    pub oracle: Shared<OracleState>,
 }
 
 /// A timer in one word plus its room's generation: node, kind, room number.
@@ -228,12 +189,13 @@ impl Hash for State {
         h.write_u64(self.prefill.digest());
         h.write_u64(self.decode.digest());
         h.write_u64(self.book.digest());
+        h.write_u64(self.oracle.digest());
         // The lengths, so that no two different splits of the lists hash alike.
         h.write_u64(self.net.len() as u64 | (self.timers.len() as u64) << 32);
         for e in &self.net {
             h.write_u64(e.digest());
         }
-        for &(node, t) in &self.timers {
+        for (node, t) in self.timers.iter() {
             let (a, b) = timer_words(node, t);
             h.write_u64(a);
             h.write_u64(b);
@@ -265,25 +227,9 @@ impl State {
         }
     }
 
-    /// The request a room use serves.
+    /// The request a room use serves (as the oracle learnt it from the router).
     pub fn req_of(&self, room: RoomKey) -> Option<RequestId> {
-        let rooms = &self.book.get().rooms;
-        rooms
-            .binary_search_by_key(&room, |(k, _)| *k)
-            .ok()
-            .map(|i| rooms[i].1)
-    }
-
-    /// Remember which request a room use serves.
-    pub fn add_room(&mut self, room: RoomKey, req: RequestId) {
-        if let Err(i) = self
-            .book
-            .get()
-            .rooms
-            .binary_search_by_key(&room, |(k, _)| *k)
-        {
-            self.book(|b| b.rooms.insert(i, (room, req)));
-        }
+        self.oracle.get().room(room).map(|f| f.req)
     }
 
     /// The client that submitted `req`.
@@ -376,37 +322,10 @@ impl State {
         }
     }
 
-    pub fn set_timer(&mut self, node: NodeId, timer: Timer) {
-        if let Err(i) = self.timers.binary_search(&(node, timer)) {
-            self.timers.insert(i, (node, timer));
-        }
-    }
-
-    pub fn cancel_timer(&mut self, node: NodeId, timer: Timer) -> bool {
-        match self.timers.binary_search(&(node, timer)) {
-            Ok(i) => {
-                self.timers.remove(i);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
     /// Would a timeout firing now be premature: is other progress still possible (a
     /// message in flight, or a scheduler tick pending)?
     pub fn timeout_is_early(&self) -> bool {
-        !self.net.is_empty() || self.timers.iter().any(|(_, t)| *t == Timer::Compute)
-    }
-
-    /// KV writes for `room` in flight to decode.
-    pub fn writes_in_flight(&self, room: RoomKey) -> usize {
-        self.net
-            .iter()
-            .filter(|e| {
-                e.get().to == DECODE
-                    && matches!(&e.get().msg, Msg::KvWrite { room: r, .. } if *r == room)
-            })
-            .count()
+        !self.net.is_empty() || self.timers.iter().any(|(_, t)| t == Timer::Compute)
     }
 }
 

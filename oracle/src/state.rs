@@ -309,11 +309,7 @@ impl OracleState {
 
     /// Must `side` reject the request of this room at intake (its own limit)?
     fn must_reject(&self, h: &RunHeader, f: &RoomFacts, side: Side) -> bool {
-        match side {
-            // A deployment that truncates serves an over-length prompt cut short.
-            Side::Prefill => !h.allow_auto_truncate && f.prompt_len > h.limit(f.prefill),
-            Side::Decode => f.prompt_len + u64::from(f.max_new_tokens) > h.limit(f.decode),
-        }
+        must_reject(h, side, f.prefill, f.decode, f.prompt_len, f.max_new_tokens)
     }
 
     fn side_of(&self, node: NodeId) -> Option<Side> {
@@ -549,13 +545,15 @@ impl OracleState {
                     }
                 }
             }
-            Record::Engine(ev) => self.on_event(h, ev, out),
+            Record::Engine(ev) => self.observe_event(h, ev, out),
             Record::End { outcome, detail } => self.at_end(*outcome, detail, out),
             _ => {}
         }
     }
 
-    fn on_event(&mut self, h: &RunHeader, ev: &TraceEvent, out: &mut Drafts) {
+    /// Judge one engine event ([`OracleState::observe`] of `Record::Engine`, without
+    /// building the record).
+    pub fn observe_event(&mut self, h: &RunHeader, ev: &TraceEvent, out: &mut Drafts) {
         use TraceEvent::*;
         match ev {
             Routed {
@@ -1248,6 +1246,24 @@ impl OracleState {
                 ))
             });
         }
+    }
+}
+
+/// Must `side` reject, at intake, a request of `prompt_len` tokens asking for
+/// `max_new_tokens` more, paired with these prefill and decode nodes? Prefill holds
+/// the prompt (a deployment that truncates serves an over-length prompt cut short);
+/// decode holds the prompt and the reply. Each against its own `min(context, pool)`.
+pub fn must_reject(
+    h: &RunHeader,
+    side: Side,
+    prefill: NodeId,
+    decode: NodeId,
+    prompt_len: u64,
+    max_new_tokens: u32,
+) -> bool {
+    match side {
+        Side::Prefill => !h.allow_auto_truncate && prompt_len > h.limit(prefill),
+        Side::Decode => prompt_len + u64::from(max_new_tokens) > h.limit(decode),
     }
 }
 
