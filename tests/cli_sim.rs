@@ -124,7 +124,7 @@ fn replay_prints_the_draw_the_trace_and_the_report() {
     for want in [
         "== full trace ==",
         "FAILURE: mixed-faults seed 0",
-        "first violation at",
+        "first finding at",
         "causal trace",
         "determinism: ran twice, same trace byte for byte",
         &format!("replay (full trace): kvsim replay {MIXED} --seed 0 --bugs {INCIDENT}"),

@@ -88,9 +88,16 @@ fn page_tags_turn_the_leak_into_a_failed_request_that_is_still_reported() {
     .unwrap();
     assert_eq!(status(&out, 2), Status::INTERNAL);
     assert!(out.leaks.is_empty());
+    // The read was attempted and refused: a detection, not a leak, and told apart.
     assert!(
-        out.broken().contains(&Invariant::S3),
-        "the tag check caught S3; the oracle must say so"
+        out.detected().contains(&Invariant::S3),
+        "the tag check caught S3; the oracle must say so: {:?}",
+        out.findings
+    );
+    assert!(
+        !out.broken().contains(&Invariant::S3),
+        "nothing was read, so S3 is not violated: {:?}",
+        out.findings
     );
 }
 

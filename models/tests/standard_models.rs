@@ -52,7 +52,7 @@ fn handoff_small_is_clean_with_a_pinned_state_count() {
 fn abort_race_small_is_clean_with_a_pinned_state_count() {
     let r = run(ModelSpec::abort_race_small());
     assert_clean(&r);
-    assert_eq!(r.unique, 22_253);
+    assert_eq!(r.unique, 19_502);
     assert_eq!(
         r.status(names::ABORT_RACE),
         Some(Verdict::Reached { steps: 8 })
@@ -63,7 +63,7 @@ fn abort_race_small_is_clean_with_a_pinned_state_count() {
 fn crash_race_small_is_clean_with_a_pinned_state_count() {
     let r = run(ModelSpec::crash_race_small());
     assert_clean(&r);
-    assert_eq!(r.unique, 1_626);
+    assert_eq!(r.unique, 1_614);
     // The shortest busy crash: submit, the router's start reaches prefill, crash.
     assert_eq!(r.status(names::CRASH), Some(Verdict::Reached { steps: 3 }));
 }

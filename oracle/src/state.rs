@@ -990,6 +990,11 @@ impl OracleState {
                         b.open.remove(i);
                     }
                 }
+                if *side == Side::Prefill {
+                    if let Some(r) = self.room_mut(*room) {
+                        r.flags &= !flag::DRAIN_ACKED;
+                    }
+                }
                 if status.is_ok() && *side == Side::Prefill && self.has(*room, flag::PREFILL_ABORTED) {
                     out.push(draft(Invariant::S6, Some(*room), format!(
                         "prefill {node} answered 200 for {} after its abort became visible",
@@ -1050,7 +1055,12 @@ impl OracleState {
                         flying.len()
                     )));
                 }
-                self.flag(*room, flag::DRAIN_ACKED);
+                // Remembered only while the prefill half is live: a node sends for a room
+                // use only while it holds its request, so afterwards the fact can decide
+                // nothing and would only tell apart runs that are otherwise the same.
+                if self.book(*node).is_some_and(|b| b.open.binary_search(room).is_ok()) {
+                    self.flag(*room, flag::DRAIN_ACKED);
+                }
             }
             Fault { node, fault } => {
                 if let NodeFault::DrainAckMissing { .. } = fault {

@@ -115,7 +115,7 @@ pub fn replay_command(path: &str, out: &RunOutcome) -> String {
 /// swarm draw, the first violation, the other invariants broken, the causal trace and
 /// the replay command. `None` for a clean run.
 pub fn failure_report(out: &RunOutcome, path: &str) -> Option<String> {
-    let first = out.first_finding()?;
+    let first = out.first().or_else(|| out.first_finding())?;
     let mut s = String::new();
     let _ = writeln!(
         s,

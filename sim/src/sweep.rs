@@ -154,11 +154,13 @@ impl Default for SweepOptions {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
     pub seed: u64,
-    /// The first violated invariant.
+    /// The first invariant found: `S3` when violated, `S3 detected` when a defense
+    /// stopped the hazard (nothing leaked).
     pub invariant: String,
     pub detail: String,
     pub at_ns: u64,
-    /// Every invariant the seed broke, in order of first appearance.
+    /// Every invariant the seed violated or a defense detected, in order of first
+    /// appearance (detections as `S3 detected`).
     pub invariants: Vec<String>,
     pub trace_hash: String,
     pub replay: String,
@@ -331,14 +333,31 @@ struct SeedResult {
     nondeterministic: bool,
 }
 
+/// A finding as a sweep names it: `S3`, or `S3 detected` for a defense that fired.
+pub fn finding_name(f: &kvsim_oracle::Finding) -> String {
+    if f.violated() {
+        f.violation.invariant.to_string()
+    } else {
+        format!("{} detected", f.violation.invariant)
+    }
+}
+
+/// A seed fails on its first finding: a violation, or a hazard a defense had to stop.
 fn failure_of(out: &RunOutcome, path: &str) -> Option<Failure> {
-    let f = out.first()?;
+    let f = out.first().or_else(|| out.first_finding())?;
+    let mut invariants: Vec<String> = Vec::new();
+    for g in &out.findings {
+        let n = finding_name(g);
+        if !invariants.contains(&n) {
+            invariants.push(n);
+        }
+    }
     Some(Failure {
         seed: out.seed,
-        invariant: f.violation.invariant.to_string(),
+        invariant: finding_name(f),
         detail: f.violation.detail.clone(),
         at_ns: f.at_ns,
-        invariants: out.broken().iter().map(|i| i.to_string()).collect(),
+        invariants,
         trace_hash: format!("{:016x}", out.trace_hash),
         replay: crate::report::replay_command(path, out),
     })

@@ -3,7 +3,7 @@
 mod common;
 
 use kvsim_engine::trace::TraceEvent;
-use kvsim_sim::log::Record;
+use kvsim_oracle::schema::Record;
 use kvsim_sim::plan::{Plan, Reduction};
 use kvsim_sim::scenario::Scenario;
 use kvsim_sim::sweep::{run_sweep, SeedRange, SweepOptions};
@@ -53,7 +53,7 @@ fn decode_keeps_asking_for_the_drain_ack_after_it_stops() {
     let fatal = out
         .trace
         .iter()
-        .position(|e| matches!(e.rec, Record::Engine(TraceEvent::Fatal { .. })))
+        .position(|e| matches!(e.rec, Record::Engine(TraceEvent::Fault { .. })))
         .expect("a decode node stops in seed 0");
     let released_after = out.trace[fatal..]
         .iter()

@@ -139,11 +139,14 @@ fn trace_json_is_one_object_per_line() {
     let dir = std::env::temp_dir().join(format!("kvsim-trace-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("trace.jsonl");
-    replay::write_trace_json(&out.trace, &path).unwrap();
+    replay::write_trace_json(&out.header, &out.trace, &path).unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     let mut kinds = std::collections::BTreeSet::new();
     let mut last = 0u64;
-    for line in text.lines() {
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["type"], "header");
+    assert_eq!(first["schema_version"], kvsim_oracle::SCHEMA_VERSION);
+    for line in text.lines().skip(1) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let at = v["at_ns"].as_u64().unwrap();
         assert!(at >= last, "time never goes back");
@@ -158,7 +161,7 @@ fn trace_json_is_one_object_per_line() {
         }
         kinds.insert(ty);
     }
-    assert_eq!(text.lines().count(), out.trace.len());
+    assert_eq!(text.lines().count(), out.trace.len() + 1);
     for k in [
         "submit",
         "send",

@@ -40,10 +40,12 @@ const FOUND: &[(&str, &str, Invariant, u64)] = &[
         Invariant::S6,
         20,
     ),
+    // Judged at its root: decode hands a freed page to the next request while a write
+    // aimed at it is still in flight (S9), before that write lands there (S2).
     (
         "scenarios/disconnect-mid-transfer.toml",
         "decode-release-immediate",
-        Invariant::S2,
+        Invariant::S9,
         20,
     ),
     (
@@ -88,8 +90,11 @@ const FOUND: &[(&str, &str, Invariant, u64)] = &[
 fn each_scenario_catches_its_bug() {
     for &(path, bugs, invariant, within) in FOUND {
         let s = sweep(path, within, Some(BugSet::parse(bugs).unwrap()));
+        // A hazard the defenses stopped counts as found (`S3 detected`).
+        let found = s.violations.contains_key(&invariant.to_string())
+            || s.violations.contains_key(&format!("{invariant} detected"));
         assert!(
-            s.violations.contains_key(&invariant.to_string()),
+            found,
             "{path} with {bugs}: expected {invariant} first in some seed below {within}\n{}",
             s.render()
         );
