@@ -155,9 +155,10 @@ impl<G: Gpu> DecodeNode<G> {
                 .or_else(|| self.quarantine.get(room).map(|q| q.prefill))
         };
         match msg {
-            Msg::DecodeStart { .. } | Msg::Abort { .. } if from != self.router => {
-                Err(format!("only the router ({}) starts or aborts rooms", self.router))
-            }
+            Msg::DecodeStart { .. } | Msg::Abort { .. } if from != self.router => Err(format!(
+                "only the router ({}) starts or aborts rooms",
+                self.router
+            )),
             Msg::KvWrite { id, .. } if id.writer != from => {
                 Err(format!("the write {id} names another writer"))
             }
@@ -177,7 +178,11 @@ impl<G: Gpu> DecodeNode<G> {
                         .map(|(_, q)| q.prefill)
                         .collect()
                 } else {
-                    self.quarantine.get(room).map(|q| q.prefill).into_iter().collect()
+                    self.quarantine
+                        .get(room)
+                        .map(|q| q.prefill)
+                        .into_iter()
+                        .collect()
                 };
                 if asked.iter().any(|p| *p != from) {
                     Err(format!("{from} was not asked to drain {room}"))
@@ -266,14 +271,9 @@ impl<G: Gpu> DecodeNode<G> {
                         prompt,
                         max_new_tokens,
                         prefill,
-                    } => self.on_start(
-                        room,
-                        req,
-                        prompt.len() as u64,
-                        max_new_tokens,
-                        prefill,
-                        env,
-                    ),
+                    } => {
+                        self.on_start(room, req, prompt.len() as u64, max_new_tokens, prefill, env)
+                    }
                     Msg::KvWrite { id, dst, kv, .. } => self.on_kv_write(from, id, dst, kv, env),
                     Msg::KvDone { room, outcome } => self.on_kv_done(from, room, outcome, env),
                     Msg::Abort { room } => self.on_abort(room, Status::CLIENT_CLOSED, env),

@@ -272,9 +272,10 @@ impl<G: Gpu> PrefillNode<G> {
                 .or_else(|| self.outstanding.get(room).map(|o| o.to))
         };
         match msg {
-            Msg::PrefillStart { .. } | Msg::Abort { .. } if from != self.router => {
-                Err(format!("only the router ({}) starts or aborts rooms", self.router))
-            }
+            Msg::PrefillStart { .. } | Msg::Abort { .. } if from != self.router => Err(format!(
+                "only the router ({}) starts or aborts rooms",
+                self.router
+            )),
             Msg::KvMeta { room, .. } | Msg::DrainRequest { room } => match decode_of(room) {
                 Some(d) if d != from => Err(format!("{room}'s decode node is {d}")),
                 _ => Ok(()),

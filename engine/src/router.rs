@@ -102,7 +102,9 @@ impl Router {
         };
         match msg {
             Msg::PrefillFinished { room, .. } => match live(room) {
-                Some(u) if u.prefill != from => Err(format!("{room}'s prefill node is {}", u.prefill)),
+                Some(u) if u.prefill != from => {
+                    Err(format!("{room}'s prefill node is {}", u.prefill))
+                }
                 _ => Ok(()),
             },
             Msg::DecodeFinished { room, .. } | Msg::TokenOut { room, .. } => match live(room) {
@@ -110,9 +112,7 @@ impl Router {
                 _ => Ok(()),
             },
             Msg::Cancel { req } => match self.by_req.get(req).and_then(live) {
-                Some(u) if u.client != from => {
-                    Err(format!("{req} was submitted by {}", u.client))
-                }
+                Some(u) if u.client != from => Err(format!("{req} was submitted by {}", u.client)),
                 _ => Ok(()),
             },
             _ => Ok(()),

@@ -45,7 +45,9 @@ pub struct Topology {
 
 impl Topology {
     pub fn prefill_ids(&self) -> Vec<NodeId> {
-        (1..=self.prefill_pools.len()).map(|i| NodeId(i as u16)).collect()
+        (1..=self.prefill_pools.len())
+            .map(|i| NodeId(i as u16))
+            .collect()
     }
 
     pub fn decode_ids(&self) -> Vec<NodeId> {
@@ -372,7 +374,11 @@ pub trait Driver<K> {
 }
 
 /// Carry out the effects of one handler call of `node`, in the order it issued them.
-pub fn apply<K, D: Driver<K>>(node: NodeId, effects: impl IntoIterator<Item = Effect<K>>, d: &mut D) {
+pub fn apply<K, D: Driver<K>>(
+    node: NodeId,
+    effects: impl IntoIterator<Item = Effect<K>>,
+    d: &mut D,
+) {
     for effect in effects {
         match effect {
             Effect::Send { to, msg } => d.send(node, to, msg),
