@@ -51,6 +51,22 @@ enum Phase {
     },
 }
 
+/// Where a prefill room is, as [`PrefillNode::room_phase`] reports it to tests and
+/// drivers (read-only introspection; the node never reads it back).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum PrefillPhase {
+    /// Sender created; waiting for decode's page list.
+    Bootstrapping,
+    /// Page list known; waiting in the queue for source pages.
+    Waiting,
+    /// In the running batch with these source pages.
+    Forward { pages: Vec<PageTag> },
+    /// KV is being sent: the next page to send and the chunk writes in flight.
+    Sending { next_page: usize, in_flight: u32 },
+    /// The transfer concluded (`success` is its outcome); polled at the next tick.
+    Inflight { success: bool },
+}
+
 /// Decode's page list for a room (M5).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Meta {
@@ -948,5 +964,44 @@ impl<G: Gpu> PrefillNode<G> {
             }
         }
         Ok(())
+    }
+
+    /// The phase of a live room use, `None` when this node has no request for it.
+    pub fn room_phase(&self, room: RoomKey) -> Option<PrefillPhase> {
+        Some(match &self.requests.get(&room)?.phase {
+            Phase::Bootstrapping => PrefillPhase::Bootstrapping,
+            Phase::Waiting => PrefillPhase::Waiting,
+            Phase::Forward { pages } => PrefillPhase::Forward {
+                pages: pages.clone(),
+            },
+            Phase::Sending {
+                next_page,
+                in_flight,
+                ..
+            } => PrefillPhase::Sending {
+                next_page: *next_page,
+                in_flight: *in_flight,
+            },
+            Phase::Inflight { outcome, .. } => PrefillPhase::Inflight {
+                success: matches!(outcome, TransferOutcome::Success { .. }),
+            },
+        })
+    }
+
+    /// The decode node a room use's page list is kept from, when it arrived before
+    /// the room's start message.
+    pub fn early_meta_from(&self, room: RoomKey) -> Option<NodeId> {
+        self.early_meta.get(&room).map(|(from, _)| *from)
+    }
+
+    /// The node a drain ack for this room use is owed to, if one was asked for and
+    /// not yet sent.
+    pub fn drain_owed_to(&self, room: RoomKey) -> Option<NodeId> {
+        self.outstanding.get(&room)?.drain_requested_by
+    }
+
+    /// Whether this node retired the room use (any message for it is stale).
+    pub fn is_retired(&self, room: RoomKey) -> bool {
+        self.is_stale(room)
     }
 }

@@ -42,6 +42,24 @@ struct RoomSlot {
     live: Option<RoomUse>,
 }
 
+/// One live room use as the router sees it, for tests and drivers
+/// ([`Router::room_state`]; read-only, the router never reads it back).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct RouterRoomState {
+    pub req: RequestId,
+    pub client: NodeId,
+    pub prefill: NodeId,
+    pub decode: NodeId,
+    /// The client has had its one answer.
+    pub answered: bool,
+    /// The prefill half's terminal status, once reported.
+    pub prefill_status: Option<Status>,
+    /// The decode half's terminal status, once reported.
+    pub decode_status: Option<Status>,
+    /// Token slots received so far (`None`: a gap, still in flight).
+    pub tokens: Vec<Option<Token>>,
+}
+
 /// The router state machine.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Router {
@@ -432,5 +450,30 @@ impl Router {
             ));
         }
         Ok(())
+    }
+
+    /// The live use `room` names, `None` when the room is free or has moved on to a
+    /// later generation.
+    pub fn room_state(&self, room: RoomKey) -> Option<RouterRoomState> {
+        let slot = self.rooms.get((room.room.0 as usize).checked_sub(1)?)?;
+        if slot.gen != room.gen {
+            return None;
+        }
+        let u = slot.live.as_ref()?;
+        Some(RouterRoomState {
+            req: u.req,
+            client: u.client,
+            prefill: u.prefill,
+            decode: u.decode,
+            answered: u.answered,
+            prefill_status: u.prefill_status,
+            decode_status: u.decode_status,
+            tokens: u.tokens.clone(),
+        })
+    }
+
+    /// The live room use serving a request.
+    pub fn room_of(&self, req: RequestId) -> Option<RoomKey> {
+        self.by_req.get(&req).copied()
     }
 }
