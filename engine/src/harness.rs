@@ -126,12 +126,15 @@ impl<K: Clone> World<K> {
         self.epochs.get(node.0 as usize).copied().unwrap_or(0)
     }
 
-    fn post(&mut self, from: NodeId, to: NodeId, msg: Msg<K>) {
-        self.sends.push(Sent {
-            from,
-            to,
-            msg: msg.clone(),
-        });
+    /// Put a message on its way; `log` records it as a node's send.
+    fn post(&mut self, from: NodeId, to: NodeId, msg: Msg<K>, log: bool) {
+        if log {
+            self.sends.push(Sent {
+                from,
+                to,
+                msg: msg.clone(),
+            });
+        }
         if to == self.client {
             if let Msg::Response {
                 req,
@@ -162,7 +165,7 @@ impl<K: Clone> World<K> {
 
 impl<K: Clone> Driver<K> for World<K> {
     fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<K>) {
-        self.post(from, to, msg);
+        self.post(from, to, msg, true);
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {
@@ -272,9 +275,10 @@ impl<G: Gpu> Harness<G> {
     }
 
     /// Put a message in flight from `from` to `to`, as if `from` had sent it (a test
-    /// forging a message from a wrong peer uses this). Returns its index.
+    /// forging a message from a wrong peer uses this). Returns its index. It is not
+    /// logged as a send ([`Harness::sends`] lists what nodes sent).
     pub fn post(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) -> usize {
-        self.world.post(from, to, msg);
+        self.world.post(from, to, msg, false);
         self.world.flights.len() - 1
     }
 
@@ -286,7 +290,7 @@ impl<G: Gpu> Harness<G> {
         msg: Msg<G::Kv>,
     ) -> Result<Delivered, HarnessError> {
         if to == self.client() {
-            self.world.post(from, to, msg);
+            self.world.post(from, to, msg, false);
             return Ok(Delivered::Handled);
         }
         let i = self.post(from, to, msg);
@@ -599,7 +603,8 @@ impl<G: Gpu> Harness<G> {
         &self.world.events
     }
 
-    /// Every message sent so far (to nodes and the client), in order.
+    /// Every message a node sent so far (to nodes and the client), in order; messages
+    /// the test posted or injected are not in it.
     pub fn sends(&self) -> &[Sent<G::Kv>] {
         &self.world.sends
     }
