@@ -12,6 +12,9 @@
 //! [`world::apply`] with the harness's [`Driver`], and what an arriving message or a
 //! crash does is decided only by [`world::arrival`] and [`world::crash_fate`].
 //!
+//! A node's [`NodeFault`] is recorded ([`Harness::faults`]) and not acted on: the
+//! test decides what follows (a restart is [`Harness::crash_restart`]).
+//!
 //! Invariant: every message a node sends to another node is in [`Harness::in_flight`]
 //! until the test delivers, drops or fails it or a crash decides its fate; messages to
 //! the client endpoint are answers, recorded in [`Harness::responses`] at once (the
@@ -394,6 +397,20 @@ impl<G: Gpu> Harness<G> {
     ) -> Result<Delivered, HarnessError> {
         let i = self.find(what, pred)?;
         self.deliver(i)
+    }
+
+    /// Deliver the first message in flight of this kind (see [`Msg::kind`]) to `to`
+    /// about `room`.
+    pub fn deliver_for(
+        &mut self,
+        kind: &str,
+        to: NodeId,
+        room: RoomKey,
+    ) -> Result<Delivered, HarnessError> {
+        let what = format!("{kind} to {to} for {room}");
+        self.deliver_where(&what, |f| {
+            f.msg.kind() == kind && f.to == to && f.msg.room() == Some(room)
+        })
     }
 
     /// Deliver the first message in flight of this kind (see [`Msg::kind`]) to `to`.

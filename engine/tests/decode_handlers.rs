@@ -36,6 +36,13 @@ fn check(h: &mut H, room: RoomKey, act: impl FnOnce(&mut H), want: Want) {
     assert_eq!(h.timers_of(D), want.timers, "timers");
     let states: Vec<PageState> = taken(h, D).into_iter().map(|(_, s, _)| s).collect();
     assert_eq!(states, want.pages, "pages");
+    // The room's own list of pages agrees with the pool's records: owner and
+    // generation of each.
+    let pool = h.decode(D).unwrap().pool();
+    for t in h.decode(D).unwrap().room_pages(room).unwrap_or_default() {
+        let rec = pool.record(t.page).unwrap();
+        assert_eq!((rec.owner, rec.gen), (Some(room), t.gen), "{t}");
+    }
     h.invariants().unwrap();
 }
 

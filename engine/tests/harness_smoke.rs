@@ -132,3 +132,22 @@ fn a_duplicate_start_is_ignored_and_a_reordered_start_still_runs() {
     h.settle(100).unwrap();
     assert_eq!(h.response(1).unwrap().status, Status::OK);
 }
+
+#[test]
+fn deliver_for_picks_the_message_about_one_room_out_of_order() {
+    let mut h = harness();
+    let first = submit(&mut h, 1);
+    let second = submit(&mut h, 2);
+    assert_ne!(first, second);
+    handled(h.deliver_for("PrefillStart", P, second).unwrap());
+    assert!(h.prefill_phase(P, first).is_none());
+    assert_eq!(
+        h.prefill_phase(P, second),
+        Some(kvsim_engine::prefill::PrefillPhase::Bootstrapping)
+    );
+    // Holding a message is not delivering it: the first start is still in flight.
+    assert!(h.find_kind("PrefillStart", P).is_ok());
+    h.settle(200).unwrap();
+    assert_eq!(h.response(1).unwrap().status, Status::OK);
+    assert_eq!(h.response(2).unwrap().status, Status::OK);
+}

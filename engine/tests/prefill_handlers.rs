@@ -36,6 +36,13 @@ fn check(h: &mut H, room: RoomKey, act: impl FnOnce(&mut H), want: Want) {
     assert_eq!(h.timers_of(P), want.timers, "timers");
     let states: Vec<PageState> = taken(h, P).into_iter().map(|(_, s, _)| s).collect();
     assert_eq!(states, want.pages, "pages");
+    // Every page still owned is this room use's, at its first generation.
+    for (page, rec) in h.pages(P) {
+        if rec.state.is_owned() {
+            assert_eq!(rec.owner, Some(room), "{page}");
+            assert_eq!(rec.gen, kvsim_engine::Generation(1), "{page}");
+        }
+    }
     h.invariants().unwrap();
 }
 
