@@ -10,13 +10,15 @@
 
 mod common;
 use common::{all_pages, cfg, handled, prompt, LEN, NEW};
+use kvsim_engine::decode::DecodePhase;
 use kvsim_engine::gpu::SymbolicPage;
 use kvsim_engine::harness::Harness;
+use kvsim_engine::ids::RoomId;
 use kvsim_engine::ids::{Generation, NodeId, PageId, PageTag, RequestId, RoomKey, WriteId};
 use kvsim_engine::msg::{Msg, Status, TransferOutcome};
 use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::world::Topology;
-use kvsim_engine::{Node, Timer, Token};
+use kvsim_engine::{Bug, BugSet, EngineConfig, Node, Timer, Token};
 
 type H = common::H;
 
@@ -266,6 +268,87 @@ fn a_start_from_a_node_that_is_not_the_router_is_refused() {
     };
     refused(&mut h, D1, P2, send(P2, D1, start));
     assert!(h.in_flight().is_empty(), "nothing was started");
+}
+
+/// Two uses of room 1 on one decode node, both quarantined: the first (room1.g1)
+/// waits on P1's drain ack, the second (room1.g2) on P2's. The first drain request
+/// is held back until the second use is quarantined. Returns both rooms and the
+/// held request.
+fn two_uses_quarantined(bugs: BugSet) -> (H, RoomKey, RoomKey) {
+    let cfg = EngineConfig {
+        bugs,
+        max_rooms: 1,
+        ..cfg()
+    };
+    let topo = Topology {
+        prefill_pools: vec![8, 8],
+        decode_pools: vec![8],
+    };
+    let mut h = Harness::with_topology(cfg, topo).unwrap();
+    let d = NodeId(3);
+    let quarantine = |h: &mut H, req: u64| {
+        handled(h.submit(req, prompt(LEN), NEW).unwrap());
+        let room = h.room_of(req).unwrap();
+        handled(h.deliver_kind("DecodeStart", d).unwrap());
+        handled(h.cancel(req).unwrap());
+        handled(h.deliver_kind("Abort", d).unwrap());
+        room
+    };
+    let first = quarantine(&mut h, 1);
+    let held = h.find_kind("DrainRequest", P1).unwrap();
+    let held = h.drop_flight(held).unwrap();
+    h.settle(200).unwrap();
+    let second = quarantine(&mut h, 2);
+    assert_eq!((first.room, second.room), (RoomId(1), RoomId(1)));
+    assert_eq!(h.router_room(second).unwrap().prefill, P2);
+    assert!(matches!(
+        h.decode_phase(d, first),
+        Some(DecodePhase::Quarantined { .. })
+    ));
+    assert!(matches!(
+        h.decode_phase(d, second),
+        Some(DecodePhase::Quarantined { .. })
+    ));
+    // P1 hears the held drain request and acks room1.g1.
+    handled(h.inject(held.from, held.to, held.msg).unwrap());
+    (h, first, second)
+}
+
+#[test]
+fn the_ack_of_the_prefill_that_was_asked_is_believed_while_the_room_number_waits_on_another() {
+    let d = NodeId(3);
+    // Without the bug: P1's ack releases its own use only; the second waits for P2.
+    let (mut h, first, second) = two_uses_quarantined(BugSet::NONE);
+    handled(h.deliver_kind("DrainAck", d).unwrap());
+    assert_eq!(h.peer_refused(d), 0);
+    assert_eq!(h.decode_phase(d, first), None);
+    assert!(matches!(
+        h.decode_phase(d, second),
+        Some(DecodePhase::Quarantined { .. })
+    ));
+    h.settle(200).unwrap();
+    assert_eq!(h.free_pages(d), 8);
+    // With generation-blind acks the same ack is believed too, and releases both
+    // uses: the bug switch's S9 violation, not a refusal. (Before the fix in
+    // `DecodeNode::check_peer` the ack was refused because the room number also
+    // waited on P2, so neither use was ever released: the bug was masked in any
+    // topology where a decode node pairs with more than one prefill node.)
+    let (mut h, first, second) = two_uses_quarantined(BugSet::NONE.with(Bug::AckIgnoresGeneration));
+    let m = h.mark();
+    handled(h.deliver_kind("DrainAck", d).unwrap());
+    assert_eq!(h.peer_refused(d), 0);
+    assert_eq!(
+        h.event_names_since(m),
+        vec!["QuarantineReleased", "QuarantineReleased"]
+    );
+    assert_eq!(h.decode_phase(d, first), None);
+    assert_eq!(h.decode_phase(d, second), None);
+    // A node asked for neither use is refused in both modes.
+    for bugs in [BugSet::NONE, BugSet::NONE.with(Bug::AckIgnoresGeneration)] {
+        let (mut h, first, _) = two_uses_quarantined(bugs);
+        let ack = Msg::DrainAck { room: first };
+        refused(&mut h, d, NodeId(0), send(NodeId(0), d, ack));
+    }
 }
 
 // ---- prefill -----------------------------------------------------------------------
