@@ -53,7 +53,7 @@ pub struct Flight<K> {
     pub to_epoch: u32,
 }
 
-/// One message a node (or the test) sent, as the send log records it.
+/// One message a node sent, as the send log records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sent<K> {
     pub from: NodeId,
@@ -122,6 +122,12 @@ struct World<K> {
     events: Vec<(NodeId, TraceEvent)>,
     sends: Vec<Sent<K>>,
     responses: Vec<ClientResponse>,
+    /// Pairs of nodes cut from each other, each as (lower id, higher id).
+    cut: Vec<(NodeId, NodeId)>,
+}
+
+fn pair(a: NodeId, b: NodeId) -> (NodeId, NodeId) {
+    (a.min(b), a.max(b))
 }
 
 impl<K: Clone> World<K> {
@@ -239,6 +245,7 @@ impl<G: Gpu> Harness<G> {
                 events: Vec::new(),
                 sends: Vec::new(),
                 responses: Vec::new(),
+                cut: Vec::new(),
             },
             topo,
             nodes,
@@ -333,7 +340,7 @@ impl<G: Gpu> Harness<G> {
                 .get(f.to.0 as usize)
                 .and_then(|n| n.pool())
                 .map_or(0, |p| p.epoch()),
-            partitioned: false,
+            partitioned: self.world.cut.contains(&pair(f.from, f.to)),
             injected_failure,
         }
     }
@@ -458,9 +465,24 @@ impl<G: Gpu> Harness<G> {
         self.step(node, Input::Timer(timer))
     }
 
+    /// Cut `a` and `b` from each other: from now on a message between them arrives
+    /// as [`world::arrival`] says a partitioned one does (control messages dropped,
+    /// KV writes failed back, completions through).
+    pub fn partition(&mut self, a: NodeId, b: NodeId) {
+        if !self.world.cut.contains(&pair(a, b)) {
+            self.world.cut.push(pair(a, b));
+        }
+    }
+
+    /// Heal a partition made by [`Harness::partition`].
+    pub fn heal(&mut self, a: NodeId, b: NodeId) {
+        self.world.cut.retain(|p| *p != pair(a, b));
+    }
+
     /// Crash `node` and restart it as its next incarnation: every message in flight
     /// meets its [`world::crash_fate`], the node's timers die, and the node restarts
-    /// with the next epoch. Returns the new epoch.
+    /// with the next epoch. Returns the new epoch. (A node that stays down is not
+    /// modelled here: the restart is immediate.)
     pub fn crash_restart(&mut self, node: NodeId) -> Result<u32, HarnessError> {
         let old = match self.nodes.get(node.0 as usize) {
             Some(n) if n.role() != Role::Router => n.pool().map_or(0, |p| p.epoch()),

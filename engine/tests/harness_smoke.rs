@@ -151,3 +151,31 @@ fn deliver_for_picks_the_message_about_one_room_out_of_order() {
     assert_eq!(h.response(1).unwrap().status, Status::OK);
     assert_eq!(h.response(2).unwrap().status, Status::OK);
 }
+
+#[test]
+fn a_partition_drops_control_messages_fails_writes_and_lets_completions_through() {
+    let mut h = harness();
+    let room = sending(&mut h);
+    h.partition(P, D);
+    let w = h.find_kind("KvWrite", D).unwrap();
+    assert_eq!(
+        h.deliver(w).unwrap(),
+        Delivered::Failed(WriteFailure::Partitioned)
+    );
+    assert_eq!(
+        h.deliver_kind("WriteDone", P).unwrap(),
+        Delivered::Handled,
+        "a completion crosses the partition"
+    );
+    let done = h.find_kind("KvDone", D).unwrap();
+    assert_eq!(
+        h.deliver(done).unwrap(),
+        Delivered::Dropped(kvsim_engine::world::DropReason::Partitioned)
+    );
+    h.heal(P, D);
+    assert_eq!(h.deliver_kind("KvWrite", D).unwrap(), Delivered::Handled);
+    assert!(matches!(
+        h.prefill_phase(P, room),
+        Some(kvsim_engine::prefill::PrefillPhase::Inflight { success: false })
+    ));
+}
