@@ -179,3 +179,24 @@ fn a_partition_drops_control_messages_fails_writes_and_lets_completions_through(
         Some(kvsim_engine::prefill::PrefillPhase::Inflight { success: false })
     ));
 }
+
+#[test]
+fn the_harness_runs_on_numeric_kv_memory_too_with_the_same_answer() {
+    let mut numeric = kvsim_engine::harness::Harness::with_gpu(
+        cfg(),
+        kvsim_engine::world::Topology {
+            prefill_pools: vec![8],
+            decode_pools: vec![8],
+        },
+        kvsim_engine::gpu::HostGpu::new,
+    )
+    .unwrap();
+    handled(numeric.submit(1, prompt(LEN), NEW).unwrap());
+    numeric.settle(100).unwrap();
+    let mut symbolic = harness();
+    submit(&mut symbolic, 1);
+    symbolic.settle(100).unwrap();
+    let (a, b) = (numeric.response(1).unwrap(), symbolic.response(1).unwrap());
+    assert_eq!(a.status, Status::OK);
+    assert_eq!(a, b);
+}
