@@ -116,7 +116,11 @@ pub struct WriteId {
 
 impl fmt::Display for WriteId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "w{}.e{}/{}#{}", self.writer.0, self.epoch, self.room, self.chunk)
+        write!(
+            f,
+            "w{}.e{}/{}#{}",
+            self.writer.0, self.epoch, self.room, self.chunk
+        )
     }
 }
 

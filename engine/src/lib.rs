@@ -19,6 +19,7 @@ pub mod counters;
 pub mod decode;
 pub mod env;
 pub mod gpu;
+pub mod harness;
 pub mod ids;
 pub mod invariant;
 pub mod kv;

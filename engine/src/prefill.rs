@@ -51,6 +51,22 @@ enum Phase {
     },
 }
 
+/// Where a prefill room is, as [`PrefillNode::room_phase`] reports it to tests and
+/// drivers (read-only introspection; the node never reads it back).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub enum PrefillPhase {
+    /// Sender created; waiting for decode's page list.
+    Bootstrapping,
+    /// Page list known; waiting in the queue for source pages.
+    Waiting,
+    /// In the running batch with these source pages.
+    Forward { pages: Vec<PageTag> },
+    /// KV is being sent: the next page to send and the chunk writes in flight.
+    Sending { next_page: usize, in_flight: u32 },
+    /// The transfer concluded (`success` is its outcome); polled at the next tick.
+    Inflight { success: bool },
+}
+
 /// Decode's page list for a room (M5).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Meta {
@@ -101,9 +117,10 @@ pub struct PrefillNode<G> {
     /// Per room number, the newest generation this node has retired: any message for
     /// that generation or an older one is stale (a late or reordered delivery).
     retired: RetiredRooms,
-    /// Page lists that arrived before their `PrefillStart` (reordering), bounded, with
-    /// the node that sent each.
-    early_meta: BTreeMap<RoomKey, (NodeId, Vec<PageTag>)>,
+    /// Page lists that arrived before their `PrefillStart` (reordering), bounded, one
+    /// per room and sender: the start names the room's decode node, and only its list
+    /// is used, so a list from another node can neither stand in for it nor evict it.
+    early_meta: BTreeMap<(RoomKey, NodeId), Vec<PageTag>>,
     /// A `Compute` timer is pending (so new work does not postpone it).
     compute_armed: bool,
     counters: Counters,
@@ -172,7 +189,7 @@ impl<G: Gpu> PrefillNode<G> {
 
     fn tombstone(&mut self, room: RoomKey) {
         self.retired.retire(room);
-        self.early_meta.remove(&room);
+        self.early_meta.retain(|(r, _), _| *r != room);
     }
 
     pub fn id(&self) -> NodeId {
@@ -272,9 +289,10 @@ impl<G: Gpu> PrefillNode<G> {
                 .or_else(|| self.outstanding.get(room).map(|o| o.to))
         };
         match msg {
-            Msg::PrefillStart { .. } | Msg::Abort { .. } if from != self.router => {
-                Err(format!("only the router ({}) starts or aborts rooms", self.router))
-            }
+            Msg::PrefillStart { .. } | Msg::Abort { .. } if from != self.router => Err(format!(
+                "only the router ({}) starts or aborts rooms",
+                self.router
+            )),
             Msg::KvMeta { room, .. } | Msg::DrainRequest { room } => match decode_of(room) {
                 Some(d) if d != from => Err(format!("{room}'s decode node is {d}")),
                 _ => Ok(()),
@@ -405,7 +423,13 @@ impl<G: Gpu> PrefillNode<G> {
         });
         self.requests.insert(room, req);
         env.set_timer(Timer::Bootstrap(room), self.cfg.timeouts.bootstrap_ns);
-        if let Some((from, dst)) = self.early_meta.remove(&room) {
+        let early: Vec<(NodeId, Vec<PageTag>)> = self
+            .early_meta
+            .range((room, NodeId(0))..=(room, NodeId(u16::MAX)))
+            .map(|((_, from), dst)| (*from, dst.clone()))
+            .collect();
+        self.early_meta.retain(|(r, _), _| *r != room);
+        for (from, dst) in early {
             if from == decode {
                 self.on_meta(from, room, dst, env);
             } else {
@@ -431,7 +455,7 @@ impl<G: Gpu> PrefillNode<G> {
         let Some(req) = self.requests.get_mut(&room) else {
             // Decode's page list can overtake the router's start message.
             if !self.is_stale(room) && self.early_meta.len() < self.cfg.max_queue as usize {
-                self.early_meta.insert(room, (from, dst));
+                self.early_meta.insert((room, from), dst);
             }
             return;
         };
@@ -947,5 +971,47 @@ impl<G: Gpu> PrefillNode<G> {
             }
         }
         Ok(())
+    }
+
+    /// The phase of a live room use, `None` when this node has no request for it.
+    pub fn room_phase(&self, room: RoomKey) -> Option<PrefillPhase> {
+        Some(match &self.requests.get(&room)?.phase {
+            Phase::Bootstrapping => PrefillPhase::Bootstrapping,
+            Phase::Waiting => PrefillPhase::Waiting,
+            Phase::Forward { pages } => PrefillPhase::Forward {
+                pages: pages.clone(),
+            },
+            Phase::Sending {
+                next_page,
+                in_flight,
+                ..
+            } => PrefillPhase::Sending {
+                next_page: *next_page,
+                in_flight: *in_flight,
+            },
+            Phase::Inflight { outcome, .. } => PrefillPhase::Inflight {
+                success: matches!(outcome, TransferOutcome::Success { .. }),
+            },
+        })
+    }
+
+    /// The nodes whose page lists for a room use are kept, when they arrived before
+    /// the room's start message.
+    pub fn early_meta_from(&self, room: RoomKey) -> Vec<NodeId> {
+        self.early_meta
+            .range((room, NodeId(0))..=(room, NodeId(u16::MAX)))
+            .map(|((_, from), _)| *from)
+            .collect()
+    }
+
+    /// The node a drain ack for this room use is owed to, if one was asked for and
+    /// not yet sent.
+    pub fn drain_owed_to(&self, room: RoomKey) -> Option<NodeId> {
+        self.outstanding.get(&room)?.drain_requested_by
+    }
+
+    /// Whether this node retired the room use (any message for it is stale).
+    pub fn is_retired(&self, room: RoomKey) -> bool {
+        self.is_stale(room)
     }
 }

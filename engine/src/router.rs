@@ -33,6 +33,9 @@ struct RoomUse {
     answered: bool,
     prefill_status: Option<Status>,
     decode_status: Option<Status>,
+    /// The reply length the request asked for: a 200 with fewer tokens (the tail of
+    /// the stream still in flight, or lost) is an error, never a shorter reply.
+    max_new_tokens: u32,
     tokens: Vec<Option<Token>>,
 }
 
@@ -40,6 +43,24 @@ struct RoomUse {
 struct RoomSlot {
     gen: Generation,
     live: Option<RoomUse>,
+}
+
+/// One live room use as the router sees it, for tests and drivers
+/// ([`Router::room_state`]; read-only, the router never reads it back).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct RouterRoomState {
+    pub req: RequestId,
+    pub client: NodeId,
+    pub prefill: NodeId,
+    pub decode: NodeId,
+    /// The client has had its one answer.
+    pub answered: bool,
+    /// The prefill half's terminal status, once reported.
+    pub prefill_status: Option<Status>,
+    /// The decode half's terminal status, once reported.
+    pub decode_status: Option<Status>,
+    /// Token slots received so far (`None`: a gap, still in flight).
+    pub tokens: Vec<Option<Token>>,
 }
 
 /// The router state machine.
@@ -102,7 +123,9 @@ impl Router {
         };
         match msg {
             Msg::PrefillFinished { room, .. } => match live(room) {
-                Some(u) if u.prefill != from => Err(format!("{room}'s prefill node is {}", u.prefill)),
+                Some(u) if u.prefill != from => {
+                    Err(format!("{room}'s prefill node is {}", u.prefill))
+                }
                 _ => Ok(()),
             },
             Msg::DecodeFinished { room, .. } | Msg::TokenOut { room, .. } => match live(room) {
@@ -110,9 +133,7 @@ impl Router {
                 _ => Ok(()),
             },
             Msg::Cancel { req } => match self.by_req.get(req).and_then(live) {
-                Some(u) if u.client != from => {
-                    Err(format!("{req} was submitted by {}", u.client))
-                }
+                Some(u) if u.client != from => Err(format!("{req} was submitted by {}", u.client)),
                 _ => Ok(()),
             },
             _ => Ok(()),
@@ -255,6 +276,7 @@ impl Router {
             answered: false,
             prefill_status: None,
             decode_status: None,
+            max_new_tokens,
             tokens: Vec::new(),
         });
         self.by_req.insert(req, key);
@@ -352,7 +374,9 @@ impl Router {
             } else {
                 Vec::new()
             };
-            let status = if status.is_ok() && tokens.len() != u.tokens.len() {
+            let complete =
+                tokens.len() == u.tokens.len() && tokens.len() == u.max_new_tokens as usize;
+            let status = if status.is_ok() && !complete {
                 Status::INTERNAL
             } else {
                 status
@@ -432,5 +456,30 @@ impl Router {
             ));
         }
         Ok(())
+    }
+
+    /// The live use `room` names, `None` when the room is free or has moved on to a
+    /// later generation.
+    pub fn room_state(&self, room: RoomKey) -> Option<RouterRoomState> {
+        let slot = self.rooms.get((room.room.0 as usize).checked_sub(1)?)?;
+        if slot.gen != room.gen {
+            return None;
+        }
+        let u = slot.live.as_ref()?;
+        Some(RouterRoomState {
+            req: u.req,
+            client: u.client,
+            prefill: u.prefill,
+            decode: u.decode,
+            answered: u.answered,
+            prefill_status: u.prefill_status,
+            decode_status: u.decode_status,
+            tokens: u.tokens.clone(),
+        })
+    }
+
+    /// The live room use serving a request.
+    pub fn room_of(&self, req: RequestId) -> Option<RoomKey> {
+        self.by_req.get(&req).copied()
     }
 }

@@ -9,7 +9,9 @@
 //! record and every write into KV memory is an event, with the page generations and the
 //! writing room use.
 
-use crate::ids::{Generation, NodeId, PageId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
+use crate::ids::{
+    Generation, NodeId, PageId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId,
+};
 use crate::msg::Status;
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -45,7 +45,9 @@ pub struct Topology {
 
 impl Topology {
     pub fn prefill_ids(&self) -> Vec<NodeId> {
-        (1..=self.prefill_pools.len()).map(|i| NodeId(i as u16)).collect()
+        (1..=self.prefill_pools.len())
+            .map(|i| NodeId(i as u16))
+            .collect()
     }
 
     pub fn decode_ids(&self) -> Vec<NodeId> {

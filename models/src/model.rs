@@ -23,7 +23,9 @@
 use crate::memo::{self, Cause, Effect, Machine, Routed};
 use crate::shared::Shared;
 use crate::spec::{ClientSpec, ModelSpec, SpecError};
-use crate::state::{note, Action, Book, Client, Envelope, FaultsUsed, State, CLIENT, DECODE, PREFILL, ROUTER};
+use crate::state::{
+    note, Action, Book, Client, Envelope, FaultsUsed, State, CLIENT, DECODE, PREFILL, ROUTER,
+};
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
@@ -34,7 +36,9 @@ use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
-use kvsim_engine::world::{self, Arrival, Arriving, CrashFate, Driver, Timers, Topology, WriteFailure};
+use kvsim_engine::world::{
+    self, Arrival, Arriving, CrashFate, Driver, Timers, Topology, WriteFailure,
+};
 use kvsim_engine::{Cfg, Timer};
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::{ClockKind, EndOutcome, FaultEvent, Record, RunHeader};
@@ -536,7 +540,9 @@ impl Tx<'_> {
             Arrival::Drop(_) => {}
             Arrival::Fail { reason, completion } => {
                 if let Some(write) = env.msg.write_id() {
-                    self.event_text(|| format!("the KV write {write} fails on the wire ({reason:?})"));
+                    self.event_text(|| {
+                        format!("the KV write {write} fails on the wire ({reason:?})")
+                    });
                     self.record(&Record::WriteFailed {
                         from: env.from,
                         to: env.to,

@@ -99,8 +99,9 @@ impl Replayer {
             Arrival::Drop(_) => {}
             Arrival::Fail { reason, completion } => {
                 if let Some(write) = msg.write_id() {
-                    self.log
-                        .push(format!("    the KV write {write} fails on the wire ({reason:?})"));
+                    self.log.push(format!(
+                        "    the KV write {write} fails on the wire ({reason:?})"
+                    ));
                     self.record(Record::WriteFailed {
                         from,
                         to,
@@ -196,7 +197,12 @@ impl Driver<Msg<SymbolicPage>> for Replayer {
 pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, ReplayError> {
     let cfg = Cfg::new(spec.engine.clone());
     let topology = HandoffModel::topology_of(spec);
-    let header = RunHeader::new("kvsim-replay", ClockKind::Simulated, &spec.engine, &topology);
+    let header = RunHeader::new(
+        "kvsim-replay",
+        ClockKind::Simulated,
+        &spec.engine,
+        &topology,
+    );
     let mut r = Replayer {
         nodes: topology.build(&cfg, SymbolicGpu::new),
         net: Vec::new(),

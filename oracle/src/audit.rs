@@ -16,8 +16,8 @@ use crate::oracle::{Finding, Leak, Oracle};
 use crate::render::{causal_trace, Focus};
 use crate::schema::{parse_line, EndOutcome, Entry, Line, Record, RunHeader};
 use kvsim_engine::trace::TraceEvent;
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -169,7 +169,9 @@ fn open_all(paths: &[PathBuf], bytes: &mut u64) -> Result<(RunHeader, Vec<Source
                     return Err(AuditError::HeaderMismatch {
                         path: src.path,
                         first: first.clone(),
-                        reason: "page_size, context_len, allow_auto_truncate and clock must be equal".into(),
+                        reason:
+                            "page_size, context_len, allow_auto_truncate and clock must be equal"
+                                .into(),
                     });
                 }
                 for n in header.nodes {
@@ -230,7 +232,10 @@ fn merged(
     }
     // Drained only if every file says so; otherwise the first other outcome.
     let end = if ends.len() < sources.len() {
-        (EndOutcome::Cut, "the trace has no end entry: liveness is not judged".into())
+        (
+            EndOutcome::Cut,
+            "the trace has no end entry: liveness is not judged".into(),
+        )
     } else {
         ends.iter()
             .find(|(o, _)| *o != EndOutcome::Drained)
@@ -319,7 +324,11 @@ fn explain(
     let mut kept: Vec<Vec<Entry>> = vec![Vec::new(); chosen.len()];
     let mut bytes = 0u64;
     let (_, mut sources) = open_all(paths, &mut bytes)?;
-    let upto = chosen.iter().map(|&i| positions.get(i).copied().unwrap_or(u64::MAX)).max().unwrap_or(0);
+    let upto = chosen
+        .iter()
+        .map(|&i| positions.get(i).copied().unwrap_or(u64::MAX))
+        .max()
+        .unwrap_or(0);
     merged(&mut sources, &mut bytes, |pos, e| {
         for (k, &i) in chosen.iter().enumerate() {
             if pos > positions.get(i).copied().unwrap_or(u64::MAX) {

@@ -168,9 +168,10 @@ impl Oracle {
     fn remember_writes(&mut self, e: &Entry) {
         let Record::Engine(ev) = &e.rec else { return };
         let (node, pages) = match ev {
-            TraceEvent::KvWritten { node, pages, .. } | TraceEvent::KvLanded { node, dst: pages, .. } => {
-                (*node, pages)
-            }
+            TraceEvent::KvWritten { node, pages, .. }
+            | TraceEvent::KvLanded {
+                node, dst: pages, ..
+            } => (*node, pages),
             _ => return,
         };
         let line = format!(

@@ -166,9 +166,9 @@ impl Entry {
     /// The rooms the entry is about.
     pub fn rooms(&self) -> Vec<RoomKey> {
         match &self.rec {
-            Record::Send { msg, .. }
-            | Record::Deliver { msg, .. }
-            | Record::Drop { msg, .. } => msg.room().into_iter().collect(),
+            Record::Send { msg, .. } | Record::Deliver { msg, .. } | Record::Drop { msg, .. } => {
+                msg.room().into_iter().collect()
+            }
             Record::TimerSet { timer, .. }
             | Record::TimerCancel { timer, .. }
             | Record::TimerFire { timer, .. } => timer_room(timer).into_iter().collect(),
@@ -208,17 +208,15 @@ impl Entry {
     pub fn pages(&self) -> Vec<(NodeId, PageId)> {
         let on = |n: NodeId, t: &[PageTag]| t.iter().map(move |t| (n, t.page)).collect::<Vec<_>>();
         match &self.rec {
-            Record::Deliver { from, to, msg } => {
-                match msg {
-                    MsgView::KvWrite { src, dst, .. } => {
-                        let mut v = on(*to, dst);
-                        v.extend(on(*from, src));
-                        v
-                    }
-                    MsgView::KvMeta { dst, .. } => on(*from, dst),
-                    _ => Vec::new(),
+            Record::Deliver { from, to, msg } => match msg {
+                MsgView::KvWrite { src, dst, .. } => {
+                    let mut v = on(*to, dst);
+                    v.extend(on(*from, src));
+                    v
                 }
-            }
+                MsgView::KvMeta { dst, .. } => on(*from, dst),
+                _ => Vec::new(),
+            },
             Record::Engine(ev) => match ev {
                 TraceEvent::PagesReserved { node, pages, .. }
                 | TraceEvent::PagesReleased { node, pages, .. }
@@ -325,7 +323,11 @@ impl Entry {
                 FaultEvent::PartitionEnd { prefill, decode } => {
                     format!("FAULT partition {prefill} | {decode} ends")
                 }
-                FaultEvent::Crash { node, epoch, flushed } => {
+                FaultEvent::Crash {
+                    node,
+                    epoch,
+                    flushed,
+                } => {
                     let flushed = if flushed.is_empty() {
                         String::new()
                     } else {
@@ -431,10 +433,7 @@ pub fn focus_of(
     f.rooms.extend(finding.room);
     f.rooms.extend(finding.related.iter().copied());
     f.pages.extend(finding.pages.iter().copied());
-    let upto: Vec<&Entry> = entries
-        .iter()
-        .filter(|e| e.seq <= finding.event)
-        .collect();
+    let upto: Vec<&Entry> = entries.iter().filter(|e| e.seq <= finding.event).collect();
     let named = f.pages.clone();
     for page in &named {
         let last_other = upto.iter().rev().find_map(|e| {
@@ -559,4 +558,3 @@ pub fn causal_trace(
     }
     lines
 }
-

@@ -394,7 +394,10 @@ pub enum FaultEvent {
         flushed: Vec<WriteId>,
     },
     /// The node comes back as incarnation `epoch`: empty pool, KV memory not zeroed.
-    Restart { node: NodeId, epoch: u32 },
+    Restart {
+        node: NodeId,
+        epoch: u32,
+    },
     /// The safety phase ends: no new faults from here on.
     Heal,
 }
@@ -498,7 +501,10 @@ pub enum Record {
         pages: Vec<(NodeId, PageId)>,
     },
     /// The last entry of a complete trace.
-    End { outcome: EndOutcome, detail: String },
+    End {
+        outcome: EndOutcome,
+        detail: String,
+    },
 }
 
 /// One entry of a trace.
@@ -590,7 +596,12 @@ mod tests {
             prefill_pools: vec![3],
             decode_pools: vec![4],
         };
-        let h = RunHeader::new("test", ClockKind::Simulated, &EngineConfig::default(), &topo);
+        let h = RunHeader::new(
+            "test",
+            ClockKind::Simulated,
+            &EngineConfig::default(),
+            &topo,
+        );
         match parse_line(&header_line(&h)).unwrap() {
             Line::Header(back) => assert_eq!(*back, h),
             other => panic!("{other:?}"),
@@ -606,8 +617,9 @@ mod tests {
         assert_eq!(parse_line(&entry_line(&e)).unwrap(), Line::Entry(e));
         let err = parse_line(r#"{"at_ns": 1, "seq": 1}"#).unwrap_err();
         assert!(err.0.contains("type"), "{err}");
-        let err = parse_line(r#"{"type":"engine","at_ns":1,"seq":1,"event":"DrainAcked","node":1}"#)
-            .unwrap_err();
+        let err =
+            parse_line(r#"{"type":"engine","at_ns":1,"seq":1,"event":"DrainAcked","node":1}"#)
+                .unwrap_err();
         assert!(err.0.contains("room"), "{err}");
     }
 }

@@ -27,7 +27,9 @@
 //! in flight, plus the answered request ids as ranges).
 
 use crate::schema::{EndOutcome, FaultEvent, Record, RunHeader};
-use kvsim_engine::ids::{Generation, NodeId, PageId, PageTag, RequestId, RoomKey, TenantId, WriteId};
+use kvsim_engine::ids::{
+    Generation, NodeId, PageId, PageTag, RequestId, RoomKey, TenantId, WriteId,
+};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::kv::{lifecycle, PageOp, PageState};
 use kvsim_engine::node::Role;
@@ -214,14 +216,16 @@ fn draft(inv: Invariant, room: Option<RoomKey>, detail: String) -> Draft {
 
 impl OracleState {
     pub fn new(h: &RunHeader) -> Self {
-        let n = h.nodes.iter().map(|n| n.id.0 as usize + 1).max().unwrap_or(0);
+        let n = h
+            .nodes
+            .iter()
+            .map(|n| n.id.0 as usize + 1)
+            .max()
+            .unwrap_or(0);
         let mut nodes = vec![None; n];
         for info in &h.nodes {
-            nodes[info.id.0 as usize] = Some(NodeBook::new(
-                info.role,
-                info.pool_pages.unwrap_or(0),
-                0,
-            ));
+            nodes[info.id.0 as usize] =
+                Some(NodeBook::new(info.role, info.pool_pages.unwrap_or(0), 0));
         }
         OracleState {
             nodes,
@@ -279,7 +283,9 @@ impl OracleState {
 
     fn answer(&mut self, req: RequestId) {
         let r = req.0;
-        let i = self.answered.partition_point(|(_, hi)| hi.saturating_add(1) < r);
+        let i = self
+            .answered
+            .partition_point(|(_, hi)| hi.saturating_add(1) < r);
         match self.answered.get_mut(i) {
             Some((lo, hi)) if *lo <= r.saturating_add(1) => {
                 *lo = (*lo).min(r);
@@ -321,7 +327,14 @@ impl OracleState {
     }
 
     /// S5 (or L5) when a request that exceeds `node`'s limit gets something there.
-    fn check_retired(&self, h: &RunHeader, node: NodeId, room: RoomKey, what: &str, out: &mut Drafts) {
+    fn check_retired(
+        &self,
+        h: &RunHeader,
+        node: NodeId,
+        room: RoomKey,
+        what: &str,
+        out: &mut Drafts,
+    ) {
         let (Some(f), Some(side)) = (self.room(room), self.side_of(node)) else {
             return;
         };
@@ -356,8 +369,7 @@ impl OracleState {
         let epoch = self.book(node)?.epoch;
         self.writes.iter().find(|w| {
             w.to == node
-                && w
-                    .dst
+                && w.dst
                     .iter()
                     .any(|d| d.page == t.page && d.gen.epoch() == epoch)
         })
@@ -454,7 +466,12 @@ impl OracleState {
     }
 
     /// S2 on a write's destination: the first page that no longer belongs to its room.
-    fn write_target_breach(&self, node: NodeId, room: RoomKey, dst: &[PageTag]) -> Option<(PageTag, String)> {
+    fn write_target_breach(
+        &self,
+        node: NodeId,
+        room: RoomKey,
+        dst: &[PageTag],
+    ) -> Option<(PageTag, String)> {
         let book = self.book(node)?;
         dst.iter().find_map(|t| {
             let ok = book.page(t.page).is_some_and(|p| {
@@ -472,7 +489,14 @@ impl OracleState {
     }
 
     /// Move pages of `room` on `node` by `op` (S1 when the record would not allow it).
-    fn mark(&mut self, node: NodeId, room: RoomKey, pages: &[PageTag], op: PageOp, out: &mut Drafts) {
+    fn mark(
+        &mut self,
+        node: NodeId,
+        room: RoomKey,
+        pages: &[PageTag],
+        op: PageOp,
+        out: &mut Drafts,
+    ) {
         let mut bad = None;
         if let Some(book) = self.book_mut(node) {
             for t in pages {
@@ -483,7 +507,10 @@ impl OracleState {
                 match lifecycle::transition(p.state, op) {
                     Ok(to) if p.gen == t.gen && p.owner == Some(room) => p.state = to,
                     Ok(_) => {
-                        bad.get_or_insert((*t, format!("it is {} at {} for {:?}", p.state, p.gen, p.owner)));
+                        bad.get_or_insert((
+                            *t,
+                            format!("it is {} at {} for {:?}", p.state, p.gen, p.owner),
+                        ));
                     }
                     Err(e) => {
                         bad.get_or_insert((*t, e.to_string()));
@@ -494,10 +521,14 @@ impl OracleState {
         if let Some((t, why)) = bad {
             out.push(Draft {
                 pages: vec![(node, t.page)],
-                ..draft(Invariant::S1, Some(room), format!(
-                    "{node} moved page {t} of {} by {op:?}, but {why}",
-                    self.describe(room)
-                ))
+                ..draft(
+                    Invariant::S1,
+                    Some(room),
+                    format!(
+                        "{node} moved page {t} of {} by {op:?}, but {why}",
+                        self.describe(room)
+                    ),
+                )
             });
         }
     }
@@ -586,7 +617,13 @@ impl OracleState {
                         b.open.insert(i, *room);
                     }
                 }
-                self.check_retired(h, *node, *room, "was admitted (got a sender or receiver)", out);
+                self.check_retired(
+                    h,
+                    *node,
+                    *room,
+                    "was admitted (got a sender or receiver)",
+                    out,
+                );
             }
             RejectedLegacy { node, room, .. } => {
                 let f = match self.side_of(*node) {
@@ -597,13 +634,19 @@ impl OracleState {
             }
             Rejected { .. } | Truncated { .. } => {}
             PagesReserved { node, room, pages } => {
-                let cap = self.book(*node).map_or(0, |b| b.pages.len().saturating_sub(1));
+                let cap = self
+                    .book(*node)
+                    .map_or(0, |b| b.pages.len().saturating_sub(1));
                 if pages.len() > cap {
-                    out.push(draft(Invariant::L5, Some(*room), format!(
-                        "{} reserved {} pages on {node}, whose pool has {cap}",
-                        self.describe(*room),
-                        pages.len()
-                    )));
+                    out.push(draft(
+                        Invariant::L5,
+                        Some(*room),
+                        format!(
+                            "{} reserved {} pages on {node}, whose pool has {cap}",
+                            self.describe(*room),
+                            pages.len()
+                        ),
+                    ));
                 }
                 self.check_retired(h, *node, *room, &format!("got {} pages", pages.len()), out);
                 for t in pages {
@@ -624,18 +667,26 @@ impl OracleState {
                         Some(p) => out.push(Draft {
                             related: p.owner.filter(|o| o != room).into_iter().collect(),
                             pages: vec![(*node, t.page)],
-                            ..draft(Invariant::S1, Some(*room), format!(
-                                "{node} handed page {t} to {}, but it is {} at {} for {}",
-                                self.describe(*room),
-                                p.state,
-                                p.gen,
-                                p.owner.map_or("nobody".into(), |o| self.describe(o))
-                            ))
+                            ..draft(
+                                Invariant::S1,
+                                Some(*room),
+                                format!(
+                                    "{node} handed page {t} to {}, but it is {} at {} for {}",
+                                    self.describe(*room),
+                                    p.state,
+                                    p.gen,
+                                    p.owner.map_or("nobody".into(), |o| self.describe(o))
+                                ),
+                            )
                         }),
-                        None => out.push(draft(Invariant::S1, Some(*room), format!(
-                            "{node} handed page {t}, which is not a pool page, to {}",
-                            self.describe(*room)
-                        ))),
+                        None => out.push(draft(
+                            Invariant::S1,
+                            Some(*room),
+                            format!(
+                                "{node} handed page {t}, which is not a pool page, to {}",
+                                self.describe(*room)
+                            ),
+                        )),
                     }
                     if let Some(p) = self.book_mut(*node).and_then(|b| b.page_mut(t.page)) {
                         p.state = PageState::Reserved;
@@ -648,7 +699,9 @@ impl OracleState {
             PagesExpectWrite { node, room, pages } => {
                 self.mark(*node, *room, pages, PageOp::ExpectWrite, out)
             }
-            PagesReady { node, room, pages } => self.mark(*node, *room, pages, PageOp::MarkReady, out),
+            PagesReady { node, room, pages } => {
+                self.mark(*node, *room, pages, PageOp::MarkReady, out)
+            }
             Quarantined { node, room, pages } => {
                 self.mark(*node, *room, pages, PageOp::Quarantine, out);
                 if let Some(b) = self.book_mut(*node) {
@@ -663,7 +716,15 @@ impl OracleState {
                 pages,
                 how,
                 held,
-            } => self.release(*node, *room, pages, held, *how == ReleaseKind::Unchecked, None, out),
+            } => self.release(
+                *node,
+                *room,
+                pages,
+                held,
+                *how == ReleaseKind::Unchecked,
+                None,
+                out,
+            ),
             QuarantineReleased {
                 node,
                 room,
@@ -703,7 +764,15 @@ impl OracleState {
                         b.quarantined.remove(i);
                     }
                 }
-                self.release(*node, *room, pages, held, false, Some(PageState::Quarantined), out);
+                self.release(
+                    *node,
+                    *room,
+                    pages,
+                    held,
+                    false,
+                    Some(PageState::Quarantined),
+                    out,
+                );
             }
             PagesHeld { node, pages } => {
                 let mut bad = None;
@@ -764,9 +833,13 @@ impl OracleState {
                 {
                     out.push(Draft {
                         pages: vec![(*node, t.page)],
-                        ..draft(Invariant::S2, Some(*room), format!(
+                        ..draft(
+                            Invariant::S2,
+                            Some(*room),
+                            format!(
                             "{node} wrote KV of {now} into page {t}, which its room no longer owns"
-                        ))
+                        ),
+                        )
                     });
                 }
                 let ps = u64::from(h.page_size);
@@ -812,10 +885,14 @@ impl OracleState {
                 }) {
                     out.push(Draft {
                         pages: vec![(*node, t.page)],
-                        ..draft(Invariant::S2, Some(room), format!(
-                            "prefill {node} sends page {t} for {}, which its room does not own",
-                            self.describe(room)
-                        ))
+                        ..draft(
+                            Invariant::S2,
+                            Some(room),
+                            format!(
+                                "prefill {node} sends page {t} for {}, which its room does not own",
+                                self.describe(room)
+                            ),
+                        )
                     });
                 }
                 let prov = src
@@ -843,7 +920,10 @@ impl OracleState {
                 let room = write.room;
                 let facts = self.take_write(*write);
                 if let Some((t, now)) = self.write_target_breach(*node, room, dst) {
-                    let holder = self.book(*node).and_then(|b| b.page(t.page)).and_then(|p| p.owner);
+                    let holder = self
+                        .book(*node)
+                        .and_then(|b| b.page(t.page))
+                        .and_then(|p| p.owner);
                     out.push(Draft {
                         related: holder.filter(|o| *o != room).into_iter().collect(),
                         pages: vec![(*node, t.page)],
@@ -856,15 +936,18 @@ impl OracleState {
                 let ps = h.page_size;
                 if let Some(b) = self.book_mut(*node) {
                     for (i, t) in dst.iter().enumerate() {
-                        let prov = facts.as_ref().and_then(|f| f.prov.get(i).copied()).unwrap_or(
-                            // The send is not in the trace (a trace of the receiver only):
-                            // the write is taken as the room's, every slot.
-                            Provenance {
-                                writer: Some(room),
-                                lo: 0,
-                                hi: ps,
-                            },
-                        );
+                        let prov = facts
+                            .as_ref()
+                            .and_then(|f| f.prov.get(i).copied())
+                            .unwrap_or(
+                                // The send is not in the trace (a trace of the receiver only):
+                                // the write is taken as the room's, every slot.
+                                Provenance {
+                                    writer: Some(room),
+                                    lo: 0,
+                                    hi: ps,
+                                },
+                            );
                         if let Some(p) = b.page_mut(t.page) {
                             p.prov = prov;
                         }
@@ -921,10 +1004,14 @@ impl OracleState {
                         *sent_pages,
                         *fully_written,
                     ) {
-                        out.push(draft(Invariant::S4, Some(*room), format!(
-                            "decode {node} accepted the transfer of {}: {p}",
-                            self.describe(*room)
-                        )));
+                        out.push(draft(
+                            Invariant::S4,
+                            Some(*room),
+                            format!(
+                                "decode {node} accepted the transfer of {}: {p}",
+                                self.describe(*room)
+                            ),
+                        ));
                     }
                 }
             }
@@ -995,17 +1082,29 @@ impl OracleState {
                         r.flags &= !flag::DRAIN_ACKED;
                     }
                 }
-                if status.is_ok() && *side == Side::Prefill && self.has(*room, flag::PREFILL_ABORTED) {
-                    out.push(draft(Invariant::S6, Some(*room), format!(
-                        "prefill {node} answered 200 for {} after its abort became visible",
-                        self.describe(*room)
-                    )));
+                if status.is_ok()
+                    && *side == Side::Prefill
+                    && self.has(*room, flag::PREFILL_ABORTED)
+                {
+                    out.push(draft(
+                        Invariant::S6,
+                        Some(*room),
+                        format!(
+                            "prefill {node} answered 200 for {} after its abort became visible",
+                            self.describe(*room)
+                        ),
+                    ));
                 }
-                if status.is_ok() && *side == Side::Decode && self.has(*room, flag::TRANSFER_FAILED) {
-                    out.push(draft(Invariant::S6, Some(*room), format!(
-                        "decode {node} answered 200 for {} after its KV transfer failed",
-                        self.describe(*room)
-                    )));
+                if status.is_ok() && *side == Side::Decode && self.has(*room, flag::TRANSFER_FAILED)
+                {
+                    out.push(draft(
+                        Invariant::S6,
+                        Some(*room),
+                        format!(
+                            "decode {node} answered 200 for {} after its KV transfer failed",
+                            self.describe(*room)
+                        ),
+                    ));
                 }
             }
             RouterResponse {
@@ -1016,16 +1115,19 @@ impl OracleState {
                 ..
             } => {
                 if self.is_answered(*req) {
-                    out.push(draft(Invariant::S6, *room, format!(
-                        "{req} got a second terminal response ({status})"
-                    )));
+                    out.push(draft(
+                        Invariant::S6,
+                        *room,
+                        format!("{req} got a second terminal response ({status})"),
+                    ));
                 }
                 self.answer(*req);
                 if let Ok(i) = self.pending.binary_search_by_key(req, |p| p.req) {
                     self.pending.remove(i);
                 }
                 if let Some(f) = room.and_then(|r| self.room(r)) {
-                    let rejected = self.must_reject(h, f, Side::Prefill) || self.must_reject(h, f, Side::Decode);
+                    let rejected = self.must_reject(h, f, Side::Prefill)
+                        || self.must_reject(h, f, Side::Decode);
                     if status.is_ok() && rejected {
                         out.push(draft(Invariant::S6, *room, format!(
                             "{req} does not fit the pool and must be rejected, but the client got 200"
@@ -1058,7 +1160,10 @@ impl OracleState {
                 // Remembered only while the prefill half is live: a node sends for a room
                 // use only while it holds its request, so afterwards the fact can decide
                 // nothing and would only tell apart runs that are otherwise the same.
-                if self.book(*node).is_some_and(|b| b.open.binary_search(room).is_ok()) {
+                if self
+                    .book(*node)
+                    .is_some_and(|b| b.open.binary_search(room).is_ok())
+                {
                     self.flag(*room, flag::DRAIN_ACKED);
                 }
             }
@@ -1138,10 +1243,14 @@ impl OracleState {
                 out.push(Draft {
                     related: p.owner.filter(|o| *o != room).into_iter().collect(),
                     pages: vec![(node, t.page)],
-                    ..draft(Invariant::S8, Some(room), format!(
-                        "{node} freed page {t} for {}, but {what}",
-                        self.describe(room)
-                    ))
+                    ..draft(
+                        Invariant::S8,
+                        Some(room),
+                        format!(
+                            "{node} freed page {t} for {}, but {what}",
+                            self.describe(room)
+                        ),
+                    )
                 });
                 if !unchecked {
                     continue;
@@ -1151,10 +1260,14 @@ impl OracleState {
             if !unchecked && !is_held && p.holders > 0 {
                 out.push(Draft {
                     pages: vec![(node, t.page)],
-                    ..draft(Invariant::S2, Some(room), format!(
-                        "{node} freed page {t} of {} while another path still held it",
-                        self.describe(room)
-                    ))
+                    ..draft(
+                        Invariant::S2,
+                        Some(room),
+                        format!(
+                            "{node} freed page {t} of {} while another path still held it",
+                            self.describe(room)
+                        ),
+                    )
                 });
             }
             let to_free = unchecked || !is_held;
@@ -1186,37 +1299,58 @@ impl OracleState {
             });
         }
         if let Some(p) = self.pending.first() {
-            let room = self.rooms.iter().find(|(_, f)| f.req == p.req).map(|(k, _)| *k);
-            out.push(draft(Invariant::L1, room, format!(
-                "{} request(s) never got a response (first: {})",
-                self.pending.len(),
-                p.req
-            )));
+            let room = self
+                .rooms
+                .iter()
+                .find(|(_, f)| f.req == p.req)
+                .map(|(k, _)| *k);
+            out.push(draft(
+                Invariant::L1,
+                room,
+                format!(
+                    "{} request(s) never got a response (first: {})",
+                    self.pending.len(),
+                    p.req
+                ),
+            ));
         }
         for (i, b) in self.nodes.iter().enumerate() {
             let Some(b) = b else { continue };
             let node = NodeId(i as u16);
-            let flying: Vec<&WriteFacts> = self.writes.iter().filter(|w| w.id.writer == node).collect();
+            let flying: Vec<&WriteFacts> =
+                self.writes.iter().filter(|w| w.id.writer == node).collect();
             if !b.open.is_empty() || !flying.is_empty() {
-                let room = b.open.first().copied().or(flying.first().map(|w| w.id.room));
+                let room = b
+                    .open
+                    .first()
+                    .copied()
+                    .or(flying.first().map(|w| w.id.room));
                 out.push(Draft {
                     related: b.open.iter().skip(1).take(2).copied().collect(),
-                    ..draft(Invariant::L1, room, format!(
-                        "{node} still holds {} requests and {} KV writes in flight (first: {})",
-                        b.open.len(),
-                        flying.len(),
-                        room.map_or("?".into(), |r| self.describe(r))
-                    ))
+                    ..draft(
+                        Invariant::L1,
+                        room,
+                        format!(
+                            "{node} still holds {} requests and {} KV writes in flight (first: {})",
+                            b.open.len(),
+                            flying.len(),
+                            room.map_or("?".into(), |r| self.describe(r))
+                        ),
+                    )
                 });
             }
             if !b.quarantined.is_empty() && !b.stopped {
                 out.push(Draft {
                     related: b.quarantined.iter().skip(1).take(2).copied().collect(),
-                    ..draft(Invariant::L3, b.quarantined.first().copied(), format!(
+                    ..draft(
+                        Invariant::L3,
+                        b.quarantined.first().copied(),
+                        format!(
                         "decode {node} still quarantines {} rooms and has not stopped (first: {})",
                         b.quarantined.len(),
                         self.describe(b.quarantined[0])
-                    ))
+                    ),
+                    )
                 });
             }
             let held: Vec<(PageId, &PageFact)> = b
@@ -1225,8 +1359,7 @@ impl OracleState {
                 .enumerate()
                 .skip(1)
                 .filter(|(_, p)| {
-                    p.state != PageState::Free
-                        && !(b.stopped && p.state == PageState::Quarantined)
+                    p.state != PageState::Free && !(b.stopped && p.state == PageState::Quarantined)
                 })
                 .map(|(i, p)| (PageId(i as u32), p))
                 .collect();
@@ -1249,11 +1382,15 @@ impl OracleState {
         if let Some((room, _)) = self.rooms.first() {
             out.push(Draft {
                 related: self.rooms.iter().skip(1).take(2).map(|(k, _)| *k).collect(),
-                ..draft(Invariant::L2, Some(*room), format!(
-                    "the router still has {} rooms open (first: {})",
-                    self.rooms.len(),
-                    self.describe(*room)
-                ))
+                ..draft(
+                    Invariant::L2,
+                    Some(*room),
+                    format!(
+                        "the router still has {} rooms open (first: {})",
+                        self.rooms.len(),
+                        self.describe(*room)
+                    ),
+                )
             });
         }
     }
@@ -1316,7 +1453,14 @@ mod tests {
         }
         assert!(p.covers(a, 3) && !p.covers(a, 4) && !p.covers(b, 1));
         p = p.after_write(b, 1);
-        assert_eq!(p, Provenance { writer: Some(b), lo: 1, hi: 2 });
+        assert_eq!(
+            p,
+            Provenance {
+                writer: Some(b),
+                lo: 1,
+                hi: 2
+            }
+        );
         assert!(!p.covers(b, 2));
     }
 
@@ -1342,7 +1486,6 @@ mod tests {
     fn length_disagreement_names_the_mismatch() {
         assert!(length_disagreement(Some(4), 4, 2, 4, 2, true).is_none());
         assert!(length_disagreement(Some(7), 7, 4, 1, 1, false).is_some());
-        assert!(length_disagreement(Some(4), 4, 2, 4, 1, true)
-            .is_some_and(|s| s.contains("pages")));
+        assert!(length_disagreement(Some(4), 4, 2, 4, 1, true).is_some_and(|s| s.contains("pages")));
     }
 }

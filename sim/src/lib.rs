@@ -119,18 +119,21 @@ impl Default for RunOptions {
 
 /// Run one plan with any KV backend: `make_gpu(pages, page_size)` builds each node's
 /// memory. With `trace`, the outcome keeps every trace entry.
-pub fn run_plan_with<G: Gpu>(plan: &Plan, make_gpu: impl Fn(u32, u32) -> G, trace: bool) -> RunOutcome {
+pub fn run_plan_with<G: Gpu>(
+    plan: &Plan,
+    make_gpu: impl Fn(u32, u32) -> G,
+    trace: bool,
+) -> RunOutcome {
     finish(plan, World::new(plan, make_gpu, trace))
 }
 
 /// Run one plan, writing its trace (header first) as JSON lines to `sink`.
-pub fn run_plan_json(
-    plan: &Plan,
-    backend: Backend,
-    sink: Box<dyn world::TraceSink>,
-) -> RunOutcome {
+pub fn run_plan_json(plan: &Plan, backend: Backend, sink: Box<dyn world::TraceSink>) -> RunOutcome {
     match backend {
-        Backend::Symbolic => finish(plan, World::new(plan, SymbolicGpu::new, false).with_json(sink)),
+        Backend::Symbolic => finish(
+            plan,
+            World::new(plan, SymbolicGpu::new, false).with_json(sink),
+        ),
         Backend::Host => finish(plan, World::new(plan, HostGpu::new, false).with_json(sink)),
     }
 }

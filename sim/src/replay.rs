@@ -6,12 +6,12 @@
 //! invariant broke, the failure report. `--trace-json` writes every log entry as one
 //! JSON object per line (schema: `docs/TRACE.md`).
 
-use kvsim_oracle::schema::{header_line, entry_line, Entry, RunHeader};
 use crate::plan::{Plan, Reduction};
 use crate::report;
 use crate::scenario::{Scenario, ScenarioError};
 use crate::{run_plan, Backend, RunOutcome};
 use kvsim_engine::bugs::BugSet;
+use kvsim_oracle::schema::{entry_line, header_line, Entry, RunHeader};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -109,7 +109,10 @@ pub fn render(
 /// One line: `CLEAN`, or `VIOLATED S5, S3`, and the detections a defense made.
 pub fn verdict(out: &RunOutcome) -> String {
     let names = |v: Vec<kvsim_engine::invariant::Invariant>| {
-        v.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+        v.iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     let detected = out.detected();
     let det = if detected.is_empty() {

@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 pub use kvsim_oracle::render::{
-    causal_trace, describe_event, render_entry, render_findings, render_tokens, render_trace, secs, Focus,
+    causal_trace, describe_event, render_entry, render_findings, render_tokens, render_trace, secs,
+    Focus,
 };
 
 /// The per-request table of a run.

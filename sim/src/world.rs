@@ -31,9 +31,14 @@ use kvsim_engine::ids::{NodeId, RequestId, RoomKey, Token, WriteId};
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
-use kvsim_engine::world::{self as env_world, Arrival, Arriving, CrashFate, DropReason, Driver, Timers, Topology, Transport, WriteFailure};
+use kvsim_engine::world::{
+    self as env_world, Arrival, Arriving, CrashFate, Driver, DropReason, Timers, Topology,
+    Transport, WriteFailure,
+};
 use kvsim_engine::Cfg;
-use kvsim_oracle::schema::{CancelHow, ClockKind, EndOutcome, Entry, FaultEvent, MsgView, Record, RunHeader};
+use kvsim_oracle::schema::{
+    CancelHow, ClockKind, EndOutcome, Entry, FaultEvent, MsgView, Record, RunHeader,
+};
 use kvsim_oracle::Oracle;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
@@ -287,7 +292,11 @@ impl<G: Gpu> World<G> {
             rec,
         };
         let found: Vec<Record> = if self.traced() {
-            self.oracle.observe(&e).iter().map(Record::violation).collect()
+            self.oracle
+                .observe(&e)
+                .iter()
+                .map(Record::violation)
+                .collect()
         } else {
             self.oracle.observe(&e);
             Vec::new()
@@ -545,7 +554,14 @@ impl<G: Gpu> World<G> {
 
     /// A KV write failed on the wire: it is not applied, and its one failed completion
     /// travels back to the incarnation of the writer that posted it.
-    fn write_failed(&mut self, from: NodeId, to: NodeId, id: WriteId, completion: Msg<G::Kv>, reason: WriteFailure) {
+    fn write_failed(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        id: WriteId,
+        completion: Msg<G::Kv>,
+        reason: WriteFailure,
+    ) {
         self.stats.writes_failed += 1;
         self.emit(Record::WriteFailed {
             from,
@@ -723,7 +739,9 @@ impl<G: Gpu> World<G> {
                     to_epoch,
                     msg,
                     ..
-                } if (*to == node && *to_epoch == dead) || (*from == node && *from_epoch == dead) => {
+                } if (*to == node && *to_epoch == dead)
+                    || (*from == node && *from_epoch == dead) =>
+                {
                     match env_world::crash_fate(node, *from, *to, msg) {
                         CrashFate::Keep => true,
                         CrashFate::Lose => {

@@ -80,7 +80,9 @@ impl PageChange {
                 how,
                 held,
             },
-            PageChange::Quarantined { room, pages } => TraceEvent::Quarantined { node, room, pages },
+            PageChange::Quarantined { room, pages } => {
+                TraceEvent::Quarantined { node, room, pages }
+            }
             PageChange::QuarantineReleased { room, pages, held } => {
                 TraceEvent::QuarantineReleased {
                     node,
