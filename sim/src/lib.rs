@@ -101,7 +101,9 @@ impl Default for RunOptions {
     }
 }
 
-fn run_with<G: Gpu>(plan: &Plan, make: impl Fn(u32, u32) -> G, trace: bool) -> RunOutcome {
+/// Run one plan on any KV backend: `make(pages, page_size)` builds each node's memory
+/// (the CUDA backend of `gpu-tests/` runs the scenarios through this).
+pub fn run_plan_with<G: Gpu>(plan: &Plan, make: impl Fn(u32, u32) -> G, trace: bool) -> RunOutcome {
     let mut w = World::new(plan, make, trace);
     w.run();
     RunOutcome {
@@ -125,8 +127,8 @@ fn run_with<G: Gpu>(plan: &Plan, make: impl Fn(u32, u32) -> G, trace: bool) -> R
 /// Run one plan end to end and check it.
 pub fn run_plan(plan: &Plan, backend: Backend, trace: bool) -> RunOutcome {
     match backend {
-        Backend::Symbolic => run_with(plan, SymbolicGpu::new, trace),
-        Backend::Host => run_with(plan, HostGpu::new, trace),
+        Backend::Symbolic => run_plan_with(plan, SymbolicGpu::new, trace),
+        Backend::Host => run_plan_with(plan, HostGpu::new, trace),
     }
 }
 

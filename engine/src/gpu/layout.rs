@@ -33,9 +33,10 @@ pub const ATTEND_THREADS: u32 = 128;
 /// Below this argument [`echo_exp`] returns 0 (its result would be subnormal).
 pub const EXP_MIN: f32 = -87.0;
 /// `log2(e)`, for the range reduction of [`echo_exp`].
-pub const EXP_LOG2E: f32 = 1.442_695_04;
-/// High part of `ln 2`, `355/512` (9 significant bits, so `k * EXP_LN2_HI` is exact).
-pub const EXP_LN2_HI: f32 = 0.693_359_375;
+pub const EXP_LOG2E: f32 = std::f32::consts::LOG2_E;
+/// High part of `ln 2`, exactly `355/512 = 0.693359375` (9 significant bits, so
+/// `k * EXP_LN2_HI` is exact).
+pub const EXP_LN2_HI: f32 = 0.693_359_4;
 /// Low part of `ln 2`: `ln 2 - EXP_LN2_HI`.
 pub const EXP_LN2_LO: f32 = -2.121_944_4e-4;
 /// Taylor coefficients `1/n!` of `e^r` for `n = 2..=6`.
