@@ -77,24 +77,31 @@ pub fn with_ptx_version(ptx: &str, version: &str) -> String {
         .join("\n")
 }
 
-/// Load the kernels into a context: compiled by NVRTC when it is present, else the
-/// committed PTX (lowered to [`FALLBACK_PTX_VERSION`] if the driver refuses it).
+/// Load the kernels into a context. In order, the first that loads: a fresh NVRTC
+/// compilation (where NVRTC is present), the committed PTX, the committed PTX with its
+/// `.version` lowered to [`FALLBACK_PTX_VERSION`] (a driver older than the NVRTC that
+/// wrote it). The error lists why each failed.
 pub fn load(ctx: &Arc<CudaContext>) -> Result<(Arc<CudaModule>, PtxOrigin), GpuError> {
+    let mut why = Vec::new();
     if nvrtc::ensure().is_ok() {
-        let c = nvrtc::compile(SOURCE, PROGRAM)?;
-        let m = ctx.load_module(Ptx::from_src(c.ptx))?;
-        return Ok((m, PtxOrigin::Nvrtc));
+        match nvrtc::compile(SOURCE, PROGRAM) {
+            Ok(c) => match ctx.load_module(Ptx::from_src(c.ptx)) {
+                Ok(m) => return Ok((m, PtxOrigin::Nvrtc)),
+                Err(e) => why.push(format!("NVRTC's PTX: {e}")),
+            },
+            Err(e) => why.push(format!("NVRTC: {e}")),
+        }
     }
     match ctx.load_module(Ptx::from_src(PTX)) {
-        Ok(m) => Ok((m, PtxOrigin::Committed)),
-        Err(first) => {
-            let lowered = with_ptx_version(PTX, FALLBACK_PTX_VERSION);
-            match ctx.load_module(Ptx::from_src(lowered)) {
-                Ok(m) => Ok((m, PtxOrigin::CommittedLowered)),
-                Err(second) => Err(GpuError::Module(format!(
-                    "committed PTX: {first}; with .version {FALLBACK_PTX_VERSION}: {second}"
-                ))),
-            }
+        Ok(m) => return Ok((m, PtxOrigin::Committed)),
+        Err(e) => why.push(format!("committed PTX: {e}")),
+    }
+    let lowered = with_ptx_version(PTX, FALLBACK_PTX_VERSION);
+    match ctx.load_module(Ptx::from_src(lowered)) {
+        Ok(m) => Ok((m, PtxOrigin::CommittedLowered)),
+        Err(e) => {
+            why.push(format!("with .version {FALLBACK_PTX_VERSION}: {e}"));
+            Err(GpuError::Module(why.join("; ")))
         }
     }
 }
