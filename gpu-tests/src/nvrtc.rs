@@ -122,13 +122,58 @@ pub fn ensure() -> Result<Found, String> {
 
 /// Compile CUDA C with [`OPTIONS`].
 pub fn compile(src: &str, name: &str) -> Result<Compiled, CompileFailure> {
+    compile_with(src, name, &OPTIONS)
+}
+
+/// Compile CUDA C all the way to sm_90 machine code (NVRTC runs ptxas), with
+/// [`OPTIONS`] but a real architecture, and ptxas's resource report in the log. The
+/// PTX check's stronger sibling: it needs no GPU either. Returns the log and the
+/// CUBIN's size.
+pub fn assemble_sm90(src: &str, name: &str) -> Result<(String, usize), CompileFailure> {
+    use cudarc::nvrtc::{result, sys};
+    let mut opts: Vec<&str> = OPTIONS
+        .iter()
+        .map(|o| {
+            if o.starts_with("--gpu-architecture=") {
+                "--gpu-architecture=sm_90"
+            } else {
+                o
+            }
+        })
+        .collect();
+    opts.push("--ptxas-options=--verbose");
+    ensure().map_err(CompileFailure::Unavailable)?;
+    let src_c = CString::new(src).map_err(|_| CompileFailure::Nul)?;
+    let name_c = CString::new(name).map_err(|_| CompileFailure::Nul)?;
+    let prog = result::create_program(&src_c, Some(&name_c)).map_err(CompileFailure::Nvrtc)?;
+    // SAFETY: `prog` was just created and is destroyed exactly once below.
+    let compiled = unsafe { result::compile_program(prog, &opts) };
+    let log = unsafe { result::get_program_log(prog) }.map(|l| c_text(&l));
+    let mut size = 0usize;
+    let sized = if compiled.is_ok() {
+        unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) }.result()
+    } else {
+        Ok(())
+    };
+    let destroyed = unsafe { result::destroy_program(prog) };
+    let log = log.map_err(CompileFailure::Nvrtc)?;
+    if compiled.is_err() {
+        return Err(CompileFailure::Errors { log });
+    }
+    sized.map_err(CompileFailure::Nvrtc)?;
+    destroyed.map_err(CompileFailure::Nvrtc)?;
+    Ok((log, size))
+}
+
+/// Compile CUDA C to PTX with the given options.
+fn compile_with(src: &str, name: &str, options: &[&str]) -> Result<Compiled, CompileFailure> {
     use cudarc::nvrtc::result;
     ensure().map_err(CompileFailure::Unavailable)?;
     let src_c = CString::new(src).map_err(|_| CompileFailure::Nul)?;
     let name_c = CString::new(name).map_err(|_| CompileFailure::Nul)?;
     let prog = result::create_program(&src_c, Some(&name_c)).map_err(CompileFailure::Nvrtc)?;
     // SAFETY: `prog` was just created and is destroyed exactly once below.
-    let compiled = unsafe { result::compile_program(prog, &OPTIONS) };
+    let compiled = unsafe { result::compile_program(prog, options) };
     let log = unsafe { result::get_program_log(prog) }.map(|l| c_text(&l));
     let ptx = if compiled.is_ok() {
         Some(unsafe { result::get_ptx(prog) }.map(|p| c_text(&p)))

@@ -140,6 +140,34 @@ fn nvrtc_compiles_every_kernel_without_warnings() {
 }
 
 #[test]
+fn kernels_assemble_to_sm90_machine_code() {
+    if nvrtc_skip("kernels_assemble_to_sm90_machine_code").is_some() {
+        return;
+    }
+    let (log, size) = match nvrtc::assemble_sm90(kernels::SOURCE, kernels::PROGRAM) {
+        Ok(r) => r,
+        Err(e) => panic!("{e}"),
+    };
+    println!("{log}");
+    assert!(size > 0, "empty CUBIN");
+    assert!(
+        !log.to_lowercase().contains("warning"),
+        "ptxas warnings:\n{log}"
+    );
+    // ptxas reports every kernel: none was dropped or failed to assemble.
+    for k in kernels::KERNELS {
+        assert!(log.contains(k), "ptxas did not report {k}:\n{log}");
+    }
+    // No kernel spills registers to local memory.
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("spill stores"))
+            .all(|l| l.contains(" 0 bytes spill stores")),
+        "register spills:\n{log}"
+    );
+}
+
+#[test]
 fn committed_ptx_is_current() {
     if nvrtc_skip("committed_ptx_is_current").is_some() {
         return;
