@@ -196,14 +196,17 @@ extern "C" __global__ void kv_check_tags(const u64* tags, u32 pool_pages, const 
 // the tag check inside: when `check` is set, the block validates every entry of the
 // request's page table first and, on a mismatch, raises the request's flag and never
 // reads its KV. Then layout::attend_page on the page that holds the query, step by
-// step. Dynamic shared memory: 2 * page_size floats (scores, weights).
+// step. Dynamic shared memory: 2 * page_size floats (scores, weights), plus, when
+// `stage` is set, the page's slots at a stride of key_width + KV_VALUE_LANES + 1
+// floats: the block first copies them in with coalesced loads (the host sets `stage`
+// when they fit). Staged or not, the same values are read in the same order.
 extern "C" __global__ void kv_attend(const float* data, const u64* tags, u32 pool_pages,
                                      u32 page_size, u32 key_width, float scale,
                                      const u32* table_page, const u64* table_gen,
                                      const u32* req_off, const u32* req_len, const u32* req_room,
                                      const u64* req_room_gen, const u64* req_seq_len,
-                                     const u64* req_query_pos, u32 check, u32 n_req,
-                                     u32* out_token, u32* out_flag) {
+                                     const u64* req_query_pos, u32 check, u32 stage,
+                                     u32 n_req, u32* out_token, u32* out_flag) {
     extern __shared__ float kv_smem[];
     float* scores = kv_smem;
     float* weights = kv_smem + page_size;
@@ -254,9 +257,25 @@ extern "C" __global__ void kv_attend(const float* data, const u64* tags, u32 poo
     u32 valid = rest < page_size ? (u32)rest : page_size;
     u64 sf = kv_slot_floats(key_width);
     const float* page = data + kv_page_slot_offset(table_page[off + idx], 0, page_size, key_width);
+    // Floats between consecutive slots of `page`: the pool's layout, or one more when
+    // staged, so the threads of a warp reading one column of keys hit distinct banks.
+    u64 stride = sf;
+    if (stage) {
+        float* staged = kv_smem + 2 * page_size;
+        u32 warp = tid / 32;
+        u32 lane = tid % 32;
+        for (u32 slot = warp; slot < valid; slot += blockDim.x / 32) {
+            for (u32 f = lane; f < sf; f += 32) {
+                staged[slot * (sf + 1) + f] = page[slot * sf + f];
+            }
+        }
+        __syncthreads();
+        page = staged;
+        stride = sf + 1;
+    }
     // Scores: one slot per thread, each a sequential dot product.
     for (u32 slot = tid; slot < valid; slot += blockDim.x) {
-        const float* key = page + slot * sf;
+        const float* key = page + slot * stride;
         float dot = 0.0f;
         for (u32 j = 0; j < key_width; j++) {
             dot += key[j] * kv_hadamard(qslot, j);
@@ -303,7 +322,7 @@ extern "C" __global__ void kv_attend(const float* data, const u64* tags, u32 poo
         float acc = 0.0f;
         float total = total_s;
         for (u32 slot = 0; slot < valid; slot++) {
-            acc += weights[slot] / total * page[slot * sf + key_width + tid];
+            acc += weights[slot] / total * page[slot * stride + key_width + tid];
         }
         u32 bits = __ballot_sync(0xffffffffu, acc > 0.5f);
         if (tid == 0) {

@@ -31,6 +31,10 @@ const BLOCK: u32 = 256;
 const MAX_BLOCKS: u64 = 1 << 20;
 /// Largest page size the attention kernel's shared memory holds (2 floats per slot).
 pub const MAX_PAGE_SIZE: u32 = 4096;
+/// Dynamic shared memory a launch may use without opting in to more (48 KiB): the
+/// attention kernel stages the query's page in it when the page fits (page size 64:
+/// 24 KiB), else reads it from global memory.
+const STAGE_LIMIT_BYTES: u32 = 48 * 1024;
 
 /// The loaded kernels of one context.
 struct Kernels {
@@ -498,10 +502,14 @@ impl CudaGpu {
             self.scale,
         );
         let (check, n) = (u32::from(check), d.n);
+        // Scores and weights, plus the staged page when it fits the default 48 KiB.
+        let base_bytes = 2 * ps * 4;
+        let page_bytes = (self.page_floats() as u32 + ps) * 4; // one pad float per slot
+        let stage = u32::from(base_bytes + page_bytes <= STAGE_LIMIT_BYTES);
         let cfg = LaunchConfig {
             grid_dim: (n, 1, 1),
             block_dim: (layout::ATTEND_THREADS, 1, 1),
-            shared_mem_bytes: 2 * ps * 4,
+            shared_mem_bytes: base_bytes + stage * page_bytes,
         };
         let mut b = self.stream.launch_builder(&self.k.attend);
         b.arg(&self.data)
@@ -519,11 +527,13 @@ impl CudaGpu {
             .arg(&d.seq_len)
             .arg(&d.query_pos)
             .arg(&check)
+            .arg(&stage)
             .arg(&n)
             .arg(&mut d.out_token)
             .arg(&mut d.out_flag);
         // SAFETY: matches kv_attend; one block per request, offsets and lengths index
-        // the uploaded table, shared memory holds 2 * page_size floats.
+        // the uploaded table, shared memory holds 2 * page_size floats and, when
+        // `stage` is set, one page.
         unsafe { b.launch(cfg) }?;
         Ok(())
     }
