@@ -63,6 +63,10 @@ impl CudaDevice {
             return Err(GpuError::NoDevice(why));
         }
         let ctx = CudaContext::new(ordinal)?;
+        // SAFETY: every slice of this device is allocated, used and freed on its one
+        // stream, so cudarc's cross-stream event tracking (two events per allocation)
+        // has nothing to order.
+        unsafe { ctx.disable_event_tracking() };
         let stream = ctx.default_stream();
         let (module, origin) = kernels::load(&ctx)?;
         let f = |name: &str| module.load_function(name);
