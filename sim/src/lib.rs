@@ -118,7 +118,8 @@ impl Default for RunOptions {
 }
 
 /// Run one plan with any KV backend: `make_gpu(pages, page_size)` builds each node's
-/// memory. With `trace`, the outcome keeps every trace entry.
+/// memory (the CUDA backend of `gpu-tests/` runs the scenarios through this). With
+/// `trace`, the outcome keeps every trace entry.
 pub fn run_plan_with<G: Gpu>(
     plan: &Plan,
     make_gpu: impl Fn(u32, u32) -> G,

@@ -3,9 +3,12 @@
 //! The reference numeric backend where no GPU exists, and the CPU reference the CUDA
 //! backend is checked against. Each slot stores a key (a Hadamard row, width
 //! `page_size.next_power_of_two()`) and a 32-lane value; attention is a real softmax
-//! over the query's page. It records no provenance.
+//! over the query's page. It records no provenance. Memory layout, tag words, the tag
+//! check and the attention arithmetic are [`layout`]'s, the functions the CUDA kernels
+//! mirror line for line, so a GPU computes the same bits.
 
-use super::{hadamard, key_width, locate, locate_tag, Gpu, WriteTag, VALUE_LANES};
+use super::layout::{self, TAG_WORDS};
+use super::{hadamard, key_width, locate, locate_tag, Gpu, TagMismatch, WriteTag, VALUE_LANES};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 
 /// KV memory of one node as f32 keys and values.
@@ -16,8 +19,8 @@ pub struct HostGpu {
     key_width: usize,
     /// `(pages + 1) * page_size` slots of `key_width + VALUE_LANES` floats.
     data: Vec<f32>,
-    /// Defense-4 tag per page, stored beside the page as a kernel would.
-    tags: Vec<Option<WriteTag>>,
+    /// Defense-4 tag per page as [`layout::TAG_WORDS`] words, as a kernel stores it.
+    tags: Vec<u64>,
 }
 
 impl HostGpu {
@@ -29,32 +32,35 @@ impl HostGpu {
             pages,
             key_width,
             data: vec![0.0; slots * (key_width + VALUE_LANES)],
-            tags: vec![None; pages as usize + 1],
+            tags: vec![0; (pages as usize + 1) * TAG_WORDS],
         }
     }
 
     fn slot_floats(&self) -> usize {
-        self.key_width + VALUE_LANES
+        layout::slot_floats(self.key_width)
     }
 
     fn slot_range(&self, page: PageId, slot: usize) -> Option<std::ops::Range<usize>> {
         if page.0 > self.pages {
             return None;
         }
-        let start = (page.0 as usize * self.page_size as usize + slot) * self.slot_floats();
+        let start = layout::page_slot_offset(page.0, slot as u32, self.page_size, self.key_width);
         Some(start..start + self.slot_floats())
     }
 
     fn page_range(&self, page: PageId) -> Option<std::ops::Range<usize>> {
         let first = self.slot_range(page, 0)?;
-        Some(first.start..first.start + self.page_size as usize * self.slot_floats())
+        Some(first.start..first.start + layout::page_floats(self.page_size, self.key_width))
     }
 
-    fn decode_value(value: &[f32]) -> Token {
-        value.iter().enumerate().fold(
-            0u32,
-            |t, (bit, &v)| if v > 0.5 { t | (1 << bit) } else { t },
-        )
+    fn set_tag(&mut self, page: PageId, tag: Option<WriteTag>) {
+        let t = page.0 as usize * TAG_WORDS;
+        self.tags[t..t + TAG_WORDS].copy_from_slice(&layout::encode_tag(tag));
+    }
+
+    /// The stored tag words of every page (index `page * TAG_WORDS`), as a kernel sees them.
+    pub fn tag_words(&self) -> &[u64] {
+        &self.tags
     }
 }
 
@@ -79,7 +85,7 @@ impl Gpu for HostGpu {
             let Some(range) = self.slot_range(tag.page, slot) else {
                 continue;
             };
-            self.tags[tag.page.0 as usize] = Some(WriteTag { room, gen: tag.gen });
+            self.set_tag(tag.page, Some(WriteTag { room, gen: tag.gen }));
             let s = &mut self.data[range];
             for (j, k) in s[..kw].iter_mut().enumerate() {
                 *k = hadamard(slot, j);
@@ -104,13 +110,25 @@ impl Gpu for HostGpu {
                 for (d, bits) in self.data[r].iter_mut().zip(kv) {
                     *d = f32::from_bits(*bits);
                 }
-                self.tags[dst.page.0 as usize] = Some(WriteTag { room, gen: dst.gen });
+                self.set_tag(dst.page, Some(WriteTag { room, gen: dst.gen }));
             }
         }
     }
 
     fn page_tag(&self, page: PageId) -> Option<WriteTag> {
-        self.tags.get(page.0 as usize).copied().flatten()
+        if page.0 > self.pages {
+            return None;
+        }
+        let t = page.0 as usize * TAG_WORDS;
+        let mut words = [0u64; TAG_WORDS];
+        words.copy_from_slice(&self.tags[t..t + TAG_WORDS]);
+        layout::decode_tag(words)
+    }
+
+    /// The kernel's check: [`layout::validate_tags`] over the stored words.
+    fn check_tags(&self, pages: &[PageTag], room: RoomKey) -> Result<(), TagMismatch> {
+        let flag = layout::validate_tags(&self.tags, self.pages, pages, room);
+        layout::flag_to_result(flag, pages, |t| self.page_tag(t.page))
     }
 
     fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Token {
@@ -123,42 +141,16 @@ impl Gpu for HostGpu {
         let ps = u64::from(self.page_size);
         let page_start = query_pos / ps * ps;
         let valid = (seq_len - page_start).min(ps) as usize;
-        let kw = self.key_width;
-        let scale = 1.0 / (kw as f32).sqrt();
-        let mut scores = Vec::with_capacity(valid);
-        for slot in 0..valid {
-            let Some(r) = self.slot_range(page, slot) else {
-                return 0;
-            };
-            let key = &self.data[r.start..r.start + kw];
-            let dot: f32 = key
-                .iter()
-                .enumerate()
-                .map(|(j, k)| k * hadamard(qslot, j))
-                .sum();
-            scores.push(dot * scale);
-        }
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let weights: Vec<f32> = scores.iter().map(|s| (s - max).exp()).collect();
-        let total: f32 = weights.iter().sum();
-        let (best, best_w) =
-            weights.iter().enumerate().fold(
-                (0, 0.0f32),
-                |acc, (i, &w)| if w > acc.1 { (i, w) } else { acc },
-            );
-        if best_w / total <= 0.5 || scores[best] <= 0.0 {
+        let Some(r) = self.page_range(page) else {
             return 0;
-        }
-        let mut value = [0.0f32; VALUE_LANES];
-        for (slot, w) in weights.iter().enumerate() {
-            let Some(r) = self.slot_range(page, slot) else {
-                return 0;
-            };
-            for (acc, v) in value.iter_mut().zip(&self.data[r.start + kw..r.end]) {
-                *acc += w / total * v;
-            }
-        }
-        Self::decode_value(&value)
+        };
+        layout::attend_page(
+            &self.data[r],
+            valid,
+            qslot,
+            self.key_width,
+            layout::score_scale(self.key_width),
+        )
     }
 
     fn token_at(&self, pages: &[PageId], pos: u64) -> Token {
@@ -168,13 +160,13 @@ impl Gpu for HostGpu {
         let Some(r) = self.slot_range(page, slot) else {
             return 0;
         };
-        Self::decode_value(&self.data[r.start + self.key_width..r.end])
+        layout::decode_value(&self.data[r.start + self.key_width..r.end])
     }
 
     fn zero_page(&mut self, page: PageId) {
         if let Some(r) = self.page_range(page) {
             self.data[r].iter_mut().for_each(|f| *f = 0.0);
-            self.tags[page.0 as usize] = None;
+            self.set_tag(page, None);
         }
     }
 }

@@ -23,6 +23,7 @@
 //! Pages are never zeroed unless the node asks (defense 7), as in SGLang.
 
 mod host;
+pub mod layout;
 mod symbolic;
 
 pub use host::HostGpu;
@@ -65,15 +66,15 @@ pub trait Gpu {
 
     /// Write the KV of `tokens` at sequence positions `start..` into `pages`
     /// (position `p` goes to `pages[p / page_size]`, slot `p % page_size`), stamping
-    /// each touched page with `WriteTag { room, gen: page.gen }`. `room` is also the
-    /// provenance symbolic backends record.
+    /// each touched page with `WriteTag { room, gen: page.gen }`. Nodes call it through
+    /// [`write_traced`], which states the write as an event.
     fn write_tokens(&mut self, pages: &[PageTag], start: u64, tokens: &[Token], room: RoomKey);
 
     /// Copy a whole page out (the source side of a KV write).
     fn read_page(&self, page: PageId) -> Self::Kv;
 
     /// Overwrite a whole page (the destination side of a KV write) and stamp it with
-    /// `WriteTag { room, gen: dst.gen }`. Contents (and provenance) come from `kv`.
+    /// `WriteTag { room, gen: dst.gen }`. Contents come from `kv`.
     fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Self::Kv);
 
     /// The tag stored with a page, if any write stamped one since it was last zeroed.
@@ -94,6 +95,34 @@ pub trait Gpu {
     /// Echo attention for one query position over a sequence of `seq_len` tokens.
     fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Token;
 
+    /// One decode step for a whole batch: for each request, when `check_tags`, the tag
+    /// check over its pages (a mismatch is that request's error, and its KV is not
+    /// read), then echo attention. Every request reads the memory as it was before the
+    /// call; results are in batch order. The default loops over [`Gpu::check_tags`] and
+    /// [`Gpu::attend`]; a device backend overrides it with one launch and one
+    /// synchronisation for the batch.
+    fn attend_batch(
+        &self,
+        batch: &[AttendRequest<'_>],
+        check_tags: bool,
+    ) -> Vec<Result<Token, TagMismatch>> {
+        batch
+            .iter()
+            .map(|r| {
+                if check_tags {
+                    self.check_tags(r.pages, r.room)?;
+                }
+                Ok(self.attend(&ids(r.pages), r.seq_len, r.query_pos))
+            })
+            .collect()
+    }
+
+    /// Copy several pages out (the source side of a KV write), in order. The default
+    /// loops over [`Gpu::read_page`]; a device backend gathers them in one copy.
+    fn read_pages(&self, pages: &[PageId]) -> Vec<Self::Kv> {
+        pages.iter().map(|&p| self.read_page(p)).collect()
+    }
+
     /// The token stored at a sequence position (what attention would echo there).
     fn token_at(&self, pages: &[PageId], pos: u64) -> Token;
 
@@ -103,12 +132,28 @@ pub trait Gpu {
     /// Digest of the first `tokens` positions, keyed by position (the transfer
     /// checksum of #39500).
     fn digest(&self, pages: &[PageId], tokens: u64) -> u64 {
-        let mut h = 0x6b76_7369_6d00_0001_u64;
-        for pos in 0..tokens {
-            h = splitmix64(h ^ splitmix64((pos << 32) ^ u64::from(self.token_at(pages, pos))));
-        }
-        h
+        digest_tokens((0..tokens).map(|pos| self.token_at(pages, pos)))
     }
+}
+
+/// One request of a batched decode step ([`Gpu::attend_batch`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttendRequest<'a> {
+    /// The sequence's pages with the generations the request was given.
+    pub pages: &'a [PageTag],
+    /// The room use whose tag every page must carry.
+    pub room: RoomKey,
+    pub seq_len: u64,
+    pub query_pos: u64,
+}
+
+/// The transfer digest ([`Gpu::digest`]) of the tokens at positions `0, 1, ..`.
+pub fn digest_tokens(tokens: impl IntoIterator<Item = Token>) -> u64 {
+    let mut h = 0x6b76_7369_6d00_0001_u64;
+    for (pos, tok) in (0u64..).zip(tokens) {
+        h = splitmix64(h ^ splitmix64((pos << 32) ^ u64::from(tok)));
+    }
+    h
 }
 
 /// The query position of decode step `step` of `steps`, spread evenly over `prompt_len`.
@@ -273,7 +318,7 @@ mod tests {
                     a_tokens[page_size as usize + 1]
                 );
             }
-            // Copying a page moves its contents and provenance.
+            // Copying a page moves its contents; the receiver stamps its own tag.
             let kv = sym.read_page(PageId(3));
             sym.write_page(tag(7), b, &kv);
             let hkv = host.read_page(PageId(3));

@@ -18,7 +18,7 @@ pub struct SymbolicPage {
     pub tag: Option<WriteTag>,
 }
 
-/// KV memory of one node as tokens and provenance.
+/// KV memory of one node as tokens and tags.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct SymbolicGpu {
     page_size: u32,
