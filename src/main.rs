@@ -54,6 +54,8 @@ enum Command {
     Check(kvsim::cmd_check::CheckArgs),
     /// Hunt every historical bug switch with both tools; write reports/bugs.{md,svg}.
     Bugs(kvsim::cmd_bugs::BugsArgs),
+    /// Judge a run from its trace files alone (any engine that writes the schema).
+    Audit(kvsim::cmd_audit::AuditArgs),
 }
 
 fn parse_bugs(list: Option<&str>) -> Result<Option<BugSet>> {
@@ -119,6 +121,7 @@ fn main() -> ExitCode {
         Some(Command::Merge(a)) => kvsim::cmd_sim::merge(&a),
         Some(Command::Check(args)) => kvsim::cmd_check::run(&args),
         Some(Command::Bugs(args)) => kvsim::cmd_bugs::run(&args),
+        Some(Command::Audit(args)) => kvsim::cmd_audit::run(&args),
     };
     match res {
         Ok(code) => code,

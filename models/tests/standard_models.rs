@@ -36,7 +36,7 @@ fn assert_clean(r: &CheckReport) {
 fn handoff_small_is_clean_with_a_pinned_state_count() {
     let r = run(ModelSpec::handoff_small());
     assert_clean(&r);
-    assert_eq!(r.unique, 13_742);
+    assert_eq!(r.unique, 14_164);
     // The shortest over-length rejection: the router learns prefill's 400 at once.
     assert_eq!(
         r.status(names::REJECTED),

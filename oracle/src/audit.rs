@@ -111,12 +111,16 @@ impl Source {
                 source,
             })?)
         };
-        Ok(Source {
+        Ok(Source::new(name, file))
+    }
+
+    fn new(name: String, input: Box<dyn Read>) -> Source {
+        Source {
             path: name,
-            reader: BufReader::with_capacity(1 << 20, file),
+            reader: BufReader::with_capacity(1 << 20, input),
             line_no: 0,
             buf: String::new(),
-        })
+        }
     }
 
     /// The next non-empty line, parsed; `None` at the end.
@@ -150,10 +154,15 @@ impl Source {
 
 /// Open every file and read its header; the merged header.
 fn open_all(paths: &[PathBuf], bytes: &mut u64) -> Result<(RunHeader, Vec<Source>), AuditError> {
+    let sources = paths.iter().map(|p| Source::open(p)).collect::<Result<Vec<_>, _>>()?;
+    headers(sources, bytes)
+}
+
+/// Read every source's header; the merged header.
+fn headers(inputs: Vec<Source>, bytes: &mut u64) -> Result<(RunHeader, Vec<Source>), AuditError> {
     let mut sources = Vec::new();
     let mut merged: Option<(RunHeader, String)> = None;
-    for p in paths {
-        let mut src = Source::open(p)?;
+    for mut src in inputs {
         let header = match src.next(bytes)? {
             Some(Line::Header(h)) => *h,
             _ => return Err(AuditError::NoHeader { path: src.path }),
@@ -257,10 +266,39 @@ fn next_entry(s: &mut Source, bytes: &mut u64) -> Result<Option<Entry>, AuditErr
     }
 }
 
+/// Audit traces given as readers (named for errors): the same single pass as
+/// [`audit`], without the causal traces (those need to read the input again).
+pub fn audit_readers(
+    inputs: Vec<(String, Box<dyn Read>)>,
+) -> Result<AuditReport, AuditError> {
+    let sources = inputs
+        .into_iter()
+        .map(|(name, r)| Source::new(name, r))
+        .collect();
+    let mut bytes = 0u64;
+    let (header, sources) = headers(sources, &mut bytes)?;
+    judge(header, sources, bytes).map(|(r, _)| r)
+}
+
 /// Audit trace files.
 pub fn audit(paths: &[PathBuf], opts: AuditOptions) -> Result<AuditReport, AuditError> {
     let mut bytes = 0u64;
-    let (header, mut sources) = open_all(paths, &mut bytes)?;
+    let (header, sources) = open_all(paths, &mut bytes)?;
+    let (mut report, positions) = judge(header, sources, bytes)?;
+    let files = paths.iter().all(|p| p.to_str() != Some("-"));
+    if opts.causal && files && !report.findings.is_empty() {
+        report.causal = explain(paths, &report, &positions, opts)?;
+    }
+    Ok(report)
+}
+
+/// The one pass: every entry to the oracle, then the run's end. Also returns, per
+/// finding, the merged position of the entry that produced it.
+fn judge(
+    header: RunHeader,
+    mut sources: Vec<Source>,
+    mut bytes: u64,
+) -> Result<(AuditReport, Vec<u64>), AuditError> {
     let mut oracle = Oracle::new(header.clone());
     let mut positions: Vec<u64> = Vec::new();
     let (entries, end, detail) = merged(&mut sources, &mut bytes, |pos, e| {
@@ -280,7 +318,7 @@ pub fn audit(paths: &[PathBuf], opts: AuditOptions) -> Result<AuditReport, Audit
     positions.extend(std::iter::repeat_n(entries + 1, found));
     let findings = oracle.findings().to_vec();
     let leaks = oracle.leaks.clone();
-    let mut report = AuditReport {
+    let report = AuditReport {
         header,
         findings,
         leaks,
@@ -289,11 +327,110 @@ pub fn audit(paths: &[PathBuf], opts: AuditOptions) -> Result<AuditReport, Audit
         end,
         causal: Vec::new(),
     };
-    let files = paths.iter().all(|p| p.to_str() != Some("-"));
-    if opts.causal && files && !report.findings.is_empty() {
-        report.causal = explain(paths, &report, &positions, opts)?;
+    Ok((report, positions))
+}
+
+/// The report as text: what was read, how the run ended, the verdict, every finding
+/// with the entries that prove it, and the causal traces.
+pub fn render(r: &AuditReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let h = &r.header;
+    let what = match (&h.scenario, h.seed) {
+        (Some(sc), Some(seed)) => format!(", scenario {sc} seed {seed}"),
+        (Some(sc), None) => format!(", scenario {sc}"),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        s,
+        "audit: {} entries, {:.1} MB from {}{what}; {} nodes; defenses: {}; bugs: {}",
+        r.entries,
+        r.bytes as f64 / 1e6,
+        h.source,
+        h.nodes.len(),
+        defenses_on(&h.defenses),
+        h.bugs
+    );
+    let _ = writeln!(
+        s,
+        "run end: {}",
+        match r.end {
+            EndOutcome::Drained => "drained (liveness judged)",
+            EndOutcome::LivenessBound => "did not drain within its liveness bound",
+            EndOutcome::EventLimit => "did not drain within its event limit",
+            EndOutcome::Cut => "no end entry: the trace is cut, liveness not judged",
+        }
+    );
+    let names = |v: bool| {
+        let mut out: Vec<String> = Vec::new();
+        for f in r.findings.iter().filter(|f| f.violated() == v) {
+            let n = f.violation.invariant.to_string();
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        out.join(", ")
+    };
+    let violated = names(true);
+    let detected = names(false);
+    let _ = writeln!(
+        s,
+        "verdict: {}{}",
+        if violated.is_empty() {
+            "CLEAN (no invariant violated)".to_string()
+        } else {
+            format!("VIOLATED {violated}")
+        },
+        if detected.is_empty() {
+            String::new()
+        } else {
+            format!("; DETECTED {detected} (a defense refused it, nothing leaked)")
+        }
+    );
+    for f in &r.findings {
+        let _ = writeln!(
+            s,
+            "  [{} #{}] {}: {}",
+            crate::render::secs(f.at_ns),
+            f.event,
+            f.verdict(),
+            f.violation
+        );
+        for e in &f.evidence {
+            let _ = writeln!(s, "      evidence: {e}");
+        }
     }
-    Ok(report)
+    for (i, lines) in &r.causal {
+        let f = &r.findings[*i];
+        let _ = writeln!(
+            s,
+            "causal trace of {} ({}):",
+            f.verdict(),
+            f.room.map_or("-".into(), |r| r.to_string())
+        );
+        for l in lines {
+            let _ = writeln!(s, "  {l}");
+        }
+    }
+    s
+}
+
+fn defenses_on(d: &kvsim_engine::config::Defenses) -> String {
+    let all = [
+        ("admission_check", d.admission_check),
+        ("verify_on_completion", d.verify_on_completion),
+        ("deferred_release", d.deferred_release),
+        ("page_tags", d.page_tags),
+        ("preflight", d.preflight),
+        ("router_cancels_both", d.router_cancels_both),
+        ("zero_on_free", d.zero_on_free),
+    ];
+    let on: Vec<&str> = all.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect();
+    if on.is_empty() {
+        "none".into()
+    } else {
+        on.join(",")
+    }
 }
 
 /// The second pass: the causal traces of the first findings.

@@ -1,0 +1,51 @@
+//! `kvsim audit`: judge a run from its trace files alone (thin: parse, call, print).
+
+use anyhow::Result;
+use kvsim_oracle::audit::{audit, render, AuditOptions};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct AuditArgs {
+    /// Trace files (JSON Lines, `docs/TRACE.md`): one per run, or one per node of a
+    /// deployment (merged by time). `-` reads standard input.
+    #[arg(required = true, value_name = "TRACE.jsonl")]
+    pub traces: Vec<PathBuf>,
+    /// Skip the second pass that prints the causal trace of each finding.
+    #[arg(long)]
+    pub no_causal: bool,
+    /// Causal traces for at most this many findings.
+    #[arg(long, default_value_t = 3)]
+    pub explain: usize,
+    /// Write the findings as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// Exit 0: no invariant violated (detections are printed, they are not failures);
+/// 1: a violation; 2: a trace that cannot be used (the error names the file, the line
+/// and the field).
+pub fn run(a: &AuditArgs) -> Result<ExitCode> {
+    let opts = AuditOptions {
+        causal: !a.no_causal,
+        max_findings_explained: a.explain,
+        ..AuditOptions::default()
+    };
+    let report = match audit(&a.traces, opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: unusable trace: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    print!("{}", render(&report));
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&report.findings)?;
+        std::fs::write(path, text)?;
+    }
+    Ok(if report.violated() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
