@@ -154,7 +154,10 @@ impl Source {
 
 /// Open every file and read its header; the merged header.
 fn open_all(paths: &[PathBuf], bytes: &mut u64) -> Result<(RunHeader, Vec<Source>), AuditError> {
-    let sources = paths.iter().map(|p| Source::open(p)).collect::<Result<Vec<_>, _>>()?;
+    let sources = paths
+        .iter()
+        .map(|p| Source::open(p))
+        .collect::<Result<Vec<_>, _>>()?;
     headers(sources, bytes)
 }
 
@@ -211,7 +214,7 @@ fn merged(
     sources: &mut [Source],
     bytes: &mut u64,
     mut f: impl FnMut(u64, &Entry) -> bool,
-) -> Result<(u64, EndOutcome, String), AuditError> {
+) -> Result<(u64, Entry), AuditError> {
     let mut heap: BinaryHeap<Reverse<(u64, usize, u64)>> = BinaryHeap::new();
     let mut pending: Vec<Option<Entry>> = Vec::with_capacity(sources.len());
     for (i, s) in sources.iter_mut().enumerate() {
@@ -222,15 +225,31 @@ fn merged(
         pending.push(e);
     }
     let mut ends: Vec<(EndOutcome, String)> = Vec::new();
+    let (mut end_at, mut end_seq) = (0u64, 0u64);
     let mut position = 0u64;
     while let Some(Reverse((_, i, _))) = heap.pop() {
         let Some(e) = pending[i].take() else { continue };
         if let Record::End { outcome, detail } = &e.rec {
             ends.push((*outcome, detail.clone()));
+            if e.at_ns >= end_at {
+                (end_at, end_seq) = (e.at_ns, e.seq);
+            }
         } else {
             position += 1;
+            (end_at, end_seq) = (end_at.max(e.at_ns), end_seq.max(e.seq));
             if !f(position, &e) {
-                return Ok((position, EndOutcome::Cut, String::new()));
+                let cut = Record::End {
+                    outcome: EndOutcome::Cut,
+                    detail: String::new(),
+                };
+                return Ok((
+                    position,
+                    Entry {
+                        at_ns: end_at,
+                        seq: end_seq,
+                        rec: cut,
+                    },
+                ));
             }
         }
         let next = next_entry(&mut sources[i], bytes)?;
@@ -240,10 +259,10 @@ fn merged(
         pending[i] = next;
     }
     // Drained only if every file says so; otherwise the first other outcome.
-    let end = if ends.len() < sources.len() {
+    let (outcome, detail) = if ends.len() < sources.len() {
         (
             EndOutcome::Cut,
-            "the trace has no end entry: liveness is not judged".into(),
+            "the trace has no end entry: liveness is not judged".to_string(),
         )
     } else {
         ends.iter()
@@ -251,7 +270,12 @@ fn merged(
             .cloned()
             .unwrap_or((EndOutcome::Drained, "drained".into()))
     };
-    Ok((position, end.0, end.1))
+    let end = Entry {
+        at_ns: end_at,
+        seq: end_seq,
+        rec: Record::End { outcome, detail },
+    };
+    Ok((position, end))
 }
 
 fn next_entry(s: &mut Source, bytes: &mut u64) -> Result<Option<Entry>, AuditError> {
@@ -268,9 +292,7 @@ fn next_entry(s: &mut Source, bytes: &mut u64) -> Result<Option<Entry>, AuditErr
 
 /// Audit traces given as readers (named for errors): the same single pass as
 /// [`audit`], without the causal traces (those need to read the input again).
-pub fn audit_readers(
-    inputs: Vec<(String, Box<dyn Read>)>,
-) -> Result<AuditReport, AuditError> {
+pub fn audit_readers(inputs: Vec<(String, Box<dyn Read>)>) -> Result<AuditReport, AuditError> {
     let sources = inputs
         .into_iter()
         .map(|(name, r)| Source::new(name, r))
@@ -301,18 +323,14 @@ fn judge(
 ) -> Result<(AuditReport, Vec<u64>), AuditError> {
     let mut oracle = Oracle::new(header.clone());
     let mut positions: Vec<u64> = Vec::new();
-    let (entries, end, detail) = merged(&mut sources, &mut bytes, |pos, e| {
+    let (entries, last) = merged(&mut sources, &mut bytes, |pos, e| {
         let found = oracle.observe(e).len();
         positions.extend(std::iter::repeat_n(pos, found));
         true
     })?;
-    let last = Entry {
-        at_ns: 0,
-        seq: u64::MAX,
-        rec: Record::End {
-            outcome: end,
-            detail: detail.clone(),
-        },
+    let end = match &last.rec {
+        Record::End { outcome, .. } => *outcome,
+        _ => EndOutcome::Cut,
     };
     let found = oracle.observe(&last).len();
     positions.extend(std::iter::repeat_n(entries + 1, found));

@@ -168,6 +168,52 @@ pub fn run_plan(plan: &Plan, backend: Backend, trace: bool) -> RunOutcome {
     }
 }
 
+/// A trace sink that keeps the JSON lines in memory, shared with the caller.
+#[derive(Clone, Default)]
+pub struct MemoryTrace(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl MemoryTrace {
+    /// Everything written so far.
+    pub fn take(&self) -> Vec<u8> {
+        std::mem::take(&mut *self.0.borrow_mut())
+    }
+}
+
+impl world::TraceSink for MemoryTrace {
+    fn line(&mut self, line: &str) {
+        let mut b = self.0.borrow_mut();
+        b.extend_from_slice(line.as_bytes());
+        b.push(b'\n');
+    }
+}
+
+/// Run a plan and judge it twice: in process, and by auditing its exported trace
+/// alone (the JSON lines, read back by `kvsim audit`'s oracle). `Err` names the
+/// first difference between the two verdicts, finding for finding.
+pub fn run_and_audit(plan: &Plan, backend: Backend) -> (RunOutcome, Result<(), String>) {
+    let sink = MemoryTrace::default();
+    let out = run_plan_json(plan, backend, Box::new(sink.clone()));
+    let bytes = sink.take();
+    let verdict = match kvsim_oracle::audit::audit_readers(vec![(
+        format!("seed {}", plan.seed),
+        Box::new(std::io::Cursor::new(bytes)),
+    )]) {
+        Err(e) => Err(format!("the exported trace could not be audited: {e}")),
+        Ok(report) => {
+            let n = report.findings.len().max(out.findings.len());
+            match (0..n).find(|&i| report.findings.get(i) != out.findings.get(i)) {
+                None => Ok(()),
+                Some(i) => Err(format!(
+                    "finding {i}: the run found {:?}, the audit {:?}",
+                    out.findings.get(i).map(|f| f.verdict()),
+                    report.findings.get(i).map(|f| f.verdict())
+                )),
+            }
+        }
+    };
+    (out, verdict)
+}
+
 /// Build the plan of one seed of a scenario and run it.
 pub fn run_scenario(sc: &Scenario, opts: &RunOptions) -> Result<RunOutcome, ScenarioError> {
     let seed = opts.seed.unwrap_or(sc.seed);

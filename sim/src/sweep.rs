@@ -133,6 +133,10 @@ pub struct SweepOptions {
     pub keep_failures: usize,
     /// Stop after the first failing seed (in seed order among those run).
     pub stop_at_first: bool,
+    /// Also export each seed's trace and audit it (`kvsim audit`'s oracle, fed only
+    /// the JSON lines); a seed whose audit verdict differs from the in-process one is
+    /// reported.
+    pub audit: bool,
 }
 
 impl Default for SweepOptions {
@@ -146,6 +150,7 @@ impl Default for SweepOptions {
             check_determinism: false,
             keep_failures: 20,
             stop_at_first: false,
+            audit: false,
         }
     }
 }
@@ -191,11 +196,19 @@ pub struct SweepSummary {
     pub failures: Vec<Failure>,
     /// Seeds whose two runs differed (with `--check-determinism`).
     pub nondeterministic: Vec<u64>,
+    /// Seeds whose exported trace, audited alone, got another verdict than the run
+    /// (with `--audit`), and how many seeds were audited.
+    #[serde(default)]
+    pub audit_mismatches: Vec<u64>,
+    #[serde(default)]
+    pub audited: u64,
 }
 
 impl SweepSummary {
     pub fn clean(&self) -> bool {
-        self.failing_seeds == 0 && self.nondeterministic.is_empty()
+        self.failing_seeds == 0
+            && self.nondeterministic.is_empty()
+            && self.audit_mismatches.is_empty()
     }
 
     pub fn seeds_per_s(&self) -> f64 {
@@ -258,6 +271,21 @@ impl SweepSummary {
                 self.nondeterministic
             );
         }
+        if self.audited > 0 {
+            if self.audit_mismatches.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "  audit           {} traces audited alone: every verdict equals the run's, finding for finding",
+                    self.audited
+                );
+            } else {
+                let _ = writeln!(
+                    s,
+                    "  AUDIT MISMATCH seeds (the trace alone judged otherwise): {:?}",
+                    self.audit_mismatches
+                );
+            }
+        }
         let _ = writeln!(
             s,
             "  speed           {:.0} seeds/s, {:.0} events/s, simulated time {:.0}x faster than real time ({:.2}s wall, {} jobs)",
@@ -286,6 +314,8 @@ impl SweepSummary {
             violations: BTreeMap::new(),
             failures: Vec::new(),
             nondeterministic: Vec::new(),
+            audit_mismatches: Vec::new(),
+            audited: 0,
             ..first.clone()
         };
         for p in parts {
@@ -315,6 +345,9 @@ impl SweepSummary {
             out.failures.extend(p.failures.iter().cloned());
             out.nondeterministic
                 .extend(p.nondeterministic.iter().copied());
+            out.audit_mismatches
+                .extend(p.audit_mismatches.iter().copied());
+            out.audited += p.audited;
         }
         out.shards.sort_by_key(|s| (s.n, s.k));
         out.failures.sort_by_key(|f| f.seed);
@@ -331,6 +364,8 @@ struct SeedResult {
     sim_ns: u64,
     failure: Option<Failure>,
     nondeterministic: bool,
+    /// `Some(agreed)` when audited.
+    audit: Option<bool>,
 }
 
 /// A finding as a sweep names it: `S3`, or `S3 detected` for a defense that fired.
@@ -397,7 +432,12 @@ pub fn run_sweep(
         if opts.stop_at_first && plan.seed > stop.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
-        let out = run_plan(plan, Backend::Symbolic, false);
+        let (out, audit) = if opts.audit {
+            let (out, agreed) = crate::run_and_audit(plan, Backend::Symbolic);
+            (out, Some(agreed.is_ok()))
+        } else {
+            (run_plan(plan, Backend::Symbolic, false), None)
+        };
         let nondeterministic = opts.check_determinism && {
             let again = run_plan(plan, Backend::Symbolic, false);
             again.trace_hash != out.trace_hash || again.findings != out.findings
@@ -417,6 +457,7 @@ pub fn run_sweep(
             sim_ns: out.sim_ns,
             failure,
             nondeterministic,
+            audit,
         })
     };
     let t = Instant::now();
@@ -457,6 +498,12 @@ pub fn run_sweep(
             .filter(|r| r.nondeterministic)
             .map(|r| r.seed)
             .collect(),
+        audit_mismatches: results
+            .iter()
+            .filter(|r| r.audit == Some(false))
+            .map(|r| r.seed)
+            .collect(),
+        audited: results.iter().filter(|r| r.audit.is_some()).count() as u64,
     };
     for r in results {
         if let Some(f) = r.failure {

@@ -1,0 +1,167 @@
+//! `kvsim audit` sees what the simulator sees: the verdict of the oracle fed only a
+//! run's exported trace equals the in-process verdict, finding for finding, on every
+//! seed of a sweep and on the failing seeds of every bug switch; and a trace edited by
+//! hand so that a decode step reads a page another room wrote is judged S3, with the
+//! write that proves it.
+
+use kvsim::matrix::{configurations, load, scenario_for, sim_cell};
+use kvsim_engine::bugs::{Bug, BugSet};
+use kvsim_engine::invariant::Invariant;
+use kvsim_engine::trace::TraceEvent;
+use kvsim_oracle::audit::{audit, audit_readers, render, AuditOptions};
+use kvsim_oracle::schema::{entry_line, header_line, parse_line, Line, Record};
+use kvsim_sim::plan::{Plan, Reduction};
+use kvsim_sim::sweep::{run_sweep, SeedRange, SweepOptions};
+use kvsim_sim::{run_and_audit, run_plan, Backend};
+
+#[test]
+fn audit_agrees_with_the_run_on_every_seed_of_a_sweep() {
+    let sc = load("scenarios/mixed-faults.toml").unwrap();
+    let s = run_sweep(
+        &sc,
+        "scenarios/mixed-faults.toml",
+        &SweepOptions {
+            seeds: SeedRange { start: 0, end: 150 },
+            audit: true,
+            ..SweepOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(s.audited, 150);
+    assert!(s.audit_mismatches.is_empty(), "{}", s.render());
+    assert!(s.clean(), "{}", s.render());
+}
+
+#[test]
+fn audit_agrees_with_the_run_on_the_failing_seed_of_every_bug_switch() {
+    let mut audited = 0;
+    for (label, bugs, baseline) in configurations() {
+        if baseline || bugs.has(Bug::SkipPreflight) {
+            continue;
+        }
+        let cell = sim_cell(bugs, 300, |_| {}).unwrap();
+        let seed = cell
+            .first_seed
+            .unwrap_or_else(|| panic!("{label}: no failing seed in 300"));
+        let path = scenario_for(bugs);
+        let plan = Plan::build(
+            &load(path).unwrap(),
+            seed,
+            Some(bugs),
+            &Reduction::default(),
+        )
+        .unwrap();
+        let (out, agreed) = run_and_audit(&plan, Backend::Symbolic);
+        assert!(
+            !out.findings.is_empty(),
+            "{label} seed {seed}: nothing found"
+        );
+        assert_eq!(agreed, Ok(()), "{label} seed {seed}");
+        audited += 1;
+    }
+    assert_eq!(audited, Bug::ALL.len()); // eleven switches and the incident pair
+}
+
+/// A clean run's trace, with one decode step edited to read a page that another room
+/// use wrote: the audit must call it S3 and cite that room's write.
+#[test]
+fn a_hand_edited_read_of_another_rooms_page_is_s3_with_its_proof() {
+    let sc = load("scenarios/mixed-faults.toml").unwrap();
+    let plan = Plan::build(&sc, 3, Some(BugSet::NONE), &Reduction::default()).unwrap();
+    let out = run_plan(&plan, Backend::Symbolic, true);
+    assert!(out.clean());
+    let mut lines = vec![header_line(&out.header)];
+    let mut edited = None;
+    for (i, e) in out.trace.iter().enumerate() {
+        let mut e = e.clone();
+        if edited.is_none() {
+            if let Record::Engine(TraceEvent::Attend {
+                node, room, pages, ..
+            }) = &mut e.rec
+            {
+                // A page of this decode node that another room use wrote earlier.
+                let other = out.trace[..i].iter().find_map(|p| match &p.rec {
+                    Record::Engine(TraceEvent::KvLanded {
+                        node: n,
+                        write,
+                        dst,
+                    }) if n == node && write.room != *room => {
+                        dst.first().copied().map(|t| (t, write.room))
+                    }
+                    _ => None,
+                });
+                if let Some((tag, writer)) = other {
+                    pages[0] = tag;
+                    edited = Some((*room, writer, tag));
+                }
+            }
+        }
+        lines.push(entry_line(&e));
+    }
+    let (room, writer, tag) = edited.expect("a decode step and another room's page to edit in");
+    let text = lines.join("\n");
+    let report = audit_readers(vec![(
+        "edited".into(),
+        Box::new(std::io::Cursor::new(text.clone())),
+    )])
+    .unwrap();
+    let s3 = report
+        .findings
+        .iter()
+        .find(|f| f.violation.invariant == Invariant::S3)
+        .unwrap_or_else(|| panic!("no S3:\n{}", render(&report)));
+    assert!(s3.violated());
+    assert_eq!(s3.room, Some(room));
+    assert!(s3.related.contains(&writer), "{s3:?}");
+    assert!(
+        s3.evidence.iter().any(|e| e.contains(&writer.to_string())),
+        "the proof names the other room's write: {s3:?}"
+    );
+    // From a file, with the causal trace of the rooms involved.
+    let dir = std::env::temp_dir().join(format!("kvsim-audit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("edited.jsonl");
+    std::fs::write(&path, text).unwrap();
+    let report = audit(&[path], AuditOptions::default()).unwrap();
+    let rendered = render(&report);
+    assert!(rendered.contains("VIOLATED S3"), "{rendered}");
+    assert!(rendered.contains("causal trace"), "{rendered}");
+    assert!(rendered.contains(&tag.to_string()), "{rendered}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_unusable_trace_names_the_line_and_the_field() {
+    let sc = load("scenarios/mixed-faults.toml").unwrap();
+    let plan = Plan::build(&sc, 1, Some(BugSet::NONE), &Reduction::default()).unwrap();
+    let out = run_plan(&plan, Backend::Symbolic, true);
+    let mut lines = vec![header_line(&out.header)];
+    lines.extend(out.trace.iter().take(20).map(entry_line));
+    // The first line with a room loses it.
+    let i = lines
+        .iter()
+        .position(|l| l.contains("\"type\":\"engine\"") && l.contains("\"room\":"))
+        .expect("an engine event about a room");
+    lines[i] = lines[i].replacen("\"room\":", "\"rooom\":", 1);
+    let err = audit_readers(vec![(
+        "t.jsonl".into(),
+        Box::new(std::io::Cursor::new(lines.join("\n"))),
+    )])
+    .err()
+    .expect("refused");
+    let msg = err.to_string();
+    assert!(msg.contains(&format!("t.jsonl line {}", i + 1)), "{msg}");
+    assert!(msg.contains("room"), "{msg}");
+    // No header at all.
+    let err = audit_readers(vec![(
+        "h.jsonl".into(),
+        Box::new(std::io::Cursor::new(lines[1].clone())),
+    )])
+    .err()
+    .expect("refused");
+    assert!(err.to_string().contains("header"), "{err}");
+    // And every line the simulator writes parses back to what it wrote.
+    for l in &lines[1..5] {
+        assert!(matches!(parse_line(l), Ok(Line::Entry(_))), "{l}");
+    }
+}
