@@ -277,6 +277,8 @@ pub enum ScenarioError {
     },
     #[error("scenario {path}: {message}")]
     Parse { path: String, message: String },
+    #[error("scenario {path} is larger than {limit} bytes, the most a scenario file may hold")]
+    TooLarge { path: String, limit: u64 },
     #[error("scenario field `{field}`: {reason}")]
     Invalid { field: String, reason: String },
     #[error("scenario field `engine`: {0}")]
@@ -404,6 +406,10 @@ pub struct PlannedRequest {
     pub cancel: Option<Cancel>,
 }
 
+/// The largest scenario file [`Scenario::load`] reads, in bytes (the largest shipped
+/// scenario is a few kilobytes).
+pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
+
 /// The most requests a run may hold: canary tokens carry the request number in 16 bits.
 pub const MAX_REQUESTS: usize = 0xFFFF;
 
@@ -457,10 +463,28 @@ impl Scenario {
         Ok(sc)
     }
 
+    /// Load a scenario file of at most [`MAX_SCENARIO_BYTES`]: a larger file (or a
+    /// device such as `/dev/zero`) is refused after that many bytes, not read to its end.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+        use std::io::Read;
+        let read = |source| ScenarioError::Read {
             path: path.display().to_string(),
             source,
+        };
+        let f = std::fs::File::open(path).map_err(read)?;
+        let mut buf = Vec::new();
+        f.take(MAX_SCENARIO_BYTES + 1)
+            .read_to_end(&mut buf)
+            .map_err(read)?;
+        if buf.len() as u64 > MAX_SCENARIO_BYTES {
+            return Err(ScenarioError::TooLarge {
+                path: path.display().to_string(),
+                limit: MAX_SCENARIO_BYTES,
+            });
+        }
+        let text = String::from_utf8(buf).map_err(|_| ScenarioError::Parse {
+            path: path.display().to_string(),
+            message: "not UTF-8 text".into(),
         })?;
         Scenario::parse(&text, &path.display().to_string())
     }

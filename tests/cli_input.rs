@@ -1,0 +1,183 @@
+//! Input the CLI must refuse or survive (issue 14): seed ranges that do not fit in
+//! memory, streaming sweeps that stop on a failure, a time budget or Ctrl-C, shards
+//! that hold no seed, merges that miss shards or mix shard counts, oversized files.
+//! Each test runs the built `kvsim` binary as a user would.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn kvsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvsim"))
+        .current_dir(root())
+        .args(args)
+        .output()
+        .expect("kvsim runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvsim-input-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+const MIXED: &str = "scenarios/mixed-faults.toml";
+const INCIDENT: &str = "gate-checks-finished-only,no-length-agreement";
+const HUGE: &str = "0..1000000000000000000";
+
+#[test]
+fn a_huge_range_streams_to_the_first_failure() {
+    // Before streaming, this built 10^18 plans first and aborted on the allocation.
+    let o = kvsim(&[
+        "sweep", MIXED, "--seeds", HUGE, "--first", "--quiet", "--bugs", INCIDENT,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    // The failure comes first, with its replay command, before the summary.
+    assert!(out.starts_with("FAIL seed 0: "), "{out}");
+    let replay = format!("replay: kvsim replay {MIXED} --seed 0 --bugs {INCIDENT}");
+    assert!(
+        out.lines().nth(1).is_some_and(|l| l.contains(&replay)),
+        "{out}"
+    );
+    assert!(out.contains("stopped         first failure"), "{out}");
+    assert!(out.contains("seeds run       1\n"), "{out}");
+
+    // --until-failure needs no range at all.
+    let o = kvsim(&[
+        "sweep",
+        MIXED,
+        "--until-failure",
+        "--quiet",
+        "--bugs",
+        INCIDENT,
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("FAIL seed 0: "));
+}
+
+#[test]
+fn a_time_budget_stops_a_clean_sweep_and_says_where_to_resume() {
+    let o = kvsim(&["sweep", MIXED, "--time-budget", "1s", "--quiet"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("stopped         time budget spent"), "{t}");
+    assert!(t.contains("resume with --seeds "), "{t}");
+    assert!(t.contains("violations      none in the seeds run"), "{t}");
+    for bad in ["0s", "5 parsecs", "x", "99999999999h"] {
+        let o = kvsim(&["sweep", MIXED, "--time-budget", bad, "--quiet"]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o));
+        assert!(text(&o).contains("--time-budget"), "{}", text(&o));
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_prints_what_was_found_and_the_seeds_covered() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvsim"))
+        .current_dir(root())
+        .args(["sweep", MIXED, "--seeds", HUGE, "--quiet"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kvsim starts");
+    // The first stderr line comes once the handler is in place.
+    let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    err.read_line(&mut line).expect("a line");
+    assert!(line.contains("Ctrl-C stops and summarises"), "{line}");
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
+    let o = child.wait_with_output().expect("kvsim exits");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(130), "{out}");
+    assert!(out.contains("stopped         interrupted"), "{out}");
+    assert!(out.contains("resume with --seeds "), "{out}");
+    assert!(out.contains("coverage "), "{out}");
+}
+
+#[test]
+fn runs_that_check_nothing_are_refused() {
+    for (args, want) in [
+        (
+            vec!["sweep", MIXED, "--seeds", "0..4", "--shard", "1000/1000"],
+            "holds no seed",
+        ),
+        (
+            vec!["sweep", MIXED, "--seeds", "0..4", "--jobs", "5000"],
+            "--jobs",
+        ),
+        (
+            vec!["sweep", MIXED, "--seeds", "18446744073709551615"],
+            "kvsim replay --seed 18446744073709551615",
+        ),
+    ] {
+        let o = kvsim(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(want), "{args:?}: {}", text(&o));
+    }
+}
+
+#[test]
+fn merge_reports_coverage_and_refuses_mixed_shard_counts() {
+    let mut files = Vec::new();
+    for k in ["1/2", "2/2", "1/3"] {
+        let f = tmp(&format!("shard-{}.json", k.replace('/', "of")));
+        let o = kvsim(&[
+            "sweep",
+            MIXED,
+            "--seeds",
+            "0..4",
+            "--shard",
+            k,
+            "--quiet",
+            "--json",
+            f.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        files.push(f);
+    }
+    let [a, b, c] = [0, 1, 2].map(|i| files[i].to_str().unwrap().to_string());
+    // One shard of two: not a pass.
+    let o = kvsim(&["merge", &a]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("2 of 4 seeds covered; missing shards 2/2"),
+        "{t}"
+    );
+    assert!(!t.contains("violations      none\n"), "{t}");
+    // Both: complete.
+    let o = kvsim(&["merge", &a, &b]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("4 of 4 seeds covered"), "{}", text(&o));
+    // Shards of different N overlap: refused, not double-counted.
+    let o = kvsim(&["merge", &a, &b, &c]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("not a shard of 2"), "{}", text(&o));
+}
+
+#[cfg(unix)]
+#[test]
+fn endless_input_files_are_refused_after_a_bound() {
+    for args in [vec!["run", "/dev/zero"], vec!["merge", "/dev/zero"]] {
+        let o = kvsim(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("larger than"), "{args:?}: {}", text(&o));
+    }
+}
