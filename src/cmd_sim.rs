@@ -54,6 +54,9 @@ pub struct SweepArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Run a scenario whose estimated cost per seed exceeds the budget.
+    #[arg(long)]
+    pub allow_expensive: bool,
 }
 
 /// `kvsim replay`.
@@ -84,6 +87,9 @@ pub struct ReplayArgs {
     /// KV backend: symbolic (white-box oracles) or host (real f32 arithmetic).
     #[arg(long, default_value = "symbolic")]
     pub gpu: String,
+    /// Run a scenario whose estimated cost exceeds the budget.
+    #[arg(long)]
+    pub allow_expensive: bool,
 }
 
 /// `kvsim merge`.
@@ -99,6 +105,18 @@ pub struct MergeArgs {
 
 fn load(path: &std::path::Path) -> Result<Scenario> {
     Scenario::load(path).with_context(|| format!("loading {}", path.display()))
+}
+
+/// Load a scenario to run: its memory must fit the backend, and its estimated cost
+/// the budget unless `allow_expensive`.
+pub fn load_to_run(path: &std::path::Path, host: bool, allow_expensive: bool) -> Result<Scenario> {
+    let sc = load(path)?;
+    let ctx = || format!("{}", path.display());
+    sc.check_memory(host).with_context(ctx)?;
+    if !allow_expensive {
+        sc.check_cost().with_context(ctx)?;
+    }
+    Ok(sc)
 }
 
 fn bugs(list: Option<&str>) -> Result<Option<BugSet>> {
@@ -224,7 +242,7 @@ pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         j => j,
     };
     let time_budget = a.time_budget.as_deref().map(parse_duration).transpose()?;
-    let sc = load(&a.scenario)?;
+    let sc = load_to_run(&a.scenario, false, a.allow_expensive)?;
     let opts = SweepOptions {
         seeds,
         shard,
@@ -272,7 +290,7 @@ pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
 }
 
 pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
-    let sc = load(&a.scenario)?;
+    let sc = load_to_run(&a.scenario, a.gpu == "host", a.allow_expensive)?;
     let path = a.scenario.display().to_string();
     let opts = ReplayOptions {
         seed: a.seed,

@@ -3,10 +3,9 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 use kvsim_engine::bugs::BugSet;
-use kvsim_sim::scenario::Scenario;
 use kvsim_sim::{run_scenario, Backend, RunOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,6 +40,9 @@ enum Command {
         /// Print the full event trace.
         #[arg(long)]
         trace: bool,
+        /// Run a scenario whose estimated cost exceeds the budget.
+        #[arg(long)]
+        allow_expensive: bool,
     },
     /// The default suite (what `cargo run --release` runs).
     Suite,
@@ -69,18 +71,15 @@ fn backend(name: &str) -> Result<Backend> {
     }
 }
 
-fn load(path: &Path) -> Result<Scenario> {
-    Scenario::load(path).with_context(|| format!("loading {}", path.display()))
-}
-
 fn cmd_run(
     path: &Path,
     bugs: Option<&str>,
     seed: Option<u64>,
     gpu: &str,
     trace: bool,
+    allow_expensive: bool,
 ) -> Result<ExitCode> {
-    let sc = load(path)?;
+    let sc = kvsim::cmd_sim::load_to_run(path, gpu == "host", allow_expensive)?;
     let opts = RunOptions {
         seed,
         bugs: parse_bugs(bugs)?,
@@ -112,7 +111,15 @@ fn main() -> ExitCode {
             seed,
             gpu,
             trace,
-        }) => cmd_run(&scenario, bugs.as_deref(), seed, &gpu, trace),
+            allow_expensive,
+        }) => cmd_run(
+            &scenario,
+            bugs.as_deref(),
+            seed,
+            &gpu,
+            trace,
+            allow_expensive,
+        ),
         Some(Command::Suite) | None => kvsim::suite::run_default_suite(),
         Some(Command::Sweep(a)) => kvsim::cmd_sim::sweep(&a),
         Some(Command::Replay(a)) => kvsim::cmd_sim::replay(&a),

@@ -181,3 +181,39 @@ fn endless_input_files_are_refused_after_a_bound() {
         assert!(text(&o).contains("larger than"), "{args:?}: {}", text(&o));
     }
 }
+
+#[test]
+fn expensive_runs_and_bad_configs_say_so_once_before_starting() {
+    let f = tmp("expensive.toml");
+    std::fs::write(
+        &f,
+        "name = \"x\"\n[topology]\nprefill_pool_pages = [262144]\ndecode_pool_pages = [262144]\n\
+         [[requests]]\ntenant = 1\nprompt_len = 16777216\nrepeat = 65000\n",
+    )
+    .unwrap();
+    let path = f.to_str().unwrap();
+    for args in [
+        vec!["run", path],
+        vec!["sweep", path, "--seeds", "0..2"],
+        vec!["replay", path, "--seed", "0"],
+    ] {
+        let o = kvsim(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("--allow-expensive"), "{}", text(&o));
+    }
+    let bad = tmp("bad-config.toml");
+    std::fs::write(
+        &bad,
+        "name = \"b\"\n[engine]\nchunk_pages = 0\n[topology]\nprefill_pool_pages = [16]\n\
+         decode_pool_pages = [16]\n[[requests]]\ntenant = 1\nprompt_len = 10\n",
+    )
+    .unwrap();
+    let o = kvsim(&["run", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert_eq!(
+        text(&o).matches("must be at least 1").count(),
+        1,
+        "{}",
+        text(&o)
+    );
+}
