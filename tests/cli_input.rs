@@ -217,3 +217,30 @@ fn expensive_runs_and_bad_configs_say_so_once_before_starting() {
         text(&o)
     );
 }
+
+#[test]
+fn misleading_verdicts_are_usage_errors() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let addr = busy.local_addr().expect("its address").to_string();
+    for (args, want) in [
+        (vec!["check", "--depth", "0"], "--depth"),
+        (vec!["check", "--threads", "100000"], "--threads"),
+        (vec!["check", "--threads", "0"], "--threads"),
+        (vec!["check", "--explore", &addr], "cannot listen"),
+        (vec!["bugs", "--seeds", "0"], "--seeds"),
+        (
+            vec!["replay", MIXED, "--seed", "0", "--reduce", "keep=99999"],
+            "keep=99999",
+        ),
+        (
+            vec!["replay", MIXED, "--seed", "0", "--reduce", "keep="],
+            "no request",
+        ),
+    ] {
+        let o = kvsim(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains(want), "{args:?}: {}", text(&o));
+        assert!(!text(&o).contains("panicked"), "{args:?}: {}", text(&o));
+    }
+    drop(busy);
+}

@@ -570,6 +570,24 @@ impl Plan {
         };
 
         if let Some(keep) = &reduction.keep {
+            // A request the seed does not have would be silently dropped, and a plan
+            // with no request checks nothing.
+            if let Some(missing) = keep.iter().find(|k| k.0 >= requests.len() as u64) {
+                return Err(ScenarioError::Invalid {
+                    field: "--reduce".into(),
+                    reason: format!(
+                        "keep={}: seed {seed} has requests 0..{} only",
+                        missing.0,
+                        requests.len()
+                    ),
+                });
+            }
+            if keep.is_empty() {
+                return Err(ScenarioError::Invalid {
+                    field: "--reduce".into(),
+                    reason: "keep= lists no request: a run of no request checks nothing".into(),
+                });
+            }
             requests.retain(|r| keep.binary_search(&r.req).is_ok());
         }
 
