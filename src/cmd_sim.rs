@@ -272,11 +272,11 @@ pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             f.invariant,
             f.invariants.join(","),
             f.detail,
-            f.replay
+            crate::render::pasteable(&f.replay)
         );
         let _ = out.flush();
     })?;
-    print!("{}", summary.render());
+    print!("{}", crate::render::pasteable(&summary.render()));
     if let Some(j) = &a.json {
         write_json(j, &summary)?;
     }
@@ -309,7 +309,7 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
         full_trace: !a.brief,
     };
     let r = replay::replay(&sc, &path, &opts, a.check_determinism)?;
-    print!("{}", r.text);
+    print!("{}", crate::render::pasteable(&r.text));
     if let Some(j) = &a.trace_json {
         replay::write_trace_json(&r.outcome.trace, j)
             .with_context(|| format!("writing {}", j.display()))?;
@@ -325,9 +325,9 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
         match shrink::shrink(&sc, a.seed, opts.bugs, None, 2_000)? {
             None => println!("the seed does not fail; nothing to shrink"),
             Some(s) => {
-                println!("{}", s.summary());
+                println!("{}", crate::render::pasteable(&s.summary()));
                 if let Some(rep) = report::failure_report(&s.outcome, &path) {
-                    print!("{rep}");
+                    print!("{}", crate::render::pasteable(&rep));
                 }
                 clean = false;
             }
@@ -345,7 +345,7 @@ pub fn merge(a: &MergeArgs) -> Result<ExitCode> {
         parts.push(s);
     }
     let merged = SweepSummary::merge(&parts)?;
-    print!("{}", merged.render());
+    print!("{}", crate::render::pasteable(&merged.render()));
     println!("  merged          {}", merged.coverage());
     if let Some(j) = &a.json {
         write_json(j, &merged)?;

@@ -56,6 +56,14 @@ enum Command {
     Check(kvsim::cmd_check::CheckArgs),
     /// Hunt every historical bug switch with both tools; write reports/bugs.{md,svg}.
     Bugs(kvsim::cmd_bugs::BugsArgs),
+    /// List the bug switches, models, invariants or scenarios, one line each.
+    List {
+        /// bugs, models, invariants or scenarios.
+        what: String,
+        /// Where `list scenarios` looks.
+        #[arg(long, default_value = "scenarios")]
+        dir: PathBuf,
+    },
 }
 
 fn parse_bugs(list: Option<&str>) -> Result<Option<BugSet>> {
@@ -92,7 +100,11 @@ fn cmd_run(
     let wall_s = t.elapsed().as_secs_f64();
     print!(
         "{}",
-        kvsim::render::outcome(&out, &path.display().to_string(), trace)
+        kvsim::render::pasteable(&kvsim::render::outcome(
+            &out,
+            &path.display().to_string(),
+            trace
+        ))
     );
     println!("({wall_s:.3}s wall)");
     Ok(if out.clean() {
@@ -126,6 +138,12 @@ fn main() -> ExitCode {
         Some(Command::Merge(a)) => kvsim::cmd_sim::merge(&a),
         Some(Command::Check(args)) => kvsim::cmd_check::run(&args),
         Some(Command::Bugs(args)) => kvsim::cmd_bugs::run(&args),
+        Some(Command::List { what, dir }) => kvsim::render::list(&what, &dir)
+            .map(|text| {
+                print!("{text}");
+                ExitCode::SUCCESS
+            })
+            .map_err(anyhow::Error::msg),
     };
     match res {
         Ok(code) => code,

@@ -11,9 +11,21 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The PATH with the built `kvsim`'s folder first: printed replay commands then
+/// read `kvsim ...` (without it, `cargo run --release -- ...`).
+fn path_with_kvsim() -> std::ffi::OsString {
+    let bin = Path::new(env!("CARGO_BIN_EXE_kvsim"))
+        .parent()
+        .expect("a folder")
+        .to_path_buf();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&rest))).expect("a PATH")
+}
+
 fn kvsim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvsim"))
         .current_dir(root())
+        .env("PATH", path_with_kvsim())
         .args(args)
         .output()
         .expect("kvsim runs")
@@ -243,4 +255,46 @@ fn misleading_verdicts_are_usage_errors() {
         assert!(!text(&o).contains("panicked"), "{args:?}: {}", text(&o));
     }
     drop(busy);
+}
+
+#[test]
+fn replay_commands_paste_without_kvsim_on_the_path() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kvsim"))
+        .current_dir(root())
+        .env("PATH", "/nonexistent")
+        .args([
+            "sweep", MIXED, "--seeds", "0..2", "--quiet", "--bugs", INCIDENT,
+        ])
+        .output()
+        .expect("kvsim runs");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains(&format!(
+            "replay: cargo run --release -- replay {MIXED} --seed 0"
+        )),
+        "{t}"
+    );
+    assert!(!t.contains("kvsim replay"), "{t}");
+}
+
+#[test]
+fn list_names_every_bug_model_invariant_and_scenario() {
+    for (what, want) in [
+        ("bugs", "gate-checks-finished-only"),
+        ("models", "crash-race-small"),
+        ("invariants", "S9"),
+        ("scenarios", "scenarios/mixed-faults.toml"),
+    ] {
+        let o = kvsim(&["list", what]);
+        assert_eq!(o.status.code(), Some(0), "{what}: {}", text(&o));
+        let t = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(t.contains(want), "{what}: {t}");
+        // One line each, every one with a description after its name.
+        for line in t.lines() {
+            assert!(line.split_whitespace().count() >= 3, "{what}: `{line}`");
+        }
+    }
+    let o = kvsim(&["list", "everything"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
