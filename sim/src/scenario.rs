@@ -59,8 +59,10 @@ pub struct WorkloadSpec {
     /// Most tenants (a swarm draws 1 to this many).
     pub tenants: u32,
     /// Prompt lengths of requests that fit, in tokens (drawn log-uniformly).
+    #[serde(deserialize_with = "pair")]
     pub prompt_len: [u64; 2],
     /// Tokens each request asks to generate.
+    #[serde(deserialize_with = "pair")]
     pub max_new_tokens: [u32; 2],
     /// Most per-mille of requests whose prompt does not fit some node (a swarm draws
     /// 0 to this; without a swarm, exactly this).
@@ -146,18 +148,25 @@ pub struct FaultSpec {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SwarmSpec {
+    #[serde(deserialize_with = "pair")]
     pub prefill_nodes: [u32; 2],
+    #[serde(deserialize_with = "pair")]
     pub decode_nodes: [u32; 2],
     /// Pool size of each node, in pages, when it holds the context.
+    #[serde(deserialize_with = "pair")]
     pub pool_pages: [u32; 2],
     /// Per-mille of nodes drawn with a pool smaller than the context (the GLM-5.3
     /// configuration; the run then sets `allow_unsafe_pool`).
     pub pool_below_context_permille: u32,
     /// The smallest such pool, in pages.
     pub small_pool_pages_min: u32,
+    #[serde(deserialize_with = "pair")]
     pub chunk_pages: [u32; 2],
+    #[serde(deserialize_with = "pair")]
     pub max_inflight_chunks: [u32; 2],
+    #[serde(deserialize_with = "pair")]
     pub max_rooms: [u32; 2],
+    #[serde(deserialize_with = "pair")]
     pub max_batch: [u32; 2],
 }
 
@@ -257,6 +266,20 @@ pub struct RequestSpec {
     pub cancel_on: Option<String>,
     #[serde(default)]
     pub cancel_delay_us: u64,
+}
+
+/// A `[low, high]` range: exactly two values (a fixed-size array would silently
+/// ignore a third).
+fn pair<'de, D, T>(d: D) -> Result<[T; 2], D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let v: Vec<T> = Vec::deserialize(d)?;
+    let len = v.len();
+    <[T; 2]>::try_from(v).map_err(|_| {
+        serde::de::Error::custom(format!("expected exactly 2 values [low, high], got {len}"))
+    })
 }
 
 fn default_new_tokens() -> u32 {

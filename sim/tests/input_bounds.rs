@@ -281,3 +281,30 @@ fn merged_counters_saturate() {
     assert_eq!(m.violations["S3"], u64::MAX);
     let _ = m.render();
 }
+
+#[test]
+fn extra_range_elements_are_refused_not_ignored() {
+    for (table, key) in [
+        ("workload", "prompt_len = [1, 512, 9]"),
+        ("workload", "max_new_tokens = [1, 2, 3]"),
+        ("swarm", "prefill_nodes = [1, 2, 3]"),
+        ("swarm", "decode_nodes = [1]"),
+        ("swarm", "pool_pages = [64, 128, 256]"),
+        ("swarm", "chunk_pages = [1, 2, 3]"),
+        ("swarm", "max_inflight_chunks = [1, 2, 3]"),
+        ("swarm", "max_rooms = [4, 8, 16]"),
+        ("swarm", "max_batch = [1, 2, 3]"),
+    ] {
+        let mut text = String::from("name = \"t\"\n[workload]\nrequests = 2\n");
+        if table == "workload" {
+            text.push_str(key);
+            text.push_str("\n[swarm]\n");
+        } else {
+            text.push_str("[swarm]\n");
+            text.push_str(key);
+            text.push('\n');
+        }
+        let e = err(&text);
+        assert!(e.contains("expected exactly 2 values"), "{key}: {e}");
+    }
+}
