@@ -27,6 +27,16 @@ pub struct BugsArgs {
 }
 
 pub fn run(a: &BugsArgs) -> Result<ExitCode> {
+    if a.seeds == 0 {
+        anyhow::bail!("--seeds must be at least 1: a matrix of no simulator seeds detects nothing");
+    }
+    if a.threads == 0 || a.threads > crate::cmd_check::MAX_THREADS {
+        anyhow::bail!(
+            "--threads {}: must be 1 to {}",
+            a.threads,
+            crate::cmd_check::MAX_THREADS
+        );
+    }
     let mut budget = if a.quick {
         Budget::quick(a.seeds)
     } else {

@@ -50,7 +50,26 @@ pub struct CheckArgs {
     pub repeat: usize,
 }
 
+/// The most checker threads `check` starts.
+pub const MAX_THREADS: usize = 256;
+
+/// Refuse arguments that would check nothing or mislead: a depth bound of 0 (which
+/// stateright reads as no bound), no threads or more than [`MAX_THREADS`].
+fn validate(args: &CheckArgs) -> Result<()> {
+    if args.depth == Some(0) {
+        bail!("--depth must be at least 1 (a path of 0 steps checks nothing)");
+    }
+    if args.threads == 0 || args.threads > MAX_THREADS {
+        bail!("--threads {}: must be 1 to {MAX_THREADS}", args.threads);
+    }
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    Ok(())
+}
+
 pub fn run(args: &CheckArgs) -> Result<ExitCode> {
+    validate(args)?;
     if args.model == "all" {
         let mut worst = ExitCode::SUCCESS;
         for name in ModelSpec::STANDARD {
@@ -75,6 +94,11 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
             .with_context(|| format!("--explore expects IP:PORT, got `{addr}`"))?;
         if !addr.ip().is_loopback() {
             bail!("--explore serves only on a loopback address (got {addr})");
+        }
+        // The Explorer panics inside stateright on a port it cannot bind; try it
+        // first and report a clear error instead.
+        if let Err(e) = std::net::TcpListener::bind(addr) {
+            bail!("--explore: cannot listen on {addr}: {e} (is another Explorer or server using the port? pick another)");
         }
         println!(
             "Explorer for model {} on http://{addr}/ (Ctrl-C to stop)",

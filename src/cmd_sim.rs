@@ -1,7 +1,8 @@
 //! The simulator's subcommands (`sweep`, `replay`, `merge`): arguments, one library
 //! call each, printing. The logic lives in `kvsim_sim` (sweep, replay, shrink,
 //! report). Exit codes: 0 clean, 1 a violation (or a nondeterministic seed), 2 bad
-//! usage or an unreadable input (clap's own errors exit 2 as well).
+//! usage or an unreadable input (clap's own errors exit 2 as well), 3 a merge that
+//! does not cover every seed of its range, 130 a sweep interrupted by Ctrl-C.
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -11,18 +12,28 @@ use kvsim_sim::replay::{self, ReplayOptions};
 use kvsim_sim::scenario::Scenario;
 use kvsim_sim::sweep::{self, SeedRange, Shard, SweepOptions, SweepSummary};
 use kvsim_sim::{report, shrink, Backend};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// `kvsim sweep`.
 #[derive(Args, Debug)]
 pub struct SweepArgs {
     /// A scenario file (TOML).
     pub scenario: PathBuf,
-    /// Seeds to run: A..B (B exclusive), A..=B, or one seed.
-    #[arg(long, default_value = "0..1000")]
-    pub seeds: String,
-    /// Worker threads (default: one per core).
+    /// Seeds to run: A..B (B exclusive), A..=B, or one seed [default: 0..1000, or
+    /// every seed from 0 with --until-failure or --time-budget].
+    #[arg(long)]
+    pub seeds: Option<String>,
+    /// Stream seeds until the first failure; print its seed and replay command first.
+    #[arg(long)]
+    pub until_failure: bool,
+    /// Stream seeds for this long (`30s`, `5m`, `2h`, `500ms`), then summarise.
+    #[arg(long, value_name = "D")]
+    pub time_budget: Option<String>,
+    /// Worker threads (default: one per core; at most 1024).
     #[arg(long)]
     pub jobs: Option<usize>,
     /// Run only shard K of N (1-based): seeds A+K-1, A+K-1+N, ...
@@ -43,6 +54,13 @@ pub struct SweepArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Run a scenario whose estimated cost per seed exceeds the budget.
+    #[arg(long)]
+    pub allow_expensive: bool,
+    /// Also export every seed's trace and audit it alone (`kvsim audit`'s oracle): a
+    /// seed whose audit verdict differs from the run's, finding for finding, fails.
+    #[arg(long)]
+    pub audit: bool,
 }
 
 /// `kvsim replay`.
@@ -73,6 +91,9 @@ pub struct ReplayArgs {
     /// KV backend: symbolic (white-box oracles) or host (real f32 arithmetic).
     #[arg(long, default_value = "symbolic")]
     pub gpu: String,
+    /// Run a scenario whose estimated cost exceeds the budget.
+    #[arg(long)]
+    pub allow_expensive: bool,
 }
 
 /// `kvsim merge`.
@@ -90,6 +111,18 @@ fn load(path: &std::path::Path) -> Result<Scenario> {
     Scenario::load(path).with_context(|| format!("loading {}", path.display()))
 }
 
+/// Load a scenario to run: its memory must fit the backend, and its estimated cost
+/// the budget unless `allow_expensive`.
+pub fn load_to_run(path: &std::path::Path, host: bool, allow_expensive: bool) -> Result<Scenario> {
+    let sc = load(path)?;
+    let ctx = || format!("{}", path.display());
+    sc.check_memory(host).with_context(ctx)?;
+    if !allow_expensive {
+        sc.check_cost().with_context(ctx)?;
+    }
+    Ok(sc)
+}
+
 fn bugs(list: Option<&str>) -> Result<Option<BugSet>> {
     list.map(|l| BugSet::parse(l).map_err(anyhow::Error::from))
         .transpose()
@@ -103,42 +136,166 @@ fn verdict(clean: bool) -> ExitCode {
     }
 }
 
+/// The most worker threads a sweep starts.
+pub const MAX_JOBS: usize = 1024;
+
+/// The largest sweep summary `merge` reads, in bytes (a summary keeps at most a few
+/// dozen failures; a real one is a few kilobytes).
+pub const MAX_SUMMARY_BYTES: u64 = 16 << 20;
+
+/// Parse a duration: a number with a unit `ms`, `s`, `m` or `h` (a bare number is
+/// seconds).
+pub fn parse_duration(text: &str) -> Result<std::time::Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| {
+        anyhow::anyhow!("--time-budget `{text}`: expected a number with a unit: 500ms, 30s, 5m, 2h")
+    })?;
+    let secs = |mul: u64| {
+        n.checked_mul(mul)
+            .filter(|&s| s <= 365 * 24 * 3600)
+            .map(std::time::Duration::from_secs)
+            .ok_or_else(|| anyhow::anyhow!("--time-budget `{text}`: at most a year"))
+    };
+    match unit.trim() {
+        "ms" => Ok(std::time::Duration::from_millis(n)),
+        "" | "s" => secs(1),
+        "m" | "min" => secs(60),
+        "h" => secs(3600),
+        other => {
+            anyhow::bail!("--time-budget `{text}`: unknown unit `{other}` (known: ms, s, m, h)")
+        }
+    }
+    .and_then(|d| {
+        if d.is_zero() {
+            anyhow::bail!("--time-budget `{text}`: must be more than zero")
+        }
+        Ok(d)
+    })
+}
+
+/// Read a file of at most `limit` bytes (a device or a huge file is refused after
+/// `limit` bytes, not read to the end).
+pub fn read_limited(path: &std::path::Path, limit: u64) -> Result<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut buf = Vec::new();
+    f.take(limit + 1)
+        .read_to_end(&mut buf)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if buf.len() as u64 > limit {
+        anyhow::bail!(
+            "{} is larger than {limit} bytes, the most this command reads",
+            path.display()
+        );
+    }
+    String::from_utf8(buf).with_context(|| format!("{} is not UTF-8 text", path.display()))
+}
+
+/// A flag raised by the first Ctrl-C (the sweep then summarises what it ran); a
+/// second Ctrl-C exits at once with status 130.
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    // Without a handler (one already set) Ctrl-C keeps its default: exit at once.
+    let _ = ctrlc::set_handler(move || {
+        if f.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("interrupted: finishing the seeds in flight, then summarising (Ctrl-C again to quit now)");
+    });
+    flag
+}
+
 fn write_json(path: &std::path::Path, s: &SweepSummary) -> Result<()> {
     let text = serde_json::to_string_pretty(s)?;
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }
 
 pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
-    let sc = load(&a.scenario)?;
-    let opts = SweepOptions {
-        seeds: SeedRange::parse(&a.seeds)?,
-        shard: a
-            .shard
-            .as_deref()
-            .map(Shard::parse)
-            .transpose()?
-            .unwrap_or(Shard::WHOLE),
-        jobs: match a.jobs {
-            Some(0) => return Err(sweep::UsageError::Jobs.into()),
-            j => j,
+    let streaming = a.until_failure || a.time_budget.is_some();
+    let seeds = match (&a.seeds, streaming) {
+        (Some(s), _) => SeedRange::parse(s)?,
+        (None, false) => SeedRange {
+            start: 0,
+            end: 1000,
         },
+        (None, true) => SeedRange {
+            start: 0,
+            end: u64::MAX,
+        },
+    };
+    let shard = a
+        .shard
+        .as_deref()
+        .map(Shard::parse)
+        .transpose()?
+        .unwrap_or(Shard::WHOLE);
+    if shard.count(seeds) == 0 {
+        anyhow::bail!(
+            "--shard {shard} holds no seed of {seeds} ({} seeds): a shard that runs nothing checks nothing",
+            seeds.len()
+        );
+    }
+    let jobs = match a.jobs {
+        Some(0) => return Err(sweep::UsageError::Jobs.into()),
+        Some(j) if j > MAX_JOBS => {
+            anyhow::bail!("--jobs {j}: at most {MAX_JOBS} worker threads")
+        }
+        j => j,
+    };
+    let time_budget = a.time_budget.as_deref().map(parse_duration).transpose()?;
+    let sc = load_to_run(&a.scenario, false, a.allow_expensive)?;
+    let opts = SweepOptions {
+        seeds,
+        shard,
+        jobs,
         bugs: bugs(a.bugs.as_deref())?,
         progress: !a.quiet,
         check_determinism: a.check_determinism,
-        stop_at_first: a.first,
+        audit: a.audit,
+        stop_at_first: a.first || a.until_failure,
+        time_budget,
+        interrupt: Some(interrupt_flag()),
         ..SweepOptions::default()
     };
     let path = a.scenario.display().to_string();
-    let summary = sweep::run_sweep(&sc, &path, &opts)?;
-    print!("{}", summary.render());
+    // After the Ctrl-C handler is in place: from here an interrupt summarises.
+    eprintln!(
+        "sweeping {} seeds of {} (shard {}); Ctrl-C stops and summarises",
+        shard.count(seeds),
+        seeds,
+        shard
+    );
+    let summary = sweep::run_sweep_streaming(&sc, &path, &opts, &mut |f| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "FAIL seed {}: {} ({}) {}\n  replay: {}",
+            f.seed,
+            f.invariant,
+            f.invariants.join(","),
+            f.detail,
+            crate::render::pasteable(&f.replay)
+        );
+        let _ = out.flush();
+    })?;
+    print!("{}", crate::render::pasteable(&summary.render()));
     if let Some(j) = &a.json {
         write_json(j, &summary)?;
     }
-    Ok(verdict(summary.clean()))
+    Ok(if !summary.clean() {
+        ExitCode::from(1)
+    } else if summary.stopped.as_deref() == Some("interrupted") {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
-    let sc = load(&a.scenario)?;
+    let sc = load_to_run(&a.scenario, a.gpu == "host", a.allow_expensive)?;
     let path = a.scenario.display().to_string();
     let opts = ReplayOptions {
         seed: a.seed,
@@ -157,7 +314,7 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
         full_trace: !a.brief,
     };
     let r = replay::replay(&sc, &path, &opts, a.check_determinism)?;
-    print!("{}", r.text);
+    print!("{}", crate::render::pasteable(&r.text));
     if let Some(j) = &a.trace_json {
         replay::write_trace_json(&r.outcome.header, &r.outcome.trace, j)
             .with_context(|| format!("writing {}", j.display()))?;
@@ -173,9 +330,9 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
         match shrink::shrink(&sc, a.seed, opts.bugs, None, 2_000)? {
             None => println!("the seed does not fail; nothing to shrink"),
             Some(s) => {
-                println!("{}", s.summary());
+                println!("{}", crate::render::pasteable(&s.summary()));
                 if let Some(rep) = report::failure_report(&s.outcome, &path) {
-                    print!("{rep}");
+                    print!("{}", crate::render::pasteable(&rep));
                 }
                 clean = false;
             }
@@ -187,16 +344,24 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
 pub fn merge(a: &MergeArgs) -> Result<ExitCode> {
     let mut parts = Vec::new();
     for f in &a.files {
-        let text =
-            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let text = read_limited(f, MAX_SUMMARY_BYTES)?;
         let s: SweepSummary = serde_json::from_str(&text)
             .with_context(|| format!("{} is not a sweep summary", f.display()))?;
         parts.push(s);
     }
     let merged = SweepSummary::merge(&parts)?;
-    print!("{}", merged.render());
+    print!("{}", crate::render::pasteable(&merged.render()));
+    println!("  merged          {}", merged.coverage());
     if let Some(j) = &a.json {
         write_json(j, &merged)?;
     }
-    Ok(verdict(merged.clean()))
+    // A violation is the stronger verdict; a clean merge that misses seeds is not a pass.
+    Ok(if !merged.clean() {
+        ExitCode::from(1)
+    } else if !merged.complete() {
+        eprintln!("error: incomplete sweep: {}", merged.coverage());
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

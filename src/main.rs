@@ -3,10 +3,9 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
 use kvsim_engine::bugs::BugSet;
-use kvsim_sim::scenario::Scenario;
 use kvsim_sim::{run_scenario, Backend, RunOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,6 +40,9 @@ enum Command {
         /// Print the full event trace.
         #[arg(long)]
         trace: bool,
+        /// Run a scenario whose estimated cost exceeds the budget.
+        #[arg(long)]
+        allow_expensive: bool,
     },
     /// The default suite (what `cargo run --release` runs).
     Suite,
@@ -56,6 +58,14 @@ enum Command {
     Bugs(kvsim::cmd_bugs::BugsArgs),
     /// Judge a run from its trace files alone (any engine that writes the schema).
     Audit(kvsim::cmd_audit::AuditArgs),
+    /// List the bug switches, models, invariants or scenarios, one line each.
+    List {
+        /// bugs, models, invariants or scenarios.
+        what: String,
+        /// Where `list scenarios` looks.
+        #[arg(long, default_value = "scenarios")]
+        dir: PathBuf,
+    },
 }
 
 fn parse_bugs(list: Option<&str>) -> Result<Option<BugSet>> {
@@ -71,18 +81,15 @@ fn backend(name: &str) -> Result<Backend> {
     }
 }
 
-fn load(path: &Path) -> Result<Scenario> {
-    Scenario::load(path).with_context(|| format!("loading {}", path.display()))
-}
-
 fn cmd_run(
     path: &Path,
     bugs: Option<&str>,
     seed: Option<u64>,
     gpu: &str,
     trace: bool,
+    allow_expensive: bool,
 ) -> Result<ExitCode> {
-    let sc = load(path)?;
+    let sc = kvsim::cmd_sim::load_to_run(path, gpu == "host", allow_expensive)?;
     let opts = RunOptions {
         seed,
         bugs: parse_bugs(bugs)?,
@@ -95,7 +102,11 @@ fn cmd_run(
     let wall_s = t.elapsed().as_secs_f64();
     print!(
         "{}",
-        kvsim::render::outcome(&out, &path.display().to_string(), trace)
+        kvsim::render::pasteable(&kvsim::render::outcome(
+            &out,
+            &path.display().to_string(),
+            trace
+        ))
     );
     println!("({wall_s:.3}s wall)");
     Ok(if out.clean() {
@@ -114,7 +125,15 @@ fn main() -> ExitCode {
             seed,
             gpu,
             trace,
-        }) => cmd_run(&scenario, bugs.as_deref(), seed, &gpu, trace),
+            allow_expensive,
+        }) => cmd_run(
+            &scenario,
+            bugs.as_deref(),
+            seed,
+            &gpu,
+            trace,
+            allow_expensive,
+        ),
         Some(Command::Suite) | None => kvsim::suite::run_default_suite(),
         Some(Command::Sweep(a)) => kvsim::cmd_sim::sweep(&a),
         Some(Command::Replay(a)) => kvsim::cmd_sim::replay(&a),
@@ -122,6 +141,12 @@ fn main() -> ExitCode {
         Some(Command::Check(args)) => kvsim::cmd_check::run(&args),
         Some(Command::Bugs(args)) => kvsim::cmd_bugs::run(&args),
         Some(Command::Audit(args)) => kvsim::cmd_audit::run(&args),
+        Some(Command::List { what, dir }) => kvsim::render::list(&what, &dir)
+            .map(|text| {
+                print!("{text}");
+                ExitCode::SUCCESS
+            })
+            .map_err(anyhow::Error::msg),
     };
     match res {
         Ok(code) => code,

@@ -8,9 +8,21 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The PATH with the built `kvsim`'s folder first: printed replay commands then
+/// read `kvsim ...` (without it, `cargo run --release -- ...`).
+fn path_with_kvsim() -> std::ffi::OsString {
+    let bin = Path::new(env!("CARGO_BIN_EXE_kvsim"))
+        .parent()
+        .expect("a folder")
+        .to_path_buf();
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&rest))).expect("a PATH")
+}
+
 fn kvsim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvsim"))
         .current_dir(root())
+        .env("PATH", path_with_kvsim())
         .args(args)
         .output()
         .expect("kvsim runs")

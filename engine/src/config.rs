@@ -177,8 +177,29 @@ pub enum ConfigError {
     },
 }
 
+/// The longest timer or latency a config may set, in nanoseconds (30 days). Nodes add
+/// timeouts and latencies to their clock; with this bound no such sum can overflow.
+pub const MAX_DURATION_NS: u64 = 30 * 24 * 3600 * 1_000_000_000;
+
+/// The largest router room table: a run holds at most 65535 requests, so more rooms
+/// than that are never used (and `Router::new` allocates every one up front).
+pub const MAX_ROOMS: u32 = 1 << 16;
+
+/// The most requests one node queues, and the most in one decode batch.
+pub const MAX_QUEUE: u32 = 1 << 20;
+
+/// The most tokens a request may ask to generate (each is a decode step).
+pub const MAX_NEW_TOKENS_LIMIT: u32 = 1 << 20;
+
+/// The most pages in one KV write message (at most a whole pool).
+pub const MAX_CHUNK_PAGES: u32 = 1 << 24;
+
+/// The most unanswered drain requests before a decode node fails loudly.
+pub const MAX_DRAIN_RETRIES: u32 = 1 << 20;
+
 impl EngineConfig {
-    /// Check every stated relation between fields.
+    /// Check every stated relation between fields, and a bound on every size and
+    /// duration (a value this machine can honour, and no arithmetic overflow later).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let at_least = |field, min: u64, value: u64| {
             if value < min {
@@ -199,16 +220,51 @@ impl EngineConfig {
         at_least("context_len", 1, self.context_len)?;
         at_most("context_len", 1 << 32, self.context_len)?;
         at_least("chunk_pages", 1, self.chunk_pages.into())?;
+        at_most(
+            "chunk_pages",
+            MAX_CHUNK_PAGES.into(),
+            self.chunk_pages.into(),
+        )?;
         at_least("max_inflight_chunks", 1, self.max_inflight_chunks.into())?;
         at_most("max_inflight_chunks", 1024, self.max_inflight_chunks.into())?;
         at_least("max_rooms", 1, self.max_rooms.into())?;
+        at_most("max_rooms", MAX_ROOMS.into(), self.max_rooms.into())?;
         at_least("max_queue", 1, self.max_queue.into())?;
+        at_most("max_queue", MAX_QUEUE.into(), self.max_queue.into())?;
         at_least("max_batch", 1, self.max_batch.into())?;
+        at_most("max_batch", MAX_QUEUE.into(), self.max_batch.into())?;
         at_least("max_new_tokens_limit", 1, self.max_new_tokens_limit.into())?;
-        at_least("timeouts.bootstrap_ns", 1, self.timeouts.bootstrap_ns)?;
-        at_least("timeouts.waiting_ns", 1, self.timeouts.waiting_ns)?;
-        at_least("timeouts.drain_retry_ns", 1, self.timeouts.drain_retry_ns)?;
-        at_least("timeouts.request_ns", 1, self.timeouts.request_ns)?;
+        at_most(
+            "max_new_tokens_limit",
+            MAX_NEW_TOKENS_LIMIT.into(),
+            self.max_new_tokens_limit.into(),
+        )?;
+        let t = &self.timeouts;
+        let l = &self.latencies;
+        for (field, v) in [
+            ("timeouts.bootstrap_ns", t.bootstrap_ns),
+            ("timeouts.waiting_ns", t.waiting_ns),
+            ("timeouts.drain_retry_ns", t.drain_retry_ns),
+            ("timeouts.request_ns", t.request_ns),
+        ] {
+            at_least(field, 1, v)?;
+            at_most(field, MAX_DURATION_NS, v)?;
+        }
+        at_most(
+            "timeouts.drain_retries",
+            MAX_DRAIN_RETRIES.into(),
+            t.drain_retries.into(),
+        )?;
+        at_most(
+            "latencies.prefill_forward_ns",
+            MAX_DURATION_NS,
+            l.prefill_forward_ns,
+        )?;
+        at_most(
+            "latencies.decode_step_ns",
+            MAX_DURATION_NS,
+            l.decode_step_ns,
+        )?;
         Ok(())
     }
 
@@ -294,6 +350,36 @@ mod tests {
             })
         );
         assert!(EngineConfig::default().validate().is_ok());
+    }
+
+    #[test]
+    fn every_size_and_duration_has_a_bound() {
+        let big = |f: fn(&mut EngineConfig)| {
+            let mut c = EngineConfig::default();
+            f(&mut c);
+            c.validate()
+        };
+        let err = big(|c| c.max_rooms = u32::MAX).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("`max_rooms` must be at most 65536"),
+            "{err}"
+        );
+        for f in [
+            (|c: &mut EngineConfig| c.chunk_pages = u32::MAX) as fn(&mut EngineConfig),
+            |c| c.max_queue = u32::MAX,
+            |c| c.max_batch = u32::MAX,
+            |c| c.max_new_tokens_limit = u32::MAX,
+            |c| c.timeouts.bootstrap_ns = u64::MAX,
+            |c| c.timeouts.waiting_ns = u64::MAX,
+            |c| c.timeouts.drain_retry_ns = u64::MAX,
+            |c| c.timeouts.request_ns = u64::MAX,
+            |c| c.timeouts.drain_retries = u32::MAX,
+            |c| c.latencies.prefill_forward_ns = u64::MAX,
+            |c| c.latencies.decode_step_ns = u64::MAX,
+        ] {
+            assert!(matches!(big(f), Err(ConfigError::TooLarge { .. })));
+        }
     }
 
     #[test]

@@ -318,8 +318,28 @@ fn report<C: Checker<HandoffModel>>(
     }
 }
 
+/// The most checker threads [`check`] and [`explore`] start.
+pub const MAX_THREADS: usize = 256;
+
+fn check_options(spec: &ModelSpec, depth: Option<usize>, threads: usize) -> Result<(), SpecError> {
+    let invalid = |reason: String| SpecError::Invalid {
+        model: spec.name.clone(),
+        reason,
+    };
+    // stateright reads a target depth of 0 as no bound: it would explore everything
+    // and then report the bound reached.
+    if depth == Some(0) {
+        return Err(invalid("a depth bound must be at least 1".into()));
+    }
+    if threads > MAX_THREADS {
+        return Err(invalid(format!("{threads} threads: at most {MAX_THREADS}")));
+    }
+    Ok(())
+}
+
 /// Check a model to exhaustion (or to the depth bound).
 pub fn check(spec: ModelSpec, options: &CheckOptions) -> Result<CheckReport, SpecError> {
+    check_options(&spec, options.depth, options.threads)?;
     let model = match options.memo {
         MemoMode::On => HandoffModel::new(spec.clone())?,
         MemoMode::Off => HandoffModel::new(spec.clone())?.without_memo(),
@@ -348,7 +368,41 @@ pub fn explore(
     threads: usize,
     addr: std::net::SocketAddr,
 ) -> Result<(), SpecError> {
+    check_options(&spec, None, threads)?;
+    // stateright panics on an address it cannot bind: try it first.
+    if let Err(e) = std::net::TcpListener::bind(addr) {
+        return Err(SpecError::Invalid {
+            model: spec.name.clone(),
+            reason: format!("cannot serve the Explorer on {addr}: {e}"),
+        });
+    }
     let model = HandoffModel::new(spec)?;
     let _ = model.checker().threads(threads.max(1)).serve(addr);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_that_would_mislead_are_refused_before_checking() {
+        let spec = || ModelSpec::standard("handoff-small").expect("a standard model");
+        let zero = CheckOptions {
+            depth: Some(0),
+            ..CheckOptions::default()
+        };
+        let e = check(spec(), &zero).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("depth bound must be at least 1"), "{e}");
+        let many = CheckOptions {
+            threads: 100_000,
+            ..CheckOptions::default()
+        };
+        let e = check(spec(), &many).map(|_| ()).unwrap_err().to_string();
+        assert!(e.contains("at most 256"), "{e}");
+        let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let addr = busy.local_addr().expect("its address");
+        let e = explore(spec(), 1, addr).unwrap_err().to_string();
+        assert!(e.contains("cannot serve the Explorer"), "{e}");
+    }
 }

@@ -340,7 +340,9 @@ impl Plan {
             }
         }
         let level = |k: FaultKind| levels.iter().find(|(x, _)| *x == k).map(|(_, l)| *l);
-        let scale = |max: u64, k: FaultKind| level(k).map_or(0, |l| max * u64::from(l) / 1000);
+        let scale = |max: u64, k: FaultKind| {
+            level(k).map_or(0, |l| max.saturating_mul(u64::from(l)) / 1000)
+        };
         let scale32 = |max: u32, k: FaultKind| scale(u64::from(max), k) as u32;
 
         // Timeouts: each shortened with probability `level`, log-uniformly down to the
@@ -348,7 +350,7 @@ impl Plan {
         // interval means more retries, not an earlier fatal stop.
         if let Some(l) = level(FaultKind::ShortTimeouts) {
             let mut t = rng::stream(seed, Component::Timeouts);
-            let min = fs.short_timeouts_min_ms * 1_000_000;
+            let min = fs.short_timeouts_min_ms.saturating_mul(1_000_000);
             let to = &mut engine.timeouts;
             let budget = to
                 .drain_retry_ns
@@ -365,8 +367,10 @@ impl Plan {
                     *v = drawn.max(1);
                 }
             }
+            // Within the config's bound, so that every drawn plan validates.
             to.drain_retries = u32::try_from(budget.div_ceil(to.drain_retry_ns))
                 .unwrap_or(u32::MAX)
+                .min(kvsim_engine::config::MAX_DRAIN_RETRIES)
                 .max(to.drain_retries);
         }
 
@@ -405,9 +409,11 @@ impl Plan {
                 .collect();
             let lo = limits.iter().copied().min().unwrap_or(1);
             let hi = limits.iter().copied().max().unwrap_or(1);
-            let window = if swarm { window_drawn } else { w.arrival_ms } * 1_000_000;
+            let window = if swarm { window_drawn } else { w.arrival_ms }.saturating_mul(1_000_000);
             // Bursts average (1 + burst) / 2 requests: spread their starts over the window.
-            let gap_max = window * (1 + u64::from(burst)) / u64::from(w.requests.max(1));
+            // Times are bounded by `Scenario::validate`; the arithmetic saturates all the same.
+            let gap_max =
+                window.saturating_mul(1 + u64::from(burst)) / u64::from(w.requests.max(1));
             let mut at = 0u64;
             let mut left_in_burst = 0u32;
             let first = requests.len() as u64;
@@ -421,7 +427,7 @@ impl Plan {
                 let long = between(&mut r, lo + 1, (hi + hi / 4).max(lo + 1)).min(1 << 24);
                 let new_tokens = between32(&mut r, w.max_new_tokens);
                 if left_in_burst == 0 {
-                    at = (at + gap).min(window);
+                    at = at.saturating_add(gap).min(window);
                     left_in_burst = size;
                 }
                 left_in_burst -= 1;
@@ -441,7 +447,7 @@ impl Plan {
         let last_arrival = requests.iter().map(|r| r.at_ns).max().unwrap_or(0);
         let any_fault = !levels.is_empty();
         let drawn_heal = if sc.phases.safety_ms > 0 {
-            sc.phases.safety_ms * 1_000_000
+            sc.phases.safety_ms.saturating_mul(1_000_000)
         } else {
             last_arrival
         };
@@ -505,7 +511,11 @@ impl Plan {
         if level(FaultKind::Partition).is_some() {
             let mut p = rng::stream(seed, Component::Partitions);
             let count = between(&mut p, 1, u64::from(fs.partition.count));
-            let max = scale(fs.partition.max_ms * 1_000_000, FaultKind::Partition).max(1_000_000);
+            let max = scale(
+                fs.partition.max_ms.saturating_mul(1_000_000),
+                FaultKind::Partition,
+            )
+            .max(1_000_000);
             for _ in 0..count {
                 let pi = between(&mut p, 0, u64::from(np) - 1) as usize;
                 let di = between(&mut p, 0, u64::from(nd) - 1) as usize;
@@ -515,7 +525,7 @@ impl Plan {
                     prefill: prefill_ids[pi],
                     decode: decode_ids[di],
                     from_ns: from,
-                    until_ns: (from + len).min(heal_at),
+                    until_ns: from.saturating_add(len).min(heal_at),
                 });
             }
         }
@@ -523,7 +533,8 @@ impl Plan {
         if level(FaultKind::Crash).is_some() {
             let mut p = rng::stream(seed, Component::Crashes);
             let count = between(&mut p, 1, u64::from(fs.crash.count));
-            let max = scale(fs.crash.max_ms * 1_000_000, FaultKind::Crash).max(1_000_000);
+            let max =
+                scale(fs.crash.max_ms.saturating_mul(1_000_000), FaultKind::Crash).max(1_000_000);
             let all: Vec<NodeId> = prefill_ids.iter().chain(&decode_ids).copied().collect();
             for _ in 0..count {
                 let ni = between(&mut p, 0, all.len() as u64 - 1) as usize;
@@ -533,7 +544,7 @@ impl Plan {
                     crashes.push(CrashPlan {
                         node: all[ni],
                         at_ns: at,
-                        restart_ns: (at + down).min(heal_at),
+                        restart_ns: at.saturating_add(down).min(heal_at),
                     });
                 }
             }
@@ -542,20 +553,41 @@ impl Plan {
         partitions.retain(|p| p.from_ns < heal_at);
 
         let net = NetParams {
-            latency_ns: sc.network.latency_us * 1_000,
-            jitter_ns: scale(fs.reorder_jitter_us * 1_000, FaultKind::Reorder),
+            latency_ns: sc.network.latency_us.saturating_mul(1_000),
+            jitter_ns: scale(
+                fs.reorder_jitter_us.saturating_mul(1_000),
+                FaultKind::Reorder,
+            ),
             delay_permille: scale32(fs.delay.permille, FaultKind::Delay),
-            delay_max_ns: fs.delay.max_ms * 1_000_000,
+            delay_max_ns: fs.delay.max_ms.saturating_mul(1_000_000),
             loss_permille: scale32(fs.loss_permille, FaultKind::Loss),
             duplicate_permille: scale32(fs.duplicate_permille, FaultKind::Duplicate),
             slow_write_permille: scale32(fs.slow_write.permille, FaultKind::SlowWrite),
-            slow_write_max_ns: fs.slow_write.max_ms * 1_000_000,
+            slow_write_max_ns: fs.slow_write.max_ms.saturating_mul(1_000_000),
             late_write_permille: scale32(fs.late_write.permille, FaultKind::LateWrite),
-            late_write_max_ns: fs.late_write.max_ms * 1_000_000,
+            late_write_max_ns: fs.late_write.max_ms.saturating_mul(1_000_000),
             write_fail_permille: scale32(fs.write_fail_permille, FaultKind::WriteFail),
         };
 
         if let Some(keep) = &reduction.keep {
+            // A request the seed does not have would be silently dropped, and a plan
+            // with no request checks nothing.
+            if let Some(missing) = keep.iter().find(|k| k.0 >= requests.len() as u64) {
+                return Err(ScenarioError::Invalid {
+                    field: "--reduce".into(),
+                    reason: format!(
+                        "keep={}: seed {seed} has requests 0..{} only",
+                        missing.0,
+                        requests.len()
+                    ),
+                });
+            }
+            if keep.is_empty() {
+                return Err(ScenarioError::Invalid {
+                    field: "--reduce".into(),
+                    reason: "keep= lists no request: a run of no request checks nothing".into(),
+                });
+            }
             requests.retain(|r| keep.binary_search(&r.req).is_ok());
         }
 
@@ -564,7 +596,7 @@ impl Plan {
         let deadline_ns = if sc.phases.liveness_ms > 0 {
             heal_at
                 .max(last_kept)
-                .saturating_add(sc.phases.liveness_ms * 1_000_000)
+                .saturating_add(sc.phases.liveness_ms.saturating_mul(1_000_000))
                 .min(max_time_ns)
         } else {
             max_time_ns

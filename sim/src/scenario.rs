@@ -59,8 +59,10 @@ pub struct WorkloadSpec {
     /// Most tenants (a swarm draws 1 to this many).
     pub tenants: u32,
     /// Prompt lengths of requests that fit, in tokens (drawn log-uniformly).
+    #[serde(deserialize_with = "pair")]
     pub prompt_len: [u64; 2],
     /// Tokens each request asks to generate.
+    #[serde(deserialize_with = "pair")]
     pub max_new_tokens: [u32; 2],
     /// Most per-mille of requests whose prompt does not fit some node (a swarm draws
     /// 0 to this; without a swarm, exactly this).
@@ -146,18 +148,25 @@ pub struct FaultSpec {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SwarmSpec {
+    #[serde(deserialize_with = "pair")]
     pub prefill_nodes: [u32; 2],
+    #[serde(deserialize_with = "pair")]
     pub decode_nodes: [u32; 2],
     /// Pool size of each node, in pages, when it holds the context.
+    #[serde(deserialize_with = "pair")]
     pub pool_pages: [u32; 2],
     /// Per-mille of nodes drawn with a pool smaller than the context (the GLM-5.3
     /// configuration; the run then sets `allow_unsafe_pool`).
     pub pool_below_context_permille: u32,
     /// The smallest such pool, in pages.
     pub small_pool_pages_min: u32,
+    #[serde(deserialize_with = "pair")]
     pub chunk_pages: [u32; 2],
+    #[serde(deserialize_with = "pair")]
     pub max_inflight_chunks: [u32; 2],
+    #[serde(deserialize_with = "pair")]
     pub max_rooms: [u32; 2],
+    #[serde(deserialize_with = "pair")]
     pub max_batch: [u32; 2],
 }
 
@@ -259,6 +268,20 @@ pub struct RequestSpec {
     pub cancel_delay_us: u64,
 }
 
+/// A `[low, high]` range: exactly two values (a fixed-size array would silently
+/// ignore a third).
+fn pair<'de, D, T>(d: D) -> Result<[T; 2], D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    let v: Vec<T> = Vec::deserialize(d)?;
+    let len = v.len();
+    <[T; 2]>::try_from(v).map_err(|_| {
+        serde::de::Error::custom(format!("expected exactly 2 values [low, high], got {len}"))
+    })
+}
+
 fn default_new_tokens() -> u32 {
     16
 }
@@ -277,10 +300,67 @@ pub enum ScenarioError {
     },
     #[error("scenario {path}: {message}")]
     Parse { path: String, message: String },
+    #[error("scenario {path} is larger than {limit} bytes, the most a scenario file may hold")]
+    TooLarge { path: String, limit: u64 },
     #[error("scenario field `{field}`: {reason}")]
     Invalid { field: String, reason: String },
+    // Not a `source`: the message already holds the config error, and a source would
+    // print it a second time in an error chain.
     #[error("scenario field `engine`: {0}")]
-    Engine(#[from] kvsim_engine::config::ConfigError),
+    Engine(kvsim_engine::config::ConfigError),
+    #[error(
+        "the scenario needs about {mib} MiB of KV memory ({pages} pages of {page_size} tokens \
+         over its nodes, {backend} backend); the budget is {budget_mib} MiB per run: shrink \
+         the pools, `page_size` or the node counts"
+    )]
+    TooMuchMemory {
+        mib: u64,
+        pages: u64,
+        page_size: u32,
+        backend: &'static str,
+        budget_mib: u64,
+    },
+    #[error(
+        "the scenario asks for about {tokens} prompt and generated tokens per run ({requests} \
+         requests), more than the budget of {budget} tokens per run (minutes of work or more, \
+         with no output meanwhile); pass --allow-expensive to run it anyway"
+    )]
+    Expensive {
+        tokens: u64,
+        requests: u64,
+        budget: u64,
+    },
+}
+
+impl From<kvsim_engine::config::ConfigError> for ScenarioError {
+    fn from(e: kvsim_engine::config::ConfigError) -> Self {
+        ScenarioError::Engine(e)
+    }
+}
+
+/// The longest simulated time any duration of a scenario may name, in milliseconds
+/// (30 days). Every sum of such times a run computes then stays far inside a `u64` of
+/// nanoseconds, so no time arithmetic can overflow.
+pub const MAX_TIME_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// The most KV memory one run may allocate, in bytes, over all its nodes.
+pub const MAX_KV_BYTES: u64 = 4 << 30;
+
+/// The most prompt plus generated tokens one run may ask for before it needs
+/// `--allow-expensive` (about a minute of work at the simulator's speed).
+pub const COST_BUDGET_TOKENS: u64 = 1 << 27;
+
+/// The bytes of KV memory a node's pool of one page takes: symbolic (a token and its
+/// provenance per slot) or host (f32 keys and values per slot), plus the allocator's
+/// record for the page.
+pub fn kv_bytes_per_page(page_size: u32, host: bool) -> u64 {
+    let ps = u64::from(page_size);
+    let per_slot = if host {
+        4 * (ps.next_power_of_two() + 32)
+    } else {
+        4
+    };
+    ps * per_slot + 96
 }
 
 /// A point in a request's life at which its client may give up.
@@ -399,6 +479,10 @@ pub struct PlannedRequest {
     pub cancel: Option<Cancel>,
 }
 
+/// The largest scenario file [`Scenario::load`] reads, in bytes (the largest shipped
+/// scenario is a few kilobytes).
+pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
+
 /// The most requests a run may hold: canary tokens carry the request number in 16 bits.
 pub use kvsim_oracle::canary::MAX_REQUESTS;
 
@@ -417,13 +501,13 @@ fn explicit_cancel(r: &RequestSpec) -> Option<Cancel> {
             how: CancelHow::Disconnect,
             at: CancelAt::Phase {
                 phase,
-                delay_ns: r.cancel_delay_us * 1_000,
+                delay_ns: r.cancel_delay_us.saturating_mul(1_000),
             },
         });
     }
     r.cancel_after_us.map(|c| Cancel {
         how: CancelHow::Disconnect,
-        at: CancelAt::AfterNs(c * 1_000),
+        at: CancelAt::AfterNs(c.saturating_mul(1_000)),
     })
 }
 
@@ -441,10 +525,28 @@ impl Scenario {
         Ok(sc)
     }
 
+    /// Load a scenario file of at most [`MAX_SCENARIO_BYTES`]: a larger file (or a
+    /// device such as `/dev/zero`) is refused after that many bytes, not read to its end.
     pub fn load(path: &Path) -> Result<Scenario, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Read {
+        use std::io::Read;
+        let read = |source| ScenarioError::Read {
             path: path.display().to_string(),
             source,
+        };
+        let f = std::fs::File::open(path).map_err(read)?;
+        let mut buf = Vec::new();
+        f.take(MAX_SCENARIO_BYTES + 1)
+            .read_to_end(&mut buf)
+            .map_err(read)?;
+        if buf.len() as u64 > MAX_SCENARIO_BYTES {
+            return Err(ScenarioError::TooLarge {
+                path: path.display().to_string(),
+                limit: MAX_SCENARIO_BYTES,
+            });
+        }
+        let text = String::from_utf8(buf).map_err(|_| ScenarioError::Parse {
+            path: path.display().to_string(),
+            message: "not UTF-8 text".into(),
         })?;
         Scenario::parse(&text, &path.display().to_string())
     }
@@ -456,11 +558,152 @@ impl Scenario {
         }
     }
 
+    /// Every duration of the scenario, named as in the file, in its file unit, with
+    /// the factor that turns it into milliseconds over 1000 (1 for microseconds).
+    fn durations(&self) -> Vec<(String, u64, u64)> {
+        let f = &self.faults;
+        let mut v = vec![
+            ("network.latency_us".to_string(), self.network.latency_us, 1),
+            ("faults.delay.max_ms".into(), f.delay.max_ms, 1000),
+            ("faults.reorder_jitter_us".into(), f.reorder_jitter_us, 1),
+            ("faults.partition.max_ms".into(), f.partition.max_ms, 1000),
+            ("faults.slow_write.max_ms".into(), f.slow_write.max_ms, 1000),
+            ("faults.late_write.max_ms".into(), f.late_write.max_ms, 1000),
+            ("faults.crash.max_ms".into(), f.crash.max_ms, 1000),
+            (
+                "faults.short_timeouts_min_ms".into(),
+                f.short_timeouts_min_ms,
+                1000,
+            ),
+            ("phases.safety_ms".into(), self.phases.safety_ms, 1000),
+            ("phases.liveness_ms".into(), self.phases.liveness_ms, 1000),
+            ("run.max_time_ms".into(), self.run.max_time_ms, 1000),
+        ];
+        if let Some(w) = &self.workload {
+            v.push(("workload.arrival_ms".into(), w.arrival_ms, 1000));
+        }
+        for (i, r) in self.requests.iter().enumerate() {
+            v.push((format!("requests[{i}].at_us"), r.at_us, 1));
+            v.push((format!("requests[{i}].every_us"), r.every_us, 1));
+            v.push((
+                format!("requests[{i}].cancel_delay_us"),
+                r.cancel_delay_us,
+                1,
+            ));
+            if let Some(c) = r.cancel_after_us {
+                v.push((format!("requests[{i}].cancel_after_us"), c, 1));
+            }
+        }
+        v
+    }
+
+    /// The pages of KV memory a run of this scenario may allocate at most, over all
+    /// its nodes (under a swarm: the largest draw).
+    pub fn max_pool_pages(&self) -> u64 {
+        match &self.swarm {
+            None => self
+                .topology
+                .prefill_pool_pages
+                .iter()
+                .chain(&self.topology.decode_pool_pages)
+                .map(|&p| u64::from(p) + 1)
+                .sum(),
+            Some(sw) => {
+                let nodes = u64::from(sw.prefill_nodes[1]) + u64::from(sw.decode_nodes[1]);
+                let mut largest = u64::from(sw.pool_pages[1]);
+                if sw.pool_below_context_permille > 0 {
+                    let context_pages = self.engine.pages_for(self.engine.context_len);
+                    largest = largest.max(context_pages.saturating_sub(1));
+                }
+                nodes.saturating_mul(largest.saturating_add(1))
+            }
+        }
+    }
+
+    /// Refuse a scenario whose KV pools would not fit [`MAX_KV_BYTES`] on the given
+    /// backend (`host`: real f32 arithmetic, far larger per page).
+    pub fn check_memory(&self, host: bool) -> Result<(), ScenarioError> {
+        let pages = self.max_pool_pages();
+        let bytes = pages.saturating_mul(kv_bytes_per_page(self.engine.page_size, host));
+        if bytes > MAX_KV_BYTES {
+            return Err(ScenarioError::TooMuchMemory {
+                mib: bytes >> 20,
+                pages,
+                page_size: self.engine.page_size,
+                backend: if host { "host" } else { "symbolic" },
+                budget_mib: MAX_KV_BYTES >> 20,
+            });
+        }
+        Ok(())
+    }
+
+    /// An upper bound on the prompt and generated tokens of one run, and its requests.
+    pub fn cost_estimate(&self) -> (u64, u64) {
+        let mut tokens = 0u64;
+        let mut requests = 0u64;
+        for r in &self.requests {
+            let each = r.prompt_len.saturating_add(u64::from(r.max_new_tokens));
+            tokens = tokens.saturating_add(each.saturating_mul(u64::from(r.repeat)));
+            requests = requests.saturating_add(u64::from(r.repeat));
+        }
+        if let Some(w) = &self.workload {
+            // An over-length prompt is at most a quarter over the largest pool or context.
+            let over = if w.over_length_permille > 0 {
+                (1u64 << 24).min(self.engine.context_len.saturating_mul(5) / 4)
+            } else {
+                0
+            };
+            let each = w.prompt_len[1]
+                .max(over)
+                .saturating_add(u64::from(w.max_new_tokens[1]));
+            tokens = tokens.saturating_add(each.saturating_mul(u64::from(w.requests)));
+            requests = requests.saturating_add(u64::from(w.requests));
+        }
+        (tokens, requests)
+    }
+
+    /// Refuse a scenario whose [`Scenario::cost_estimate`] exceeds
+    /// [`COST_BUDGET_TOKENS`] (the CLI's `--allow-expensive` skips this check).
+    pub fn check_cost(&self) -> Result<(), ScenarioError> {
+        let (tokens, requests) = self.cost_estimate();
+        if tokens > COST_BUDGET_TOKENS {
+            return Err(ScenarioError::Expensive {
+                tokens,
+                requests,
+                budget: COST_BUDGET_TOKENS,
+            });
+        }
+        Ok(())
+    }
+
     /// Check every relation the engine config does not cover.
     pub fn validate(&self) -> Result<(), ScenarioError> {
         self.engine.validate()?;
+        for (field, v, per_ms) in self.durations() {
+            let max = MAX_TIME_MS.saturating_mul(1000 / per_ms);
+            if v > max {
+                let unit = if per_ms == 1 { "us" } else { "ms" };
+                return Err(Self::invalid(
+                    field,
+                    format!("{v}{unit}: at most {max}{unit} (30 days of simulated time)"),
+                ));
+            }
+        }
+        if self.run.max_time_ms == 0 {
+            return Err(Self::invalid(
+                "run.max_time_ms",
+                "must be at least 1: a run with no time checks nothing",
+            ));
+        }
         let t = &self.topology;
-        // Under a swarm the topology is drawn; a listed one is ignored.
+        if self.swarm.is_some()
+            && (!t.prefill_pool_pages.is_empty() || !t.decode_pool_pages.is_empty())
+        {
+            return Err(Self::invalid(
+                "topology",
+                "a [swarm] draws the topology: remove [topology] or [swarm]",
+            ));
+        }
         if self.swarm.is_none() {
             if t.prefill_pool_pages.is_empty() || t.prefill_pool_pages.len() > 64 {
                 return Err(Self::invalid(
@@ -474,15 +717,21 @@ impl Scenario {
                     "needs 1 to 64 nodes",
                 ));
             }
-            for (i, &p) in t
+            let named = t
                 .prefill_pool_pages
                 .iter()
-                .chain(&t.decode_pool_pages)
                 .enumerate()
-            {
+                .map(|(i, p)| (format!("topology.prefill_pool_pages[{i}]"), *p))
+                .chain(
+                    t.decode_pool_pages
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| (format!("topology.decode_pool_pages[{i}]"), *p)),
+                );
+            for (field, p) in named {
                 if p == 0 || p > 1 << 24 {
                     return Err(Self::invalid(
-                        format!("topology pool #{i}"),
+                        field,
                         format!("{p} pages: a pool has 1 to 16777216 pages"),
                     ));
                 }
@@ -502,6 +751,22 @@ impl Scenario {
             }
             if r.repeat == 0 {
                 return Err(Self::invalid(f("repeat"), "must be at least 1"));
+            }
+            // The last copy's submit time, and its cancel, stay inside the time bound.
+            let last = u64::from(r.repeat - 1)
+                .checked_mul(r.every_us)
+                .and_then(|x| x.checked_add(r.at_us))
+                .and_then(|x| x.checked_add(r.cancel_after_us.unwrap_or(0)))
+                .and_then(|x| x.checked_add(r.cancel_delay_us))
+                .filter(|&x| x <= MAX_TIME_MS * 1000);
+            if last.is_none() {
+                return Err(Self::invalid(
+                    f("every_us"),
+                    format!(
+                        "at_us + (repeat - 1) * every_us + cancel delays must be at most {}us (30 days)",
+                        MAX_TIME_MS * 1000
+                    ),
+                ));
             }
             if let Some(p) = &r.cancel_on {
                 if ReqPhase::parse(p).is_none() {
@@ -540,8 +805,11 @@ impl Scenario {
             if w.tenants == 0 || w.tenants > 1 << 16 {
                 return Err(Self::invalid(f("tenants"), "must be 1 to 65536"));
             }
-            if w.burst == 0 {
-                return Err(Self::invalid(f("burst"), "must be at least 1"));
+            if w.burst == 0 || w.burst > MAX_REQUESTS as u32 {
+                return Err(Self::invalid(
+                    f("burst"),
+                    format!("must be 1 to {MAX_REQUESTS}"),
+                ));
             }
             if w.over_length_permille > 1000 {
                 return Err(Self::invalid(f("over_length_permille"), "at most 1000"));
@@ -606,6 +874,19 @@ impl Scenario {
             if sw.pool_pages[1] > 1 << 24 {
                 return Err(Self::invalid("swarm.pool_pages", "at most 16777216 pages"));
             }
+            use kvsim_engine::config::{MAX_CHUNK_PAGES, MAX_QUEUE, MAX_ROOMS};
+            for (name, hi, max) in [
+                ("max_rooms", sw.max_rooms[1], MAX_ROOMS),
+                ("chunk_pages", sw.chunk_pages[1], MAX_CHUNK_PAGES),
+                ("max_batch", sw.max_batch[1], MAX_QUEUE),
+            ] {
+                if hi > max {
+                    return Err(Self::invalid(
+                        format!("swarm.{name}"),
+                        format!("{hi}: at most {max} (the engine's bound)"),
+                    ));
+                }
+            }
             if sw.max_inflight_chunks[1] > 1024 {
                 return Err(Self::invalid("swarm.max_inflight_chunks", "at most 1024"));
             }
@@ -622,6 +903,12 @@ impl Scenario {
                 ));
             }
         }
+        if total == 0 {
+            return Err(Self::invalid(
+                "requests",
+                "the scenario submits no request (no [[requests]] and no [workload] with requests > 0): a run would check nothing",
+            ));
+        }
         if total > MAX_REQUESTS {
             return Err(Self::invalid(
                 "requests",
@@ -631,6 +918,7 @@ impl Scenario {
         if self.run.max_events == 0 {
             return Err(Self::invalid("run.max_events", "must be at least 1"));
         }
+        self.check_memory(false)?;
         Ok(())
     }
 
@@ -639,7 +927,11 @@ impl Scenario {
         let mut out = Vec::new();
         for r in &self.requests {
             for k in 0..r.repeat {
-                let at_ns = (r.at_us + u64::from(k) * r.every_us) * 1_000;
+                // Bounded by `validate`; saturating all the same.
+                let at_ns = u64::from(k)
+                    .saturating_mul(r.every_us)
+                    .saturating_add(r.at_us)
+                    .saturating_mul(1_000);
                 out.push(PlannedRequest {
                     req: RequestId(out.len() as u64),
                     tenant: TenantId(r.tenant),

@@ -1,7 +1,9 @@
 //! Sweeps: many seeds of one scenario in parallel, with a summary that merges.
 //!
-//! Seeds run on a rayon pool of `jobs` threads without building any trace (a failing
-//! seed is replayed with one later: determinism makes that exact). A sweep can be cut
+//! Seeds stream through a rayon pool of `jobs` threads in batches, without building
+//! any trace (a failing seed is replayed with one later: determinism makes that
+//! exact), so a sweep's memory does not grow with its seed range; it may stop early
+//! (first failure, time budget, Ctrl-C) and then records where to resume. A sweep can be cut
 //! into shards (`k/n`: every n-th seed of the range, starting with the k-th, 1-based)
 //! so that any batch system (Slurm arrays, Kubernetes indexed jobs, CI matrices) runs
 //! it across machines; each shard's [`SweepSummary`] is JSON, and [`SweepSummary::merge`]
@@ -13,11 +15,12 @@ use crate::report::secs;
 use crate::scenario::{Scenario, ScenarioError};
 use crate::{run_plan, Backend, RunOutcome};
 use kvsim_engine::bugs::BugSet;
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// A half-open range of seeds, `start..end`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +35,8 @@ pub struct SeedRange {
 pub enum UsageError {
     #[error("--seeds `{0}`: expected A..B (B exclusive), A..=B or a single seed")]
     Seeds(String),
+    #[error("--seeds `{0}`: seed 18446744073709551615 (u64::MAX) is past the last sweepable seed (a sweep's range is half-open: it ends at most at u64::MAX, exclusive); run that seed alone with `kvsim replay --seed 18446744073709551615`")]
+    SeedsMax(String),
     #[error("--shard `{0}`: expected K/N with 1 <= K <= N")]
     Shard(String),
     #[error("--jobs must be at least 1")]
@@ -44,11 +49,12 @@ impl SeedRange {
     /// Parse `A..B`, `A..=B` or `N`.
     pub fn parse(s: &str) -> Result<SeedRange, UsageError> {
         let bad = || UsageError::Seeds(s.to_string());
+        let max = || UsageError::SeedsMax(s.to_string());
         let num = |x: &str| x.trim().replace('_', "").parse::<u64>().map_err(|_| bad());
         let r = if let Some((a, b)) = s.split_once("..=") {
             SeedRange {
                 start: num(a)?,
-                end: num(b)?.checked_add(1).ok_or_else(bad)?,
+                end: num(b)?.checked_add(1).ok_or_else(max)?,
             }
         } else if let Some((a, b)) = s.split_once("..") {
             SeedRange {
@@ -59,7 +65,7 @@ impl SeedRange {
             let n = num(s)?;
             SeedRange {
                 start: n,
-                end: n.checked_add(1).ok_or_else(bad)?,
+                end: n.checked_add(1).ok_or_else(max)?,
             }
         };
         if r.end <= r.start {
@@ -69,7 +75,7 @@ impl SeedRange {
     }
 
     pub fn len(&self) -> u64 {
-        self.end - self.start
+        self.end.saturating_sub(self.start)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -104,10 +110,22 @@ impl Shard {
         Ok(Shard { k, n })
     }
 
-    /// The seeds of `range` this shard runs.
+    /// The seeds of `range` this shard runs, in order, computed one at a time (a
+    /// range of 10^18 seeds costs nothing until it is iterated).
     pub fn seeds(&self, range: SeedRange) -> impl Iterator<Item = u64> {
         let (k, n) = (u64::from(self.k), u64::from(self.n));
-        (range.start..range.end).filter(move |s| (s - range.start) % n == k - 1)
+        let first = range.start.checked_add(k - 1).filter(|&f| f < range.end);
+        let count = first.map_or(0, |f| (range.end - f - 1) / n + 1);
+        (0..count).map(move |i| first.unwrap_or(0) + i * n)
+    }
+
+    /// How many seeds of `range` this shard runs.
+    pub fn count(&self, range: SeedRange) -> u64 {
+        let (k, n) = (u64::from(self.k), u64::from(self.n));
+        match range.start.checked_add(k - 1).filter(|&f| f < range.end) {
+            Some(f) => (range.end - f - 1) / n + 1,
+            None => 0,
+        }
     }
 }
 
@@ -137,6 +155,10 @@ pub struct SweepOptions {
     /// the JSON lines); a seed whose audit verdict differs from the in-process one is
     /// reported.
     pub audit: bool,
+    /// Stop starting seeds once this much wall time has passed.
+    pub time_budget: Option<Duration>,
+    /// Raised (by a Ctrl-C handler): stop starting seeds, summarise what ran.
+    pub interrupt: Option<Arc<AtomicBool>>,
 }
 
 impl Default for SweepOptions {
@@ -151,6 +173,8 @@ impl Default for SweepOptions {
             keep_failures: 20,
             stop_at_first: false,
             audit: false,
+            time_budget: None,
+            interrupt: None,
         }
     }
 }
@@ -179,8 +203,11 @@ pub struct SweepSummary {
     pub path: String,
     pub bugs: String,
     pub seeds: SeedRange,
-    /// The shards this summary covers.
+    /// The shards this summary covers (each records its K and N).
     pub shards: Vec<Shard>,
+    /// The seeds of `seeds` that these shards hold (what a complete run covers).
+    #[serde(default)]
+    pub seeds_planned: u64,
     pub seeds_run: u64,
     /// Simulated time over all seeds, in nanoseconds.
     pub sim_ns: u64,
@@ -202,6 +229,14 @@ pub struct SweepSummary {
     pub audit_mismatches: Vec<u64>,
     #[serde(default)]
     pub audited: u64,
+    /// Why the sweep stopped before its last seed (`first failure`, `interrupted`,
+    /// `time budget spent`); `None` when it ran every seed.
+    #[serde(default)]
+    pub stopped: Option<String>,
+    /// The first seed (of this shard) that did not run when the sweep stopped early:
+    /// every earlier seed of the shard ran.
+    #[serde(default)]
+    pub resume_from: Option<u64>,
 }
 
 impl SweepSummary {
@@ -209,6 +244,36 @@ impl SweepSummary {
         self.failing_seeds == 0
             && self.nondeterministic.is_empty()
             && self.audit_mismatches.is_empty()
+    }
+
+    /// Every seed of the whole range ran (no shard missing, nothing stopped early).
+    pub fn complete(&self) -> bool {
+        self.seeds_run >= self.seeds.len()
+    }
+
+    /// `X of Y seeds covered`, where Y is the whole range (every shard of it), and
+    /// the shards missing from it.
+    pub fn coverage(&self) -> String {
+        let mut s = format!("{} of {} seeds covered", self.seeds_run, self.seeds.len());
+        let missing = self.missing_shards();
+        if !missing.is_empty() {
+            let m: Vec<String> = missing.iter().take(16).map(|x| x.to_string()).collect();
+            let more = if missing.len() > 16 { ", ..." } else { "" };
+            let _ = write!(s, "; missing shards {}{more}", m.join(", "));
+        }
+        s
+    }
+
+    /// The shards of this sweep's N that no merged summary holds.
+    pub fn missing_shards(&self) -> Vec<Shard> {
+        let Some(n) = self.shards.first().map(|s| s.n) else {
+            return Vec::new();
+        };
+        (1..=n)
+            .map(|k| Shard { k, n })
+            .filter(|s| !self.shards.contains(s))
+            .take(1000)
+            .collect()
     }
 
     pub fn seeds_per_s(&self) -> f64 {
@@ -235,10 +300,32 @@ impl SweepSummary {
             self.bugs
         );
         let _ = writeln!(s, "  seeds run       {}", self.seeds_run);
+        if !self.complete() {
+            let _ = writeln!(s, "  coverage        {} (INCOMPLETE)", self.coverage());
+        }
+        if let Some(why) = &self.stopped {
+            let resume = match self.resume_from {
+                Some(r) => {
+                    // `r` is a seed of the shard: shard 1/N of `r..end` continues it.
+                    let shard = match self.shards.first() {
+                        Some(x) if x.n > 1 => format!(" --shard 1/{}", x.n),
+                        _ => String::new(),
+                    };
+                    format!(
+                        "; every seed of the shard before {r} ran, resume with --seeds {r}..{}{shard}",
+                        self.seeds.end
+                    )
+                }
+                None => String::new(),
+            };
+            let _ = writeln!(s, "  stopped         {why}{resume}");
+        }
         let _ = writeln!(s, "  simulated time  {}", secs(self.sim_ns));
         let _ = writeln!(s, "  events          {}", self.events);
-        if self.failing_seeds == 0 {
+        if self.failing_seeds == 0 && self.complete() {
             let _ = writeln!(s, "  violations      none");
+        } else if self.failing_seeds == 0 {
+            let _ = writeln!(s, "  violations      none in the seeds run");
         } else {
             let by: Vec<String> = self
                 .violations
@@ -305,6 +392,7 @@ impl SweepSummary {
         };
         let mut out = SweepSummary {
             shards: Vec::new(),
+            seeds_planned: 0,
             seeds_run: 0,
             sim_ns: 0,
             events: 0,
@@ -316,8 +404,11 @@ impl SweepSummary {
             nondeterministic: Vec::new(),
             audit_mismatches: Vec::new(),
             audited: 0,
+            stopped: None,
+            resume_from: None,
             ..first.clone()
         };
+        let n = first.shards.first().map_or(1, |s| s.n);
         for p in parts {
             if (p.scenario.as_str(), p.bugs.as_str(), p.seeds)
                 != (first.scenario.as_str(), first.bugs.as_str(), first.seeds)
@@ -327,20 +418,51 @@ impl SweepSummary {
                     p.scenario, p.bugs, p.seeds, first.scenario, first.bugs, first.seeds
                 )));
             }
+            if p.seeds.is_empty() {
+                return Err(UsageError::Merge(format!("empty seed range {}", p.seeds)));
+            }
             for s in &p.shards {
+                if s.k == 0 || s.n == 0 || s.k > s.n {
+                    return Err(UsageError::Merge(format!(
+                        "shard {s}: expected K/N with 1 <= K <= N"
+                    )));
+                }
+                // Shards of different N overlap (seed 0 is in 1/2 and 1/3): adding
+                // them up would count seeds twice.
+                if s.n != n {
+                    return Err(UsageError::Merge(format!(
+                        "shard {s} is not a shard of {n}: shards of different N overlap; merge the shards of one sweep"
+                    )));
+                }
                 if out.shards.contains(s) {
                     return Err(UsageError::Merge(format!("shard {s} appears twice")));
                 }
                 out.shards.push(*s);
             }
-            out.seeds_run += p.seeds_run;
-            out.sim_ns += p.sim_ns;
-            out.events += p.events;
+            out.seeds_planned = out.seeds_planned.saturating_add(p.seeds_planned);
+            out.seeds_run = out.seeds_run.saturating_add(p.seeds_run);
+            out.sim_ns = out.sim_ns.saturating_add(p.sim_ns);
+            out.events = out.events.saturating_add(p.events);
+            if p.stopped.is_some() {
+                out.stopped = Some(format!(
+                    "shard {} stopped early ({})",
+                    p.shards.first().copied().unwrap_or(Shard::WHOLE),
+                    p.stopped.as_deref().unwrap_or("")
+                ));
+            }
             out.wall_s += p.wall_s;
             out.jobs = out.jobs.max(p.jobs);
-            out.failing_seeds += p.failing_seeds;
+            if p.seeds_run > p.seeds.len() {
+                return Err(UsageError::Merge(format!(
+                    "a summary claims {} seeds run of a range of {}",
+                    p.seeds_run,
+                    p.seeds.len()
+                )));
+            }
+            out.failing_seeds = out.failing_seeds.saturating_add(p.failing_seeds);
             for (k, v) in &p.violations {
-                *out.violations.entry(k.clone()).or_insert(0) += v;
+                let e = out.violations.entry(k.clone()).or_insert(0);
+                *e = e.saturating_add(*v);
             }
             out.failures.extend(p.failures.iter().cloned());
             out.nondeterministic
@@ -350,7 +472,15 @@ impl SweepSummary {
             out.audited += p.audited;
         }
         out.shards.sort_by_key(|s| (s.n, s.k));
+        if out.seeds_run > out.seeds.len() {
+            return Err(UsageError::Merge(format!(
+                "{} seeds run in a range of {}: a shard was counted twice",
+                out.seeds_run,
+                out.seeds.len()
+            )));
+        }
         out.failures.sort_by_key(|f| f.seed);
+        out.failures.dedup_by_key(|f| f.seed);
         out.failures.truncate(first.failures.len().max(20));
         out.nondeterministic.sort();
         Ok(out)
@@ -398,6 +528,11 @@ fn failure_of(out: &RunOutcome, path: &str) -> Option<Failure> {
     })
 }
 
+/// Seeds per batch and worker thread: a batch is the unit the sweep holds in memory
+/// at once (its results, never its plans' traces), so memory does not grow with the
+/// seed range.
+const BATCH_PER_JOB: u64 = 64;
+
 /// Run the seeds of `opts` (this shard's) and summarise. `path` names the scenario
 /// file in replay commands.
 pub fn run_sweep(
@@ -405,19 +540,34 @@ pub fn run_sweep(
     path: &str,
     opts: &SweepOptions,
 ) -> Result<SweepSummary, ScenarioError> {
-    let seeds: Vec<u64> = opts.shard.seeds(opts.seeds).collect();
-    // Plans are cheap; building them first reports a bad scenario before any thread
-    // starts, and keeps the workers free of error handling.
-    let plans = seeds
-        .iter()
-        .map(|&s| Plan::build(sc, s, opts.bugs, &Reduction::default()))
-        .collect::<Result<Vec<_>, _>>()?;
+    run_sweep_streaming(sc, path, opts, &mut |_| {})
+}
+
+/// [`run_sweep`], calling `on_failure` with each failing seed as soon as the batch
+/// that holds it is done (in seed order within a batch, at most `keep_failures`
+/// times). Seeds stream in batches of [`BATCH_PER_JOB`] per worker: memory stays
+/// constant whatever the range (beyond the failures kept), and the sweep stops early,
+/// recording why and where to resume, on `stop_at_first`, on `time_budget` or when
+/// `interrupt` is raised (Ctrl-C).
+pub fn run_sweep_streaming(
+    sc: &Scenario,
+    path: &str,
+    opts: &SweepOptions,
+    on_failure: &mut dyn FnMut(&Failure),
+) -> Result<SweepSummary, ScenarioError> {
+    let planned = opts.shard.count(opts.seeds);
+    // A bad scenario is reported before any thread starts.
+    if let Some(first) = opts.shard.seeds(opts.seeds).next() {
+        Plan::build(sc, first, opts.bugs, &Reduction::default())?;
+    }
     let jobs = opts
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    // Never more threads than seeds.
+    let jobs = usize::try_from(planned).map_or(jobs, |p| jobs.min(p.max(1)));
     let bar = if opts.progress {
-        let b = indicatif::ProgressBar::new(plans.len() as u64);
+        let b = indicatif::ProgressBar::new(planned);
         if let Ok(style) = indicatif::ProgressStyle::with_template(
             "{elapsed_precise} [{bar:40}] {pos}/{len} seeds, {per_sec}, eta {eta} {msg}",
         ) {
@@ -427,32 +577,80 @@ pub fn run_sweep(
     } else {
         indicatif::ProgressBar::hidden()
     };
-    let stop = std::sync::atomic::AtomicU64::new(u64::MAX);
-    let run_one = |plan: &Plan| -> Option<SeedResult> {
-        if opts.stop_at_first && plan.seed > stop.load(std::sync::atomic::Ordering::Relaxed) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .ok();
+    let t = Instant::now();
+    let mut s = SweepSummary {
+        scenario: sc.name.clone(),
+        path: path.to_string(),
+        bugs: opts.bugs.unwrap_or(sc.engine.bugs).to_string(),
+        seeds: opts.seeds,
+        shards: vec![opts.shard],
+        seeds_planned: planned,
+        seeds_run: 0,
+        sim_ns: 0,
+        events: 0,
+        wall_s: 0.0,
+        jobs,
+        failing_seeds: 0,
+        violations: BTreeMap::new(),
+        failures: Vec::new(),
+        nondeterministic: Vec::new(),
+        audit_mismatches: Vec::new(),
+        audited: 0,
+        stopped: None,
+        resume_from: None,
+    };
+    let stop = AtomicU64::new(u64::MAX);
+    let halt = AtomicBool::new(false);
+    let error: Mutex<Option<ScenarioError>> = Mutex::new(None);
+    let out_of_time = || opts.time_budget.is_some_and(|b| t.elapsed() >= b);
+    let interrupted = || {
+        opts.interrupt
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+    };
+    let run_one = |seed: u64| -> Option<SeedResult> {
+        if halt.load(Ordering::Relaxed)
+            || (opts.stop_at_first && seed > stop.load(Ordering::Relaxed))
+            || interrupted()
+            || out_of_time()
+        {
             return None;
         }
+        let plan = match Plan::build(sc, seed, opts.bugs, &Reduction::default()) {
+            Ok(p) => p,
+            Err(e) => {
+                halt.store(true, Ordering::Relaxed);
+                if let Ok(mut slot) = error.lock() {
+                    slot.get_or_insert(e);
+                }
+                return None;
+            }
+        };
         let (out, audit) = if opts.audit {
-            let (out, agreed) = crate::run_and_audit(plan, Backend::Symbolic);
+            let (out, agreed) = crate::run_and_audit(&plan, Backend::Symbolic);
             (out, Some(agreed.is_ok()))
         } else {
-            (run_plan(plan, Backend::Symbolic, false), None)
+            (run_plan(&plan, Backend::Symbolic, false), None)
         };
         let nondeterministic = opts.check_determinism && {
-            let again = run_plan(plan, Backend::Symbolic, false);
+            let again = run_plan(&plan, Backend::Symbolic, false);
             again.trace_hash != out.trace_hash || again.findings != out.findings
         };
         let failure = failure_of(&out, path);
         if failure.is_some() {
-            stop.fetch_min(plan.seed, std::sync::atomic::Ordering::Relaxed);
+            stop.fetch_min(seed, Ordering::Relaxed);
             bar.set_message(format!(
                 "(first failure: seed {})",
-                stop.load(std::sync::atomic::Ordering::Relaxed)
+                stop.load(Ordering::Relaxed)
             ));
         }
         bar.inc(1);
         Some(SeedResult {
-            seed: plan.seed,
+            seed,
             events: out.events,
             sim_ns: out.sim_ns,
             failure,
@@ -460,60 +658,101 @@ pub fn run_sweep(
             audit,
         })
     };
-    let t = Instant::now();
-    let results: Vec<SeedResult> = match rayon::ThreadPoolBuilder::new().num_threads(jobs).build() {
-        Ok(pool) => pool.install(|| plans.par_iter().filter_map(run_one).collect()),
-        // No threads to be had: run on this one.
-        Err(_) => plans.iter().filter_map(run_one).collect(),
-    };
-    let wall_s = t.elapsed().as_secs_f64();
-    bar.finish_and_clear();
-    let mut results = results;
-    if opts.stop_at_first {
-        let first = results
-            .iter()
-            .filter(|r| r.failure.is_some())
-            .map(|r| r.seed)
-            .min();
-        if let Some(f) = first {
-            results.retain(|r| r.seed <= f);
+    let batch_len = (jobs as u64).saturating_mul(BATCH_PER_JOB);
+    let mut seeds = opts.shard.seeds(opts.seeds).peekable();
+    let mut printed = 0usize;
+    let mut batch: Vec<u64> = Vec::new();
+    while seeds.peek().is_some() {
+        batch.clear();
+        batch.extend(
+            seeds
+                .by_ref()
+                .take(usize::try_from(batch_len).unwrap_or(4096)),
+        );
+        // Workers take the batch's seeds in order, one at a time, so a sweep that stops
+        // early has run (nearly) a prefix of its seeds.
+        let next = AtomicUsize::new(0);
+        let work = || {
+            let mut mine = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&seed) = batch.get(i) else { break };
+                mine.extend(run_one(seed));
+            }
+            mine
+        };
+        let mut results: Vec<SeedResult> = match &pool {
+            Some(pool) => pool.broadcast(|_| work()).into_iter().flatten().collect(),
+            // No threads to be had: run on this one.
+            None => work(),
+        };
+        if let Some(e) = error.lock().ok().and_then(|mut slot| slot.take()) {
+            bar.finish_and_clear();
+            return Err(e);
         }
-    }
-    let mut s = SweepSummary {
-        scenario: sc.name.clone(),
-        path: path.to_string(),
-        bugs: opts.bugs.unwrap_or(sc.engine.bugs).to_string(),
-        seeds: opts.seeds,
-        shards: vec![opts.shard],
-        seeds_run: results.len() as u64,
-        sim_ns: results.iter().map(|r| r.sim_ns).sum(),
-        events: results.iter().map(|r| r.events).sum(),
-        wall_s,
-        jobs,
-        failing_seeds: 0,
-        violations: BTreeMap::new(),
-        failures: Vec::new(),
-        nondeterministic: results
-            .iter()
-            .filter(|r| r.nondeterministic)
-            .map(|r| r.seed)
-            .collect(),
-        audit_mismatches: results
-            .iter()
-            .filter(|r| r.audit == Some(false))
-            .map(|r| r.seed)
-            .collect(),
-        audited: results.iter().filter(|r| r.audit.is_some()).count() as u64,
-    };
-    for r in results {
-        if let Some(f) = r.failure {
-            s.failing_seeds += 1;
-            *s.violations.entry(f.invariant.clone()).or_insert(0) += 1;
-            if s.failures.len() < opts.keep_failures {
-                s.failures.push(f);
+        results.sort_by_key(|r| r.seed);
+        let first_failure = results.iter().find(|r| r.failure.is_some()).map(|r| r.seed);
+        if opts.stop_at_first {
+            if let Some(f) = first_failure {
+                results.retain(|r| r.seed <= f);
             }
         }
+        // The first seed of this batch that did not run (the batch is in seed order).
+        let gap = batch
+            .iter()
+            .zip(
+                results
+                    .iter()
+                    .map(|r| r.seed)
+                    .chain(std::iter::repeat(u64::MAX)),
+            )
+            .find(|(want, got)| want != &got)
+            .map(|(want, _)| *want);
+        for r in results {
+            s.seeds_run += 1;
+            s.sim_ns = s.sim_ns.saturating_add(r.sim_ns);
+            s.events = s.events.saturating_add(r.events);
+            if r.nondeterministic && s.nondeterministic.len() < opts.keep_failures.max(1) {
+                s.nondeterministic.push(r.seed);
+            }
+            if let Some(agreed) = r.audit {
+                s.audited += 1;
+                if !agreed && s.audit_mismatches.len() < opts.keep_failures.max(1) {
+                    s.audit_mismatches.push(r.seed);
+                }
+            }
+            if let Some(f) = r.failure {
+                s.failing_seeds += 1;
+                *s.violations.entry(f.invariant.clone()).or_insert(0) += 1;
+                if printed < opts.keep_failures {
+                    on_failure(&f);
+                    printed += 1;
+                }
+                if s.failures.len() < opts.keep_failures {
+                    s.failures.push(f);
+                }
+            }
+        }
+        let reason = if opts.stop_at_first && first_failure.is_some() {
+            Some("first failure")
+        } else if interrupted() {
+            Some("interrupted")
+        } else if out_of_time() {
+            Some("time budget spent")
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            let next = gap.or_else(|| seeds.next());
+            if next.is_some() || reason == "first failure" {
+                s.stopped = Some(reason.to_string());
+                s.resume_from = next;
+            }
+            break;
+        }
     }
+    s.wall_s = t.elapsed().as_secs_f64();
+    bar.finish_and_clear();
     Ok(s)
 }
 
@@ -531,6 +770,18 @@ mod tests {
         assert_eq!(SeedRange::parse("7").unwrap().len(), 1);
         assert!(SeedRange::parse("5..5").is_err());
         assert!(SeedRange::parse("a..b").is_err());
+        let max = SeedRange::parse("18446744073709551615")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            max.contains("kvsim replay --seed 18446744073709551615"),
+            "{max}"
+        );
+        assert!(SeedRange::parse("0..=18446744073709551615").is_err());
+        assert_eq!(
+            SeedRange::parse("0..18446744073709551615").unwrap().len(),
+            u64::MAX
+        );
         let s = Shard::parse("2/3").unwrap();
         let r = SeedRange { start: 10, end: 20 };
         assert_eq!(s.seeds(r).collect::<Vec<_>>(), vec![11, 14, 17]);
@@ -542,5 +793,75 @@ mod tests {
             .collect();
         all.sort();
         assert_eq!(all, (10..20).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn shard_seeds_are_computed_not_stored() {
+        // A range of 10^18 seeds: counting and taking the first few costs nothing.
+        let r = SeedRange {
+            start: 5,
+            end: 1_000_000_000_000_000_005,
+        };
+        let s = Shard { k: 3, n: 1000 };
+        assert_eq!(s.count(r), 1_000_000_000_000_000);
+        assert_eq!(s.seeds(r).take(2).collect::<Vec<_>>(), vec![7, 1007]);
+        // A shard with no seed in the range.
+        let small = SeedRange { start: 0, end: 4 };
+        assert_eq!(Shard { k: 1000, n: 1000 }.count(small), 0);
+        assert_eq!(Shard { k: 1000, n: 1000 }.seeds(small).count(), 0);
+        let top = SeedRange {
+            start: u64::MAX - 3,
+            end: u64::MAX,
+        };
+        assert_eq!(
+            Shard { k: 2, n: 2 }.seeds(top).collect::<Vec<_>>(),
+            vec![u64::MAX - 2]
+        );
+    }
+
+    fn part(k: u32, n: u32, run: u64) -> SweepSummary {
+        SweepSummary {
+            scenario: "t".into(),
+            path: "t.toml".into(),
+            bugs: "none".into(),
+            seeds: SeedRange { start: 0, end: 4 },
+            shards: vec![Shard { k, n }],
+            seeds_planned: run,
+            seeds_run: run,
+            sim_ns: 0,
+            events: 0,
+            wall_s: 0.0,
+            jobs: 1,
+            failing_seeds: 0,
+            violations: BTreeMap::new(),
+            failures: Vec::new(),
+            nondeterministic: Vec::new(),
+            audit_mismatches: Vec::new(),
+            audited: 0,
+            stopped: None,
+            resume_from: None,
+        }
+    }
+
+    #[test]
+    fn merge_counts_coverage_and_refuses_mixed_n() {
+        let one = SweepSummary::merge(&[part(1, 2, 2)]).unwrap();
+        assert!(!one.complete());
+        assert_eq!(one.coverage(), "2 of 4 seeds covered; missing shards 2/2");
+        assert!(
+            one.render().contains("none in the seeds run"),
+            "{}",
+            one.render()
+        );
+        assert!(!one.render().contains("violations      none\n"));
+        let both = SweepSummary::merge(&[part(1, 2, 2), part(2, 2, 2)]).unwrap();
+        assert!(both.complete(), "{}", both.coverage());
+        let mixed = SweepSummary::merge(&[part(1, 2, 2), part(1, 3, 2)]).unwrap_err();
+        assert!(mixed.to_string().contains("not a shard of 2"), "{mixed}");
+        let bad = SweepSummary::merge(&[part(0, 0, 2)]).unwrap_err();
+        assert!(bad.to_string().contains("1 <= K <= N"), "{bad}");
+        let mut over = part(1, 1, 9);
+        over.seeds_planned = 4;
+        assert!(SweepSummary::merge(&[over]).is_err());
     }
 }
