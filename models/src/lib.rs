@@ -46,7 +46,7 @@ pub mod memo;
 pub mod model;
 pub mod replay;
 pub mod schedule;
-pub mod shared;
+pub use kvsim_oracle::shared;
 pub mod spec;
 pub mod state;
 

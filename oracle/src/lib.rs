@@ -14,6 +14,7 @@ pub mod canary;
 pub mod oracle;
 pub mod render;
 pub mod schema;
+pub mod shared;
 pub mod state;
 
 pub use oracle::{Finding, Leak, Oracle};

@@ -27,6 +27,7 @@
 //! in flight, plus the answered request ids as ranges).
 
 use crate::schema::{EndOutcome, FaultEvent, Record, RunHeader};
+use crate::shared::{Edit, Shared};
 use kvsim_engine::ids::{
     Generation, NodeId, PageId, PageTag, RequestId, RoomKey, TenantId, WriteId,
 };
@@ -71,13 +72,28 @@ impl Provenance {
 }
 
 /// One page as the oracle knows it.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PageFact {
     pub state: PageState,
     pub gen: Generation,
     pub owner: Option<RoomKey>,
     pub holders: u16,
     pub prov: Provenance,
+}
+
+/// Written by hand: the model checker hashes these on every transition, so each page
+/// is packed into four words. It hashes exactly the fields `Eq` compares.
+impl std::hash::Hash for PageFact {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        let room =
+            |k: Option<RoomKey>| k.map_or((0u64, 0u64), |k| (u64::from(k.room.0) + 1, k.gen.0));
+        let (owner_room, owner_gen) = room(self.owner);
+        let (writer_room, writer_gen) = room(self.prov.writer);
+        h.write_u64(self.state as u64 | u64::from(self.holders) << 8 | owner_room << 24);
+        h.write_u64(self.gen.0 ^ owner_gen.rotate_left(32));
+        h.write_u64(writer_room | u64::from(self.prov.lo) << 40);
+        h.write_u64(writer_gen ^ u64::from(self.prov.hi).rotate_left(48));
+    }
 }
 
 /// One node as the oracle knows it.
@@ -185,19 +201,21 @@ pub struct Pending {
     pub prompt_len: u64,
 }
 
-/// The oracle's model of the run.
+/// The oracle's model of the run. Its parts are shared and hashed separately
+/// ([`Shared`]): a copy of the model (the model checker makes one per transition)
+/// shares every part, and a change copies and rehashes only the part it touches.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct OracleState {
     /// Index = node id (the client and unknown ids have no book).
-    pub nodes: Vec<Option<NodeBook>>,
+    pub nodes: Vec<Option<Shared<NodeBook>>>,
     /// Routed room uses not yet cleared, sorted.
-    pub rooms: Vec<(RoomKey, RoomFacts)>,
+    pub rooms: Shared<Vec<(RoomKey, RoomFacts)>>,
     /// KV writes in flight, sorted by id.
-    pub writes: Vec<WriteFacts>,
+    pub writes: Shared<Vec<WriteFacts>>,
     /// Submitted and unanswered, sorted.
-    pub pending: Vec<Pending>,
+    pub pending: Shared<Vec<Pending>>,
     /// Answered request ids, as sorted disjoint closed ranges.
-    pub answered: Vec<(u64, u64)>,
+    pub answered: Shared<Vec<(u64, u64)>>,
 }
 
 /// Findings of one step.
@@ -224,44 +242,56 @@ impl OracleState {
             .unwrap_or(0);
         let mut nodes = vec![None; n];
         for info in &h.nodes {
-            nodes[info.id.0 as usize] =
-                Some(NodeBook::new(info.role, info.pool_pages.unwrap_or(0), 0));
+            nodes[info.id.0 as usize] = Some(Shared::new(NodeBook::new(
+                info.role,
+                info.pool_pages.unwrap_or(0),
+                0,
+            )));
         }
         OracleState {
             nodes,
-            rooms: Vec::new(),
-            writes: Vec::new(),
-            pending: Vec::new(),
-            answered: Vec::new(),
+            rooms: Shared::new(Vec::new()),
+            writes: Shared::new(Vec::new()),
+            pending: Shared::new(Vec::new()),
+            answered: Shared::new(Vec::new()),
         }
     }
 
     fn book(&self, n: NodeId) -> Option<&NodeBook> {
-        self.nodes.get(n.0 as usize).and_then(Option::as_ref)
+        self.nodes
+            .get(n.0 as usize)
+            .and_then(Option::as_ref)
+            .map(Shared::get)
     }
 
-    fn book_mut(&mut self, n: NodeId) -> Option<&mut NodeBook> {
-        self.nodes.get_mut(n.0 as usize).and_then(Option::as_mut)
+    fn book_mut(&mut self, n: NodeId) -> Option<Edit<'_, NodeBook>> {
+        self.nodes
+            .get_mut(n.0 as usize)
+            .and_then(Option::as_mut)
+            .map(Shared::edit)
     }
 
     pub fn room(&self, room: RoomKey) -> Option<&RoomFacts> {
-        self.rooms
+        let rooms = self.rooms.get();
+        rooms
             .binary_search_by_key(&room, |(k, _)| *k)
             .ok()
-            .map(|i| &self.rooms[i].1)
+            .map(|i| &rooms[i].1)
     }
 
-    fn room_mut(&mut self, room: RoomKey) -> Option<&mut RoomFacts> {
-        self.rooms
-            .binary_search_by_key(&room, |(k, _)| *k)
-            .ok()
-            .map(|i| &mut self.rooms[i].1)
+    /// Change a room's flags (no copy when nothing changes).
+    fn set_flags(&mut self, room: RoomKey, f: impl Fn(u8) -> u8) {
+        let Ok(i) = self.rooms.get().binary_search_by_key(&room, |(k, _)| *k) else {
+            return;
+        };
+        let new = f(self.rooms.get()[i].1.flags);
+        if new != self.rooms.get()[i].1.flags {
+            self.rooms.edit()[i].1.flags = new;
+        }
     }
 
     fn flag(&mut self, room: RoomKey, f: u8) {
-        if let Some(r) = self.room_mut(room) {
-            r.flags |= f;
-        }
+        self.set_flags(room, |x| x | f);
     }
 
     fn has(&self, room: RoomKey, f: u8) -> bool {
@@ -269,36 +299,37 @@ impl OracleState {
     }
 
     fn write_index(&self, id: WriteId) -> Result<usize, usize> {
-        self.writes.binary_search_by_key(&id, |w| w.id)
+        self.writes.get().binary_search_by_key(&id, |w| w.id)
     }
 
     fn take_write(&mut self, id: WriteId) -> Option<WriteFacts> {
-        self.write_index(id).ok().map(|i| self.writes.remove(i))
+        let i = self.write_index(id).ok()?;
+        Some(self.writes.edit().remove(i))
     }
 
     fn is_answered(&self, req: RequestId) -> bool {
-        let i = self.answered.partition_point(|(_, hi)| *hi < req.0);
-        self.answered.get(i).is_some_and(|(lo, _)| *lo <= req.0)
+        let answered = self.answered.get();
+        let i = answered.partition_point(|(_, hi)| *hi < req.0);
+        answered.get(i).is_some_and(|(lo, _)| *lo <= req.0)
     }
 
     fn answer(&mut self, req: RequestId) {
         let r = req.0;
-        let i = self
-            .answered
-            .partition_point(|(_, hi)| hi.saturating_add(1) < r);
-        match self.answered.get_mut(i) {
+        let mut answered = self.answered.edit();
+        let i = answered.partition_point(|(_, hi)| hi.saturating_add(1) < r);
+        match answered.get_mut(i) {
             Some((lo, hi)) if *lo <= r.saturating_add(1) => {
                 *lo = (*lo).min(r);
                 *hi = (*hi).max(r);
                 // Merge with the next range if they now touch.
-                if let Some(&(nlo, nhi)) = self.answered.get(i + 1) {
-                    if nlo <= self.answered[i].1.saturating_add(1) {
-                        self.answered[i].1 = self.answered[i].1.max(nhi);
-                        self.answered.remove(i + 1);
+                if let Some(&(nlo, nhi)) = answered.get(i + 1) {
+                    if nlo <= answered[i].1.saturating_add(1) {
+                        answered[i].1 = answered[i].1.max(nhi);
+                        answered.remove(i + 1);
                     }
                 }
             }
-            _ => self.answered.insert(i, (r, r)),
+            _ => answered.insert(i, (r, r)),
         }
     }
 
@@ -367,7 +398,7 @@ impl OracleState {
     /// Writes in flight aimed at `(node, page)` in the node's current incarnation.
     fn write_aimed_at(&self, node: NodeId, t: PageTag) -> Option<&WriteFacts> {
         let epoch = self.book(node)?.epoch;
-        self.writes.iter().find(|w| {
+        self.writes.get().iter().find(|w| {
             w.to == node
                 && w.dst
                     .iter()
@@ -378,6 +409,7 @@ impl OracleState {
     /// Writes in flight reading `(node, page@gen)`.
     fn write_reading(&self, node: NodeId, t: PageTag) -> Option<&WriteFacts> {
         self.writes
+            .get()
             .iter()
             .find(|w| w.id.writer == node && w.src.contains(&t))
     }
@@ -498,7 +530,7 @@ impl OracleState {
         out: &mut Drafts,
     ) {
         let mut bad = None;
-        if let Some(book) = self.book_mut(node) {
+        if let Some(mut book) = self.book_mut(node) {
             for t in pages {
                 let Some(p) = book.page_mut(t.page) else {
                     bad.get_or_insert((*t, "not a pool page".to_string()));
@@ -542,8 +574,8 @@ impl OracleState {
                 prompt_len,
                 ..
             } => {
-                if let Err(i) = self.pending.binary_search_by_key(req, |p| p.req) {
-                    self.pending.insert(
+                if let Err(i) = self.pending.get().binary_search_by_key(req, |p| p.req) {
+                    self.pending.edit().insert(
                         i,
                         Pending {
                             req: *req,
@@ -560,17 +592,17 @@ impl OracleState {
                 for w in flushed {
                     self.take_write(*w);
                 }
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     b.open.clear();
                     b.quarantined.clear();
                 }
             }
             Record::Fault(FaultEvent::Restart { node, epoch }) => {
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     // A new incarnation: an empty pool in the new epoch. KV memory is not
                     // zeroed, so what each page held (its provenance) stays.
                     let fresh = NodeBook::new(b.role, b.pages.len() as u32 - 1, *epoch);
-                    let old = std::mem::replace(b, fresh);
+                    let old = std::mem::replace(&mut *b, fresh);
                     for (p, o) in b.pages.iter_mut().zip(old.pages) {
                         p.prov = o.prov;
                     }
@@ -606,13 +638,13 @@ impl OracleState {
                     max_new_tokens: *max_new_tokens,
                     flags: 0,
                 };
-                match self.rooms.binary_search_by_key(room, |(k, _)| *k) {
-                    Ok(i) => self.rooms[i].1 = facts,
-                    Err(i) => self.rooms.insert(i, (*room, facts)),
+                match self.rooms.get().binary_search_by_key(room, |(k, _)| *k) {
+                    Ok(i) => self.rooms.edit()[i].1 = facts,
+                    Err(i) => self.rooms.edit().insert(i, (*room, facts)),
                 }
             }
             Admitted { node, room, .. } => {
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     if let Err(i) = b.open.binary_search(room) {
                         b.open.insert(i, *room);
                     }
@@ -688,7 +720,11 @@ impl OracleState {
                             ),
                         )),
                     }
-                    if let Some(p) = self.book_mut(*node).and_then(|b| b.page_mut(t.page)) {
+                    if let Some(p) = self
+                        .book_mut(*node)
+                        .as_mut()
+                        .and_then(|b| b.page_mut(t.page))
+                    {
                         p.state = PageState::Reserved;
                         p.gen = t.gen;
                         p.owner = Some(*room);
@@ -704,7 +740,7 @@ impl OracleState {
             }
             Quarantined { node, room, pages } => {
                 self.mark(*node, *room, pages, PageOp::Quarantine, out);
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     if let Err(i) = b.quarantined.binary_search(room) {
                         b.quarantined.insert(i, *room);
                     }
@@ -744,6 +780,7 @@ impl OracleState {
                 let epoch = self.book(*node).map_or(0, |b| b.epoch);
                 let flying: Vec<WriteId> = self
                     .writes
+                    .get()
                     .iter()
                     .filter(|w| {
                         w.to == *node
@@ -759,7 +796,7 @@ impl OracleState {
                         flying.len()
                     )));
                 }
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     if let Ok(i) = b.quarantined.binary_search(room) {
                         b.quarantined.remove(i);
                     }
@@ -776,7 +813,7 @@ impl OracleState {
             }
             PagesHeld { node, pages } => {
                 let mut bad = None;
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     for t in pages {
                         match b.page_mut(t.page) {
                             Some(p) if p.gen == t.gen && lifecycle::check_hold(p.state).is_ok() => {
@@ -798,7 +835,7 @@ impl OracleState {
                 }
             }
             PagesUnheld { node, pages, freed } => {
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     for t in pages {
                         if let Some(p) = b.page_mut(t.page) {
                             p.holders = p.holders.saturating_sub(1);
@@ -843,7 +880,7 @@ impl OracleState {
                     });
                 }
                 let ps = u64::from(h.page_size);
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     for pos in *start..start.saturating_add(*tokens) {
                         let Some(t) = pages.get((pos / ps) as usize) else {
                             break;
@@ -855,7 +892,7 @@ impl OracleState {
                 }
             }
             PagesZeroed { node, pages } => {
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     for &pg in pages {
                         if let Some(p) = b.page_mut(pg) {
                             p.prov = Provenance::default();
@@ -912,8 +949,8 @@ impl OracleState {
                     prov,
                 };
                 match self.write_index(*write) {
-                    Ok(i) => self.writes[i] = facts,
-                    Err(i) => self.writes.insert(i, facts),
+                    Ok(i) => self.writes.edit()[i] = facts,
+                    Err(i) => self.writes.edit().insert(i, facts),
                 }
             }
             KvLanded { node, write, dst } => {
@@ -934,7 +971,7 @@ impl OracleState {
                     });
                 }
                 let ps = h.page_size;
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     for (i, t) in dst.iter().enumerate() {
                         let prov = facts
                             .as_ref()
@@ -1072,15 +1109,13 @@ impl OracleState {
                 side,
                 status,
             } => {
-                if let Some(b) = self.book_mut(*node) {
+                if let Some(mut b) = self.book_mut(*node) {
                     if let Ok(i) = b.open.binary_search(room) {
                         b.open.remove(i);
                     }
                 }
                 if *side == Side::Prefill {
-                    if let Some(r) = self.room_mut(*room) {
-                        r.flags &= !flag::DRAIN_ACKED;
-                    }
+                    self.set_flags(*room, |f| f & !flag::DRAIN_ACKED);
                 }
                 if status.is_ok()
                     && *side == Side::Prefill
@@ -1122,8 +1157,8 @@ impl OracleState {
                     ));
                 }
                 self.answer(*req);
-                if let Ok(i) = self.pending.binary_search_by_key(req, |p| p.req) {
-                    self.pending.remove(i);
+                if let Ok(i) = self.pending.get().binary_search_by_key(req, |p| p.req) {
+                    self.pending.edit().remove(i);
                 }
                 if let Some(f) = room.and_then(|r| self.room(r)) {
                     let rejected = self.must_reject(h, f, Side::Prefill)
@@ -1139,13 +1174,14 @@ impl OracleState {
                 }
             }
             RoomCleared { room, .. } => {
-                if let Ok(i) = self.rooms.binary_search_by_key(room, |(k, _)| *k) {
-                    self.rooms.remove(i);
+                if let Ok(i) = self.rooms.get().binary_search_by_key(room, |(k, _)| *k) {
+                    self.rooms.edit().remove(i);
                 }
             }
             DrainAcked { node, room } => {
                 let flying: Vec<WriteId> = self
                     .writes
+                    .get()
                     .iter()
                     .filter(|w| w.id.writer == *node && w.id.room == *room)
                     .map(|w| w.id)
@@ -1169,7 +1205,7 @@ impl OracleState {
             }
             Fault { node, fault } => {
                 if let NodeFault::DrainAckMissing { .. } = fault {
-                    if let Some(b) = self.book_mut(*node) {
+                    if let Some(mut b) = self.book_mut(*node) {
                         b.stopped = true;
                     }
                 }
@@ -1192,6 +1228,7 @@ impl OracleState {
                 if owner != req {
                     let related = self
                         .rooms
+                        .get()
                         .iter()
                         .find(|(_, f)| f.req == owner)
                         .map(|(k, _)| *k)
@@ -1274,7 +1311,11 @@ impl OracleState {
             if to_free {
                 self.freed(node, room, *t, out);
             }
-            if let Some(p) = self.book_mut(node).and_then(|b| b.page_mut(t.page)) {
+            if let Some(p) = self
+                .book_mut(node)
+                .as_mut()
+                .and_then(|b| b.page_mut(t.page))
+            {
                 p.owner = None;
                 if to_free {
                     p.state = PageState::Free;
@@ -1291,16 +1332,24 @@ impl OracleState {
         if outcome == EndOutcome::Cut {
             return;
         }
-        let first_room = self.rooms.first().map(|(k, _)| *k);
+        let first_room = self.rooms.get().first().map(|(k, _)| *k);
         if outcome != EndOutcome::Drained {
             out.push(Draft {
-                related: self.rooms.iter().skip(1).take(2).map(|(k, _)| *k).collect(),
+                related: self
+                    .rooms
+                    .get()
+                    .iter()
+                    .skip(1)
+                    .take(2)
+                    .map(|(k, _)| *k)
+                    .collect(),
                 ..draft(Invariant::L1, first_room, detail.to_string())
             });
         }
-        if let Some(p) = self.pending.first() {
+        if let Some(p) = self.pending.get().first() {
             let room = self
                 .rooms
+                .get()
                 .iter()
                 .find(|(_, f)| f.req == p.req)
                 .map(|(k, _)| *k);
@@ -1309,16 +1358,22 @@ impl OracleState {
                 room,
                 format!(
                     "{} request(s) never got a response (first: {})",
-                    self.pending.len(),
+                    self.pending.get().len(),
                     p.req
                 ),
             ));
         }
         for (i, b) in self.nodes.iter().enumerate() {
-            let Some(b) = b else { continue };
+            let Some(b) = b.as_ref().map(Shared::get) else {
+                continue;
+            };
             let node = NodeId(i as u16);
-            let flying: Vec<&WriteFacts> =
-                self.writes.iter().filter(|w| w.id.writer == node).collect();
+            let flying: Vec<&WriteFacts> = self
+                .writes
+                .get()
+                .iter()
+                .filter(|w| w.id.writer == node)
+                .collect();
             if !b.open.is_empty() || !flying.is_empty() {
                 let room = b
                     .open
@@ -1379,15 +1434,22 @@ impl OracleState {
                 });
             }
         }
-        if let Some((room, _)) = self.rooms.first() {
+        if let Some((room, _)) = self.rooms.get().first() {
             out.push(Draft {
-                related: self.rooms.iter().skip(1).take(2).map(|(k, _)| *k).collect(),
+                related: self
+                    .rooms
+                    .get()
+                    .iter()
+                    .skip(1)
+                    .take(2)
+                    .map(|(k, _)| *k)
+                    .collect(),
                 ..draft(
                     Invariant::L2,
                     Some(*room),
                     format!(
                         "the router still has {} rooms open (first: {})",
-                        self.rooms.len(),
+                        self.rooms.get().len(),
                         self.describe(*room)
                     ),
                 )
@@ -1468,17 +1530,17 @@ mod tests {
     fn answered_ranges_merge_and_answer_membership() {
         let mut s = OracleState {
             nodes: Vec::new(),
-            rooms: Vec::new(),
-            writes: Vec::new(),
-            pending: Vec::new(),
-            answered: Vec::new(),
+            rooms: Shared::new(Vec::new()),
+            writes: Shared::new(Vec::new()),
+            pending: Shared::new(Vec::new()),
+            answered: Shared::new(Vec::new()),
         };
         for r in [0u64, 2, 1, 5, 3, 4, 9] {
             assert!(!s.is_answered(RequestId(r)));
             s.answer(RequestId(r));
             assert!(s.is_answered(RequestId(r)));
         }
-        assert_eq!(s.answered, vec![(0, 5), (9, 9)]);
+        assert_eq!(s.answered.get(), &vec![(0, 5), (9, 9)]);
         assert!(!s.is_answered(RequestId(7)));
     }
 

@@ -73,6 +73,34 @@ impl<T: Hash + Clone> Shared<T> {
         inner.digest = hash_of(&inner.value);
         r
     }
+
+    /// Change the value through a guard: copy it if anyone else shares it now, rehash
+    /// when the guard goes (so the invariant holds again before anyone can read it).
+    pub fn edit(&mut self) -> Edit<'_, T> {
+        Edit(Arc::make_mut(&mut self.0))
+    }
+}
+
+/// A `Shared` being changed (see [`Shared::edit`]).
+pub struct Edit<'a, T: Hash>(&'a mut Inner<T>);
+
+impl<T: Hash> std::ops::Deref for Edit<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0.value
+    }
+}
+
+impl<T: Hash> std::ops::DerefMut for Edit<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0.value
+    }
+}
+
+impl<T: Hash> Drop for Edit<'_, T> {
+    fn drop(&mut self) {
+        self.0.digest = hash_of(&self.0.value);
+    }
 }
 
 impl<T> Clone for Shared<T> {
@@ -122,6 +150,15 @@ impl<T: fmt::Debug> fmt::Debug for Shared<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_edit_copies_on_write_and_rehashes_when_done() {
+        let a = Shared::new(vec![1u32]);
+        let mut b = a.clone();
+        b.edit().push(2);
+        assert_eq!(a.get(), &vec![1]);
+        assert_eq!(b.digest(), hash_of(&vec![1u32, 2]));
+    }
 
     #[test]
     fn update_copies_on_write_and_rehashes() {
