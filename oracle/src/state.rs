@@ -201,6 +201,45 @@ pub struct Pending {
     pub prompt_len: u64,
 }
 
+/// Where the KV writes in flight point, derived from [`OracleState::writes`] (so it is
+/// left out of `Hash` and `Eq`): how many aim at each (node, page, epoch) and read each
+/// (node, page tag). It makes "is a write still aimed at / reading this page" one
+/// look-up, where a scan of every write for every page of a 10,000-page release would
+/// be quadratic.
+#[derive(Clone, Debug, Default)]
+pub struct WriteIndex {
+    aimed: std::collections::BTreeMap<(NodeId, PageId, u32), u32>,
+    reading: std::collections::BTreeMap<(NodeId, PageTag), u32>,
+}
+
+impl std::hash::Hash for WriteIndex {
+    fn hash<H: std::hash::Hasher>(&self, _: &mut H) {}
+}
+impl PartialEq for WriteIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+impl Eq for WriteIndex {}
+
+impl WriteIndex {
+    fn add(&mut self, w: &WriteFacts, sign: i64) {
+        let bump = |n: &mut u32| {
+            *n = (i64::from(*n) + sign).max(0) as u32;
+        };
+        for d in &w.dst {
+            bump(self.aimed.entry((w.to, d.page, d.gen.epoch())).or_insert(0));
+        }
+        for t in &w.src {
+            bump(self.reading.entry((w.id.writer, *t)).or_insert(0));
+        }
+        if sign < 0 {
+            self.aimed.retain(|_, n| *n > 0);
+            self.reading.retain(|_, n| *n > 0);
+        }
+    }
+}
+
 /// The oracle's model of the run. Its parts are shared and hashed separately
 /// ([`Shared`]): a copy of the model (the model checker makes one per transition)
 /// shares every part, and a change copies and rehashes only the part it touches.
@@ -216,6 +255,8 @@ pub struct OracleState {
     pub pending: Shared<Vec<Pending>>,
     /// Answered request ids, as sorted disjoint closed ranges.
     pub answered: Shared<Vec<(u64, u64)>>,
+    /// Derived from `writes` (not part of the state's value).
+    index: WriteIndex,
 }
 
 /// Findings of one step.
@@ -254,6 +295,7 @@ impl OracleState {
             writes: Shared::new(Vec::new()),
             pending: Shared::new(Vec::new()),
             answered: Shared::new(Vec::new()),
+            index: WriteIndex::default(),
         }
     }
 
@@ -304,7 +346,9 @@ impl OracleState {
 
     fn take_write(&mut self, id: WriteId) -> Option<WriteFacts> {
         let i = self.write_index(id).ok()?;
-        Some(self.writes.edit().remove(i))
+        let w = self.writes.edit().remove(i);
+        self.index.add(&w, -1);
+        Some(w)
     }
 
     fn is_answered(&self, req: RequestId) -> bool {
@@ -398,6 +442,7 @@ impl OracleState {
     /// Writes in flight aimed at `(node, page)` in the node's current incarnation.
     fn write_aimed_at(&self, node: NodeId, t: PageTag) -> Option<&WriteFacts> {
         let epoch = self.book(node)?.epoch;
+        self.index.aimed.get(&(node, t.page, epoch))?;
         self.writes.get().iter().find(|w| {
             w.to == node
                 && w.dst
@@ -408,6 +453,7 @@ impl OracleState {
 
     /// Writes in flight reading `(node, page@gen)`.
     fn write_reading(&self, node: NodeId, t: PageTag) -> Option<&WriteFacts> {
+        self.index.reading.get(&(node, t))?;
         self.writes
             .get()
             .iter()
@@ -720,15 +766,16 @@ impl OracleState {
                             ),
                         )),
                     }
-                    if let Some(p) = self
-                        .book_mut(*node)
-                        .as_mut()
-                        .and_then(|b| b.page_mut(t.page))
-                    {
-                        p.state = PageState::Reserved;
-                        p.gen = t.gen;
-                        p.owner = Some(*room);
-                        p.holders = 0;
+                }
+                // One change of the node's record for the whole batch.
+                if let Some(mut b) = self.book_mut(*node) {
+                    for t in pages {
+                        if let Some(p) = b.page_mut(t.page) {
+                            p.state = PageState::Reserved;
+                            p.gen = t.gen;
+                            p.owner = Some(*room);
+                            p.holders = 0;
+                        }
                     }
                 }
             }
@@ -948,8 +995,12 @@ impl OracleState {
                     dst: dst.clone(),
                     prov,
                 };
+                self.index.add(&facts, 1);
                 match self.write_index(*write) {
-                    Ok(i) => self.writes.edit()[i] = facts,
+                    Ok(i) => {
+                        let old = std::mem::replace(&mut self.writes.edit()[i], facts);
+                        self.index.add(&old, -1);
+                    }
                     Err(i) => self.writes.edit().insert(i, facts),
                 }
             }
@@ -1259,6 +1310,10 @@ impl OracleState {
         from: Option<PageState>,
         out: &mut Drafts,
     ) {
+        // Judge every page first, then change the node's record once for the batch.
+        let mut held_sorted = held.to_vec();
+        held_sorted.sort();
+        let mut changes: Vec<(PageId, bool)> = Vec::with_capacity(pages.len());
         for t in pages {
             let Some(p) = self.book(node).and_then(|b| b.page(t.page)).cloned() else {
                 continue;
@@ -1293,7 +1348,7 @@ impl OracleState {
                     continue;
                 }
             }
-            let is_held = held.contains(t);
+            let is_held = held_sorted.binary_search(t).is_ok();
             if !unchecked && !is_held && p.holders > 0 {
                 out.push(Draft {
                     pages: vec![(node, t.page)],
@@ -1311,17 +1366,18 @@ impl OracleState {
             if to_free {
                 self.freed(node, room, *t, out);
             }
-            if let Some(p) = self
-                .book_mut(node)
-                .as_mut()
-                .and_then(|b| b.page_mut(t.page))
-            {
-                p.owner = None;
-                if to_free {
-                    p.state = PageState::Free;
-                    p.holders = 0;
-                } else {
-                    p.state = PageState::Draining;
+            changes.push((t.page, to_free));
+        }
+        if let Some(mut b) = self.book_mut(node) {
+            for (page, to_free) in changes {
+                if let Some(p) = b.page_mut(page) {
+                    p.owner = None;
+                    if to_free {
+                        p.state = PageState::Free;
+                        p.holders = 0;
+                    } else {
+                        p.state = PageState::Draining;
+                    }
                 }
             }
         }
@@ -1534,6 +1590,7 @@ mod tests {
             writes: Shared::new(Vec::new()),
             pending: Shared::new(Vec::new()),
             answered: Shared::new(Vec::new()),
+            index: WriteIndex::default(),
         };
         for r in [0u64, 2, 1, 5, 3, 4, 9] {
             assert!(!s.is_answered(RequestId(r)));
