@@ -147,14 +147,11 @@ pub fn outcome(out: &RunOutcome, scenario_path: &str, with_trace: bool) -> Strin
         out.events,
         report::secs(out.sim_ns)
     );
-    if out.clean() {
-        s.push_str(
-            "verdict: CLEAN (no invariant violated, no reply echoed another request's tokens)\n",
-        );
-    } else {
-        let names: Vec<String> = out.broken().iter().map(|i| i.to_string()).collect();
-        let _ = writeln!(s, "verdict: VIOLATED {}", names.join(", "));
+    let _ = writeln!(s, "verdict: {}", kvsim_sim::replay::verdict(out));
+    if !out.findings.is_empty() {
         s.push_str(&report::render_findings(&out.findings));
+    }
+    if !out.clean() {
         let _ = writeln!(s, "replay: {}", replay_command(scenario_path, out));
     }
     s

@@ -8,7 +8,8 @@ use crate::bugs::{Bug, BugSet};
 use crate::ids::pages_for;
 use serde::{Deserialize, Serialize};
 
-/// The defenses of DESIGN.md section 3. Each is on by default except zero-on-free.
+/// The defenses (`docs/ARCHITECTURE.md`, "Defenses"). Each is on by default except
+/// zero-on-free.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Defenses {

@@ -1,4 +1,4 @@
-//! The invariants of DESIGN.md section 4, as values.
+//! The invariants (`docs/ARCHITECTURE.md`, "Invariants the oracle judges"), as values.
 //!
 //! The engine reports a broken local invariant (a pool whose partition no longer adds
 //! up) as a [`Violation`]; the simulator and the model checker report the global ones
@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// One invariant of DESIGN.md section 4.
+/// One invariant (S1-S9 safety, L1-L5 liveness).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Invariant {
     S1,

@@ -3,8 +3,8 @@
 //!
 //! The [`router::Router`], [`prefill::PrefillNode`] and [`decode::DecodeNode`] run the
 //! prefill-to-decode handoff of SGLang's disaggregated serving (bootstrap room, page
-//! list, chunked KV writes, completion, abort and drain acks) with the defenses of
-//! DESIGN.md section 3 and, behind [`bugs::BugSet`], the historical bugs. The crate is
+//! list, chunked KV writes, completion, abort and drain acks) with its defenses
+//! (`config::Defenses`) and, behind [`bugs::BugSet`], the historical bugs. The crate is
 //! pure: it does no I/O, reads no clock, starts no thread and draws no random number.
 //! Time, delivery and randomness belong to the driver, through [`env::Env`]; KV memory
 //! and compute belong to the node's [`gpu::Gpu`]. Same inputs in the same order give

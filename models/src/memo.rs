@@ -7,7 +7,7 @@
 //! handles n in the very same state both ways, and with faults in play most generated
 //! successors are such repeats (stateright generates about three successors per
 //! unique state on the standard models). The engine's handlers are pure functions of
-//! (node, input): no clock, no randomness, no globals (DESIGN's determinism rule,
+//! (node, input): no clock, no randomness, no globals (the engine's determinism rule,
 //! enforced by `engine/clippy.toml`), and the model resets the outbox's clock to 0
 //! before every call. So the effect of a step can be cached and reused: the new node
 //! (shared, not copied) and what it sent, set and traced, in the order it did.

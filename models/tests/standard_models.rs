@@ -254,7 +254,7 @@ fn handoff_full_is_clean_with_a_pinned_state_count() {
     };
     let r = check(ModelSpec::handoff(), &options).unwrap();
     assert_clean(&r);
-    assert_eq!(r.unique, 1_278_975);
+    assert_eq!(r.unique, 1_364_949);
     let reduced = check(
         ModelSpec::handoff(),
         &CheckOptions {
@@ -285,7 +285,7 @@ fn abort_race_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    assert_eq!(r.unique, 1_252_151);
+    assert_eq!(r.unique, 1_001_179);
 }
 
 /// The full `timeout-race` model (a few seconds in release; 397,593 states, half of
@@ -299,7 +299,7 @@ fn timeout_race_full_is_clean_with_a_pinned_state_count() {
     };
     let r = check(ModelSpec::timeout_race(), &options).unwrap();
     assert_clean(&r);
-    assert_eq!(r.unique, 397_593);
+    assert_eq!(r.unique, 337_015);
     let reduced = check(
         ModelSpec::timeout_race(),
         &CheckOptions {
@@ -324,7 +324,7 @@ fn crash_race_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    assert_eq!(r.unique, 3_183_267);
+    assert_eq!(r.unique, 2_647_989);
 }
 
 /// Each bug switch that the standard models can reach is found by the invariant it

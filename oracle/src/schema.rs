@@ -590,6 +590,24 @@ pub fn parse_line(text: &str) -> Result<Line, LineError> {
 mod tests {
     use super::*;
 
+    /// Every engine event is documented in the contract and in its JSON Schema.
+    #[test]
+    fn every_engine_event_is_in_the_documented_schema() {
+        let doc = include_str!("../../docs/TRACE.md");
+        let json = include_str!("../../docs/trace.schema.json");
+        assert!(doc.contains("schema, version 1") && json.contains("\"schema_version\""));
+        for name in TraceEvent::NAMES {
+            assert!(
+                doc.contains(&format!("| `{name}` |")),
+                "docs/TRACE.md lacks {name}"
+            );
+            assert!(
+                json.contains(&format!("\"const\": \"{name}\"")),
+                "docs/trace.schema.json lacks {name}"
+            );
+        }
+    }
+
     #[test]
     fn header_and_entries_round_trip() {
         let topo = Topology {

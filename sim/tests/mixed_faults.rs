@@ -58,3 +58,35 @@ fn incident_bugs_are_found_within_50_seeds() {
         first.replay
     );
 }
+
+/// Postmortem (reported by `kvsim bugs` on 2026-11-29, fixed by the one oracle). With
+/// `zero_on_free` on, the defended engine was reported as breaking S3 on 257 of 300
+/// seeds: decode's last step reads its pages, writes its token, finishes and releases
+/// them, and the freed pages are zeroed, all in one handler call; the old oracle read
+/// the pages' provenance after the call and found them "never written". An oracle fed
+/// the events in order sees the read before the zeroing, so a stronger configuration
+/// no longer looks worse.
+#[test]
+fn zero_on_free_is_not_a_false_alarm() {
+    let mut sc = common::scenario(PATH);
+    sc.engine.defenses.zero_on_free = true;
+    let s = run_sweep(
+        &sc,
+        PATH,
+        &SweepOptions {
+            seeds: SeedRange { start: 0, end: 150 },
+            ..SweepOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(s.seeds_run, 150);
+    assert!(s.clean(), "{}", s.render());
+    // The zeroing really happens in these runs, after the last read.
+    let plan =
+        kvsim_sim::plan::Plan::build(&sc, 0, None, &kvsim_sim::plan::Reduction::default()).unwrap();
+    let out = kvsim_sim::run_plan(&plan, kvsim_sim::Backend::Symbolic, true);
+    assert!(out.trace.iter().any(|e| matches!(
+        e.rec,
+        kvsim_oracle::schema::Record::Engine(kvsim_engine::trace::TraceEvent::PagesZeroed { .. })
+    )));
+}
