@@ -264,7 +264,7 @@ fn handoff_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&reduced);
-    assert_eq!(reduced.unique, 639_556);
+    assert_eq!(reduced.unique, 682_543);
     let buggy = check(ModelSpec::handoff().with_bugs(BugSet::INCIDENT), &options).unwrap();
     let s3 = buggy
         .counterexample(names::S3)
@@ -309,7 +309,7 @@ fn timeout_race_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&reduced);
-    assert_eq!(reduced.unique, 198_797);
+    assert_eq!(reduced.unique, 168_508);
 }
 
 #[test]
