@@ -3,7 +3,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use kvsim_engine::bugs::BugSet;
 use kvsim_sim::{run_scenario, Backend, RunOptions};
@@ -40,6 +40,10 @@ enum Command {
         /// Print the full event trace.
         #[arg(long)]
         trace: bool,
+        /// Stream the run's trace (the documented schema) to this file as it runs, in
+        /// constant memory, for `kvsim audit` or any other checker.
+        #[arg(long, value_name = "FILE")]
+        trace_json: Option<PathBuf>,
         /// Run a scenario whose estimated cost exceeds the budget.
         #[arg(long)]
         allow_expensive: bool,
@@ -86,7 +90,7 @@ fn cmd_run(
     bugs: Option<&str>,
     seed: Option<u64>,
     gpu: &str,
-    trace: bool,
+    (trace, trace_json): (bool, Option<&Path>),
     allow_expensive: bool,
 ) -> Result<ExitCode> {
     let sc = kvsim::cmd_sim::load_to_run(path, gpu == "host", allow_expensive)?;
@@ -94,11 +98,30 @@ fn cmd_run(
         seed,
         bugs: parse_bugs(bugs)?,
         backend: backend(gpu)?,
-        trace: true,
+        trace: trace_json.is_none(),
         ..Default::default()
     };
     let t = Instant::now();
-    let out = run_scenario(&sc, &opts)?;
+    let out = match trace_json {
+        None => run_scenario(&sc, &opts)?,
+        Some(file) => {
+            let plan = kvsim_sim::plan::Plan::build(
+                &sc,
+                opts.seed.unwrap_or(sc.seed),
+                opts.bugs,
+                &opts.reduction,
+            )?;
+            let f = std::fs::File::create(file)
+                .with_context(|| format!("cannot create {}", file.display()))?;
+            let (sink, error) =
+                kvsim_sim::StreamTrace::new(std::io::BufWriter::with_capacity(1 << 20, f));
+            let out = kvsim_sim::run_plan_json(&plan, opts.backend, Box::new(sink));
+            if let Some(e) = error.borrow_mut().take() {
+                anyhow::bail!("writing {}: {e}", file.display());
+            }
+            out
+        }
+    };
     let wall_s = t.elapsed().as_secs_f64();
     print!(
         "{}",
@@ -125,13 +148,14 @@ fn main() -> ExitCode {
             seed,
             gpu,
             trace,
+            trace_json,
             allow_expensive,
         }) => cmd_run(
             &scenario,
             bugs.as_deref(),
             seed,
             &gpu,
-            trace,
+            (trace, trace_json.as_deref()),
             allow_expensive,
         ),
         Some(Command::Suite) | None => kvsim::suite::run_default_suite(),

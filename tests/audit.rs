@@ -147,8 +147,7 @@ fn an_unusable_trace_names_the_line_and_the_field() {
         "t.jsonl".into(),
         Box::new(std::io::Cursor::new(lines.join("\n"))),
     )])
-    .err()
-    .expect("refused");
+    .expect_err("refused");
     let msg = err.to_string();
     assert!(msg.contains(&format!("t.jsonl line {}", i + 1)), "{msg}");
     assert!(msg.contains("room"), "{msg}");
@@ -157,8 +156,7 @@ fn an_unusable_trace_names_the_line_and_the_field() {
         "h.jsonl".into(),
         Box::new(std::io::Cursor::new(lines[1].clone())),
     )])
-    .err()
-    .expect("refused");
+    .expect_err("refused");
     assert!(err.to_string().contains("header"), "{err}");
     // And every line the simulator writes parses back to what it wrote.
     for l in &lines[1..5] {

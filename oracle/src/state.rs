@@ -504,6 +504,7 @@ impl OracleState {
         None
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn s3(
         &self,
         h: &RunHeader,

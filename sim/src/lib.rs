@@ -187,6 +187,55 @@ impl world::TraceSink for MemoryTrace {
     }
 }
 
+/// A trace sink that streams the JSON lines to a writer (a file): constant memory,
+/// however long the run. A write error is kept and reported by [`StreamTrace::finish`].
+pub struct StreamTrace<W: std::io::Write> {
+    out: W,
+    error: std::rc::Rc<std::cell::RefCell<Option<std::io::Error>>>,
+}
+
+impl<W: std::io::Write> StreamTrace<W> {
+    /// The sink, and a handle that reports its first write error after the run.
+    pub fn new(
+        out: W,
+    ) -> (
+        Self,
+        std::rc::Rc<std::cell::RefCell<Option<std::io::Error>>>,
+    ) {
+        let error = std::rc::Rc::default();
+        (
+            StreamTrace {
+                out,
+                error: std::rc::Rc::clone(&error),
+            },
+            error,
+        )
+    }
+}
+
+impl<W: std::io::Write> world::TraceSink for StreamTrace<W> {
+    fn line(&mut self, line: &str) {
+        if self.error.borrow().is_some() {
+            return;
+        }
+        let res = self
+            .out
+            .write_all(line.as_bytes())
+            .and_then(|()| self.out.write_all(b"\n"));
+        if let Err(e) = res {
+            *self.error.borrow_mut() = Some(e);
+        }
+    }
+}
+
+impl<W: std::io::Write> Drop for StreamTrace<W> {
+    fn drop(&mut self) {
+        if let Err(e) = self.out.flush() {
+            self.error.borrow_mut().get_or_insert(e);
+        }
+    }
+}
+
 /// Run a plan and judge it twice: in process, and by auditing its exported trace
 /// alone (the JSON lines, read back by `kvsim audit`'s oracle). `Err` names the
 /// first difference between the two verdicts, finding for finding.
