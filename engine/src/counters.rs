@@ -5,6 +5,9 @@
 //! a node's value but not of its state: `Hash` and `Eq` ignore them. Nothing in the
 //! engine reads them back to decide anything.
 
+use crate::env::Trace;
+use crate::ids::{NodeId, RoomKey};
+use crate::trace::{NodeFault, TraceEvent};
 use std::hash::{Hash, Hasher};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -33,3 +36,32 @@ impl PartialEq for Counters {
 }
 
 impl Eq for Counters {}
+
+impl Counters {
+    /// `node` refuses message `kind` about `room` from `from`, a node that is not that
+    /// room's peer: count it and say so. Every node refuses the same way.
+    pub fn refuse_peer<E: Trace>(
+        &mut self,
+        env: &mut E,
+        node: NodeId,
+        from: NodeId,
+        room: Option<RoomKey>,
+        kind: &str,
+        reason: String,
+    ) {
+        self.peer_refused += 1;
+        env.trace(TraceEvent::PeerRefused {
+            node,
+            from,
+            room,
+            msg: kind.to_string(),
+            reason,
+        });
+    }
+
+    /// `node` reports a fault of its own (drivers act on it): count it and say so.
+    pub fn fault<E: Trace>(&mut self, env: &mut E, node: NodeId, fault: NodeFault) {
+        self.faults += 1;
+        env.trace(TraceEvent::Fault { node, fault });
+    }
+}

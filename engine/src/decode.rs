@@ -150,11 +150,8 @@ impl<G: Gpu> DecodeNode<G> {
 
     /// Report a fault of this node (drivers act on it).
     fn fault<E: Env<G::Kv>>(&mut self, fault: NodeFault, env: &mut E) {
-        self.counters.faults += 1;
-        env.trace(TraceEvent::Fault {
-            node: self.id,
-            fault,
-        });
+        let id = self.id;
+        self.counters.fault(env, id, fault);
     }
 
     /// Peer identity: the router starts and aborts rooms; a KV write, a transfer's
@@ -269,14 +266,9 @@ impl<G: Gpu> DecodeNode<G> {
         match input {
             Input::Message { from, msg } => {
                 if let Err(reason) = self.check_peer(from, &msg) {
-                    self.counters.peer_refused += 1;
-                    env.trace(TraceEvent::PeerRefused {
-                        node: self.id,
-                        from,
-                        room: msg.room(),
-                        msg: msg.kind().to_string(),
-                        reason,
-                    });
+                    let id = self.id;
+                    self.counters
+                        .refuse_peer(env, id, from, msg.room(), msg.kind(), reason);
                     if let Msg::KvWrite { id, .. } = msg {
                         // Exactly one completion per write, even for a refused one.
                         env.send(from, Msg::WriteDone { id, ok: false });

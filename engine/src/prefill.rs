@@ -235,14 +235,9 @@ impl<G: Gpu> PrefillNode<G> {
         match input {
             Input::Message { from, msg } => {
                 if let Err(reason) = self.check_peer(from, &msg) {
-                    self.counters.peer_refused += 1;
-                    env.trace(TraceEvent::PeerRefused {
-                        node: self.id,
-                        from,
-                        room: msg.room(),
-                        msg: msg.kind().to_string(),
-                        reason,
-                    });
+                    let id = self.id;
+                    self.counters
+                        .refuse_peer(env, id, from, msg.room(), msg.kind(), reason);
                     return;
                 }
                 match msg {
@@ -320,11 +315,8 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// Report a fault of this node (drivers act on it).
     fn fault<E: Env<G::Kv>>(&mut self, fault: NodeFault, env: &mut E) {
-        self.counters.faults += 1;
-        env.trace(TraceEvent::Fault {
-            node: self.id,
-            fault,
-        });
+        let id = self.id;
+        self.counters.fault(env, id, fault);
     }
 
     fn kick<E: Env<G::Kv>>(&mut self, env: &mut E) {
@@ -433,14 +425,9 @@ impl<G: Gpu> PrefillNode<G> {
             if from == decode {
                 self.on_meta(from, room, dst, env);
             } else {
-                self.counters.peer_refused += 1;
-                env.trace(TraceEvent::PeerRefused {
-                    node: self.id,
-                    from,
-                    room: Some(room),
-                    msg: "KvMeta".into(),
-                    reason: format!("{room}'s decode node is {decode}"),
-                });
+                let (id, reason) = (self.id, format!("{room}'s decode node is {decode}"));
+                self.counters
+                    .refuse_peer(env, id, from, Some(room), "KvMeta", reason);
             }
         }
     }

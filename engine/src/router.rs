@@ -162,14 +162,9 @@ impl Router {
         match input {
             Input::Message { from, msg } => {
                 if let Err(reason) = self.check_peer(from, &msg) {
-                    self.counters.peer_refused += 1;
-                    env.trace(TraceEvent::PeerRefused {
-                        node: self.id,
-                        from,
-                        room: msg.room(),
-                        msg: msg.kind().to_string(),
-                        reason,
-                    });
+                    let id = self.id;
+                    self.counters
+                        .refuse_peer(env, id, from, msg.room(), msg.kind(), reason);
                     return;
                 }
                 self.on_message(from, msg, env)

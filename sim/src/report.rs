@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 pub use kvsim_oracle::render::{
-    causal_trace, describe_event, render_entry, render_findings, render_tokens, render_trace, secs,
-    Focus,
+    causal_trace, describe_event, focus_of, render_entry, render_findings, render_tokens,
+    render_trace, secs, Focus,
 };
 
 /// The per-request table of a run.
@@ -62,42 +62,6 @@ pub fn distinct<'a>(findings: impl IntoIterator<Item = &'a Finding>) -> Vec<Inva
         }
     }
     out
-}
-
-/// The requests, rooms and pages a finding involves, read from the log: the finding's
-/// room and the rooms it names, the pages it names, and for each such page the last
-/// other room that used it before the finding (the earlier owner whose KV or late
-/// write is usually the story).
-pub fn focus_of(
-    entries: &[kvsim_oracle::schema::Entry],
-    finding: &Finding,
-    room_requests: &BTreeMap<kvsim_engine::ids::RoomKey, RequestId>,
-) -> Focus {
-    let mut f = Focus::default();
-    f.rooms.extend(finding.room);
-    f.rooms.extend(finding.related.iter().copied());
-    f.pages.extend(finding.pages.iter().copied());
-    let upto: Vec<_> = entries.iter().filter(|e| e.seq <= finding.event).collect();
-    let named = f.pages.clone();
-    for page in &named {
-        let last_other = upto.iter().rev().find_map(|e| {
-            if !e.pages().contains(page) {
-                return None;
-            }
-            e.rooms().into_iter().find(|r| !f.rooms.contains(r))
-        });
-        if let Some(r) = last_other {
-            if f.rooms.len() < 4 {
-                f.rooms.insert(r);
-            }
-        }
-    }
-    for r in &f.rooms {
-        if let Some(q) = room_requests.get(r) {
-            f.requests.insert(*q);
-        }
-    }
-    f
 }
 
 /// The command that replays a run.
