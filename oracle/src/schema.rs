@@ -115,6 +115,49 @@ impl RunHeader {
         }
     }
 
+    /// The most pages a header may declare for one node: the oracle keeps a record per
+    /// page, so a trace from anywhere must not make it allocate without bound.
+    pub const MAX_POOL_PAGES: u32 = 1 << 24;
+    /// The most nodes a header may declare.
+    pub const MAX_NODES: usize = 4096;
+
+    /// The relations a header must satisfy before anything is built from it, naming the
+    /// field that breaks one.
+    pub fn check(&self) -> Result<(), String> {
+        if self.page_size == 0 {
+            return Err("header: `page_size` must be at least 1".into());
+        }
+        if self.nodes.len() > Self::MAX_NODES {
+            return Err(format!(
+                "header: `nodes` lists {} nodes; at most {}",
+                self.nodes.len(),
+                Self::MAX_NODES
+            ));
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            match (n.role, n.pool_pages) {
+                (Role::Router, _) => {}
+                (_, None) => {
+                    return Err(format!(
+                        "header: `nodes[{i}].pool_pages` is missing for a {:?} node",
+                        n.role
+                    ))
+                }
+                (_, Some(p)) if p == 0 || p > Self::MAX_POOL_PAGES => {
+                    return Err(format!(
+                        "header: `nodes[{i}].pool_pages` is {p}; a pool has 1 to {} pages",
+                        Self::MAX_POOL_PAGES
+                    ))
+                }
+                _ => {}
+            }
+            if self.nodes[..i].iter().any(|m| m.id == n.id) {
+                return Err(format!("header: `nodes[{i}].id` {} appears twice", n.id));
+            }
+        }
+        Ok(())
+    }
+
     pub fn node(&self, id: NodeId) -> Option<&NodeInfo> {
         self.nodes.iter().find(|n| n.id == id)
     }
@@ -579,6 +622,7 @@ pub fn parse_line(text: &str) -> Result<Line, LineError> {
                 h.schema_version
             )));
         }
+        h.check().map_err(LineError)?;
         return Ok(Line::Header(Box::new(h)));
     }
     let e: Entry =
@@ -606,6 +650,38 @@ mod tests {
                 "docs/trace.schema.json lacks {name}"
             );
         }
+    }
+
+    /// A header from anywhere cannot make the oracle divide by zero or allocate
+    /// without bound: each bad field is refused by name.
+    #[test]
+    fn hostile_headers_are_refused_by_field() {
+        let topo = Topology {
+            prefill_pools: vec![3],
+            decode_pools: vec![4],
+        };
+        let good = RunHeader::new(
+            "test",
+            ClockKind::Simulated,
+            &EngineConfig::default(),
+            &topo,
+        );
+        type Spoil = fn(&mut RunHeader);
+        let cases: [(&str, Spoil); 4] = [
+            ("page_size", |h| h.page_size = 0),
+            ("nodes[1].pool_pages", |h| {
+                h.nodes[1].pool_pages = Some(u32::MAX)
+            }),
+            ("nodes[2].pool_pages", |h| h.nodes[2].pool_pages = None),
+            ("nodes[2].id", |h| h.nodes[2].id = h.nodes[1].id),
+        ];
+        for (field, spoil) in cases {
+            let mut h = good.clone();
+            spoil(&mut h);
+            let err = parse_line(&header_line(&h)).unwrap_err();
+            assert!(err.0.contains(field), "{field}: {err}");
+        }
+        assert!(parse_line(&header_line(&good)).is_ok());
     }
 
     #[test]

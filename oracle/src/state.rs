@@ -419,7 +419,7 @@ impl OracleState {
         let (need, flag) = match side {
             Side::Prefill => (f.prompt_len, flag::FLAGGED_PREFILL),
             Side::Decode => (
-                f.prompt_len + u64::from(f.max_new_tokens),
+                f.prompt_len.saturating_add(u64::from(f.max_new_tokens)),
                 flag::FLAGGED_DECODE,
             ),
         };
@@ -1529,7 +1529,7 @@ pub fn must_reject(
 ) -> bool {
     match side {
         Side::Prefill => !h.allow_auto_truncate && prompt_len > h.limit(prefill),
-        Side::Decode => prompt_len + u64::from(max_new_tokens) > h.limit(decode),
+        Side::Decode => prompt_len.saturating_add(u64::from(max_new_tokens)) > h.limit(decode),
     }
 }
 
