@@ -4,49 +4,16 @@
 //! Each test runs the built `kvsim` binary as a user would.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+mod cli;
 
-/// The PATH with the built `kvsim`'s folder first: printed replay commands then
-/// read `kvsim ...` (without it, `cargo run --release -- ...`).
-fn path_with_kvsim() -> std::ffi::OsString {
-    let bin = Path::new(env!("CARGO_BIN_EXE_kvsim"))
-        .parent()
-        .expect("a folder")
-        .to_path_buf();
-    let rest = std::env::var_os("PATH").unwrap_or_default();
-    std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&rest))).expect("a PATH")
-}
-
-fn kvsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvsim"))
-        .current_dir(root())
-        .env("PATH", path_with_kvsim())
-        .args(args)
-        .output()
-        .expect("kvsim runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use cli::{kvsim, root, text, INCIDENT, MIXED};
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvsim-input-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    cli::tmp_in("input", name)
 }
-
-const MIXED: &str = "scenarios/mixed-faults.toml";
-const INCIDENT: &str = "gate-checks-finished-only,no-length-agreement";
 const HUGE: &str = "0..1000000000000000000";
 
 #[test]

@@ -1,49 +1,15 @@
 //! The simulator's subcommands as a user runs them: output, files and exit codes
 //! (0 clean, 1 a violation, 2 bad usage).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::PathBuf;
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+mod cli;
 
-/// The PATH with the built `kvsim`'s folder first: printed replay commands then
-/// read `kvsim ...` (without it, `cargo run --release -- ...`).
-fn path_with_kvsim() -> std::ffi::OsString {
-    let bin = Path::new(env!("CARGO_BIN_EXE_kvsim"))
-        .parent()
-        .expect("a folder")
-        .to_path_buf();
-    let rest = std::env::var_os("PATH").unwrap_or_default();
-    std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&rest))).expect("a PATH")
-}
-
-fn kvsim(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvsim"))
-        .current_dir(root())
-        .env("PATH", path_with_kvsim())
-        .args(args)
-        .output()
-        .expect("kvsim runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use cli::{kvsim, text, INCIDENT, MIXED};
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvsim-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    cli::tmp_in("cli", name)
 }
-
-const MIXED: &str = "scenarios/mixed-faults.toml";
-const INCIDENT: &str = "gate-checks-finished-only,no-length-agreement";
 
 #[test]
 fn sweep_exit_codes_and_summary() {
