@@ -23,7 +23,7 @@ use crate::env::{Env, Input, Timer};
 use crate::gpu::{ids, query_position, write_traced, Gpu};
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, WriteId};
 use crate::invariant::{Invariant, Violation};
-use crate::kv::{PagePool, PageState};
+use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
 use crate::msg::{Msg, Status, TransferOutcome};
 use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
@@ -76,13 +76,15 @@ struct Quarantine {
     retries: u32,
 }
 
-/// The decode node state machine, generic over its KV memory.
+/// The decode node state machine, generic over its KV memory and over the form of its
+/// one page ownership record (a [`PagePool`] for every driver but the hardware
+/// runtime, whose transfer thread shares a [`crate::kv::SharedRecord`] with it).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub struct DecodeNode<G> {
+pub struct DecodeNode<G, P = PagePool> {
     id: NodeId,
     cfg: Cfg,
     router: NodeId,
-    pool: PagePool,
+    pool: P,
     gpu: G,
     requests: BTreeMap<RoomKey, Request>,
     prealloc: VecDeque<RoomKey>,
@@ -100,6 +102,17 @@ pub struct DecodeNode<G> {
 impl<G: Gpu> DecodeNode<G> {
     pub fn new(id: NodeId, cfg: Cfg, router: NodeId, gpu: G) -> Self {
         let pool = PagePool::new(gpu.pages(), gpu.page_size()).journal();
+        Self::with_records(id, cfg, router, gpu, pool)
+    }
+
+    pub fn pool(&self) -> &PagePool {
+        &self.pool
+    }
+}
+
+impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
+    /// A decode node deciding with `pool`, a fresh and full record of `gpu`'s pages.
+    pub fn with_records(id: NodeId, cfg: Cfg, router: NodeId, gpu: G, pool: P) -> Self {
         DecodeNode {
             id,
             cfg,
@@ -120,7 +133,8 @@ impl<G: Gpu> DecodeNode<G> {
     pub fn id(&self) -> NodeId {
         self.id
     }
-    pub fn pool(&self) -> &PagePool {
+    /// The node's ownership record.
+    pub fn records(&self) -> &P {
         &self.pool
     }
     pub fn gpu(&self) -> &G {
@@ -143,9 +157,8 @@ impl<G: Gpu> DecodeNode<G> {
     /// quarantine release names the drain ack that caused it (`acked`).
     fn flush<E: Env<G::Kv>>(&mut self, env: &mut E, acked: Option<RoomKey>) {
         let id = self.id;
-        for c in self.pool.take_changes() {
-            env.trace(c.into_event(id, acked));
-        }
+        self.pool
+            .drain_changes(|c| env.trace(c.into_event(id, acked)));
     }
 
     /// Report a fault of this node (drivers act on it).
@@ -227,7 +240,7 @@ impl<G: Gpu> DecodeNode<G> {
             cfg: _,
             router: _,
             pool,
-            gpu,
+            gpu: _,
             requests,
             prealloc,
             quarantine,
@@ -237,7 +250,7 @@ impl<G: Gpu> DecodeNode<G> {
             fatal,
             counters: _,
         } = self;
-        *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch).journal();
+        *pool = pool.restarted(epoch);
         requests.clear();
         prealloc.clear();
         quarantine.clear();
@@ -448,9 +461,11 @@ impl<G: Gpu> DecodeNode<G> {
         }
     }
 
-    /// The receiver applying one chunk write. With page tags on, a destination that is
-    /// not this room use's (stale generation, another owner, freed) refuses the whole
-    /// chunk; without them the write lands wherever it points, as RDMA would.
+    /// The receiver applying one chunk write: [`land`] (the gate and the memory write,
+    /// the one landing function every driver uses), then [`DecodeNode::landed`]. With
+    /// page tags on, a destination that is not this room use's (stale generation,
+    /// another owner, freed) refuses the whole chunk; without them the write lands
+    /// wherever it points, as RDMA would.
     fn on_kv_write<E: Env<G::Kv>>(
         &mut self,
         from: NodeId,
@@ -459,31 +474,31 @@ impl<G: Gpu> DecodeNode<G> {
         kv: Vec<G::Kv>,
         env: &mut E,
     ) {
+        let landing = land(
+            &self.pool,
+            &mut self.gpu,
+            self.cfg.defenses.page_tags,
+            id.room,
+            &dst,
+            &kv,
+        );
+        self.landed(from, id, dst, landing, env);
+    }
+
+    /// A KV write of `from` landed in (or was refused by) this node's memory: trace
+    /// it, note the written pages, and complete the write (exactly one completion).
+    /// The hardware runtime's transfer thread lands writes with [`land`] on the shared
+    /// record and reports each one here, through the node's loop.
+    pub fn landed<E: Env<G::Kv>>(
+        &mut self,
+        from: NodeId,
+        id: WriteId,
+        dst: Vec<PageTag>,
+        landing: Result<(), Refusal>,
+        env: &mut E,
+    ) {
         let room = id.room;
-        let refused = if dst.len() != kv.len() {
-            Some((
-                dst.first().copied(),
-                "payload and page list differ in length".to_string(),
-            ))
-        } else if self.cfg.defenses.page_tags {
-            dst.iter().find_map(|&t| {
-                let why = match self.pool.record(t.page) {
-                    None => Some("not a pool page".into()),
-                    Some(r) if r.gen != t.gen => {
-                        Some(format!("stale generation (page is at {})", r.gen))
-                    }
-                    Some(r) if r.owner != Some(room) => Some(format!("owned by {:?}", r.owner)),
-                    Some(r) if !(r.state.is_owned() || r.state == PageState::Quarantined) => {
-                        Some(format!("page is {}", r.state))
-                    }
-                    Some(_) => None,
-                };
-                why.map(|w| (Some(t), w))
-            })
-        } else {
-            None
-        };
-        if let Some((tag, reason)) = refused {
+        if let Err(Refusal { tag, reason }) = landing {
             self.counters.writes_refused += 1;
             env.trace(TraceEvent::KvRefused {
                 node: self.id,
@@ -493,9 +508,6 @@ impl<G: Gpu> DecodeNode<G> {
             });
             env.send(from, Msg::WriteDone { id, ok: false });
             return;
-        }
-        for (t, page) in dst.iter().zip(&kv) {
-            self.gpu.write_page(*t, room, page);
         }
         env.trace(TraceEvent::KvLanded {
             node: self.id,
@@ -690,7 +702,7 @@ impl<G: Gpu> DecodeNode<G> {
             if let Err(m) = self.gpu.check_tags(&pages, room) {
                 let current = self
                     .pool
-                    .record(m.expected.page)
+                    .page(m.expected.page)
                     .map_or(m.expected.gen, |r| r.gen);
                 self.counters.tag_mismatches += 1;
                 env.trace(TraceEvent::TagMismatch {
@@ -795,7 +807,7 @@ impl<G: Gpu> DecodeNode<G> {
                 .iter()
                 .filter(|t| {
                     self.pool
-                        .record(t.page)
+                        .page(t.page)
                         .is_some_and(|r| r.state == PageState::Free)
                 })
                 .map(|t| t.page)
@@ -955,9 +967,13 @@ impl<G: Gpu> DecodeNode<G> {
     /// that lists it, and vice versa. Linear in the pool size (drivers call it after
     /// every event, so the page -> holder map is a compact index, not a copy of keys).
     pub fn invariants(&self) -> Result<(), Violation> {
-        self.pool.invariants()?;
+        self.pool.with_pool(|pool| self.invariants_with(pool))
+    }
+
+    fn invariants_with(&self, pool: &PagePool) -> Result<(), Violation> {
+        pool.invariants()?;
         // holders[i]: 1 + the index in `lists` of the list that holds page i (0: none).
-        let mut holders: Vec<u32> = vec![0; self.pool.capacity() + 1];
+        let mut holders: Vec<u32> = vec![0; pool.capacity() + 1];
         let lists: Vec<(&RoomKey, &Vec<PageTag>, bool)> = self
             .requests
             .iter()
@@ -971,7 +987,7 @@ impl<G: Gpu> DecodeNode<G> {
                 }
             }
         }
-        for (page, rec) in self.pool.records() {
+        for (page, rec) in pool.records() {
             let Some(owner) = rec.owner else { continue };
             let held_by = match holders[page.0 as usize] {
                 0 => None,

@@ -107,7 +107,8 @@ fn resolve(issued: &[PageTag], p: &Pick) -> PageTag {
 }
 
 /// What `begin_write` must answer, derived from the pool alone: the shared record's
-/// write gate is the pool's hold rule narrowed to owned pages.
+/// write gate is the pool's hold rule (owned or quarantined pages; the one rule for
+/// writes into quarantined pages, docs/ARCHITECTURE.md).
 fn expected_write(pool: &PagePool, tag: PageTag) -> Result<(), SharedError> {
     let last = pool.capacity() as u32;
     let Some(rec) = pool.record(tag.page).filter(|_| tag.page.0 <= last) else {
@@ -122,7 +123,7 @@ fn expected_write(pool: &PagePool, tag: PageTag) -> Result<(), SharedError> {
             current: rec.gen,
         });
     }
-    if !rec.state.is_owned() {
+    if !(rec.state.is_owned() || rec.state == kvsim_engine::kv::PageState::Quarantined) {
         return Err(SharedError::NotWritable {
             tag,
             state: rec.state,
@@ -327,4 +328,172 @@ fn one_page_through_every_path() {
         EndGuard(0),
     ];
     run(1, &ops).unwrap();
+}
+
+/// The node's view: the same owner operations through [`PageRecords`] on a journaled
+/// `PagePool` and on a `SharedRecord`, at a random incarnation, interleaved with the
+/// landing gate ([`WriteGate::admit`], what `kv::land` asks for every destination page)
+/// on both. Results, refusal words, journals (the trace a node makes of them) and the
+/// whole record must agree at every step.
+mod through_the_trait {
+    use super::*;
+    use kvsim_engine::kv::{PageChange, PageRecords, SharedRecord, WriteGate};
+    use std::sync::Arc;
+
+    #[derive(Clone, Debug)]
+    enum NodeOp {
+        Alloc(usize, u32),
+        ExpectWrite(u32, Vec<Pick>),
+        MarkReady(u32, Vec<Pick>),
+        Quarantine(u32, Vec<Pick>),
+        Release(u32, Vec<Pick>),
+        ReleaseQuarantined(u32, Vec<Pick>),
+        /// The transfer thread's gate: may a write of this room land in this page?
+        Land(u32, Pick),
+    }
+
+    fn node_op() -> impl Strategy<Value = NodeOp> {
+        let owner = 0u32..3;
+        prop_oneof![
+            3 => (0usize..4, owner.clone()).prop_map(|(n, o)| NodeOp::Alloc(n, o)),
+            1 => (owner.clone(), picks()).prop_map(|(o, t)| NodeOp::ExpectWrite(o, t)),
+            1 => (owner.clone(), picks()).prop_map(|(o, t)| NodeOp::MarkReady(o, t)),
+            1 => (owner.clone(), picks()).prop_map(|(o, t)| NodeOp::Quarantine(o, t)),
+            2 => (owner.clone(), picks()).prop_map(|(o, t)| NodeOp::Release(o, t)),
+            1 => (owner.clone(), picks()).prop_map(|(o, t)| NodeOp::ReleaseQuarantined(o, t)),
+            3 => (owner, pick()).prop_map(|(o, t)| NodeOp::Land(o, t)),
+        ]
+    }
+
+    fn journal<R: PageRecords>(r: &mut R) -> Vec<PageChange> {
+        let mut out = Vec::new();
+        r.drain_changes(|c| out.push(c));
+        out
+    }
+
+    fn run_node(pages: u32, epoch: u32, ops: &[NodeOp]) -> Result<(), TestCaseError> {
+        let mut pool = PagePool::with_epoch(pages, 16, epoch).journal();
+        let mut shared = SharedRecord::new(Arc::new(SharedPool::with_epoch(pages, 16, epoch)));
+        let mut issued: Vec<PageTag> = Vec::new();
+        for (step, op) in ops.iter().enumerate() {
+            let tags = |ps: &[Pick]| ps.iter().map(|p| resolve(&issued, p)).collect::<Vec<_>>();
+            let (p, s): (Result<(), String>, Result<(), String>) = match op {
+                NodeOp::Alloc(n, o) => {
+                    let p = PageRecords::alloc(&mut pool, *n, owner(*o));
+                    let s = shared.alloc(*n, owner(*o));
+                    prop_assert_eq!(p.as_ref().ok(), s.as_ref().ok(), "step {}", step);
+                    if let Ok(t) = p.clone() {
+                        issued.extend(t);
+                    }
+                    (
+                        p.map(|_| ()).map_err(|e| e.to_string()),
+                        s.map(|_| ()).map_err(|e| e.to_string()),
+                    )
+                }
+                NodeOp::ExpectWrite(o, ps) => {
+                    let t = tags(ps);
+                    (
+                        PageRecords::expect_write(&mut pool, owner(*o), &t)
+                            .map_err(|e| e.to_string()),
+                        shared
+                            .expect_write(owner(*o), &t)
+                            .map_err(|e| e.to_string()),
+                    )
+                }
+                NodeOp::MarkReady(o, ps) => {
+                    let t = tags(ps);
+                    (
+                        PageRecords::mark_ready(&mut pool, owner(*o), &t)
+                            .map_err(|e| e.to_string()),
+                        shared.mark_ready(owner(*o), &t).map_err(|e| e.to_string()),
+                    )
+                }
+                NodeOp::Quarantine(o, ps) => {
+                    let t = tags(ps);
+                    (
+                        PageRecords::quarantine(&mut pool, owner(*o), &t)
+                            .map_err(|e| e.to_string()),
+                        shared.quarantine(owner(*o), &t).map_err(|e| e.to_string()),
+                    )
+                }
+                NodeOp::Release(o, ps) => {
+                    let t = tags(ps);
+                    (
+                        PageRecords::release(&mut pool, owner(*o), &t).map_err(|e| e.to_string()),
+                        shared.release(owner(*o), &t).map_err(|e| e.to_string()),
+                    )
+                }
+                NodeOp::ReleaseQuarantined(o, ps) => {
+                    let t = tags(ps);
+                    (
+                        PageRecords::release_quarantined(&mut pool, owner(*o), &t)
+                            .map_err(|e| e.to_string()),
+                        shared
+                            .release_quarantined(owner(*o), &t)
+                            .map_err(|e| e.to_string()),
+                    )
+                }
+                NodeOp::Land(o, pk) => {
+                    let t = resolve(&issued, pk);
+                    (
+                        pool.admit(owner(*o), t),
+                        shared.admit(owner(*o), t).map(drop),
+                    )
+                }
+            };
+            prop_assert_eq!(&p, &s, "step {}: {:?}", step, op);
+            prop_assert_eq!(
+                journal(&mut pool),
+                journal(&mut shared),
+                "step {}: journals",
+                step
+            );
+            let snap = shared.with_pool(|s| s.clone());
+            prop_assert_eq!(&snap, &pool, "step {}: records differ after {:?}", step, op);
+            prop_assert_eq!(PageRecords::epoch(&pool), shared.epoch());
+            if let Err(v) = PageRecords::invariants(&shared) {
+                return Err(TestCaseError::fail(format!("step {step}: {v}")));
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn node_records_and_gates_agree(
+            pages in 1u32..6,
+            epoch in 0u32..3,
+            ops in prop::collection::vec(node_op(), 1..60),
+        ) {
+            run_node(pages, epoch, &ops)?;
+        }
+    }
+
+    /// The gate's one rule, by name: a quarantined page takes its own room's write and
+    /// refuses another's, in both records; after the drain ack nothing lands.
+    #[test]
+    fn quarantine_admits_its_own_rooms_writes_in_both_records() {
+        let ops = vec![
+            NodeOp::Alloc(1, 0),
+            NodeOp::ExpectWrite(0, vec![Pick::Issued(0)]),
+            NodeOp::Quarantine(0, vec![Pick::Issued(0)]),
+            NodeOp::Land(0, Pick::Issued(0)),
+            NodeOp::Land(1, Pick::Issued(0)),
+            NodeOp::ReleaseQuarantined(0, vec![Pick::Issued(0)]),
+            NodeOp::Land(0, Pick::Issued(0)),
+        ];
+        run_node(2, 1, &ops).unwrap();
+        let mut pool = PagePool::with_epoch(2, 16, 1).journal();
+        let a = PageRecords::alloc(&mut pool, 1, owner(0)).unwrap()[0];
+        PageRecords::quarantine(&mut pool, owner(0), &[a]).unwrap();
+        assert_eq!(pool.admit(owner(0), a), Ok(()));
+        assert_eq!(
+            pool.admit(owner(1), a),
+            Err(format!("owned by {:?}", Some(owner(0))))
+        );
+        PageRecords::release_quarantined(&mut pool, owner(0), &[a]).unwrap();
+        assert_eq!(pool.admit(owner(0), a), Err("owned by None".to_string()));
+    }
 }

@@ -10,7 +10,9 @@ use super::{locate, locate_tag, Gpu, WriteTag};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 
 /// One page's contents: tokens per slot plus the stamped tag.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct SymbolicPage {
     pub tokens: Vec<Token>,
     /// The defense-4 tag stamped by the last write (not copied by transfers: the

@@ -240,21 +240,25 @@ impl PagePool {
     /// added here, as in [`PagePool::new`], so that the result compares with `==` to a
     /// pool that lived through the same operations, and is checked by the same
     /// [`PagePool::invariants`].
-    pub(crate) fn from_parts(page_size: u32, records: Vec<PageRecord>, free: Vec<PageId>) -> Self {
+    pub(crate) fn from_parts(
+        page_size: u32,
+        records: Vec<PageRecord>,
+        free: Vec<PageId>,
+        epoch: u32,
+    ) -> Self {
         let mut pages = Vec::with_capacity(records.len() + 1);
         pages.push(PageRecord {
             state: PageState::Reserved,
-            gen: Generation(0),
+            gen: Generation::first_of_epoch(epoch),
             owner: None,
             holders: 0,
         });
         pages.extend(records);
-        // The concurrent record has no incarnations: its generations live in epoch 0.
         PagePool {
             page_size,
             pages,
             free,
-            epoch: 0,
+            epoch,
             journal: Journal::default(),
         }
     }

@@ -177,6 +177,8 @@ struct Book {
 /// `Arc`; every method takes `&self`.
 pub struct SharedPool {
     page_size: u32,
+    /// The incarnation of the node that owns the record (see [`PagePool::epoch`]).
+    epoch: u32,
     /// One word per page; index 0 is the padding page and is never touched.
     words: Box<[AtomicU64]>,
     book: Mutex<Book>,
@@ -194,12 +196,23 @@ impl SharedPool {
     /// A record of `pages` usable pages (ids `1..=pages`) of `page_size` tokens each,
     /// all Free, page 1 handed out first, as [`PagePool::new`].
     pub fn new(pages: u32, page_size: u32) -> Self {
+        Self::with_epoch(pages, page_size, 0)
+    }
+
+    /// The record of a node incarnation, as [`PagePool::with_epoch`]: every generation
+    /// it hands out lies in `epoch`, so a tag from an earlier incarnation is stale.
+    pub fn with_epoch(pages: u32, page_size: u32, epoch: u32) -> Self {
         assert!(page_size > 0, "EngineConfig validates page_size > 0");
+        let first = Generation::first_of_epoch(epoch).0;
+        assert!(
+            first < GENERATION_MAX,
+            "epoch {epoch} does not fit the page word's generation bits"
+        );
         let words = (0..=pages)
             .map(|_| {
                 AtomicU64::new(
                     Word {
-                        gen: 0,
+                        gen: first,
                         state: PageState::Free,
                         holders: 0,
                     }
@@ -213,6 +226,7 @@ impl SharedPool {
         };
         SharedPool {
             page_size,
+            epoch,
             words,
             book: Mutex::new(book),
             #[cfg(any(test, loom))]
@@ -231,6 +245,11 @@ impl SharedPool {
 
     pub fn page_size(&self) -> u32 {
         self.page_size
+    }
+
+    /// The incarnation whose generations this record hands out.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
     }
 
     /// Usable pages (page 0 excluded).
@@ -422,19 +441,45 @@ impl SharedPool {
     }
 
     /// Hold the page for writing incoming KV into it. Refused, and so never applied,
-    /// when `tag` is stale ([`SharedError::StaleTag`]) or the page's owner has let go or
-    /// aborted ([`SharedError::NotWritable`]). A write that began before an abort keeps
-    /// its hold until the guard drops, so the page is not reused under it.
+    /// when `tag` is stale ([`SharedError::StaleTag`]) or the page's owner has let go
+    /// ([`SharedError::NotWritable`]). A quarantined page still accepts it: quarantine
+    /// is the state in which the writer's writes may still land (the one rule for
+    /// every driver, docs/ARCHITECTURE.md "Writes into quarantined pages"). A write
+    /// that began before an abort keeps its hold until the guard drops, so the page is
+    /// not reused under it.
     #[inline]
     pub fn begin_write(&self, tag: PageTag) -> Result<WriteGuard<'_>, SharedError> {
         self.take_hold(tag, |state| {
-            if state.is_owned() {
+            if state.is_owned() || state == PageState::Quarantined {
                 Ok(())
             } else {
                 Err(SharedError::NotWritable { tag, state })
             }
         })?;
         Ok(WriteGuard(Hold { pool: self, tag }))
+    }
+
+    /// [`SharedPool::begin_write`] for a write of room use `owner`: also refused when
+    /// the page (current generation) belongs to another room use. The hold is taken
+    /// first, so the owner read afterwards is the one of the held generation (an owner
+    /// changes only with a new generation, or to none when it lets go).
+    pub fn begin_write_for(
+        &self,
+        owner: RoomKey,
+        tag: PageTag,
+    ) -> Result<WriteGuard<'_>, SharedError> {
+        let guard = self.begin_write(tag)?;
+        let current = self.book().owners[tag.page.0 as usize];
+        if current != Some(owner) {
+            // Drop the guard before reporting (it lets go of the hold).
+            drop(guard);
+            return Err(SharedError::NotOwner {
+                page: tag.page,
+                caller: owner,
+                owner: current,
+            });
+        }
+        Ok(guard)
     }
 
     /// The whole record as a [`PagePool`], read under the book lock: states, owners,
@@ -448,7 +493,7 @@ impl SharedPool {
                     .expect("every index 1..len is a pool page")
             })
             .collect();
-        PagePool::from_parts(self.page_size, records, book.free.clone())
+        PagePool::from_parts(self.page_size, records, book.free.clone(), self.epoch)
     }
 
     /// S1 (partition) and S8 (each free page listed once), checked by
@@ -698,20 +743,86 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<usize, SharedError> {
+        self.let_go_detailed(owner, tags, op)
+            .map(|(freed, _)| freed)
+    }
+
+    /// [`SharedPool::let_go_all`], also naming the pages that went to Draining (still
+    /// held), in page order, as the pool's journal does.
+    fn let_go_detailed(
+        &self,
+        owner: RoomKey,
+        tags: &[PageTag],
+        op: PageOp,
+    ) -> Result<(usize, Vec<PageTag>), SharedError> {
         let mut book = self.book();
         self.precheck(&book, owner, tags, op)?;
         let mut sorted = tags.to_vec();
         sorted.sort_by_key(|t| std::cmp::Reverse(t.page));
         let mut freed = 0;
+        let mut held = Vec::new();
         for tag in sorted {
             let state = self.apply_locked(&mut book, owner, tag, op)?;
             book.owners[tag.page.0 as usize] = None;
             if state == PageState::Free {
                 book.free.push(tag.page);
                 freed += 1;
+            } else {
+                held.push(tag);
             }
         }
-        Ok(freed)
+        held.sort();
+        Ok((freed, held))
+    }
+
+    /// The owner lets go; returns the pages that went to Draining (see
+    /// [`SharedPool::release`]).
+    pub fn release_held(
+        &self,
+        owner: RoomKey,
+        tags: &[PageTag],
+    ) -> Result<Vec<PageTag>, SharedError> {
+        self.let_go_detailed(owner, tags, PageOp::Release)
+            .map(|(_, held)| held)
+    }
+
+    /// The drain ack's release; returns the pages that went to Draining (see
+    /// [`SharedPool::release_quarantined`]).
+    pub fn release_quarantined_held(
+        &self,
+        owner: RoomKey,
+        tags: &[PageTag],
+    ) -> Result<Vec<PageTag>, SharedError> {
+        self.let_go_detailed(owner, tags, PageOp::DrainAcked)
+            .map(|(_, held)| held)
+    }
+
+    /// Upstream's unchecked `free()`, as [`PagePool::free_unchecked`]: every named page
+    /// goes to the free list whatever its state, owner or holders. Only bug switches
+    /// call it; the result is what upstream would produce, duplicates included, which
+    /// [`SharedPool::invariants`] then reports. A holder still holding such a page
+    /// fails loudly when it lets go (its hold was wiped out).
+    pub fn free_unchecked(&self, tags: &[PageTag]) {
+        let mut book = self.book();
+        let mut sorted = tags.to_vec();
+        sorted.sort_by_key(|t| std::cmp::Reverse(t.page));
+        for t in sorted {
+            let Ok(slot) = self.slot(t.page) else {
+                continue;
+            };
+            let w = Word::unpack(slot.load(Ordering::Acquire));
+            slot.store(
+                Word {
+                    state: PageState::Free,
+                    holders: 0,
+                    ..w
+                }
+                .pack(),
+                Ordering::Release,
+            );
+            book.owners[t.page.0 as usize] = None;
+            book.free.push(t.page);
+        }
     }
 }
 
@@ -881,8 +992,9 @@ mod tests {
         assert_eq!(pool.unhold(t), Err(SharedError::NotHeld { tag: t }));
     }
 
-    /// Quarantine refuses new writes but keeps the page until the drain ack and its
-    /// last holder.
+    /// Quarantine still accepts the room's own writes (they may land until the drain
+    /// ack), refuses another room's, and keeps the page until the drain ack and its
+    /// last holder; after the ack no write is accepted.
     #[test]
     fn quarantine_holds_the_page_until_acked_and_unheld() {
         let pool = SharedPool::new(1, 16);
@@ -890,18 +1002,26 @@ mod tests {
         pool.expect_write(A, &[t]).unwrap();
         let w = pool.begin_write(t).unwrap();
         pool.quarantine(A, &[t]).unwrap();
+        let late = pool
+            .begin_write_for(A, t)
+            .expect("a quarantined page takes its room's write");
         assert!(matches!(
-            pool.begin_write(t),
-            Err(SharedError::NotWritable {
-                state: PageState::Quarantined,
-                ..
-            })
+            pool.begin_write_for(B, t),
+            Err(SharedError::NotOwner { owner: Some(A), .. })
         ));
+        drop(late);
         assert_eq!(
             pool.release(A, &[t]).unwrap_err().to_string(),
             "page p1: illegal page transition: ReleaseHeld from Quarantined"
         );
         assert_eq!(pool.release_quarantined(A, &[t]), Ok(0));
+        assert!(matches!(
+            pool.begin_write(t),
+            Err(SharedError::NotWritable {
+                state: PageState::Draining,
+                ..
+            })
+        ));
         assert_eq!(
             pool.alloc(1, B).unwrap_err(),
             SharedError::Exhausted {

@@ -1,0 +1,135 @@
+//! Landing a KV write at its destination: the one function every driver calls.
+//!
+//! On real hardware a KV write reaches decode's memory without decode's scheduler:
+//! the NIC writes it. In the engine that is [`land`]: the gate (defense 4's check at
+//! landing, against the node's one ownership record) and the memory write, nothing
+//! else. The simulator, the model checker and the hand-stepped driver reach it through
+//! `DecodeNode::handle` (a delivered `KvWrite`); the hardware runtime calls it on the
+//! node's transfer thread, with the node's [`SharedPool`] as the gate, concurrently
+//! with the node's loop, and hands the result to the node as an input
+//! (`DecodeNode::landed`), which traces it and completes the write.
+//!
+//! The rule (the same for both records): a write of room use `room` lands in `dst`
+//! only when every destination tag is current (same generation), the page belongs to
+//! `room`, and the page is owned or quarantined. Quarantine accepts its room's writes:
+//! it is the state that exists because those writes may still land, and it ends only
+//! on the writer's drain ack, after the last completion (docs/ARCHITECTURE.md, "Writes
+//! into quarantined pages"). With page tags off, a write lands wherever it points, as
+//! RDMA into a registered region would.
+
+use super::pool::PagePool;
+use super::records::SharedRecord;
+use super::shared::{SharedError, SharedPool, WriteGuard};
+use super::PageState;
+use crate::gpu::Gpu;
+use crate::ids::{PageTag, RoomKey};
+
+/// Why a write did not land: the first destination refused and the reason, in the
+/// words the trace's `KvRefused` event carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub tag: Option<PageTag>,
+    pub reason: String,
+}
+
+/// A record that can admit a KV write into one page. The guard keeps the page from
+/// being freed or handed out again until the write is applied and the guard dropped.
+pub trait WriteGate {
+    type Guard<'a>
+    where
+        Self: 'a;
+
+    /// Admit a write of `room` into `tag`, or say why not.
+    fn admit(&self, room: RoomKey, tag: PageTag) -> Result<Self::Guard<'_>, String>;
+}
+
+impl WriteGate for PagePool {
+    type Guard<'a> = ();
+
+    fn admit(&self, room: RoomKey, t: PageTag) -> Result<(), String> {
+        match self.record(t.page) {
+            None => Err("not a pool page".into()),
+            Some(r) if r.gen != t.gen => Err(format!("stale generation (page is at {})", r.gen)),
+            Some(r) if r.owner != Some(room) => Err(format!("owned by {:?}", r.owner)),
+            Some(r) if !(r.state.is_owned() || r.state == PageState::Quarantined) => {
+                Err(format!("page is {}", r.state))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+impl WriteGate for SharedPool {
+    type Guard<'a> = WriteGuard<'a>;
+
+    /// One atomic step takes the hold when the generation is current and the state
+    /// admits a write; the owner is then checked under the book. Refusals are worded
+    /// as [`PagePool`]'s gate words them, in the same order of checks.
+    fn admit(&self, room: RoomKey, t: PageTag) -> Result<WriteGuard<'_>, String> {
+        match self.begin_write_for(room, t) {
+            Ok(g) => Ok(g),
+            Err(SharedError::OutOfRange { .. }) => Err("not a pool page".into()),
+            Err(SharedError::StaleTag { current, .. }) => {
+                Err(format!("stale generation (page is at {current})"))
+            }
+            Err(SharedError::NotOwner { owner, .. }) => Err(format!("owned by {owner:?}")),
+            Err(SharedError::NotWritable { state, .. }) => {
+                // A page that is neither owned nor quarantined has no owner, unless it
+                // is another room's: report the owner first, as the pool does.
+                match self.record(t.page).and_then(|r| r.owner) {
+                    Some(o) if o != room => Err(format!("owned by {:?}", Some(o))),
+                    None => Err(format!("owned by {:?}", None::<RoomKey>)),
+                    _ => Err(format!("page is {state}")),
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl WriteGate for SharedRecord {
+    type Guard<'a> = WriteGuard<'a>;
+
+    fn admit(&self, room: RoomKey, t: PageTag) -> Result<WriteGuard<'_>, String> {
+        self.shared().admit(room, t)
+    }
+}
+
+/// Land one KV write of `room` (the chunk `kv`, one page each, into `dst`) in `gpu`,
+/// gated by `gate` when `check_tags` (defense 4). All or nothing: a refused page
+/// refuses the whole chunk, and nothing of it is written.
+pub fn land<W: WriteGate + ?Sized, G: Gpu>(
+    gate: &W,
+    gpu: &mut G,
+    check_tags: bool,
+    room: RoomKey,
+    dst: &[PageTag],
+    kv: &[G::Kv],
+) -> Result<(), Refusal> {
+    if dst.len() != kv.len() {
+        return Err(Refusal {
+            tag: dst.first().copied(),
+            reason: "payload and page list differ in length".into(),
+        });
+    }
+    let mut guards = Vec::new();
+    if check_tags {
+        guards.reserve(dst.len());
+        for &t in dst {
+            match gate.admit(room, t) {
+                Ok(g) => guards.push(g),
+                Err(reason) => {
+                    return Err(Refusal {
+                        tag: Some(t),
+                        reason,
+                    })
+                }
+            }
+        }
+    }
+    for (t, page) in dst.iter().zip(kv) {
+        gpu.write_page(*t, room, page);
+    }
+    drop(guards);
+    Ok(())
+}
