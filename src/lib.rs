@@ -10,4 +10,5 @@ pub mod cmd_sim;
 pub mod matrix;
 pub mod matrix_report;
 pub mod render;
+pub mod serve;
 pub mod suite;

@@ -62,6 +62,10 @@ enum Command {
     Bugs(kvsim::cmd_bugs::BugsArgs),
     /// Judge a run from its trace files alone (any engine that writes the schema).
     Audit(kvsim::cmd_audit::AuditArgs),
+    /// Serve a scenario's topology for real: threads, TCP, a monotonic clock.
+    Serve(kvsim::serve::ServeArgs),
+    /// Load a running server's client endpoint and print requests/s and latency.
+    BenchClient(kvsim::serve::BenchArgs),
     /// List the bug switches, models, invariants or scenarios, one line each.
     List {
         /// bugs, models, invariants or scenarios.
@@ -165,6 +169,8 @@ fn main() -> ExitCode {
         Some(Command::Check(args)) => kvsim::cmd_check::run(&args),
         Some(Command::Bugs(args)) => kvsim::cmd_bugs::run(&args),
         Some(Command::Audit(args)) => kvsim::cmd_audit::run(&args),
+        Some(Command::Serve(args)) => kvsim::serve::serve(&args),
+        Some(Command::BenchClient(args)) => kvsim::serve::bench(&args),
         Some(Command::List { what, dir }) => kvsim::render::list(&what, &dir)
             .map(|text| {
                 print!("{text}");

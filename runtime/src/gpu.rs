@@ -1,0 +1,77 @@
+//! KV memory shared by a decode node's loop and its transfer thread.
+//!
+//! On hardware a KV write reaches device memory through the NIC while the scheduler
+//! computes; here the memory is one [`Gpu`] behind a lock, used by the node's loop
+//! (attention, its own writes) and by the transfer thread (landing writes). Who may
+//! write which page is not decided here: the transfer thread writes only under a
+//! [`kvsim_engine::kv::shared::WriteGuard`] from the node's one ownership record.
+
+use kvsim_engine::gpu::{Gpu, WriteTag};
+use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A [`Gpu`] shared between threads (each call takes the lock once).
+#[derive(Debug)]
+pub struct SharedGpu<G>(Arc<Mutex<G>>);
+
+impl<G> Clone for SharedGpu<G> {
+    fn clone(&self) -> Self {
+        SharedGpu(self.0.clone())
+    }
+}
+
+impl<G: Gpu> SharedGpu<G> {
+    pub fn new(gpu: G) -> Self {
+        SharedGpu(Arc::new(Mutex::new(gpu)))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, G> {
+        // A thread that panicked while writing KV leaves memory of unknown content:
+        // every user stops loudly too.
+        self.0
+            .lock()
+            .expect("KV memory lock poisoned: a thread panicked mid-write")
+    }
+}
+
+impl<G: Gpu> Gpu for SharedGpu<G> {
+    type Kv = G::Kv;
+
+    fn page_size(&self) -> u32 {
+        self.lock().page_size()
+    }
+    fn pages(&self) -> u32 {
+        self.lock().pages()
+    }
+    fn write_tokens(&mut self, pages: &[PageTag], start: u64, tokens: &[Token], room: RoomKey) {
+        self.lock().write_tokens(pages, start, tokens, room)
+    }
+    fn read_page(&self, page: PageId) -> Self::Kv {
+        self.lock().read_page(page)
+    }
+    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Self::Kv) {
+        self.lock().write_page(dst, room, kv)
+    }
+    fn page_tag(&self, page: PageId) -> Option<WriteTag> {
+        self.lock().page_tag(page)
+    }
+    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Token {
+        self.lock().attend(pages, seq_len, query_pos)
+    }
+    fn token_at(&self, pages: &[PageId], pos: u64) -> Token {
+        self.lock().token_at(pages, pos)
+    }
+    fn zero_page(&mut self, page: PageId) {
+        self.lock().zero_page(page)
+    }
+    fn digest(&self, pages: &[PageId], tokens: u64) -> u64 {
+        self.lock().digest(pages, tokens)
+    }
+    fn check_tags(
+        &self,
+        pages: &[PageTag],
+        room: RoomKey,
+    ) -> Result<(), kvsim_engine::gpu::TagMismatch> {
+        self.lock().check_tags(pages, room)
+    }
+}

@@ -1,0 +1,23 @@
+//! kvsim-runtime: the engine's unchanged nodes on operating-system threads, a
+//! monotonic clock and TCP.
+//!
+//! One event loop per node ([`node::NodeLoop`]), a transfer thread per decode node
+//! that lands KV writes through the node's shared ownership record, TCP between nodes
+//! with length-prefixed frames of the engine's own serde messages ([`wire`], [`net`]),
+//! a line-delimited JSON client endpoint ([`client`]), and per-node trace files in the
+//! documented schema with wall-clock timestamps ([`trace`]). No engine logic lives
+//! here: what a failed send means, how a write lands and what a node decides all come
+//! from `kvsim-engine`.
+
+pub mod client;
+pub mod clock;
+pub mod gpu;
+pub mod net;
+pub mod node;
+pub mod server;
+pub mod trace;
+pub mod wire;
+
+pub use client::{Answer, Client};
+pub use node::{NodeStatus, Reply};
+pub use server::{ExitReport, NodePlan, ServeError, ServeOptions, Server};

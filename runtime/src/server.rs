@@ -1,0 +1,390 @@
+//! A process's nodes: start them (all of a topology on loopback, or one node of a
+//! deployment), serve clients, report status, and end gracefully.
+
+use crate::client::{spawn_client_endpoint, StatusFn};
+use crate::gpu::SharedGpu;
+use crate::net::{spawn_listener, spawn_peer, Inbound};
+use crate::node::{transfer_thread, Ev, Io, NodeLoop, NodeStatus, RtNode};
+use crate::trace::Tracer;
+use kvsim_engine::config::EngineConfig;
+use kvsim_engine::decode::DecodeNode;
+use kvsim_engine::gpu::Gpu;
+use kvsim_engine::ids::NodeId;
+use kvsim_engine::kv::shared::SharedPool;
+use kvsim_engine::kv::SharedRecord;
+use kvsim_engine::node::Role;
+use kvsim_engine::prefill::PrefillNode;
+use kvsim_engine::router::Router;
+use kvsim_engine::world::{Topology, ROUTER};
+use kvsim_engine::Cfg;
+use kvsim_oracle::schema::{ClockKind, EndOutcome, FaultEvent, Record, RunHeader};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Config(#[from] kvsim_engine::ConfigError),
+    #[error("node {0} is not in the topology (nodes: n0..n{1})")]
+    NoSuchNode(NodeId, u16),
+    #[error("no address for peer {0} in the peers file")]
+    NoPeer(NodeId),
+    #[error("cannot create trace file {path}: {source}")]
+    Trace {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("network: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What a server runs.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub cfg: EngineConfig,
+    pub topology: Topology,
+    /// Write each node's trace to `DIR/n<ID>-e<EPOCH>.jsonl`.
+    pub trace_dir: Option<PathBuf>,
+    /// Named in the trace header.
+    pub scenario: String,
+    pub seed: u64,
+}
+
+impl ServeOptions {
+    fn header(&self) -> RunHeader {
+        let mut h = RunHeader::new("kvsim-serve", ClockKind::Wall, &self.cfg, &self.topology);
+        h.scenario = Some(self.scenario.clone());
+        h.seed = Some(self.seed);
+        h
+    }
+}
+
+struct Handle<K> {
+    tx: Sender<Ev<K>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The nodes this process runs.
+pub struct Server<K> {
+    nodes: Vec<Handle<K>>,
+    client_addr: Option<SocketAddr>,
+    stop: Arc<AtomicBool>,
+    connected: Vec<(NodeId, NodeId, Arc<AtomicBool>)>,
+}
+
+/// Ask every loop for its status (one that does not answer within a second is left
+/// out).
+fn statuses<K>(txs: &[Sender<Ev<K>>]) -> Vec<NodeStatus> {
+    txs.iter()
+        .filter_map(|tx| {
+            let (stx, srx) = channel();
+            tx.send(Ev::Status(stx)).ok()?;
+            srx.recv_timeout(Duration::from_secs(1)).ok()
+        })
+        .collect()
+}
+
+/// What a server reports as it ends.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExitReport {
+    /// Every node quiesced (nothing in flight, every pool page free) before the end.
+    pub drained: bool,
+    pub nodes: Vec<NodeStatus>,
+}
+
+impl ExitReport {
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "kvsim serve: {}\n",
+            if self.drained {
+                "drained; pages each pool holds at exit:"
+            } else {
+                "did NOT drain in time; pages each pool holds at exit:"
+            }
+        );
+        for n in &self.nodes {
+            let pool = match (n.free_pages, n.pool_pages) {
+                (Some(f), Some(c)) => format!("{f} of {c} pages free, {} held", c - f),
+                _ => "no pool".into(),
+            };
+            s.push_str(&format!(
+                "  {} {:?} (epoch {}): {pool}; {} live, {} quarantined{}\n",
+                n.node,
+                n.role,
+                n.epoch,
+                n.live,
+                n.quarantined,
+                n.fault
+                    .as_deref()
+                    .map(|f| format!("; FAULT: {f}"))
+                    .unwrap_or_default()
+            ));
+        }
+        s
+    }
+}
+
+/// Where one node listens and where its peers are.
+pub struct NodePlan {
+    pub id: NodeId,
+    pub epoch: u32,
+    pub listener: TcpListener,
+    pub peers: BTreeMap<NodeId, SocketAddr>,
+    /// The client endpoint (the router's process).
+    pub client: Option<TcpListener>,
+}
+
+impl<K> Server<K>
+where
+    K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
+{
+    /// Every node of the topology in this process, on loopback (ephemeral ports), and
+    /// the client endpoint on `client`.
+    pub fn start_all<G>(
+        opts: &ServeOptions,
+        client: TcpListener,
+        make_gpu: impl Fn(u32, u32) -> G,
+    ) -> Result<Self, ServeError>
+    where
+        G: Gpu<Kv = K> + Send + 'static,
+    {
+        opts.topology.preflight(&opts.cfg)?;
+        let ids: Vec<NodeId> = opts.topology.nodes().iter().map(|n| n.0).collect();
+        let mut listeners = Vec::new();
+        let mut addrs = BTreeMap::new();
+        for &id in &ids {
+            let l = TcpListener::bind("127.0.0.1:0")?;
+            addrs.insert(id, l.local_addr()?);
+            listeners.push(l);
+        }
+        let mut plans = Vec::new();
+        let mut client = Some(client);
+        for (&id, listener) in ids.iter().zip(listeners) {
+            plans.push(NodePlan {
+                id,
+                epoch: 0,
+                listener,
+                peers: addrs.clone(),
+                client: if id == ROUTER { client.take() } else { None },
+            });
+        }
+        Self::start(opts, plans, make_gpu)
+    }
+
+    /// The given nodes of the topology in this process.
+    pub fn start<G>(
+        opts: &ServeOptions,
+        plans: Vec<NodePlan>,
+        make_gpu: impl Fn(u32, u32) -> G,
+    ) -> Result<Self, ServeError>
+    where
+        G: Gpu<Kv = K> + Send + 'static,
+    {
+        opts.topology.preflight(&opts.cfg)?;
+        let cfg = Cfg::new(opts.cfg.clone());
+        let topo = &opts.topology;
+        let header = opts.header();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut server = Server {
+            nodes: Vec::new(),
+            client_addr: None,
+            stop: stop.clone(),
+            connected: Vec::new(),
+        };
+        let mut client_endpoint = None;
+        for plan in plans {
+            let id = plan.id;
+            let role = topo
+                .role(id)
+                .ok_or(ServeError::NoSuchNode(id, topo.client().0 - 1))?;
+            let (tx, rx) = channel::<Ev<K>>();
+            // Links to every other node of the topology.
+            let mut peers = BTreeMap::new();
+            for (peer, _, _) in topo.nodes() {
+                if peer == id {
+                    continue;
+                }
+                let addr = *plan.peers.get(&peer).ok_or(ServeError::NoPeer(peer))?;
+                let (ptx, prx) = channel();
+                let flag = Arc::new(AtomicBool::new(false));
+                spawn_peer(id, peer, addr, prx, tx.clone(), flag.clone(), stop.clone())?;
+                server.connected.push((id, peer, flag));
+                peers.insert(peer, ptx);
+            }
+            let tracer = match &opts.trace_dir {
+                Some(dir) => {
+                    let path = dir.join(format!("n{}-e{}.jsonl", id.0, plan.epoch));
+                    let mut t =
+                        Tracer::create(&path, &header).map_err(|source| ServeError::Trace {
+                            path: path.display().to_string(),
+                            source,
+                        })?;
+                    if plan.epoch > 0 {
+                        // A restarted incarnation: the previous one is gone (killed),
+                        // and every tag it handed out is stale in this epoch.
+                        t.write(Record::Fault(FaultEvent::Crash {
+                            node: id,
+                            epoch: plan.epoch - 1,
+                            flushed: Vec::new(),
+                        }));
+                        t.write(Record::Fault(FaultEvent::Restart {
+                            node: id,
+                            epoch: plan.epoch,
+                        }));
+                    }
+                    Some(t)
+                }
+                None => None,
+            };
+            let io = Io::new(id, plan.epoch, topo.client(), tracer, peers, tx.clone());
+            let pages = topo.pool(id).unwrap_or(0);
+            let mut transfer = None;
+            let node = match role {
+                Role::Router => RtNode::Router(Router::new(
+                    ROUTER,
+                    cfg.clone(),
+                    topo.prefill_ids(),
+                    topo.decode_ids(),
+                )),
+                Role::Prefill => {
+                    let mut p =
+                        PrefillNode::new(id, cfg.clone(), ROUTER, make_gpu(pages, cfg.page_size));
+                    if plan.epoch > 0 {
+                        p.restart(plan.epoch);
+                    }
+                    RtNode::Prefill(p)
+                }
+                Role::Decode => {
+                    let pool = Arc::new(SharedPool::with_epoch(pages, cfg.page_size, plan.epoch));
+                    let gpu = SharedGpu::new(make_gpu(pages, cfg.page_size));
+                    let (ttx, trx) = channel();
+                    let (p, g, to_loop) = (pool.clone(), gpu.clone(), tx.clone());
+                    let (epoch, tags) = (plan.epoch, cfg.defenses.page_tags);
+                    thread::Builder::new()
+                        .name(format!("{id}-transfer"))
+                        .spawn(move || transfer_thread(epoch, trx, p, g, tags, to_loop))?;
+                    transfer = Some(ttx);
+                    RtNode::Decode(DecodeNode::with_records(
+                        id,
+                        cfg.clone(),
+                        ROUTER,
+                        gpu,
+                        SharedRecord::new(pool),
+                    ))
+                }
+            };
+            spawn_listener(
+                id,
+                plan.listener,
+                Inbound {
+                    to_loop: tx.clone(),
+                    transfer,
+                },
+                stop.clone(),
+            )?;
+            if let Some(cl) = plan.client {
+                server.client_addr = Some(cl.local_addr()?);
+                client_endpoint = Some((cl, tx.clone()));
+            }
+            let lp = NodeLoop::new(node, io, rx);
+            let thread = thread::Builder::new()
+                .name(format!("{id}-loop"))
+                .spawn(move || lp.run())?;
+            server.nodes.push(Handle {
+                tx,
+                thread: Some(thread),
+            });
+        }
+        if let Some((cl, router)) = client_endpoint {
+            let txs: Vec<Sender<Ev<K>>> = server.nodes.iter().map(|h| h.tx.clone()).collect();
+            let bugs: Vec<&'static str> = opts.cfg.bugs.iter().map(|b| b.name()).collect();
+            let status: StatusFn = Arc::new(move || {
+                let nodes = statuses(&txs);
+                serde_json::json!({
+                    "bugs": bugs,
+                    "warning": if bugs.is_empty() { None } else {
+                        Some(format!("BUG SWITCHES ON: {}", bugs.join(",")))
+                    },
+                    "nodes": nodes,
+                })
+            });
+            spawn_client_endpoint(cl, router, status, stop.clone())?;
+        }
+        Ok(server)
+    }
+
+    pub fn client_addr(&self) -> Option<SocketAddr> {
+        self.client_addr
+    }
+
+    /// Wait until every link of this process's nodes is connected (or `timeout`).
+    pub fn wait_connected(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            if self
+                .connected
+                .iter()
+                .all(|(_, _, f)| f.load(Ordering::Relaxed))
+            {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Every node's status (a node that does not answer within a second is left out).
+    pub fn status(&self) -> Vec<NodeStatus> {
+        let txs: Vec<Sender<Ev<K>>> = self.nodes.iter().map(|h| h.tx.clone()).collect();
+        statuses(&txs)
+    }
+
+    /// Stop intake, drain (until every node is quiescent or `drain` passes), end every
+    /// node's trace and report the pages each pool holds.
+    pub fn shutdown(mut self, drain: Duration) -> ExitReport {
+        for h in &self.nodes {
+            let _ = h.tx.send(Ev::CloseIntake);
+        }
+        let end = Instant::now() + drain;
+        let mut status = self.status();
+        let mut drained = status.iter().all(NodeStatus::quiescent);
+        while !drained && Instant::now() < end {
+            thread::sleep(Duration::from_millis(20));
+            status = self.status();
+            drained = status.iter().all(NodeStatus::quiescent);
+        }
+        let (outcome, detail) = if drained {
+            (EndOutcome::Drained, "drained at shutdown".to_string())
+        } else {
+            (
+                EndOutcome::LivenessBound,
+                format!("did not drain within {} ms of shutdown", drain.as_millis()),
+            )
+        };
+        for h in &self.nodes {
+            let _ = h.tx.send(Ev::Stop {
+                outcome,
+                detail: detail.clone(),
+            });
+        }
+        for h in &mut self.nodes {
+            if let Some(t) = h.thread.take() {
+                let _ = t.join();
+            }
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        ExitReport {
+            drained,
+            nodes: status,
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! `kvsim serve`: the engine on threads, sockets and clocks (kvsim-runtime), and
+//! `kvsim bench-client`, a load generator for its client endpoint.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use kvsim_engine::bugs::BugSet;
+use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
+use kvsim_engine::ids::NodeId;
+use kvsim_engine::world::{Topology, ROUTER};
+use kvsim_runtime::{Answer, Client, NodePlan, ServeOptions, Server};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// A scenario file (TOML): the topology, pools, engine limits and defenses to serve.
+    pub scenario: PathBuf,
+    /// Run only this node (`n3` or `3`); the others run in their own processes.
+    #[arg(long, value_name = "N", requires = "peers")]
+    pub node: Option<String>,
+    /// Every node's address, one `nID ADDR` line each, plus `client ADDR` (the router's
+    /// client endpoint). Needed with --node.
+    #[arg(long, value_name = "FILE")]
+    pub peers: Option<PathBuf>,
+    /// The incarnation of this node (a restart after a kill takes a higher one).
+    #[arg(long, default_value_t = 0)]
+    pub epoch: u32,
+    /// Bug switches to enable, comma-separated (replaces the file's list).
+    #[arg(long, value_name = "LIST")]
+    pub bugs: Option<String>,
+    /// Seed: draws the scenario's ranges (pool sizes, limits), as `kvsim run` does.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// KV backend: symbolic or host (real f32 arithmetic).
+    #[arg(long, default_value = "symbolic")]
+    pub gpu: String,
+    /// Write every node's trace (the documented schema) to DIR/n<ID>-e<EPOCH>.jsonl.
+    #[arg(long, value_name = "DIR")]
+    pub trace_json: Option<PathBuf>,
+    /// The client endpoint's address when all nodes run here.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// How long to drain at SIGINT/SIGTERM before giving up, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub drain_secs: u64,
+}
+
+fn node_id(s: &str) -> Result<NodeId> {
+    let n = s.strip_prefix('n').unwrap_or(s);
+    n.parse::<u16>()
+        .map(NodeId)
+        .with_context(|| format!("--node: `{s}` is not a node id (like n1)"))
+}
+
+/// The peers file: `nID ADDR` per node, `client ADDR`; `#` starts a comment.
+pub fn parse_peers(text: &str) -> Result<(BTreeMap<NodeId, SocketAddr>, Option<SocketAddr>)> {
+    let mut peers = BTreeMap::new();
+    let mut client = None;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.split_whitespace();
+        let (Some(name), Some(addr), None) = (parts.next(), parts.next(), parts.next()) else {
+            bail!("peers line {}: expected `NAME ADDR`, got `{line}`", i + 1);
+        };
+        let addr: SocketAddr = addr
+            .parse()
+            .with_context(|| format!("peers line {}: `{addr}` is not an address", i + 1))?;
+        if name == "client" {
+            client = Some(addr);
+        } else {
+            let id = node_id(name).with_context(|| format!("peers line {}", i + 1))?;
+            if peers.insert(id, addr).is_some() {
+                bail!("peers line {}: {name} is listed twice", i + 1);
+            }
+        }
+    }
+    Ok((peers, client))
+}
+
+pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
+    let host = match a.gpu.as_str() {
+        "symbolic" => false,
+        "host" => true,
+        other => bail!("unknown --gpu `{other}` (known: symbolic, host)"),
+    };
+    let sc = crate::cmd_sim::load_to_run(&a.scenario, host, true)?;
+    let bugs = a
+        .bugs
+        .as_deref()
+        .map(BugSet::parse)
+        .transpose()
+        .map_err(anyhow::Error::from)?;
+    let plan = kvsim_sim::plan::Plan::build(
+        &sc,
+        a.seed.unwrap_or(sc.seed),
+        bugs,
+        &kvsim_sim::plan::Reduction::default(),
+    )?;
+    let opts = ServeOptions {
+        topology: Topology {
+            prefill_pools: plan.prefill_pools.clone(),
+            decode_pools: plan.decode_pools.clone(),
+        },
+        cfg: plan.engine.clone(),
+        trace_dir: a.trace_json.clone(),
+        scenario: plan.scenario.clone(),
+        seed: plan.seed,
+    };
+    if let Some(dir) = &opts.trace_dir {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create --trace-json {}", dir.display()))?;
+    }
+    if !opts.cfg.bugs.is_empty() {
+        let names: Vec<&str> = opts.cfg.bugs.iter().map(|b| b.name()).collect();
+        let line = format!(
+            "kvsim serve: WARNING: BUG SWITCHES ON: {} (this server is deliberately unsafe)",
+            names.join(",")
+        );
+        eprintln!("{line}");
+        println!("{line}");
+    }
+    if host {
+        run::<HostGpu>(a, &opts, HostGpu::new)
+    } else {
+        run::<SymbolicGpu>(a, &opts, SymbolicGpu::new)
+    }
+}
+
+fn run<G>(a: &ServeArgs, opts: &ServeOptions, make_gpu: fn(u32, u32) -> G) -> Result<ExitCode>
+where
+    G: Gpu + Send + 'static,
+    G::Kv: Serialize + DeserializeOwned + Send + Sync,
+{
+    let server: Server<G::Kv> = match &a.node {
+        None => {
+            let client = TcpListener::bind(&a.listen)
+                .with_context(|| format!("--listen {}: cannot bind", a.listen))?;
+            Server::start_all(opts, client, make_gpu)?
+        }
+        Some(n) => {
+            let id = node_id(n)?;
+            let path = a.peers.as_deref().context("--node needs --peers FILE")?;
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read --peers {}", path.display()))?;
+            let (peers, client) =
+                parse_peers(&text).with_context(|| format!("--peers {}", path.display()))?;
+            let addr = *peers
+                .get(&id)
+                .with_context(|| format!("--peers {}: no line for {id}", path.display()))?;
+            let listener =
+                TcpListener::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
+            let client = match (id == ROUTER, client) {
+                (true, Some(c)) => {
+                    Some(TcpListener::bind(c).with_context(|| format!("cannot bind {c}"))?)
+                }
+                (true, None) => bail!(
+                    "--peers {}: the router needs a `client ADDR` line",
+                    path.display()
+                ),
+                (false, _) => None,
+            };
+            Server::start(
+                opts,
+                vec![NodePlan {
+                    id,
+                    epoch: a.epoch,
+                    listener,
+                    peers,
+                    client,
+                }],
+                make_gpu,
+            )?
+        }
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    ctrlc::set_handler(move || {
+        let _ = tx.send(());
+    })
+    .context("cannot install the SIGINT/SIGTERM handler")?;
+    if let Some(addr) = server.client_addr() {
+        println!("kvsim serve: client endpoint on {addr}");
+    }
+    let nodes: Vec<String> = server
+        .status()
+        .iter()
+        .map(|s| format!("{} {:?}", s.node, s.role))
+        .collect();
+    println!(
+        "kvsim serve: running {} (epoch {})",
+        nodes.join(", "),
+        a.epoch
+    );
+    std::io::stdout().flush().ok();
+    // Wait for SIGINT or SIGTERM.
+    let _ = rx.recv();
+    println!("kvsim serve: signal received: intake stopped, draining");
+    std::io::stdout().flush().ok();
+    let report = server.shutdown(Duration::from_secs(a.drain_secs));
+    print!("{}", report.render());
+    std::io::stdout().flush().ok();
+    Ok(if report.drained {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The client endpoint of a running `kvsim serve`.
+    pub addr: SocketAddr,
+    /// Requests per connection.
+    #[arg(long, default_value_t = 200)]
+    pub requests: usize,
+    /// Concurrent connections (one request at a time each).
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: usize,
+    #[arg(long, default_value_t = 16)]
+    pub prompt_len: u64,
+    #[arg(long, default_value_t = 4)]
+    pub max_new_tokens: u32,
+}
+
+/// Requests/s and latency percentiles of the endpoint at one concurrency.
+pub fn bench(a: &BenchArgs) -> Result<ExitCode> {
+    let t0 = Instant::now();
+    let workers: Vec<_> = (0..a.concurrency)
+        .map(|_| {
+            let (addr, n, pl, mt) = (a.addr, a.requests, a.prompt_len, a.max_new_tokens);
+            std::thread::spawn(move || -> Result<(Vec<Duration>, usize)> {
+                let mut c = Client::connect(addr, Duration::from_secs(30))?;
+                let mut lat = Vec::with_capacity(n);
+                let mut not_ok = 0;
+                for _ in 0..n {
+                    let t = Instant::now();
+                    match c.request(pl, mt)? {
+                        Answer::Reply(r) if r.status == 200 => {}
+                        _ => not_ok += 1,
+                    }
+                    lat.push(t.elapsed());
+                }
+                Ok((lat, not_ok))
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut not_ok = 0;
+    for w in workers {
+        let (lat, bad) = w
+            .join()
+            .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+        all.extend(lat);
+        not_ok += bad;
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    all.sort();
+    let pct = |p: f64| all[((all.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1e3;
+    println!(
+        "concurrency {}: {} requests in {:.2} s = {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {} not 200",
+        a.concurrency,
+        all.len(),
+        wall,
+        all.len() as f64 / wall,
+        pct(0.5),
+        pct(0.99),
+        not_ok
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Read the client endpoint's address from a server's stdout line.
+pub fn endpoint_of(line: &str) -> Option<SocketAddr> {
+    line.strip_prefix("kvsim serve: client endpoint on ")?
+        .trim()
+        .parse()
+        .ok()
+}
