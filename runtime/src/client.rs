@@ -193,6 +193,11 @@ impl Client {
         })
     }
 
+    /// Send one raw line without waiting for the answer.
+    pub fn raw_send(&mut self, line: &str) -> std::io::Result<()> {
+        writeln!(self.out, "{line}")
+    }
+
     /// Send one raw line and read the answer line.
     pub fn raw(&mut self, line: &str) -> std::io::Result<Answer> {
         writeln!(self.out, "{line}")?;

@@ -54,7 +54,7 @@ where
     K: DeserializeOwned + Send + 'static,
 {
     listener.set_nonblocking(true)?;
-    Ok(thread::Builder::new()
+    thread::Builder::new()
         .name(format!("{me}-listen"))
         .spawn(move || {
             while !stop.load(Ordering::Relaxed) {
@@ -75,7 +75,7 @@ where
                     }
                 }
             }
-        })?)
+        })
 }
 
 fn read_conn<K: DeserializeOwned>(

@@ -1,0 +1,339 @@
+//! `kvsim serve` for real, on loopback: the engine's nodes on threads and TCP, clients
+//! over the line-JSON endpoint, SIGTERM/SIGINT, and `kvsim audit` over the per-node
+//! traces the server wrote itself. Every wait has a timeout; ports are ephemeral.
+
+mod cli;
+
+use cli::{kvsim, root, text, tmp_in};
+use kvsim_engine::ids::RequestId;
+use kvsim_runtime::{Answer, Client, Reply};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+const LOOPBACK: &str = "tests/serve/loopback.toml";
+const INCIDENT_SC: &str = "tests/serve/incident.toml";
+const T: Duration = Duration::from_secs(20);
+
+/// A running `kvsim serve` process, killed if a test fails before stopping it.
+struct Served {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kvsim"))
+            .current_dir(root())
+            .arg("serve")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("kvsim serve starts");
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Served {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait for a stdout line that `f` accepts.
+    fn wait_for<R>(&mut self, what: &str, f: impl Fn(&str) -> Option<R>) -> R {
+        let end = Instant::now() + T;
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = f(&line);
+                    self.seen.push(line);
+                    if let Some(r) = hit {
+                        return r;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        panic!(
+            "no `{what}` from kvsim serve; it printed:\n{}",
+            self.seen.join("\n")
+        );
+    }
+
+    fn endpoint(&mut self) -> SocketAddr {
+        self.wait_for("client endpoint", kvsim::serve::endpoint_of)
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+
+    /// Send `sig` and wait for the exit; everything it printed, and whether it
+    /// exited 0.
+    fn stop(mut self, sig: &str) -> (String, bool) {
+        self.signal(sig);
+        let end = Instant::now() + T;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break s;
+            }
+            assert!(Instant::now() < end, "kvsim serve did not exit after {sig}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.seen.push(line);
+        }
+        (self.seen.join("\n"), status.success())
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn reply(a: Answer) -> Reply {
+    match a {
+        Answer::Reply(r) => r,
+        Answer::Error(e) => panic!("the server refused the request: {e}"),
+    }
+}
+
+/// Which requests' prompts the reply's tokens came from (canary markers).
+fn owners(r: &Reply) -> Vec<RequestId> {
+    let mut o: Vec<RequestId> = r
+        .tokens
+        .iter()
+        .filter_map(|t| kvsim_oracle::canary::owner(*t))
+        .collect();
+    o.dedup();
+    o
+}
+
+fn traces(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("trace dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn audit(dir: &Path) -> (String, Option<i32>) {
+    let files = traces(dir);
+    let mut args = vec!["audit".to_string()];
+    args.extend(files.iter().map(|p| p.display().to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = kvsim(&refs);
+    (text(&out), out.status.code())
+}
+
+fn fresh_dir(name: &str) -> PathBuf {
+    let dir = tmp_in("serve", name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The defended engine served for real: normal and over-length prompts from several
+/// clients at once and a client that disconnects mid-request; every over-length prompt
+/// gets 400, no reply carries another request's marker, SIGTERM drains with every pool
+/// page free, and the audit of the server's own traces is clean.
+#[test]
+fn serve_answers_clients_and_its_trace_audits_clean() {
+    let dir = fresh_dir("clean");
+    let dir_s = dir.display().to_string();
+    let mut s = Served::start(&[LOOPBACK, "--trace-json", &dir_s]);
+    let addr = s.endpoint();
+
+    let mut c = Client::connect(addr, T).unwrap();
+    let status = c.status().unwrap();
+    assert_eq!(status["bugs"], serde_json::json!([]), "{status}");
+    assert_eq!(
+        status["nodes"].as_array().map(Vec::len),
+        Some(3),
+        "{status}"
+    );
+
+    // Four clients at once, each with fitting and over-length prompts (the prefill
+    // pool holds 512 tokens).
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr, T).unwrap();
+                let mut got = Vec::new();
+                for i in 0..6u64 {
+                    let over = (i + w) % 3 == 0;
+                    let len = if over { 600 + 40 * i } else { 20 + 37 * i + w };
+                    let r = reply(c.request(len, 1 + (i as u32 % 8)).unwrap());
+                    got.push((over, len, r));
+                }
+                got
+            })
+        })
+        .collect();
+    // A client that goes away mid-request: its request is cancelled, not leaked.
+    {
+        let mut gone = Client::connect(addr, T).unwrap();
+        let _ = gone.raw_send(r#"{"prompt_len": 400, "max_new_tokens": 16}"#);
+    }
+    // A line that is not a request is refused with the reason.
+    match c.raw(r#"{"prompt_len": "x"}"#).unwrap() {
+        Answer::Error(e) => assert!(
+            e.contains("prompt_len") || e.contains("invalid type"),
+            "{e}"
+        ),
+        Answer::Reply(r) => panic!("a bad line got a reply: {r:?}"),
+    }
+    let mut n_ok = 0;
+    for w in workers {
+        for (over, len, r) in w.join().expect("client thread") {
+            if over {
+                assert_eq!(r.status, 400, "over-length prompt of {len} tokens: {r:?}");
+                assert!(r.tokens.is_empty());
+            } else {
+                assert_eq!(r.status, 200, "prompt of {len} tokens: {r:?}");
+                n_ok += 1;
+                let own = RequestId(r.req);
+                assert!(
+                    owners(&r).iter().all(|o| *o == own),
+                    "reply to {own} carries another request's marker: {r:?}"
+                );
+            }
+        }
+    }
+    assert!(n_ok >= 12, "only {n_ok} fitting requests answered 200");
+
+    let (out, ok) = s.stop("-TERM");
+    assert!(ok, "kvsim serve did not drain cleanly:\n{out}");
+    assert!(
+        out.contains("drained; pages each pool holds at exit"),
+        "{out}"
+    );
+    assert!(out.contains("32 of 32 pages free, 0 held"), "{out}");
+    assert!(out.contains("128 of 128 pages free, 0 held"), "{out}");
+
+    assert_eq!(traces(&dir).len(), 3, "one trace file per node");
+    let (report, code) = audit(&dir);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("verdict: CLEAN"), "{report}");
+    assert!(report.contains("run end: drained"), "{report}");
+}
+
+/// The incident's bug switches on a deployment without page tags: the server says so
+/// loudly, the over-length prompt gets 200 carrying the earlier request's marker, and
+/// the audit of the server's traces names the leak (S3) and exits 1.
+#[test]
+fn serve_with_the_incident_bugs_leaks_and_audit_names_it() {
+    let dir = fresh_dir("leak");
+    let dir_s = dir.display().to_string();
+    let bugs = "gate-checks-finished-only,no-length-agreement";
+    let mut s = Served::start(&[INCIDENT_SC, "--bugs", bugs, "--trace-json", &dir_s]);
+    s.wait_for("bug warning", |l| {
+        l.contains("WARNING: BUG SWITCHES ON: gate-checks-finished-only,no-length-agreement")
+            .then_some(())
+    });
+    let addr = s.endpoint();
+    let mut c = Client::connect(addr, T).unwrap();
+    let status = c.status().unwrap();
+    assert!(
+        status["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("BUG SWITCHES ON")),
+        "{status}"
+    );
+    let first = reply(c.request(300, 4).unwrap());
+    assert_eq!(first.status, 200);
+    let over = reply(c.request(700, 8).unwrap());
+    assert_eq!(
+        over.status, 200,
+        "the bugs let the over-length prompt through"
+    );
+    assert!(
+        owners(&over).contains(&RequestId(first.req)),
+        "the leak: request {} must echo request {}'s marker: {over:?}",
+        over.req,
+        first.req
+    );
+    let (out, _) = s.stop("-INT");
+    assert!(out.contains("pages each pool holds at exit"), "{out}");
+    let (report, code) = audit(&dir);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(report.contains("VIOLATED S3"), "{report}");
+}
+
+/// Determinism where it can exist: one client, no faults, one request at a time; the
+/// server's replies equal, token for token, the simulator's run of the same requests on
+/// the same scenario.
+#[test]
+fn serve_replies_match_the_simulator_token_for_token() {
+    let work: [(u64, u32); 6] = [(40, 4), (300, 8), (700, 4), (17, 1), (511, 16), (96, 16)];
+    let mut s = Served::start(&[LOOPBACK]);
+    let addr = s.endpoint();
+    let mut c = Client::connect(addr, T).unwrap();
+    let served: BTreeMap<u64, (u16, Vec<u32>)> = work
+        .iter()
+        .map(|&(len, n)| {
+            let r = reply(c.request(len, n).unwrap());
+            (r.req, (r.status, r.tokens))
+        })
+        .collect();
+    let (out, ok) = s.stop("-TERM");
+    assert!(ok, "{out}");
+
+    let sc = kvsim_sim::scenario::Scenario::load(&root().join(LOOPBACK)).unwrap();
+    let mut plan =
+        kvsim_sim::plan::Plan::build(&sc, sc.seed, None, &kvsim_sim::plan::Reduction::default())
+            .unwrap();
+    plan.requests = work
+        .iter()
+        .enumerate()
+        .map(
+            |(i, &(prompt_len, max_new_tokens))| kvsim_sim::scenario::PlannedRequest {
+                req: RequestId(i as u64),
+                tenant: kvsim_engine::ids::TenantId(0),
+                prompt_len,
+                max_new_tokens,
+                // One at a time, as the single client sends them.
+                at_ns: i as u64 * 1_000_000_000,
+                cancel: None,
+            },
+        )
+        .collect();
+    plan.partitions.clear();
+    plan.crashes.clear();
+    plan.deadline_ns = plan.deadline_ns.max(work.len() as u64 * 1_000_000_000 * 2);
+    let sim = kvsim_sim::run_plan(&plan, kvsim_sim::Backend::Symbolic, false);
+    assert!(sim.clean(), "the simulator's run is not clean");
+    let simulated: BTreeMap<u64, (u16, Vec<u32>)> = sim
+        .replies
+        .iter()
+        .map(|(req, rs)| {
+            assert_eq!(rs.len(), 1, "one reply per request");
+            (req.0, (rs[0].status.0, rs[0].tokens.clone()))
+        })
+        .collect();
+    assert_eq!(served, simulated);
+    assert!(served.values().any(|(st, t)| *st == 200 && t.len() == 16));
+    assert!(served.values().any(|(st, _)| *st == 400));
+}
