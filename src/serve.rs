@@ -181,6 +181,11 @@ where
             )?
         }
     };
+    if server.wait_connected(Duration::from_secs(10)) {
+        println!("kvsim serve: connected to every peer");
+    } else {
+        println!("kvsim serve: not connected to every peer yet (links keep retrying)");
+    }
     let (tx, rx) = std::sync::mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = tx.send(());

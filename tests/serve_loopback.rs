@@ -106,7 +106,21 @@ impl Served {
 }
 
 impl Drop for Served {
+    /// A test that failed leaves its servers behind: stop them with SIGTERM (so their
+    /// traces are complete for a look), and kill what does not exit within 5 s.
     fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let end = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < end {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -336,4 +350,109 @@ fn serve_replies_match_the_simulator_token_for_token() {
     assert_eq!(served, simulated);
     assert!(served.values().any(|(st, t)| *st == 200 && t.len() == 16));
     assert!(served.values().any(|(st, _)| *st == 400));
+}
+
+/// A free loopback port (bound, then released for the child to bind).
+fn free_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// One process per node, on loopback, with a peers file; SIGKILL of the decode process
+/// and a restart with a new epoch: requests before and after are answered with their
+/// own KV only, a request during the outage fails (never 200 with foreign tokens), every
+/// process drains at SIGTERM, and the audit over every incarnation's trace is clean.
+#[test]
+fn serve_one_process_per_node_survives_a_decode_kill_and_restart() {
+    let dir = fresh_dir("procs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dir_s = dir.display().to_string();
+    let addrs: Vec<SocketAddr> = (0..4).map(|_| free_port()).collect();
+    let peers = dir.join("peers.txt");
+    std::fs::write(
+        &peers,
+        format!(
+            "# node addresses\nn0 {}\nn1 {}\nn2 {}\nclient {}\n",
+            addrs[0], addrs[1], addrs[2], addrs[3]
+        ),
+    )
+    .unwrap();
+    let peers_s = peers.display().to_string();
+    let node = |n: &str, epoch: &str| {
+        Served::start(&[
+            LOOPBACK,
+            "--node",
+            n,
+            "--peers",
+            &peers_s,
+            "--epoch",
+            epoch,
+            "--trace-json",
+            &dir_s,
+        ])
+    };
+    let connected = |s: &mut Served| {
+        s.wait_for("connected", |l| {
+            l.contains("connected to every peer").then_some(())
+        })
+    };
+    let (mut router, mut prefill, mut decode) = (node("n0", "0"), node("n1", "0"), node("n2", "0"));
+    for s in [&mut router, &mut prefill, &mut decode] {
+        connected(s);
+    }
+    let addr = router.endpoint();
+    assert_eq!(addr, addrs[3]);
+    let mut c = Client::connect(addr, T).unwrap();
+    let check = |c: &mut Client, len: u64| {
+        let r = reply(c.request(len, 8).unwrap());
+        assert_eq!(r.status, 200, "{r:?}");
+        assert!(owners(&r).iter().all(|o| o.0 == r.req), "{r:?}");
+    };
+    for len in [30, 200, 480] {
+        check(&mut c, len);
+    }
+    assert_eq!(reply(c.request(900, 8).unwrap()).status, 400);
+
+    decode.signal("-KILL");
+    let _ = decode.child.wait();
+    drop(decode);
+    let during = reply(c.request(100, 8).unwrap());
+    assert_ne!(during.status, 200, "decode is down: {during:?}");
+
+    let mut decode = node("n2", "1");
+    connected(&mut decode);
+    // The router's link to n2 reconnects on its backoff (at most a second): until
+    // then a request fails, and never carries another request's tokens.
+    let end = Instant::now() + T;
+    loop {
+        let r = reply(c.request(200, 8).unwrap());
+        assert!(owners(&r).iter().all(|o| o.0 == r.req), "{r:?}");
+        if r.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the restarted decode never served: {r:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for len in [200, 30, 480, 64] {
+        check(&mut c, len);
+    }
+    drop(c);
+    let mut outs = Vec::new();
+    for s in [router, prefill, decode] {
+        let (out, ok) = s.stop("-TERM");
+        assert!(ok, "{out}");
+        assert!(out.contains("drained"), "{out}");
+        outs.push(out);
+    }
+    let all = outs.join("\n");
+    assert!(all.contains("32 of 32 pages free, 0 held"), "{all}");
+    assert!(all.contains("128 of 128 pages free, 0 held"), "{all}");
+    assert!(all.contains("n2 Decode (epoch 1)"), "{all}");
+    assert_eq!(traces(&dir).len(), 4, "n0, n1, and two incarnations of n2");
+    let (report, code) = audit(&dir);
+    assert_eq!(code, Some(0), "{report}");
+    assert!(report.contains("verdict: CLEAN"), "{report}");
 }

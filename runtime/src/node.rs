@@ -89,6 +89,12 @@ pub enum Ev<K> {
         reason: WriteFailure,
         completion: Msg<K>,
     },
+    /// The failed completion of a KV write this node posted (already taken out of
+    /// the writes in flight): delivered to the node as from the write's receiver.
+    FailedBack {
+        from: NodeId,
+        msg: Msg<K>,
+    },
     /// A message to `to` could not be written (no connection).
     SendFailed {
         to: NodeId,
@@ -236,7 +242,7 @@ impl<K: Clone> Io<K> {
             write: id,
             reason,
         });
-        let _ = self.me.send(Ev::Msg {
+        let _ = self.me.send(Ev::FailedBack {
             from: to,
             msg: completion,
         });
@@ -382,10 +388,20 @@ impl<G: Gpu> NodeLoop<G> {
                 .timers
                 .wait(id, now)
                 .unwrap_or(Duration::from_millis(200));
-            let ev = match self.rx.recv_timeout(wait) {
+            let ev = match self.rx.try_recv() {
                 Ok(ev) => ev,
-                Err(RecvTimeoutError::Timeout) => continue,
-                Err(RecvTimeoutError::Disconnected) => break,
+                Err(_) => {
+                    // Idle: the trace reaches the file before the loop waits, so a
+                    // node killed while idle leaves a complete trace.
+                    if let Some(t) = &mut self.io.tracer {
+                        t.flush();
+                    }
+                    match self.rx.recv_timeout(wait) {
+                        Ok(ev) => ev,
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
             };
             if !self.handle(ev) {
                 break;
@@ -414,6 +430,7 @@ impl<G: Gpu> NodeLoop<G> {
                 }
                 self.dispatch(Input::Message { from, msg });
             }
+            Ev::FailedBack { from, msg } => self.dispatch(Input::Message { from, msg }),
             Ev::Landed {
                 from,
                 id,

@@ -13,6 +13,7 @@ use std::path::Path;
 pub struct Tracer {
     out: BufWriter<File>,
     seq: u64,
+    dirty: bool,
 }
 
 impl Tracer {
@@ -21,13 +22,18 @@ impl Tracer {
         let mut out = BufWriter::new(File::create(path)?);
         out.write_all(header_line(header).as_bytes())?;
         out.write_all(b"\n")?;
-        Ok(Tracer { out, seq: 0 })
+        Ok(Tracer {
+            out,
+            seq: 0,
+            dirty: false,
+        })
     }
 
     /// Write one record, stamped now. A write error is reported once on stderr and
     /// tracing continues (the serving path never stops for its trace).
     pub fn write(&mut self, rec: Record) {
         self.seq += 1;
+        self.dirty = true;
         let e = Entry {
             at_ns: wall_ns(),
             seq: self.seq,
@@ -43,7 +49,11 @@ impl Tracer {
         }
     }
 
+    /// Write out what is buffered (nothing to do when nothing was written since).
     pub fn flush(&mut self) {
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
         if let Err(err) = self.out.flush() {
             eprintln!("kvsim serve: trace flush failed: {err}");
         }
