@@ -9,8 +9,12 @@
 //! these models are known to be able to fail. This file is not a benchmark or a
 //! stress test, and it only builds under `RUSTFLAGS="--cfg loom"`.
 //!
-//! Bounds: four models are explored without a preemption bound (they finish in about a
-//! second); the two with three busy threads run within `HEAVY_PREEMPTIONS`, which keeps
+//! The two `node_*_while_the_transfer_thread_lands` models are the hardware runtime's
+//! real pair of threads on a decode node: the node's loop quarantining or releasing a
+//! room while the transfer thread lands a write for it with the engine's `kv::land`.
+//!
+//! Bounds: six models are explored without a preemption bound (they finish in seconds);
+//! the two with three busy threads run within `HEAVY_PREEMPTIONS`, which keeps
 //! the whole run near a minute on 2 cores. `KVSIM_LOOM_PREEMPTIONS=N` bounds every model
 //! at N, `KVSIM_LOOM_PREEMPTIONS=none` explores every model unbounded (hours). Each model
 //! pins the number of interleavings it explores at the default bounds, so a change to the
@@ -18,8 +22,10 @@
 //! docs/PERFORMANCE.md (section "kv::shared") for the commands and their running times.
 #![cfg(loom)]
 
-use kvsim_engine::ids::{PageId, RoomKey};
+use kvsim_engine::gpu::{Gpu, WriteTag};
+use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
 use kvsim_engine::kv::shared::{PlantedRace, SharedError, SharedPool, WriteGuard};
+use kvsim_engine::kv::{land, Refusal};
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;
@@ -233,7 +239,7 @@ fn loom_transfer_write_races_abort_quarantine() {
     check(
         "loom_transfer_write_races_abort_quarantine",
         None,
-        16840,
+        136610,
         || transfer_write_vs_abort(None, Abort::QuarantineThenAck),
     );
 }
@@ -439,6 +445,159 @@ fn loom_stale_write_after_reallocation_always_refused() {
         Some(HEAVY_PREEMPTIONS),
         273126,
         || stale_write_after_reallocation(None),
+    );
+}
+
+/// The KV memory of [`Kv`] seen through the engine's `Gpu` trait, as the runtime's
+/// transfer thread writes it: `kv::land` calls `write_page` only under the shared
+/// record's write guards. Only what landing uses is implemented.
+struct LoomGpu(Arc<Kv>);
+
+impl Gpu for LoomGpu {
+    type Kv = u64;
+    fn page_size(&self) -> u32 {
+        16
+    }
+    fn pages(&self) -> u32 {
+        self.0 .0.len() as u32
+    }
+    fn write_tokens(&mut self, _: &[PageTag], _: u64, _: &[Token], _: RoomKey) {
+        unreachable!("landing writes whole pages")
+    }
+    fn read_page(&self, page: PageId) -> u64 {
+        self.0.read(page)
+    }
+    fn write_page(&mut self, dst: PageTag, _room: RoomKey, kv: &u64) {
+        self.0.cell(dst.page).with_mut(|p| unsafe { *p = *kv });
+    }
+    fn page_tag(&self, _: PageId) -> Option<WriteTag> {
+        None
+    }
+    fn attend(&self, _: &[PageId], _: u64, _: u64) -> Token {
+        unreachable!("landing does not attend")
+    }
+    fn token_at(&self, _: &[PageId], _: u64) -> Token {
+        unreachable!("landing does not read tokens")
+    }
+    fn zero_page(&mut self, _: PageId) {
+        unreachable!("landing does not zero")
+    }
+}
+
+/// What the node's loop does to the room while its transfer thread lands a write.
+#[derive(Clone, Copy)]
+enum NodeSide {
+    /// The room fails mid-transfer: quarantine; the drain ack (and so the release)
+    /// comes only after the write's completion, as the protocol orders it.
+    QuarantineThenAckAfterCompletion,
+    /// The room lets go while a late write lands (the finish or failure path): the
+    /// write lands under its hold before the release, or is refused after it.
+    ReleaseWhileLanding,
+}
+
+/// The runtime's real pair of threads on one decode node: the transfer thread lands a
+/// two-page write of room A with the engine's `kv::land` (the function the simulator's
+/// delivery calls too), gated by the node's `SharedPool`; the node's loop quarantines
+/// or releases room A meanwhile, then gives a page to room B and writes B's KV. A's
+/// write never reaches B's page, and quarantine admits A's write (the one rule for
+/// writes into quarantined pages). Two threads: the transfer thread, the loop (main).
+fn node_vs_transfer_thread(side: NodeSide, race: Option<PlantedRace>) {
+    let pool = Arc::new(pool(2, race));
+    let kv = Arc::new(Kv::new(2));
+    let a = pool.alloc(2, A).unwrap();
+    pool.expect_write(A, &a).unwrap();
+
+    let transfer = {
+        let (pool, kv, a) = (pool.clone(), kv.clone(), a.clone());
+        thread::spawn(move || {
+            let mut gpu = LoomGpu(kv);
+            land(&*pool, &mut gpu, true, A, &a, &[A_KV, A_KV])
+        })
+    };
+
+    let mut transfer = Some(transfer);
+    let landing = match side {
+        NodeSide::QuarantineThenAckAfterCompletion => {
+            pool.quarantine(A, &a).unwrap();
+            // The completion reaches the writer, whose drain ack then releases.
+            let landing = transfer.take().map(|t| t.join().unwrap());
+            assert_eq!(
+                landing,
+                Some(Ok(())),
+                "a quarantined page takes its room's write"
+            );
+            assert_eq!(pool.release_quarantined(A, &a), Ok(2));
+            landing
+        }
+        NodeSide::ReleaseWhileLanding => {
+            pool.release(A, &a).unwrap();
+            None
+        }
+    };
+    let b = match pool.alloc(1, B) {
+        Ok(tags) => {
+            let b = tags[0];
+            let g = pool.begin_write(b).unwrap();
+            kv.write(&pool, &g, B_KV);
+            Some(b)
+        }
+        // Both pages still held by the landing write.
+        Err(SharedError::Exhausted { .. }) => None,
+        Err(e) => panic!("unexpected: {e}"),
+    };
+    let landing = match (landing, transfer) {
+        (Some(l), _) => l,
+        (None, Some(t)) => t.join().unwrap(),
+        (None, None) => unreachable!("the transfer thread is joined once"),
+    };
+    match &landing {
+        Ok(()) => {}
+        Err(Refusal { reason, .. }) => assert!(
+            reason.starts_with("owned by") || reason.starts_with("stale generation"),
+            "unexpected refusal: {reason}"
+        ),
+    }
+    if let Some(b) = b {
+        assert_eq!(kv.read(b.page), B_KV, "A's write reached B's page");
+    }
+    assert_invariants(&pool);
+    assert_eq!(pool.free_count() + usize::from(b.is_some()), 2);
+}
+
+#[test]
+fn loom_node_quarantines_while_the_transfer_thread_lands() {
+    check(
+        "loom_node_quarantines_while_the_transfer_thread_lands",
+        None,
+        180,
+        || node_vs_transfer_thread(NodeSide::QuarantineThenAckAfterCompletion, None),
+    );
+}
+
+#[test]
+fn loom_node_releases_while_the_transfer_thread_lands() {
+    check(
+        "loom_node_releases_while_the_transfer_thread_lands",
+        None,
+        894,
+        || node_vs_transfer_thread(NodeSide::ReleaseWhileLanding, None),
+    );
+}
+
+/// The new models can fail: with the hold's check and increment split, the landing
+/// that races the release must be caught (the write reaches the page reallocated to B,
+/// the free page gains a holder, or the landing's hold is lost to a reallocation).
+#[test]
+fn loom_catches_planted_split_hold_check_in_landing() {
+    let msg = must_catch(PlantedRace::SplitHoldCheck, |race| {
+        node_vs_transfer_thread(NodeSide::ReleaseWhileLanding, race)
+    });
+    eprintln!("loom caught the planted SplitHoldCheck in landing: {msg}");
+    assert!(
+        msg.contains("A's write reached B's page")
+            || msg.contains("(S1)")
+            || msg.contains("hold was lost"),
+        "loom failed, but not on the planted race: {msg}"
     );
 }
 
