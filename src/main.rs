@@ -66,6 +66,8 @@ enum Command {
     Serve(kvsim::serve::ServeArgs),
     /// Load a running server's client endpoint and print requests/s and latency.
     BenchClient(kvsim::serve::BenchArgs),
+    /// A canary load against a running server: exit 1 when a reply leaks.
+    CanaryClient(kvsim::serve::CanaryArgs),
     /// List the bug switches, models, invariants or scenarios, one line each.
     List {
         /// bugs, models, invariants or scenarios.
@@ -171,6 +173,7 @@ fn main() -> ExitCode {
         Some(Command::Audit(args)) => kvsim::cmd_audit::run(&args),
         Some(Command::Serve(args)) => kvsim::serve::serve(&args),
         Some(Command::BenchClient(args)) => kvsim::serve::bench(&args),
+        Some(Command::CanaryClient(args)) => kvsim::serve::canary(&args),
         Some(Command::List { what, dir }) => kvsim::render::list(&what, &dir)
             .map(|text| {
                 print!("{text}");

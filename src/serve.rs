@@ -289,3 +289,139 @@ pub fn endpoint_of(line: &str) -> Option<SocketAddr> {
         .parse()
         .ok()
 }
+
+#[derive(Args, Debug)]
+pub struct CanaryArgs {
+    /// The client endpoint of a running `kvsim serve`.
+    pub addr: SocketAddr,
+    /// How long to keep sending.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: u64,
+    /// Seed of the workload (prompt lengths, over-length prompts, disconnects).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Prompts longer than this are over-length (the scenario's prefill pool, in
+    /// tokens): they must get 400, never 200.
+    #[arg(long, default_value_t = 512)]
+    pub limit: u64,
+}
+
+/// What a canary load saw.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct CanaryReport {
+    pub requests: u64,
+    pub by_status: BTreeMap<u16, u64>,
+    pub over_length: u64,
+    pub over_length_400: u64,
+    /// Over-length prompts answered 200: the incident.
+    pub over_length_200: u64,
+    /// 200 replies carrying another request's marker: a leak.
+    pub foreign_marker: u64,
+    pub disconnects: u64,
+    pub connection_errors: u64,
+}
+
+/// A canary workload: every prompt's tokens name its request, so a reply carrying a
+/// token of another request's prompt is a leak seen from outside, whatever the
+/// server's own trace says. Over-length prompts and client disconnects are mixed in.
+/// Exit 1 when a leak was seen.
+pub fn canary(a: &CanaryArgs) -> Result<ExitCode> {
+    let end = Instant::now() + Duration::from_secs(a.seconds);
+    let workers: Vec<_> = (0..a.concurrency)
+        .map(|w| {
+            let (addr, limit) = (a.addr, a.limit);
+            let mut rng = a
+                .seed
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add(w + 1);
+            std::thread::spawn(move || {
+                let mut r = CanaryReport::default();
+                let mut next = move || {
+                    rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    kvsim_engine::gpu::splitmix64(rng)
+                };
+                let mut client: Option<Client> = None;
+                while Instant::now() < end {
+                    let roll = next() % 100;
+                    let over = roll < 20;
+                    let len = if over {
+                        limit + 1 + next() % 400
+                    } else {
+                        1 + next() % (limit - 16)
+                    };
+                    let max_new = 1 + (next() % 16) as u32;
+                    if roll >= 90 {
+                        // Disconnect after sending, at a drawn point of the request.
+                        if let Ok(mut c) = Client::connect(addr, Duration::from_secs(5)) {
+                            let line =
+                                format!("{{\"prompt_len\": {len}, \"max_new_tokens\": {max_new}}}");
+                            let _ = c.raw_send(&line);
+                            std::thread::sleep(Duration::from_millis(next() % 30));
+                            r.disconnects += 1;
+                        }
+                        continue;
+                    }
+                    let c = match client.as_mut() {
+                        Some(c) => c,
+                        None => match Client::connect(addr, Duration::from_secs(30)) {
+                            Ok(c) => client.insert(c),
+                            Err(_) => {
+                                r.connection_errors += 1;
+                                std::thread::sleep(Duration::from_millis(50));
+                                continue;
+                            }
+                        },
+                    };
+                    let reply = match c.request(len, max_new) {
+                        Ok(Answer::Reply(reply)) => reply,
+                        Ok(Answer::Error(_)) | Err(_) => {
+                            r.connection_errors += 1;
+                            client = None;
+                            continue;
+                        }
+                    };
+                    r.requests += 1;
+                    *r.by_status.entry(reply.status).or_default() += 1;
+                    if over {
+                        r.over_length += 1;
+                        r.over_length_400 += u64::from(reply.status == 400);
+                        r.over_length_200 += u64::from(reply.status == 200);
+                    }
+                    let foreign = reply
+                        .tokens
+                        .iter()
+                        .any(|t| kvsim_oracle::canary::owner(*t).is_some_and(|o| o.0 != reply.req));
+                    if reply.status == 200 && foreign {
+                        r.foreign_marker += 1;
+                    }
+                }
+                r
+            })
+        })
+        .collect();
+    let mut total = CanaryReport::default();
+    for w in workers {
+        let r = w
+            .join()
+            .map_err(|_| anyhow::anyhow!("a canary thread panicked"))?;
+        total.requests += r.requests;
+        for (s, n) in r.by_status {
+            *total.by_status.entry(s).or_default() += n;
+        }
+        total.over_length += r.over_length;
+        total.over_length_400 += r.over_length_400;
+        total.over_length_200 += r.over_length_200;
+        total.foreign_marker += r.foreign_marker;
+        total.disconnects += r.disconnects;
+        total.connection_errors += r.connection_errors;
+    }
+    println!("canary: {}", serde_json::to_string(&total)?);
+    Ok(if total.foreign_marker > 0 || total.over_length_200 > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

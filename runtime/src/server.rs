@@ -81,6 +81,32 @@ pub struct Server<K> {
     connected: Vec<(NodeId, NodeId, Arc<AtomicBool>)>,
 }
 
+/// A killed incarnation wrote no end to its trace: its successor appends one, so the
+/// audit judges the run's end by the files of the incarnations still running (the
+/// node's pool and rooms continue in the new epoch's file, after its `crash` and
+/// `restart` records).
+fn end_killed_incarnation(dir: &std::path::Path, id: NodeId, epoch: u32) {
+    use std::io::Write as _;
+    let path = dir.join(format!("n{}-e{}.jsonl", id.0, epoch));
+    let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&path) else {
+        return;
+    };
+    let e = kvsim_oracle::schema::Entry {
+        at_ns: crate::clock::wall_ns(),
+        seq: 0,
+        rec: Record::End {
+            outcome: EndOutcome::Drained,
+            detail: format!(
+                "incarnation {epoch} was killed; node {id} continues as incarnation {}",
+                epoch + 1
+            ),
+        },
+    };
+    if let Err(err) = writeln!(f, "{}", kvsim_oracle::schema::entry_line(&e)) {
+        eprintln!("kvsim serve: cannot end {}: {err}", path.display());
+    }
+}
+
 /// Ask every loop for its status (one that does not answer within a second is left
 /// out).
 fn statuses<K>(txs: &[Sender<Ev<K>>]) -> Vec<NodeStatus> {
@@ -229,6 +255,7 @@ where
                             source,
                         })?;
                     if plan.epoch > 0 {
+                        end_killed_incarnation(dir, id, plan.epoch - 1);
                         // A restarted incarnation: the previous one is gone (killed),
                         // and every tag it handed out is stale in this epoch.
                         t.write(Record::Fault(FaultEvent::Crash {
