@@ -3,8 +3,8 @@
 # network namespaces (veth pairs to a bridge), a canary workload from the host, and a
 # seeded, printed schedule of real faults: packet loss and one- and two-way partitions
 # (nftables inside a namespace), a slow link (tbf), a link taken down and up, a paused
-# prefill (SIGSTOP/SIGCONT), and SIGKILL of the decode process with a restart at a new
-# epoch. Afterwards: `kvsim audit` over every node's trace, and every pool's pages at
+# prefill (SIGSTOP/SIGCONT), and SIGKILL of the decode and of the prefill process
+# (mid-transfer under load) with a restart at a new epoch. Afterwards: `kvsim audit` over every node's trace, and every pool's pages at
 # exit.
 #
 #   scripts/netns-bed.sh SEED [--bugs LIST] [--scenario FILE]
@@ -13,7 +13,6 @@
 # traces and logs go; default a temporary folder, kept), BED_SECONDS (canary load,
 # default 8). Exit: 0 when the canary saw no leak, the audit is clean and every pool
 # drained; 1 otherwise; 77 (SKIPPED) when namespaces are not available here.
-# Not covered: SIGKILL of a prefill process mid-transfer (see docs/ARCHITECTURE.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SEED=${1:?usage: netns-bed.sh SEED [--bugs LIST] [--scenario FILE]}
@@ -101,6 +100,7 @@ SCHEDULE=(
     "linkdown d $(ms 300 600)"
     "pause p $(ms 300 700)"
     "kill d $(ms 200 400)"
+    "kill p $(ms 200 400)"
 )
 # Shuffle the order by the seed.
 for (( i=${#SCHEDULE[@]}-1; i>0; i-- )); do
@@ -115,7 +115,8 @@ ip netns exec "${NS[r]}" true
 CANARY=$!
 sleep 0.5
 nexec() { ip netns exec "${NS[$1]}" "${@:2}"; }
-DEPOCH=0
+declare -A EPOCH=([r]=0 [p]=0 [d]=0)
+declare -A NODE=([r]=n0 [p]=n1 [d]=n2)
 for f in "${SCHEDULE[@]}"; do
     set -- $f
     dur=$(echo "scale=3; ${!#} / 1000" | bc)
@@ -134,8 +135,8 @@ for f in "${SCHEDULE[@]}"; do
               sleep "$dur"; nexec "$2" ip link set "v$2$ID" up ;;
         pause) kill -STOP "${PID[$2]}"; sleep "$dur"; kill -CONT "${PID[$2]}" ;;
         kill) kill -9 "${PID[$2]}"; wait "${PID[$2]}" 2>/dev/null; sleep "$dur"
-              DEPOCH=$(( DEPOCH + 1 )); start d n2 "$DEPOCH"
-              wait_line "$DIR/n2-e$DEPOCH.out" "running" || exit 1 ;;
+              EPOCH[$2]=$(( EPOCH[$2] + 1 )); start "$2" "${NODE[$2]}" "${EPOCH[$2]}"
+              wait_line "$DIR/${NODE[$2]}-e${EPOCH[$2]}.out" "running" || exit 1 ;;
     esac
     sleep 0.2
 done

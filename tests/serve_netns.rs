@@ -1,8 +1,8 @@
 //! The real-fault bed (scripts/netns-bed.sh) as a test: router, prefill and decode
 //! processes in their own network namespaces, a canary load, and a seeded, printed
 //! schedule of real faults (loss and partitions with nftables, a tbf slow link, a link
-//! down and up, SIGSTOP/SIGCONT of prefill, SIGKILL of decode and a restart at a new
-//! epoch). The defended engine must show no leak to the canary, a clean audit of every
+//! down and up, SIGSTOP/SIGCONT of prefill, SIGKILL of decode and of prefill under
+//! load, each restarted at a new epoch). The defended engine must show no leak to the canary, a clean audit of every
 //! node's trace with liveness judged, and every pool full at the end; the incident's
 //! bug switches must show the leak to the canary (a foreign marker in a 200 reply) and
 //! the audit must name it. Where namespaces are not available (not root, no `ip`, no

@@ -26,11 +26,16 @@ pub const BACKOFF_MIN: Duration = Duration::from_millis(10);
 pub const BACKOFF_MAX: Duration = Duration::from_millis(1000);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
 
+/// A KV write as the transfer thread takes it: its sender, the message, and whether
+/// the connection it came on is still open.
+pub type Incoming<K> = (NodeId, Msg<K>, Arc<AtomicBool>);
+
 /// Where a node's incoming messages go.
 pub struct Inbound<K> {
     pub to_loop: Sender<Ev<K>>,
-    /// A decode node's transfer thread (KV writes go there).
-    pub transfer: Option<Sender<(NodeId, Msg<K>)>>,
+    /// A decode node's transfer thread (KV writes go there, with their connection's
+    /// liveness: a write still queued when its connection closed is not applied).
+    pub transfer: Option<Sender<Incoming<K>>>,
 }
 
 impl<K> Clone for Inbound<K> {
@@ -88,12 +93,26 @@ fn read_conn<K: DeserializeOwned>(
         return;
     }
     let _ = stream.set_nodelay(true);
+    let alive = Arc::new(AtomicBool::new(true));
+    read_frames(me, stream, &inbound, &stop, &alive);
+    alive.store(false, Ordering::Release);
+}
+
+fn read_frames<K: DeserializeOwned>(
+    me: NodeId,
+    stream: TcpStream,
+    inbound: &Inbound<K>,
+    stop: &AtomicBool,
+    alive: &Arc<AtomicBool>,
+) {
     let mut r = BufReader::with_capacity(1 << 16, stream);
     while !stop.load(Ordering::Relaxed) {
         match read_frame::<K, _>(&mut r) {
             Ok(Some(f)) => {
                 let sent = match (&inbound.transfer, &f.msg) {
-                    (Some(t), Msg::KvWrite { .. }) => t.send((f.from, f.msg)).is_ok(),
+                    (Some(t), Msg::KvWrite { .. }) => {
+                        t.send((f.from, f.msg, alive.clone())).is_ok()
+                    }
                     _ => inbound
                         .to_loop
                         .send(Ev::Msg {

@@ -288,6 +288,12 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
         if let Msg::KvWrite { id, .. } = &msg {
             self.inflight.entry(to).or_default().insert(*id);
         }
+        // Write-ahead: the node's events reach the file (the kernel's, which a killed
+        // process does not lose) before a message they caused leaves the node, so no
+        // other node's trace can show an effect whose cause this trace lost.
+        if let Some(t) = &mut self.tracer {
+            t.flush();
+        }
         let undelivered = match self.peers.get(&to) {
             Some(link) => link.send(msg).err().map(|e| e.0),
             None => Some(msg),
@@ -526,27 +532,30 @@ impl<G: Gpu> NodeLoop<G> {
 }
 
 /// The decode node's transfer thread: every KV write that arrives for this node is
-/// judged by the world's arrival rule (a tag of an earlier incarnation fails), then
+/// judged by the world's arrival rule (a tag of an earlier incarnation fails; a write
+/// whose connection closed before it was taken is flushed), then
 /// landed by the engine's [`land`] on the node's shared record and memory, and reported
 /// to the node's loop. A write whose id names another writer than its sender goes to
 /// the loop as a message, where the node refuses it by peer identity.
 #[allow(clippy::too_many_arguments)]
 pub fn transfer_thread<G: Gpu>(
     epoch: u32,
-    rx: Receiver<(NodeId, Msg<G::Kv>)>,
+    rx: Receiver<crate::net::Incoming<G::Kv>>,
     pool: Arc<SharedPool>,
     mut gpu: SharedGpu<G>,
     page_tags: bool,
     to_loop: Sender<Ev<G::Kv>>,
 ) {
-    for (from, msg) in rx {
+    for (from, msg, conn_alive) in rx {
         let writer_ok = matches!(&msg, Msg::KvWrite { id, .. } if id.writer == from);
         if !writer_ok {
             let _ = to_loop.send(Ev::Msg { from, msg });
             continue;
         }
         let at = Arriving {
-            sender_alive: true,
+            // A write still queued when its connection closed is the dead sender's NIC
+            // queue (or one its live sender fails back itself): never applied.
+            sender_alive: conn_alive.load(std::sync::atomic::Ordering::Acquire),
             receiver_alive: true,
             receiver_epoch: epoch,
             partitioned: false,

@@ -9,12 +9,13 @@ use crate::trace::Tracer;
 use kvsim_engine::config::EngineConfig;
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::gpu::Gpu;
-use kvsim_engine::ids::NodeId;
+use kvsim_engine::ids::{NodeId, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::SharedRecord;
 use kvsim_engine::node::Role;
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
+use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::world::{Topology, ROUTER};
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::{ClockKind, EndOutcome, FaultEvent, Record, RunHeader};
@@ -84,12 +85,35 @@ pub struct Server<K> {
 /// A killed incarnation wrote no end to its trace: its successor appends one, so the
 /// audit judges the run's end by the files of the incarnations still running (the
 /// node's pool and rooms continue in the new epoch's file, after its `crash` and
-/// `restart` records).
-fn end_killed_incarnation(dir: &std::path::Path, id: NodeId, epoch: u32) {
-    use std::io::Write as _;
+/// `restart` records). Returns the KV writes the killed incarnation posted and never
+/// saw complete: its NIC's queue, flushed with it (the receiver drops a write whose
+/// connection has closed, `world::arrival`'s `SenderCrashed`), which the `crash` record
+/// lists as the simulator's does.
+fn end_killed_incarnation(dir: &std::path::Path, id: NodeId, epoch: u32) -> Vec<WriteId> {
+    use std::io::{BufRead as _, Write as _};
     let path = dir.join(format!("n{}-e{}.jsonl", id.0, epoch));
+    let mut open = std::collections::BTreeSet::new();
+    if let Ok(f) = std::fs::File::open(&path) {
+        for line in std::io::BufReader::new(f).lines().map_while(Result::ok) {
+            let Ok(kvsim_oracle::schema::Line::Entry(e)) = kvsim_oracle::schema::parse_line(&line)
+            else {
+                continue;
+            };
+            match e.rec {
+                Record::Engine(TraceEvent::KvSent { write, .. }) => {
+                    open.insert(write);
+                }
+                Record::Engine(TraceEvent::WriteCompleted { write, .. })
+                | Record::WriteFailed { write, .. } => {
+                    open.remove(&write);
+                }
+                _ => {}
+            }
+        }
+    }
+    let flushed: Vec<WriteId> = open.into_iter().collect();
     let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&path) else {
-        return;
+        return flushed;
     };
     let e = kvsim_oracle::schema::Entry {
         at_ns: crate::clock::wall_ns(),
@@ -105,6 +129,7 @@ fn end_killed_incarnation(dir: &std::path::Path, id: NodeId, epoch: u32) {
     if let Err(err) = writeln!(f, "{}", kvsim_oracle::schema::entry_line(&e)) {
         eprintln!("kvsim serve: cannot end {}: {err}", path.display());
     }
+    flushed
 }
 
 /// Ask every loop for its status (one that does not answer within a second is left
@@ -254,14 +279,18 @@ where
                             path: path.display().to_string(),
                             source,
                         })?;
+                    let flushed = if plan.epoch > 0 {
+                        end_killed_incarnation(dir, id, plan.epoch - 1)
+                    } else {
+                        Vec::new()
+                    };
                     if plan.epoch > 0 {
-                        end_killed_incarnation(dir, id, plan.epoch - 1);
                         // A restarted incarnation: the previous one is gone (killed),
                         // and every tag it handed out is stale in this epoch.
                         t.write(Record::Fault(FaultEvent::Crash {
                             node: id,
                             epoch: plan.epoch - 1,
-                            flushed: Vec::new(),
+                            flushed,
                         }));
                         t.write(Record::Fault(FaultEvent::Restart {
                             node: id,
