@@ -13,7 +13,7 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
 
 bench() { # ADDR LABEL
     for c in 1 8 64; do
-        n=$(( c == 1 ? 400 : (c == 8 ? 100 : 20) ))
+        n=$(( c == 1 ? 2000 : (c == 8 ? 400 : 50) ))
         printf '%-34s ' "$2"
         "$KV" bench-client "$1" --concurrency "$c" --requests "$n" --prompt-len 64 --max-new-tokens 4
     done

@@ -241,15 +241,16 @@ pub fn bench(a: &BenchArgs) -> Result<ExitCode> {
     let workers: Vec<_> = (0..a.concurrency)
         .map(|_| {
             let (addr, n, pl, mt) = (a.addr, a.requests, a.prompt_len, a.max_new_tokens);
-            std::thread::spawn(move || -> Result<(Vec<Duration>, usize)> {
+            std::thread::spawn(move || -> Result<(Vec<Duration>, BTreeMap<u16, usize>)> {
                 let mut c = Client::connect(addr, Duration::from_secs(30))?;
                 let mut lat = Vec::with_capacity(n);
-                let mut not_ok = 0;
+                let mut not_ok = BTreeMap::new();
                 for _ in 0..n {
                     let t = Instant::now();
                     match c.request(pl, mt)? {
                         Answer::Reply(r) if r.status == 200 => {}
-                        _ => not_ok += 1,
+                        Answer::Reply(r) => *not_ok.entry(r.status).or_default() += 1,
+                        Answer::Error(_) => *not_ok.entry(0).or_default() += 1,
                     }
                     lat.push(t.elapsed());
                 }
@@ -258,26 +259,30 @@ pub fn bench(a: &BenchArgs) -> Result<ExitCode> {
         })
         .collect();
     let mut all = Vec::new();
-    let mut not_ok = 0;
+    let mut counts: BTreeMap<u16, usize> = BTreeMap::new();
     for w in workers {
         let (lat, bad) = w
             .join()
             .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
         all.extend(lat);
-        not_ok += bad;
+        for (s, n) in bad {
+            *counts.entry(s).or_default() += n;
+        }
     }
+    // Status 0 stands for a line the server refused.
+    let not_ok: Vec<String> = counts.iter().map(|(s, n)| format!("{n} x {s}")).collect();
     let wall = t0.elapsed().as_secs_f64();
     all.sort();
     let pct = |p: f64| all[((all.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1e3;
     println!(
-        "concurrency {}: {} requests in {:.2} s = {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, {} not 200",
+        "concurrency {}: {} requests in {:.2} s = {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, not 200: [{}]",
         a.concurrency,
         all.len(),
         wall,
         all.len() as f64 / wall,
         pct(0.5),
         pct(0.99),
-        not_ok
+        not_ok.join(" ")
     );
     Ok(ExitCode::SUCCESS)
 }
