@@ -66,6 +66,8 @@ enum Command {
     Serve(kvsim::serve::ServeArgs),
     /// Load a running server's client endpoint and print requests/s and latency.
     BenchClient(kvsim::serve::BenchArgs),
+    /// The transfer path's throughput against a plain TCP copy of the same bytes.
+    BenchTransfer(kvsim::serve::BenchTransferArgs),
     /// A canary load against a running server: exit 1 when a reply leaks.
     CanaryClient(kvsim::serve::CanaryArgs),
     /// List the bug switches, models, invariants or scenarios, one line each.
@@ -174,6 +176,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => kvsim::serve::serve(&args),
         Some(Command::BenchClient(args)) => kvsim::serve::bench(&args),
         Some(Command::CanaryClient(args)) => kvsim::serve::canary(&args),
+        Some(Command::BenchTransfer(args)) => kvsim::serve::bench_transfer(&args),
         Some(Command::List { what, dir }) => kvsim::render::list(&what, &dir)
             .map(|text| {
                 print!("{text}");

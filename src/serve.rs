@@ -430,3 +430,29 @@ pub fn canary(a: &CanaryArgs) -> Result<ExitCode> {
         ExitCode::SUCCESS
     })
 }
+
+#[derive(Args, Debug)]
+pub struct BenchTransferArgs {
+    /// Tokens per page.
+    #[arg(long, default_value_t = 64)]
+    pub page_size: u32,
+    /// Pages per KV write.
+    #[arg(long, default_value_t = 8)]
+    pub chunk: u32,
+    /// Writes to land.
+    #[arg(long, default_value_t = 400)]
+    pub writes: u32,
+}
+
+/// The transfer path's GB/s against a plain TCP copy of the same bytes.
+pub fn bench_transfer(a: &BenchTransferArgs) -> Result<ExitCode> {
+    let f = kvsim_runtime::bench::bench_transfer(a.page_size, a.chunk, a.writes)?;
+    println!(
+        "{:.1} MB of host KV: transfer path {:.3} GB/s landed, plain TCP copy {:.3} GB/s, ratio {:.3}",
+        f.kv_bytes as f64 / 1e6,
+        f.landed_bytes_per_s / 1e9,
+        f.tcp_bytes_per_s / 1e9,
+        f.landed_bytes_per_s / f.tcp_bytes_per_s
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -9,6 +9,7 @@
 //! here: what a failed send means, how a write lands and what a node decides all come
 //! from `kvsim-engine`.
 
+pub mod bench;
 pub mod client;
 pub mod clock;
 pub mod gpu;

@@ -1,0 +1,156 @@
+//! The transfer path's throughput against a plain TCP copy of the same bytes (a
+//! benchmark, `kvsim bench-transfer`; no test times anything).
+//!
+//! The transfer path, as `kvsim serve` runs it: KV writes of real `HostGpu` pages as
+//! frames over a loopback TCP connection into a decode node's listener, its transfer
+//! thread landing each write with `kv::land` through the node's `SharedPool`, and the
+//! landings reported to a loop channel. The plain copy: the same number of KV bytes
+//! written raw over a loopback TCP connection and read into a buffer.
+
+use crate::gpu::SharedGpu;
+use crate::net::{spawn_listener, Inbound};
+use crate::node::{transfer_thread, Ev};
+use crate::wire::write_frame;
+use kvsim_engine::gpu::{Gpu, HostGpu};
+use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
+use kvsim_engine::kv::shared::SharedPool;
+use kvsim_engine::msg::Msg;
+use std::io::{BufWriter, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::channel;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// What one run measured.
+#[derive(Clone, Copy, Debug)]
+pub struct TransferFigures {
+    /// KV bytes landed per second through the transfer path.
+    pub landed_bytes_per_s: f64,
+    /// The same bytes per second as a raw TCP copy.
+    pub tcp_bytes_per_s: f64,
+    pub kv_bytes: u64,
+}
+
+/// Land `writes` writes of `chunk` pages each (pages of `page_size` tokens) and copy
+/// the same bytes raw.
+pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Result<TransferFigures> {
+    let pages = chunk;
+    let (me, writer) = (NodeId(2), NodeId(1));
+    let room = RoomKey::new(1, 1);
+    let pool = Arc::new(SharedPool::new(pages, page_size));
+    let dst = pool
+        .alloc(pages as usize, room)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    pool.expect_write(room, &dst)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let src = HostGpu::new(pages, page_size);
+    let kv: Vec<Vec<u32>> = dst.iter().map(|t| src.read_page(t.page)).collect();
+    let kv_bytes_per_write: u64 = kv.iter().map(|p| p.len() as u64 * 4).sum();
+    let gpu = SharedGpu::new(HostGpu::new(pages, page_size));
+
+    // The transfer path.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (loop_tx, loop_rx) = channel::<Ev<Vec<u32>>>();
+    let (ttx, trx) = channel();
+    let (p, g, l) = (pool.clone(), gpu.clone(), loop_tx.clone());
+    thread::spawn(move || transfer_thread(0, trx, p, g, true, l));
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    spawn_listener(
+        me,
+        listener,
+        Inbound {
+            to_loop: loop_tx,
+            transfer: Some(ttx),
+        },
+        stop.clone(),
+    )?;
+    let msgs: Vec<Msg<Vec<u32>>> = (0..writes)
+        .map(|i| Msg::KvWrite {
+            id: WriteId {
+                writer,
+                epoch: 0,
+                room,
+                chunk: i,
+            },
+            src: Vec::<PageTag>::new(),
+            dst: dst.clone(),
+            kv: kv.clone(),
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut w = BufWriter::with_capacity(1 << 20, TcpStream::connect(addr)?);
+    for m in &msgs {
+        write_frame(&mut w, writer, m).map_err(|e| std::io::Error::other(e.to_string()))?;
+    }
+    w.flush()?;
+    let mut landed = 0u32;
+    while landed < writes {
+        match loop_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ev::Landed { landing, .. }) => {
+                landing.map_err(|r| std::io::Error::other(r.reason))?;
+                landed += 1;
+            }
+            Ok(_) => {}
+            Err(_) => return Err(std::io::Error::other("the transfer path stalled")),
+        }
+    }
+    let path_s = t0.elapsed().as_secs_f64();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+
+    // The plain copy of the same bytes.
+    let total = kv_bytes_per_write * u64::from(writes);
+    let raw = TcpListener::bind("127.0.0.1:0")?;
+    let raw_addr = raw.local_addr()?;
+    let reader = thread::spawn(move || -> std::io::Result<u64> {
+        let (mut s, _) = raw.accept()?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0u64;
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Ok(got);
+            }
+            got += n as u64;
+        }
+    });
+    let block: Vec<u8> = kv
+        .iter()
+        .flat_map(|p| p.iter().flat_map(|w| w.to_le_bytes()))
+        .collect();
+    let t1 = Instant::now();
+    {
+        let mut s = TcpStream::connect(raw_addr)?;
+        for _ in 0..writes {
+            s.write_all(&block)?;
+        }
+    }
+    let got = reader
+        .join()
+        .map_err(|_| std::io::Error::other("reader panicked"))??;
+    let tcp_s = t1.elapsed().as_secs_f64();
+    if got != total {
+        return Err(std::io::Error::other(format!(
+            "copied {got} of {total} bytes"
+        )));
+    }
+    Ok(TransferFigures {
+        landed_bytes_per_s: total as f64 / path_s,
+        tcp_bytes_per_s: total as f64 / tcp_s,
+        kv_bytes: total,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    /// The benchmark runs end to end on a tiny size and lands every write (no timing is
+    /// asserted).
+    #[test]
+    fn transfer_bench_lands_every_write() {
+        let f = super::bench_transfer(4, 2, 8).unwrap();
+        assert!(f.kv_bytes > 0);
+        assert!(f.landed_bytes_per_s > 0.0 && f.tcp_bytes_per_s > 0.0);
+    }
+}
