@@ -298,11 +298,20 @@ fn serve_with_the_incident_bugs_leaks_and_audit_names_it() {
 
 /// Determinism where it can exist: one client, no faults, one request at a time; the
 /// server's replies equal, token for token, the simulator's run of the same requests on
-/// the same scenario.
+/// the same scenario, with the symbolic and with the host (f32) backend.
 #[test]
 fn serve_replies_match_the_simulator_token_for_token() {
+    for (gpu, backend) in [
+        ("symbolic", kvsim_sim::Backend::Symbolic),
+        ("host", kvsim_sim::Backend::Host),
+    ] {
+        replies_match_the_simulator(gpu, backend);
+    }
+}
+
+fn replies_match_the_simulator(gpu: &str, backend: kvsim_sim::Backend) {
     let work: [(u64, u32); 6] = [(40, 4), (300, 8), (700, 4), (17, 1), (511, 16), (96, 16)];
-    let mut s = Served::start(&[LOOPBACK]);
+    let mut s = Served::start(&[LOOPBACK, "--gpu", gpu]);
     let addr = s.endpoint();
     let mut c = Client::connect(addr, T).unwrap();
     let served: BTreeMap<u64, (u16, Vec<u32>)> = work
@@ -337,7 +346,7 @@ fn serve_replies_match_the_simulator_token_for_token() {
     plan.partitions.clear();
     plan.crashes.clear();
     plan.deadline_ns = plan.deadline_ns.max(work.len() as u64 * 1_000_000_000 * 2);
-    let sim = kvsim_sim::run_plan(&plan, kvsim_sim::Backend::Symbolic, false);
+    let sim = kvsim_sim::run_plan(&plan, backend, false);
     assert!(sim.clean(), "the simulator's run is not clean");
     let simulated: BTreeMap<u64, (u16, Vec<u32>)> = sim
         .replies
@@ -347,7 +356,7 @@ fn serve_replies_match_the_simulator_token_for_token() {
             (req.0, (rs[0].status.0, rs[0].tokens.clone()))
         })
         .collect();
-    assert_eq!(served, simulated);
+    assert_eq!(served, simulated, "--gpu {gpu}");
     assert!(served.values().any(|(st, t)| *st == 200 && t.len() == 16));
     assert!(served.values().any(|(st, _)| *st == 400));
 }
