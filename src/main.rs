@@ -58,7 +58,7 @@ enum Command {
     Merge(kvsim::cmd_sim::MergeArgs),
     /// Exhaust a model of the handoff with stateright (the engine's own nodes).
     Check(kvsim::cmd_check::CheckArgs),
-    /// Hunt every historical bug switch with both tools; write reports/bugs.{md,svg}.
+    /// Hunt every historical bug switch with both tools; write target/reports/bugs.{md,svg}.
     Bugs(kvsim::cmd_bugs::BugsArgs),
     /// Judge a run from its trace files alone (any engine that writes the schema).
     Audit(kvsim::cmd_audit::AuditArgs),
