@@ -113,13 +113,66 @@ fn replay_prints_the_draw_the_trace_and_the_report() {
     assert!(lines.lines().count() > 1000);
     assert!(lines.lines().any(|l| l.contains("\"type\":\"violation\"")));
 
+    // --shrink: the minimal failing case first (its first finding and causal
+    // trace), then the seed as drawn without its full trace; --trace-json writes the
+    // shrunk run's trace, which is shorter than the drawn run's.
+    let small = tmp("shrunk.jsonl");
     let shrunk = kvsim(&[
-        "replay", MIXED, "--seed", "0", "--bugs", INCIDENT, "--brief", "--shrink",
+        "replay",
+        MIXED,
+        "--seed",
+        "0",
+        "--bugs",
+        INCIDENT,
+        "--shrink",
+        "--trace-json",
+        small.to_str().unwrap(),
     ]);
     assert_eq!(shrunk.status.code(), Some(1));
     let t = text(&shrunk);
-    assert!(t.contains("== shrinking =="), "{t}");
-    assert!(t.contains("--reduce '"), "{t}");
+    assert!(
+        t.starts_with("== minimal failing case ==\nshrunk in "),
+        "{t}"
+    );
+    let drawn = t
+        .find("== the seed as drawn ==")
+        .expect("the drawn seed follows");
+    let minimal = &t[..drawn];
+    for want in [
+        "FAILURE: mixed-faults seed 0",
+        "first finding at",
+        "causal trace",
+        "--reduce '",
+    ] {
+        assert!(
+            minimal.contains(want),
+            "the minimal case lacks `{want}`: {minimal}"
+        );
+    }
+    assert!(
+        !t.contains("== full trace =="),
+        "the full trace only on request"
+    );
+    assert!(t.contains("trace: the shrunk run's"), "{t}");
+    let small_lines = std::fs::read_to_string(&small).unwrap().lines().count();
+    assert!(
+        small_lines > 1 && small_lines < lines.lines().count(),
+        "shrunk trace {small_lines} lines, drawn {}",
+        lines.lines().count()
+    );
+    let full = kvsim(&[
+        "replay",
+        MIXED,
+        "--seed",
+        "0",
+        "--bugs",
+        INCIDENT,
+        "--shrink",
+        "--full-trace",
+    ]);
+    let t = text(&full);
+    let (head, tail) = t.split_at(t.find("== the seed as drawn ==").unwrap());
+    assert!(!head.contains("== full trace ==") && tail.contains("== full trace =="));
 
     let clean = kvsim(&["replay", MIXED, "--seed", "0", "--brief"]);
     assert_eq!(clean.status.code(), Some(0), "{}", text(&clean));
