@@ -178,3 +178,48 @@ fn replay_prints_the_draw_the_trace_and_the_report() {
     assert_eq!(clean.status.code(), Some(0), "{}", text(&clean));
     assert!(text(&clean).contains("verdict: CLEAN"));
 }
+
+/// The end of a sweep says which fault kinds fired, at which phases clients
+/// cancelled and which engine paths were hit, and warns about what the scenario
+/// configures and the sweep never reached.
+#[test]
+fn a_sweep_ends_with_its_coverage_and_warns_about_what_it_never_reached() {
+    let o = kvsim(&["sweep", MIXED, "--seeds", "0..40", "--quiet"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let t = text(&o);
+    for want in [
+        "  faults fired    ",
+        "loss ",
+        "  cancel phases   ",
+        "  engine paths    ",
+        "Quarantined ",
+        "not hit: ",
+    ] {
+        assert!(t.contains(want), "missing `{want}`: {t}");
+    }
+    assert!(!t.contains("WARNING"), "{t}");
+
+    // Rare write failures and one short request per seed: write failures and late
+    // writes are drawn on and never fire in these seeds.
+    let scenario = std::fs::read_to_string(cli::root().join("scenarios/transfer-failures.toml"))
+        .unwrap()
+        .replace("write_fail_permille = 150", "write_fail_permille = 1")
+        .replace("requests = 64", "requests = 1")
+        .replace("prompt_len = [64, 2500]", "prompt_len = [64, 100]");
+    assert!(scenario.contains("requests = 1") && scenario.contains("permille = 1\n"));
+    let rare = tmp("rare-faults.toml");
+    std::fs::write(&rare, scenario).unwrap();
+    let o = kvsim(&[
+        "sweep",
+        rare.to_str().unwrap(),
+        "--seeds",
+        "0..4",
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("WARNING         fault kind `write-fail` drawn on in 4 seeds never fired"),
+        "{t}"
+    );
+}
