@@ -49,6 +49,7 @@ pub mod schedule;
 pub use kvsim_oracle::shared;
 pub mod spec;
 pub mod state;
+pub mod view;
 
 pub use check::{
     check, check_with_progress, CheckOptions, CheckReport, MemoMode, Progress, Verdict,
