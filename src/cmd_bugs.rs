@@ -15,8 +15,8 @@ pub struct BugsArgs {
     /// Also write the matrix as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Where to write bugs.md and bugs.svg.
-    #[arg(long, default_value = "reports")]
+    /// Where to write bugs.md and bugs.svg (`--out reports` updates the committed ones).
+    #[arg(long, default_value = "target/reports")]
     pub out: PathBuf,
     /// Reduced model bounds and no defenses table (what the default suite runs).
     #[arg(long)]

@@ -8,9 +8,10 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kvsim_engine::bugs::BugSet;
-use kvsim_models::{check, CheckOptions, MemoMode, ModelSpec, Verdict};
+use kvsim_models::{check_with_progress, CheckOptions, MemoMode, ModelSpec, Progress, Verdict};
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
 pub struct CheckArgs {
@@ -41,9 +42,13 @@ pub struct CheckArgs {
     /// Serve stateright's Explorer on this loopback address instead of checking.
     #[arg(long, value_name = "ADDR")]
     pub explore: Option<String>,
-    /// Print only the summary (no counterexample traces).
+    /// Print only the summary (no counterexample traces, no progress lines).
     #[arg(long)]
     pub quiet: bool,
+    /// Milliseconds between progress lines on stderr (states, unique states/s,
+    /// queue depth).
+    #[arg(long, value_name = "MS", default_value_t = 2000, hide = true)]
+    pub progress_ms: u64,
     /// Benchmark: run the check N times, print each run's rate, then the report of
     /// the median run and the median, best and worst rates.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -66,6 +71,19 @@ fn validate(args: &CheckArgs) -> Result<()> {
         bail!("--repeat must be at least 1");
     }
     Ok(())
+}
+
+/// One progress line of a running check.
+pub fn progress_line(p: &Progress) -> String {
+    format!(
+        "progress: {:.1} s, {} states, {} unique ({:.0} unique states/s), queue {}, depth {}",
+        p.elapsed.as_secs_f64(),
+        p.states,
+        p.unique,
+        p.unique_per_sec(),
+        p.queue.map_or("-".to_string(), |q| q.to_string()),
+        p.max_depth
+    )
 }
 
 pub fn run(args: &CheckArgs) -> Result<ExitCode> {
@@ -123,7 +141,10 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
     }
     let mut runs = Vec::with_capacity(args.repeat);
     for i in 0..args.repeat {
-        let r = check(spec.clone(), &options)?;
+        let every = (!args.quiet).then(|| Duration::from_millis(args.progress_ms.max(1)));
+        let r = check_with_progress(spec.clone(), &options, every, &mut |p| {
+            eprintln!("{}", progress_line(&p))
+        })?;
         if args.repeat > 1 {
             println!(
                 "run {}/{}: {} unique states in {:.2} s, {:.0} unique states/s",

@@ -79,14 +79,20 @@ pub struct ReplayArgs {
     /// Write every event of the run as JSON, one object per line (docs/TRACE.md).
     #[arg(long, value_name = "FILE")]
     pub trace_json: Option<PathBuf>,
-    /// Search for a smaller run that violates the same invariant, and print it.
+    /// Search for a smaller run that violates the same invariant and show it first
+    /// (its first violation and causal trace), then the seed as drawn without its
+    /// full trace (`--full-trace` adds it). `--trace-json` then writes the shrunk
+    /// run's trace.
     #[arg(long)]
     pub shrink: bool,
+    /// With `--shrink`: also print the full trace of the seed as drawn.
+    #[arg(long)]
+    pub full_trace: bool,
     /// Run twice and compare the traces.
     #[arg(long)]
     pub check_determinism: bool,
-    /// Print only the report, not the full trace.
-    #[arg(long)]
+    /// Print only the report, not the full trace (the default with `--shrink`).
+    #[arg(long, conflicts_with = "full_trace")]
     pub brief: bool,
     /// KV backend: symbolic (white-box oracles) or host (real f32 arithmetic).
     #[arg(long, default_value = "symbolic")]
@@ -311,33 +317,50 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
             "host" => Backend::Host,
             other => anyhow::bail!("unknown --gpu `{other}` (known: symbolic, host)"),
         },
-        full_trace: !a.brief,
+        // With --shrink the minimal case comes first and the full trace only on
+        // request; without it, the full trace unless --brief.
+        full_trace: if a.shrink { a.full_trace } else { !a.brief },
     };
-    let r = replay::replay(&sc, &path, &opts, a.check_determinism)?;
-    print!("{}", crate::render::pasteable(&r.text));
-    if let Some(j) = &a.trace_json {
-        replay::write_trace_json(&r.outcome.header, &r.outcome.trace, j)
-            .with_context(|| format!("writing {}", j.display()))?;
-        println!(
-            "trace: {} events written to {}",
-            r.outcome.trace.len(),
-            j.display()
-        );
+    if a.shrink && a.reduce.is_some() {
+        anyhow::bail!("--shrink searches its own reduction: drop --reduce");
     }
-    let mut clean = r.outcome.clean() && r.deterministic != Some(false);
-    if a.shrink && !r.outcome.clean() {
-        println!("\n== shrinking ==");
+    // The minimal failing case first: shrink, then show the shrunk run's report.
+    let shrunk = if a.shrink {
+        println!("== minimal failing case ==");
         match shrink::shrink(&sc, a.seed, opts.bugs, None, 2_000)? {
-            None => println!("the seed does not fail; nothing to shrink"),
+            None => {
+                println!("the seed does not fail; nothing to shrink\n");
+                None
+            }
             Some(s) => {
                 println!("{}", crate::render::pasteable(&s.summary()));
                 if let Some(rep) = report::failure_report(&s.outcome, &path) {
                     print!("{}", crate::render::pasteable(&rep));
                 }
-                clean = false;
+                println!("\n== the seed as drawn ==");
+                Some(s)
             }
         }
+    } else {
+        None
+    };
+    let r = replay::replay(&sc, &path, &opts, a.check_determinism)?;
+    print!("{}", crate::render::pasteable(&r.text));
+    if let Some(j) = &a.trace_json {
+        // The shrunk run's trace when there is one: the smallest trace to study.
+        let (what, out) = match &shrunk {
+            Some(s) => ("the shrunk run's", &s.outcome),
+            None => ("the run's", &r.outcome),
+        };
+        replay::write_trace_json(&out.header, &out.trace, j)
+            .with_context(|| format!("writing {}", j.display()))?;
+        println!(
+            "trace: {what} {} events written to {}",
+            out.trace.len(),
+            j.display()
+        );
     }
+    let clean = r.outcome.clean() && r.deterministic != Some(false) && shrunk.is_none();
     Ok(verdict(clean))
 }
 

@@ -48,8 +48,13 @@ enum Command {
         #[arg(long)]
         allow_expensive: bool,
     },
-    /// The default suite (what `cargo run --release` runs).
-    Suite,
+    /// The default suite (what `cargo run --release` runs); each row is announced on
+    /// stderr as it starts.
+    Suite {
+        /// Do not announce rows.
+        #[arg(long)]
+        quiet: bool,
+    },
     /// Run many seeds of a scenario in parallel and summarise (exit 1 on a violation).
     Sweep(kvsim::cmd_sim::SweepArgs),
     /// Replay one seed with its full trace; optionally shrink it or write JSON.
@@ -58,7 +63,7 @@ enum Command {
     Merge(kvsim::cmd_sim::MergeArgs),
     /// Exhaust a model of the handoff with stateright (the engine's own nodes).
     Check(kvsim::cmd_check::CheckArgs),
-    /// Hunt every historical bug switch with both tools; write reports/bugs.{md,svg}.
+    /// Hunt every historical bug switch with both tools; write target/reports/bugs.{md,svg}.
     Bugs(kvsim::cmd_bugs::BugsArgs),
     /// Judge a run from its trace files alone (any engine that writes the schema).
     Audit(kvsim::cmd_audit::AuditArgs),
@@ -166,7 +171,8 @@ fn main() -> ExitCode {
             (trace, trace_json.as_deref()),
             allow_expensive,
         ),
-        Some(Command::Suite) | None => kvsim::suite::run_default_suite(),
+        Some(Command::Suite { quiet }) => kvsim::suite::run_default_suite(quiet),
+        None => kvsim::suite::run_default_suite(false),
         Some(Command::Sweep(a)) => kvsim::cmd_sim::sweep(&a),
         Some(Command::Replay(a)) => kvsim::cmd_sim::replay(&a),
         Some(Command::Merge(a)) => kvsim::cmd_sim::merge(&a),

@@ -148,7 +148,10 @@ pub fn markdown(m: &Matrix) -> String {
     s
 }
 
-/// The chart (`reports/bugs.svg`): seeds to first detection per switch.
+/// The chart (`reports/bugs.svg`): seeds to first detection per switch. One bar per
+/// switch, centred on its label (segmented rows: a label sits at the middle of its
+/// row, not on the boundary between two bars); the colour key is part of the axis
+/// title, so no legend box covers a bar.
 pub fn svg(m: &Matrix) -> Result<String, String> {
     let mut buf = String::new();
     {
@@ -170,45 +173,44 @@ pub fn svg(m: &Matrix) -> Result<String, String> {
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(250)
-            .build_cartesian_2d((0.5f64..max * 2.0).log_scale(), 0..rows.len())
+            .build_cartesian_2d(
+                (0.5f64..max * 2.0).log_scale(),
+                (0..rows.len()).into_segmented(),
+            )
             .map_err(|e| e.to_string())?;
         let labels: Vec<String> = rows.iter().map(|r| r.label.clone()).collect();
         chart
             .configure_mesh()
             .disable_y_mesh()
-            .x_desc("seeds (first failing seed's position in the sweep)")
+            .x_desc("seeds until the first failing one; green: caught, red: not caught within the budget")
             .y_labels(rows.len())
-            .y_label_formatter(&|i| labels.get(*i).cloned().unwrap_or_default())
+            .y_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
             .draw()
             .map_err(|e| e.to_string())?;
         chart
             .draw_series(rows.iter().enumerate().map(|(i, r)| {
                 let caught = r.sim.first_seed.is_some();
-                let color = if caught {
-                    RGBColor(46, 125, 50)
-                } else {
-                    RGBColor(198, 40, 40)
-                };
-                Rectangle::new(
-                    [(0.5, i), (r.sim.seeds_run.max(1) as f64, i + 1)],
-                    color.mix(0.75).filled(),
-                )
+                let color = if caught { CAUGHT } else { MISSED };
+                let mut bar = Rectangle::new(
+                    [
+                        (0.5, SegmentValue::Exact(i)),
+                        (r.sim.seeds_run.max(1) as f64, SegmentValue::Exact(i + 1)),
+                    ],
+                    color.filled(),
+                );
+                bar.set_margin(4, 4, 0, 0);
+                bar
             }))
-            .map_err(|e| e.to_string())?
-            .label("caught (green) / not caught within the budget (red)")
-            .legend(|(x, y)| {
-                Rectangle::new(
-                    [(x, y - 5), (x + 12, y + 5)],
-                    RGBColor(46, 125, 50).filled(),
-                )
-            });
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
             .map_err(|e| e.to_string())?;
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(buf)
 }
+
+/// The bar colour of a switch the simulator caught.
+pub const CAUGHT: RGBColor = RGBColor(46, 125, 50);
+/// The bar colour of a switch it did not catch within the budget.
+pub const MISSED: RGBColor = RGBColor(198, 40, 40);

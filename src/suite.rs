@@ -360,13 +360,26 @@ pub fn render(rows: &[Row]) -> String {
     out
 }
 
-/// Run the whole default suite, print it, and exit 1 if any row failed.
-pub fn run_default_suite() -> Result<ExitCode> {
+/// Say on stderr that a row starts (unless `quiet`), then run it.
+fn start<T>(quiet: bool, what: &str, row: impl FnOnce() -> Result<T>) -> Result<T> {
+    if !quiet {
+        eprintln!("-- running: {what}");
+    }
+    row()
+}
+
+/// Run the whole default suite, print it, and exit 1 if any row failed. Each row is
+/// announced on stderr as it starts unless `quiet`.
+pub fn run_default_suite(quiet: bool) -> Result<ExitCode> {
     println!("kvsim default suite\n");
     let mut rows = Vec::new();
 
     println!("== The GLM-5.3 incident with the historical bugs ==");
-    let (row, out) = incident_with_bugs()?;
+    let (row, out) = start(
+        quiet,
+        "the incident with the historical bugs",
+        incident_with_bugs,
+    )?;
     print!("{}", report::render_requests(&out.requests, &out.replies));
     println!("first findings:");
     print!(
@@ -377,17 +390,25 @@ pub fn run_default_suite() -> Result<ExitCode> {
     rows.push(row);
 
     println!("== The same scenario on the defended engine ==");
-    let (row, out) = incident_defended()?;
+    let (row, out) = start(
+        quiet,
+        "the incident on the defended engine",
+        incident_defended,
+    )?;
     print!("{}", report::render_requests(&out.requests, &out.replies));
     println!();
     rows.push(row);
 
-    rows.push(preflight_refuses()?);
-    rows.push(sweep_defended()?);
-    rows.push(sweep_incident()?);
-    rows.push(audit_agrees()?);
-    rows.push(model_check_handoff()?);
-    rows.push(bug_matrix_quick()?);
+    rows.push(start(quiet, "pre-flight", preflight_refuses)?);
+    rows.push(start(quiet, "sweep, defended engine", sweep_defended)?);
+    rows.push(start(quiet, "sweep, incident bugs", sweep_incident)?);
+    rows.push(start(quiet, "audit of exported traces", audit_agrees)?);
+    rows.push(start(
+        quiet,
+        "model check of the handoff",
+        model_check_handoff,
+    )?);
+    rows.push(start(quiet, "bug matrix (quick)", bug_matrix_quick)?);
 
     println!("== Summary ==");
     print!("{}", render(&rows));

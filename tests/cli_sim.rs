@@ -113,15 +113,113 @@ fn replay_prints_the_draw_the_trace_and_the_report() {
     assert!(lines.lines().count() > 1000);
     assert!(lines.lines().any(|l| l.contains("\"type\":\"violation\"")));
 
+    // --shrink: the minimal failing case first (its first finding and causal
+    // trace), then the seed as drawn without its full trace; --trace-json writes the
+    // shrunk run's trace, which is shorter than the drawn run's.
+    let small = tmp("shrunk.jsonl");
     let shrunk = kvsim(&[
-        "replay", MIXED, "--seed", "0", "--bugs", INCIDENT, "--brief", "--shrink",
+        "replay",
+        MIXED,
+        "--seed",
+        "0",
+        "--bugs",
+        INCIDENT,
+        "--shrink",
+        "--trace-json",
+        small.to_str().unwrap(),
     ]);
     assert_eq!(shrunk.status.code(), Some(1));
     let t = text(&shrunk);
-    assert!(t.contains("== shrinking =="), "{t}");
-    assert!(t.contains("--reduce '"), "{t}");
+    assert!(
+        t.starts_with("== minimal failing case ==\nshrunk in "),
+        "{t}"
+    );
+    let drawn = t
+        .find("== the seed as drawn ==")
+        .expect("the drawn seed follows");
+    let minimal = &t[..drawn];
+    for want in [
+        "FAILURE: mixed-faults seed 0",
+        "first finding at",
+        "causal trace",
+        "--reduce '",
+    ] {
+        assert!(
+            minimal.contains(want),
+            "the minimal case lacks `{want}`: {minimal}"
+        );
+    }
+    assert!(
+        !t.contains("== full trace =="),
+        "the full trace only on request"
+    );
+    assert!(t.contains("trace: the shrunk run's"), "{t}");
+    let small_lines = std::fs::read_to_string(&small).unwrap().lines().count();
+    assert!(
+        small_lines > 1 && small_lines < lines.lines().count(),
+        "shrunk trace {small_lines} lines, drawn {}",
+        lines.lines().count()
+    );
+    let full = kvsim(&[
+        "replay",
+        MIXED,
+        "--seed",
+        "0",
+        "--bugs",
+        INCIDENT,
+        "--shrink",
+        "--full-trace",
+    ]);
+    let t = text(&full);
+    let (head, tail) = t.split_at(t.find("== the seed as drawn ==").unwrap());
+    assert!(!head.contains("== full trace ==") && tail.contains("== full trace =="));
 
     let clean = kvsim(&["replay", MIXED, "--seed", "0", "--brief"]);
     assert_eq!(clean.status.code(), Some(0), "{}", text(&clean));
     assert!(text(&clean).contains("verdict: CLEAN"));
+}
+
+/// The end of a sweep says which fault kinds fired, at which phases clients
+/// cancelled and which engine paths were hit, and warns about what the scenario
+/// configures and the sweep never reached.
+#[test]
+fn a_sweep_ends_with_its_coverage_and_warns_about_what_it_never_reached() {
+    let o = kvsim(&["sweep", MIXED, "--seeds", "0..40", "--quiet"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let t = text(&o);
+    for want in [
+        "  faults fired    ",
+        "loss ",
+        "  cancel phases   ",
+        "  engine paths    ",
+        "Quarantined ",
+        "not hit: ",
+    ] {
+        assert!(t.contains(want), "missing `{want}`: {t}");
+    }
+    assert!(!t.contains("WARNING"), "{t}");
+
+    // Rare write failures and one short request per seed: write failures and late
+    // writes are drawn on and never fire in these seeds.
+    let scenario = std::fs::read_to_string(cli::root().join("scenarios/transfer-failures.toml"))
+        .unwrap()
+        .replace("write_fail_permille = 150", "write_fail_permille = 1")
+        .replace("requests = 64", "requests = 1")
+        .replace("prompt_len = [64, 2500]", "prompt_len = [64, 100]");
+    assert!(scenario.contains("requests = 1") && scenario.contains("permille = 1\n"));
+    let rare = tmp("rare-faults.toml");
+    std::fs::write(&rare, scenario).unwrap();
+    let o = kvsim(&[
+        "sweep",
+        rare.to_str().unwrap(),
+        "--seeds",
+        "0..4",
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let t = text(&o);
+    assert!(
+        t.contains("WARNING         fault kind `write-fail` drawn on in 4 seeds never fired"),
+        "{t}"
+    );
 }

@@ -106,6 +106,7 @@ fn shards_as_processes_merge_into_the_unsharded_sweep() {
         "failing_seeds",
         "violations",
         "nondeterministic",
+        "coverage",
     ] {
         assert_eq!(w[key], m[key], "{key}");
     }

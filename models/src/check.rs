@@ -337,8 +337,70 @@ fn check_options(spec: &ModelSpec, depth: Option<usize>, threads: usize) -> Resu
     Ok(())
 }
 
+/// How far a running check has got, for progress reports.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    /// States generated, repeats included.
+    pub states: usize,
+    pub unique: usize,
+    /// Discovered states not yet explored (the BFS queue or the DFS stack).
+    pub queue: Option<usize>,
+    pub max_depth: usize,
+    pub elapsed: Duration,
+}
+
+impl Progress {
+    pub fn unique_per_sec(&self) -> f64 {
+        self.unique as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Until the checker's threads have finished, call `on` every `every` (nothing
+/// without `every`: the caller joins the checker).
+fn wait<C: Checker<HandoffModel>>(
+    c: &mut C,
+    start: Instant,
+    every: Option<Duration>,
+    on: &mut dyn FnMut(Progress),
+) {
+    let Some(every) = every else { return };
+    // Polled by the threads' own state, so a checker that stops early for any reason
+    // (all properties discovered, a depth bound, a panic) ends the wait.
+    let handles = c.handles();
+    let mut next = every;
+    while !handles.iter().all(|h| h.is_finished()) {
+        std::thread::sleep(Duration::from_millis(20));
+        let elapsed = start.elapsed();
+        if elapsed >= next {
+            next = elapsed + every;
+            on(Progress {
+                states: c.state_count(),
+                unique: c.unique_state_count(),
+                queue: c.queue_depth(),
+                max_depth: c.max_depth(),
+                elapsed,
+            });
+        }
+    }
+    for h in handles {
+        if let Err(panic) = h.join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
 /// Check a model to exhaustion (or to the depth bound).
 pub fn check(spec: ModelSpec, options: &CheckOptions) -> Result<CheckReport, SpecError> {
+    check_with_progress(spec, options, None, &mut |_| {})
+}
+
+/// [`check`], calling `on` with the checker's progress every `every` while it runs.
+pub fn check_with_progress(
+    spec: ModelSpec,
+    options: &CheckOptions,
+    every: Option<Duration>,
+    on: &mut dyn FnMut(Progress),
+) -> Result<CheckReport, SpecError> {
     check_options(&spec, options.depth, options.threads)?;
     let model = match options.memo {
         MemoMode::On => HandoffModel::new(spec.clone())?,
@@ -351,14 +413,17 @@ pub fn check(spec: ModelSpec, options: &CheckOptions) -> Result<CheckReport, Spe
     }
     let start = Instant::now();
     Ok(if options.symmetry {
-        let c = builder.symmetry_fn(representative).spawn_dfs().join();
-        report(c, &model, spec, options, start.elapsed())
+        let mut c = builder.symmetry_fn(representative).spawn_dfs();
+        wait(&mut c, start, every, on);
+        report(c.join(), &model, spec, options, start.elapsed())
     } else if options.dfs {
-        let c = builder.spawn_dfs().join();
-        report(c, &model, spec, options, start.elapsed())
+        let mut c = builder.spawn_dfs();
+        wait(&mut c, start, every, on);
+        report(c.join(), &model, spec, options, start.elapsed())
     } else {
-        let c = builder.spawn_bfs().join();
-        report(c, &model, spec, options, start.elapsed())
+        let mut c = builder.spawn_bfs();
+        wait(&mut c, start, every, on);
+        report(c.join(), &model, spec, options, start.elapsed())
     })
 }
 

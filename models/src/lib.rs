@@ -49,8 +49,11 @@ pub mod schedule;
 pub use kvsim_oracle::shared;
 pub mod spec;
 pub mod state;
+pub mod view;
 
-pub use check::{check, CheckOptions, CheckReport, MemoMode, Verdict};
+pub use check::{
+    check, check_with_progress, CheckOptions, CheckReport, MemoMode, Progress, Verdict,
+};
 pub use model::{names, representative, HandoffModel, StepLog};
 pub use schedule::Schedule;
 pub use spec::{ClientSpec, FaultBounds, ModelSpec, SpecError};

@@ -812,6 +812,14 @@ impl Model for HandoffModel {
         action.to_string()
     }
 
+    fn name(&self) -> String {
+        self.spec.name.clone()
+    }
+
+    fn format_state(&self, s: &State) -> String {
+        crate::view::state_text(&self.spec.name, s)
+    }
+
     fn format_step(&self, s: &State, action: Action) -> Option<String> {
         let (_, log) = self.explain(s, &action);
         let mut lines = log.events;

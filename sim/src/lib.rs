@@ -12,6 +12,7 @@
 //!
 //! [`run_plan`] and [`run_scenario`] are the entry points the CLI and tests use.
 
+pub mod coverage;
 pub mod hash;
 pub mod net;
 pub mod plan;

@@ -10,6 +10,7 @@
 //! adds them up. With `check_determinism` every seed runs twice and the two trace
 //! hashes must agree.
 
+use crate::coverage::Coverage;
 use crate::plan::{Plan, Reduction};
 use crate::report::secs;
 use crate::scenario::{Scenario, ScenarioError};
@@ -237,6 +238,9 @@ pub struct SweepSummary {
     /// every earlier seed of the shard ran.
     #[serde(default)]
     pub resume_from: Option<u64>,
+    /// Which fault kinds fired, cancel phases and engine paths were hit.
+    #[serde(default)]
+    pub coverage: Coverage,
 }
 
 impl SweepSummary {
@@ -373,6 +377,7 @@ impl SweepSummary {
                 );
             }
         }
+        s.push_str(&self.coverage.render());
         let _ = writeln!(
             s,
             "  speed           {:.0} seeds/s, {:.0} events/s, simulated time {:.0}x faster than real time ({:.2}s wall, {} jobs)",
@@ -406,6 +411,7 @@ impl SweepSummary {
             audited: 0,
             stopped: None,
             resume_from: None,
+            coverage: Coverage::default(),
             ..first.clone()
         };
         let n = first.shards.first().map_or(1, |s| s.n);
@@ -470,6 +476,7 @@ impl SweepSummary {
             out.audit_mismatches
                 .extend(p.audit_mismatches.iter().copied());
             out.audited += p.audited;
+            out.coverage.merge(&p.coverage);
         }
         out.shards.sort_by_key(|s| (s.n, s.k));
         if out.seeds_run > out.seeds.len() {
@@ -496,6 +503,9 @@ struct SeedResult {
     nondeterministic: bool,
     /// `Some(agreed)` when audited.
     audit: Option<bool>,
+    /// The plan's fault kinds and what the run counted, for the coverage summary.
+    levels: Vec<(crate::plan::FaultKind, u32)>,
+    stats: crate::world::FaultStats,
 }
 
 /// A finding as a sweep names it: `S3`, or `S3 detected` for a defense that fired.
@@ -602,6 +612,7 @@ pub fn run_sweep_streaming(
         audited: 0,
         stopped: None,
         resume_from: None,
+        coverage: Coverage::new(&sc.faults.cancel_phases),
     };
     let stop = AtomicU64::new(u64::MAX);
     let halt = AtomicBool::new(false);
@@ -656,6 +667,8 @@ pub fn run_sweep_streaming(
             failure,
             nondeterministic,
             audit,
+            levels: plan.levels.clone(),
+            stats: out.stats,
         })
     };
     let batch_len = (jobs as u64).saturating_mul(BATCH_PER_JOB);
@@ -712,6 +725,7 @@ pub fn run_sweep_streaming(
             s.seeds_run += 1;
             s.sim_ns = s.sim_ns.saturating_add(r.sim_ns);
             s.events = s.events.saturating_add(r.events);
+            s.coverage.add_run(&r.levels, &r.stats);
             if r.nondeterministic && s.nondeterministic.len() < opts.keep_failures.max(1) {
                 s.nondeterministic.push(r.seed);
             }
@@ -840,6 +854,7 @@ mod tests {
             audited: 0,
             stopped: None,
             resume_from: None,
+            coverage: Coverage::default(),
         }
     }
 

@@ -124,6 +124,8 @@ pub struct FaultStats {
     pub writes_flushed: u64,
     pub crashes: u64,
     pub cancels: u64,
+    /// Engine paths hit and cancel phases fired (the sweep's coverage summary).
+    pub coverage: crate::coverage::RunCoverage,
 }
 
 /// Where a run's trace goes besides the oracle.
@@ -407,10 +409,11 @@ impl<G: Gpu> World<G> {
             Pending::Submit { req } => self.on_submit(req),
             Pending::Cancel { req, how } => {
                 self.stats.cancels += 1;
-                let plan = self
-                    .request(req)
-                    .and_then(|r| r.cancel)
-                    .map_or_else(String::new, |c| c.to_string());
+                let cancel = self.request(req).and_then(|r| r.cancel);
+                if let Some(c) = &cancel {
+                    self.stats.coverage.cancel(c);
+                }
+                let plan = cancel.map_or_else(String::new, |c| c.to_string());
                 self.emit(Record::ClientCancel { req, how, plan });
                 let (client, router) = (self.client, self.router);
                 self.send(client, router, Msg::Cancel { req });
@@ -875,6 +878,7 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for World<G> {
 
     fn event(&mut self, _node: NodeId, ev: TraceEvent) {
         ev.hash(&mut self.hash);
+        self.stats.coverage.event(&ev);
         if let TraceEvent::Routed { req, room, .. } = &ev {
             self.room_req.insert(*room, *req);
         }

@@ -276,6 +276,7 @@ fn merged_counters_saturate() {
         audited: 0,
         stopped: None,
         resume_from: None,
+        coverage: Default::default(),
     };
     let m = SweepSummary::merge(&[part(1), part(2)]).expect("merges");
     assert_eq!(m.events, u64::MAX);

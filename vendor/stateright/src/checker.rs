@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::{Debug, Display};
 use std::hash::Hash;
 use std::num::NonZeroUsize;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -291,6 +292,16 @@ impl<M: Model> CheckerBuilder<M> {
     }
 }
 
+/// kvsim patch: adds a count to a shared counter when dropped (once per block of
+/// states, on whichever path the block returns).
+pub(crate) struct Tally<'a>(pub(crate) &'a AtomicUsize, pub(crate) usize);
+
+impl Drop for Tally<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_add(self.1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Implementations perform [`Model`] checking.
 ///
 /// Call [`Model::checker`] to instantiate a [`CheckerBuilder`]. Then call
@@ -319,6 +330,12 @@ pub trait Checker<M: Model> {
 
     /// Indicates the maximum depth that has been explored.
     fn max_depth(&self) -> usize;
+
+    /// kvsim patch: how many discovered states wait to be explored, for progress
+    /// reports; `None` for a checker that does not count them.
+    fn queue_depth(&self) -> Option<usize> {
+        None
+    }
 
     /// Returns a map from property name to corresponding "discovery" (indicated
     /// by a [`Path`]).

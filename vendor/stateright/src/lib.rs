@@ -186,6 +186,21 @@ pub trait Model: Sized {
         format!("{action:?}")
     }
 
+    /// kvsim patch: the model's name as the Explorer shows it (default: the Rust type
+    /// name, which the Explorer showed before).
+    fn name(&self) -> String {
+        std::any::type_name::<Self>().to_string()
+    }
+
+    /// kvsim patch: a state as the Explorer shows it (default: the pretty `Debug`
+    /// form, which the Explorer showed before).
+    fn format_state(&self, state: &Self::State) -> String
+    where
+        Self::State: Debug,
+    {
+        format!("{state:#?}")
+    }
+
     /// Converts a step of this model to a more intuitive representation (e.g. for Explorer).
     fn format_step(&self, last_state: &Self::State, action: Self::Action) -> Option<String>
     where

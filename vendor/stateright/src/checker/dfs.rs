@@ -1,6 +1,7 @@
 //! Private module for selective re-export.
 
 use crate::checker::{Checker, EventuallyBits, Expectation, Path};
+use crate::checker::Tally;
 use crate::job_market::JobBroker;
 use crate::{fingerprint, CheckerBuilder, CheckerVisitor, Fingerprint, Model, Property};
 use dashmap::{DashMap, DashSet};
@@ -24,6 +25,8 @@ pub(crate) struct DfsChecker<M: Model> {
     // Mutable state.
     job_broker: JobBroker<Job<M::State>>,
     state_count: Arc<AtomicUsize>,
+    // kvsim patch: states taken off the queue, for the queue depth.
+    dequeued: Arc<AtomicUsize>,
     max_depth: Arc<AtomicUsize>,
     generated: Arc<DashSet<Fingerprint, BuildHasherDefault<NoHashHasher<u64>>>>,
     discoveries: Arc<DashMap<&'static str, Vec<usize>>>,
@@ -55,6 +58,7 @@ where
             .filter(|s| model.within_boundary(s))
             .collect();
         let state_count = Arc::new(AtomicUsize::new(init_states.len()));
+        let dequeued = Arc::new(AtomicUsize::new(0));
         let max_depth = Arc::new(AtomicUsize::new(0));
         let generated = Arc::new({
             let generated = DashSet::default();
@@ -99,6 +103,7 @@ where
             let properties = Arc::clone(&properties);
             let mut job_broker = job_broker.clone();
             let state_count = Arc::clone(&state_count);
+            let dequeued = Arc::clone(&dequeued);
             let max_depth = Arc::clone(&max_depth);
             let generated = Arc::clone(&generated);
             let discoveries = Arc::clone(&discoveries);
@@ -128,6 +133,7 @@ where
                             Self::check_block(
                                 &model,
                                 &state_count,
+                                &dequeued,
                                 &generated,
                                 &mut pending,
                                 &discoveries,
@@ -173,6 +179,7 @@ where
             handles,
             job_broker,
             state_count,
+            dequeued,
             max_depth,
             generated,
             discoveries,
@@ -184,6 +191,7 @@ where
     fn check_block(
         model: &M,
         state_count: &AtomicUsize,
+        dequeued: &AtomicUsize,
         generated: &DashSet<Fingerprint, BuildHasherDefault<NoHashHasher<u64>>>,
         pending: &mut VecDeque<Job<M::State>>,
         discoveries: &DashMap<&'static str, Vec<usize>>,
@@ -198,6 +206,9 @@ where
     {
         let properties = model.properties();
 
+        // kvsim patch: count the states taken off the queue, added to `dequeued`
+        // once per block (on every return), not once per state.
+        let mut tally = Tally(dequeued, 0);
         let mut current_max_depth = global_max_depth.load(Ordering::Relaxed);
         let mut actions = Vec::new();
         loop {
@@ -212,6 +223,7 @@ where
                 None => return,
                 Some(pair) => pair,
             };
+            tally.1 += 1;
 
             if max_depth.get() > current_max_depth {
                 let _ = global_max_depth.compare_exchange(
@@ -381,6 +393,14 @@ where
 
     fn state_count(&self) -> usize {
         self.state_count.load(Ordering::Relaxed)
+    }
+
+    fn queue_depth(&self) -> Option<usize> {
+        Some(
+            self.generated
+                .len()
+                .saturating_sub(self.dequeued.load(Ordering::Relaxed)),
+        )
     }
 
     fn unique_state_count(&self) -> usize {

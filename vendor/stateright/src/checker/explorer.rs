@@ -170,7 +170,22 @@ where
                 if let Some(fingerprints) = url.strip_prefix("/.states") {
                     match states(fingerprints, Arc::clone(&data)) {
                         Ok(states) => {
-                            let states_json = serde_json::to_vec(&states).unwrap();
+                            // kvsim patch: each state as `Model::format_state` writes it.
+                            let model = data.1.model();
+                            let mut views = serde_json::to_value(&states).unwrap();
+                            if let Some(views) = views.as_array_mut() {
+                                for (view, s) in views.iter_mut().zip(&states) {
+                                    if let (Some(state), Some(obj)) =
+                                        (&s.state, view.as_object_mut())
+                                    {
+                                        obj.insert(
+                                            "state".into(),
+                                            model.format_state(state).into(),
+                                        );
+                                    }
+                                }
+                            }
+                            let states_json = serde_json::to_vec(&views).unwrap();
                             Response::from_data(states_json).boxed()
                         }
                         Err(err) => Response::from_string(err)
@@ -203,7 +218,8 @@ where
     let checker = &data.1;
 
     StatusView {
-        model: std::any::type_name::<M>().to_string(),
+        // kvsim patch: the model's own name (`Model::name`).
+        model: checker.model().name(),
         done: checker.is_done(),
         state_count: checker.state_count(),
         unique_state_count: checker.unique_state_count(),

@@ -1,0 +1,342 @@
+//! What a sweep exercised: which fault kinds fired, at which phases clients
+//! cancelled, which engine paths (refusals, quarantines, drains, faults) were hit,
+//! and which of the things a scenario configures its sweep never reached — the
+//! simulator's counterpart of the model checker's `sometimes` properties.
+//!
+//! One run counts into a [`RunCoverage`] (fixed arrays, no allocation on the hot
+//! path: the world counts an engine event with one `match`); a sweep adds runs into
+//! a [`Coverage`] of named counts, which shards merge by addition.
+
+use crate::plan::FaultKind;
+use crate::scenario::{Cancel, CancelAt, ReqPhase};
+use crate::world::FaultStats;
+use kvsim_engine::trace::TraceEvent;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// The engine paths a sweep reports: the events of the defensive and error paths
+/// (the happy path's events happen in every run that serves a request).
+pub const PATHS: [&str; 15] = [
+    "Rejected",
+    "Truncated",
+    "RejectedLegacy",
+    "Quarantined",
+    "QuarantineReleased",
+    "PagesHeld",
+    "PagesZeroed",
+    "KvRefused",
+    "TransferRefused",
+    "TransferFailed",
+    "TagMismatch",
+    "AbortNoted",
+    "DrainAcked",
+    "PeerRefused",
+    "Fault",
+];
+
+/// The index of `ev` in [`PATHS`], or `None` for an event of the happy path.
+pub fn path_index(ev: &TraceEvent) -> Option<usize> {
+    use TraceEvent::*;
+    Some(match ev {
+        Rejected { .. } => 0,
+        Truncated { .. } => 1,
+        RejectedLegacy { .. } => 2,
+        Quarantined { .. } => 3,
+        QuarantineReleased { .. } => 4,
+        PagesHeld { .. } => 5,
+        PagesZeroed { .. } => 6,
+        KvRefused { .. } => 7,
+        TransferRefused { .. } => 8,
+        TransferFailed { .. } => 9,
+        TagMismatch { .. } => 10,
+        AbortNoted { .. } => 11,
+        DrainAcked { .. } => 12,
+        PeerRefused { .. } => 13,
+        Fault { .. } => 14,
+        _ => return None,
+    })
+}
+
+/// The cancel phases a sweep reports: the phases of [`ReqPhase::ALL`] (any decoding
+/// step counts as `decoding`), then a cancel at a drawn time after submission.
+pub const CANCEL_PHASES: [&str; 9] = [
+    "prefill-admitted",
+    "decode-reserved",
+    "kv-sent",
+    "kv-landed",
+    "transfer-accepted",
+    "decoding",
+    "prefill-answered",
+    "answered",
+    "after-time",
+];
+
+fn phase_index(phase: ReqPhase) -> usize {
+    match phase {
+        ReqPhase::PrefillAdmitted => 0,
+        ReqPhase::DecodeReserved => 1,
+        ReqPhase::KvSent => 2,
+        ReqPhase::KvLanded => 3,
+        ReqPhase::TransferAccepted => 4,
+        ReqPhase::Decoding(_) => 5,
+        ReqPhase::PrefillAnswered => 6,
+        ReqPhase::Answered => 7,
+    }
+}
+
+/// The index of a fired cancel in [`CANCEL_PHASES`].
+pub fn cancel_index(c: &Cancel) -> usize {
+    match c.at {
+        CancelAt::Phase { phase, .. } => phase_index(phase),
+        CancelAt::AfterNs(_) => 8,
+    }
+}
+
+/// What one run hit, counted as it runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RunCoverage {
+    /// Events of each of [`PATHS`].
+    pub paths: [u64; PATHS.len()],
+    /// Cancels that fired, by [`CANCEL_PHASES`].
+    pub cancels: [u64; CANCEL_PHASES.len()],
+}
+
+impl RunCoverage {
+    pub fn event(&mut self, ev: &TraceEvent) {
+        if let Some(i) = path_index(ev) {
+            self.paths[i] = self.paths[i].saturating_add(1);
+        }
+    }
+
+    pub fn cancel(&mut self, c: &Cancel) {
+        let i = cancel_index(c);
+        self.cancels[i] = self.cancels[i].saturating_add(1);
+    }
+}
+
+/// How often a fault kind visibly fired in a run, where the world counts it; `None`
+/// for a kind whose effect is a timing the world does not count (delay, reorder,
+/// slow writes, short timeouts).
+fn fired(kind: FaultKind, st: &FaultStats) -> Option<u64> {
+    match kind {
+        FaultKind::Loss => Some(st.lost),
+        FaultKind::Duplicate => Some(st.duplicated),
+        FaultKind::Partition => Some(st.dropped),
+        FaultKind::LateWrite => Some(st.writes_late),
+        FaultKind::WriteFail => Some(st.writes_failed),
+        FaultKind::Crash => Some(st.crashes),
+        FaultKind::Cancel => Some(st.cancels),
+        FaultKind::Delay | FaultKind::Reorder | FaultKind::SlowWrite | FaultKind::ShortTimeouts => {
+            None
+        }
+    }
+}
+
+/// What a sweep hit, as named counts (shards add them up).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coverage {
+    /// Seeds whose plan drew each fault kind on.
+    pub drawn: BTreeMap<String, u64>,
+    /// How often each countable fault kind fired, over all seeds.
+    pub fired: BTreeMap<String, u64>,
+    /// Cancels that fired, by phase.
+    pub cancel_phases: BTreeMap<String, u64>,
+    /// Seeds that hit each engine path of [`PATHS`] at least once.
+    pub paths: BTreeMap<String, u64>,
+    /// The cancel phases the scenario lets a cancel pick.
+    pub configured_cancel_phases: Vec<String>,
+}
+
+fn add(map: &mut BTreeMap<String, u64>, key: &str, n: u64) {
+    let e = map.entry(key.to_string()).or_insert(0);
+    *e = e.saturating_add(n);
+}
+
+impl Coverage {
+    /// An empty coverage for a sweep whose scenario lets cancels pick `phases`
+    /// (empty: every phase, and a time after submission).
+    pub fn new(cancel_phases: &[String]) -> Coverage {
+        let mut configured: Vec<String> = if cancel_phases.is_empty() {
+            CANCEL_PHASES.iter().map(|p| p.to_string()).collect()
+        } else {
+            cancel_phases
+                .iter()
+                .map(|p| match ReqPhase::parse(p) {
+                    Some(phase) => CANCEL_PHASES[phase_index(phase)].to_string(),
+                    None => p.clone(),
+                })
+                .collect()
+        };
+        configured.sort();
+        configured.dedup();
+        Coverage {
+            configured_cancel_phases: configured,
+            ..Coverage::default()
+        }
+    }
+
+    /// Add one run: its plan's fault kinds (`Plan::levels`) and what it counted.
+    pub fn add_run(&mut self, levels: &[(FaultKind, u32)], stats: &FaultStats) {
+        for (kind, _) in levels {
+            add(&mut self.drawn, kind.name(), 1);
+            if let Some(n) = fired(*kind, stats) {
+                add(&mut self.fired, kind.name(), n);
+            }
+        }
+        for (i, n) in stats.coverage.cancels.iter().enumerate() {
+            if *n > 0 {
+                add(&mut self.cancel_phases, CANCEL_PHASES[i], *n);
+            }
+        }
+        for (i, n) in stats.coverage.paths.iter().enumerate() {
+            if *n > 0 {
+                add(&mut self.paths, PATHS[i], 1);
+            }
+        }
+    }
+
+    /// Add a shard's coverage.
+    pub fn merge(&mut self, other: &Coverage) {
+        for (map, from) in [
+            (&mut self.drawn, &other.drawn),
+            (&mut self.fired, &other.fired),
+            (&mut self.cancel_phases, &other.cancel_phases),
+            (&mut self.paths, &other.paths),
+        ] {
+            for (k, v) in from {
+                add(map, k, *v);
+            }
+        }
+        for p in &other.configured_cancel_phases {
+            if !self.configured_cancel_phases.contains(p) {
+                self.configured_cancel_phases.push(p.clone());
+            }
+        }
+        self.configured_cancel_phases.sort();
+    }
+
+    /// What the sweep configured and never reached: a fault kind drawn on in some
+    /// seed that never fired (where firing is counted), a cancel phase the scenario
+    /// allows that no cancel fired at (when cancels fired at all).
+    pub fn unreached(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (kind, seeds) in &self.drawn {
+            if self.fired.get(kind) == Some(&0) {
+                out.push(format!(
+                    "fault kind `{kind}` drawn on in {seeds} seeds never fired"
+                ));
+            }
+        }
+        if self.drawn.contains_key("cancel") {
+            for p in &self.configured_cancel_phases {
+                if !self.cancel_phases.contains_key(p) {
+                    out.push(format!("no cancel fired at phase `{p}`"));
+                }
+            }
+        }
+        out
+    }
+
+    /// The closing lines of a sweep: fault kinds, cancel phases, engine paths, and a
+    /// warning per thing configured and never reached.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let kinds: Vec<String> = self
+            .drawn
+            .iter()
+            .map(|(k, seeds)| match self.fired.get(k) {
+                Some(n) => format!("{k} {n}x ({seeds} seeds)"),
+                None => format!("{k} ({seeds} seeds, not counted)"),
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  faults fired    {}",
+            if kinds.is_empty() {
+                "none drawn".to_string()
+            } else {
+                kinds.join(", ")
+            }
+        );
+        if self.drawn.contains_key("cancel") {
+            let phases: Vec<String> = self
+                .cancel_phases
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            let _ = writeln!(
+                s,
+                "  cancel phases   {}",
+                if phases.is_empty() {
+                    "none".to_string()
+                } else {
+                    phases.join(", ")
+                }
+            );
+        }
+        let hit: Vec<String> = PATHS
+            .iter()
+            .filter_map(|p| self.paths.get(*p).map(|n| format!("{p} {n}")))
+            .collect();
+        let missed: Vec<&str> = PATHS
+            .iter()
+            .copied()
+            .filter(|p| !self.paths.contains_key(*p))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  engine paths    {} (seeds); not hit: {}",
+            if hit.is_empty() {
+                "none".to_string()
+            } else {
+                hit.join(", ")
+            },
+            if missed.is_empty() {
+                "-".to_string()
+            } else {
+                missed.join(", ")
+            }
+        );
+        for w in self.unreached() {
+            let _ = writeln!(s, "  WARNING         {w}");
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvsim_engine::ids::{NodeId, RoomKey};
+
+    #[test]
+    fn paths_are_trace_event_names() {
+        for p in PATHS {
+            assert!(TraceEvent::NAMES.contains(&p), "{p} is not an event");
+        }
+        let ev = TraceEvent::DrainAcked {
+            node: NodeId(1),
+            room: RoomKey::new(1, 1),
+        };
+        assert_eq!(path_index(&ev).map(|i| PATHS[i]), Some(ev.name()));
+    }
+
+    #[test]
+    fn a_kind_drawn_and_never_fired_is_a_warning() {
+        let mut c = Coverage::new(&["kv-sent".to_string()]);
+        c.drawn.insert("loss".into(), 3);
+        c.fired.insert("loss".into(), 0);
+        c.drawn.insert("delay".into(), 3);
+        c.drawn.insert("cancel".into(), 2);
+        c.fired.insert("cancel".into(), 0);
+        let w = c.unreached();
+        assert!(w.iter().any(|l| l.contains("`loss`")), "{w:?}");
+        assert!(!w.iter().any(|l| l.contains("`delay`")), "{w:?}");
+        assert!(w.iter().any(|l| l.contains("phase `kv-sent`")), "{w:?}");
+        c.fired.insert("loss".into(), 5);
+        c.cancel_phases.insert("kv-sent".into(), 1);
+        c.fired.insert("cancel".into(), 1);
+        assert!(c.unreached().is_empty(), "{:?}", c.unreached());
+    }
+}
