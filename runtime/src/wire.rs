@@ -1,7 +1,11 @@
-//! Frames between nodes: a 4-byte big-endian length, then the JSON of one [`Frame`]
-//! (the engine's own serde form of the message). A frame over [`MAX_FRAME`] or one
-//! that does not parse ends the connection with an error naming the reason.
+//! Frames between nodes: a 4-byte big-endian length, then one [`Frame`] in bincode
+//! (the engine's own serde form of the message, encoded compactly: little-endian
+//! fixed-width integers, so a KV payload of `u32` words costs four bytes a word). A
+//! frame over [`MAX_FRAME`] or one that does not parse ends the connection with an
+//! error naming the reason. JSON was the first encoding; it held the transfer path to
+//! about 6% of a plain TCP copy (docs/PERFORMANCE.md).
 
+use bincode::Options;
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
 use serde::de::DeserializeOwned;
@@ -26,7 +30,7 @@ pub enum WireError {
     #[error("frame length {0} exceeds the limit of {MAX_FRAME} bytes")]
     TooLong(u32),
     #[error("frame does not parse: {0}")]
-    Parse(#[from] serde_json::Error),
+    Parse(#[from] bincode::Error),
 }
 
 #[derive(Serialize)]
@@ -41,7 +45,7 @@ pub fn write_frame<K: Serialize, W: Write>(
     from: NodeId,
     msg: &Msg<K>,
 ) -> Result<(), WireError> {
-    let body = serde_json::to_vec(&FrameRef { from, msg })?;
+    let body = codec().serialize(&FrameRef { from, msg })?;
     let len = u32::try_from(body.len()).map_err(|_| WireError::TooLong(u32::MAX))?;
     if len > MAX_FRAME {
         return Err(WireError::TooLong(len));
@@ -65,7 +69,17 @@ pub fn read_frame<K: DeserializeOwned, R: Read>(r: &mut R) -> Result<Option<Fram
     }
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body)?;
-    Ok(Some(serde_json::from_slice(&body)?))
+    Ok(Some(codec().deserialize(&body)?))
+}
+
+/// The frame codec: bincode with fixed-width integers, no trailing bytes, and a limit
+/// on what a frame may make the reader allocate (a hostile length prefix inside a
+/// frame cannot ask for more than the frame's own size).
+fn codec() -> impl bincode::Options + Copy {
+    bincode::DefaultOptions::new()
+        .with_fixint_encoding()
+        .reject_trailing_bytes()
+        .with_limit(u64::from(MAX_FRAME))
 }
 
 #[cfg(test)]
@@ -94,7 +108,7 @@ mod tests {
         let err = read_frame::<Vec<u32>, _>(&mut &huge[..]).unwrap_err();
         assert!(err.to_string().contains("exceeds the limit"), "{err}");
         let mut junk = 3u32.to_be_bytes().to_vec();
-        junk.extend(b"{x}");
+        junk.extend([0xff, 0xff, 0xff]);
         let err = read_frame::<Vec<u32>, _>(&mut &junk[..]).unwrap_err();
         assert!(err.to_string().contains("does not parse"), "{err}");
     }
