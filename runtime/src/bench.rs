@@ -10,7 +10,7 @@
 use crate::gpu::SharedGpu;
 use crate::net::{spawn_listener, Inbound};
 use crate::node::{transfer_thread, Ev};
-use crate::wire::write_frame;
+use crate::wire::write_frame_with;
 use kvsim_engine::gpu::{Gpu, HostGpu};
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
@@ -82,8 +82,10 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
         .collect();
     let t0 = Instant::now();
     let mut w = BufWriter::with_capacity(1 << 20, TcpStream::connect(addr)?);
+    let mut buf = Vec::new();
     for m in &msgs {
-        write_frame(&mut w, writer, m).map_err(|e| std::io::Error::other(e.to_string()))?;
+        write_frame_with(&mut w, writer, m, &mut buf)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
     }
     w.flush()?;
     let mut landed = 0u32;

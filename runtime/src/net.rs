@@ -8,7 +8,7 @@
 //! the engine's rule (lost, or a failed completion for a KV write).
 
 use crate::node::Ev;
-use crate::wire::{read_frame, write_frame};
+use crate::wire::{read_frame_with, write_frame_with};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
 use serde::de::DeserializeOwned;
@@ -106,8 +106,9 @@ fn read_frames<K: DeserializeOwned>(
     alive: &Arc<AtomicBool>,
 ) {
     let mut r = BufReader::with_capacity(1 << 16, stream);
+    let mut buf = Vec::new();
     while !stop.load(Ordering::Relaxed) {
-        match read_frame::<K, _>(&mut r) {
+        match read_frame_with::<K, _>(&mut r, &mut buf) {
             Ok(Some(f)) => {
                 let sent = match (&inbound.transfer, &f.msg) {
                     (Some(t), Msg::KvWrite { .. }) => {
@@ -162,6 +163,7 @@ where
                 connected,
                 dead: Arc::new(AtomicBool::new(false)),
                 to_loop: to_loop.clone(),
+                buf: Vec::new(),
             };
             while !stop.load(Ordering::Relaxed) {
                 let msg = match rx.recv_timeout(Duration::from_millis(50)) {
@@ -207,6 +209,8 @@ struct Link<K> {
     /// Set by the connection's watcher when the peer closed it.
     dead: Arc<AtomicBool>,
     to_loop: Sender<Ev<K>>,
+    /// The frame encoding buffer, kept from frame to frame.
+    buf: Vec<u8>,
 }
 
 impl<K: Send + 'static> Link<K> {
@@ -263,7 +267,11 @@ impl<K: Send + 'static> Link<K> {
         let Some(w) = &mut self.conn else {
             return false;
         };
-        let ok = batch.iter().all(|m| write_frame(w, me, m).is_ok()) && w.flush().is_ok();
+        let buf = &mut self.buf;
+        let ok = batch
+            .iter()
+            .all(|m| write_frame_with(w, me, m, buf).is_ok())
+            && w.flush().is_ok();
         if !ok {
             self.drop_conn();
             self.next_try = Instant::now();

@@ -45,18 +45,40 @@ pub fn write_frame<K: Serialize, W: Write>(
     from: NodeId,
     msg: &Msg<K>,
 ) -> Result<(), WireError> {
-    let body = codec().serialize(&FrameRef { from, msg })?;
-    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLong(u32::MAX))?;
+    write_frame_with(w, from, msg, &mut Vec::new())
+}
+
+/// [`write_frame`] encoding into `buf`, a buffer the caller keeps from frame to frame
+/// (a connection's writer encodes every frame into the same memory instead of asking
+/// the allocator for a fresh, page-faulting block per KV write).
+pub fn write_frame_with<K: Serialize, W: Write>(
+    w: &mut W,
+    from: NodeId,
+    msg: &Msg<K>,
+    buf: &mut Vec<u8>,
+) -> Result<(), WireError> {
+    buf.clear();
+    codec().serialize_into(&mut *buf, &FrameRef { from, msg })?;
+    let len = u32::try_from(buf.len()).map_err(|_| WireError::TooLong(u32::MAX))?;
     if len > MAX_FRAME {
         return Err(WireError::TooLong(len));
     }
     w.write_all(&len.to_be_bytes())?;
-    w.write_all(&body)?;
+    w.write_all(buf)?;
     Ok(())
 }
 
 /// Read one frame; `Ok(None)` at a clean end of the stream.
 pub fn read_frame<K: DeserializeOwned, R: Read>(r: &mut R) -> Result<Option<Frame<K>>, WireError> {
+    read_frame_with(r, &mut Vec::new())
+}
+
+/// [`read_frame`] reading the frame's bytes into `buf`, a buffer the caller keeps from
+/// frame to frame (it grows to the largest frame seen, never past [`MAX_FRAME`]).
+pub fn read_frame_with<K: DeserializeOwned, R: Read>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+) -> Result<Option<Frame<K>>, WireError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
@@ -67,9 +89,9 @@ pub fn read_frame<K: DeserializeOwned, R: Read>(r: &mut R) -> Result<Option<Fram
     if len > MAX_FRAME {
         return Err(WireError::TooLong(len));
     }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body)?;
-    Ok(Some(codec().deserialize(&body)?))
+    buf.resize(len as usize, 0);
+    r.read_exact(buf)?;
+    Ok(Some(codec().deserialize(buf)?))
 }
 
 /// The frame codec: bincode with fixed-width integers, no trailing bytes, and a limit
