@@ -460,11 +460,18 @@ impl<G: Gpu> DecodeNode<G> {
         env: &mut E,
     ) {
         let room = id.room;
+        let pool = self.gpu.pages();
         let refused = if dst.len() != kv.len() {
             Some((
                 dst.first().copied(),
                 "payload and page list differ in length".to_string(),
             ))
+        } else if let Some(t) = dst
+            .iter()
+            .find(|t| crate::gpu::layout::check_page_write(pool, t.page.0).is_err())
+        {
+            // The NIC refuses an address outside the registered memory, defenses or not.
+            Some((Some(*t), "not a pool page".to_string()))
         } else if self.cfg.defenses.page_tags {
             dst.iter().find_map(|&t| {
                 let why = match self.pool.record(t.page) {
@@ -495,7 +502,8 @@ impl<G: Gpu> DecodeNode<G> {
             return;
         }
         for (t, page) in dst.iter().zip(&kv) {
-            self.gpu.write_page(*t, room, page);
+            // Every page was checked to be a pool page above, so this cannot refuse.
+            let _ = self.gpu.write_page(*t, room, page);
         }
         env.trace(TraceEvent::KvLanded {
             node: self.id,
@@ -718,7 +726,11 @@ impl<G: Gpu> DecodeNode<G> {
         let token = self.gpu.attend(&page_ids, seq_len, q);
         // The generated token's KV goes into the next slot of the request's own pages.
         let all = req.pages.clone();
-        write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room);
+        if write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room).is_err() {
+            // Past the request's pages: refused whole and stated; the request fails.
+            self.finish(room, Status::INTERNAL, env);
+            return;
+        }
         env.send(
             self.router,
             Msg::TokenOut {

@@ -83,6 +83,12 @@ pub struct RunHeader {
     /// a reply can be checked for tokens of another request.
     #[serde(default)]
     pub canary_tokens: bool,
+    /// Every 200 reply is echo attention over the request's own prompt (kvsim's model):
+    /// step `s` of `n` echoes the prompt token at `query_position(s, n, prompt_len)`.
+    /// With `canary_tokens` the oracle then knows each reply exactly and checks it
+    /// (S10, reply correctness).
+    #[serde(default)]
+    pub echo_replies: bool,
 }
 
 impl RunHeader {
@@ -112,6 +118,7 @@ impl RunHeader {
                 .collect(),
             client: Some(topology.client()),
             canary_tokens: true,
+            echo_replies: true,
         }
     }
 
