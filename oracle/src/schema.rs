@@ -21,7 +21,7 @@ use kvsim_engine::invariant::Violation;
 use kvsim_engine::msg::{Msg, Status, TransferOutcome};
 use kvsim_engine::node::Role;
 use kvsim_engine::trace::TraceEvent;
-use kvsim_engine::world::{DropReason, Topology, WriteFailure};
+use kvsim_engine::world::{DataFault, DropReason, Topology, WriteFailure};
 use serde::{Deserialize, Serialize};
 
 /// The version of the schema this crate writes and reads.
@@ -447,6 +447,19 @@ pub enum FaultEvent {
     Restart {
         node: NodeId,
         epoch: u32,
+    },
+    /// A KV write landed with a data fault (`world::alter`): its page meant for
+    /// `meant` landed at `landed` (another page for a misdirect; the same page,
+    /// corrupted or in part, otherwise). Its completion still reports success. Stated
+    /// for people reading the trace; the oracle judges the landing from `KvLanded`
+    /// and the reply (S10), never from this record.
+    DataFault {
+        from: NodeId,
+        to: NodeId,
+        write: WriteId,
+        kind: DataFault,
+        meant: PageTag,
+        landed: PageTag,
     },
     /// The safety phase ends: no new faults from here on.
     Heal,

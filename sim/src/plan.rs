@@ -48,12 +48,18 @@ pub enum FaultKind {
     Cancel,
     /// Engine timeouts drawn short enough to fire in the middle of work.
     ShortTimeouts,
+    /// KV writes landing with a corrupted page (a data fault).
+    CorruptWrite,
+    /// KV writes with a page landing at another page of the node (a data fault).
+    MisdirectWrite,
+    /// KV writes whose last page lands in part (a data fault).
+    TornWrite,
 }
 
 impl FaultKind {
     /// Every kind, in the order the swarm draws them. Append only: the order fixes
     /// which numbers of the `FaultLevels` stream each kind gets.
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::Delay,
         FaultKind::Loss,
         FaultKind::Duplicate,
@@ -65,6 +71,9 @@ impl FaultKind {
         FaultKind::Crash,
         FaultKind::Cancel,
         FaultKind::ShortTimeouts,
+        FaultKind::CorruptWrite,
+        FaultKind::MisdirectWrite,
+        FaultKind::TornWrite,
     ];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +89,9 @@ impl FaultKind {
             FaultKind::Crash => "crash",
             FaultKind::Cancel => "cancel",
             FaultKind::ShortTimeouts => "short-timeouts",
+            FaultKind::CorruptWrite => "corrupt-write",
+            FaultKind::MisdirectWrite => "misdirect-write",
+            FaultKind::TornWrite => "torn-write",
         }
     }
 
@@ -108,6 +120,9 @@ pub struct NetParams {
     pub late_write_permille: u32,
     pub late_write_max_ns: u64,
     pub write_fail_permille: u32,
+    pub corrupt_write_permille: u32,
+    pub misdirect_write_permille: u32,
+    pub torn_write_permille: u32,
 }
 
 /// A window in which a prefill and a decode node cannot reach each other.
@@ -326,6 +341,9 @@ impl Plan {
                 FaultKind::Crash => fs.crash.count > 0 && fs.crash.max_ms > 0,
                 FaultKind::Cancel => fs.cancel_permille > 0,
                 FaultKind::ShortTimeouts => fs.short_timeouts_min_ms > 0,
+                FaultKind::CorruptWrite => fs.corrupt_write_permille > 0,
+                FaultKind::MisdirectWrite => fs.misdirect_write_permille > 0,
+                FaultKind::TornWrite => fs.torn_write_permille > 0,
             }
         };
         let mut lv = rng::stream(seed, Component::FaultLevels);
@@ -567,6 +585,12 @@ impl Plan {
             late_write_permille: scale32(fs.late_write.permille, FaultKind::LateWrite),
             late_write_max_ns: fs.late_write.max_ms.saturating_mul(1_000_000),
             write_fail_permille: scale32(fs.write_fail_permille, FaultKind::WriteFail),
+            corrupt_write_permille: scale32(fs.corrupt_write_permille, FaultKind::CorruptWrite),
+            misdirect_write_permille: scale32(
+                fs.misdirect_write_permille,
+                FaultKind::MisdirectWrite,
+            ),
+            torn_write_permille: scale32(fs.torn_write_permille, FaultKind::TornWrite),
         };
 
         if let Some(keep) = &reduction.keep {
@@ -726,7 +750,15 @@ impl Plan {
         let mut faults = Vec::new();
         for k in FaultKind::ALL {
             let Some(level) = self.level(k) else {
-                faults.push(format!("{k} off"));
+                // The data faults are named only when on: most scenarios never have them.
+                let data = [
+                    FaultKind::CorruptWrite,
+                    FaultKind::MisdirectWrite,
+                    FaultKind::TornWrite,
+                ];
+                if !data.contains(&k) {
+                    faults.push(format!("{k} off"));
+                }
                 continue;
             };
             let s = match k {
@@ -751,6 +783,11 @@ impl Plan {
                 FaultKind::Crash => format!("crash x{}", self.crashes.len()),
                 FaultKind::Cancel => format!("cancel level {level}‰"),
                 FaultKind::ShortTimeouts => format!("short-timeouts level {level}‰"),
+                FaultKind::CorruptWrite => format!("corrupt-write {}‰", n.corrupt_write_permille),
+                FaultKind::MisdirectWrite => {
+                    format!("misdirect-write {}‰", n.misdirect_write_permille)
+                }
+                FaultKind::TornWrite => format!("torn-write {}‰", n.torn_write_permille),
             };
             faults.push(s);
         }

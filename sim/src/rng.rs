@@ -46,6 +46,8 @@ pub enum Component {
     WriteLate = 21,
     /// Per KV write: fails.
     WriteFail = 22,
+    /// Per KV write: a data fault (corrupted, misdirected, torn) and its salt.
+    WriteData = 23,
 }
 
 /// The stream of one component for one seed.

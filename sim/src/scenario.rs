@@ -132,6 +132,13 @@ pub struct FaultSpec {
     pub late_write: TailSpec,
     /// Per-mille of KV writes that fail (one failed write among several in flight).
     pub write_fail_permille: u32,
+    /// Per-mille of KV writes that land with one page's payload corrupted (one slot's
+    /// token changed), the completion still saying success.
+    pub corrupt_write_permille: u32,
+    /// Per-mille of KV writes with one page landing at another page of the same node.
+    pub misdirect_write_permille: u32,
+    /// Per-mille of KV writes whose last page lands only its leading half of slots.
+    pub torn_write_permille: u32,
     /// Prefill or decode nodes that crash and restart after up to `max_ms`.
     pub crash: WindowSpec,
     /// Per-mille of requests whose client aborts or disconnects, at a drawn phase.
@@ -823,6 +830,9 @@ impl Scenario {
             ("slow_write.permille", fs.slow_write.permille),
             ("late_write.permille", fs.late_write.permille),
             ("write_fail_permille", fs.write_fail_permille),
+            ("corrupt_write_permille", fs.corrupt_write_permille),
+            ("misdirect_write_permille", fs.misdirect_write_permille),
+            ("torn_write_permille", fs.torn_write_permille),
             ("cancel_permille", fs.cancel_permille),
         ] {
             if v > 1000 {

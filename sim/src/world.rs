@@ -32,8 +32,8 @@ use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
 use kvsim_engine::world::{
-    self as env_world, Arrival, Arriving, CrashFate, Driver, DropReason, Timers, Topology,
-    Transport, WriteFailure,
+    self as env_world, Arrival, Arriving, CrashFate, DataFault, Driver, DropReason, Timers,
+    Topology, Transport, WriteFailure,
 };
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::{
@@ -56,6 +56,8 @@ enum Pending<K> {
         msg: Box<Msg<K>>,
         /// A KV write whose failure was decided when it was sent.
         doomed: bool,
+        /// A data fault the KV write suffers if it lands, with its salt.
+        data: Option<(DataFault, u64)>,
     },
     Fire {
         node: NodeId,
@@ -124,6 +126,8 @@ pub struct FaultStats {
     pub writes_flushed: u64,
     pub crashes: u64,
     pub cancels: u64,
+    /// KV writes that landed with a data fault (corrupted, misdirected, torn).
+    pub data_faults: u64,
 }
 
 /// Where a run's trace goes besides the oracle.
@@ -422,7 +426,8 @@ impl<G: Gpu> World<G> {
                 to_epoch,
                 msg,
                 doomed,
-            } => self.deliver(from, to, from_epoch, to_epoch, *msg, doomed),
+                data,
+            } => self.deliver(from, to, from_epoch, to_epoch, *msg, doomed, data),
             Pending::Fire { node, timer, .. } => {
                 self.timers.take(node, timer);
                 self.record(|| Record::TimerFire { node, timer });
@@ -476,6 +481,18 @@ impl<G: Gpu> World<G> {
     }
 
     fn enqueue(&mut self, at_ns: u64, from: NodeId, to: NodeId, msg: Msg<G::Kv>, doomed: bool) {
+        self.enqueue_write(at_ns, from, to, msg, doomed, None);
+    }
+
+    fn enqueue_write(
+        &mut self,
+        at_ns: u64,
+        from: NodeId,
+        to: NodeId,
+        msg: Msg<G::Kv>,
+        doomed: bool,
+        data: Option<(DataFault, u64)>,
+    ) {
         let (from_epoch, to_epoch) = (self.epochs[from.0 as usize], self.epochs[to.0 as usize]);
         self.push(
             at_ns,
@@ -486,6 +503,7 @@ impl<G: Gpu> World<G> {
                 to_epoch,
                 msg: Box::new(msg),
                 doomed,
+                data,
             },
         );
     }
@@ -505,10 +523,14 @@ impl<G: Gpu> World<G> {
                 self.stats.messages += 1;
                 self.stats.writes += 1;
                 match self.net.write() {
-                    WriteFate::Land { after_ns, late } => {
+                    WriteFate::Land {
+                        after_ns,
+                        late,
+                        data,
+                    } => {
                         self.stats.writes_late += u64::from(late);
                         self.log_send(from, to, &msg, now + after_ns, false);
-                        self.enqueue(now + after_ns, from, to, msg, false);
+                        self.enqueue_write(now + after_ns, from, to, msg, false, data);
                     }
                     WriteFate::Fail { after_ns } => {
                         self.log_send(from, to, &msg, now + after_ns, false);
@@ -579,18 +601,21 @@ impl<G: Gpu> World<G> {
                 to_epoch: id.epoch,
                 msg: Box::new(completion),
                 doomed: false,
+                data: None,
             },
         );
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn deliver(
         &mut self,
         from: NodeId,
         to: NodeId,
         from_epoch: u32,
         to_epoch: u32,
-        msg: Msg<G::Kv>,
+        mut msg: Msg<G::Kv>,
         doomed: bool,
+        data: Option<(DataFault, u64)>,
     ) {
         if to == self.client {
             self.deliver_to_client(msg);
@@ -628,6 +653,22 @@ impl<G: Gpu> World<G> {
                     self.write_failed(from, to, id, completion, reason);
                 }
                 return;
+            }
+        }
+        if let Some((fault, salt)) = data {
+            let pages = self.header.node(to).and_then(|n| n.pool_pages).unwrap_or(0);
+            if let Some(a) = env_world::alter(&mut msg, fault, pages, salt) {
+                self.stats.data_faults += 1;
+                if let Some(write) = msg.write_id() {
+                    self.emit(Record::Fault(FaultEvent::DataFault {
+                        from,
+                        to,
+                        write,
+                        kind: a.fault,
+                        meant: a.meant,
+                        landed: a.landed,
+                    }));
+                }
             }
         }
         self.record(|| Record::Deliver {
