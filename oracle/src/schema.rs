@@ -89,6 +89,12 @@ pub struct RunHeader {
     /// (S10, reply correctness).
     #[serde(default)]
     pub echo_replies: bool,
+    /// Bounded cleanup (L6): after a request's terminal answer (`RouterResponse`),
+    /// every node must have answered its half and let go of the room's pages (freed,
+    /// or quarantined) within this many nanoseconds of the trace's clock. Absent: not
+    /// checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup_bound_ns: Option<u64>,
 }
 
 impl RunHeader {
@@ -119,6 +125,7 @@ impl RunHeader {
             client: Some(topology.client()),
             canary_tokens: true,
             echo_replies: true,
+            cleanup_bound_ns: None,
         }
     }
 

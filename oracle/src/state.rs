@@ -389,6 +389,31 @@ impl OracleState {
         }
     }
 
+    /// What each node still does for `room`: the half it has not answered, the pages
+    /// it still owns for it (quarantined pages are let go). Empty when every node is
+    /// done with it (bounded cleanup, L6).
+    pub fn still_working(&self, room: RoomKey) -> Vec<(NodeId, String)> {
+        let mut out = Vec::new();
+        for (i, b) in self.nodes.iter().enumerate() {
+            let Some(b) = b.as_ref().map(Shared::get) else {
+                continue;
+            };
+            let node = NodeId(i as u16);
+            if b.open.binary_search(&room).is_ok() {
+                out.push((node, "has not answered its half".to_string()));
+            }
+            let held = b
+                .pages
+                .iter()
+                .filter(|p| p.owner == Some(room) && p.state != PageState::Quarantined)
+                .count();
+            if held > 0 {
+                out.push((node, format!("still owns {held} of its pages")));
+            }
+        }
+        out
+    }
+
     /// Must `side` reject the request of this room at intake (its own limit)?
     fn must_reject(&self, h: &RunHeader, f: &RoomFacts, side: Side) -> bool {
         must_reject(h, side, f.prefill, f.decode, f.prompt_len, f.max_new_tokens)

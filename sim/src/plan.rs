@@ -248,6 +248,8 @@ pub struct Plan {
     pub heal_at_ns: Option<u64>,
     /// Everything must have drained by this instant.
     pub deadline_ns: u64,
+    /// The bounded-cleanup bound (L6), when the scenario states one.
+    pub cleanup_bound_ns: Option<u64>,
     pub max_events: u64,
     /// The fault kinds that are on, with their level (per mille of the scenario's
     /// maximum; 0 is on but harmless).
@@ -638,6 +640,8 @@ impl Plan {
             requests,
             heal_at_ns: any_fault.then_some(heal_at),
             deadline_ns,
+            cleanup_bound_ns: (sc.run.cleanup_bound_ms > 0)
+                .then(|| sc.run.cleanup_bound_ms.saturating_mul(1_000_000)),
             max_events: sc.run.max_events,
             levels,
             swarm: sc.swarm.is_some(),

@@ -237,6 +237,10 @@ pub struct RunLimits {
     pub max_events: u64,
     /// Simulated time after which the run is declared stuck, in milliseconds.
     pub max_time_ms: u64,
+    /// Bounded cleanup (L6): after a request's terminal answer, every node must stop
+    /// work for it and free or quarantine its pages within this many milliseconds of
+    /// simulated time. 0: not checked.
+    pub cleanup_bound_ms: u64,
 }
 
 impl Default for RunLimits {
@@ -244,6 +248,7 @@ impl Default for RunLimits {
         RunLimits {
             max_events: 5_000_000,
             max_time_ms: 600_000,
+            cleanup_bound_ms: 0,
         }
     }
 }
@@ -585,6 +590,11 @@ impl Scenario {
             ("phases.safety_ms".into(), self.phases.safety_ms, 1000),
             ("phases.liveness_ms".into(), self.phases.liveness_ms, 1000),
             ("run.max_time_ms".into(), self.run.max_time_ms, 1000),
+            (
+                "run.cleanup_bound_ms".into(),
+                self.run.cleanup_bound_ms,
+                1000,
+            ),
         ];
         if let Some(w) = &self.workload {
             v.push(("workload.arrival_ms".into(), w.arrival_ms, 1000));

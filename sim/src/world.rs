@@ -193,6 +193,7 @@ impl<G: Gpu> World<G> {
         let mut header = RunHeader::new("kvsim-sim", ClockKind::Simulated, &plan.engine, &topology);
         header.scenario = Some(plan.scenario.clone());
         header.seed = Some(plan.seed);
+        header.cleanup_bound_ns = plan.cleanup_bound_ns;
         let oracle = Oracle::new(header.clone());
         let n = nodes.len() + 1;
         let mut w = World {
