@@ -54,12 +54,14 @@ pub enum FaultKind {
     MisdirectWrite,
     /// KV writes whose last page lands in part (a data fault).
     TornWrite,
+    /// A prefill node whose every write lands later than any timeout.
+    SlowWriter,
 }
 
 impl FaultKind {
     /// Every kind, in the order the swarm draws them. Append only: the order fixes
     /// which numbers of the `FaultLevels` stream each kind gets.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Delay,
         FaultKind::Loss,
         FaultKind::Duplicate,
@@ -74,6 +76,7 @@ impl FaultKind {
         FaultKind::CorruptWrite,
         FaultKind::MisdirectWrite,
         FaultKind::TornWrite,
+        FaultKind::SlowWriter,
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +95,7 @@ impl FaultKind {
             FaultKind::CorruptWrite => "corrupt-write",
             FaultKind::MisdirectWrite => "misdirect-write",
             FaultKind::TornWrite => "torn-write",
+            FaultKind::SlowWriter => "slow-writer",
         }
     }
 
@@ -242,6 +246,9 @@ pub struct Plan {
     pub decode_pools: Vec<u32>,
     pub net: NetParams,
     pub partitions: Vec<Partition>,
+    /// The slow writer: a prefill node and how late each of its writes lands during
+    /// the safety phase.
+    pub slow_writer: Option<(NodeId, u64)>,
     pub crashes: Vec<CrashPlan>,
     pub requests: Vec<PlannedRequest>,
     /// When faults heal; `None` for a fault-free scenario.
@@ -346,6 +353,7 @@ impl Plan {
                 FaultKind::CorruptWrite => fs.corrupt_write_permille > 0,
                 FaultKind::MisdirectWrite => fs.misdirect_write_permille > 0,
                 FaultKind::TornWrite => fs.torn_write_permille > 0,
+                FaultKind::SlowWriter => fs.slow_writer_ms > 0,
             }
         };
         let mut lv = rng::stream(seed, Component::FaultLevels);
@@ -525,6 +533,20 @@ impl Plan {
             }
         }
 
+        // The slow writer: one prefill node, its delay scaled by its level.
+        let slow_writer = level(FaultKind::SlowWriter).map(|_| {
+            let mut r = rng::stream(seed, Component::SlowWriter);
+            let i = between(&mut r, 0, u64::from(np) - 1) as u16;
+            (
+                NodeId(1 + i),
+                scale(
+                    fs.slow_writer_ms.saturating_mul(1_000_000),
+                    FaultKind::SlowWriter,
+                )
+                .max(1),
+            )
+        });
+
         // Partitions and crashes, inside the safety phase.
         let safety = heal_at.max(1);
         let mut partitions = Vec::new();
@@ -636,6 +658,7 @@ impl Plan {
             decode_pools,
             net,
             partitions,
+            slow_writer,
             crashes,
             requests,
             heal_at_ns: any_fault.then_some(heal_at),
@@ -754,11 +777,12 @@ impl Plan {
         let mut faults = Vec::new();
         for k in FaultKind::ALL {
             let Some(level) = self.level(k) else {
-                // The data faults are named only when on: most scenarios never have them.
+                // The newer kinds are named only when on: most scenarios never have them.
                 let data = [
                     FaultKind::CorruptWrite,
                     FaultKind::MisdirectWrite,
                     FaultKind::TornWrite,
+                    FaultKind::SlowWriter,
                 ];
                 if !data.contains(&k) {
                     faults.push(format!("{k} off"));
@@ -792,6 +816,10 @@ impl Plan {
                     format!("misdirect-write {}‰", n.misdirect_write_permille)
                 }
                 FaultKind::TornWrite => format!("torn-write {}‰", n.torn_write_permille),
+                FaultKind::SlowWriter => match self.slow_writer {
+                    Some((node, ns)) => format!("slow-writer {node} +{}", ms(ns)),
+                    None => "slow-writer off".into(),
+                },
             };
             faults.push(s);
         }

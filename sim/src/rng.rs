@@ -32,6 +32,8 @@ pub enum Component {
     Crashes = 6,
     /// Short engine timeouts.
     Timeouts = 7,
+    /// Which prefill node is the slow writer.
+    SlowWriter = 8,
     /// Per control message: held back.
     NetDelay = 16,
     /// Per control message: lost.

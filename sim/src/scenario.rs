@@ -132,6 +132,12 @@ pub struct FaultSpec {
     pub late_write: TailSpec,
     /// Per-mille of KV writes that fail (one failed write among several in flight).
     pub write_fail_permille: u32,
+    /// A prefill node (drawn per seed) that stays alive but is slower than every
+    /// timeout: during the safety phase every KV write it posts lands this many
+    /// milliseconds late (and still lands). Set it above decode's waiting timeout plus
+    /// its drain-retry budget, and decode times out, asks for the drain until its
+    /// budget runs out and gives up loudly while the writes are still coming.
+    pub slow_writer_ms: u64,
     /// Per-mille of KV writes that land with one page's payload corrupted (one slot's
     /// token changed), the completion still saying success.
     pub corrupt_write_permille: u32,

@@ -170,6 +170,7 @@ pub struct World<G: Gpu> {
     json: Option<Box<dyn TraceSink>>,
     hash: TraceHash,
     heal_at_ns: Option<u64>,
+    slow_writer: Option<(NodeId, u64)>,
     deadline_ns: u64,
     max_events: u64,
     stats: FaultStats,
@@ -220,6 +221,7 @@ impl<G: Gpu> World<G> {
             json: None,
             hash: TraceHash::default(),
             heal_at_ns: plan.heal_at_ns,
+            slow_writer: plan.slow_writer,
             deadline_ns: plan.deadline_ns,
             max_events: plan.max_events,
             stats: FaultStats::default(),
@@ -481,6 +483,16 @@ impl<G: Gpu> World<G> {
         self.send(client, router, msg);
     }
 
+    /// How much later the slow writer's writes land (during the safety phase).
+    fn slow_writer_delay(&self, from: NodeId) -> u64 {
+        match self.slow_writer {
+            Some((node, ns)) if node == from && self.heal_at_ns.is_none_or(|h| self.now_ns < h) => {
+                ns
+            }
+            _ => 0,
+        }
+    }
+
     fn enqueue(&mut self, at_ns: u64, from: NodeId, to: NodeId, msg: Msg<G::Kv>, doomed: bool) {
         self.enqueue_write(at_ns, from, to, msg, doomed, None);
     }
@@ -525,10 +537,11 @@ impl<G: Gpu> World<G> {
                 self.stats.writes += 1;
                 match self.net.write() {
                     WriteFate::Land {
-                        after_ns,
+                        mut after_ns,
                         late,
                         data,
                     } => {
+                        after_ns += self.slow_writer_delay(from);
                         self.stats.writes_late += u64::from(late);
                         self.log_send(from, to, &msg, now + after_ns, false);
                         self.enqueue_write(now + after_ns, from, to, msg, false, data);
