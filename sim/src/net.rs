@@ -60,6 +60,7 @@ pub struct NetModel {
     late: rng::Rng,
     fail: rng::Rng,
     data: rng::Rng,
+    stale: rng::Rng,
 }
 
 impl NetModel {
@@ -75,6 +76,7 @@ impl NetModel {
             late: rng::stream(seed, Component::WriteLate),
             fail: rng::stream(seed, Component::WriteFail),
             data: rng::stream(seed, Component::WriteData),
+            stale: rng::stream(seed, Component::StaleReplay),
         }
     }
 
@@ -131,6 +133,11 @@ impl NetModel {
             after_ns: base + j1 + hold_ns,
             dup_ns: dup.then_some(base + j2 + hold_ns / 2),
         }
+    }
+
+    /// A room number is reused: redeliver its previous use's control messages now?
+    pub fn stale_replay(&mut self) -> bool {
+        !self.healed && chance(&mut self.stale, self.p.stale_replay_permille)
     }
 
     /// Decide a KV write's fate.

@@ -56,12 +56,14 @@ pub enum FaultKind {
     TornWrite,
     /// A prefill node whose every write lands later than any timeout.
     SlowWriter,
+    /// Control messages of a room number's previous use redelivered at its reuse.
+    StaleReplay,
 }
 
 impl FaultKind {
     /// Every kind, in the order the swarm draws them. Append only: the order fixes
     /// which numbers of the `FaultLevels` stream each kind gets.
-    pub const ALL: [FaultKind; 15] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::Delay,
         FaultKind::Loss,
         FaultKind::Duplicate,
@@ -77,6 +79,7 @@ impl FaultKind {
         FaultKind::MisdirectWrite,
         FaultKind::TornWrite,
         FaultKind::SlowWriter,
+        FaultKind::StaleReplay,
     ];
 
     pub fn name(self) -> &'static str {
@@ -96,6 +99,7 @@ impl FaultKind {
             FaultKind::MisdirectWrite => "misdirect-write",
             FaultKind::TornWrite => "torn-write",
             FaultKind::SlowWriter => "slow-writer",
+            FaultKind::StaleReplay => "stale-replay",
         }
     }
 
@@ -119,6 +123,7 @@ pub struct NetParams {
     pub delay_max_ns: u64,
     pub loss_permille: u32,
     pub duplicate_permille: u32,
+    pub stale_replay_permille: u32,
     pub slow_write_permille: u32,
     pub slow_write_max_ns: u64,
     pub late_write_permille: u32,
@@ -354,6 +359,7 @@ impl Plan {
                 FaultKind::MisdirectWrite => fs.misdirect_write_permille > 0,
                 FaultKind::TornWrite => fs.torn_write_permille > 0,
                 FaultKind::SlowWriter => fs.slow_writer_ms > 0,
+                FaultKind::StaleReplay => fs.stale_replay_permille > 0,
             }
         };
         let mut lv = rng::stream(seed, Component::FaultLevels);
@@ -604,6 +610,7 @@ impl Plan {
             delay_max_ns: fs.delay.max_ms.saturating_mul(1_000_000),
             loss_permille: scale32(fs.loss_permille, FaultKind::Loss),
             duplicate_permille: scale32(fs.duplicate_permille, FaultKind::Duplicate),
+            stale_replay_permille: scale32(fs.stale_replay_permille, FaultKind::StaleReplay),
             slow_write_permille: scale32(fs.slow_write.permille, FaultKind::SlowWrite),
             slow_write_max_ns: fs.slow_write.max_ms.saturating_mul(1_000_000),
             late_write_permille: scale32(fs.late_write.permille, FaultKind::LateWrite),
@@ -783,6 +790,7 @@ impl Plan {
                     FaultKind::MisdirectWrite,
                     FaultKind::TornWrite,
                     FaultKind::SlowWriter,
+                    FaultKind::StaleReplay,
                 ];
                 if !data.contains(&k) {
                     faults.push(format!("{k} off"));
@@ -816,6 +824,7 @@ impl Plan {
                     format!("misdirect-write {}‰", n.misdirect_write_permille)
                 }
                 FaultKind::TornWrite => format!("torn-write {}‰", n.torn_write_permille),
+                FaultKind::StaleReplay => format!("stale-replay {}‰", n.stale_replay_permille),
                 FaultKind::SlowWriter => match self.slow_writer {
                     Some((node, ns)) => format!("slow-writer {node} +{}", ms(ns)),
                     None => "slow-writer off".into(),

@@ -50,6 +50,8 @@ pub enum Component {
     WriteFail = 22,
     /// Per KV write: a data fault (corrupted, misdirected, torn) and its salt.
     WriteData = 23,
+    /// Per reuse of a room number: redeliver the earlier use's control messages.
+    StaleReplay = 24,
 }
 
 /// The stream of one component for one seed.

@@ -120,6 +120,10 @@ pub struct FaultSpec {
     pub loss_permille: u32,
     /// Per-mille of control messages delivered twice.
     pub duplicate_permille: u32,
+    /// Per-mille of room-number reuses right after which the control messages of the
+    /// number's previous use (up to 8, kept as they were sent) are delivered again:
+    /// stale duplicates aimed at the moment a new use starts.
+    pub stale_replay_permille: u32,
     /// Every control message gets up to this much extra latency, so messages overtake
     /// each other (reordering), in microseconds.
     pub reorder_jitter_us: u64,
@@ -843,6 +847,7 @@ impl Scenario {
             ("delay.permille", fs.delay.permille),
             ("loss_permille", fs.loss_permille),
             ("duplicate_permille", fs.duplicate_permille),
+            ("stale_replay_permille", fs.stale_replay_permille),
             ("slow_write.permille", fs.slow_write.permille),
             ("late_write.permille", fs.late_write.permille),
             ("write_fail_permille", fs.write_fail_permille),

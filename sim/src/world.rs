@@ -141,6 +141,9 @@ impl TraceSink for Vec<String> {
     }
 }
 
+/// A room number's latest use and its control messages as sent (from, to, message).
+type LastUse<K> = (RoomKey, Vec<(NodeId, NodeId, Msg<K>)>);
+
 /// The driver of one run.
 pub struct World<G: Gpu> {
     now_ns: u64,
@@ -171,6 +174,9 @@ pub struct World<G: Gpu> {
     hash: TraceHash,
     heal_at_ns: Option<u64>,
     slow_writer: Option<(NodeId, u64)>,
+    /// Per room number, the control messages of its latest use (at most 8), for the
+    /// stale replay at its next reuse.
+    last_use: BTreeMap<u32, LastUse<G::Kv>>,
     deadline_ns: u64,
     max_events: u64,
     stats: FaultStats,
@@ -222,6 +228,7 @@ impl<G: Gpu> World<G> {
             hash: TraceHash::default(),
             heal_at_ns: plan.heal_at_ns,
             slow_writer: plan.slow_writer,
+            last_use: BTreeMap::new(),
             deadline_ns: plan.deadline_ns,
             max_events: plan.max_events,
             stats: FaultStats::default(),
@@ -483,6 +490,46 @@ impl<G: Gpu> World<G> {
         self.send(client, router, msg);
     }
 
+    /// Keep a control message of a room use for a stale replay at the number's reuse.
+    fn remember_control(&mut self, from: NodeId, to: NodeId, msg: &Msg<G::Kv>) {
+        let Some(room) = msg.room() else { return };
+        let e = self
+            .last_use
+            .entry(room.room.0)
+            .or_insert_with(|| (room, Vec::new()));
+        if e.0 != room {
+            if room.gen < e.0.gen {
+                return;
+            }
+            *e = (room, Vec::new());
+        }
+        if e.1.len() < 8 {
+            e.1.push((from, to, msg.clone()));
+        }
+    }
+
+    /// A room number's new use was routed: maybe redeliver its previous use's control
+    /// messages right now, as stale duplicates.
+    fn stale_replay(&mut self, room: RoomKey) {
+        let Some((prev, _)) = self.last_use.get(&room.room.0) else {
+            return;
+        };
+        if *prev == room || prev.gen > room.gen || !self.net.stale_replay() {
+            return;
+        }
+        let msgs = self
+            .last_use
+            .get(&room.room.0)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default();
+        for (from, to, msg) in msgs {
+            self.stats.duplicated += 1;
+            let at = self.now_ns + self.net.latency_ns();
+            self.log_send(from, to, &msg, at, true);
+            self.enqueue(at, from, to, msg, false);
+        }
+    }
+
     /// How much later the slow writer's writes land (during the safety phase).
     fn slow_writer_delay(&self, from: NodeId) -> u64 {
         match self.slow_writer {
@@ -554,6 +601,9 @@ impl<G: Gpu> World<G> {
             }
             Transport::Control => {
                 self.stats.messages += 1;
+                if self.net.params().stale_replay_permille > 0 {
+                    self.remember_control(from, to, &msg);
+                }
                 match self.net.control(true) {
                     ControlFate::Lost => {
                         self.stats.lost += 1;
@@ -932,6 +982,9 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for World<G> {
         ev.hash(&mut self.hash);
         if let TraceEvent::Routed { req, room, .. } = &ev {
             self.room_req.insert(*room, *req);
+            if self.net.params().stale_replay_permille > 0 {
+                self.stale_replay(*room);
+            }
         }
         self.trigger_cancels(&ev);
         let restart = match &ev {

@@ -36,3 +36,10 @@ pub fn scenario(path: &str) -> Scenario {
 }
 
 pub const CLIENT_DISCONNECTS: &str = include_str!("../../../scenarios/client-disconnects.toml");
+
+/// `path` with `tweak` applied.
+pub fn scenario_with(path: &str, tweak: impl FnOnce(&mut Scenario)) -> Scenario {
+    let mut sc = scenario(path);
+    tweak(&mut sc);
+    sc
+}
