@@ -120,9 +120,10 @@ pub struct FaultSpec {
     pub loss_permille: u32,
     /// Per-mille of control messages delivered twice.
     pub duplicate_permille: u32,
-    /// Per-mille of room-number reuses right after which the control messages of the
-    /// number's previous use (up to 8, kept as they were sent) are delivered again:
-    /// stale duplicates aimed at the moment a new use starts.
+    /// Per-mille chance, when a reused room number's new use is routed and again when
+    /// decode quarantines it, that the control messages of the number's previous use
+    /// (up to 8, kept as they were sent) are delivered again: stale duplicates aimed
+    /// at the moments generation-blind handling gets wrong.
     pub stale_replay_permille: u32,
     /// Every control message gets up to this much extra latency, so messages overtake
     /// each other (reordering), in microseconds.

@@ -177,6 +177,8 @@ pub struct World<G: Gpu> {
     /// Per room number, the control messages of its latest use (at most 8), for the
     /// stale replay at its next reuse.
     last_use: BTreeMap<u32, LastUse<G::Kv>>,
+    /// The use before the latest, per room number.
+    prev_use: BTreeMap<u32, LastUse<G::Kv>>,
     deadline_ns: u64,
     max_events: u64,
     stats: FaultStats,
@@ -229,6 +231,7 @@ impl<G: Gpu> World<G> {
             heal_at_ns: plan.heal_at_ns,
             slow_writer: plan.slow_writer,
             last_use: BTreeMap::new(),
+            prev_use: BTreeMap::new(),
             deadline_ns: plan.deadline_ns,
             max_events: plan.max_events,
             stats: FaultStats::default(),
@@ -501,7 +504,13 @@ impl<G: Gpu> World<G> {
             if room.gen < e.0.gen {
                 return;
             }
-            *e = (room, Vec::new());
+            let old = std::mem::replace(e, (room, Vec::new()));
+            self.prev_use.insert(room.room.0, old);
+            let Some(e) = self.last_use.get_mut(&room.room.0) else {
+                return;
+            };
+            e.1.push((from, to, msg.clone()));
+            return;
         }
         if e.1.len() < 8 {
             e.1.push((from, to, msg.clone()));
@@ -511,17 +520,19 @@ impl<G: Gpu> World<G> {
     /// A room number's new use was routed: maybe redeliver its previous use's control
     /// messages right now, as stale duplicates.
     fn stale_replay(&mut self, room: RoomKey) {
-        let Some((prev, _)) = self.last_use.get(&room.room.0) else {
+        // The latest use before `room`: the last one remembered, or the one before it
+        // when `room` itself already sent control messages.
+        let earlier = match self.last_use.get(&room.room.0) {
+            Some(u) if u.0 == room => self.prev_use.get(&room.room.0),
+            u => u,
+        };
+        let Some((prev, msgs)) = earlier else {
             return;
         };
-        if *prev == room || prev.gen > room.gen || !self.net.stale_replay() {
+        if prev.gen >= room.gen || !self.net.stale_replay() {
             return;
         }
-        let msgs = self
-            .last_use
-            .get(&room.room.0)
-            .map(|(_, m)| m.clone())
-            .unwrap_or_default();
+        let msgs = msgs.clone();
         for (from, to, msg) in msgs {
             self.stats.duplicated += 1;
             let at = self.now_ns + self.net.latency_ns();
@@ -982,6 +993,13 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for World<G> {
         ev.hash(&mut self.hash);
         if let TraceEvent::Routed { req, room, .. } = &ev {
             self.room_req.insert(*room, *req);
+            if self.net.params().stale_replay_permille > 0 {
+                self.stale_replay(*room);
+            }
+        }
+        // And when a use of a reused number is quarantined: a stale drain ack then is
+        // what generation-blind handling gets wrong.
+        if let TraceEvent::Quarantined { room, .. } = &ev {
             if self.net.params().stale_replay_permille > 0 {
                 self.stale_replay(*room);
             }

@@ -31,6 +31,23 @@ fn the_defended_engine_is_clean_under_stale_replays() {
     assert!(dup > 0);
 }
 
+/// The bias pays: generation-blind acks are caught on more seeds with it.
+#[test]
+fn the_bias_finds_generation_blind_acks_more_often() {
+    let bug = BugSet::NONE.with(Bug::AckIgnoresGeneration);
+    let with = |permille| {
+        common::scenario_with("scenarios/partition.toml", |sc| {
+            sc.faults.stale_replay_permille = permille;
+        })
+    };
+    let (without, _) = failing(&with(0), bug, 100);
+    let (biased, _) = failing(&with(1000), bug, 100);
+    assert!(
+        biased > without,
+        "{biased} with the bias, {without} without"
+    );
+}
+
 /// Measured, not asserted: `cargo test -p kvsim-sim --test stale_replay -- --ignored --nocapture`.
 #[test]
 #[ignore]
