@@ -1,6 +1,7 @@
 //! `kvsim bugs`: argument parsing and file output for the bug-detection matrix.
 //! The runs are `matrix.rs`; the formatting is `matrix_report.rs`.
 
+use crate::isolation;
 use crate::matrix::{self, Budget};
 use crate::matrix_report;
 use anyhow::{Context, Result};
@@ -49,7 +50,13 @@ pub fn run(a: &BugsArgs) -> Result<ExitCode> {
         format!("kvsim bugs --seeds {}", a.seeds)
     };
     let m = matrix::run(&budget, &command, |label| eprintln!("  hunting: {label}"))?;
-    let md = matrix_report::markdown(&m);
+    let mut md = matrix_report::markdown(&m);
+    // Each defense alone against every hazard, and the monotonicity check.
+    let iso_seeds = if a.quick { 3 } else { a.seeds.min(20) };
+    let iso = isolation::run(iso_seeds, |c| eprintln!("  isolating: {c}"))?;
+    md.push_str("\n## Defense isolation\n\n```\n");
+    md.push_str(&iso.render());
+    md.push_str("```\n");
     print!("{md}");
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let md_path = a.out.join("bugs.md");
@@ -61,12 +68,18 @@ pub fn run(a: &BugsArgs) -> Result<ExitCode> {
         std::fs::write(p, serde_json::to_string_pretty(&m)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
-    let failed: Vec<&str> = m
+    let mut failed: Vec<&str> = m
         .rows
         .iter()
         .filter(|r| !r.ok())
         .map(|r| r.label.as_str())
         .collect();
+    if !iso.misses().is_empty() {
+        failed.push("defense isolation: an expected stop leaked");
+    }
+    if !iso.monotonicity_breaches().is_empty() {
+        failed.push("defense isolation: a stronger configuration looked worse");
+    }
     eprintln!("wrote {} and {}", md_path.display(), svg_path.display());
     if failed.is_empty() {
         Ok(ExitCode::SUCCESS)

@@ -7,6 +7,7 @@ pub mod cmd_audit;
 pub mod cmd_bugs;
 pub mod cmd_check;
 pub mod cmd_sim;
+pub mod isolation;
 pub mod matrix;
 pub mod matrix_report;
 pub mod render;

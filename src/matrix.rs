@@ -51,6 +51,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "scenarios/glm53-truncate.toml",
         include_str!("../scenarios/glm53-truncate.toml"),
     ),
+    (
+        "scenarios/data-faults.toml",
+        include_str!("../scenarios/data-faults.toml"),
+    ),
 ];
 
 /// Which scenario hunts which switch (the one whose faults reach its code path).

@@ -340,6 +340,36 @@ pub fn bug_matrix_quick() -> Result<Row> {
     })
 }
 
+/// The defense-isolation matrix (5 seeds per cell): each defense alone stops the
+/// hazards it exists to stop, no configuration that only adds defenses looks worse,
+/// and the defended engine is clean under every data fault (`src/isolation.rs`).
+pub fn isolation_matrix() -> Result<Row> {
+    let t = Instant::now();
+    let m = crate::isolation::run(5, |_| {})?;
+    let wall_s = t.elapsed().as_secs_f64();
+    let expected = crate::isolation::expected().len();
+    let misses = m.misses().len();
+    let breaches = m.monotonicity_breaches().len();
+    let data_clean = crate::isolation::hazards()
+        .into_iter()
+        .filter(|h| matches!(h, crate::isolation::Hazard::Data(_)))
+        .all(|h| {
+            m.get("all defenses", h)
+                .is_some_and(|c| c.invariants.is_empty())
+        });
+    Ok(Row {
+        check: "defense isolation: each defense alone, data faults".into(),
+        expected: "every expected stop holds, none looks worse, defended clean".into(),
+        observed: format!(
+            "{}/{expected} stops held, {breaches} monotonicity breaches, defended engine {} under data faults; full: kvsim bugs",
+            expected - misses,
+            if data_clean { "clean" } else { "FLAGGED" }
+        ),
+        ok: misses == 0 && breaches == 0 && data_clean,
+        wall_s,
+    })
+}
+
 /// Print rows as one table.
 pub fn render(rows: &[Row]) -> String {
     let mut out = String::new();
@@ -409,6 +439,7 @@ pub fn run_default_suite(quiet: bool) -> Result<ExitCode> {
         model_check_handoff,
     )?);
     rows.push(start(quiet, "bug matrix (quick)", bug_matrix_quick)?);
+    rows.push(start(quiet, "defense isolation", isolation_matrix)?);
 
     println!("== Summary ==");
     print!("{}", render(&rows));

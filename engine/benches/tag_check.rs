@@ -40,7 +40,8 @@ fn pool(requests: u32, pages_each: u32) -> (HostGpu, Vec<(RoomKey, Vec<PageTag>)
         let tokens: Vec<u32> = (0..len as u32)
             .map(|t| t.wrapping_mul(2_654_435_761))
             .collect();
-        gpu.write_tokens(&tags, 0, &tokens, room);
+        gpu.write_tokens(&tags, 0, &tokens, room)
+            .expect("every page of the table is a pool page");
         tables.push((room, tags));
     }
     (gpu, tables)

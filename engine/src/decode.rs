@@ -730,7 +730,11 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let token = self.gpu.attend(&page_ids, seq_len, q);
         // The generated token's KV goes into the next slot of the request's own pages.
         let all = req.pages.clone();
-        write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room);
+        if write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room).is_err() {
+            // Past the request's pages: refused whole and stated; the request fails.
+            self.finish(room, Status::INTERNAL, env);
+            return;
+        }
         env.send(
             self.router,
             Msg::TokenOut {

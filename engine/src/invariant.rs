@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// One invariant (S1-S9 safety, L1-L5 liveness).
+/// One invariant (S1-S10 safety, L1-L6 liveness).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Invariant {
     S1,
@@ -19,15 +19,17 @@ pub enum Invariant {
     S7,
     S8,
     S9,
+    S10,
     L1,
     L2,
     L3,
     L4,
     L5,
+    L6,
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 14] = [
+    pub const ALL: [Invariant; 16] = [
         Invariant::S1,
         Invariant::S2,
         Invariant::S3,
@@ -37,11 +39,13 @@ impl Invariant {
         Invariant::S7,
         Invariant::S8,
         Invariant::S9,
+        Invariant::S10,
         Invariant::L1,
         Invariant::L2,
         Invariant::L3,
         Invariant::L4,
         Invariant::L5,
+        Invariant::L6,
     ];
 
     /// The one-line statement of the invariant.
@@ -56,11 +60,13 @@ impl Invariant {
             Invariant::S7 => "metadata integrity: decode commits only its own room's metadata",
             Invariant::S8 => "free discipline: only the owner frees a page, once",
             Invariant::S9 => "release after drain: quarantine ends only after every write drained",
+            Invariant::S10 => "reply correctness: a 200 carries exactly the tokens echo attention over the request's own prompt yields",
             Invariant::L1 => "every request terminates on both sides",
             Invariant::L2 => "every room is cleared",
             Invariant::L3 => "quarantine empties",
             Invariant::L4 => "at quiescence every pool is full again",
             Invariant::L5 => "no request larger than the pool is admitted",
+            Invariant::L6 => "bounded cleanup: after a request's answer every node stops work for it and lets its pages go within the stated bound",
         }
     }
 

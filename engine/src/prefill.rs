@@ -560,7 +560,13 @@ impl<G: Gpu> PrefillNode<G> {
             return;
         }
         let prompt = req.prompt.clone();
-        write_traced(&mut self.gpu, env, self.id, &pages, 0, &prompt, room);
+        if write_traced(&mut self.gpu, env, self.id, &pages, 0, &prompt, room).is_err() {
+            // Refused whole (stated as a fault): the request fails like an abort.
+            self.release_source(room, &pages, env);
+            self.notify_decode_failed(room, env);
+            self.retire(room, Status::INTERNAL, env);
+            return;
+        }
         if let Err(e) = self.pool.mark_ready(room, &pages) {
             // Our own fresh allocation must be ours; anything else is an engine bug
             // that only a bug switch can cause. Fail the request loudly.

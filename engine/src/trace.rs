@@ -66,6 +66,10 @@ pub enum NodeFault {
     /// A hold on a page could not be let go: the page left its holder's reach (only
     /// upstream's unchecked free, a bug switch, causes it).
     HoldLost { tag: PageTag, error: String },
+    /// The KV memory refused a write of this room use whole (positions past its page
+    /// list, a page outside the pool) instead of dropping part of it; the node fails
+    /// the request.
+    WriteRefused { room: RoomKey, error: String },
 }
 
 impl NodeFault {
@@ -74,7 +78,7 @@ impl NodeFault {
         match self {
             NodeFault::DrainAckMissing { .. } => FaultAction::Stop,
             NodeFault::PageRecordRefused { .. } => FaultAction::Restart,
-            NodeFault::HoldLost { .. } => FaultAction::Report,
+            NodeFault::HoldLost { .. } | NodeFault::WriteRefused { .. } => FaultAction::Report,
         }
     }
 
@@ -83,6 +87,7 @@ impl NodeFault {
             NodeFault::DrainAckMissing { room, .. } => Some(*room),
             NodeFault::PageRecordRefused { room, .. } => *room,
             NodeFault::HoldLost { .. } => None,
+            NodeFault::WriteRefused { room, .. } => Some(*room),
         }
     }
 }
@@ -100,6 +105,9 @@ impl fmt::Display for NodeFault {
             },
             NodeFault::HoldLost { tag, error } => {
                 write!(f, "the hold on {tag} could not be let go: {error}")
+            }
+            NodeFault::WriteRefused { room, error } => {
+                write!(f, "the KV memory refused a write for {room}: {error}")
             }
         }
     }

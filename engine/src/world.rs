@@ -20,8 +20,8 @@
 use crate::config::EngineConfig;
 use crate::decode::DecodeNode;
 use crate::env::{Effect, Timer, TimerOp};
-use crate::gpu::Gpu;
-use crate::ids::NodeId;
+use crate::gpu::{Gpu, KvPayload};
+use crate::ids::{NodeId, PageId, PageTag};
 use crate::msg::Msg;
 use crate::node::{Node, Role};
 use crate::prefill::PrefillNode;
@@ -225,7 +225,89 @@ pub enum Arrival<K> {
     },
 }
 
-/// What happens to `msg` as it arrives. One rule for every driver.
+/// What the wire or the receiving NIC gets wrong about a KV write that lands (a
+/// data fault: the completion still says success, the counts still add up, only the
+/// contents or the place are wrong). A driver decides *whether* (a rate, a bounded
+/// budget) and then calls [`alter`] on a write [`arrival`] delivers; what each fault
+/// does is stated here once.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DataFault {
+    /// One page's payload arrives with one slot's token changed
+    /// ([`KvPayload::corrupt`]).
+    Corrupt,
+    /// One page of the write lands at another page of the same node (the next page
+    /// id, wrapping within the pool), under the same generation; the page it was
+    /// meant for keeps what it held.
+    Misdirect,
+    /// The write's last page lands its leading half of slots only
+    /// ([`KvPayload::tear`]); the rest keep what they held.
+    Torn,
+}
+
+impl DataFault {
+    pub const ALL: [DataFault; 3] = [DataFault::Corrupt, DataFault::Misdirect, DataFault::Torn];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DataFault::Corrupt => "corrupt",
+            DataFault::Misdirect => "misdirect",
+            DataFault::Torn => "torn",
+        }
+    }
+}
+
+/// What a data fault did to one write: the page of the write it hit (index into the
+/// write's pages) and, for a misdirected page, where it went instead.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Altered {
+    pub fault: DataFault,
+    pub index: usize,
+    pub meant: PageTag,
+    pub landed: PageTag,
+}
+
+/// Apply `fault` to a KV write [`arrival`] delivers to a node whose pool has
+/// `receiver_pages` pages; `salt` (a driver's draw, or a fixed value in the model
+/// checker) picks the page and the slot. `None` when the fault has nothing to act on
+/// (not a write, no pages, a one-page pool for a misdirect).
+pub fn alter<K: KvPayload>(
+    msg: &mut Msg<K>,
+    fault: DataFault,
+    receiver_pages: u32,
+    salt: u64,
+) -> Option<Altered> {
+    let Msg::KvWrite { dst, kv, .. } = msg else {
+        return None;
+    };
+    if dst.is_empty() || dst.len() != kv.len() {
+        return None;
+    }
+    let index = match fault {
+        DataFault::Torn => dst.len() - 1,
+        _ => (salt % dst.len() as u64) as usize,
+    };
+    let meant = dst[index];
+    match fault {
+        DataFault::Corrupt => kv[index].corrupt(salt >> 8),
+        DataFault::Torn => kv[index].tear(),
+        DataFault::Misdirect => {
+            if receiver_pages < 2 || meant.page.0 == 0 || meant.page.0 > receiver_pages {
+                return None;
+            }
+            dst[index].page = PageId(meant.page.0 % receiver_pages + 1);
+        }
+    }
+    Some(Altered {
+        fault,
+        index,
+        meant,
+        landed: dst[index],
+    })
+}
+
+/// What happens to `msg` as it arrives. One rule for every driver. A write it
+/// delivers may then suffer a data fault the driver decided ([`alter`]).
 pub fn arrival<K>(msg: &Msg<K>, at: &Arriving) -> Arrival<K> {
     match msg {
         Msg::KvWrite { dst, .. } => {
@@ -392,7 +474,8 @@ pub fn apply<M, T, D: Driver<M, T>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{Generation, PageId, PageTag, RoomKey, WriteId};
+    use crate::gpu::SymbolicPage;
+    use crate::ids::{Generation, RoomKey, WriteId};
 
     fn write(epoch: u32) -> Msg<()> {
         Msg::KvWrite {
@@ -497,6 +580,60 @@ mod tests {
             ),
             Arrival::Drop(DropReason::Partitioned)
         );
+    }
+
+    #[test]
+    fn data_faults_change_one_page_of_a_write_as_stated() {
+        let page = |t: u32| SymbolicPage {
+            tokens: vec![t; 4],
+            tag: None,
+        };
+        let tag = |p: u32| PageTag {
+            page: PageId(p),
+            gen: Generation(3),
+        };
+        let w = || Msg::KvWrite {
+            id: WriteId {
+                writer: NodeId(1),
+                epoch: 0,
+                room: RoomKey::new(1, 1),
+                chunk: 0,
+            },
+            src: vec![],
+            dst: vec![tag(4), tag(8)],
+            kv: vec![page(10), page(20)],
+        };
+        let parts = |m: &Msg<SymbolicPage>| match m {
+            Msg::KvWrite { dst, kv, .. } => (dst.clone(), kv.clone()),
+            _ => unreachable!(),
+        };
+        // Misdirect: the page goes to the next page id, wrapping in the pool.
+        let mut m = w();
+        let a = alter(&mut m, DataFault::Misdirect, 8, 1).unwrap();
+        assert_eq!((a.index, a.meant, a.landed), (1, tag(8), tag(1)));
+        assert_eq!(parts(&m).0, vec![tag(4), tag(1)]);
+        // Torn: the last page keeps its leading half.
+        let mut m = w();
+        let a = alter(&mut m, DataFault::Torn, 8, 0).unwrap();
+        assert_eq!(a.index, 1);
+        assert_eq!(parts(&m).1[1].tokens, vec![20, 20]);
+        assert_eq!(parts(&m).1[0].tokens.len(), 4);
+        // Corrupt: one slot of one page differs.
+        let mut m = w();
+        let a = alter(&mut m, DataFault::Corrupt, 8, 0).unwrap();
+        let (_, kv) = parts(&m);
+        let changed = kv[a.index]
+            .tokens
+            .iter()
+            .filter(|t| **t != [10, 20][a.index])
+            .count();
+        assert_eq!(changed, 1);
+        // Nothing to act on: a one-page pool, a control message.
+        assert_eq!(alter(&mut w(), DataFault::Misdirect, 1, 0), None);
+        let mut abort = Msg::<SymbolicPage>::Abort {
+            room: RoomKey::new(1, 1),
+        };
+        assert_eq!(alter(&mut abort, DataFault::Corrupt, 8, 0), None);
     }
 
     #[test]

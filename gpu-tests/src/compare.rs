@@ -135,8 +135,14 @@ pub fn compare<A: Gpu, B: Gpu>(
                 0
             };
             let tokens: Vec<Token> = (0..n).map(|_| token(&mut rng)).collect();
-            a.write_tokens(&pages, start, &tokens, room);
-            b.write_tokens(&pages, start, &tokens, room);
+            // Both refuse a write past the table (or outside the pool) whole, alike.
+            let ra = a.write_tokens(&pages, start, &tokens, room);
+            let rb = b.write_tokens(&pages, start, &tokens, room);
+            if ra != rb {
+                return Err(fail(format!(
+                    "write_tokens at {start} of {n} over {pages:?}: {ra:?} vs {rb:?}"
+                )));
+            }
             st.writes += 1;
             held.push(Held {
                 room,
@@ -151,9 +157,17 @@ pub fn compare<A: Gpu, B: Gpu>(
             let i = rng.random_range(0..held.len());
             let h = &mut held[i];
             let tok = token(&mut rng);
-            a.write_tokens(&h.pages, h.seq_len, &[tok], h.room);
-            b.write_tokens(&h.pages, h.seq_len, &[tok], h.room);
-            h.seq_len = (h.seq_len + 1).min(h.pages.len() as u64 * ps);
+            let ra = a.write_tokens(&h.pages, h.seq_len, &[tok], h.room);
+            let rb = b.write_tokens(&h.pages, h.seq_len, &[tok], h.room);
+            if ra != rb {
+                return Err(fail(format!(
+                    "decode-step write at {} over {:?}: {ra:?} vs {rb:?}",
+                    h.seq_len, h.pages
+                )));
+            }
+            if ra.is_ok() {
+                h.seq_len += 1;
+            }
             st.writes += 1;
         } else if kind < 65 {
             // A batch of attention requests over held (possibly stale) page tables.
@@ -231,8 +245,13 @@ pub fn compare<A: Gpu, B: Gpu>(
             };
             room_gen += 1;
             let room = RoomKey::new(rng.random_range(1..=6), room_gen);
-            a.write_page(dst, room, &ka[0]);
-            b.write_page(dst, room, &kb[0]);
+            let (ra, rb) = (
+                a.write_page(dst, room, &ka[0]),
+                b.write_page(dst, room, &kb[0]),
+            );
+            if ra != rb {
+                return Err(fail(format!("write_page to {dst}: {ra:?} vs {rb:?}")));
+            }
             held.push(Held {
                 room,
                 pages: vec![dst],

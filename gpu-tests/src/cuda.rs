@@ -20,7 +20,9 @@ use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use kvsim_engine::gpu::layout::{self, TAG_WORDS};
-use kvsim_engine::gpu::{digest_tokens, key_width, AttendRequest, Gpu, TagMismatch, WriteTag};
+use kvsim_engine::gpu::{
+    digest_tokens, key_width, AttendRequest, Gpu, TagMismatch, WriteRefused, WriteTag,
+};
 use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -638,9 +640,18 @@ impl Gpu for CudaGpu {
         self.pages
     }
 
-    fn write_tokens(&mut self, pages: &[PageTag], start: u64, tokens: &[Token], room: RoomKey) {
+    fn write_tokens(
+        &mut self,
+        pages: &[PageTag],
+        start: u64,
+        tokens: &[Token],
+        room: RoomKey,
+    ) -> Result<(), WriteRefused> {
+        // The host's range check, before any launch: refused whole, never cut short.
+        layout::check_token_write(self.pages, self.page_size, pages, start, tokens.len())?;
         self.try_write_tokens(pages, start, tokens, room)
-            .unwrap_or_else(|e| fatal("write_tokens", e))
+            .unwrap_or_else(|e| fatal("write_tokens", e));
+        Ok(())
     }
 
     fn read_page(&self, page: PageId) -> Vec<u32> {
@@ -655,9 +666,16 @@ impl Gpu for CudaGpu {
             .unwrap_or_else(|e| fatal("read_pages", e))
     }
 
-    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Vec<u32>) {
+    fn write_page(
+        &mut self,
+        dst: PageTag,
+        room: RoomKey,
+        kv: &Vec<u32>,
+    ) -> Result<(), WriteRefused> {
+        layout::check_page_write(self.pages, dst.page.0)?;
         self.try_write_page(dst, room, kv)
-            .unwrap_or_else(|e| fatal("write_page", e))
+            .unwrap_or_else(|e| fatal("write_page", e));
+        Ok(())
     }
 
     fn page_tag(&self, page: PageId) -> Option<WriteTag> {

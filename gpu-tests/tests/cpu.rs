@@ -232,7 +232,7 @@ proptest! {
         let mut host = HostGpu::new(10, 2);
         for (page, gen, r, rg) in writes {
             let t = PageTag { page: PageId(page), gen: Generation(gen) };
-            host.write_tokens(&[t], 0, &[7], RoomKey::new(r, rg));
+            prop_assert!(host.write_tokens(&[t], 0, &[7], RoomKey::new(r, rg)).is_ok());
         }
         let table: Vec<PageTag> = table
             .into_iter()

@@ -41,11 +41,11 @@ fn cuda_equals_host_on_stale_pages() {
         let (a, b) = (RoomKey::new(1, 1), RoomKey::new(2, 1));
         let a_tags = [tag(3, 1), tag(4, 1), tag(5, 1)];
         let a_tokens: Vec<Token> = (0..3 * page_size).map(|i| 0x0001_0000 | i).collect();
-        cuda.write_tokens(&a_tags, 0, &a_tokens, a);
-        host.write_tokens(&a_tags, 0, &a_tokens, a);
+        cuda.write_tokens(&a_tags, 0, &a_tokens, a).unwrap();
+        host.write_tokens(&a_tags, 0, &a_tokens, a).unwrap();
         let b_tags = [tag(4, 2), tag(5, 2), tag(6, 1)];
-        cuda.write_tokens(&b_tags, 0, &[0xBEEF], b);
-        host.write_tokens(&b_tags, 0, &[0xBEEF], b);
+        cuda.write_tokens(&b_tags, 0, &[0xBEEF], b).unwrap();
+        host.write_tokens(&b_tags, 0, &[0xBEEF], b).unwrap();
         let seq = 3 * u64::from(page_size);
         for p in 0..=9 {
             assert_eq!(
@@ -101,9 +101,9 @@ fn cuda_equals_host_on_stale_pages() {
         );
         // Transfers and zeroing.
         let kv = cuda.read_page(PageId(3));
-        cuda.write_page(tag(7, 1), b, &kv);
+        cuda.write_page(tag(7, 1), b, &kv).unwrap();
         let hkv = host.read_page(PageId(3));
-        host.write_page(tag(7, 1), b, &hkv);
+        host.write_page(tag(7, 1), b, &hkv).unwrap();
         cuda.zero_page(PageId(4));
         host.zero_page(PageId(4));
         for p in 0..=8 {
@@ -122,10 +122,15 @@ fn repeated_pages_write_in_order() {
     let mut cuda = dev.gpu(4, 4).unwrap_or_else(|e| panic!("{e}"));
     let mut host = HostGpu::new(4, 4);
     let table = [tag(2, 1), tag(3, 1), tag(2, 2), tag(9, 1)];
-    let tokens: Vec<Token> = (1..=16).collect();
+    // Positions 1..12: pages 2, 3, 2 (the fourth entry, beyond the pool, is untouched).
+    let tokens: Vec<Token> = (1..=11).collect();
     let room = RoomKey::new(1, 1);
-    cuda.write_tokens(&table, 1, &tokens, room);
-    host.write_tokens(&table, 1, &tokens, room);
+    cuda.write_tokens(&table, 1, &tokens, room).unwrap();
+    host.write_tokens(&table, 1, &tokens, room).unwrap();
+    // One more token would run past the table: both refuse it whole.
+    let more: Vec<Token> = (1..=16).collect();
+    assert!(cuda.write_tokens(&table, 1, &more, room).is_err());
+    assert!(host.write_tokens(&table, 1, &more, room).is_err());
     for p in 0..=4 {
         assert_eq!(cuda.read_page(PageId(p)), host.read_page(PageId(p)));
         assert_eq!(cuda.page_tag(PageId(p)), host.page_tag(PageId(p)));

@@ -18,8 +18,12 @@ pub fn id(req: RequestId) -> u32 {
 
 /// The canary prompt of `req`, `len` tokens long.
 pub fn prompt(req: RequestId, len: u64) -> Vec<Token> {
-    let c = id(req) << 16;
-    (0..len).map(|i| c | (i as u32 & 0xFFFF)).collect()
+    (0..len).map(|i| prompt_token(req, i)).collect()
+}
+
+/// Token `pos` of the canary prompt of `req`.
+pub fn prompt_token(req: RequestId, pos: u64) -> Token {
+    (id(req) << 16) | (pos as u32 & 0xFFFF)
 }
 
 /// Which request's prompt a token came from (`None` for placeholder tokens).

@@ -75,6 +75,9 @@ pub struct Oracle {
     /// Per page, the last entry that wrote it (bounded by the pools).
     last_write: BTreeMap<(NodeId, PageId), String>,
     drafts: Vec<Draft>,
+    /// Bounded cleanup (L6): answered room uses by the time every node must be done
+    /// with them, in order.
+    cleanup: BTreeSet<(u64, RoomKey)>,
 }
 
 impl Oracle {
@@ -87,6 +90,7 @@ impl Oracle {
             leaks: Vec::new(),
             last_write: BTreeMap::new(),
             drafts: Vec::new(),
+            cleanup: BTreeSet::new(),
         }
     }
 
@@ -118,7 +122,13 @@ impl Oracle {
         let before = self.findings.len();
         self.drafts.clear();
         let mut drafts = std::mem::take(&mut self.drafts);
+        self.check_cleanup(e, &mut drafts);
         self.state.observe(&self.header, &e.rec, &mut drafts);
+        if let (Some(bound), Record::Engine(TraceEvent::RouterResponse { room: Some(r), .. })) =
+            (self.header.cleanup_bound_ns, &e.rec)
+        {
+            self.cleanup.insert((e.at_ns.saturating_add(bound), *r));
+        }
         if let Record::Engine(TraceEvent::RouterResponse { req, tokens, .. }) = &e.rec {
             if self.header.canary_tokens {
                 for &t in tokens {
@@ -138,6 +148,42 @@ impl Oracle {
         self.drafts = drafts;
         self.remember_writes(e);
         &self.findings[before..]
+    }
+
+    /// L6: every room use whose cleanup deadline passed before this entry must be let
+    /// go by every node. At the end of a trace, every deadline is judged (a drained
+    /// run's last entry may come before a deadline; it is judged against the final
+    /// state then, which is what the nodes hold for good).
+    fn check_cleanup(&mut self, e: &Entry, out: &mut Vec<Draft>) {
+        let end = matches!(e.rec, Record::End { .. });
+        while let Some(&(due, room)) = self.cleanup.first() {
+            if due >= e.at_ns && !end {
+                break;
+            }
+            self.cleanup.pop_first();
+            let left = self.state.still_working(room);
+            if let Some((node, what)) = left.first() {
+                let bound = self.header.cleanup_bound_ns.unwrap_or(0);
+                out.push(Draft {
+                    invariant: Invariant::L6,
+                    detected_by: None,
+                    room: Some(room),
+                    related: Vec::new(),
+                    pages: Vec::new(),
+                    detail: format!(
+                        "{} ms after the answer to {}, {node} {what} (cleanup bound {} ms){}",
+                        bound / 1_000_000,
+                        self.state.describe(room),
+                        bound / 1_000_000,
+                        if left.len() > 1 {
+                            format!("; {} more nodes", left.len() - 1)
+                        } else {
+                            String::new()
+                        }
+                    ),
+                });
+            }
+        }
     }
 
     fn push(&mut self, e: &Entry, d: Draft) {

@@ -338,6 +338,16 @@ impl Entry {
                 FaultEvent::Restart { node, epoch } => {
                     format!("FAULT {node} restarts as incarnation {epoch} (empty pool, KV memory not zeroed)")
                 }
+                FaultEvent::DataFault {
+                    from,
+                    to,
+                    write,
+                    kind,
+                    meant,
+                    landed,
+                } => {
+                    format!("FAULT KV write {write} {from}->{to} lands {}: page {meant} landed as {landed}", kind.name())
+                }
                 FaultEvent::Heal => {
                     "FAULTS HEAL: liveness phase, everything must drain".to_string()
                 }

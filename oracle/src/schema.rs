@@ -21,7 +21,7 @@ use kvsim_engine::invariant::Violation;
 use kvsim_engine::msg::{Msg, Status, TransferOutcome};
 use kvsim_engine::node::Role;
 use kvsim_engine::trace::TraceEvent;
-use kvsim_engine::world::{DropReason, Topology, WriteFailure};
+use kvsim_engine::world::{DataFault, DropReason, Topology, WriteFailure};
 use serde::{Deserialize, Serialize};
 
 /// The version of the schema this crate writes and reads.
@@ -83,6 +83,18 @@ pub struct RunHeader {
     /// a reply can be checked for tokens of another request.
     #[serde(default)]
     pub canary_tokens: bool,
+    /// Every 200 reply is echo attention over the request's own prompt (kvsim's model):
+    /// step `s` of `n` echoes the prompt token at `query_position(s, n, prompt_len)`.
+    /// With `canary_tokens` the oracle then knows each reply exactly and checks it
+    /// (S10, reply correctness).
+    #[serde(default)]
+    pub echo_replies: bool,
+    /// Bounded cleanup (L6): after a request's terminal answer (`RouterResponse`),
+    /// every node must have answered its half and let go of the room's pages (freed,
+    /// or quarantined) within this many nanoseconds of the trace's clock. Absent: not
+    /// checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup_bound_ns: Option<u64>,
 }
 
 impl RunHeader {
@@ -112,6 +124,8 @@ impl RunHeader {
                 .collect(),
             client: Some(topology.client()),
             canary_tokens: true,
+            echo_replies: true,
+            cleanup_bound_ns: None,
         }
     }
 
@@ -440,6 +454,19 @@ pub enum FaultEvent {
     Restart {
         node: NodeId,
         epoch: u32,
+    },
+    /// A KV write landed with a data fault (`world::alter`): its page meant for
+    /// `meant` landed at `landed` (another page for a misdirect; the same page,
+    /// corrupted or in part, otherwise). Its completion still reports success. Stated
+    /// for people reading the trace; the oracle judges the landing from `KvLanded`
+    /// and the reply (S10), never from this record.
+    DataFault {
+        from: NodeId,
+        to: NodeId,
+        write: WriteId,
+        kind: DataFault,
+        meant: PageTag,
+        landed: PageTag,
     },
     /// The safety phase ends: no new faults from here on.
     Heal,

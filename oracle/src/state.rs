@@ -28,6 +28,7 @@
 
 use crate::schema::{EndOutcome, FaultEvent, Record, RunHeader};
 use crate::shared::{Edit, Shared};
+use kvsim_engine::gpu::query_position;
 use kvsim_engine::ids::{
     Generation, NodeId, PageId, PageTag, RequestId, RoomKey, TenantId, WriteId,
 };
@@ -386,6 +387,31 @@ impl OracleState {
             ),
             None => room.to_string(),
         }
+    }
+
+    /// What each node still does for `room`: the half it has not answered, the pages
+    /// it still owns for it (quarantined pages are let go). Empty when every node is
+    /// done with it (bounded cleanup, L6).
+    pub fn still_working(&self, room: RoomKey) -> Vec<(NodeId, String)> {
+        let mut out = Vec::new();
+        for (i, b) in self.nodes.iter().enumerate() {
+            let Some(b) = b.as_ref().map(Shared::get) else {
+                continue;
+            };
+            let node = NodeId(i as u16);
+            if b.open.binary_search(&room).is_ok() {
+                out.push((node, "has not answered its half".to_string()));
+            }
+            let held = b
+                .pages
+                .iter()
+                .filter(|p| p.owner == Some(room) && p.state != PageState::Quarantined)
+                .count();
+            if held > 0 {
+                out.push((node, format!("still owns {held} of its pages")));
+            }
+        }
+        out
     }
 
     /// Must `side` reject the request of this room at intake (its own limit)?
@@ -1224,6 +1250,13 @@ impl OracleState {
                 if h.canary_tokens {
                     self.canary(*req, *room, *status, tokens, out);
                 }
+                if h.canary_tokens && h.echo_replies && status.is_ok() {
+                    if let Some(f) = room.and_then(|r| self.room(r)) {
+                        if let Some(d) = reply_error(*req, f.prompt_len, f.max_new_tokens, tokens) {
+                            out.push(draft(Invariant::S10, *room, d));
+                        }
+                    }
+                }
             }
             RoomCleared { room, .. } => {
                 if let Ok(i) = self.rooms.get().binary_search_by_key(room, |(k, _)| *k) {
@@ -1557,6 +1590,34 @@ pub fn length_disagreement(
     } else {
         None
     }
+}
+
+/// S10: what is wrong with a 200 reply to `req` (a `prompt_len`-token canary prompt,
+/// `max_new_tokens` asked for), or `None` when it is exactly what echo attention over
+/// the request's own prompt yields: one token per step (there is no stop rule), token
+/// `s` the prompt token at [`query_position`]`(s, max_new_tokens, prompt_len)`.
+pub fn reply_error(
+    req: RequestId,
+    prompt_len: u64,
+    max_new_tokens: u32,
+    tokens: &[kvsim_engine::ids::Token],
+) -> Option<String> {
+    if tokens.len() as u64 != u64::from(max_new_tokens) {
+        return Some(format!(
+            "the 200 reply to {req} has {} tokens; it asked for {max_new_tokens}",
+            tokens.len()
+        ));
+    }
+    for (s, &got) in (0u32..).zip(tokens) {
+        let q = query_position(s, max_new_tokens, prompt_len);
+        let want = crate::canary::prompt_token(req, q);
+        if got != want {
+            return Some(format!(
+                "token {s} of the 200 reply to {req} is {got:#010x}; echo attention over its own prompt (position {q}) yields {want:#010x}"
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]

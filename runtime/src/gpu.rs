@@ -6,7 +6,7 @@
 //! write which page is not decided here: the transfer thread writes only under a
 //! [`kvsim_engine::kv::shared::WriteGuard`] from the node's one ownership record.
 
-use kvsim_engine::gpu::{Gpu, WriteTag};
+use kvsim_engine::gpu::{Gpu, WriteRefused, WriteTag};
 use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -43,13 +43,24 @@ impl<G: Gpu> Gpu for SharedGpu<G> {
     fn pages(&self) -> u32 {
         self.lock().pages()
     }
-    fn write_tokens(&mut self, pages: &[PageTag], start: u64, tokens: &[Token], room: RoomKey) {
+    fn write_tokens(
+        &mut self,
+        pages: &[PageTag],
+        start: u64,
+        tokens: &[Token],
+        room: RoomKey,
+    ) -> Result<(), WriteRefused> {
         self.lock().write_tokens(pages, start, tokens, room)
     }
     fn read_page(&self, page: PageId) -> Self::Kv {
         self.lock().read_page(page)
     }
-    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Self::Kv) {
+    fn write_page(
+        &mut self,
+        dst: PageTag,
+        room: RoomKey,
+        kv: &Self::Kv,
+    ) -> Result<(), WriteRefused> {
         self.lock().write_page(dst, room, kv)
     }
     fn page_tag(&self, page: PageId) -> Option<WriteTag> {

@@ -117,7 +117,7 @@ impl RunCoverage {
 
 /// How often a fault kind visibly fired in a run, where the world counts it; `None`
 /// for a kind whose effect is a timing the world does not count (delay, reorder,
-/// slow writes, short timeouts).
+/// slow writes, short timeouts, the slow writer).
 fn fired(kind: FaultKind, st: &FaultStats) -> Option<u64> {
     match kind {
         FaultKind::Loss => Some(st.lost),
@@ -127,9 +127,15 @@ fn fired(kind: FaultKind, st: &FaultStats) -> Option<u64> {
         FaultKind::WriteFail => Some(st.writes_failed),
         FaultKind::Crash => Some(st.crashes),
         FaultKind::Cancel => Some(st.cancels),
-        FaultKind::Delay | FaultKind::Reorder | FaultKind::SlowWrite | FaultKind::ShortTimeouts => {
-            None
-        }
+        FaultKind::CorruptWrite => Some(st.corrupted),
+        FaultKind::MisdirectWrite => Some(st.misdirected),
+        FaultKind::TornWrite => Some(st.torn),
+        FaultKind::StaleReplay => Some(st.stale_replayed),
+        FaultKind::Delay
+        | FaultKind::Reorder
+        | FaultKind::SlowWrite
+        | FaultKind::ShortTimeouts
+        | FaultKind::SlowWriter => None,
     }
 }
 

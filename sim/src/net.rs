@@ -21,6 +21,7 @@
 
 use crate::plan::NetParams;
 use crate::rng::{self, between, chance, log_between, Component};
+use kvsim_engine::world::DataFault;
 
 /// What happens to one control message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,8 +37,13 @@ pub enum ControlFate {
 /// What happens to one KV write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteFate {
-    /// Lands after this long; `late` when it is one of the very late ones.
-    Land { after_ns: u64, late: bool },
+    /// Lands after this long; `late` when it is one of the very late ones; `data`: a
+    /// data fault it suffers as it lands, with the salt that picks the page and slot.
+    Land {
+        after_ns: u64,
+        late: bool,
+        data: Option<(DataFault, u64)>,
+    },
     /// Fails: not applied; the failed completion reaches the sender after this long.
     Fail { after_ns: u64 },
 }
@@ -53,6 +59,8 @@ pub struct NetModel {
     slow: rng::Rng,
     late: rng::Rng,
     fail: rng::Rng,
+    data: rng::Rng,
+    stale: rng::Rng,
 }
 
 impl NetModel {
@@ -67,6 +75,8 @@ impl NetModel {
             slow: rng::stream(seed, Component::WriteSlow),
             late: rng::stream(seed, Component::WriteLate),
             fail: rng::stream(seed, Component::WriteFail),
+            data: rng::stream(seed, Component::WriteData),
+            stale: rng::stream(seed, Component::StaleReplay),
         }
     }
 
@@ -125,6 +135,11 @@ impl NetModel {
         }
     }
 
+    /// A room number is reused: redeliver its previous use's control messages now?
+    pub fn stale_replay(&mut self) -> bool {
+        !self.healed && chance(&mut self.stale, self.p.stale_replay_permille)
+    }
+
     /// Decide a KV write's fate.
     pub fn write(&mut self) -> WriteFate {
         let base = self.p.latency_ns;
@@ -132,6 +147,7 @@ impl NetModel {
             return WriteFate::Land {
                 after_ns: base,
                 late: false,
+                data: None,
             };
         }
         let fail = chance(&mut self.fail, self.p.write_fail_permille);
@@ -150,11 +166,35 @@ impl NetModel {
         if late {
             after_ns += late_ns;
         }
+        // Data faults draw from their own stream, only when one is on, so runs without
+        // them keep every other draw.
+        let p = &self.p;
+        let data =
+            if p.corrupt_write_permille + p.misdirect_write_permille + p.torn_write_permille > 0 {
+                let kinds = [
+                    (DataFault::Corrupt, p.corrupt_write_permille),
+                    (DataFault::Misdirect, p.misdirect_write_permille),
+                    (DataFault::Torn, p.torn_write_permille),
+                ];
+                let hits: Vec<DataFault> = kinds
+                    .into_iter()
+                    .filter(|(_, permille)| chance(&mut self.data, *permille))
+                    .map(|(k, _)| k)
+                    .collect();
+                let salt = between(&mut self.data, 0, u64::MAX - 1);
+                hits.first().map(|k| (*k, salt))
+            } else {
+                None
+            };
         if fail {
             // The sender's NIC reports the error after the transport's retries.
             WriteFate::Fail { after_ns }
         } else {
-            WriteFate::Land { after_ns, late }
+            WriteFate::Land {
+                after_ns,
+                late,
+                data,
+            }
         }
     }
 }

@@ -48,12 +48,22 @@ pub enum FaultKind {
     Cancel,
     /// Engine timeouts drawn short enough to fire in the middle of work.
     ShortTimeouts,
+    /// KV writes landing with a corrupted page (a data fault).
+    CorruptWrite,
+    /// KV writes with a page landing at another page of the node (a data fault).
+    MisdirectWrite,
+    /// KV writes whose last page lands in part (a data fault).
+    TornWrite,
+    /// A prefill node whose every write lands later than any timeout.
+    SlowWriter,
+    /// Control messages of a room number's previous use redelivered at its reuse.
+    StaleReplay,
 }
 
 impl FaultKind {
     /// Every kind, in the order the swarm draws them. Append only: the order fixes
     /// which numbers of the `FaultLevels` stream each kind gets.
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::Delay,
         FaultKind::Loss,
         FaultKind::Duplicate,
@@ -65,6 +75,11 @@ impl FaultKind {
         FaultKind::Crash,
         FaultKind::Cancel,
         FaultKind::ShortTimeouts,
+        FaultKind::CorruptWrite,
+        FaultKind::MisdirectWrite,
+        FaultKind::TornWrite,
+        FaultKind::SlowWriter,
+        FaultKind::StaleReplay,
     ];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +95,11 @@ impl FaultKind {
             FaultKind::Crash => "crash",
             FaultKind::Cancel => "cancel",
             FaultKind::ShortTimeouts => "short-timeouts",
+            FaultKind::CorruptWrite => "corrupt-write",
+            FaultKind::MisdirectWrite => "misdirect-write",
+            FaultKind::TornWrite => "torn-write",
+            FaultKind::SlowWriter => "slow-writer",
+            FaultKind::StaleReplay => "stale-replay",
         }
     }
 
@@ -103,11 +123,15 @@ pub struct NetParams {
     pub delay_max_ns: u64,
     pub loss_permille: u32,
     pub duplicate_permille: u32,
+    pub stale_replay_permille: u32,
     pub slow_write_permille: u32,
     pub slow_write_max_ns: u64,
     pub late_write_permille: u32,
     pub late_write_max_ns: u64,
     pub write_fail_permille: u32,
+    pub corrupt_write_permille: u32,
+    pub misdirect_write_permille: u32,
+    pub torn_write_permille: u32,
 }
 
 /// A window in which a prefill and a decode node cannot reach each other.
@@ -227,12 +251,17 @@ pub struct Plan {
     pub decode_pools: Vec<u32>,
     pub net: NetParams,
     pub partitions: Vec<Partition>,
+    /// The slow writer: a prefill node and how late each of its writes lands during
+    /// the safety phase.
+    pub slow_writer: Option<(NodeId, u64)>,
     pub crashes: Vec<CrashPlan>,
     pub requests: Vec<PlannedRequest>,
     /// When faults heal; `None` for a fault-free scenario.
     pub heal_at_ns: Option<u64>,
     /// Everything must have drained by this instant.
     pub deadline_ns: u64,
+    /// The bounded-cleanup bound (L6), when the scenario states one.
+    pub cleanup_bound_ns: Option<u64>,
     pub max_events: u64,
     /// The fault kinds that are on, with their level (per mille of the scenario's
     /// maximum; 0 is on but harmless).
@@ -326,6 +355,11 @@ impl Plan {
                 FaultKind::Crash => fs.crash.count > 0 && fs.crash.max_ms > 0,
                 FaultKind::Cancel => fs.cancel_permille > 0,
                 FaultKind::ShortTimeouts => fs.short_timeouts_min_ms > 0,
+                FaultKind::CorruptWrite => fs.corrupt_write_permille > 0,
+                FaultKind::MisdirectWrite => fs.misdirect_write_permille > 0,
+                FaultKind::TornWrite => fs.torn_write_permille > 0,
+                FaultKind::SlowWriter => fs.slow_writer_ms > 0,
+                FaultKind::StaleReplay => fs.stale_replay_permille > 0,
             }
         };
         let mut lv = rng::stream(seed, Component::FaultLevels);
@@ -505,6 +539,20 @@ impl Plan {
             }
         }
 
+        // The slow writer: one prefill node, its delay scaled by its level.
+        let slow_writer = level(FaultKind::SlowWriter).map(|_| {
+            let mut r = rng::stream(seed, Component::SlowWriter);
+            let i = between(&mut r, 0, u64::from(np) - 1) as u16;
+            (
+                NodeId(1 + i),
+                scale(
+                    fs.slow_writer_ms.saturating_mul(1_000_000),
+                    FaultKind::SlowWriter,
+                )
+                .max(1),
+            )
+        });
+
         // Partitions and crashes, inside the safety phase.
         let safety = heal_at.max(1);
         let mut partitions = Vec::new();
@@ -562,11 +610,18 @@ impl Plan {
             delay_max_ns: fs.delay.max_ms.saturating_mul(1_000_000),
             loss_permille: scale32(fs.loss_permille, FaultKind::Loss),
             duplicate_permille: scale32(fs.duplicate_permille, FaultKind::Duplicate),
+            stale_replay_permille: scale32(fs.stale_replay_permille, FaultKind::StaleReplay),
             slow_write_permille: scale32(fs.slow_write.permille, FaultKind::SlowWrite),
             slow_write_max_ns: fs.slow_write.max_ms.saturating_mul(1_000_000),
             late_write_permille: scale32(fs.late_write.permille, FaultKind::LateWrite),
             late_write_max_ns: fs.late_write.max_ms.saturating_mul(1_000_000),
             write_fail_permille: scale32(fs.write_fail_permille, FaultKind::WriteFail),
+            corrupt_write_permille: scale32(fs.corrupt_write_permille, FaultKind::CorruptWrite),
+            misdirect_write_permille: scale32(
+                fs.misdirect_write_permille,
+                FaultKind::MisdirectWrite,
+            ),
+            torn_write_permille: scale32(fs.torn_write_permille, FaultKind::TornWrite),
         };
 
         if let Some(keep) = &reduction.keep {
@@ -610,10 +665,13 @@ impl Plan {
             decode_pools,
             net,
             partitions,
+            slow_writer,
             crashes,
             requests,
             heal_at_ns: any_fault.then_some(heal_at),
             deadline_ns,
+            cleanup_bound_ns: (sc.run.cleanup_bound_ms > 0)
+                .then(|| sc.run.cleanup_bound_ms.saturating_mul(1_000_000)),
             max_events: sc.run.max_events,
             levels,
             swarm: sc.swarm.is_some(),
@@ -726,7 +784,17 @@ impl Plan {
         let mut faults = Vec::new();
         for k in FaultKind::ALL {
             let Some(level) = self.level(k) else {
-                faults.push(format!("{k} off"));
+                // The newer kinds are named only when on: most scenarios never have them.
+                let data = [
+                    FaultKind::CorruptWrite,
+                    FaultKind::MisdirectWrite,
+                    FaultKind::TornWrite,
+                    FaultKind::SlowWriter,
+                    FaultKind::StaleReplay,
+                ];
+                if !data.contains(&k) {
+                    faults.push(format!("{k} off"));
+                }
                 continue;
             };
             let s = match k {
@@ -751,6 +819,16 @@ impl Plan {
                 FaultKind::Crash => format!("crash x{}", self.crashes.len()),
                 FaultKind::Cancel => format!("cancel level {level}‰"),
                 FaultKind::ShortTimeouts => format!("short-timeouts level {level}‰"),
+                FaultKind::CorruptWrite => format!("corrupt-write {}‰", n.corrupt_write_permille),
+                FaultKind::MisdirectWrite => {
+                    format!("misdirect-write {}‰", n.misdirect_write_permille)
+                }
+                FaultKind::TornWrite => format!("torn-write {}‰", n.torn_write_permille),
+                FaultKind::StaleReplay => format!("stale-replay {}‰", n.stale_replay_permille),
+                FaultKind::SlowWriter => match self.slow_writer {
+                    Some((node, ns)) => format!("slow-writer {node} +{}", ms(ns)),
+                    None => "slow-writer off".into(),
+                },
             };
             faults.push(s);
         }

@@ -74,7 +74,7 @@ pub fn render(
     let st = &out.stats;
     let _ = writeln!(
         s,
-        "{} events, {} simulated; faults: {} control messages lost, {} duplicated, {} dropped; {} of {} KV writes failed, {} late, {} flushed; {} crashes; {} client cancels; trace hash {:016x}",
+        "{} events, {} simulated; faults: {} control messages lost, {} duplicated, {} dropped; {} of {} KV writes failed, {} late, {} flushed, {} with a data fault; {} crashes; {} client cancels; trace hash {:016x}",
         out.events,
         report::secs(out.sim_ns),
         st.lost,
@@ -84,6 +84,7 @@ pub fn render(
         st.writes,
         st.writes_late,
         st.writes_flushed,
+        st.data_faults,
         st.crashes,
         st.cancels,
         out.trace_hash

@@ -32,6 +32,8 @@ pub enum Component {
     Crashes = 6,
     /// Short engine timeouts.
     Timeouts = 7,
+    /// Which prefill node is the slow writer.
+    SlowWriter = 8,
     /// Per control message: held back.
     NetDelay = 16,
     /// Per control message: lost.
@@ -46,6 +48,10 @@ pub enum Component {
     WriteLate = 21,
     /// Per KV write: fails.
     WriteFail = 22,
+    /// Per KV write: a data fault (corrupted, misdirected, torn) and its salt.
+    WriteData = 23,
+    /// Per reuse of a room number: redeliver the earlier use's control messages.
+    StaleReplay = 24,
 }
 
 /// The stream of one component for one seed.

@@ -120,6 +120,11 @@ pub struct FaultSpec {
     pub loss_permille: u32,
     /// Per-mille of control messages delivered twice.
     pub duplicate_permille: u32,
+    /// Per-mille chance, when a reused room number's new use is routed and again when
+    /// decode quarantines it, that the control messages of the number's previous use
+    /// (up to 8, kept as they were sent) are delivered again: stale duplicates aimed
+    /// at the moments generation-blind handling gets wrong.
+    pub stale_replay_permille: u32,
     /// Every control message gets up to this much extra latency, so messages overtake
     /// each other (reordering), in microseconds.
     pub reorder_jitter_us: u64,
@@ -132,6 +137,19 @@ pub struct FaultSpec {
     pub late_write: TailSpec,
     /// Per-mille of KV writes that fail (one failed write among several in flight).
     pub write_fail_permille: u32,
+    /// A prefill node (drawn per seed) that stays alive but is slower than every
+    /// timeout: during the safety phase every KV write it posts lands this many
+    /// milliseconds late (and still lands). Set it above decode's waiting timeout plus
+    /// its drain-retry budget, and decode times out, asks for the drain until its
+    /// budget runs out and gives up loudly while the writes are still coming.
+    pub slow_writer_ms: u64,
+    /// Per-mille of KV writes that land with one page's payload corrupted (one slot's
+    /// token changed), the completion still saying success.
+    pub corrupt_write_permille: u32,
+    /// Per-mille of KV writes with one page landing at another page of the same node.
+    pub misdirect_write_permille: u32,
+    /// Per-mille of KV writes whose last page lands only its leading half of slots.
+    pub torn_write_permille: u32,
     /// Prefill or decode nodes that crash and restart after up to `max_ms`.
     pub crash: WindowSpec,
     /// Per-mille of requests whose client aborts or disconnects, at a drawn phase.
@@ -230,6 +248,10 @@ pub struct RunLimits {
     pub max_events: u64,
     /// Simulated time after which the run is declared stuck, in milliseconds.
     pub max_time_ms: u64,
+    /// Bounded cleanup (L6): after a request's terminal answer, every node must stop
+    /// work for it and free or quarantine its pages within this many milliseconds of
+    /// simulated time. 0: not checked.
+    pub cleanup_bound_ms: u64,
 }
 
 impl Default for RunLimits {
@@ -237,6 +259,7 @@ impl Default for RunLimits {
         RunLimits {
             max_events: 5_000_000,
             max_time_ms: 600_000,
+            cleanup_bound_ms: 0,
         }
     }
 }
@@ -578,6 +601,11 @@ impl Scenario {
             ("phases.safety_ms".into(), self.phases.safety_ms, 1000),
             ("phases.liveness_ms".into(), self.phases.liveness_ms, 1000),
             ("run.max_time_ms".into(), self.run.max_time_ms, 1000),
+            (
+                "run.cleanup_bound_ms".into(),
+                self.run.cleanup_bound_ms,
+                1000,
+            ),
         ];
         if let Some(w) = &self.workload {
             v.push(("workload.arrival_ms".into(), w.arrival_ms, 1000));
@@ -820,9 +848,13 @@ impl Scenario {
             ("delay.permille", fs.delay.permille),
             ("loss_permille", fs.loss_permille),
             ("duplicate_permille", fs.duplicate_permille),
+            ("stale_replay_permille", fs.stale_replay_permille),
             ("slow_write.permille", fs.slow_write.permille),
             ("late_write.permille", fs.late_write.permille),
             ("write_fail_permille", fs.write_fail_permille),
+            ("corrupt_write_permille", fs.corrupt_write_permille),
+            ("misdirect_write_permille", fs.misdirect_write_permille),
+            ("torn_write_permille", fs.torn_write_permille),
             ("cancel_permille", fs.cancel_permille),
         ] {
             if v > 1000 {

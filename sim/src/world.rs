@@ -32,8 +32,8 @@ use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
 use kvsim_engine::world::{
-    self as env_world, Arrival, Arriving, CrashFate, Driver, DropReason, Timers, Topology,
-    Transport, WriteFailure,
+    self as env_world, Arrival, Arriving, CrashFate, DataFault, Driver, DropReason, Timers,
+    Topology, Transport, WriteFailure,
 };
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::{
@@ -56,6 +56,8 @@ enum Pending<K> {
         msg: Box<Msg<K>>,
         /// A KV write whose failure was decided when it was sent.
         doomed: bool,
+        /// A data fault the KV write suffers if it lands, with its salt.
+        data: Option<(DataFault, u64)>,
     },
     Fire {
         node: NodeId,
@@ -126,6 +128,15 @@ pub struct FaultStats {
     pub cancels: u64,
     /// Engine paths hit and cancel phases fired (the sweep's coverage summary).
     pub coverage: crate::coverage::RunCoverage,
+    /// KV writes that landed with a data fault (corrupted, misdirected, torn).
+    pub data_faults: u64,
+    /// Of those: corrupted, misdirected and torn writes.
+    pub corrupted: u64,
+    pub misdirected: u64,
+    pub torn: u64,
+    /// Control messages of an earlier use redelivered at a room number's reuse (also
+    /// counted in `duplicated`).
+    pub stale_replayed: u64,
 }
 
 /// Where a run's trace goes besides the oracle.
@@ -138,6 +149,9 @@ impl TraceSink for Vec<String> {
         self.push(line.to_string());
     }
 }
+
+/// A room number's latest use and its control messages as sent (from, to, message).
+type LastUse<K> = (RoomKey, Vec<(NodeId, NodeId, Msg<K>)>);
 
 /// The driver of one run.
 pub struct World<G: Gpu> {
@@ -168,6 +182,12 @@ pub struct World<G: Gpu> {
     json: Option<Box<dyn TraceSink>>,
     hash: TraceHash,
     heal_at_ns: Option<u64>,
+    slow_writer: Option<(NodeId, u64)>,
+    /// Per room number, the control messages of its latest use (at most 8), for the
+    /// stale replay at its next reuse.
+    last_use: BTreeMap<u32, LastUse<G::Kv>>,
+    /// The use before the latest, per room number.
+    prev_use: BTreeMap<u32, LastUse<G::Kv>>,
     deadline_ns: u64,
     max_events: u64,
     stats: FaultStats,
@@ -191,6 +211,7 @@ impl<G: Gpu> World<G> {
         let mut header = RunHeader::new("kvsim-sim", ClockKind::Simulated, &plan.engine, &topology);
         header.scenario = Some(plan.scenario.clone());
         header.seed = Some(plan.seed);
+        header.cleanup_bound_ns = plan.cleanup_bound_ns;
         let oracle = Oracle::new(header.clone());
         let n = nodes.len() + 1;
         let mut w = World {
@@ -217,6 +238,9 @@ impl<G: Gpu> World<G> {
             json: None,
             hash: TraceHash::default(),
             heal_at_ns: plan.heal_at_ns,
+            slow_writer: plan.slow_writer,
+            last_use: BTreeMap::new(),
+            prev_use: BTreeMap::new(),
             deadline_ns: plan.deadline_ns,
             max_events: plan.max_events,
             stats: FaultStats::default(),
@@ -425,7 +449,8 @@ impl<G: Gpu> World<G> {
                 to_epoch,
                 msg,
                 doomed,
-            } => self.deliver(from, to, from_epoch, to_epoch, *msg, doomed),
+                data,
+            } => self.deliver(from, to, from_epoch, to_epoch, *msg, doomed, data),
             Pending::Fire { node, timer, .. } => {
                 self.timers.take(node, timer);
                 self.record(|| Record::TimerFire { node, timer });
@@ -478,7 +503,78 @@ impl<G: Gpu> World<G> {
         self.send(client, router, msg);
     }
 
+    /// Keep a control message of a room use for a stale replay at the number's reuse.
+    fn remember_control(&mut self, from: NodeId, to: NodeId, msg: &Msg<G::Kv>) {
+        let Some(room) = msg.room() else { return };
+        let e = self
+            .last_use
+            .entry(room.room.0)
+            .or_insert_with(|| (room, Vec::new()));
+        if e.0 != room {
+            if room.gen < e.0.gen {
+                return;
+            }
+            let old = std::mem::replace(e, (room, Vec::new()));
+            self.prev_use.insert(room.room.0, old);
+            let Some(e) = self.last_use.get_mut(&room.room.0) else {
+                return;
+            };
+            e.1.push((from, to, msg.clone()));
+            return;
+        }
+        if e.1.len() < 8 {
+            e.1.push((from, to, msg.clone()));
+        }
+    }
+
+    /// A room number's new use was routed: maybe redeliver its previous use's control
+    /// messages right now, as stale duplicates.
+    fn stale_replay(&mut self, room: RoomKey) {
+        // The latest use before `room`: the last one remembered, or the one before it
+        // when `room` itself already sent control messages.
+        let earlier = match self.last_use.get(&room.room.0) {
+            Some(u) if u.0 == room => self.prev_use.get(&room.room.0),
+            u => u,
+        };
+        let Some((prev, msgs)) = earlier else {
+            return;
+        };
+        if prev.gen >= room.gen || !self.net.stale_replay() {
+            return;
+        }
+        let msgs = msgs.clone();
+        for (from, to, msg) in msgs {
+            self.stats.duplicated += 1;
+            self.stats.stale_replayed += 1;
+            let at = self.now_ns + self.net.latency_ns();
+            self.log_send(from, to, &msg, at, true);
+            self.enqueue(at, from, to, msg, false);
+        }
+    }
+
+    /// How much later the slow writer's writes land (during the safety phase).
+    fn slow_writer_delay(&self, from: NodeId) -> u64 {
+        match self.slow_writer {
+            Some((node, ns)) if node == from && self.heal_at_ns.is_none_or(|h| self.now_ns < h) => {
+                ns
+            }
+            _ => 0,
+        }
+    }
+
     fn enqueue(&mut self, at_ns: u64, from: NodeId, to: NodeId, msg: Msg<G::Kv>, doomed: bool) {
+        self.enqueue_write(at_ns, from, to, msg, doomed, None);
+    }
+
+    fn enqueue_write(
+        &mut self,
+        at_ns: u64,
+        from: NodeId,
+        to: NodeId,
+        msg: Msg<G::Kv>,
+        doomed: bool,
+        data: Option<(DataFault, u64)>,
+    ) {
         let (from_epoch, to_epoch) = (self.epochs[from.0 as usize], self.epochs[to.0 as usize]);
         self.push(
             at_ns,
@@ -489,6 +585,7 @@ impl<G: Gpu> World<G> {
                 to_epoch,
                 msg: Box::new(msg),
                 doomed,
+                data,
             },
         );
     }
@@ -508,10 +605,15 @@ impl<G: Gpu> World<G> {
                 self.stats.messages += 1;
                 self.stats.writes += 1;
                 match self.net.write() {
-                    WriteFate::Land { after_ns, late } => {
+                    WriteFate::Land {
+                        mut after_ns,
+                        late,
+                        data,
+                    } => {
+                        after_ns += self.slow_writer_delay(from);
                         self.stats.writes_late += u64::from(late);
                         self.log_send(from, to, &msg, now + after_ns, false);
-                        self.enqueue(now + after_ns, from, to, msg, false);
+                        self.enqueue_write(now + after_ns, from, to, msg, false, data);
                     }
                     WriteFate::Fail { after_ns } => {
                         self.log_send(from, to, &msg, now + after_ns, false);
@@ -521,6 +623,9 @@ impl<G: Gpu> World<G> {
             }
             Transport::Control => {
                 self.stats.messages += 1;
+                if self.net.params().stale_replay_permille > 0 {
+                    self.remember_control(from, to, &msg);
+                }
                 match self.net.control(true) {
                     ControlFate::Lost => {
                         self.stats.lost += 1;
@@ -582,18 +687,21 @@ impl<G: Gpu> World<G> {
                 to_epoch: id.epoch,
                 msg: Box::new(completion),
                 doomed: false,
+                data: None,
             },
         );
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn deliver(
         &mut self,
         from: NodeId,
         to: NodeId,
         from_epoch: u32,
         to_epoch: u32,
-        msg: Msg<G::Kv>,
+        mut msg: Msg<G::Kv>,
         doomed: bool,
+        data: Option<(DataFault, u64)>,
     ) {
         if to == self.client {
             self.deliver_to_client(msg);
@@ -631,6 +739,27 @@ impl<G: Gpu> World<G> {
                     self.write_failed(from, to, id, completion, reason);
                 }
                 return;
+            }
+        }
+        if let Some((fault, salt)) = data {
+            let pages = self.header.node(to).and_then(|n| n.pool_pages).unwrap_or(0);
+            if let Some(a) = env_world::alter(&mut msg, fault, pages, salt) {
+                self.stats.data_faults += 1;
+                match a.fault {
+                    DataFault::Corrupt => self.stats.corrupted += 1,
+                    DataFault::Misdirect => self.stats.misdirected += 1,
+                    DataFault::Torn => self.stats.torn += 1,
+                }
+                if let Some(write) = msg.write_id() {
+                    self.emit(Record::Fault(FaultEvent::DataFault {
+                        from,
+                        to,
+                        write,
+                        kind: a.fault,
+                        meant: a.meant,
+                        landed: a.landed,
+                    }));
+                }
             }
         }
         self.record(|| Record::Deliver {
@@ -881,6 +1010,16 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for World<G> {
         self.stats.coverage.event(&ev);
         if let TraceEvent::Routed { req, room, .. } = &ev {
             self.room_req.insert(*room, *req);
+            if self.net.params().stale_replay_permille > 0 {
+                self.stale_replay(*room);
+            }
+        }
+        // And when a use of a reused number is quarantined: a stale drain ack then is
+        // what generation-blind handling gets wrong.
+        if let TraceEvent::Quarantined { room, .. } = &ev {
+            if self.net.params().stale_replay_permille > 0 {
+                self.stale_replay(*room);
+            }
         }
         self.trigger_cancels(&ev);
         let restart = match &ev {

@@ -8,8 +8,47 @@
 //! mirror line for line, so a GPU computes the same bits.
 
 use super::layout::{self, TAG_WORDS};
-use super::{hadamard, key_width, locate, locate_tag, Gpu, TagMismatch, WriteTag, VALUE_LANES};
+use super::{
+    hadamard, key_width, locate, locate_tag, Gpu, KvPayload, TagMismatch, WriteRefused, WriteTag,
+    VALUE_LANES,
+};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
+
+/// A host page travels as its floats' bit patterns, slot by slot (key then value
+/// lanes). Corruption flips one value lane of one slot between 0.0 and 1.0 (one bit
+/// of that slot's token); tearing keeps the leading half of the slots. The slot
+/// width is not known here, so both treat the payload as `slots` equal parts, found
+/// from the value lanes: a slot is `key_width + VALUE_LANES` floats with `key_width`
+/// a power of two, so the payload length fixes it.
+impl KvPayload for Vec<u32> {
+    fn corrupt(&mut self, salt: u64) {
+        let Some((slots, sf)) = host_slots(self.len()) else {
+            return;
+        };
+        let slot = (salt % slots as u64) as usize;
+        let lane = ((salt >> 32) % 4) as usize;
+        let i = slot * sf + (sf - VALUE_LANES) + lane;
+        let v = f32::from_bits(self[i]);
+        self[i] = if v > 0.5 { 0.0f32 } else { 1.0f32 }.to_bits();
+    }
+
+    fn tear(&mut self) {
+        if let Some((slots, sf)) = host_slots(self.len()) {
+            self.truncate(slots / 2 * sf);
+        }
+    }
+}
+
+/// `(slots, floats per slot)` of a host page payload of `len` floats: the largest
+/// power-of-two key width whose slot size divides `len` (page size 1 upwards).
+fn host_slots(len: usize) -> Option<(usize, usize)> {
+    (0..16)
+        .rev()
+        .map(|k| (1usize << k) + VALUE_LANES)
+        .filter(|sf| len >= *sf && len.is_multiple_of(*sf))
+        .map(|sf| (len / sf, sf))
+        .find(|(slots, sf)| key_width(*slots as u32) == sf - VALUE_LANES)
+}
 
 /// KV memory of one node as f32 keys and values.
 #[derive(Clone, Debug)]
@@ -76,7 +115,14 @@ impl Gpu for HostGpu {
         self.pages
     }
 
-    fn write_tokens(&mut self, pages: &[PageTag], start: u64, tokens: &[Token], room: RoomKey) {
+    fn write_tokens(
+        &mut self,
+        pages: &[PageTag],
+        start: u64,
+        tokens: &[Token],
+        room: RoomKey,
+    ) -> Result<(), WriteRefused> {
+        layout::check_token_write(self.pages, self.page_size, pages, start, tokens.len())?;
         let kw = self.key_width;
         for (i, &tok) in tokens.iter().enumerate() {
             let Some((tag, slot)) = locate_tag(pages, self.page_size, start + i as u64) else {
@@ -94,6 +140,7 @@ impl Gpu for HostGpu {
                 *v = if tok & (1 << bit) != 0 { 1.0 } else { 0.0 };
             }
         }
+        Ok(())
     }
 
     fn read_page(&self, page: PageId) -> Vec<u32> {
@@ -103,16 +150,26 @@ impl Gpu for HostGpu {
         }
     }
 
-    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Vec<u32>) {
+    fn write_page(
+        &mut self,
+        dst: PageTag,
+        room: RoomKey,
+        kv: &Vec<u32>,
+    ) -> Result<(), WriteRefused> {
+        layout::check_page_write(self.pages, dst.page.0)?;
+        let sf = self.slot_floats();
         if let Some(r) = self.page_range(dst.page) {
-            // A payload of the wrong size (a hostile or mismatched peer) is not applied.
-            if kv.len() == r.len() {
+            // Whole slots only: a short (torn) payload lands its leading slots, the
+            // rest keep theirs. A payload of another shape (a hostile or mismatched
+            // peer) is not applied.
+            if kv.len() <= r.len() && kv.len().is_multiple_of(sf) {
                 for (d, bits) in self.data[r].iter_mut().zip(kv) {
                     *d = f32::from_bits(*bits);
                 }
                 self.set_tag(dst.page, Some(WriteTag { room, gen: dst.gen }));
             }
         }
+        Ok(())
     }
 
     fn page_tag(&self, page: PageId) -> Option<WriteTag> {

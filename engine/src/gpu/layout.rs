@@ -16,7 +16,7 @@
 //! [`TAG_WORDS`] `u64` tag words: `[TAG_PRESENT | room, room generation, page
 //! generation]`, all zero when no write stamped a tag since the page was last zeroed.
 
-use super::{hadamard, TagMismatch, WriteTag, VALUE_LANES};
+use super::{hadamard, TagMismatch, WriteRefused, WriteTag, VALUE_LANES};
 use crate::ids::{Generation, PageTag, RoomId, RoomKey, Token};
 
 /// `u64` words of one page's stored tag.
@@ -64,6 +64,55 @@ pub const fn page_slot_offset(page: u32, slot: u32, page_size: u32, key_width: u
 /// The softmax scale `1/sqrt(key_width)` (computed once on the host, passed to kernels).
 pub fn score_scale(key_width: usize) -> f32 {
     1.0 / (key_width as f32).sqrt()
+}
+
+/// May a write of `tokens` tokens at positions `start..` of the page table `pages`
+/// go ahead? Every position must fall inside the table and every page it touches
+/// inside the pool (`1..=pool_pages`; page 0 is padding and never addressed). A
+/// backend checks this before it applies anything, so a write is refused whole,
+/// never cut short; the kernel launcher makes the same check before its launch.
+pub fn check_token_write(
+    pool_pages: u32,
+    page_size: u32,
+    pages: &[PageTag],
+    start: u64,
+    tokens: usize,
+) -> Result<(), WriteRefused> {
+    if tokens == 0 {
+        return Ok(());
+    }
+    let ps = u64::from(page_size.max(1));
+    let slots = (pages.len() as u64).saturating_mul(ps);
+    let end = start.saturating_add(tokens as u64);
+    if end > slots {
+        return Err(WriteRefused::PastPageList {
+            start,
+            end,
+            pages: pages.len() as u64,
+            slots,
+        });
+    }
+    let (first, last) = ((start / ps) as usize, ((end - 1) / ps) as usize);
+    for t in &pages[first..=last] {
+        if t.page.0 == 0 || t.page.0 > pool_pages {
+            return Err(WriteRefused::NotAPoolPage {
+                page: t.page.0,
+                pool: pool_pages,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// May a whole-page write land at `page`? The page must be one of the pool's.
+pub fn check_page_write(pool_pages: u32, page: u32) -> Result<(), WriteRefused> {
+    if page == 0 || page > pool_pages {
+        return Err(WriteRefused::NotAPoolPage {
+            page,
+            pool: pool_pages,
+        });
+    }
+    Ok(())
 }
 
 /// The stored words of a tag (`None`: all zero).

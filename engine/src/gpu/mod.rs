@@ -31,7 +31,7 @@ pub use symbolic::{SymbolicGpu, SymbolicPage};
 
 use crate::env::Trace;
 use crate::ids::{Generation, NodeId, PageId, PageTag, RoomKey, Token};
-use crate::trace::TraceEvent;
+use crate::trace::{NodeFault, TraceEvent};
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -54,10 +54,38 @@ pub struct TagMismatch {
     pub found: Option<WriteTag>,
 }
 
+/// A KV write a backend refused whole instead of applying part of it.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    thiserror::Error,
+)]
+pub enum WriteRefused {
+    /// Positions `start..end` do not fit the `slots` slots of the pages addressed.
+    #[error("positions {start}..{end} run past the {slots} slots of the {pages} pages addressed")]
+    PastPageList {
+        start: u64,
+        end: u64,
+        pages: u64,
+        slots: u64,
+    },
+    /// The page is not one of the pool's (`1..=pool`).
+    #[error("page {page} is not a page of this pool of {pool} pages")]
+    NotAPoolPage { page: u32, pool: u32 },
+}
+
 /// One node's KV memory and compute.
 pub trait Gpu {
     /// A page's contents as they travel in a KV write.
-    type Kv: Clone + Debug + Hash + Eq + Ord + Send + Sync + 'static;
+    type Kv: Clone + Debug + Hash + Eq + Ord + Send + Sync + KvPayload + 'static;
 
     fn page_size(&self) -> u32;
 
@@ -66,16 +94,33 @@ pub trait Gpu {
 
     /// Write the KV of `tokens` at sequence positions `start..` into `pages`
     /// (position `p` goes to `pages[p / page_size]`, slot `p % page_size`), stamping
-    /// each touched page with `WriteTag { room, gen: page.gen }`. Nodes call it through
-    /// [`write_traced`], which states the write as an event.
-    fn write_tokens(&mut self, pages: &[PageTag], start: u64, tokens: &[Token], room: RoomKey);
+    /// each touched page with `WriteTag { room, gen: page.gen }`. A write that runs past
+    /// the pages it addresses, or names a page outside the pool, is refused whole
+    /// ([`layout::check_token_write`]): nothing of it is applied, and it is never cut
+    /// short silently. Nodes call it through [`write_traced`], which states the write as
+    /// an event.
+    fn write_tokens(
+        &mut self,
+        pages: &[PageTag],
+        start: u64,
+        tokens: &[Token],
+        room: RoomKey,
+    ) -> Result<(), WriteRefused>;
 
     /// Copy a whole page out (the source side of a KV write).
     fn read_page(&self, page: PageId) -> Self::Kv;
 
-    /// Overwrite a whole page (the destination side of a KV write) and stamp it with
-    /// `WriteTag { room, gen: dst.gen }`. Contents come from `kv`.
-    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Self::Kv);
+    /// Overwrite a page (the destination side of a KV write) and stamp it with
+    /// `WriteTag { room, gen: dst.gen }`. Contents come from `kv`; a payload shorter
+    /// than a page (a torn write, [`KvPayload::tear`]) lands its leading slots only and
+    /// the rest keep what they held. A page outside the pool is refused
+    /// ([`layout::check_page_write`]), never silently skipped.
+    fn write_page(
+        &mut self,
+        dst: PageTag,
+        room: RoomKey,
+        kv: &Self::Kv,
+    ) -> Result<(), WriteRefused>;
 
     /// The tag stored with a page, if any write stamped one since it was last zeroed.
     fn page_tag(&self, page: PageId) -> Option<WriteTag>;
@@ -134,6 +179,24 @@ pub trait Gpu {
     fn digest(&self, pages: &[PageId], tokens: u64) -> u64 {
         digest_tokens((0..tokens).map(|pos| self.token_at(pages, pos)))
     }
+}
+
+/// What the world's data faults do to a page's payload on the wire
+/// (`world::alter`): the payload of every backend implements them.
+pub trait KvPayload {
+    /// Change the contents so that at least one slot decodes to another token (a bit
+    /// flipped on the wire or in memory, not caught by the transport). `salt` picks
+    /// which.
+    fn corrupt(&mut self, salt: u64);
+    /// Keep only the leading half of the slots (rounded down): the DMA stopped part
+    /// way, and the destination keeps its old contents in the rest.
+    fn tear(&mut self);
+}
+
+/// The world tests' payload-free writes.
+impl KvPayload for () {
+    fn corrupt(&mut self, _: u64) {}
+    fn tear(&mut self) {}
 }
 
 /// One request of a batched decode step ([`Gpu::attend_batch`]).
@@ -207,6 +270,8 @@ fn locate_tag(pages: &[PageTag], page_size: u32, pos: u64) -> Option<(PageTag, u
 /// Write the KV of `tokens` at sequence positions `start..` of `pages` for `room` and
 /// state it as a [`TraceEvent::KvWritten`] naming only the pages it touched (positions
 /// renumbered from the first of them). Every KV write a node makes goes through here.
+/// A write the backend refuses (past the page list, outside the pool) is stated as a
+/// [`NodeFault::WriteRefused`] and returned: the caller fails the request.
 #[allow(clippy::too_many_arguments)]
 pub fn write_traced<G: Gpu, E: Trace>(
     gpu: &mut G,
@@ -216,28 +281,32 @@ pub fn write_traced<G: Gpu, E: Trace>(
     start: u64,
     tokens: &[Token],
     room: RoomKey,
-) {
-    gpu.write_tokens(pages, start, tokens, room);
-    if tokens.is_empty() {
-        return;
+) -> Result<(), WriteRefused> {
+    if let Err(e) = gpu.write_tokens(pages, start, tokens, room) {
+        env.trace(TraceEvent::Fault {
+            node,
+            fault: NodeFault::WriteRefused {
+                room,
+                error: e.to_string(),
+            },
+        });
+        return Err(e);
     }
+    if tokens.is_empty() {
+        return Ok(());
+    }
+    // In range: the backend refused anything else.
     let ps = u64::from(gpu.page_size());
     let first = (start / ps) as usize;
     let last = ((start + tokens.len() as u64 - 1) / ps) as usize;
-    if first >= pages.len() {
-        return;
-    }
-    let touched = pages[first..=last.min(pages.len() - 1)].to_vec();
-    let written = tokens
-        .len()
-        .min((touched.len() as u64 * ps - (start - first as u64 * ps)) as usize);
     env.trace(TraceEvent::KvWritten {
         node,
         room,
-        pages: touched,
+        pages: pages[first..=last].to_vec(),
         start: start - first as u64 * ps,
-        tokens: written as u64,
+        tokens: tokens.len() as u64,
     });
+    Ok(())
 }
 
 /// The page ids of a tag list.
@@ -265,13 +334,13 @@ mod tests {
             let a_tags = [tag(3), tag(4), tag(5)];
             let a_pages = ids(&a_tags);
             let a_tokens: Vec<Token> = (0..(3 * page_size)).map(|i| 0x0001_0000 | i).collect();
-            sym.write_tokens(&a_tags, 0, &a_tokens, a);
-            host.write_tokens(&a_tags, 0, &a_tokens, a);
+            sym.write_tokens(&a_tags, 0, &a_tokens, a).unwrap();
+            host.write_tokens(&a_tags, 0, &a_tokens, a).unwrap();
             // b reuses page 4 and 5 but writes only one token (the incident's stub).
             let b_tags = [tag(4), tag(5), tag(6)];
             let b_pages = ids(&b_tags);
-            sym.write_tokens(&b_tags, 0, &[0xBEEF], b);
-            host.write_tokens(&b_tags, 0, &[0xBEEF], b);
+            sym.write_tokens(&b_tags, 0, &[0xBEEF], b).unwrap();
+            host.write_tokens(&b_tags, 0, &[0xBEEF], b).unwrap();
             // Tags: a's first page is still a's; b's second page still carries a's tag.
             for gpu in [&sym as &dyn TagView, &host] {
                 assert_eq!(
@@ -320,9 +389,9 @@ mod tests {
             }
             // Copying a page moves its contents; the receiver stamps its own tag.
             let kv = sym.read_page(PageId(3));
-            sym.write_page(tag(7), b, &kv);
+            sym.write_page(tag(7), b, &kv).unwrap();
             let hkv = host.read_page(PageId(3));
-            host.write_page(tag(7), b, &hkv);
+            host.write_page(tag(7), b, &hkv).unwrap();
             assert_eq!(
                 sym.page_tag(PageId(7)),
                 Some(WriteTag {
@@ -344,6 +413,90 @@ mod tests {
         fn tag_of(&self, page: PageId) -> Option<WriteTag> {
             self.page_tag(page)
         }
+    }
+
+    /// Both backends refuse a write that runs past its page list or names a page
+    /// outside the pool, whole: nothing of it lands (not even the slots that would
+    /// fit), and `write_traced` states the refusal instead of a `KvWritten`.
+    #[test]
+    fn every_backend_refuses_a_write_past_its_pages_whole() {
+        fn check<G: Gpu>(mut gpu: G) {
+            let room = RoomKey::new(1, 1);
+            let tag = |p: u32| PageTag {
+                page: PageId(p),
+                gen: Generation(1),
+            };
+            let pages = [tag(2), tag(3)];
+            // Four slots; five tokens is one too many, at any start.
+            for (start, n) in [(0u64, 5usize), (3, 2), (4, 1), (1, 4)] {
+                let tokens: Vec<Token> = (0..n as u32).map(|i| 0x0002_0000 | i).collect();
+                let err = gpu.write_tokens(&pages, start, &tokens, room).unwrap_err();
+                assert!(matches!(err, WriteRefused::PastPageList { .. }), "{err}");
+                assert_eq!(
+                    gpu.page_tag(PageId(2)),
+                    None,
+                    "a refused write stamped a tag"
+                );
+                assert_eq!(gpu.token_at(&ids(&pages), start.min(3)), 0);
+            }
+            // Exactly the capacity is fine.
+            gpu.write_tokens(&pages, 3, &[7], room).unwrap();
+            assert_eq!(gpu.token_at(&ids(&pages), 3), 7);
+            // A page outside the pool (or the padding page) is refused, by both paths.
+            for bad in [0u32, 9] {
+                let err = gpu.write_tokens(&[tag(bad)], 0, &[1], room).unwrap_err();
+                assert_eq!(err, WriteRefused::NotAPoolPage { page: bad, pool: 4 });
+                let kv = gpu.read_page(PageId(2));
+                assert!(gpu.write_page(tag(bad), room, &kv).is_err());
+            }
+            let mut out: crate::env::Outbox<G::Kv> = crate::env::Outbox::new(0);
+            let r = write_traced(&mut gpu, &mut out, NodeId(3), &pages, 4, &[1], room);
+            assert!(r.is_err());
+            let evs: Vec<&TraceEvent> = out.traces().collect();
+            assert!(
+                matches!(
+                    evs.as_slice(),
+                    [TraceEvent::Fault {
+                        fault: NodeFault::WriteRefused { .. },
+                        ..
+                    }]
+                ),
+                "{evs:?}"
+            );
+        }
+        check(SymbolicGpu::new(4, 2));
+        check(HostGpu::new(4, 2));
+    }
+
+    /// A torn payload lands its leading slots only, the rest keep their contents; a
+    /// corrupted one decodes to another token in one slot. Both backends alike.
+    #[test]
+    fn torn_and_corrupted_payloads_land_as_stated() {
+        fn check<G: Gpu>(mut gpu: G) {
+            let (a, b) = (RoomKey::new(1, 1), RoomKey::new(2, 1));
+            let tag = |p: u32| PageTag {
+                page: PageId(p),
+                gen: Generation(1),
+            };
+            let old: Vec<Token> = (0..4).map(|i| 0x0001_0000 | i).collect();
+            let new: Vec<Token> = (0..4).map(|i| 0x0002_0000 | i).collect();
+            gpu.write_tokens(&[tag(1)], 0, &old, a).unwrap();
+            gpu.write_tokens(&[tag(2)], 0, &new, b).unwrap();
+            let mut kv = gpu.read_page(PageId(2));
+            kv.tear();
+            gpu.write_page(tag(1), b, &kv).unwrap();
+            let got: Vec<Token> = (0..4).map(|q| gpu.token_at(&[PageId(1)], q)).collect();
+            assert_eq!(got, vec![new[0], new[1], old[2], old[3]]);
+            let mut kv = gpu.read_page(PageId(2));
+            kv.corrupt(0x0000_0001_0000_0002);
+            gpu.write_page(tag(3), b, &kv).unwrap();
+            let got: Vec<Token> = (0..4).map(|q| gpu.token_at(&[PageId(3)], q)).collect();
+            let differ = got.iter().zip(&new).filter(|(x, y)| x != y).count();
+            assert_eq!(differ, 1, "{got:x?}");
+            assert_eq!(got[2], new[2] ^ 2);
+        }
+        check(SymbolicGpu::new(4, 4));
+        check(HostGpu::new(4, 4));
     }
 
     #[test]

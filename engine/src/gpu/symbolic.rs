@@ -6,7 +6,7 @@
 //! which slot is the oracle's to know, from the trace's write events, never from the
 //! engine's memory.
 
-use super::{locate, locate_tag, Gpu, WriteTag};
+use super::{layout, locate, locate_tag, Gpu, KvPayload, WriteRefused, WriteTag};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 
 /// One page's contents: tokens per slot plus the stamped tag.
@@ -18,6 +18,22 @@ pub struct SymbolicPage {
     /// The defense-4 tag stamped by the last write (not copied by transfers: the
     /// receiving side stamps its own).
     pub tag: Option<WriteTag>,
+}
+
+impl KvPayload for SymbolicPage {
+    fn corrupt(&mut self, salt: u64) {
+        if self.tokens.is_empty() {
+            return;
+        }
+        let slot = (salt % self.tokens.len() as u64) as usize;
+        // Flip a low bit: the token still names its own request (a canary check cannot
+        // see it), only its position is wrong.
+        self.tokens[slot] ^= 1u32 << ((salt >> 32) % 4);
+    }
+
+    fn tear(&mut self) {
+        self.tokens.truncate(self.tokens.len() / 2);
+    }
 }
 
 /// KV memory of one node as tokens and tags.
@@ -56,8 +72,15 @@ impl Gpu for SymbolicGpu {
         (self.pages.len() - 1) as u32
     }
 
-    fn write_tokens(&mut self, pages: &[PageTag], start: u64, tokens: &[Token], writer: RoomKey) {
+    fn write_tokens(
+        &mut self,
+        pages: &[PageTag],
+        start: u64,
+        tokens: &[Token],
+        writer: RoomKey,
+    ) -> Result<(), WriteRefused> {
         let ps = self.page_size;
+        layout::check_token_write(self.pages(), ps, pages, start, tokens.len())?;
         for (i, &tok) in tokens.iter().enumerate() {
             let Some((tag, slot)) = locate_tag(pages, ps, start + i as u64) else {
                 break;
@@ -71,6 +94,7 @@ impl Gpu for SymbolicGpu {
                 gen: tag.gen,
             });
         }
+        Ok(())
     }
 
     fn read_page(&self, page: PageId) -> SymbolicPage {
@@ -83,19 +107,21 @@ impl Gpu for SymbolicGpu {
             })
     }
 
-    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &SymbolicPage) {
-        let ps = self.page_size as usize;
+    fn write_page(
+        &mut self,
+        dst: PageTag,
+        room: RoomKey,
+        kv: &SymbolicPage,
+    ) -> Result<(), WriteRefused> {
+        layout::check_page_write(self.pages(), dst.page.0)?;
         if let Some(p) = self.page_mut(dst.page) {
-            p.tokens.clear();
-            p.tokens.extend(
-                kv.tokens
-                    .iter()
-                    .copied()
-                    .chain(std::iter::repeat(0))
-                    .take(ps),
-            );
+            // A short (torn) payload lands its leading slots; the rest keep theirs.
+            for (slot, tok) in p.tokens.iter_mut().zip(&kv.tokens) {
+                *slot = *tok;
+            }
             p.tag = Some(WriteTag { room, gen: dst.gen });
         }
+        Ok(())
     }
 
     fn page_tag(&self, page: PageId) -> Option<WriteTag> {

@@ -112,6 +112,17 @@ pub fn land<W: WriteGate + ?Sized, G: Gpu>(
             reason: "payload and page list differ in length".into(),
         });
     }
+    // The NIC refuses an address outside the registered memory, defenses or not.
+    let pool = gpu.pages();
+    if let Some(t) = dst
+        .iter()
+        .find(|t| crate::gpu::layout::check_page_write(pool, t.page.0).is_err())
+    {
+        return Err(Refusal {
+            tag: Some(*t),
+            reason: "not a pool page".into(),
+        });
+    }
     let mut guards = Vec::new();
     if check_tags {
         guards.reserve(dst.len());
@@ -128,7 +139,8 @@ pub fn land<W: WriteGate + ?Sized, G: Gpu>(
         }
     }
     for (t, page) in dst.iter().zip(kv) {
-        gpu.write_page(*t, room, page);
+        // Every page was checked to be a pool page above, so this cannot refuse.
+        let _ = gpu.write_page(*t, room, page);
     }
     drop(guards);
     Ok(())

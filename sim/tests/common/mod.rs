@@ -34,3 +34,12 @@ pub fn scenario(path: &str) -> Scenario {
         .unwrap_or_else(|| panic!("no scenario {path}"));
     Scenario::parse(text, path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
+
+pub const CLIENT_DISCONNECTS: &str = include_str!("../../../scenarios/client-disconnects.toml");
+
+/// `path` with `tweak` applied.
+pub fn scenario_with(path: &str, tweak: impl FnOnce(&mut Scenario)) -> Scenario {
+    let mut sc = scenario(path);
+    tweak(&mut sc);
+    sc
+}
