@@ -13,9 +13,11 @@ pub mod bench;
 pub mod client;
 pub mod clock;
 pub mod gpu;
+pub mod http;
 pub mod net;
 pub mod node;
 pub mod server;
+pub mod tokenizer;
 pub mod trace;
 pub mod wire;
 
