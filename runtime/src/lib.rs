@@ -14,6 +14,7 @@ pub mod client;
 pub mod clock;
 pub mod gpu;
 pub mod http;
+pub mod http_client;
 pub mod net;
 pub mod node;
 pub mod server;
