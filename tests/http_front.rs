@@ -481,6 +481,29 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
     assert!(out.contains("carried marker CANARY-short"), "{out}");
     assert!(out.contains("OVER-LENGTH ANSWERED 200"), "{out}");
     s.stop();
+
+    // The same bugs with page tags on: the stale reads are refused (500), nothing
+    // leaks, and /metrics counts the refusals at decode.
+    let s = Served::start(&[LOOPBACK, "--bugs", BUGS]);
+    let o = kvsim(&[
+        "canary",
+        "--url",
+        &s.http,
+        "--requests",
+        "32",
+        "--over-length",
+        "4",
+        "--quiet",
+    ]);
+    let out = text(&o);
+    assert!(!out.contains("LEAK:"), "{out}");
+    assert!(out.contains("500: 2"), "{out}");
+    let (_, metrics) = get(&s.http, "/metrics");
+    assert!(
+        metrics.contains("kvsim_tag_mismatches_refused_total{node=\"2\",role=\"decode\"} 2"),
+        "{metrics}"
+    );
+    s.stop();
 }
 
 /// Is `python3` with `requests` here (installing it with pip if needed)?

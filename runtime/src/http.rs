@@ -777,6 +777,37 @@ fn metrics<K>(sh: &Shared<K>) -> String {
             .map(|n| (label(n), n.get("live").and_then(Value::as_u64).unwrap_or(0)))
             .collect(),
     );
+    let count = |key: &str| -> Vec<(String, u64)> {
+        nodes
+            .iter()
+            .filter(|n| n.get("pool_pages").is_some_and(|p| !p.is_null()))
+            .map(|n| (label(n), n["counts"][key].as_u64().unwrap_or(0)))
+            .collect()
+    };
+    family(
+        "kvsim_tag_mismatches_refused_total",
+        "Decode reads refused because a page's tag did not match",
+        "counter",
+        count("tag_mismatches"),
+    );
+    family(
+        "kvsim_kv_writes_refused_total",
+        "KV writes the receiving node refused",
+        "counter",
+        count("kv_refused"),
+    );
+    family(
+        "kvsim_transfers_failed_total",
+        "KV writes whose completion reported failure (writer side)",
+        "counter",
+        count("transfers_failed"),
+    );
+    family(
+        "kvsim_drain_acks_outstanding",
+        "Quarantined room uses waiting for the writer's drain ack",
+        "gauge",
+        pools.iter().map(|(l, _, _, q)| (l.clone(), *q)).collect(),
+    );
     let c = &sh.counters;
     family(
         "kvsim_http_requests_total",
