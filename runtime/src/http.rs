@@ -122,7 +122,10 @@ pub fn spawn_http_front<K: Send + 'static>(
     info: FrontInfo,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<thread::JoinHandle<()>> {
-    listener.set_nonblocking(true)?;
+    // Blocking accept: a sleep-and-poll loop would add up to its period to every
+    // request's latency (each request is a new connection). The thread checks `stop`
+    // after each connection and ends with the process.
+    listener.set_nonblocking(false)?;
     let shared = Arc::new(Shared {
         router,
         status,
