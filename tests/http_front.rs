@@ -233,7 +233,7 @@ fn generate_echoes_markers_streams_and_serves_sglang_endpoints() {
     let (st, body) = post(&h, &format!(r#"{{"text":"{}"}}"#, words(700)));
     assert_eq!(st, 400, "{body}");
     assert!(
-        body.contains("700 tokens") && body.contains("1024"),
+        body.contains("700 tokens") && body.contains("context length 1024"),
         "{body}"
     );
     s.wait_quiescent();
@@ -304,9 +304,12 @@ fn bad_requests_get_4xx_naming_the_field_and_leak_no_page() {
         // Over the context and over the pool: the engine refuses, naming the limit.
         (
             format!(r#"{{"text":"{}"}}"#, words(5000)),
-            "context length is 1024",
+            "context length 1024",
         ),
-        (format!(r#"{{"text":"{}"}}"#, words(513)), "513 tokens"),
+        (
+            format!(r#"{{"text":"{}"}}"#, words(513)),
+            "The input (513 tokens) is longer than the server admits (512 tokens",
+        ),
     ];
     for (body, want) in &cases {
         let (st, answer) = post(&h, body);

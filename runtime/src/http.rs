@@ -62,6 +62,8 @@ pub struct FrontInfo {
     pub model_path: String,
     pub context_len: u64,
     pub max_new_tokens_limit: u32,
+    /// The smallest pool of any node, in tokens.
+    pub min_pool_tokens: u64,
     /// `/get_server_info`'s body.
     pub server_info: Value,
 }
@@ -633,10 +635,12 @@ fn generate<K>(s: &mut TcpStream, sh: &Shared<K>, body: &[u8]) -> std::io::Resul
     if reply.status != 200 {
         let msg = match reply.status {
             400 => format!(
-                "The input ({prompt_len} tokens) is longer than the server admits: the context \
-                 length is {} tokens and no pool may be smaller (rejected by the engine's \
-                 admission check)",
-                sh.info.context_len
+                "The input ({prompt_len} tokens) is longer than the server admits ({} tokens: \
+                 the smaller of the context length {} and the smallest KV pool {}); rejected \
+                 by the engine",
+                sh.info.context_len.min(sh.info.min_pool_tokens),
+                sh.info.context_len,
+                sh.info.min_pool_tokens
             ),
             503 => "the engine is overloaded or shutting down (queue full or intake closed)".into(),
             st => format!("the engine failed the request (status {st})"),
@@ -890,6 +894,7 @@ pub fn front_info(opts: &crate::server::ServeOptions) -> FrontInfo {
         model_path: format!("kvsim/{}", opts.scenario),
         context_len: cfg.context_len,
         max_new_tokens_limit: cfg.max_new_tokens_limit,
+        min_pool_tokens: min_pool,
         server_info: json!({
             "model_path": format!("kvsim/{}", opts.scenario),
             "disaggregation_mode": "router",
