@@ -184,9 +184,9 @@ struct HttpRequest {
 /// Why a request could not be read (status and message).
 struct HttpError(u16, String);
 
-fn read_request(stream: &TcpStream) -> Result<HttpRequest, HttpError> {
+fn read_request(stream: &TcpStream, deadline: Duration) -> Result<HttpRequest, HttpError> {
     let start = Instant::now();
-    let left = || READ_DEADLINE.saturating_sub(start.elapsed());
+    let left = || deadline.saturating_sub(start.elapsed());
     let timeout = |s: &TcpStream| {
         let l = left();
         if l.is_zero() {
@@ -350,7 +350,7 @@ fn serve_connection<K>(mut stream: TcpStream, sh: &Shared<K>) {
     }
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
-    let req = match read_request(&stream) {
+    let req = match read_request(&stream, READ_DEADLINE) {
         Ok(r) => r,
         Err(HttpError(status, msg)) => {
             let _ = respond_json(&mut stream, status, &error_body(status, &msg));
@@ -917,5 +917,62 @@ pub fn front_info(opts: &crate::server::ServeOptions) -> FrontInfo {
             "kvsim_bugs": bugs,
             "nodes": nodes,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// Feed `bytes` to `read_request` over loopback (then keep the connection open).
+    fn read_from(bytes: &[u8], deadline: Duration) -> Result<HttpRequest, HttpError> {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        c.write_all(bytes).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let r = read_request(&s, deadline);
+        drop(c);
+        r
+    }
+
+    #[test]
+    fn slow_or_oversized_requests_are_refused() {
+        // A head that never ends: 408 once the deadline passes.
+        let t = Instant::now();
+        let Err(HttpError(st, _)) =
+            read_from(b"POST /generate HTTP/1.1\r\n", Duration::from_millis(200))
+        else {
+            panic!("an unfinished head was accepted");
+        };
+        assert_eq!(st, 408);
+        assert!(t.elapsed() < Duration::from_secs(5));
+        // A body shorter than its Content-Length, the sender still connected: 408.
+        let Err(HttpError(st, _)) = read_from(
+            b"POST /generate HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}",
+            Duration::from_millis(200),
+        ) else {
+            panic!("a short body was accepted");
+        };
+        assert_eq!(st, 408);
+        // A head over the limit: 431.
+        let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
+        big.extend(std::iter::repeat_n(b'a', MAX_HEAD + 10));
+        big.extend(b"\r\n\r\n");
+        let Err(HttpError(st, _)) = read_from(&big, Duration::from_secs(5)) else {
+            panic!("an oversized head was accepted");
+        };
+        assert_eq!(st, 431);
+        // A well-formed request in proxy form keeps its path.
+        let Ok(r) = read_from(
+            b"POST http://prefill:30000/generate HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}",
+            Duration::from_secs(5),
+        ) else {
+            panic!("a proxy-form request was refused");
+        };
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str(), &r.body[..]),
+            ("POST", "/generate", &b"{}"[..])
+        );
     }
 }
