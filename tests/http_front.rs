@@ -463,6 +463,29 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
     );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["pass"], true);
+    assert_eq!(report["requests"], 28, "{report}");
+    // --duration keeps running rounds (fresh markers each round) until it passes.
+    let o = kvsim(&[
+        "canary",
+        "--url",
+        &s.http,
+        "--requests",
+        "4",
+        "--over-length",
+        "1",
+        "--duration",
+        "0.5",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let n = report["requests"].as_u64().unwrap();
+    assert!(
+        n > 5 && n.is_multiple_of(5),
+        "whole rounds of 5, more than one: {report}"
+    );
     s.wait_quiescent();
     let (o2, ok) = s.stop();
     assert!(ok, "{o2}");
