@@ -3,6 +3,7 @@
 //! Logic that the CLI prints lives here or in the crates below, so tests reach it
 //! directly; `src/main.rs` only parses arguments and prints.
 
+pub mod canary;
 pub mod cmd_audit;
 pub mod cmd_bugs;
 pub mod cmd_check;
@@ -10,6 +11,7 @@ pub mod cmd_sim;
 pub mod isolation;
 pub mod matrix;
 pub mod matrix_report;
+pub mod preflight;
 pub mod render;
 pub mod serve;
 pub mod suite;

@@ -73,6 +73,12 @@ enum Command {
     BenchClient(kvsim::serve::BenchArgs),
     /// The transfer path's throughput against a plain TCP copy of the same bytes.
     BenchTransfer(kvsim::serve::BenchTransferArgs),
+    /// The write-ups' pre-flight gate against running servers (SGLang's or kvsim
+    /// serve's HTTP front), numbers by hand, or a scenario: exit 0 pass, 1 fail, 2 unread.
+    Preflight(kvsim::preflight::PreflightArgs),
+    /// Canary-marker load against SGLang's /generate: exit 1 on a foreign marker or an
+    /// over-length prompt answered 200.
+    Canary(kvsim::canary::CanaryArgs),
     /// A canary load against a running server: exit 1 when a reply leaks.
     CanaryClient(kvsim::serve::CanaryArgs),
     /// List the bug switches, models, invariants or scenarios, one line each.
@@ -181,6 +187,8 @@ fn main() -> ExitCode {
         Some(Command::Audit(args)) => kvsim::cmd_audit::run(&args),
         Some(Command::Serve(args)) => kvsim::serve::serve(&args),
         Some(Command::BenchClient(args)) => kvsim::serve::bench(&args),
+        Some(Command::Preflight(args)) => kvsim::preflight::run(&args),
+        Some(Command::Canary(args)) => kvsim::canary::run(&args),
         Some(Command::CanaryClient(args)) => kvsim::serve::canary(&args),
         Some(Command::BenchTransfer(args)) => kvsim::serve::bench_transfer(&args),
         Some(Command::List { what, dir }) => kvsim::render::list(&what, &dir)

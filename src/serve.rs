@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// How long to drain at SIGINT/SIGTERM before giving up, in seconds.
     #[arg(long, default_value_t = 30)]
     pub drain_secs: u64,
+    /// Serve the SGLang-compatible HTTP front (`/generate`, `/get_model_info`,
+    /// `/get_server_info`, `/metrics`, `/health`) on ADDR (the router's process).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<String>,
 }
 
 fn node_id(s: &str) -> Result<NodeId> {
@@ -194,6 +198,13 @@ where
     if let Some(addr) = server.client_addr() {
         println!("kvsim serve: client endpoint on {addr}");
     }
+    if let Some(h) = &a.http {
+        let l = TcpListener::bind(h).with_context(|| format!("--http {h}: cannot bind"))?;
+        let addr = server
+            .start_http(l)
+            .with_context(|| format!("--http {h}"))?;
+        println!("kvsim serve: http on {addr}");
+    }
     let nodes: Vec<String> = server
         .status()
         .iter()
@@ -285,6 +296,14 @@ pub fn bench(a: &BenchArgs) -> Result<ExitCode> {
         not_ok.join(" ")
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Read the HTTP front's address from a server's stdout line.
+pub fn http_of(line: &str) -> Option<SocketAddr> {
+    line.strip_prefix("kvsim serve: http on ")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Read the client endpoint's address from a server's stdout line.

@@ -40,10 +40,10 @@ pub fn spawn_client_endpoint<K: Send + 'static>(
     listener: TcpListener,
     router: Sender<Ev<K>>,
     status: StatusFn,
+    next: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
-    let next = Arc::new(AtomicU64::new(0));
     thread::Builder::new()
         .name("client-endpoint".into())
         .spawn(move || {

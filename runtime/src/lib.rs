@@ -13,9 +13,12 @@ pub mod bench;
 pub mod client;
 pub mod clock;
 pub mod gpu;
+pub mod http;
+pub mod http_client;
 pub mod net;
 pub mod node;
 pub mod server;
+pub mod tokenizer;
 pub mod trace;
 pub mod wire;
 

@@ -58,6 +58,19 @@ pub struct NodeStatus {
     pub quarantined: usize,
     /// Set when the node stopped itself or asked to be restarted.
     pub fault: Option<String>,
+    /// Counts of this node's refusals and failures since it started.
+    pub counts: NodeCounts,
+}
+
+/// What a node's own events counted (the HTTP front's `/metrics`).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct NodeCounts {
+    /// Decode reads refused because a page's tag did not match (defense 4).
+    pub tag_mismatches: u64,
+    /// KV writes the receiver refused.
+    pub kv_refused: u64,
+    /// KV writes whose completion said they failed (the writer's side).
+    pub transfers_failed: u64,
 }
 
 impl NodeStatus {
@@ -168,6 +181,7 @@ pub struct Io<K> {
     inflight: BTreeMap<NodeId, BTreeSet<WriteId>>,
     clients: BTreeMap<RequestId, Sender<Reply>>,
     fault: Option<String>,
+    counts: NodeCounts,
 }
 
 impl<K: Clone> Io<K> {
@@ -191,6 +205,7 @@ impl<K: Clone> Io<K> {
             inflight: BTreeMap::new(),
             clients: BTreeMap::new(),
             fault: None,
+            counts: NodeCounts::default(),
         }
     }
 
@@ -309,6 +324,12 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
     }
 
     fn event(&mut self, node: NodeId, ev: TraceEvent) {
+        match &ev {
+            TraceEvent::TagMismatch { .. } => self.counts.tag_mismatches += 1,
+            TraceEvent::KvRefused { .. } => self.counts.kv_refused += 1,
+            TraceEvent::WriteCompleted { ok: false, .. } => self.counts.transfers_failed += 1,
+            _ => {}
+        }
         if let TraceEvent::Fault { fault, .. } = &ev {
             let what = match fault.action() {
                 FaultAction::Stop => "STOPPED ITSELF",
@@ -377,6 +398,7 @@ impl<G: Gpu> NodeLoop<G> {
             live,
             quarantined,
             fault: self.io.fault.clone(),
+            counts: self.io.counts,
         }
     }
 

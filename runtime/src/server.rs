@@ -80,6 +80,10 @@ pub struct Server<K> {
     client_addr: Option<SocketAddr>,
     stop: Arc<AtomicBool>,
     connected: Vec<(NodeId, NodeId, Arc<AtomicBool>)>,
+    /// The router's loop, its status and the request ids (the HTTP front shares them).
+    front: Option<(Sender<Ev<K>>, StatusFn)>,
+    next: Arc<std::sync::atomic::AtomicU64>,
+    opts: ServeOptions,
 }
 
 /// A killed incarnation wrote no end to its trace: its successor appends one, so the
@@ -250,6 +254,9 @@ where
             client_addr: None,
             stop: stop.clone(),
             connected: Vec::new(),
+            front: None,
+            next: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            opts: opts.clone(),
         };
         let mut client_endpoint = None;
         for plan in plans {
@@ -373,9 +380,29 @@ where
                     "nodes": nodes,
                 })
             });
-            spawn_client_endpoint(cl, router, status, stop.clone())?;
+            server.front = Some((router.clone(), status.clone()));
+            spawn_client_endpoint(cl, router, status, server.next.clone(), stop.clone())?;
         }
         Ok(server)
+    }
+
+    /// Serve the SGLang-compatible HTTP front on `listener` (the router's process only).
+    pub fn start_http(&self, listener: TcpListener) -> Result<SocketAddr, ServeError> {
+        let Some((router, status)) = &self.front else {
+            return Err(ServeError::Io(std::io::Error::other(
+                "the HTTP front runs in the router's process",
+            )));
+        };
+        let addr = listener.local_addr()?;
+        crate::http::spawn_http_front(
+            listener,
+            router.clone(),
+            status.clone(),
+            self.next.clone(),
+            crate::http::front_info(&self.opts),
+            self.stop.clone(),
+        )?;
+        Ok(addr)
     }
 
     pub fn client_addr(&self) -> Option<SocketAddr> {

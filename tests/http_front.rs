@@ -1,0 +1,652 @@
+//! The SGLang-compatible HTTP front of `kvsim serve`, `kvsim preflight`, `kvsim canary`,
+//! and the incident write-ups' own scripts (tests/writeups/), all on loopback with
+//! ephemeral ports. Every wait has a timeout.
+
+mod cli;
+
+use cli::{kvsim, root, text, tmp_in};
+use kvsim_runtime::http_client::fetch;
+use kvsim_runtime::Client;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+const LOOPBACK: &str = "tests/serve/loopback.toml";
+const INCIDENT_SC: &str = "tests/serve/incident.toml";
+const BUGS: &str = "gate-checks-finished-only,no-length-agreement";
+const T: Duration = Duration::from_secs(20);
+
+/// A running `kvsim serve --http`, stopped with SIGTERM (killed if it hangs) on drop.
+struct Served {
+    child: Child,
+    lines: Receiver<String>,
+    seen: Vec<String>,
+    http: String,
+    client: SocketAddr,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kvsim"))
+            .current_dir(root())
+            .arg("serve")
+            .args(args)
+            .args(["--http", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("kvsim serve starts");
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut s = Served {
+            child,
+            lines,
+            seen: Vec::new(),
+            http: String::new(),
+            client: "127.0.0.1:1".parse().unwrap(),
+        };
+        s.client = s.wait_for("client endpoint", kvsim::serve::endpoint_of);
+        let h = s.wait_for("http front", kvsim::serve::http_of);
+        s.http = format!("http://{h}");
+        s
+    }
+
+    fn wait_for<R>(&mut self, what: &str, f: impl Fn(&str) -> Option<R>) -> R {
+        let end = Instant::now() + T;
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = f(&line);
+                    self.seen.push(line);
+                    if let Some(r) = hit {
+                        return r;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        panic!("no `{what}` from kvsim serve:\n{}", self.seen.join("\n"));
+    }
+
+    /// Wait until every node is quiescent (nothing in flight, every page free).
+    fn wait_quiescent(&self) -> Value {
+        let mut c = Client::connect(self.client, T).expect("line endpoint");
+        let end = Instant::now() + T;
+        loop {
+            let st = c.status().expect("status line");
+            let nodes = st["nodes"].as_array().cloned().unwrap_or_default();
+            let quiet = !nodes.is_empty()
+                && nodes.iter().all(|n| {
+                    n["live"] == 0 && n["quarantined"] == 0 && n["free_pages"] == n["pool_pages"]
+                });
+            if quiet {
+                return st;
+            }
+            assert!(Instant::now() < end, "the server never quiesced: {st}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGTERM, wait for the exit; (stdout, exited 0).
+    fn stop(mut self) -> (String, bool) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let end = Instant::now() + T;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break s;
+            }
+            assert!(Instant::now() < end, "kvsim serve did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.seen.push(line);
+        }
+        (self.seen.join("\n"), status.success())
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn get(base: &str, path: &str) -> (u16, String) {
+    let r = fetch(base, "GET", path, None, T).expect("GET answered");
+    (r.status, r.text())
+}
+
+fn post(base: &str, body: &str) -> (u16, String) {
+    let r = fetch(base, "POST", "/generate", Some(body.as_bytes()), T).expect("POST answered");
+    (r.status, r.text())
+}
+
+/// Send raw bytes and read the whole answer.
+fn raw(base: &str, bytes: &[u8]) -> String {
+    let addr = kvsim_runtime::http_client::base_addr(base).unwrap();
+    let mut s = TcpStream::connect_timeout(&addr, T).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    s.write_all(bytes).unwrap();
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn words(n: usize) -> String {
+    vec!["x"; n].join(" ")
+}
+
+#[test]
+fn generate_echoes_markers_streams_and_serves_sglang_endpoints() {
+    let s = Served::start(&[LOOPBACK]);
+    let h = s.http.clone();
+    let (st, model) = get(&h, "/get_model_info");
+    assert_eq!(st, 200);
+    let model: Value = serde_json::from_str(&model).unwrap();
+    assert_eq!(model["max_context_length"], 1024, "{model}");
+    assert!(model["model_path"].is_string());
+    let (st, info) = get(&h, "/get_server_info");
+    assert_eq!(st, 200);
+    let info: Value = serde_json::from_str(&info).unwrap();
+    let nodes = info["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "{info}");
+    assert_eq!(nodes[0]["disaggregation_mode"], "prefill");
+    assert_eq!(nodes[0]["max_total_num_tokens"], 512);
+    assert_eq!(nodes[1]["disaggregation_mode"], "decode");
+    assert_eq!(nodes[1]["disaggregation_enable_kv_checksum"], true);
+    assert_eq!(info["mooncake_transfer_batch_max"], 4);
+    assert_eq!(info["deferred_release"], true);
+    let (st, metrics) = get(&h, "/metrics");
+    assert_eq!(st, 200);
+    assert!(
+        metrics.contains("sglang:max_total_num_tokens{node=\"1\",role=\"prefill\"} 512"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("kvsim_pool_pages_free{node=\"2\",role=\"decode\"} 128"));
+    assert_eq!(get(&h, "/health").0, 200);
+    assert_eq!(get(&h, "/nope").0, 404);
+
+    // The marker comes back as the same text when the engine echoes position 0.
+    let marker = "CANARY-small-1a2b3c4d";
+    let (st, body) = post(
+        &h,
+        &format!(
+            r#"{{"text":"{marker} {}","sampling_params":{{"max_new_tokens":4}}}}"#,
+            words(40)
+        ),
+    );
+    assert_eq!(st, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(v["text"].as_str().unwrap().starts_with(marker), "{v}");
+    assert_eq!(v["meta_info"]["prompt_tokens"], 41);
+    assert_eq!(v["meta_info"]["completion_tokens"], 4);
+    assert_eq!(v["meta_info"]["finish_reason"]["type"], "length");
+    // The write-ups' body.
+    let (st, body) = post(
+        &h,
+        &format!(
+            r#"{{"model":"glm-5.3","max_tokens":3,"prompt":"CANARY-w-1 {}"}}"#,
+            words(10)
+        ),
+    );
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("CANARY-w-1"), "{body}");
+    // input_ids.
+    let (st, body) = post(
+        &h,
+        r#"{"input_ids":[5,6,7,8],"sampling_params":{"max_new_tokens":2}}"#,
+    );
+    assert_eq!(st, 200, "{body}");
+    // Streaming: cumulative events, then [DONE].
+    let (st, body) = post(
+        &h,
+        r#"{"text":"a b c d e f g h","stream":true,"sampling_params":{"max_new_tokens":3}}"#,
+    );
+    assert_eq!(st, 200);
+    let events: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.len(), 4, "{body}");
+    assert_eq!(events[3], "[DONE]");
+    let last: Value = serde_json::from_str(events[2]).unwrap();
+    assert_eq!(last["meta_info"]["completion_tokens"], 3);
+    assert_eq!(last["text"].as_str().unwrap().split(' ').count(), 3);
+    // Over the pool (512 tokens): the engine's admission check refuses it with 400
+    // and names the limit.
+    let (st, body) = post(&h, &format!(r#"{{"text":"{}"}}"#, words(700)));
+    assert_eq!(st, 400, "{body}");
+    assert!(
+        body.contains("700 tokens") && body.contains("context length 1024"),
+        "{body}"
+    );
+    s.wait_quiescent();
+    let (out, ok) = s.stop();
+    assert!(ok && out.contains("drained"), "{out}");
+}
+
+#[test]
+fn bad_requests_get_4xx_naming_the_field_and_leak_no_page() {
+    let s = Served::start(&[LOOPBACK]);
+    let h = s.http.clone();
+    let cases: Vec<(String, &str)> = vec![
+        ("not json".into(), "body: not JSON"),
+        ("[1,2]".into(), "body: must be a JSON object"),
+        ("{}".into(), "give exactly one of text, input_ids, prompt"),
+        (r#"{"text":"a","prompt":"b"}"#.into(), "got text, prompt"),
+        (r#"{"text":""}"#.into(), "text: the prompt is empty"),
+        (r#"{"text":"   "}"#.into(), "text: the prompt is empty"),
+        (r#"{"prompt":""}"#.into(), "prompt: the prompt is empty"),
+        (r#"{"text":5}"#.into(), "text: must be a string"),
+        (r#"{"text":["a","b"]}"#.into(), "text: a batch"),
+        (
+            r#"{"input_ids":"abc"}"#.into(),
+            "input_ids: must be an array",
+        ),
+        (
+            r#"{"input_ids":[]}"#.into(),
+            "input_ids: the prompt is empty",
+        ),
+        (r#"{"input_ids":[1,-2]}"#.into(), "input_ids: element 1"),
+        (r#"{"input_ids":[1,1e99]}"#.into(), "input_ids: element 1"),
+        (
+            r#"{"text":"a","sampling_params":{"max_new_tokens":-1}}"#.into(),
+            "sampling_params.max_new_tokens: -1 is outside 1..=16",
+        ),
+        (
+            r#"{"text":"a","sampling_params":{"max_new_tokens":0}}"#.into(),
+            "sampling_params.max_new_tokens: 0 is outside",
+        ),
+        (
+            r#"{"text":"a","sampling_params":{"max_new_tokens":1000000000000}}"#.into(),
+            "sampling_params.max_new_tokens: 1000000000000 is outside",
+        ),
+        (
+            r#"{"text":"a","sampling_params":{"max_new_tokens":"many"}}"#.into(),
+            "sampling_params.max_new_tokens: must be an integer",
+        ),
+        (
+            r#"{"text":"a","sampling_params":{"max_new_tokens":2.5}}"#.into(),
+            "sampling_params.max_new_tokens: must be an integer",
+        ),
+        (
+            r#"{"text":"a","sampling_params":7}"#.into(),
+            "sampling_params: must be an object",
+        ),
+        (
+            r#"{"prompt":"a","max_tokens":-5}"#.into(),
+            "max_tokens: -5 is outside",
+        ),
+        (
+            r#"{"text":"a","stream":"yes"}"#.into(),
+            "stream: must be true or false",
+        ),
+        (
+            r#"{"text":"a","model":3}"#.into(),
+            "model: must be a string",
+        ),
+        // Over the context and over the pool: the engine refuses, naming the limit.
+        (
+            format!(r#"{{"text":"{}"}}"#, words(5000)),
+            "context length 1024",
+        ),
+        (
+            format!(r#"{{"text":"{}"}}"#, words(513)),
+            "The input (513 tokens) is longer than the server admits (512 tokens",
+        ),
+    ];
+    for (body, want) in &cases {
+        let (st, answer) = post(&h, body);
+        assert_eq!(st, 400, "{body:.80}: {answer}");
+        assert!(
+            answer.contains(want),
+            "{body:.80}: want `{want}` in {answer}"
+        );
+        assert!(answer.contains("\"error\""), "{answer}");
+    }
+    // Malformed HTTP: a body over the limit, a bad request line, chunked bodies.
+    let big = raw(
+        &h,
+        b"POST /generate HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n",
+    );
+    assert!(
+        big.starts_with("HTTP/1.1 413") && big.contains("body:"),
+        "{big}"
+    );
+    let bad = raw(&h, b"GARBAGE\r\n\r\n");
+    assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
+    let chunked = raw(
+        &h,
+        b"POST /generate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    );
+    assert!(chunked.starts_with("HTTP/1.1 411"), "{chunked}");
+    let short = raw(
+        &h,
+        b"POST /generate HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"text\"",
+    );
+    assert!(short.starts_with("HTTP/1.1 400"), "{short}");
+    let wrong = raw(&h, b"PUT /generate HTTP/1.1\r\n\r\n");
+    assert!(wrong.starts_with("HTTP/1.1 405"), "{wrong}");
+    // A client that goes away mid-request: cancelled, not leaked.
+    {
+        let addr = kvsim_runtime::http_client::base_addr(&h).unwrap();
+        let body = format!(
+            r#"{{"text":"{}","sampling_params":{{"max_new_tokens":16}}}}"#,
+            words(400)
+        );
+        let s =
+            kvsim_runtime::http_client::send(addr, "POST", "/generate", Some(body.as_bytes()), T)
+                .unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        drop(s);
+    }
+    // Every pool is whole again at quiescence, and the front counted its refusals.
+    let st = s.wait_quiescent();
+    assert!(st["nodes"].as_array().unwrap().len() == 3, "{st}");
+    let (_, metrics) = get(&h, "/metrics");
+    let refused = format!("kvsim_http_rejected_by_front_total {}", cases.len() - 2);
+    assert!(metrics.contains(&refused), "want `{refused}`:\n{metrics}");
+    let (out, ok) = s.stop();
+    assert!(ok, "{out}");
+    assert!(out.contains("kvsim serve: drained"), "{out}");
+}
+
+#[test]
+fn preflight_reads_a_running_server_a_scenario_and_hand_numbers() {
+    let s = Served::start(&[LOOPBACK]);
+    let o = kvsim(&["preflight", "--url", &s.http]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("FAIL pool>=context") && out.contains("pool 512 < context 1024"),
+        "{out}"
+    );
+    assert!(out.contains("pool 2048 >= context 1024"), "{out}");
+    assert!(out.contains("PASS kv-checksum"), "{out}");
+    assert!(
+        out.contains("mooncake_transfer_batch_max 4 <= bound 64"),
+        "{out}"
+    );
+    // A tighter batch bound fails the transfer-batch condition.
+    let o = kvsim(&["preflight", "--url", &s.http, "--batch-max", "2"]);
+    assert!(text(&o).contains("FAIL transfer-batch"), "{}", text(&o));
+    s.stop();
+
+    let o = kvsim(&["preflight", "--scenario", "scenarios/glm53-incident.toml"]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("pool 681280 < context 1048576"), "{out}");
+    let o = kvsim(&["preflight", "--pool", "681280", "--context", "1048576"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("pool 681280 < context 1048576"));
+    let o = kvsim(&["preflight", "--pool", "2097152", "--context", "1048576"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    // Unreachable: exit 2 naming the URL.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", dead.local_addr().unwrap());
+    drop(dead);
+    let o = kvsim(&["preflight", "--url", &url]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("unreachable"), "{}", text(&o));
+    // A server without the pool metric: exit 2 naming the metric.
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", fake.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut c in fake.incoming().map_while(Result::ok).take(3) {
+            let mut buf = [0u8; 4096];
+            let _ = c.read(&mut buf);
+            let body = r#"{"max_context_length": 4096}"#;
+            let _ = write!(
+                c,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let o = kvsim(&["preflight", "--url", &url]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("no sglang:max_total_num_tokens"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
+fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
+    let s = Served::start(&[LOOPBACK]);
+    let json = tmp_in("http-canary", "clean.json");
+    let o = kvsim(&[
+        "canary",
+        "--url",
+        &s.http,
+        "--requests",
+        "24",
+        "--concurrency",
+        "4",
+        "--over-length",
+        "4",
+        "--disconnect-rate",
+        "0.2",
+        "--seed",
+        "7",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("canary: PASS") && out.contains("400: 4"),
+        "{out}"
+    );
+    assert!(
+        out.contains("disconnected"),
+        "seeded disconnects happen: {out}"
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["pass"], true);
+    assert_eq!(report["requests"], 28, "{report}");
+    // --duration keeps running rounds (fresh markers each round) until it passes.
+    let o = kvsim(&[
+        "canary",
+        "--url",
+        &s.http,
+        "--requests",
+        "4",
+        "--over-length",
+        "1",
+        "--duration",
+        "0.5",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let n = report["requests"].as_u64().unwrap();
+    assert!(
+        n > 5 && n.is_multiple_of(5),
+        "whole rounds of 5, more than one: {report}"
+    );
+    s.wait_quiescent();
+    let (o2, ok) = s.stop();
+    assert!(ok, "{o2}");
+
+    let s = Served::start(&[INCIDENT_SC, "--bugs", BUGS]);
+    let o = kvsim(&[
+        "canary",
+        "--url",
+        &s.http,
+        "--requests",
+        "32",
+        "--over-length",
+        "4",
+        "--quiet",
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("LEAK: reply to request"), "{out}");
+    assert!(out.contains("carried marker CANARY-short"), "{out}");
+    assert!(out.contains("OVER-LENGTH ANSWERED 200"), "{out}");
+    s.stop();
+
+    // The same bugs with page tags on: the stale reads are refused (500), nothing
+    // leaks, and /metrics counts the refusals at decode.
+    let s = Served::start(&[LOOPBACK, "--bugs", BUGS]);
+    let o = kvsim(&[
+        "canary",
+        "--url",
+        &s.http,
+        "--requests",
+        "32",
+        "--over-length",
+        "4",
+        "--quiet",
+    ]);
+    let out = text(&o);
+    assert!(!out.contains("LEAK:"), "{out}");
+    assert!(out.contains("500: 2"), "{out}");
+    let (_, metrics) = get(&s.http, "/metrics");
+    assert!(
+        metrics.contains("kvsim_tag_mismatches_refused_total{node=\"2\",role=\"decode\"} 2"),
+        "{metrics}"
+    );
+    s.stop();
+}
+
+/// Is `python3` with `requests` here (installing it with pip if needed)?
+fn python_with_requests() -> bool {
+    let has = || {
+        Command::new("python3")
+            .args(["-c", "import requests"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if has() {
+        return true;
+    }
+    let _ = Command::new("python3")
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "requests",
+        ])
+        .status();
+    has()
+}
+
+/// The write-ups' scripts, unmodified. Their host names (`prefill:30000`,
+/// `localhost:30000`) reach the server through the standard proxy variables: the
+/// server's front accepts proxy-form request lines, so no name resolution or fixed
+/// port is needed.
+fn script(cmd: &str, file: &str, http: &str, bin: &std::path::Path) -> (bool, String) {
+    let o = Command::new(cmd)
+        .arg(root().join("tests/writeups").join(file))
+        .current_dir(root())
+        .env("HTTP_PROXY", http)
+        .env("http_proxy", http)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .output()
+        .expect("the script runs");
+    let mut out = String::from_utf8_lossy(&o.stdout).into_owned();
+    out.push_str(&String::from_utf8_lossy(&o.stderr));
+    (o.status.success(), out)
+}
+
+#[test]
+fn the_writeups_scripts_run_unmodified() {
+    // `kubectl` has no cluster here: a stand-in that says so (the script goes on).
+    let bin = tmp_in("http-writeups", "bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let kubectl = bin.join("kubectl");
+    std::fs::write(
+        &kubectl,
+        "#!/bin/sh\necho 'kubectl: no cluster in this test' >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let s = Served::start(&[LOOPBACK]);
+    let have_curl_jq = ["curl", "jq"].iter().all(|c| {
+        Command::new(c)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if have_curl_jq {
+        let (_, out) = script("bash", "pool_check.sh", &s.http, &bin);
+        assert!(
+            out.lines().any(|l| l.trim() == "1024"),
+            "jq prints the context: {out}"
+        );
+        assert!(
+            out.contains("sglang:max_total_num_tokens{node=\"1\",role=\"prefill\"} 512"),
+            "{out}"
+        );
+    } else {
+        eprintln!("SKIPPED: curl or jq missing; the curl|jq pre-flight check did not run");
+    }
+    if !python_with_requests() {
+        eprintln!("SKIPPED: python3 with `requests` unavailable; the canary script did not run");
+        return;
+    }
+    let (ok, out) = script("python3", "canary.py", &s.http, &bin);
+    assert!(ok, "the defended engine is clean: {out}");
+    let (_, metrics) = get(&s.http, "/metrics");
+    assert!(
+        metrics.contains("kvsim_http_responses_total{status=\"400\"} 1"),
+        "the script's 700,000-token prompt was refused: {metrics}"
+    );
+    s.wait_quiescent();
+    s.stop();
+
+    // The vulnerable engine: the script passes (it cannot see this leak: it searches
+    // only the short reply, and the leaking reply is the long one's); kvsim canary on
+    // the same server fails.
+    let s = Served::start(&[INCIDENT_SC, "--bugs", BUGS]);
+    let (ok, out) = script("python3", "canary.py", &s.http, &bin);
+    assert!(ok, "{out}");
+    let (_, metrics) = get(&s.http, "/metrics");
+    assert!(
+        metrics.contains("kvsim_http_responses_total{status=\"200\"} 2"),
+        "the over-length prompt was answered 200 and the script did not notice: {metrics}"
+    );
+    let o = kvsim(&["canary", "--url", &s.http, "--requests", "32", "--quiet"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("LEAK:"), "{}", text(&o));
+    s.stop();
+}
