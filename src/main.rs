@@ -160,6 +160,9 @@ fn cmd_run(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Some(Command::Serve(_))) {
+        die_quietly_on_a_closed_pipe();
+    }
     let res = match cli.command {
         Some(Command::Run {
             scenario,
@@ -204,5 +207,19 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// `kvsim ... | head` closes the pipe early: a command-line tool should then end
+/// quietly, as `cat` does, rather than panic in `println!` (Rust ignores SIGPIPE, so the
+/// write fails and `println!` panics on the error). Restore the default disposition.
+/// Not for `kvsim serve`, whose peers closing their sockets must never end the process
+/// (its sockets' writes fail with an error either way; this only keeps stdout honest).
+fn die_quietly_on_a_closed_pipe() {
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to its default at the start of `main`,
+    // before any thread is spawned, has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

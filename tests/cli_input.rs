@@ -265,3 +265,36 @@ fn list_names_every_bug_model_invariant_and_scenario() {
     let o = kvsim(&["list", "everything"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
 }
+
+/// `kvsim ... | head`: a reader that closes the pipe early ends the command quietly
+/// (killed by SIGPIPE, as `cat` is), never with a panic in `println!` (exit 101 and a
+/// "failed printing to stdout" message).
+#[test]
+fn a_closed_stdout_pipe_ends_the_command_without_a_panic() {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvsim"))
+        .current_dir(root())
+        .args(["run", "scenarios/mixed-faults.toml", "--trace"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kvsim runs");
+    // Read a little of the trace (more than a pipe holds is printed), then hang up.
+    let mut out = child.stdout.take().expect("piped");
+    let mut first = [0u8; 256];
+    out.read_exact(&mut first).expect("the trace starts");
+    drop(out);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_string(&mut err)
+        .expect("stderr reads");
+    let status = child.wait().expect("kvsim ends");
+    assert!(
+        !err.contains("panicked") && !err.contains("failed printing"),
+        "a closed pipe made kvsim panic: {err}"
+    );
+    assert_ne!(status.code(), Some(101), "exit 101 is a panic: {err}");
+}
