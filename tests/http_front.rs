@@ -179,6 +179,10 @@ fn generate_echoes_markers_streams_and_serves_sglang_endpoints() {
         "{metrics}"
     );
     assert!(metrics.contains("kvsim_pool_pages_free{node=\"2\",role=\"decode\"} 128"));
+    assert!(
+        metrics.contains("kvsim_pool_pages_quarantined{node=\"2\",role=\"decode\"} 0"),
+        "{metrics}"
+    );
     assert_eq!(get(&h, "/health").0, 200);
     assert_eq!(get(&h, "/nope").0, 404);
 

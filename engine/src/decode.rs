@@ -146,6 +146,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     pub fn quarantined_rooms(&self) -> usize {
         self.quarantine.len()
     }
+    /// Pages held in quarantine, over every quarantined room use.
+    pub fn quarantined_pages(&self) -> usize {
+        self.quarantine.values().map(|q| q.pages.len()).sum()
+    }
     pub fn fatal(&self) -> Option<&str> {
         self.fatal.as_deref()
     }

@@ -736,13 +736,17 @@ fn metrics<K>(sh: &Shared<K>) -> String {
                 .to_ascii_lowercase()
         )
     };
-    let pools: Vec<(String, u64, u64, u64)> = nodes
+    let pools: Vec<(String, u64, u64, u64, u64)> = nodes
         .iter()
         .filter_map(|n| {
             let cap = n.get("pool_pages")?.as_u64()?;
             let free = n.get("free_pages")?.as_u64()?;
             let q = n.get("quarantined").and_then(Value::as_u64).unwrap_or(0);
-            Some((label(n), cap, free, q))
+            let qp = n
+                .get("quarantined_pages")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            Some((label(n), cap, free, q, qp))
         })
         .collect();
     family(
@@ -751,14 +755,17 @@ fn metrics<K>(sh: &Shared<K>) -> String {
         "gauge",
         pools
             .iter()
-            .map(|(l, c, _, _)| (l.clone(), c * page))
+            .map(|(l, c, _, _, _)| (l.clone(), c * page))
             .collect(),
     );
     family(
         "kvsim_pool_pages_free",
         "Free KV pages",
         "gauge",
-        pools.iter().map(|(l, _, f, _)| (l.clone(), *f)).collect(),
+        pools
+            .iter()
+            .map(|(l, _, f, _, _)| (l.clone(), *f))
+            .collect(),
     );
     family(
         "kvsim_pool_pages_held",
@@ -766,14 +773,26 @@ fn metrics<K>(sh: &Shared<K>) -> String {
         "gauge",
         pools
             .iter()
-            .map(|(l, c, f, _)| (l.clone(), c - f))
+            .map(|(l, c, f, _, _)| (l.clone(), c - f))
+            .collect(),
+    );
+    family(
+        "kvsim_pool_pages_quarantined",
+        "KV pages quarantined until their writer's drain ack (part of held)",
+        "gauge",
+        pools
+            .iter()
+            .map(|(l, _, _, _, qp)| (l.clone(), *qp))
             .collect(),
     );
     family(
         "kvsim_quarantined_rooms",
         "Rooms whose pages are quarantined until the writer's drain ack",
         "gauge",
-        pools.iter().map(|(l, _, _, q)| (l.clone(), *q)).collect(),
+        pools
+            .iter()
+            .map(|(l, _, _, q, _)| (l.clone(), *q))
+            .collect(),
     );
     family(
         "kvsim_live_requests",
@@ -813,7 +832,7 @@ fn metrics<K>(sh: &Shared<K>) -> String {
         "kvsim_drain_acks_outstanding",
         "Quarantined room uses waiting for the writer's drain ack",
         "gauge",
-        pools.iter().map(|(l, _, _, q)| (l.clone(), *q)).collect(),
+        pools.iter().map(|(l, _, _, q, _)| (l.clone(), *q)).collect(),
     );
     let c = &sh.counters;
     family(

@@ -56,6 +56,8 @@ pub struct NodeStatus {
     /// Live rooms (router), requests and quarantined rooms (prefill, decode).
     pub live: usize,
     pub quarantined: usize,
+    /// Pages those quarantined rooms hold (decode).
+    pub quarantined_pages: usize,
     /// Set when the node stopped itself or asked to be restarted.
     pub fault: Option<String>,
     /// Counts of this node's refusals and failures since it started.
@@ -374,12 +376,13 @@ impl<G: Gpu> NodeLoop<G> {
     }
 
     fn status(&self) -> NodeStatus {
-        let (free, cap, live, quarantined) = match &self.node {
-            RtNode::Router(r) => (None, None, r.live_rooms(), 0),
+        let (free, cap, live, quarantined, quarantined_pages) = match &self.node {
+            RtNode::Router(r) => (None, None, r.live_rooms(), 0, 0),
             RtNode::Prefill(p) => (
                 Some(p.pool().free_count()),
                 Some(p.pool().capacity()),
                 p.requests(),
+                0,
                 0,
             ),
             RtNode::Decode(d) => (
@@ -387,6 +390,7 @@ impl<G: Gpu> NodeLoop<G> {
                 Some(d.records().capacity()),
                 d.requests(),
                 d.quarantined_rooms(),
+                d.quarantined_pages(),
             ),
         };
         NodeStatus {
@@ -397,6 +401,7 @@ impl<G: Gpu> NodeLoop<G> {
             pool_pages: cap,
             live,
             quarantined,
+            quarantined_pages,
             fault: self.io.fault.clone(),
             counts: self.io.counts,
         }
