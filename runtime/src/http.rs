@@ -832,7 +832,10 @@ fn metrics<K>(sh: &Shared<K>) -> String {
         "kvsim_drain_acks_outstanding",
         "Quarantined room uses waiting for the writer's drain ack",
         "gauge",
-        pools.iter().map(|(l, _, _, q, _)| (l.clone(), *q)).collect(),
+        pools
+            .iter()
+            .map(|(l, _, _, q, _)| (l.clone(), *q))
+            .collect(),
     );
     let c = &sh.counters;
     family(
