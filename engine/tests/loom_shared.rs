@@ -22,7 +22,7 @@
 //! docs/PERFORMANCE.md (section "kv::shared") for the commands and their running times.
 #![cfg(loom)]
 
-use kvsim_engine::gpu::{Gpu, WriteTag};
+use kvsim_engine::gpu::{Gpu, KvPayload, WriteRefused, WriteTag};
 use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
 use kvsim_engine::kv::shared::{PlantedRace, SharedError, SharedPool, WriteGuard};
 use kvsim_engine::kv::{land, Refusal};
@@ -453,22 +453,48 @@ fn loom_stale_write_after_reallocation_always_refused() {
 /// record's write guards. Only what landing uses is implemented.
 struct LoomGpu(Arc<Kv>);
 
+/// One page's KV as the loom models write it: a word naming its writer. The data
+/// faults' alterations are the simulator's business, never applied here.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+struct LoomPage(u64);
+
+impl KvPayload for LoomPage {
+    fn corrupt(&mut self, _: u64) {
+        unreachable!("the loom models inject no data fault")
+    }
+    fn tear(&mut self) {
+        unreachable!("the loom models inject no data fault")
+    }
+}
+
 impl Gpu for LoomGpu {
-    type Kv = u64;
+    type Kv = LoomPage;
     fn page_size(&self) -> u32 {
         16
     }
     fn pages(&self) -> u32 {
         self.0 .0.len() as u32
     }
-    fn write_tokens(&mut self, _: &[PageTag], _: u64, _: &[Token], _: RoomKey) {
+    fn write_tokens(
+        &mut self,
+        _: &[PageTag],
+        _: u64,
+        _: &[Token],
+        _: RoomKey,
+    ) -> Result<(), WriteRefused> {
         unreachable!("landing writes whole pages")
     }
-    fn read_page(&self, page: PageId) -> u64 {
-        self.0.read(page)
+    fn read_page(&self, page: PageId) -> LoomPage {
+        LoomPage(self.0.read(page))
     }
-    fn write_page(&mut self, dst: PageTag, _room: RoomKey, kv: &u64) {
-        self.0.cell(dst.page).with_mut(|p| unsafe { *p = *kv });
+    fn write_page(
+        &mut self,
+        dst: PageTag,
+        _room: RoomKey,
+        kv: &LoomPage,
+    ) -> Result<(), WriteRefused> {
+        self.0.cell(dst.page).with_mut(|p| unsafe { *p = kv.0 });
+        Ok(())
     }
     fn page_tag(&self, _: PageId) -> Option<WriteTag> {
         None
@@ -511,7 +537,14 @@ fn node_vs_transfer_thread(side: NodeSide, race: Option<PlantedRace>) {
         let (pool, kv, a) = (pool.clone(), kv.clone(), a.clone());
         thread::spawn(move || {
             let mut gpu = LoomGpu(kv);
-            land(&*pool, &mut gpu, true, A, &a, &[A_KV, A_KV])
+            land(
+                &*pool,
+                &mut gpu,
+                true,
+                A,
+                &a,
+                &[LoomPage(A_KV), LoomPage(A_KV)],
+            )
         })
     };
 
