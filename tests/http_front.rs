@@ -4,78 +4,40 @@
 
 mod cli;
 
-use cli::{kvsim, root, text, tmp_in};
+use cli::{kvsim, root, text, tmp_in, Served};
 use kvsim_runtime::http_client::fetch;
 use kvsim_runtime::Client;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const LOOPBACK: &str = "tests/serve/loopback.toml";
 const INCIDENT_SC: &str = "tests/serve/incident.toml";
 const BUGS: &str = "gate-checks-finished-only,no-length-agreement";
-const T: Duration = Duration::from_secs(20);
+const T: Duration = cli::SERVE_WAIT;
 
-/// A running `kvsim serve --http`, stopped with SIGTERM (killed if it hangs) on drop.
-struct Served {
-    child: Child,
-    lines: Receiver<String>,
-    seen: Vec<String>,
+/// A running `kvsim serve --http` (the shared [`Served`] process, stopped with SIGTERM)
+/// with its HTTP front's base URL and its line endpoint.
+struct HttpServed {
+    s: Served,
     http: String,
     client: SocketAddr,
 }
 
-impl Served {
-    fn start(args: &[&str]) -> Served {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kvsim"))
-            .current_dir(root())
-            .arg("serve")
-            .args(args)
-            .args(["--http", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("kvsim serve starts");
-        let out = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut s = Served {
-            child,
-            lines,
-            seen: Vec::new(),
-            http: String::new(),
-            client: "127.0.0.1:1".parse().unwrap(),
-        };
-        s.client = s.wait_for("client endpoint", kvsim::serve::endpoint_of);
+impl HttpServed {
+    fn start(args: &[&str]) -> HttpServed {
+        let mut all = args.to_vec();
+        all.extend(["--http", "127.0.0.1:0"]);
+        let mut s = Served::start(&all);
+        let client = s.endpoint();
         let h = s.wait_for("http front", kvsim::serve::http_of);
-        s.http = format!("http://{h}");
-        s
-    }
-
-    fn wait_for<R>(&mut self, what: &str, f: impl Fn(&str) -> Option<R>) -> R {
-        let end = Instant::now() + T;
-        while let Some(left) = end.checked_duration_since(Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    let hit = f(&line);
-                    self.seen.push(line);
-                    if let Some(r) = hit {
-                        return r;
-                    }
-                }
-                Err(_) => break,
-            }
+        HttpServed {
+            s,
+            http: format!("http://{h}"),
+            client,
         }
-        panic!("no `{what}` from kvsim serve:\n{}", self.seen.join("\n"));
     }
 
     /// Wait until every node is quiescent (nothing in flight, every page free).
@@ -98,31 +60,8 @@ impl Served {
     }
 
     /// SIGTERM, wait for the exit; (stdout, exited 0).
-    fn stop(mut self) -> (String, bool) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let end = Instant::now() + T;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().expect("try_wait") {
-                break s;
-            }
-            assert!(Instant::now() < end, "kvsim serve did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            self.seen.push(line);
-        }
-        (self.seen.join("\n"), status.success())
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+    fn stop(self) -> (String, bool) {
+        self.s.stop("-TERM")
     }
 }
 
@@ -154,7 +93,7 @@ fn words(n: usize) -> String {
 
 #[test]
 fn generate_echoes_markers_streams_and_serves_sglang_endpoints() {
-    let s = Served::start(&[LOOPBACK]);
+    let s = HttpServed::start(&[LOOPBACK]);
     let h = s.http.clone();
     let (st, model) = get(&h, "/get_model_info");
     assert_eq!(st, 200);
@@ -247,7 +186,7 @@ fn generate_echoes_markers_streams_and_serves_sglang_endpoints() {
 
 #[test]
 fn bad_requests_get_4xx_naming_the_field_and_leak_no_page() {
-    let s = Served::start(&[LOOPBACK]);
+    let s = HttpServed::start(&[LOOPBACK]);
     let h = s.http.clone();
     let cases: Vec<(String, &str)> = vec![
         ("not json".into(), "body: not JSON"),
@@ -373,7 +312,7 @@ fn bad_requests_get_4xx_naming_the_field_and_leak_no_page() {
 
 #[test]
 fn preflight_reads_a_running_server_a_scenario_and_hand_numbers() {
-    let s = Served::start(&[LOOPBACK]);
+    let s = HttpServed::start(&[LOOPBACK]);
     let o = kvsim(&["preflight", "--url", &s.http]);
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
@@ -435,7 +374,7 @@ fn preflight_reads_a_running_server_a_scenario_and_hand_numbers() {
 
 #[test]
 fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
-    let s = Served::start(&[LOOPBACK]);
+    let s = HttpServed::start(&[LOOPBACK]);
     let json = tmp_in("http-canary", "clean.json");
     let o = kvsim(&[
         "canary",
@@ -494,7 +433,7 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
     let (o2, ok) = s.stop();
     assert!(ok, "{o2}");
 
-    let s = Served::start(&[INCIDENT_SC, "--bugs", BUGS]);
+    let s = HttpServed::start(&[INCIDENT_SC, "--bugs", BUGS]);
     let o = kvsim(&[
         "canary",
         "--url",
@@ -514,7 +453,7 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
 
     // The same bugs with page tags on: the stale reads are refused (500), nothing
     // leaks, and /metrics counts the refusals at decode.
-    let s = Served::start(&[LOOPBACK, "--bugs", BUGS]);
+    let s = HttpServed::start(&[LOOPBACK, "--bugs", BUGS]);
     let o = kvsim(&[
         "canary",
         "--url",
@@ -603,7 +542,7 @@ fn the_writeups_scripts_run_unmodified() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
 
-    let s = Served::start(&[LOOPBACK]);
+    let s = HttpServed::start(&[LOOPBACK]);
     let have_curl_jq = ["curl", "jq"].iter().all(|c| {
         Command::new(c)
             .arg("--version")
@@ -641,7 +580,7 @@ fn the_writeups_scripts_run_unmodified() {
     // The vulnerable engine: the script passes (it cannot see this leak: it searches
     // only the short reply, and the leaking reply is the long one's); kvsim canary on
     // the same server fails.
-    let s = Served::start(&[INCIDENT_SC, "--bugs", BUGS]);
+    let s = HttpServed::start(&[INCIDENT_SC, "--bugs", BUGS]);
     let (ok, out) = script("python3", "canary.py", &s.http, &bin);
     assert!(ok, "{out}");
     let (_, metrics) = get(&s.http, "/metrics");

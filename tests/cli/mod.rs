@@ -3,8 +3,12 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
 
 pub fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -49,3 +53,113 @@ pub fn tmp_in(tag: &str, name: &str) -> PathBuf {
 
 pub const MIXED: &str = "scenarios/mixed-faults.toml";
 pub const INCIDENT: &str = "gate-checks-finished-only,no-length-agreement";
+
+/// How long a test waits for a `kvsim serve` line or exit.
+pub const SERVE_WAIT: Duration = Duration::from_secs(20);
+
+/// A running `kvsim serve` process, killed if a test fails before stopping it.
+pub struct Served {
+    pub child: Child,
+    lines: Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Served {
+    pub fn start(args: &[&str]) -> Served {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kvsim"))
+            .current_dir(root())
+            .arg("serve")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("kvsim serve starts");
+        let out = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Served {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait for a stdout line that `f` accepts.
+    pub fn wait_for<R>(&mut self, what: &str, f: impl Fn(&str) -> Option<R>) -> R {
+        let end = Instant::now() + SERVE_WAIT;
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = f(&line);
+                    self.seen.push(line);
+                    if let Some(r) = hit {
+                        return r;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        panic!(
+            "no `{what}` from kvsim serve; it printed:\n{}",
+            self.seen.join("\n")
+        );
+    }
+
+    pub fn endpoint(&mut self) -> SocketAddr {
+        self.wait_for("client endpoint", kvsim::serve::endpoint_of)
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .expect("kill runs")
+            .success();
+        assert!(ok, "kill {sig} failed");
+    }
+
+    /// Send `sig` and wait for the exit; everything it printed, and whether it
+    /// exited 0.
+    pub fn stop(mut self, sig: &str) -> (String, bool) {
+        self.signal(sig);
+        let end = Instant::now() + SERVE_WAIT;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().expect("try_wait") {
+                break s;
+            }
+            assert!(Instant::now() < end, "kvsim serve did not exit after {sig}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.seen.push(line);
+        }
+        (self.seen.join("\n"), status.success())
+    }
+}
+
+impl Drop for Served {
+    /// A test that failed leaves its servers behind: stop them with SIGTERM (so their
+    /// traces are complete for a look), and kill what does not exit within 5 s.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let end = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < end {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
