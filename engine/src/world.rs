@@ -21,7 +21,7 @@ use crate::config::EngineConfig;
 use crate::decode::DecodeNode;
 use crate::env::{Effect, Timer, TimerOp};
 use crate::gpu::{Gpu, KvPayload};
-use crate::ids::{NodeId, PageId, PageTag};
+use crate::ids::{NodeId, PageId, PageTag, WriteId};
 use crate::msg::Msg;
 use crate::node::{Node, Role};
 use crate::prefill::PrefillNode;
@@ -29,6 +29,7 @@ use crate::router::Router;
 use crate::shared_cfg::Cfg;
 use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
 
 /// The router, in every topology.
 pub const ROUTER: NodeId = NodeId(0);
@@ -243,22 +244,38 @@ pub enum DataFault {
     /// The write's last page lands its leading half of slots only
     /// ([`KvPayload::tear`]); the rest keep what they held.
     Torn,
+    /// The write lands as it is, and a copy of an *earlier* KV write the same node
+    /// took (a retransmission from an earlier use of the room or of the page,
+    /// delivered late) lands again over the newer contents: with the original's write
+    /// id, destination tags (the earlier generation) and payload, as it was sent.
+    /// The earlier write already completed, so the writer gets no second completion
+    /// ([`duplicate_completion`]). Which earlier write: [`WriteHistory::duplicate`];
+    /// [`alter`] leaves the write it strikes unchanged.
+    StaleDuplicate,
 }
 
 impl DataFault {
-    pub const ALL: [DataFault; 3] = [DataFault::Corrupt, DataFault::Misdirect, DataFault::Torn];
+    pub const ALL: [DataFault; 4] = [
+        DataFault::Corrupt,
+        DataFault::Misdirect,
+        DataFault::Torn,
+        DataFault::StaleDuplicate,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             DataFault::Corrupt => "corrupt",
             DataFault::Misdirect => "misdirect",
             DataFault::Torn => "torn",
+            DataFault::StaleDuplicate => "stale-duplicate",
         }
     }
 }
 
 /// What a data fault did to one write: the page of the write it hit (index into the
-/// write's pages) and, for a misdirected page, where it went instead.
+/// write's pages) and, for a misdirected page, where it went instead. For a stale
+/// duplicate: the page of the duplicate that lands over newer contents, `meant` the
+/// tag the newer write gave that page, `landed` the duplicate's own (earlier) tag.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Altered {
     pub fault: DataFault,
@@ -270,7 +287,8 @@ pub struct Altered {
 /// Apply `fault` to a KV write [`arrival`] delivers to a node whose pool has
 /// `receiver_pages` pages; `salt` (a driver's draw, or a fixed value in the model
 /// checker) picks the page and the slot. `None` when the fault has nothing to act on
-/// (not a write, no pages, a one-page pool for a misdirect).
+/// (not a write, no pages, a one-page pool for a misdirect) or does not change the
+/// write itself (a stale duplicate is a second write: [`WriteHistory::duplicate`]).
 pub fn alter<K: KvPayload>(
     msg: &mut Msg<K>,
     fault: DataFault,
@@ -284,6 +302,7 @@ pub fn alter<K: KvPayload>(
         return None;
     }
     let index = match fault {
+        DataFault::StaleDuplicate => return None,
         DataFault::Torn => dst.len() - 1,
         _ => (salt % dst.len() as u64) as usize,
     };
@@ -291,6 +310,7 @@ pub fn alter<K: KvPayload>(
     match fault {
         DataFault::Corrupt => kv[index].corrupt(salt >> 8),
         DataFault::Torn => kv[index].tear(),
+        DataFault::StaleDuplicate => return None,
         DataFault::Misdirect => {
             if receiver_pages < 2 || meant.page.0 == 0 || meant.page.0 > receiver_pages {
                 return None;
@@ -304,6 +324,117 @@ pub fn alter<K: KvPayload>(
         meant,
         landed: dst[index],
     })
+}
+
+/// How many earlier KV writes per receiving node [`WriteHistory`] keeps.
+pub const DUPLICATE_WINDOW: usize = 16;
+
+/// The KV writes each node took lately (newest last, at most [`DUPLICATE_WINDOW`]
+/// per node), as their writers sent them, for a [`DataFault::StaleDuplicate`]. A
+/// driver that draws stale duplicates remembers every write [`arrival`] delivers
+/// (before any [`alter`]) and forgets a node's writes when it crashes (the
+/// connections a retransmission would ride die with the incarnation). Keyed by node
+/// in a `BTreeMap`, so what it returns depends only on what was remembered, in order.
+#[derive(Clone, Debug, Default)]
+pub struct WriteHistory<K> {
+    taken: BTreeMap<NodeId, VecDeque<(NodeId, Msg<K>)>>,
+}
+
+impl<K: Clone> WriteHistory<K> {
+    pub fn new() -> Self {
+        WriteHistory {
+            taken: BTreeMap::new(),
+        }
+    }
+
+    /// `to` took the KV write `msg` of `from` (anything else is ignored).
+    pub fn remember(&mut self, from: NodeId, to: NodeId, msg: &Msg<K>) {
+        if !matches!(msg, Msg::KvWrite { .. }) {
+            return;
+        }
+        let q = self.taken.entry(to).or_default();
+        if q.len() == DUPLICATE_WINDOW {
+            q.pop_front();
+        }
+        q.push_back((from, msg.clone()));
+    }
+
+    /// `node` crashed: no write to it or from it can be retransmitted any more.
+    pub fn crash(&mut self, node: NodeId) {
+        self.taken.remove(&node);
+        for q in self.taken.values_mut() {
+            q.retain(|(from, _)| *from != node);
+        }
+    }
+
+    /// The stale duplicate that lands at `to` over the write `newer` (which `to`
+    /// takes now, not yet remembered): an earlier write to `to` that addressed one of
+    /// the pages `newer` writes (an earlier use of the page), or failing that any
+    /// earlier write to `to`; `salt` picks among them. Returns the writer, the
+    /// duplicate (as it was sent) and what it does. `None` when `to` took no other
+    /// write yet.
+    pub fn duplicate(
+        &self,
+        to: NodeId,
+        newer: &Msg<K>,
+        salt: u64,
+    ) -> Option<(NodeId, Msg<K>, Altered)> {
+        let Msg::KvWrite {
+            id: new_id,
+            dst: new_dst,
+            ..
+        } = newer
+        else {
+            return None;
+        };
+        let earlier: Vec<&(NodeId, Msg<K>)> = self
+            .taken
+            .get(&to)?
+            .iter()
+            .filter(|(_, m)| m.write_id() != Some(*new_id))
+            .collect();
+        let overlap = |m: &Msg<K>| match m {
+            Msg::KvWrite { dst, .. } => dst
+                .iter()
+                .position(|t| new_dst.iter().any(|n| n.page == t.page)),
+            _ => None,
+        };
+        let over: Vec<&(NodeId, Msg<K>)> = earlier
+            .iter()
+            .copied()
+            .filter(|(_, m)| overlap(m).is_some())
+            .collect();
+        let pool = if over.is_empty() { earlier } else { over };
+        let (from, dup) = pool.get((salt % pool.len().max(1) as u64) as usize)?;
+        let Msg::KvWrite { dst, .. } = dup else {
+            return None;
+        };
+        let index = overlap(dup).unwrap_or(0);
+        let landed = *dst.get(index)?;
+        let meant = new_dst
+            .iter()
+            .find(|n| n.page == landed.page)
+            .copied()
+            .unwrap_or(landed);
+        Some((
+            *from,
+            dup.clone(),
+            Altered {
+                fault: DataFault::StaleDuplicate,
+                index,
+                meant,
+                landed,
+            },
+        ))
+    }
+}
+
+/// Is `msg`, sent while a driver delivers the stale duplicate of write `dup`, the
+/// receiver's completion of that duplicate? The driver drops it: the writer's NIC
+/// completed the write once, when it first landed, and reports nothing for a
+/// retransmission it does not know about.
+pub fn duplicate_completion<K>(dup: WriteId, msg: &Msg<K>) -> bool {
+    matches!(msg, Msg::WriteDone { id, .. } if *id == dup)
 }
 
 /// What happens to `msg` as it arrives. One rule for every driver. A write it
@@ -634,6 +765,86 @@ mod tests {
             room: RoomKey::new(1, 1),
         };
         assert_eq!(alter(&mut abort, DataFault::Corrupt, 8, 0), None);
+    }
+
+    #[test]
+    fn a_stale_duplicate_replays_an_earlier_write_of_a_page_being_rewritten() {
+        let (p, d, other) = (NodeId(1), NodeId(3), NodeId(4));
+        let tag = |page: u32, gen: u64| PageTag {
+            page: PageId(page),
+            gen: Generation(gen),
+        };
+        let w = |room: u32, chunk: u32, dst: Vec<PageTag>, fill: u32| Msg::KvWrite {
+            id: WriteId {
+                writer: p,
+                epoch: 0,
+                room: RoomKey::new(room, 1),
+                chunk,
+            },
+            src: vec![],
+            dst: dst.clone(),
+            kv: dst
+                .iter()
+                .map(|_| SymbolicPage {
+                    tokens: vec![fill; 4],
+                    tag: None,
+                })
+                .collect(),
+        };
+        let mut h: WriteHistory<SymbolicPage> = WriteHistory::new();
+        let first = w(1, 0, vec![tag(5, 2), tag(6, 2)], 10);
+        assert!(h.duplicate(d, &first, 0).is_none(), "nothing taken yet");
+        h.remember(p, d, &first);
+        h.remember(p, d, &w(2, 0, vec![tag(1, 2)], 20));
+        h.remember(p, other, &w(9, 0, vec![tag(6, 2)], 90));
+        // A newer use of page 6: the duplicate is the earlier write to page 6 at
+        // node d, whatever the salt, carried as it was sent.
+        let newer = w(3, 0, vec![tag(6, 4)], 30);
+        for salt in 0..4 {
+            let (from, dup, a) = h.duplicate(d, &newer, salt).unwrap();
+            assert_eq!((from, dup.clone()), (p, first.clone()));
+            assert_eq!(a.fault, DataFault::StaleDuplicate);
+            assert_eq!((a.index, a.meant, a.landed), (1, tag(6, 4), tag(6, 2)));
+        }
+        // No earlier write shares a page: any earlier write to d, never the write itself.
+        let elsewhere = w(4, 0, vec![tag(9, 4)], 40);
+        let ids: Vec<_> = (0..4)
+            .map(|s| h.duplicate(d, &elsewhere, s).unwrap().1.write_id())
+            .collect();
+        assert!(ids.contains(&first.write_id()));
+        assert!(!ids.contains(&elsewhere.write_id()));
+        h.remember(p, d, &elsewhere);
+        assert_ne!(
+            h.duplicate(d, &elsewhere, 0).unwrap().1.write_id(),
+            elsewhere.write_id()
+        );
+        // Bounded: only the last DUPLICATE_WINDOW writes are kept.
+        for c in 0..DUPLICATE_WINDOW as u32 {
+            h.remember(p, d, &w(7, c, vec![tag(2, 2)], 70));
+        }
+        assert_ne!(
+            h.duplicate(d, &newer, 0).unwrap().1.write_id(),
+            first.write_id()
+        );
+        // A crash of the writer forgets its writes; alter leaves the write unchanged.
+        h.crash(p);
+        assert!(h.duplicate(d, &newer, 0).is_none());
+        let mut m = newer.clone();
+        assert_eq!(alter(&mut m, DataFault::StaleDuplicate, 8, 0), None);
+        assert_eq!(m, newer);
+        // The duplicate's completion is the one the driver drops.
+        let id = first.write_id().unwrap();
+        assert!(duplicate_completion(
+            id,
+            &Msg::<()>::WriteDone { id, ok: true }
+        ));
+        assert!(!duplicate_completion(
+            id,
+            &Msg::<()>::WriteDone {
+                id: newer.write_id().unwrap(),
+                ok: true
+            }
+        ));
     }
 
     #[test]

@@ -8,13 +8,14 @@
 //! simulator feeds it the records it produces, `kvsim audit` the lines it reads; both
 //! get the same verdict from the same records.
 
-use crate::schema::{Entry, Record, RunHeader};
-use crate::state::{Draft, OracleState};
+use crate::schema::{Entry, FaultEvent, Record, RunHeader};
+use crate::state::{Draft, OracleState, WriteFacts};
 use kvsim_engine::ids::{NodeId, PageId, RequestId, RoomKey, Token};
 use kvsim_engine::invariant::{Invariant, Violation};
 use kvsim_engine::trace::TraceEvent;
+use kvsim_engine::world::{DataFault, DUPLICATE_WINDOW};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// A broken invariant, or a hazard a defense stopped, with where and when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -78,6 +79,11 @@ pub struct Oracle {
     /// Bounded cleanup (L6): answered room uses by the time every node must be done
     /// with them, in order.
     cleanup: BTreeSet<(u64, RoomKey)>,
+    /// Per receiving node, the facts of the KV writes that landed or were refused
+    /// there lately (twice the world's [`DUPLICATE_WINDOW`]), for a stale duplicate.
+    taken: BTreeMap<NodeId, VecDeque<WriteFacts>>,
+    /// The stale duplicate announced by the last `data_fault` record, until it lands.
+    replay: Option<WriteFacts>,
 }
 
 impl Oracle {
@@ -91,6 +97,8 @@ impl Oracle {
             last_write: BTreeMap::new(),
             drafts: Vec::new(),
             cleanup: BTreeSet::new(),
+            taken: BTreeMap::new(),
+            replay: None,
         }
     }
 
@@ -123,6 +131,7 @@ impl Oracle {
         self.drafts.clear();
         let mut drafts = std::mem::take(&mut self.drafts);
         self.check_cleanup(e, &mut drafts);
+        self.track_duplicates(&e.rec);
         self.state.observe(&self.header, &e.rec, &mut drafts);
         if let (Some(bound), Record::Engine(TraceEvent::RouterResponse { room: Some(r), .. })) =
             (self.header.cleanup_bound_ns, &e.rec)
@@ -148,6 +157,42 @@ impl Oracle {
         self.drafts = drafts;
         self.remember_writes(e);
         &self.findings[before..]
+    }
+
+    /// A stale duplicate lands with the id of a write that landed before: keep the
+    /// facts of recent landings, and put the duplicate's back in flight just before it
+    /// lands (or is refused), so the one judgment of a landing applies to it. A write
+    /// whose facts are gone is judged as the sends of an untraced writer are.
+    fn track_duplicates(&mut self, rec: &Record) {
+        match rec {
+            Record::Fault(FaultEvent::DataFault {
+                to,
+                write,
+                kind: DataFault::StaleDuplicate,
+                ..
+            }) => {
+                self.replay = self
+                    .taken
+                    .get(to)
+                    .and_then(|q| q.iter().rev().find(|f| f.id == *write))
+                    .cloned();
+            }
+            Record::Engine(
+                TraceEvent::KvLanded { node, write, .. }
+                | TraceEvent::KvRefused { node, write, .. },
+            ) => {
+                if let Some(f) = self.replay.take_if(|f| f.id == *write) {
+                    self.state.restore_write(f);
+                } else if let Some(f) = self.state.write_in_flight(*write) {
+                    let q = self.taken.entry(*node).or_default();
+                    if q.len() == 2 * DUPLICATE_WINDOW {
+                        q.pop_front();
+                    }
+                    q.push_back(f.clone());
+                }
+            }
+            _ => {}
+        }
     }
 
     /// L6: every room use whose cleanup deadline passed before this entry must be let

@@ -345,9 +345,12 @@ impl Entry {
                     kind,
                     meant,
                     landed,
-                } => {
-                    format!("FAULT KV write {write} {from}->{to} lands {}: page {meant} landed as {landed}", kind.name())
-                }
+                } => match kind {
+                    kvsim_engine::world::DataFault::StaleDuplicate => format!(
+                        "FAULT a stale duplicate of KV write {write} {from}->{to} lands again: over page {meant} with its old tag {landed} (no second completion)"
+                    ),
+                    _ => format!("FAULT KV write {write} {from}->{to} lands {}: page {meant} landed as {landed}", kind.name()),
+                },
                 FaultEvent::Heal => {
                     "FAULTS HEAL: liveness phase, everything must drain".to_string()
                 }

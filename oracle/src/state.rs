@@ -345,6 +345,26 @@ impl OracleState {
         self.writes.get().binary_search_by_key(&id, |w| w.id)
     }
 
+    /// The facts of a KV write in flight (sent, not yet landed, refused or failed).
+    pub fn write_in_flight(&self, id: WriteId) -> Option<&WriteFacts> {
+        self.write_index(id).ok().map(|i| &self.writes.get()[i])
+    }
+
+    /// A stale duplicate of a write that already landed is about to land again
+    /// (`data_fault` `stale_duplicate`): put its facts back in flight, so that its
+    /// landing or refusal is judged as the write it is (where it lands, what its
+    /// payload carries). [`crate::Oracle`] keeps the facts of recent landings for this.
+    pub fn restore_write(&mut self, facts: WriteFacts) {
+        self.index.add(&facts, 1);
+        match self.write_index(facts.id) {
+            Ok(i) => {
+                let old = std::mem::replace(&mut self.writes.edit()[i], facts);
+                self.index.add(&old, -1);
+            }
+            Err(i) => self.writes.edit().insert(i, facts),
+        }
+    }
+
     fn take_write(&mut self, id: WriteId) -> Option<WriteFacts> {
         let i = self.write_index(id).ok()?;
         let w = self.writes.edit().remove(i);

@@ -131,6 +131,7 @@ fn fired(kind: FaultKind, st: &FaultStats) -> Option<u64> {
         FaultKind::MisdirectWrite => Some(st.misdirected),
         FaultKind::TornWrite => Some(st.torn),
         FaultKind::StaleReplay => Some(st.stale_replayed),
+        FaultKind::StaleDuplicateWrite => Some(st.stale_duplicates),
         FaultKind::Delay
         | FaultKind::Reorder
         | FaultKind::SlowWrite

@@ -23,6 +23,17 @@ use crate::plan::NetParams;
 use crate::rng::{self, between, chance, log_between, Component};
 use kvsim_engine::world::DataFault;
 
+/// The longest a stale duplicate trails the write it lands over.
+pub const STALE_DUPLICATE_MAX_NS: u64 = 100_000_000;
+
+/// How long after the write it follows a stale duplicate lands (0 to
+/// [`STALE_DUPLICATE_MAX_NS`], from the salt drawn with the fault): at once, while
+/// the newer write's transfer is still under way, or later, while its request reads
+/// the page.
+pub fn stale_duplicate_delay(salt: u64) -> u64 {
+    (salt >> 16) % (STALE_DUPLICATE_MAX_NS + 1)
+}
+
 /// What happens to one control message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ControlFate {
@@ -169,23 +180,30 @@ impl NetModel {
         // Data faults draw from their own stream, only when one is on, so runs without
         // them keep every other draw.
         let p = &self.p;
-        let data =
-            if p.corrupt_write_permille + p.misdirect_write_permille + p.torn_write_permille > 0 {
-                let kinds = [
-                    (DataFault::Corrupt, p.corrupt_write_permille),
-                    (DataFault::Misdirect, p.misdirect_write_permille),
-                    (DataFault::Torn, p.torn_write_permille),
-                ];
-                let hits: Vec<DataFault> = kinds
-                    .into_iter()
-                    .filter(|(_, permille)| chance(&mut self.data, *permille))
-                    .map(|(k, _)| k)
-                    .collect();
-                let salt = between(&mut self.data, 0, u64::MAX - 1);
-                hits.first().map(|k| (*k, salt))
-            } else {
-                None
-            };
+        let data = if p.corrupt_write_permille
+            + p.misdirect_write_permille
+            + p.torn_write_permille
+            + p.stale_duplicate_write_permille
+            > 0
+        {
+            // A kind at 0 draws nothing, so adding one left the others' draws as
+            // they were.
+            let kinds = [
+                (DataFault::Corrupt, p.corrupt_write_permille),
+                (DataFault::Misdirect, p.misdirect_write_permille),
+                (DataFault::Torn, p.torn_write_permille),
+                (DataFault::StaleDuplicate, p.stale_duplicate_write_permille),
+            ];
+            let hits: Vec<DataFault> = kinds
+                .into_iter()
+                .filter(|(_, permille)| chance(&mut self.data, *permille))
+                .map(|(k, _)| k)
+                .collect();
+            let salt = between(&mut self.data, 0, u64::MAX - 1);
+            hits.first().map(|k| (*k, salt))
+        } else {
+            None
+        };
         if fail {
             // The sender's NIC reports the error after the transport's retries.
             WriteFate::Fail { after_ns }

@@ -58,12 +58,13 @@ pub enum FaultKind {
     SlowWriter,
     /// Control messages of a room number's previous use redelivered at its reuse.
     StaleReplay,
+    StaleDuplicateWrite,
 }
 
 impl FaultKind {
     /// Every kind, in the order the swarm draws them. Append only: the order fixes
     /// which numbers of the `FaultLevels` stream each kind gets.
-    pub const ALL: [FaultKind; 16] = [
+    pub const ALL: [FaultKind; 17] = [
         FaultKind::Delay,
         FaultKind::Loss,
         FaultKind::Duplicate,
@@ -80,6 +81,7 @@ impl FaultKind {
         FaultKind::TornWrite,
         FaultKind::SlowWriter,
         FaultKind::StaleReplay,
+        FaultKind::StaleDuplicateWrite,
     ];
 
     pub fn name(self) -> &'static str {
@@ -100,6 +102,7 @@ impl FaultKind {
             FaultKind::TornWrite => "torn-write",
             FaultKind::SlowWriter => "slow-writer",
             FaultKind::StaleReplay => "stale-replay",
+            FaultKind::StaleDuplicateWrite => "stale-duplicate-write",
         }
     }
 
@@ -132,6 +135,7 @@ pub struct NetParams {
     pub corrupt_write_permille: u32,
     pub misdirect_write_permille: u32,
     pub torn_write_permille: u32,
+    pub stale_duplicate_write_permille: u32,
 }
 
 /// A window in which a prefill and a decode node cannot reach each other.
@@ -360,6 +364,7 @@ impl Plan {
                 FaultKind::TornWrite => fs.torn_write_permille > 0,
                 FaultKind::SlowWriter => fs.slow_writer_ms > 0,
                 FaultKind::StaleReplay => fs.stale_replay_permille > 0,
+                FaultKind::StaleDuplicateWrite => fs.stale_duplicate_write_permille > 0,
             }
         };
         let mut lv = rng::stream(seed, Component::FaultLevels);
@@ -622,6 +627,10 @@ impl Plan {
                 FaultKind::MisdirectWrite,
             ),
             torn_write_permille: scale32(fs.torn_write_permille, FaultKind::TornWrite),
+            stale_duplicate_write_permille: scale32(
+                fs.stale_duplicate_write_permille,
+                FaultKind::StaleDuplicateWrite,
+            ),
         };
 
         if let Some(keep) = &reduction.keep {
@@ -791,6 +800,7 @@ impl Plan {
                     FaultKind::TornWrite,
                     FaultKind::SlowWriter,
                     FaultKind::StaleReplay,
+                    FaultKind::StaleDuplicateWrite,
                 ];
                 if !data.contains(&k) {
                     faults.push(format!("{k} off"));
@@ -825,6 +835,10 @@ impl Plan {
                 }
                 FaultKind::TornWrite => format!("torn-write {}‰", n.torn_write_permille),
                 FaultKind::StaleReplay => format!("stale-replay {}‰", n.stale_replay_permille),
+                FaultKind::StaleDuplicateWrite => format!(
+                    "stale-duplicate-write {}‰",
+                    n.stale_duplicate_write_permille
+                ),
                 FaultKind::SlowWriter => match self.slow_writer {
                     Some((node, ns)) => format!("slow-writer {node} +{}", ms(ns)),
                     None => "slow-writer off".into(),

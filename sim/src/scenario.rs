@@ -150,6 +150,10 @@ pub struct FaultSpec {
     pub misdirect_write_permille: u32,
     /// Per-mille of KV writes whose last page lands only its leading half of slots.
     pub torn_write_permille: u32,
+    /// Per-mille of KV writes after which a stale duplicate of an earlier write to
+    /// the same node (preferably to one of the same pages) lands again, up to 100 ms
+    /// later, with its old id, tags and payload, and no second completion.
+    pub stale_duplicate_write_permille: u32,
     /// Prefill or decode nodes that crash and restart after up to `max_ms`.
     pub crash: WindowSpec,
     /// Per-mille of requests whose client aborts or disconnects, at a drawn phase.
@@ -855,6 +859,10 @@ impl Scenario {
             ("corrupt_write_permille", fs.corrupt_write_permille),
             ("misdirect_write_permille", fs.misdirect_write_permille),
             ("torn_write_permille", fs.torn_write_permille),
+            (
+                "stale_duplicate_write_permille",
+                fs.stale_duplicate_write_permille,
+            ),
             ("cancel_permille", fs.cancel_permille),
         ] {
             if v > 1000 {

@@ -32,8 +32,8 @@ use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
 use kvsim_engine::world::{
-    self as env_world, Arrival, Arriving, CrashFate, DataFault, Driver, DropReason, Timers,
-    Topology, Transport, WriteFailure,
+    self as env_world, Altered, Arrival, Arriving, CrashFate, DataFault, Driver, DropReason,
+    Timers, Topology, Transport, WriteFailure, WriteHistory,
 };
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::{
@@ -58,6 +58,9 @@ enum Pending<K> {
         doomed: bool,
         /// A data fault the KV write suffers if it lands, with its salt.
         data: Option<(DataFault, u64)>,
+        /// This KV write is a stale duplicate of an earlier one, and what it does
+        /// ([`WriteHistory::duplicate`]).
+        replay: Option<Altered>,
     },
     Fire {
         node: NodeId,
@@ -128,12 +131,14 @@ pub struct FaultStats {
     pub cancels: u64,
     /// Engine paths hit and cancel phases fired (the sweep's coverage summary).
     pub coverage: crate::coverage::RunCoverage,
-    /// KV writes that landed with a data fault (corrupted, misdirected, torn).
+    /// KV writes that landed with a data fault (corrupted, misdirected, torn), and
+    /// stale duplicates that landed (delivered to their node; the gate may refuse them).
     pub data_faults: u64,
-    /// Of those: corrupted, misdirected and torn writes.
+    /// Of those: corrupted, misdirected and torn writes, and stale duplicates.
     pub corrupted: u64,
     pub misdirected: u64,
     pub torn: u64,
+    pub stale_duplicates: u64,
     /// Control messages of an earlier use redelivered at a room number's reuse (also
     /// counted in `duplicated`).
     pub stale_replayed: u64,
@@ -188,6 +193,12 @@ pub struct World<G: Gpu> {
     last_use: BTreeMap<u32, LastUse<G::Kv>>,
     /// The use before the latest, per room number.
     prev_use: BTreeMap<u32, LastUse<G::Kv>>,
+    /// The KV writes each node took lately, for stale duplicates (kept only when
+    /// they are drawn).
+    history: WriteHistory<G::Kv>,
+    /// The write whose stale duplicate is being delivered: its receiver's completion
+    /// is dropped ([`env_world::duplicate_completion`]).
+    replaying: Option<WriteId>,
     deadline_ns: u64,
     max_events: u64,
     stats: FaultStats,
@@ -241,6 +252,8 @@ impl<G: Gpu> World<G> {
             slow_writer: plan.slow_writer,
             last_use: BTreeMap::new(),
             prev_use: BTreeMap::new(),
+            history: WriteHistory::new(),
+            replaying: None,
             deadline_ns: plan.deadline_ns,
             max_events: plan.max_events,
             stats: FaultStats::default(),
@@ -450,7 +463,11 @@ impl<G: Gpu> World<G> {
                 msg,
                 doomed,
                 data,
-            } => self.deliver(from, to, from_epoch, to_epoch, *msg, doomed, data),
+                replay,
+            } => match replay {
+                Some(a) => self.deliver_duplicate(from, to, from_epoch, to_epoch, *msg, a),
+                None => self.deliver(from, to, from_epoch, to_epoch, *msg, doomed, data),
+            },
             Pending::Fire { node, timer, .. } => {
                 self.timers.take(node, timer);
                 self.record(|| Record::TimerFire { node, timer });
@@ -586,12 +603,18 @@ impl<G: Gpu> World<G> {
                 msg: Box::new(msg),
                 doomed,
                 data,
+                replay: None,
             },
         );
     }
 
     /// A node (or the client) sends: the network model decides the message's fate.
     fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) {
+        if let Some(dup) = self.replaying {
+            if env_world::duplicate_completion(dup, &msg) {
+                return;
+            }
+        }
         let now = self.now_ns;
         match env_world::transport(from, to, self.client, &msg) {
             Transport::Client | Transport::Completion => {
@@ -688,6 +711,7 @@ impl<G: Gpu> World<G> {
                 msg: Box::new(completion),
                 doomed: false,
                 data: None,
+                replay: None,
             },
         );
     }
@@ -741,6 +765,32 @@ impl<G: Gpu> World<G> {
                 return;
             }
         }
+        if self.net.params().stale_duplicate_write_permille > 0 {
+            if let Some((DataFault::StaleDuplicate, salt)) = data {
+                if let Some((writer, dup, a)) = self.history.duplicate(to, &msg, salt) {
+                    let at = self.now_ns + crate::net::stale_duplicate_delay(salt);
+                    let (from_epoch, to_epoch) = (
+                        dup.write_id().map_or(0, |id| id.epoch),
+                        self.epochs[to.0 as usize],
+                    );
+                    self.log_send(writer, to, &dup, at, true);
+                    self.push(
+                        at,
+                        Pending::Deliver {
+                            from: writer,
+                            to,
+                            from_epoch,
+                            to_epoch,
+                            msg: Box::new(dup),
+                            doomed: false,
+                            data: None,
+                            replay: Some(a),
+                        },
+                    );
+                }
+            }
+            self.history.remember(from, to, &msg);
+        }
         if let Some((fault, salt)) = data {
             let pages = self.header.node(to).and_then(|n| n.pool_pages).unwrap_or(0);
             if let Some(a) = env_world::alter(&mut msg, fault, pages, salt) {
@@ -749,6 +799,7 @@ impl<G: Gpu> World<G> {
                     DataFault::Corrupt => self.stats.corrupted += 1,
                     DataFault::Misdirect => self.stats.misdirected += 1,
                     DataFault::Torn => self.stats.torn += 1,
+                    DataFault::StaleDuplicate => self.stats.stale_duplicates += 1,
                 }
                 if let Some(write) = msg.write_id() {
                     self.emit(Record::Fault(FaultEvent::DataFault {
@@ -768,6 +819,68 @@ impl<G: Gpu> World<G> {
             msg: MsgView::of(&msg),
         });
         self.dispatch(to, Input::Message { from, msg });
+    }
+
+    /// A stale duplicate of an earlier KV write arrives. The world's rule for an
+    /// arriving write applies; one that would fail is simply gone (its writer knows
+    /// nothing of it: no completion), one that lands is recorded as a `data_fault`
+    /// and handed to its node, whose completion of it is dropped.
+    fn deliver_duplicate(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        from_epoch: u32,
+        to_epoch: u32,
+        msg: Msg<G::Kv>,
+        a: Altered,
+    ) {
+        let (ti, fi) = (to.0 as usize, from.0 as usize);
+        let Some(write) = msg.write_id() else { return };
+        if ti >= self.nodes.len() || fi >= self.epochs.len() {
+            return;
+        }
+        let at = Arriving {
+            sender_alive: self.epochs[fi] == from_epoch,
+            receiver_alive: !self.down[ti] && self.epochs[ti] == to_epoch,
+            receiver_epoch: self.epochs[ti],
+            partitioned: self.partitioned(from, to),
+            injected_failure: false,
+        };
+        let gone = match env_world::arrival(&msg, &at) {
+            Arrival::Deliver => None,
+            Arrival::Drop(reason) => Some(reason),
+            Arrival::Fail { reason, .. } => Some(match reason {
+                WriteFailure::Partitioned => DropReason::Partitioned,
+                _ => DropReason::ReceiverGone,
+            }),
+        };
+        if let Some(reason) = gone {
+            self.record(|| Record::Drop {
+                from,
+                to,
+                msg: MsgView::of(&msg),
+                reason,
+            });
+            return;
+        }
+        self.stats.data_faults += 1;
+        self.stats.stale_duplicates += 1;
+        self.emit(Record::Fault(FaultEvent::DataFault {
+            from,
+            to,
+            write,
+            kind: a.fault,
+            meant: a.meant,
+            landed: a.landed,
+        }));
+        self.record(|| Record::Deliver {
+            from,
+            to,
+            msg: MsgView::of(&msg),
+        });
+        self.replaying = Some(write);
+        self.dispatch(to, Input::Message { from, msg });
+        self.replaying = None;
     }
 
     fn deliver_to_client(&mut self, msg: Msg<G::Kv>) {
@@ -858,12 +971,25 @@ impl<G: Gpu> World<G> {
         self.epochs[i] += 1;
         self.down[i] = true;
         self.timers.crash(node);
+        self.history.crash(node);
         let mut flushed = Vec::new();
         let mut failed = Vec::new();
         let mut lost = Vec::new();
         let queue = std::mem::take(&mut self.queue);
         for Reverse(q) in queue.into_vec() {
             let keep = match &q.ev {
+                // A stale duplicate to or from the dead incarnation is lost with its
+                // connection (its writer expects no completion for it).
+                Pending::Deliver {
+                    from,
+                    to,
+                    msg,
+                    replay: Some(_),
+                    ..
+                } if *to == node || *from == node => {
+                    lost.push((*from, *to, MsgView::of(msg)));
+                    false
+                }
                 Pending::Deliver {
                     from,
                     to,

@@ -17,10 +17,12 @@ fn scenario(fault: &str, permille: u32, defenses: Defenses) -> Scenario {
     f.corrupt_write_permille = 0;
     f.misdirect_write_permille = 0;
     f.torn_write_permille = 0;
+    f.stale_duplicate_write_permille = 0;
     match fault {
         "corrupt" => f.corrupt_write_permille = permille,
         "misdirect" => f.misdirect_write_permille = permille,
         "torn" => f.torn_write_permille = permille,
+        "stale-duplicate" => f.stale_duplicate_write_permille = permille,
         "none" => {}
         _ => unreachable!(),
     }
@@ -67,7 +69,7 @@ fn only(d: impl Fn(&mut Defenses)) -> Defenses {
     x
 }
 
-const FAULTS: [&str; 3] = ["corrupt", "misdirect", "torn"];
+const FAULTS: [&str; 4] = ["corrupt", "misdirect", "torn", "stale-duplicate"];
 const SEEDS: u64 = 30;
 
 /// Each fault is a planted instance the harness must see: with no defense, it turns
@@ -129,7 +131,8 @@ fn the_defended_engine_is_clean_under_every_data_fault() {
 }
 
 /// The table behind docs/DETECTION.md:
-/// `cargo test -p kvsim-sim --test data_faults -- --ignored --nocapture`.
+/// `cargo test -p kvsim-sim --test data_faults -- --ignored --nocapture`
+/// (`DATA_FAULT=torn` for one row).
 #[test]
 #[ignore]
 fn print_table() {
@@ -139,7 +142,11 @@ fn print_table() {
         ("tags", only(|d| d.page_tags = true)),
         ("all", Defenses::default()),
     ];
-    for fault in ["none", "corrupt", "misdirect", "torn"] {
+    let only: Option<String> = std::env::var("DATA_FAULT").ok();
+    for fault in ["none", "corrupt", "misdirect", "torn", "stale-duplicate"] {
+        if only.as_deref().is_some_and(|o| o != fault) {
+            continue;
+        }
         for (name, d) in configs {
             let (bad, found, struck) = run(&scenario(fault, 200, d), 100);
             println!("{fault:10} {name:8} violated {bad:3}/100 {found:?} struck {struck}");
