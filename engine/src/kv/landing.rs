@@ -11,7 +11,11 @@
 //!
 //! The rule (the same for both records): a write of room use `room` lands in `dst`
 //! only when every destination tag is current (same generation), the page belongs to
-//! `room`, and the page is owned or quarantined. Quarantine accepts its room's writes:
+//! `room`, and the page is owned or quarantined, but not `Ready`: once decode accepted
+//! the room's transfer every write of it has landed (the writer reports the transfer
+//! only after its last completion), and decode appends its own KV to the last page, so
+//! a remote write arriving then (a stale duplicate of one that landed, a data fault of
+//! the world) would overwrite it. Quarantine accepts its room's writes:
 //! it is the state that exists because those writes may still land, and it ends only
 //! on the writer's drain ack, after the last completion (docs/ARCHITECTURE.md, "Writes
 //! into quarantined pages"). With page tags off, a write lands wherever it points, as
@@ -23,6 +27,9 @@ use super::shared::{SharedError, SharedPool, WriteGuard};
 use super::PageState;
 use crate::gpu::Gpu;
 use crate::ids::{PageTag, RoomKey};
+
+/// The refusal of a write into a page whose room's transfer decode already accepted.
+const READY: &str = "page is Ready: its room's transfer was accepted";
 
 /// Why a write did not land: the first destination refused and the reason, in the
 /// words the trace's `KvRefused` event carries.
@@ -54,6 +61,7 @@ impl WriteGate for PagePool {
             Some(r) if !(r.state.is_owned() || r.state == PageState::Quarantined) => {
                 Err(format!("page is {}", r.state))
             }
+            Some(r) if r.state == PageState::Ready => Err(READY.into()),
             Some(_) => Ok(()),
         }
     }
@@ -67,6 +75,16 @@ impl WriteGate for SharedPool {
     /// as [`PagePool`]'s gate words them, in the same order of checks.
     fn admit(&self, room: RoomKey, t: PageTag) -> Result<WriteGuard<'_>, String> {
         match self.begin_write_for(room, t) {
+            // Held: the page keeps this generation, and a page of it never goes back
+            // from Ready to a state that takes remote writes except Quarantined.
+            Ok(g)
+                if self
+                    .record(t.page)
+                    .is_some_and(|r| r.state == PageState::Ready) =>
+            {
+                drop(g);
+                Err(READY.into())
+            }
             Ok(g) => Ok(g),
             Err(SharedError::OutOfRange { .. }) => Err("not a pool page".into()),
             Err(SharedError::StaleTag { current, .. }) => {
@@ -144,4 +162,30 @@ pub fn land<W: WriteGate + ?Sized, G: Gpu>(
     }
     drop(guards);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::records::PageRecords;
+
+    /// Both records refuse a remote write into a page whose transfer was accepted,
+    /// take it while the transfer is open and again once the room is quarantined.
+    #[test]
+    fn a_write_into_a_ready_page_is_refused_by_both_records() {
+        fn check<R: PageRecords>(mut r: R) {
+            let room = RoomKey::new(1, 1);
+            let tags = r.alloc(1, room).unwrap();
+            r.expect_write(room, &tags).unwrap();
+            assert!(r.admit(room, tags[0]).is_ok());
+            r.mark_ready(room, &tags).unwrap();
+            assert_eq!(r.admit(room, tags[0]).err(), Some(READY.to_string()));
+            r.quarantine(room, &tags).unwrap();
+            assert!(r.admit(room, tags[0]).is_ok());
+        }
+        check(PagePool::new(4, 16));
+        check(SharedRecord::new(std::sync::Arc::new(SharedPool::new(
+            4, 16,
+        ))));
+    }
 }
