@@ -26,12 +26,15 @@ use kvsim_engine::world::DataFault;
 /// The longest a stale duplicate trails the write it lands over.
 pub const STALE_DUPLICATE_MAX_NS: u64 = 100_000_000;
 
-/// How long after the write it follows a stale duplicate lands (0 to
-/// [`STALE_DUPLICATE_MAX_NS`], from the salt drawn with the fault): at once, while
-/// the newer write's transfer is still under way, or later, while its request reads
-/// the page.
+/// How long after the write it follows a stale duplicate lands, from the salt drawn
+/// with the fault: spread over orders of magnitude from 1 µs to
+/// [`STALE_DUPLICATE_MAX_NS`] (a decade drawn evenly, then a step within it), so that
+/// some land while the newer write's transfer is still under way (before decode's
+/// checksum) and some while its request reads the page.
 pub fn stale_duplicate_delay(salt: u64) -> u64 {
-    (salt >> 16) % (STALE_DUPLICATE_MAX_NS + 1)
+    let decade = (salt >> 16) % 5; // 1 µs, 10 µs, 100 µs, 1 ms, 10 ms
+    let step = 1 + (salt >> 24) % 10;
+    (1_000 * 10u64.pow(decade as u32) * step).min(STALE_DUPLICATE_MAX_NS)
 }
 
 /// What happens to one control message.

@@ -1,5 +1,6 @@
-//! Data faults (`world::alter`): which defense stops each one alone, and the defended
-//! engine never answers 200 with a wrong token under any of them.
+//! Data faults (`world::alter`, `world::WriteHistory` for the stale duplicate): which
+//! defense stops each one alone, and the defended engine never answers 200 with a
+//! wrong token under any of them.
 
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::config::Defenses;
@@ -33,11 +34,18 @@ fn scenario(fault: &str, permille: u32, defenses: Defenses) -> Scenario {
 /// Seeds (of `seeds`) whose run violated an invariant, the invariants, and the data
 /// faults that struck.
 fn run(sc: &Scenario, seeds: u64) -> (u64, Vec<Invariant>, u64) {
-    let (mut bad, mut found, mut struck) = (0, Vec::new(), 0);
+    let (bad, found, struck, _) = run_counting(sc, seeds);
+    (bad, found, struck)
+}
+
+/// [`run`], and of the faults that struck, the stale duplicates.
+fn run_counting(sc: &Scenario, seeds: u64) -> (u64, Vec<Invariant>, u64, u64) {
+    let (mut bad, mut found, mut struck, mut stale) = (0, Vec::new(), 0, 0);
     for seed in 0..seeds {
         let plan = Plan::build(sc, seed, Some(BugSet::NONE), &Reduction::default()).unwrap();
         let out = run_plan(&plan, Backend::Symbolic, false);
         struck += out.stats.data_faults;
+        stale += out.stats.stale_duplicates;
         if !out.clean() {
             bad += 1;
         }
@@ -48,7 +56,7 @@ fn run(sc: &Scenario, seeds: u64) -> (u64, Vec<Invariant>, u64) {
         }
     }
     found.sort();
-    (bad, found, struck)
+    (bad, found, struck, stale)
 }
 
 fn none() -> Defenses {
@@ -120,13 +128,43 @@ fn tags_alone_stop_misdirected_writes_from_leaking() {
     }
 }
 
+/// The page tags alone stop stale duplicates: the landing check refuses one whose
+/// generation is no longer the page's (an earlier use of the page or of the room) and
+/// one into a page whose transfer decode already accepted (`Ready`: a duplicate of the
+/// same room use would overwrite the KV decode appended to the last page). No run
+/// violates anything. Verification alone does not stop them: most land after the
+/// transfer's checksum was checked, while the request reads the page.
+#[test]
+fn tags_alone_stop_stale_duplicates() {
+    let (bad, found, struck) = run(
+        &scenario("stale-duplicate", 200, only(|d| d.page_tags = true)),
+        SEEDS,
+    );
+    assert!(struck > 0);
+    assert_eq!(bad, 0, "{found:?}");
+    let (bad, found, _) = run(
+        &scenario(
+            "stale-duplicate",
+            200,
+            only(|d| d.verify_on_completion = true),
+        ),
+        SEEDS,
+    );
+    assert!(bad > 0, "verification alone stopped every stale duplicate?");
+    assert!(
+        found.contains(&Invariant::S3) || found.contains(&Invariant::S10),
+        "{found:?}"
+    );
+}
+
 /// The defended engine never answers 200 with a wrong token under any data fault,
-/// all three on together at the scenario's rates.
+/// all four on together at the scenario's rates.
 #[test]
 fn the_defended_engine_is_clean_under_every_data_fault() {
     let sc = Scenario::parse(DATA_FAULTS, "scenarios/data-faults.toml").unwrap();
-    let (bad, found, struck) = run(&sc, 100);
+    let (bad, found, struck, stale) = run_counting(&sc, 100);
     assert!(struck > 100, "{struck} faults struck");
+    assert!(stale > 0, "no stale duplicate among {struck} faults");
     assert_eq!(bad, 0, "{found:?}");
 }
 

@@ -21,7 +21,8 @@ fn run(seed: u64, bugs: BugSet, deferred: bool) -> RunOutcome {
         f.corrupt_write_permille,
         f.misdirect_write_permille,
         f.torn_write_permille,
-    ) = (0, 0, 0);
+        f.stale_duplicate_write_permille,
+    ) = (0, 0, 0, 0);
     // Later than decode's waiting timeout (2 s) plus its drain budget (100 x 50 ms).
     f.slow_writer_ms = 12_000;
     sc.swarm = sc.swarm.take().map(|mut s| {
