@@ -83,6 +83,7 @@ impl Hazard {
                     ("corrupt", &mut fs.corrupt_write_permille),
                     ("misdirect", &mut fs.misdirect_write_permille),
                     ("torn", &mut fs.torn_write_permille),
+                    ("stale-duplicate", &mut fs.stale_duplicate_write_permille),
                 ];
                 for (name, rate) in all {
                     *rate = if name == f { 200 } else { 0 };
@@ -93,7 +94,7 @@ impl Hazard {
     }
 }
 
-/// Every hazard: each runtime bug switch, the incident pair, the three data faults.
+/// Every hazard: each runtime bug switch, the incident pair, the four data faults.
 pub fn hazards() -> Vec<Hazard> {
     let mut v: Vec<Hazard> = Bug::ALL
         .into_iter()
@@ -101,7 +102,7 @@ pub fn hazards() -> Vec<Hazard> {
         .map(|b| Hazard::Bugs(BugSet::NONE.with(b)))
         .collect();
     v.push(Hazard::Bugs(BugSet::INCIDENT));
-    for f in ["corrupt", "misdirect", "torn"] {
+    for f in ["corrupt", "misdirect", "torn", "stale-duplicate"] {
         v.push(Hazard::Data(f));
     }
     v
@@ -180,6 +181,7 @@ pub fn expected() -> Vec<(&'static str, Hazard)> {
             bug(Bug::PrefillReleaseBeforeDrain),
         ),
         ("page tags alone", Hazard::Data("misdirect")),
+        ("page tags alone", Hazard::Data("stale-duplicate")),
         ("page tags alone", bug(Bug::DecodeReleaseImmediate)),
         ("page tags alone", bug(Bug::PrefillReleaseBeforeDrain)),
         ("page tags alone", bug(Bug::FailedSendReportsDrained)),
