@@ -1032,6 +1032,15 @@ prompt_len = 10
         let bad = MINIMAL.replace("[topology]", "[engine]\nbugs = [\"no-such\"]\n[topology]");
         let err = Scenario::parse(&bad, "t.toml").unwrap_err().to_string();
         assert!(err.contains("no-such"), "{err}");
+        let bad = format!("{MINIMAL}[faults]\nstale_duplicate_write_permille = 1001\n");
+        let err = Scenario::parse(&bad, "t.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("faults.stale_duplicate_write_permille") && err.contains("at most 1000"),
+            "{err}"
+        );
+        let bad = format!("{MINIMAL}[faults]\nstale_duplicate_write_permille = -1\n");
+        let err = Scenario::parse(&bad, "t.toml").unwrap_err().to_string();
+        assert!(err.contains("stale_duplicate_write_permille"), "{err}");
     }
 
     #[test]
