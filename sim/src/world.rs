@@ -799,7 +799,9 @@ impl<G: Gpu> World<G> {
                     DataFault::Corrupt => self.stats.corrupted += 1,
                     DataFault::Misdirect => self.stats.misdirected += 1,
                     DataFault::Torn => self.stats.torn += 1,
-                    DataFault::StaleDuplicate => self.stats.stale_duplicates += 1,
+                    // `alter` leaves the write itself alone; the copy is counted
+                    // when it lands (`deliver_duplicate`).
+                    DataFault::StaleDuplicate => {}
                 }
                 if let Some(write) = msg.write_id() {
                     self.emit(Record::Fault(FaultEvent::DataFault {
