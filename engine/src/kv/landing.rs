@@ -24,12 +24,8 @@
 use super::pool::PagePool;
 use super::records::SharedRecord;
 use super::shared::{SharedError, SharedPool, WriteGuard};
-use super::PageState;
 use crate::gpu::Gpu;
 use crate::ids::{PageTag, RoomKey};
-
-/// The refusal of a write into a page whose room's transfer decode already accepted.
-const READY: &str = "page is Ready: its room's transfer was accepted";
 
 /// Why a write did not land: the first destination refused and the reason, in the
 /// words the trace's `KvRefused` event carries.
@@ -58,10 +54,7 @@ impl WriteGate for PagePool {
             None => Err("not a pool page".into()),
             Some(r) if r.gen != t.gen => Err(format!("stale generation (page is at {})", r.gen)),
             Some(r) if r.owner != Some(room) => Err(format!("owned by {:?}", r.owner)),
-            Some(r) if !(r.state.is_owned() || r.state == PageState::Quarantined) => {
-                Err(format!("page is {}", r.state))
-            }
-            Some(r) if r.state == PageState::Ready => Err(READY.into()),
+            Some(r) if !r.state.takes_remote_writes() => Err(format!("page is {}", r.state)),
             Some(_) => Ok(()),
         }
     }
@@ -74,17 +67,7 @@ impl WriteGate for SharedPool {
     /// admits a write; the owner is then checked under the book. Refusals are worded
     /// as [`PagePool`]'s gate words them, in the same order of checks.
     fn admit(&self, room: RoomKey, t: PageTag) -> Result<WriteGuard<'_>, String> {
-        match self.begin_write_for(room, t) {
-            // Held: the page keeps this generation, and a page of it never goes back
-            // from Ready to a state that takes remote writes except Quarantined.
-            Ok(g)
-                if self
-                    .record(t.page)
-                    .is_some_and(|r| r.state == PageState::Ready) =>
-            {
-                drop(g);
-                Err(READY.into())
-            }
+        match self.begin_landing_for(room, t) {
             Ok(g) => Ok(g),
             Err(SharedError::OutOfRange { .. }) => Err("not a pool page".into()),
             Err(SharedError::StaleTag { current, .. }) => {
@@ -179,7 +162,10 @@ mod tests {
             r.expect_write(room, &tags).unwrap();
             assert!(r.admit(room, tags[0]).is_ok());
             r.mark_ready(room, &tags).unwrap();
-            assert_eq!(r.admit(room, tags[0]).err(), Some(READY.to_string()));
+            assert_eq!(
+                r.admit(room, tags[0]).err(),
+                Some("page is Ready".to_string())
+            );
             r.quarantine(room, &tags).unwrap();
             assert!(r.admit(room, tags[0]).is_ok());
         }

@@ -35,6 +35,17 @@ impl PageState {
             PageState::Reserved | PageState::Writing | PageState::Ready
         )
     }
+
+    /// States in which a remote KV write of the owner may land (the landing gate,
+    /// `kv::land`): owned with the transfer still open, or quarantined (its writes may
+    /// still come). Not `Ready`: decode accepted the transfer after the writer's last
+    /// completion, and appends its own KV to the last page.
+    pub fn takes_remote_writes(self) -> bool {
+        matches!(
+            self,
+            PageState::Reserved | PageState::Writing | PageState::Quarantined
+        )
+    }
 }
 
 impl fmt::Display for PageState {

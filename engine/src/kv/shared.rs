@@ -459,6 +459,25 @@ impl SharedPool {
         Ok(WriteGuard(Hold { pool: self, tag }))
     }
 
+    /// [`SharedPool::begin_write_for`] for a remote KV write landing (`kv::land`'s gate):
+    /// also refused, in the same one atomic step, when the page is `Ready` (decode
+    /// accepted its room's transfer, so no write of the room is still due, and decode
+    /// appends its own KV to the last page).
+    pub fn begin_landing_for(
+        &self,
+        owner: RoomKey,
+        tag: PageTag,
+    ) -> Result<WriteGuard<'_>, SharedError> {
+        self.take_hold(tag, |state| {
+            if state.takes_remote_writes() {
+                Ok(())
+            } else {
+                Err(SharedError::NotWritable { tag, state })
+            }
+        })?;
+        self.owned_by(owner, WriteGuard(Hold { pool: self, tag }))
+    }
+
     /// [`SharedPool::begin_write`] for a write of room use `owner`: also refused when
     /// the page (current generation) belongs to another room use. The hold is taken
     /// first, so the owner read afterwards is the one of the held generation (an owner
@@ -469,6 +488,16 @@ impl SharedPool {
         tag: PageTag,
     ) -> Result<WriteGuard<'_>, SharedError> {
         let guard = self.begin_write(tag)?;
+        self.owned_by(owner, guard)
+    }
+
+    /// Keep `guard` only when its page (held at its generation) belongs to `owner`.
+    fn owned_by<'a>(
+        &'a self,
+        owner: RoomKey,
+        guard: WriteGuard<'a>,
+    ) -> Result<WriteGuard<'a>, SharedError> {
+        let tag = guard.0.tag;
         let current = self.book().owners[tag.page.0 as usize];
         if current != Some(owner) {
             // Drop the guard before reporting (it lets go of the hold).
