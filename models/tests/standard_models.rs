@@ -559,6 +559,56 @@ fn crash_race_full_is_clean_with_a_pinned_state_count() {
     pinned(&r, 2_647_989);
 }
 
+/// The full `data-fault` model (two altered writes; 577,335 states).
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn data_fault_full_is_clean_with_a_pinned_state_count() {
+    let r = check(
+        ModelSpec::data_fault(),
+        &CheckOptions {
+            threads: 2,
+            ..CheckOptions::default()
+        },
+    )
+    .unwrap();
+    assert_clean(&r);
+    pinned(&r, 577_335);
+}
+
+/// The full `timer-refire` model (two premature timeouts and one refire; 4,878,375
+/// states).
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn timer_refire_full_is_clean_with_a_pinned_state_count() {
+    let r = check(
+        ModelSpec::timer_refire(),
+        &CheckOptions {
+            threads: 2,
+            ..CheckOptions::default()
+        },
+    )
+    .unwrap();
+    assert_clean(&r);
+    pinned(&r, 4_878_375);
+}
+
+/// The full `stale-control` model (a reused room number, two duplicates, one failed
+/// write; 562,508 states).
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn stale_control_full_is_clean_with_a_pinned_state_count() {
+    let r = check(
+        ModelSpec::stale_control(),
+        &CheckOptions {
+            threads: 2,
+            ..CheckOptions::default()
+        },
+    )
+    .unwrap();
+    assert_clean(&r);
+    pinned(&r, 562_508);
+}
+
 /// Each bug switch that the standard models can reach is found by the invariant it
 /// breaks first, and every counterexample replays through the simulator's oracle to
 /// the same invariant. (`no-length-agreement` needs a length mismatch, which only
