@@ -322,23 +322,26 @@ impl ModelSpec {
         }
     }
 
-    /// `data-fault`: `abort-race`'s pools and clients (a 3-token request whose client
-    /// may disconnect at any point, a second one of another tenant that reuses its
-    /// decode pages; each prompt in two one-page KV writes) where up to two KV writes
-    /// land altered by a data fault, each kind `world::DataFault::ALL` defines
-    /// (corrupted, misdirected, torn; applied by `world::alter`), and no other fault.
+    /// `data-fault`: `abort-race`'s clients (a 3-token request whose client may
+    /// disconnect at any point, a second one of another tenant; each prompt in two
+    /// one-page KV writes) with a decode pool of 4 pages that holds both requests at
+    /// once, so a misdirected page can land in the other request's page, where up to
+    /// two KV writes land altered by a data fault, each kind `world::DataFault::ALL`
+    /// defines (corrupted, misdirected, torn; applied by `world::alter`), and no other
+    /// fault.
     /// The defenses must act here (verification's checksum, the page tags): a hazard a
     /// defense stopped holds ([`ModelSpec::detections_hold`]), and the model must
     /// reach one.
     pub fn data_fault() -> ModelSpec {
         ModelSpec {
             name: "data-fault".into(),
-            about: "1 prefill (2 pages), 1 decode (2 pages: one request at a time), context \
+            about: "1 prefill (2 pages), 1 decode (4 pages: both requests at once), context \
                     16; a 3-token request whose client may disconnect at any point and a \
                     second 3-token request of another tenant, one-page KV writes; at most 2 \
                     KV writes altered by a data fault (corrupt, misdirect, torn); a hazard a \
                     defense stops is not a violation"
                 .into(),
+            decode_pages: 4,
             faults: FaultBounds {
                 data_faults: 2,
                 ..FaultBounds::default()

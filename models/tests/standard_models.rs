@@ -16,8 +16,8 @@ use kvsim_models::replay::replay;
 use kvsim_models::schedule::{MessageStep, Step};
 use kvsim_models::state::DECODE;
 use kvsim_models::{
-    check, names, Action, CheckOptions, CheckReport, ClientSpec, HandoffModel, MemoMode, ModelSpec,
-    Schedule,
+    check, names, Action, CheckOptions, CheckReport, ClientSpec, FaultBounds, HandoffModel,
+    MemoMode, ModelSpec, Schedule,
 };
 use stateright::Model;
 
@@ -199,11 +199,24 @@ fn transition_cache_changes_no_state_and_no_verdict() {
         ModelSpec::abort_race_small(),
         ModelSpec::crash_race_small(),
         ModelSpec::handoff_small().with_bugs(BugSet::INCIDENT),
-        // The new environment steps: altered writes (and a defense's stop), a spent
-        // timer delivered again, a second duplicate on a reused room number.
-        ModelSpec::data_fault_small(),
-        ModelSpec::timer_refire_small(),
-        ModelSpec::stale_control_small(),
+        // The new environment steps, on small variants: altered writes (and a
+        // defense's stop, with and without verification), a spent timer delivered
+        // again around a crash and two duplicates.
+        small_data_fault(),
+        {
+            let mut spec = small_data_fault();
+            spec.engine.defenses.verify_on_completion = false;
+            spec
+        },
+        ModelSpec {
+            faults: FaultBounds {
+                crashes: 1,
+                duplicates: 2,
+                timer_refires: 1,
+                ..FaultBounds::default()
+            },
+            ..ModelSpec::crash_race_small()
+        },
     ] {
         let with = |memo| {
             check(
@@ -285,7 +298,7 @@ fn data_fault_small_is_clean_with_a_pinned_state_count() {
     pinned(&r, DATA_FAULT_SMALL);
 }
 
-const DATA_FAULT_SMALL: usize = 191_527;
+const DATA_FAULT_SMALL: usize = 746_676;
 
 /// Every kind of data fault the world defines is a step of the model: on the first
 /// KV write in flight, each kind is enabled, and taking it records the fault (the
@@ -365,6 +378,21 @@ fn data_faults_without_verification_break_s10_and_s4_and_replay() {
     }
 }
 
+/// With the page tags off (verification on), a misdirected page lands in the other
+/// request's page, which that request may already have verified and be reading: a
+/// write after free (S2), a read of another request's KV (S3) and a wrong token in a
+/// 200 (S10). Verification alone does not stop a misdirect, as in the simulator.
+#[test]
+fn data_faults_without_page_tags_break_s2_s3_s10_and_replay() {
+    let mut spec = ModelSpec::data_fault_small();
+    spec.engine.defenses.page_tags = false;
+    let r = run(spec);
+    let broken = counterexamples_replay(&r);
+    for inv in [Invariant::S2, Invariant::S3, Invariant::S10] {
+        assert!(broken.contains(&inv), "{inv}: {}", r.render());
+    }
+}
+
 /// The timer-refire model on the defended engine: a spent timer is delivered again
 /// (and one or more timeouts are premature) and nothing is violated.
 #[test]
@@ -432,6 +460,17 @@ fn stale_control_small_finds_ack_ignores_generation_and_replays() {
         "{}",
         r.render()
     );
+}
+
+/// `data-fault-small` with two requests that never disconnect, one at a time on a
+/// decode pool of 2 pages (a few thousand states: for the cache's verification).
+fn small_data_fault() -> ModelSpec {
+    ModelSpec {
+        clients: vec![ClientSpec::normal(1, 3), ClientSpec::normal(2, 3)],
+        decode_pages: 2,
+        reaches: vec![names::COMPLETES, names::ALTERED, names::STOPPED],
+        ..ModelSpec::data_fault_small()
+    }
 }
 
 /// Symmetry over interchangeable clients, on a model with two identical requests:
@@ -559,7 +598,7 @@ fn crash_race_full_is_clean_with_a_pinned_state_count() {
     pinned(&r, 2_647_989);
 }
 
-/// The full `data-fault` model (two altered writes; 577,335 states).
+/// The full `data-fault` model (two altered writes; 3,096,933 states).
 #[test]
 #[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
 fn data_fault_full_is_clean_with_a_pinned_state_count() {
@@ -572,7 +611,7 @@ fn data_fault_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 577_335);
+    pinned(&r, 3_096_933);
 }
 
 /// The full `timer-refire` model (two premature timeouts and one refire; 4,878,375
