@@ -16,8 +16,9 @@ use std::time::Duration;
 #[derive(Args, Debug, Clone)]
 pub struct CheckArgs {
     /// The model to check: handoff, abort-race, timeout-race, crash-race (the standard
-    /// models), handoff-small, abort-race-small, crash-race-small (their reduced
-    /// bounds), or `all` (the standard models one after another).
+    /// models), data-fault, timer-refire, stale-control (the fault-kind models),
+    /// their `-small` reduced bounds (`kvsim list models`), or `all` (the four
+    /// standard models one after another).
     #[arg(long, default_value = "handoff")]
     pub model: String,
     /// Bug switches to enable, comma-separated.

@@ -85,7 +85,7 @@ pub fn list(what: &str, scenarios_dir: &Path) -> Result<String, String> {
                 let about = ModelSpec::standard(name)
                     .map(|m| m.about.split_whitespace().collect::<Vec<_>>().join(" "))
                     .unwrap_or_default();
-                let _ = writeln!(s, "{name:<18} {about}");
+                let _ = writeln!(s, "{name:<20} {about}");
             }
         }
         "scenarios" => {

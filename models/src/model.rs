@@ -24,7 +24,8 @@ use crate::memo::{self, Cause, Effect, Machine, Routed};
 use crate::shared::Shared;
 use crate::spec::{ClientSpec, ModelSpec, SpecError};
 use crate::state::{
-    note, Action, Book, Client, Envelope, FaultsUsed, State, CLIENT, DECODE, PREFILL, ROUTER,
+    altered, note, Action, Book, Client, Envelope, FaultsUsed, State, CLIENT, DECODE, PREFILL,
+    ROUTER,
 };
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
@@ -37,7 +38,7 @@ use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
 use kvsim_engine::world::{
-    self, Arrival, Arriving, CrashFate, Driver, Timers, Topology, WriteFailure,
+    self, Arrival, Arriving, CrashFate, DataFault, Driver, Timers, Topology, WriteFailure,
 };
 use kvsim_engine::{Cfg, Timer};
 use kvsim_oracle::render::describe_event;
@@ -254,6 +255,8 @@ impl HandoffModel {
                 notes: SmallVec::new(),
                 faults: FaultsUsed::default(),
                 violations: 0,
+                detected: 0,
+                spent: SmallVec::new(),
             }),
             oracle: Shared::new(OracleState::new(&self.header)),
         }
@@ -305,18 +308,24 @@ impl HandoffModel {
             }
             Action::Deliver(e) => {
                 if tx.s.take(e) {
-                    tx.deliver(e, false);
+                    tx.deliver(e, false, None);
                 }
             }
             Action::Overtake(e) => {
                 tx.s.book(|b| b.faults.overtakes += 1);
                 if tx.s.take(e) {
-                    tx.deliver(e, false);
+                    tx.deliver(e, false, None);
                 }
             }
             Action::Duplicate(e) => {
                 tx.s.book(|b| b.faults.duplicates += 1);
-                tx.deliver(e, false);
+                tx.deliver(e, false, None);
+            }
+            Action::Alter(e, fault) => {
+                tx.s.book(|b| b.faults.data_faults += 1);
+                if tx.s.take(e) {
+                    tx.deliver(e, false, Some(*fault));
+                }
             }
             Action::Lose(e) => {
                 tx.s.book(|b| b.faults.losses += 1);
@@ -325,7 +334,7 @@ impl HandoffModel {
             Action::FailWrite(e) => {
                 tx.s.book(|b| b.faults.write_failures += 1);
                 if tx.s.take(e) {
-                    tx.deliver(e, true);
+                    tx.deliver(e, true, None);
                 }
             }
             Action::Crash(node) => tx.crash(*node, true),
@@ -334,26 +343,54 @@ impl HandoffModel {
                     tx.s.book(|b| b.faults.early_timeouts += 1);
                 }
                 if tx.s.timers.take(*node, *timer).is_some() {
-                    if let (DECODE, Timer::DrainRetry(room)) = (*node, *timer) {
-                        if tx.quarantined(room) {
-                            tx.s.note(room, note::DRAIN_RETRIED);
-                        }
-                    }
-                    tx.dispatch(*node, Cause::Input(Input::Timer(*timer)));
+                    tx.spent(*node, *timer);
+                    tx.fire(*node, *timer);
                 }
+            }
+            Action::Refire(node, timer) => {
+                tx.s.book(|b| b.faults.timer_refires += 1);
+                if !tx.refires_left() {
+                    // No further refire can happen: forget them all (merges states).
+                    tx.s.forget_spent(|_, _| false);
+                }
+                tx.event_text(|| {
+                    format!(
+                        "{node}'s spent timer {} is delivered again",
+                        crate::state::timer_text(*timer)
+                    )
+                });
+                tx.fire(*node, *timer);
             }
         }
         tx.finish()
     }
 
+    /// What the world knows about a message arriving at `to` in `s` (every node is up
+    /// and connected: crashes restart at once, the models have no partitions).
+    fn arriving(&self, s: &State, to: NodeId, fail: bool) -> Arriving {
+        Arriving {
+            sender_alive: true,
+            receiver_alive: true,
+            receiver_epoch: match to {
+                PREFILL => s.prefill.get().pool().epoch(),
+                DECODE => s.decode.get().pool().epoch(),
+                _ => 0,
+            },
+            partitioned: false,
+            injected_failure: fail,
+        }
+    }
+
     /// Is no action enabled? (The definition of quiescence the liveness property uses.)
+    /// A spent timer that may still be delivered again does not count: the run may end
+    /// without it, so that ending is judged too (and the refire's successor as well).
     pub fn is_quiescent(&self, s: &State) -> bool {
         if !s.net.is_empty() || !s.timers.is_empty() {
             return false;
         }
         let mut actions = Vec::new();
         self.actions(s, &mut actions);
-        actions.is_empty()
+        actions.iter().all(|a| matches!(a, Action::Refire(..)))
     }
 
     /// At quiescence, what the oracle's end-of-run check (L1-L4) finds, if anything: a
@@ -413,7 +450,11 @@ impl Tx<'_> {
     /// Turn the oracle's drafts into violation bits (and sentences, when logging).
     fn judged(&mut self) {
         for d in std::mem::take(&mut self.drafts) {
-            self.s.violate(d.invariant);
+            if d.detected_by.is_some() && self.m.spec.detections_hold {
+                self.s.detect(d.invariant);
+            } else {
+                self.s.violate(d.invariant);
+            }
             if let Some(log) = self.log.as_deref_mut() {
                 let detail = match d.detected_by {
                     Some(def) => format!("DETECTED by {def}: {}", d.detail),
@@ -478,6 +519,8 @@ impl Tx<'_> {
         }
         self.event_text(|| format!("{node} crashes and restarts into a new incarnation"));
         self.s.timers.crash(node);
+        // The dead incarnation's timers are gone with its timer wheel.
+        self.s.forget_spent(|n, _| n != node);
         let mut flushed = Vec::new();
         let mut failed = Vec::new();
         let mut kept = Vec::with_capacity(self.s.net.len());
@@ -524,19 +567,65 @@ impl Tx<'_> {
         }
     }
 
+    /// A timer input reaches its node (fired, or delivered again).
+    fn fire(&mut self, node: NodeId, timer: Timer) {
+        if let (DECODE, Timer::DrainRetry(room)) = (node, timer) {
+            if self.quarantined(room) {
+                self.s.note(room, note::DRAIN_RETRIED);
+            }
+        }
+        self.dispatch(node, Cause::Input(Input::Timer(timer)));
+    }
+
+    /// May a timer still be delivered again in this run?
+    fn refires_left(&self) -> bool {
+        self.s.faults().timer_refires < self.m.spec.faults.timer_refires
+    }
+
+    /// A timer fired or was cancelled: remember it while a refire may still happen.
+    fn spent(&mut self, node: NodeId, timer: Timer) {
+        if self.refires_left() {
+            self.s.spend(node, timer);
+        }
+    }
+
     /// A message arrives; the world's rules ([`world::arrival`]) decide what follows.
-    /// `fail`: the environment fails this KV write on the wire.
-    fn deliver(&mut self, shared: &Shared<Envelope>, fail: bool) {
+    /// `fail`: the environment fails this KV write on the wire; `fault`: a KV write
+    /// that is delivered lands altered by this data fault ([`crate::state::altered`]).
+    fn deliver(&mut self, shared: &Shared<Envelope>, fail: bool, fault: Option<DataFault>) {
         let env = shared.get();
-        let at = Arriving {
-            sender_alive: true,
-            receiver_alive: true,
-            receiver_epoch: self.epoch(env.to),
-            partitioned: false,
-            injected_failure: fail,
-        };
+        let at = self.m.arriving(&self.s, env.to, fail);
         match world::arrival(&env.msg, &at) {
-            Arrival::Deliver => self.dispatch(env.to, Cause::Delivered(shared.clone())),
+            Arrival::Deliver => {
+                let altered = fault.and_then(|f| altered(&self.m.spec, env.to, &env.msg, f));
+                match (altered, env.msg.write_id()) {
+                    (Some((msg, a)), Some(write)) => {
+                        self.event_text(|| {
+                            format!(
+                                "the KV write {write} lands {}: its page meant for {} lands at {}",
+                                a.fault.name(),
+                                a.meant,
+                                a.landed
+                            )
+                        });
+                        self.record(&Record::Fault(FaultEvent::DataFault {
+                            from: env.from,
+                            to: env.to,
+                            write,
+                            kind: a.fault,
+                            meant: a.meant,
+                            landed: a.landed,
+                        }));
+                        let changed = Shared::new(Envelope {
+                            from: env.from,
+                            to: env.to,
+                            msg,
+                        });
+                        self.dispatch(env.to, Cause::Delivered(changed))
+                    }
+                    _ => self.dispatch(env.to, Cause::Delivered(shared.clone())),
+                }
+            }
             Arrival::Drop(_) => {}
             Arrival::Fail { reason, completion } => {
                 if let Some(write) = env.msg.write_id() {
@@ -630,6 +719,11 @@ impl<'r> Driver<&'r Routed, &'r TraceEvent> for Tx<'_> {
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {
+        if let TimerOp::Cancel { timer } = op {
+            if self.s.timers.get(node, timer).is_some() {
+                self.spent(node, timer);
+            }
+        }
         self.s.timers.apply(node, op, ());
     }
 
@@ -661,7 +755,8 @@ macro_rules! safety {
 
 safety!(
     holds_s1 => S1, holds_s2 => S2, holds_s3 => S3, holds_s4 => S4, holds_s5 => S5,
-    holds_s6 => S6, holds_s7 => S7, holds_s8 => S8, holds_s9 => S9, holds_l5 => L5,
+    holds_s6 => S6, holds_s7 => S7, holds_s8 => S8, holds_s9 => S9, holds_s10 => S10,
+    holds_l5 => L5,
 );
 
 /// Latch bits of the properties that are not one invariant each.
@@ -671,6 +766,9 @@ const BIT_REJECTED: u32 = 22;
 const BIT_ABORT_RACE: u32 = 23;
 const BIT_LATE_ACK: u32 = 24;
 const BIT_CRASH: u32 = 25;
+const BIT_STOPPED: u32 = 26;
+const BIT_ALTERED: u32 = 27;
+const BIT_REFIRED: u32 = 28;
 
 fn quiescence_holds(m: &HandoffModel, s: &State) -> bool {
     latched(m, BIT_QUIESCENCE)
@@ -725,6 +823,21 @@ fn busy_crash(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_CRASH) && s.faults().busy_crashes > 0 && latch_first(m, BIT_CRASH)
 }
 
+/// A defense stopped a hazard (a `DETECTED` finding, in a model where that holds).
+fn defense_stops(m: &HandoffModel, s: &State) -> bool {
+    !latched(m, BIT_STOPPED) && s.book.get().detected != 0 && latch_first(m, BIT_STOPPED)
+}
+
+/// A KV write landed altered by a data fault.
+fn write_altered(m: &HandoffModel, s: &State) -> bool {
+    !latched(m, BIT_ALTERED) && s.faults().data_faults > 0 && latch_first(m, BIT_ALTERED)
+}
+
+/// A spent timer was delivered again.
+fn timer_refired(m: &HandoffModel, s: &State) -> bool {
+    !latched(m, BIT_REFIRED) && s.faults().timer_refires > 0 && latch_first(m, BIT_REFIRED)
+}
+
 /// A property's condition.
 type Condition = fn(&HandoffModel, &State) -> bool;
 
@@ -739,6 +852,7 @@ pub mod names {
     pub const S7: &str = "S7 metadata integrity";
     pub const S8: &str = "S8 free discipline";
     pub const S9: &str = "S9 release after drain";
+    pub const S10: &str = "S10 reply correctness";
     pub const L5: &str = "L5 nothing larger than the pool admitted";
     pub const QUIESCENCE: &str =
         "L1-L4 no action enabled => every request answered, every pool full";
@@ -747,6 +861,9 @@ pub mod names {
     pub const REJECTED: &str = "an over-length request is rejected";
     pub const LATE_ACK: &str = "a drain ack arrives after a timeout";
     pub const CRASH: &str = "a node crashes while it holds a request";
+    pub const STOPPED: &str = "a defense stops a hazard";
+    pub const ALTERED: &str = "a KV write lands altered by a data fault";
+    pub const REFIRED: &str = "a spent timer is delivered again";
 }
 
 impl Model for HandoffModel {
@@ -781,6 +898,18 @@ impl Model for HandoffModel {
                 if is_write && used.write_failures < bounds.write_failures {
                     out.push(Action::FailWrite(e.clone()));
                 }
+                if is_write && used.data_faults < bounds.data_faults {
+                    // Only a write that lands, and a fault with something to act on.
+                    let env = e.get();
+                    let at = self.arriving(s, env.to, false);
+                    if matches!(world::arrival(&env.msg, &at), Arrival::Deliver) {
+                        for fault in DataFault::ALL {
+                            if altered(&self.spec, env.to, &env.msg, fault).is_some() {
+                                out.push(Action::Alter(e.clone(), fault));
+                            }
+                        }
+                    }
+                }
             } else {
                 if used.losses < bounds.losses {
                     out.push(Action::Lose(e.clone()));
@@ -801,6 +930,13 @@ impl Model for HandoffModel {
         if used.crashes < bounds.crashes && !out.is_empty() {
             out.push(Action::Crash(PREFILL));
             out.push(Action::Crash(DECODE));
+        }
+        // A spent timer may be delivered again at any point, even after everything
+        // else is done (a stale entry of a timer wheel); see `is_quiescent`.
+        if used.timer_refires < bounds.timer_refires {
+            for &(node, timer) in &s.book.get().spent {
+                out.push(Action::Refire(node, timer));
+            }
         }
     }
 
@@ -838,10 +974,14 @@ impl Model for HandoffModel {
             Property::always(names::S7, holds_s7),
             Property::always(names::S8, holds_s8),
             Property::always(names::S9, holds_s9),
+            Property::always(names::S10, holds_s10),
             Property::always(names::L5, holds_l5),
             Property::always(names::QUIESCENCE, quiescence_holds),
         ];
-        let sometimes: [(&'static str, Condition); 5] = [
+        let sometimes: [(&'static str, Condition); 8] = [
+            (names::STOPPED, defense_stops),
+            (names::ALTERED, write_altered),
+            (names::REFIRED, timer_refired),
             (names::COMPLETES, request_completes),
             (names::ABORT_RACE, abort_races_write),
             (names::LATE_ACK, drain_ack_after_timeout),

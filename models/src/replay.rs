@@ -14,7 +14,7 @@
 
 use crate::schedule::{MessageStep, Schedule, Step};
 use crate::spec::ModelSpec;
-use crate::state::{CLIENT, PREFILL, ROUTER};
+use crate::state::{altered, CLIENT, PREFILL, ROUTER};
 use crate::HandoffModel;
 use kvsim_engine::env::{Input, Outbox, Timer, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
@@ -23,7 +23,9 @@ use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::Msg;
 use kvsim_engine::node::Node;
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{self, Arrival, Arriving, CrashFate, Driver, Timers, WriteFailure};
+use kvsim_engine::world::{
+    self, Arrival, Arriving, CrashFate, DataFault, Driver, Timers, WriteFailure,
+};
 use kvsim_engine::Cfg;
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::{ClockKind, EndOutcome, Entry, FaultEvent, Record, RunHeader};
@@ -57,7 +59,8 @@ pub struct ReplayOutcome {
     pub quiescent: bool,
 }
 
-struct Replayer {
+struct Replayer<'a> {
+    spec: &'a ModelSpec,
     nodes: Vec<Node<SymbolicGpu>>,
     net: Vec<(NodeId, NodeId, Msg<SymbolicPage>)>,
     timers: Timers<()>,
@@ -67,7 +70,7 @@ struct Replayer {
     restart: Option<NodeId>,
 }
 
-impl Replayer {
+impl Replayer<'_> {
     fn record(&mut self, rec: Record) {
         self.oracle.observe(&Entry {
             at_ns: 0,
@@ -86,7 +89,14 @@ impl Replayer {
         }
     }
 
-    fn deliver(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>, fail: bool) {
+    fn deliver(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        msg: Msg<SymbolicPage>,
+        fail: bool,
+        fault: Option<DataFault>,
+    ) {
         let at = Arriving {
             sender_alive: true,
             receiver_alive: true,
@@ -95,7 +105,30 @@ impl Replayer {
             injected_failure: fail,
         };
         match world::arrival(&msg, &at) {
-            Arrival::Deliver => self.dispatch(to, Input::Message { from, msg }),
+            Arrival::Deliver => {
+                let changed = fault.and_then(|f| altered(self.spec, to, &msg, f));
+                let msg = match (changed, msg.write_id()) {
+                    (Some((changed, a)), Some(write)) => {
+                        self.log.push(format!(
+                            "    the KV write {write} lands {}: its page meant for {} lands at {}",
+                            a.fault.name(),
+                            a.meant,
+                            a.landed
+                        ));
+                        self.record(Record::Fault(FaultEvent::DataFault {
+                            from,
+                            to,
+                            write,
+                            kind: a.fault,
+                            meant: a.meant,
+                            landed: a.landed,
+                        }));
+                        changed
+                    }
+                    _ => msg,
+                };
+                self.dispatch(to, Input::Message { from, msg })
+            }
             Arrival::Drop(_) => {}
             Arrival::Fail { reason, completion } => {
                 if let Some(write) = msg.write_id() {
@@ -159,7 +192,7 @@ impl Replayer {
     }
 }
 
-impl Driver<Msg<SymbolicPage>> for Replayer {
+impl Driver<Msg<SymbolicPage>> for Replayer<'_> {
     fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>) {
         if to == CLIENT {
             if let Msg::Response {
@@ -204,6 +237,7 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
         &topology,
     );
     let mut r = Replayer {
+        spec,
         nodes: topology.build(&cfg, SymbolicGpu::new),
         net: Vec::new(),
         timers: Timers::new(),
@@ -259,11 +293,25 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                 match how {
                     MessageStep::Deliver | MessageStep::Overtake => {
                         let (f, t, m) = r.net.remove(i);
-                        r.deliver(f, t, m, false);
+                        r.deliver(f, t, m, false, None);
                     }
                     MessageStep::Duplicate => {
                         let (f, t, m) = r.net[i].clone();
-                        r.deliver(f, t, m, false);
+                        r.deliver(f, t, m, false, None);
+                    }
+                    MessageStep::Alter(fault) => {
+                        if altered(spec, r.net[i].1, &r.net[i].2, *fault).is_none() {
+                            return Err(ReplayError::Invalid {
+                                index,
+                                step: step.to_string(),
+                                reason: format!(
+                                    "the data fault {} has nothing to act on here",
+                                    fault.name()
+                                ),
+                            });
+                        }
+                        let (f, t, m) = r.net.remove(i);
+                        r.deliver(f, t, m, false, Some(*fault));
                     }
                     MessageStep::Lose => {
                         r.net.remove(i);
@@ -277,7 +325,7 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                             });
                         }
                         let (f, t, m) = r.net.remove(i);
-                        r.deliver(f, t, m, true);
+                        r.deliver(f, t, m, true, None);
                     }
                 }
             }
@@ -293,6 +341,18 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                     return Err(ReplayError::TimerNotPending {
                         index,
                         step: step.to_string(),
+                    });
+                }
+                r.dispatch(*node, Input::Timer(*timer));
+            }
+            // A stale delivery of a timer: the node gets the input whether or not one
+            // of that value is pending (a pending one still fires later).
+            Step::Refire { node, timer } => {
+                if node.0 as usize >= r.nodes.len() {
+                    return Err(ReplayError::Invalid {
+                        index,
+                        step: step.to_string(),
+                        reason: "no such node".into(),
                     });
                 }
                 r.dispatch(*node, Input::Timer(*timer));

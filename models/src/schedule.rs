@@ -14,6 +14,7 @@ use crate::model::HandoffModel;
 use crate::state::{Action, State};
 use kvsim_engine::env::Timer;
 use kvsim_engine::ids::{NodeId, RequestId, RoomKey};
+use kvsim_engine::world::DataFault;
 use std::fmt;
 
 /// One forced step.
@@ -40,6 +41,11 @@ pub enum Step {
         node: NodeId,
         timer: Timer,
     },
+    /// A timer that already fired or was cancelled is delivered again.
+    Refire {
+        node: NodeId,
+        timer: Timer,
+    },
     /// The node crashes and restarts into its next incarnation.
     Crash {
         node: NodeId,
@@ -53,16 +59,19 @@ pub enum MessageStep {
     Duplicate,
     Lose,
     FailWrite,
+    /// A KV write delivered altered by this data fault (`deliver-corrupt`, ...).
+    Alter(DataFault),
 }
 
 impl MessageStep {
-    fn word(self) -> &'static str {
+    fn word(self) -> String {
         match self {
-            MessageStep::Deliver => "deliver",
-            MessageStep::Overtake => "overtake",
-            MessageStep::Duplicate => "duplicate",
-            MessageStep::Lose => "lose",
-            MessageStep::FailWrite => "fail-write",
+            MessageStep::Deliver => "deliver".into(),
+            MessageStep::Overtake => "overtake".into(),
+            MessageStep::Duplicate => "duplicate".into(),
+            MessageStep::Lose => "lose".into(),
+            MessageStep::FailWrite => "fail-write".into(),
+            MessageStep::Alter(fault) => format!("deliver-{}", fault.name()),
         }
     }
 }
@@ -101,6 +110,9 @@ impl fmt::Display for Step {
             } => write!(f, "{} {from} -> {to} | {summary}", how.word()),
             Step::Fire { node, timer } => {
                 write!(f, "fire {node} {}", crate::state::timer_text(*timer))
+            }
+            Step::Refire { node, timer } => {
+                write!(f, "refire {node} {}", crate::state::timer_text(*timer))
             }
             Step::Crash { node } => write!(f, "crash {node}"),
         }
@@ -157,7 +169,7 @@ fn parse_step(text: &str) -> Result<Step, String> {
             let r = req(words.next().unwrap_or("")).ok_or("expected reqN")?;
             return Ok(Step::Cancel { req: r });
         }
-        "fire" => {
+        "fire" | "refire" => {
             let n = node(words.next().unwrap_or("")).ok_or("expected nN")?;
             let kind = words.next().ok_or("expected a timer")?;
             let rk = words.next().map(|w| room(w).ok_or("expected roomR.gG"));
@@ -169,7 +181,11 @@ fn parse_step(text: &str) -> Result<Step, String> {
                 ("Request", Some(r)) => Timer::Request(r?),
                 _ => return Err("unknown timer".into()),
             };
-            return Ok(Step::Fire { node: n, timer });
+            return Ok(if verb == "fire" {
+                Step::Fire { node: n, timer }
+            } else {
+                Step::Refire { node: n, timer }
+            });
         }
         "crash" => {
             let n = node(words.next().unwrap_or("")).ok_or("expected nN")?;
@@ -180,7 +196,13 @@ fn parse_step(text: &str) -> Result<Step, String> {
         "duplicate" => MessageStep::Duplicate,
         "lose" => MessageStep::Lose,
         "fail-write" => MessageStep::FailWrite,
-        _ => return Err(format!("unknown step `{verb}`")),
+        _ => match verb
+            .strip_prefix("deliver-")
+            .and_then(|name| DataFault::ALL.into_iter().find(|f| f.name() == name))
+        {
+            Some(fault) => MessageStep::Alter(fault),
+            None => return Err(format!("unknown step `{verb}`")),
+        },
     };
     let (head, summary) = text
         .split_once(" | ")
@@ -255,6 +277,11 @@ pub fn step_of(model: &HandoffModel, s: &State, a: &Action) -> Step {
             node: *node,
             timer: *timer,
         },
+        Action::Refire(node, timer) => Step::Refire {
+            node: *node,
+            timer: *timer,
+        },
+        Action::Alter(e, fault) => message(MessageStep::Alter(*fault), e),
         Action::Crash(node) => Step::Crash { node: *node },
     }
 }
@@ -273,9 +300,26 @@ fail-write n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 fire n1 Compute
 fire n0 Request room12.g3
 crash n2
+refire n2 WaitingForKv room1.g1
+deliver-corrupt n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 ";
         let s = Schedule::parse(text).unwrap();
-        assert_eq!(s.0.len(), 7);
+        assert_eq!(s.0.len(), 9);
+        assert_eq!(
+            s.0[8],
+            Step::Message {
+                how: MessageStep::Alter(DataFault::Corrupt),
+                from: NodeId(1),
+                to: NodeId(2),
+                summary: "KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]".into(),
+            }
+        );
+        // Every data fault the world defines has a step of its own.
+        for fault in DataFault::ALL {
+            let line = format!("deliver-{} n1 -> n2 | KvWrite", fault.name());
+            let parsed = Schedule::parse(&line).unwrap();
+            assert_eq!(parsed.to_string().trim_end(), line);
+        }
         assert_eq!(s.to_string(), text);
         let err = Schedule::parse("teleport n1").unwrap_err();
         assert_eq!(err.line, 1);

@@ -63,6 +63,14 @@ pub struct FaultBounds {
     /// writes in flight are flushed, and a later write addressed with page tags of the
     /// dead incarnation fails (its memory registration is gone).
     pub crashes: u8,
+    /// KV writes delivered altered by a data fault (each of `world::DataFault::ALL`
+    /// that has something to act on), applied by the engine's one definition,
+    /// `world::alter`, with the fixed salt [`crate::state::DATA_FAULT_SALT`]. The
+    /// writer's completion still reports success.
+    pub data_faults: u8,
+    /// Deliveries of a timer that already fired or was cancelled (a timer wheel that
+    /// delivers a stale entry): the node gets the same timer input again.
+    pub timer_refires: u8,
 }
 
 /// One model: the engine under a bounded environment.
@@ -80,6 +88,13 @@ pub struct ModelSpec {
     /// [`crate::model::names`]): a model that stops reaching one no longer exercises
     /// what it is for, and `kvsim check` fails it.
     pub reaches: Vec<&'static str>,
+    /// A hazard a defense stopped (a `DETECTED` finding: refused, nothing leaked)
+    /// leaves its invariant's `always` property holding, and reaches
+    /// [`crate::model::names::STOPPED`] instead. For models whose environment injects
+    /// the hazard itself (data faults): there the defenses must act. Off, every
+    /// finding breaks its property: on the defended engine under the other faults no
+    /// defense ever has to act, and a bug switch is found even where a defense stops it.
+    pub detections_hold: bool,
 }
 
 /// A model name that is not one of [`ModelSpec::NAMES`], or a spec that cannot run.
@@ -119,18 +134,26 @@ pub fn model_engine() -> EngineConfig {
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 7] = [
+    pub const NAMES: [&'static str; 13] = [
         "handoff",
         "abort-race",
         "timeout-race",
         "crash-race",
+        "data-fault",
+        "timer-refire",
+        "stale-control",
         "handoff-small",
         "abort-race-small",
         "crash-race-small",
+        "data-fault-small",
+        "timer-refire-small",
+        "stale-control-small",
     ];
 
-    /// The standard models `kvsim check` exhausts by default (the small ones are their
-    /// reduced bounds for the default `cargo test`).
+    /// The standard models `kvsim check --model all` exhausts (the small ones are
+    /// their reduced bounds for the default `cargo test`). The fault-kind models
+    /// (`data-fault`, `timer-refire`, `stale-control`) are checked by name: the full
+    /// `timer-refire` alone takes minutes.
     pub const STANDARD: [&'static str; 4] = ["handoff", "abort-race", "timeout-race", "crash-race"];
 
     /// `handoff`: one prefill (3 pages of 2 tokens), one decode (4 pages), two
@@ -161,6 +184,7 @@ impl ModelSpec {
                 ..FaultBounds::default()
             },
             reaches: vec![names::COMPLETES, names::REJECTED, names::LATE_ACK],
+            detections_hold: false,
         }
     }
 
@@ -209,6 +233,7 @@ impl ModelSpec {
                 ..FaultBounds::default()
             },
             reaches: vec![names::COMPLETES, names::ABORT_RACE],
+            detections_hold: false,
         }
     }
 
@@ -291,6 +316,131 @@ impl ModelSpec {
         }
     }
 
+    /// `data-fault`: `abort-race`'s clients (a 3-token request whose client may
+    /// disconnect at any point, a second one of another tenant; each prompt in two
+    /// one-page KV writes) with a decode pool of 4 pages that holds both requests at
+    /// once, so a misdirected page can land in the other request's page, where up to
+    /// two KV writes land altered by a data fault, each kind `world::DataFault::ALL`
+    /// defines (corrupted, misdirected, torn; applied by `world::alter`), and no other
+    /// fault.
+    /// The defenses must act here (verification's checksum, the page tags): a hazard a
+    /// defense stopped holds ([`ModelSpec::detections_hold`]), and the model must
+    /// reach one.
+    pub fn data_fault() -> ModelSpec {
+        ModelSpec {
+            name: "data-fault".into(),
+            about: "1 prefill (2 pages), 1 decode (4 pages: both requests at once), context \
+                    16; a 3-token request whose client may disconnect at any point and a \
+                    second 3-token request of another tenant, one-page KV writes; at most 2 \
+                    KV writes altered by a data fault (corrupt, misdirect, torn); a hazard a \
+                    defense stops is not a violation"
+                .into(),
+            decode_pages: 4,
+            faults: FaultBounds {
+                data_faults: 2,
+                ..FaultBounds::default()
+            },
+            reaches: vec![
+                names::COMPLETES,
+                names::ABORT_RACE,
+                names::ALTERED,
+                names::STOPPED,
+            ],
+            detections_hold: true,
+            ..ModelSpec::abort_race()
+        }
+    }
+
+    /// `data-fault-small`: `data-fault` with one altered write.
+    pub fn data_fault_small() -> ModelSpec {
+        ModelSpec {
+            name: "data-fault-small".into(),
+            about: "data-fault with at most 1 altered KV write".into(),
+            faults: FaultBounds {
+                data_faults: 1,
+                ..FaultBounds::default()
+            },
+            ..ModelSpec::data_fault()
+        }
+    }
+
+    /// `timer-refire`: `timeout-race`'s pools and two interchangeable requests, each
+    /// prompt in one KV write, where up to two timeouts fire prematurely, one KV write
+    /// may fail (a quarantine and its drain retries), and one timer that already fired
+    /// or was cancelled is delivered again (a timer wheel that delivers a stale entry:
+    /// the node gets the same timer input a second time).
+    pub fn timer_refire() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.chunk_pages = 2;
+        ModelSpec {
+            name: "timer-refire".into(),
+            about: "1 prefill (2 pages), 1 decode (2 pages), context 16; two interchangeable \
+                    3-token requests, each prompt in one KV write; at most 2 premature \
+                    timeouts, 1 failed KV write and 1 spent timer delivered again"
+                .into(),
+            engine,
+            faults: FaultBounds {
+                early_timeouts: 2,
+                write_failures: 1,
+                timer_refires: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES, names::LATE_ACK, names::REFIRED],
+            ..ModelSpec::timeout_race()
+        }
+    }
+
+    /// `timer-refire-small`: `timer-refire` with one premature timeout.
+    pub fn timer_refire_small() -> ModelSpec {
+        ModelSpec {
+            name: "timer-refire-small".into(),
+            about: "timer-refire with at most 1 premature timeout".into(),
+            faults: FaultBounds {
+                early_timeouts: 1,
+                write_failures: 1,
+                timer_refires: 1,
+                ..FaultBounds::default()
+            },
+            ..ModelSpec::timer_refire()
+        }
+    }
+
+    /// `stale-control`: `abort-race` with one room number (`max_rooms` 1), so the
+    /// second request reuses the first one's room number as well as its decode pages,
+    /// and up to two duplicated control messages: a message of the number's first use
+    /// can be delivered again after the second use began. One KV write may fail (the
+    /// path to a quarantine and its drain).
+    pub fn stale_control() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.max_rooms = 1;
+        ModelSpec {
+            name: "stale-control".into(),
+            about: "abort-race with one room number (the second request reuses it) and at \
+                    most 2 duplicated control messages and 1 failed KV write"
+                .into(),
+            engine,
+            faults: FaultBounds {
+                write_failures: 1,
+                duplicates: 2,
+                ..FaultBounds::default()
+            },
+            ..ModelSpec::abort_race()
+        }
+    }
+
+    /// `stale-control-small`: `stale-control` with each prompt in one KV write.
+    pub fn stale_control_small() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.max_rooms = 1;
+        engine.chunk_pages = 2;
+        ModelSpec {
+            name: "stale-control-small".into(),
+            about: "stale-control with each prompt in one KV write".into(),
+            engine,
+            ..ModelSpec::stale_control()
+        }
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -301,6 +451,12 @@ impl ModelSpec {
             "abort-race-small" => Ok(ModelSpec::abort_race_small()),
             "crash-race" => Ok(ModelSpec::crash_race()),
             "crash-race-small" => Ok(ModelSpec::crash_race_small()),
+            "data-fault" => Ok(ModelSpec::data_fault()),
+            "data-fault-small" => Ok(ModelSpec::data_fault_small()),
+            "timer-refire" => Ok(ModelSpec::timer_refire()),
+            "timer-refire-small" => Ok(ModelSpec::timer_refire_small()),
+            "stale-control" => Ok(ModelSpec::stale_control()),
+            "stale-control-small" => Ok(ModelSpec::stale_control_small()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

@@ -20,7 +20,7 @@ use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
-use kvsim_engine::world::Timers;
+use kvsim_engine::world::{self, Altered, DataFault, Timers};
 use kvsim_oracle::OracleState;
 use smallvec::SmallVec;
 use std::fmt;
@@ -94,6 +94,8 @@ pub struct FaultsUsed {
     pub crashes: u8,
     /// Crashes of a node that held a request (or a quarantine) at the time.
     pub busy_crashes: u8,
+    pub data_faults: u8,
+    pub timer_refires: u8,
 }
 
 /// What the environment remembers besides the nodes and the network: the clients,
@@ -110,6 +112,13 @@ pub struct Book {
     /// Invariants some transition broke (bit `Invariant as u16`). Always empty on a
     /// correct engine, so it splits no states there.
     pub violations: u16,
+    /// Invariants whose hazard a defense stopped, in a model whose spec has
+    /// `detections_hold` (otherwise such a finding is in `violations`).
+    pub detected: u16,
+    /// Timers that fired or were cancelled and may be delivered again (sorted):
+    /// tracked only while the model's `timer_refires` budget is not spent, so a model
+    /// without that fault has it empty.
+    pub spent: SmallVec<[(NodeId, Timer); 4]>,
 }
 
 /// Written by hand: packing the small fields into a few words makes hashing a few
@@ -143,6 +152,17 @@ impl Hash for Book {
                 | u64::from(f.crashes) << 56
                 | u64::from(f.busy_crashes) << 60,
         );
+        h.write_u64(
+            u64::from(f.data_faults)
+                | u64::from(f.timer_refires) << 8
+                | u64::from(self.detected) << 16
+                | (self.spent.len() as u64) << 32,
+        );
+        for (node, t) in &self.spent {
+            let (a, b) = timer_words(*node, *t);
+            h.write_u64(a);
+            h.write_u64(b);
+        }
     }
 }
 
@@ -227,6 +247,13 @@ impl State {
         }
     }
 
+    /// A defense stopped the hazard of `inv` (see `ModelSpec::detections_hold`).
+    pub fn detect(&mut self, inv: Invariant) {
+        if self.book.get().detected & (1 << inv as u16) == 0 {
+            self.book(|b| b.detected |= 1 << inv as u16);
+        }
+    }
+
     /// The request a room use serves (as the oracle learnt it from the router).
     pub fn req_of(&self, room: RoomKey) -> Option<RequestId> {
         self.oracle.get().room(room).map(|f| f.req)
@@ -266,6 +293,21 @@ impl State {
                 }
             }
         });
+    }
+
+    /// Remember that a timer fired or was cancelled (it may be delivered again).
+    pub fn spend(&mut self, node: NodeId, timer: Timer) {
+        let key = (node, timer);
+        if let Err(i) = self.book.get().spent.binary_search(&key) {
+            self.book(|b| b.spent.insert(i, key));
+        }
+    }
+
+    /// Forget the spent timers of `node` that `keep` rejects (no-op when none).
+    pub fn forget_spent(&mut self, mut keep: impl FnMut(NodeId, Timer) -> bool) {
+        if self.book.get().spent.iter().any(|&(n, t)| !keep(n, t)) {
+            self.book(|b| b.spent.retain(|&mut (n, t)| keep(n, t)));
+        }
     }
 
     /// The range of `net` that holds one channel's queue.
@@ -349,8 +391,40 @@ pub enum Action {
     FailWrite(Shared<Envelope>),
     /// A node's pending timer fires.
     Fire(NodeId, Timer),
+    /// A timer that already fired or was cancelled is delivered again.
+    Refire(NodeId, Timer),
+    /// Deliver the oldest KV write of a channel altered by a data fault.
+    Alter(Shared<Envelope>, DataFault),
     /// The prefill or decode node crashes and restarts into a new incarnation.
     Crash(NodeId),
+}
+
+/// The salt the model checker gives [`world::alter`]: the first page of a write, its
+/// first slot, its lowest bit. One fixed choice keeps the fault one branch per kind;
+/// the replayer uses the same one.
+pub const DATA_FAULT_SALT: u64 = 0;
+
+/// How many pages the pool of `node` has in a model's topology (0: not a KV node).
+pub fn pool_pages(spec: &crate::spec::ModelSpec, node: NodeId) -> u32 {
+    match node {
+        PREFILL => spec.prefill_pages,
+        DECODE => spec.decode_pages,
+        _ => 0,
+    }
+}
+
+/// `msg`, on its way to `to`, altered by `fault` as the world defines it
+/// ([`world::alter`] with [`DATA_FAULT_SALT`]); `None` when the fault has nothing to
+/// act on. The model and the replayer both alter a write through this.
+pub fn altered(
+    spec: &crate::spec::ModelSpec,
+    to: NodeId,
+    msg: &Msg<SymbolicPage>,
+    fault: DataFault,
+) -> Option<(Msg<SymbolicPage>, Altered)> {
+    let mut m = msg.clone();
+    let a = world::alter(&mut m, fault, pool_pages(spec, to), DATA_FAULT_SALT)?;
+    Some((m, a))
 }
 
 /// A timer as `Kind room` text (`Compute`, `Request room1.1`).
@@ -375,6 +449,8 @@ impl fmt::Display for Action {
             Action::Lose(e) => write!(f, "lose {}", e.get()),
             Action::FailWrite(e) => write!(f, "fail-write {}", e.get()),
             Action::Fire(node, t) => write!(f, "fire {node} {}", timer_text(*t)),
+            Action::Refire(node, t) => write!(f, "refire {node} {}", timer_text(*t)),
+            Action::Alter(e, fault) => write!(f, "deliver-{} {}", fault.name(), e.get()),
             Action::Crash(node) => write!(f, "crash {node}"),
         }
     }

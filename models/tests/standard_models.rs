@@ -7,15 +7,17 @@
 //! `cargo test --release -p kvsim-models -- --ignored` (see docs/PERFORMANCE.md, "Model checker performance").
 
 use kvsim_engine::bugs::BugSet;
+use kvsim_engine::config::Defenses;
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::Msg;
+use kvsim_engine::world::DataFault;
 use kvsim_models::check::{invariant_of, Verdict};
 use kvsim_models::replay::replay;
-use kvsim_models::schedule::Step;
-use kvsim_models::state::DECODE;
+use kvsim_models::schedule::{MessageStep, Step};
+use kvsim_models::state::{altered, DECODE};
 use kvsim_models::{
-    check, names, Action, CheckOptions, CheckReport, ClientSpec, HandoffModel, MemoMode, ModelSpec,
-    Schedule,
+    check, names, Action, CheckOptions, CheckReport, ClientSpec, FaultBounds, HandoffModel,
+    MemoMode, ModelSpec, Schedule,
 };
 use stateright::Model;
 
@@ -197,6 +199,24 @@ fn transition_cache_changes_no_state_and_no_verdict() {
         ModelSpec::abort_race_small(),
         ModelSpec::crash_race_small(),
         ModelSpec::handoff_small().with_bugs(BugSet::INCIDENT),
+        // The new environment steps, on small variants: altered writes (and a
+        // defense's stop, with and without verification), a spent timer delivered
+        // again around a crash and two duplicates.
+        small_data_fault(),
+        {
+            let mut spec = small_data_fault();
+            spec.engine.defenses.verify_on_completion = false;
+            spec
+        },
+        ModelSpec {
+            faults: FaultBounds {
+                crashes: 1,
+                duplicates: 2,
+                timer_refires: 1,
+                ..FaultBounds::default()
+            },
+            ..ModelSpec::crash_race_small()
+        },
     ] {
         let with = |memo| {
             check(
@@ -224,6 +244,244 @@ fn transition_cache_changes_no_state_and_no_verdict() {
             };
             assert_eq!(verdicts(other), verdicts(&on), "{}", spec.name);
         }
+    }
+}
+
+/// Every defense off (the incident's configuration without its bug switches).
+fn undefended(mut spec: ModelSpec) -> ModelSpec {
+    spec.engine.defenses = Defenses {
+        admission_check: false,
+        verify_on_completion: false,
+        deferred_release: false,
+        page_tags: false,
+        preflight: false,
+        router_cancels_both: false,
+        zero_on_free: false,
+    };
+    spec
+}
+
+/// Each counterexample of an `always` property replays through the simulator's
+/// nodes and oracle to the same invariant; returns the invariants broken.
+#[track_caller]
+fn counterexamples_replay(r: &CheckReport) -> Vec<Invariant> {
+    let mut broken = Vec::new();
+    for c in &r.counterexamples {
+        let replayed = c.replay.as_ref().expect("every counterexample replays");
+        let found = match invariant_of(c.property) {
+            Some(i) => {
+                broken.push(i);
+                replayed.broken.contains(&i)
+            }
+            None => replayed.broken.iter().any(|i| {
+                matches!(
+                    i,
+                    Invariant::L1 | Invariant::L2 | Invariant::L3 | Invariant::L4
+                )
+            }),
+        };
+        assert!(
+            found,
+            "{}: {} replays to {:?}",
+            r.spec.name, c.property, replayed.broken
+        );
+    }
+    broken
+}
+
+/// The data-fault model on the defended engine: every altered write is stopped by
+/// a defense (the model reaches such a stop) and nothing is violated.
+#[test]
+fn data_fault_small_is_clean_with_a_pinned_state_count() {
+    let r = run(ModelSpec::data_fault_small());
+    assert_clean(&r);
+    pinned(&r, DATA_FAULT_SMALL);
+}
+
+const DATA_FAULT_SMALL: usize = 746_676;
+
+/// Every kind of data fault the world defines is a step of the model: on the first
+/// KV write in flight, each kind is enabled, and taking it records the fault (the
+/// oracle's trace record) and lands an altered write.
+#[test]
+fn every_data_fault_kind_is_a_model_step() {
+    let spec = ModelSpec::data_fault_small();
+    let model = HandoffModel::new(spec.clone()).unwrap();
+    let mut s = model.initial();
+    let mut path = Vec::new();
+    for _ in 0..100 {
+        let mut enabled = Vec::new();
+        model.actions(&s, &mut enabled);
+        let kinds: Vec<DataFault> = enabled
+            .iter()
+            .filter_map(|a| match a {
+                Action::Alter(_, f) => Some(*f),
+                _ => None,
+            })
+            .collect();
+        if !kinds.is_empty() {
+            // Every kind the world can apply to this write is a branch (corrupt,
+            // misdirect and torn apply to any write of a page into a pool of 2 or more).
+            let write = s
+                .net
+                .iter()
+                .find(|e| matches!(e.get().msg, Msg::KvWrite { .. }))
+                .unwrap();
+            let applicable: Vec<DataFault> = DataFault::ALL
+                .into_iter()
+                .filter(|f| altered(&spec, write.get().to, &write.get().msg, *f).is_some())
+                .collect();
+            assert_eq!(kinds, applicable, "every applicable kind is enabled");
+            assert!(kinds.len() >= 3, "{kinds:?}");
+            for a in enabled.iter().filter(|a| matches!(a, Action::Alter(..))) {
+                let (next, log) = model.explain(&s, a);
+                assert_eq!(next.faults().data_faults, 1);
+                assert!(
+                    log.events.iter().any(|e| e.contains("lands")),
+                    "{:?}",
+                    log.events
+                );
+                let mut p = path.clone();
+                p.push((s.clone(), a.clone()));
+                let schedule = Schedule::from_path(&model, &p);
+                let text = schedule.to_string();
+                assert!(text.contains("deliver-"), "{text}");
+                assert_eq!(Schedule::parse(&text).unwrap(), schedule);
+                replay(&spec, &schedule).expect("the altered delivery replays");
+            }
+            return;
+        }
+        let a = enabled
+            .into_iter()
+            .find(|a| !matches!(a, Action::Alter(..)))
+            .expect("the run goes on until a write is in flight");
+        let next = model.step(&s, &a, None);
+        path.push((s, a));
+        s = next;
+    }
+    panic!("no KV write was ever in flight");
+}
+
+/// With verification off, a corrupted page reaches a client as a 200 with a wrong
+/// token (S10) and a misdirected page leaves one never written under an accepted
+/// transfer (S4); both counterexamples hold an altered delivery and replay through
+/// the simulator (which alters the write the same way) to the same invariant.
+#[test]
+fn data_faults_without_verification_break_s10_and_s4_and_replay() {
+    let mut spec = ModelSpec::data_fault_small();
+    spec.engine.defenses.verify_on_completion = false;
+    let r = run(spec);
+    let broken = counterexamples_replay(&r);
+    assert!(broken.contains(&Invariant::S10), "{}", r.render());
+    assert!(broken.contains(&Invariant::S4), "{}", r.render());
+    for inv in [names::S10, names::S4] {
+        let c = r.counterexample(inv).unwrap();
+        assert!(
+            c.schedule.0.iter().any(|s| matches!(
+                s,
+                Step::Message {
+                    how: MessageStep::Alter(_),
+                    ..
+                }
+            )),
+            "{inv}: {}",
+            c.schedule
+        );
+    }
+}
+
+/// With the page tags off (verification on), a misdirected page lands in the other
+/// request's page, which that request may already have verified and be reading: a
+/// write after free (S2), a read of another request's KV (S3) and a wrong token in a
+/// 200 (S10). Verification alone does not stop a misdirect, as in the simulator.
+#[test]
+fn data_faults_without_page_tags_break_s2_s3_s10_and_replay() {
+    let mut spec = ModelSpec::data_fault_small();
+    spec.engine.defenses.page_tags = false;
+    let r = run(spec);
+    let broken = counterexamples_replay(&r);
+    for inv in [Invariant::S2, Invariant::S3, Invariant::S10] {
+        assert!(broken.contains(&inv), "{inv}: {}", r.render());
+    }
+}
+
+/// The timer-refire model on the defended engine: a spent timer is delivered again
+/// (and one or more timeouts are premature) and nothing is violated.
+#[test]
+fn timer_refire_small_is_clean_with_a_pinned_state_count() {
+    let r = run(ModelSpec::timer_refire_small());
+    assert_clean(&r);
+    pinned(&r, TIMER_REFIRE_SMALL);
+}
+
+const TIMER_REFIRE_SMALL: usize = 523_675;
+
+/// A refired timer is an action that matters: with every defense off, `handoff-small`
+/// finds S2 only when one spent timer may fire again (the router's request timeout,
+/// delivered a second time, sends again an abort the network lost, and decode frees
+/// pages a KV write is still headed for). The counterexample has a `refire` step
+/// and replays through the simulator to S2.
+#[test]
+fn a_refired_timer_can_break_an_undefended_engine_and_replays() {
+    let without = run(undefended(ModelSpec::handoff_small()));
+    assert!(
+        !counterexamples_replay(&without).contains(&Invariant::S2),
+        "{}",
+        without.render()
+    );
+    let mut spec = undefended(ModelSpec::handoff_small());
+    spec.faults.timer_refires = 1;
+    let with = run(spec);
+    assert!(
+        counterexamples_replay(&with).contains(&Invariant::S2),
+        "{}",
+        with.render()
+    );
+    let c = with.counterexample(names::S2).unwrap();
+    assert!(
+        c.schedule
+            .0
+            .iter()
+            .any(|s| matches!(s, Step::Refire { .. })),
+        "{}",
+        c.schedule
+    );
+}
+
+/// The stale-control model (a reused room number, two duplicated control messages)
+/// on the defended engine.
+#[test]
+fn stale_control_small_is_clean_with_a_pinned_state_count() {
+    let r = run(ModelSpec::stale_control_small());
+    assert_clean(&r);
+    pinned(&r, STALE_CONTROL_SMALL);
+}
+
+const STALE_CONTROL_SMALL: usize = 226_518;
+
+/// `ack-ignores-generation` on the stale-control model: a drain ack of the room
+/// number's first use, delivered again, releases the second use's quarantine (S9);
+/// the counterexample replays through the simulator.
+#[test]
+fn stale_control_small_finds_ack_ignores_generation_and_replays() {
+    let spec = ModelSpec::stale_control_small()
+        .with_bugs(BugSet::parse("ack-ignores-generation").unwrap());
+    let r = run(spec);
+    assert!(
+        counterexamples_replay(&r).contains(&Invariant::S9),
+        "{}",
+        r.render()
+    );
+}
+
+/// `data-fault-small` with two requests that never disconnect, one at a time on a
+/// decode pool of 2 pages (a few thousand states: for the cache's verification).
+fn small_data_fault() -> ModelSpec {
+    ModelSpec {
+        clients: vec![ClientSpec::normal(1, 3), ClientSpec::normal(2, 3)],
+        decode_pages: 2,
+        reaches: vec![names::COMPLETES, names::ALTERED, names::STOPPED],
+        ..ModelSpec::data_fault_small()
     }
 }
 
@@ -350,6 +608,56 @@ fn crash_race_full_is_clean_with_a_pinned_state_count() {
     .unwrap();
     assert_clean(&r);
     pinned(&r, 2_647_989);
+}
+
+/// The full `data-fault` model (two altered writes; 3,096,933 states).
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn data_fault_full_is_clean_with_a_pinned_state_count() {
+    let r = check(
+        ModelSpec::data_fault(),
+        &CheckOptions {
+            threads: 2,
+            ..CheckOptions::default()
+        },
+    )
+    .unwrap();
+    assert_clean(&r);
+    pinned(&r, 3_096_933);
+}
+
+/// The full `timer-refire` model (two premature timeouts, a failed write and one
+/// refire; 9,973,041 states).
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn timer_refire_full_is_clean_with_a_pinned_state_count() {
+    let r = check(
+        ModelSpec::timer_refire(),
+        &CheckOptions {
+            threads: 2,
+            ..CheckOptions::default()
+        },
+    )
+    .unwrap();
+    assert_clean(&r);
+    pinned(&r, 9_973_041);
+}
+
+/// The full `stale-control` model (a reused room number, two duplicates, one failed
+/// write; 562,508 states).
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn stale_control_full_is_clean_with_a_pinned_state_count() {
+    let r = check(
+        ModelSpec::stale_control(),
+        &CheckOptions {
+            threads: 2,
+            ..CheckOptions::default()
+        },
+    )
+    .unwrap();
+    assert_clean(&r);
+    pinned(&r, 562_508);
 }
 
 /// Each bug switch that the standard models can reach is found by the invariant it
