@@ -66,8 +66,14 @@ pub struct FaultBounds {
     /// KV writes delivered altered by a data fault (each of `world::DataFault::ALL`
     /// that has something to act on), applied by the engine's one definition,
     /// `world::alter`, with the fixed salt [`crate::state::DATA_FAULT_SALT`]. The
-    /// writer's completion still reports success.
+    /// writer's completion still reports success. A stale duplicate is a write that
+    /// lands and leaves a copy in the network, which lands again at any later point
+    /// (`world::stale_landing` describes it, its receiver's completion is dropped as
+    /// `world::duplicate_completion` says); the copy counts against this budget.
     pub data_faults: u8,
+    /// Only this kind of data fault (`None`: every kind): to show what one kind alone
+    /// finds.
+    pub data_fault_kind: Option<kvsim_engine::world::DataFault>,
     /// Deliveries of a timer that already fired or was cancelled (a timer wheel that
     /// delivers a stale entry): the node gets the same timer input again.
     pub timer_refires: u8,
