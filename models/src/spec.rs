@@ -326,9 +326,9 @@ impl ModelSpec {
     /// disconnect at any point, a second one of another tenant; each prompt in two
     /// one-page KV writes) with a decode pool of 4 pages that holds both requests at
     /// once, so a misdirected page can land in the other request's page, where up to
-    /// two KV writes land altered by a data fault, each kind `world::DataFault::ALL`
-    /// defines (corrupted, misdirected, torn; applied by `world::alter`), and no other
-    /// fault.
+    /// two data faults strike KV writes, each kind `world::DataFault::ALL` defines
+    /// (corrupted, misdirected, torn, applied by `world::alter`; a stale duplicate: a
+    /// copy of a landed write that lands again later), and no other fault.
     /// The defenses must act here (verification's checksum, the page tags): a hazard a
     /// defense stopped holds ([`ModelSpec::detections_hold`]), and the model must
     /// reach one.
@@ -338,7 +338,7 @@ impl ModelSpec {
             about: "1 prefill (2 pages), 1 decode (4 pages: both requests at once), context \
                     16; a 3-token request whose client may disconnect at any point and a \
                     second 3-token request of another tenant, one-page KV writes; at most 2 \
-                    KV writes altered by a data fault (corrupt, misdirect, torn); a hazard a \
+                    data faults (corrupt, misdirect, torn, stale duplicate); a hazard a \
                     defense stops is not a violation"
                 .into(),
             decode_pages: 4,
@@ -361,7 +361,7 @@ impl ModelSpec {
     pub fn data_fault_small() -> ModelSpec {
         ModelSpec {
             name: "data-fault-small".into(),
-            about: "data-fault with at most 1 altered KV write".into(),
+            about: "data-fault with at most 1 data fault".into(),
             faults: FaultBounds {
                 data_faults: 1,
                 ..FaultBounds::default()

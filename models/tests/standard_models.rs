@@ -617,7 +617,7 @@ fn crash_race_full_is_clean_with_a_pinned_state_count() {
     pinned(&r, 2_647_989);
 }
 
-/// The full `data-fault` model (two altered writes; 3,096,933 states).
+/// The full `data-fault` model (two data faults; 5,539,377 states).
 #[test]
 #[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
 fn data_fault_full_is_clean_with_a_pinned_state_count() {
@@ -630,7 +630,7 @@ fn data_fault_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 3_096_933);
+    pinned(&r, 5_539_377);
 }
 
 /// The full `timer-refire` model (two premature timeouts, a failed write and one
