@@ -308,8 +308,10 @@ fn data_fault_small_is_clean_with_a_pinned_state_count() {
 const DATA_FAULT_SMALL: usize = 927_613;
 
 /// Every kind of data fault the world defines is a step of the model: on the first
-/// KV write in flight, each kind is enabled, and taking it records the fault (the
-/// oracle's trace record) and lands an altered write.
+/// KV write in flight, each kind is enabled (the stale duplicate as keeping a copy,
+/// see `a_kept_copy_lands_later_as_a_stale_duplicate_and_is_refused_on_a_ready_page`),
+/// and taking an alteration records the fault (the oracle's trace record) and lands
+/// an altered write.
 #[test]
 fn every_data_fault_kind_is_a_model_step() {
     let spec = ModelSpec::data_fault_small();
@@ -340,6 +342,12 @@ fn every_data_fault_kind_is_a_model_step() {
                 .collect();
             assert_eq!(kinds, applicable, "every applicable kind is enabled");
             assert!(kinds.len() >= 3, "{kinds:?}");
+            // The stale duplicate, a second landing rather than a change to the write,
+            // is its own step on the same write: deliver it and keep a copy.
+            assert!(
+                enabled.contains(&Action::KeepStale(write.clone())),
+                "{enabled:?}"
+            );
             for a in enabled.iter().filter(|a| matches!(a, Action::Alter(..))) {
                 let (next, log) = model.explain(&s, a);
                 assert_eq!(next.faults().data_faults, 1);
