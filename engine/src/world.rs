@@ -406,27 +406,38 @@ impl<K: Clone> WriteHistory<K> {
             .collect();
         let pool = if over.is_empty() { earlier } else { over };
         let (from, dup) = pool.get((salt % pool.len().max(1) as u64) as usize)?;
-        let Msg::KvWrite { dst, .. } = dup else {
-            return None;
-        };
-        let index = overlap(dup).unwrap_or(0);
-        let landed = *dst.get(index)?;
-        let meant = new_dst
-            .iter()
-            .find(|n| n.page == landed.page)
-            .copied()
-            .unwrap_or(landed);
-        Some((
-            *from,
-            dup.clone(),
-            Altered {
-                fault: DataFault::StaleDuplicate,
-                index,
-                meant,
-                landed,
-            },
-        ))
+        Some((*from, dup.clone(), stale_landing(dup, new_dst)?))
     }
+}
+
+/// What the stale duplicate `dup` (a KV write landing again, as it was sent) does
+/// over the newer contents `newer` of its receiver (the tags a newer write gives those
+/// pages, or the pages' current tags): the first of its pages that `newer` also holds
+/// (else its first page) is the one it lands over, `landed` its own (earlier) tag and
+/// `meant` the newer tag of that page (its own when `newer` has none). `None` for a
+/// message that is not a KV write with pages. The one statement of the fault's record,
+/// for [`WriteHistory::duplicate`] and for a driver that keeps a copy of a write
+/// itself (the model checker).
+pub fn stale_landing<K>(dup: &Msg<K>, newer: &[PageTag]) -> Option<Altered> {
+    let Msg::KvWrite { dst, .. } = dup else {
+        return None;
+    };
+    let index = dst
+        .iter()
+        .position(|t| newer.iter().any(|n| n.page == t.page))
+        .unwrap_or(0);
+    let landed = *dst.get(index)?;
+    let meant = newer
+        .iter()
+        .find(|n| n.page == landed.page)
+        .copied()
+        .unwrap_or(landed);
+    Some(Altered {
+        fault: DataFault::StaleDuplicate,
+        index,
+        meant,
+        landed,
+    })
 }
 
 /// Is `msg`, sent while a driver delivers the stale duplicate of write `dup`, the

@@ -24,13 +24,13 @@ use crate::memo::{self, Cause, Effect, Machine, Routed};
 use crate::shared::Shared;
 use crate::spec::{ClientSpec, ModelSpec, SpecError};
 use crate::state::{
-    altered, note, Action, Book, Client, Envelope, FaultsUsed, State, CLIENT, DECODE, PREFILL,
-    ROUTER,
+    altered, note, stale_landing, Action, Book, Client, Envelope, FaultsUsed, StaleCopy, State,
+    CLIENT, DECODE, PREFILL, ROUTER,
 };
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
-use kvsim_engine::ids::{NodeId, RequestId, TenantId};
+use kvsim_engine::ids::{NodeId, RequestId, TenantId, WriteId};
 use kvsim_engine::invariant::{Invariant, Violation};
 use kvsim_engine::kv::PageState;
 use kvsim_engine::msg::{Msg, Status};
@@ -43,7 +43,7 @@ use kvsim_engine::world::{
 use kvsim_engine::{Cfg, Timer};
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::{ClockKind, EndOutcome, FaultEvent, Record, RunHeader};
-use kvsim_oracle::state::{must_reject, Draft};
+use kvsim_oracle::state::{must_reject, Draft, WriteFacts};
 use kvsim_oracle::OracleState;
 use smallvec::SmallVec;
 use stateright::{Model, Property};
@@ -241,6 +241,7 @@ impl HandoffModel {
             decode: Shared::new(decode),
             net: Vec::new(),
             timers: Timers::new(),
+            stale: Vec::new(),
             book: Shared::new(Book {
                 clients: self
                     .groups
@@ -271,6 +272,8 @@ impl HandoffModel {
             oracle: None,
             drafts: Vec::new(),
             restart: None,
+            replaying: None,
+            replay: None,
         };
         match action {
             Action::Submit(slot) => {
@@ -325,6 +328,31 @@ impl HandoffModel {
                 tx.s.book(|b| b.faults.data_faults += 1);
                 if tx.s.take(e) {
                     tx.deliver(e, false, Some(*fault));
+                }
+            }
+            Action::KeepStale(e) => {
+                tx.s.book(|b| b.faults.data_faults += 1);
+                if tx.s.take(e) {
+                    // The oracle's facts of the write as it is in flight now, before
+                    // it lands (the simulator's oracle keeps them at the landing).
+                    let facts = e
+                        .get()
+                        .msg
+                        .write_id()
+                        .and_then(|id| tx.s.oracle.get().write_in_flight(id).cloned());
+                    tx.event_text(|| {
+                        "the network keeps a copy of the KV write, to land again later".into()
+                    });
+                    tx.deliver(e, false, None);
+                    tx.s.keep_stale(StaleCopy {
+                        env: e.get().clone(),
+                        facts,
+                    });
+                }
+            }
+            Action::LandStale(c) => {
+                if tx.s.take_stale(c) {
+                    tx.land_stale(c.get());
                 }
             }
             Action::Lose(e) => {
@@ -385,7 +413,7 @@ impl HandoffModel {
     /// A spent timer that may still be delivered again does not count: the run may end
     /// without it, so that ending is judged too (and the refire's successor as well).
     pub fn is_quiescent(&self, s: &State) -> bool {
-        if !s.net.is_empty() || !s.timers.is_empty() {
+        if !s.net.is_empty() || !s.timers.is_empty() || !s.stale.is_empty() {
             return false;
         }
         let mut actions = Vec::new();
@@ -425,6 +453,11 @@ struct Tx<'a> {
     drafts: Vec<Draft>,
     /// A node that asked to be restarted (a fault with [`FaultAction::Restart`]).
     restart: Option<NodeId>,
+    /// The write whose stale duplicate is being delivered: its receiver's completion
+    /// of it is dropped ([`world::duplicate_completion`]).
+    replaying: Option<WriteId>,
+    /// The oracle's facts of that write, put back in flight as it lands.
+    replay: Option<WriteFacts>,
 }
 
 impl Tx<'_> {
@@ -521,6 +554,19 @@ impl Tx<'_> {
         self.s.timers.crash(node);
         // The dead incarnation's timers are gone with its timer wheel.
         self.s.forget_spent(|n, _| n != node);
+        // A kept copy of a write to or from the dead incarnation is gone with its
+        // connections (the simulator's write history forgets them; one already on its
+        // way is dropped as it arrives).
+        if self
+            .s
+            .stale
+            .iter()
+            .any(|c| c.get().env.from == node || c.get().env.to == node)
+        {
+            self.s
+                .stale
+                .retain(|c| c.get().env.from != node && c.get().env.to != node);
+        }
         let mut flushed = Vec::new();
         let mut failed = Vec::new();
         let mut kept = Vec::with_capacity(self.s.net.len());
@@ -649,6 +695,47 @@ impl Tx<'_> {
         }
     }
 
+    /// A kept copy of a KV write lands again as a stale duplicate. The world's rule for
+    /// an arriving write applies (one that would fail is simply gone: its writer knows
+    /// nothing of it); one that lands is announced with the simulator's `data_fault`
+    /// record and handed to its node, whose completion of it is dropped.
+    fn land_stale(&mut self, copy: &StaleCopy) {
+        let env = &copy.env;
+        let at = self.m.arriving(&self.s, env.to, false);
+        if !matches!(world::arrival(&env.msg, &at), Arrival::Deliver) {
+            return;
+        }
+        let Some(write) = env.msg.write_id() else {
+            return;
+        };
+        let pool = match env.to {
+            PREFILL => self.s.prefill.get().pool(),
+            _ => self.s.decode.get().pool(),
+        };
+        let Some(a) = stale_landing(pool, &env.msg) else {
+            return;
+        };
+        self.event_text(|| {
+            format!(
+                "a stale duplicate of the KV write {write} lands: its page {} lands over {}",
+                a.landed, a.meant
+            )
+        });
+        self.record(&Record::Fault(FaultEvent::DataFault {
+            from: env.from,
+            to: env.to,
+            write,
+            kind: a.fault,
+            meant: a.meant,
+            landed: a.landed,
+        }));
+        self.replaying = Some(write);
+        self.replay = copy.facts.clone();
+        self.dispatch(env.to, Cause::Delivered(Shared::new(env.clone())));
+        self.replaying = None;
+        self.replay = None;
+    }
+
     /// Feed one input to one node and carry out its effects, in order.
     fn dispatch(&mut self, node: NodeId, cause: Cause) {
         match node {
@@ -706,6 +793,14 @@ impl<'r> Driver<&'r Routed, &'r TraceEvent> for Tx<'_> {
         match msg {
             Routed::Client(msg) => self.respond(msg),
             Routed::Peer(e) => {
+                if let Some(dup) = self.replaying {
+                    if world::duplicate_completion(dup, &e.get().msg) {
+                        self.event_text(|| {
+                            format!("{from}'s completion of the stale duplicate is dropped")
+                        });
+                        return;
+                    }
+                }
                 if let Some(log) = self.log.as_deref_mut() {
                     log.events.push(format!(
                         "{from} sends {} to {}",
@@ -736,6 +831,11 @@ impl<'r> Driver<&'r Routed, &'r TraceEvent> for Tx<'_> {
         }
         if let TraceEvent::QuarantineReleased { room, .. } = ev {
             self.s.unnote(*room, note::DRAIN_RETRIED);
+        }
+        if self.replay.is_some() {
+            let mut replay = self.replay.take();
+            self.oracle().duplicate_lands(&mut replay, ev);
+            self.replay = replay;
         }
         let m = self.m;
         let mut drafts = std::mem::take(&mut self.drafts);
@@ -903,9 +1003,16 @@ impl Model for HandoffModel {
                     let env = e.get();
                     let at = self.arriving(s, env.to, false);
                     if matches!(world::arrival(&env.msg, &at), Arrival::Deliver) {
-                        for fault in DataFault::ALL {
+                        let kinds = DataFault::ALL
+                            .into_iter()
+                            .filter(|f| bounds.data_fault_kind.is_none_or(|k| k == *f));
+                        for fault in kinds {
                             if altered(&self.spec, env.to, &env.msg, fault).is_some() {
                                 out.push(Action::Alter(e.clone(), fault));
+                            } else if fault == DataFault::StaleDuplicate {
+                                // A second landing, later: the write lands now and a
+                                // copy of it stays in the network.
+                                out.push(Action::KeepStale(e.clone()));
                             }
                         }
                     }
@@ -918,6 +1025,10 @@ impl Model for HandoffModel {
                     out.push(Action::Duplicate(e.clone()));
                 }
             }
+        }
+        // A kept copy lands again at any point, in no order.
+        for c in &s.stale {
+            out.push(Action::LandStale(c.clone()));
         }
         let timeouts_left = used.early_timeouts < bounds.early_timeouts || !s.timeout_is_early();
         for (node, timer) in s.timers.iter() {

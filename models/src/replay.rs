@@ -14,11 +14,11 @@
 
 use crate::schedule::{MessageStep, Schedule, Step};
 use crate::spec::ModelSpec;
-use crate::state::{altered, CLIENT, PREFILL, ROUTER};
+use crate::state::{altered, stale_landing, CLIENT, PREFILL, ROUTER};
 use crate::HandoffModel;
 use kvsim_engine::env::{Input, Outbox, Timer, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
-use kvsim_engine::ids::{NodeId, RequestId, TenantId};
+use kvsim_engine::ids::{NodeId, RequestId, TenantId, WriteId};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::Msg;
 use kvsim_engine::node::Node;
@@ -63,6 +63,10 @@ struct Replayer<'a> {
     spec: &'a ModelSpec,
     nodes: Vec<Node<SymbolicGpu>>,
     net: Vec<(NodeId, NodeId, Msg<SymbolicPage>)>,
+    /// Copies of landed KV writes kept to land again as stale duplicates.
+    stale: Vec<(NodeId, NodeId, Msg<SymbolicPage>)>,
+    /// The write whose stale duplicate is being delivered (its completion is dropped).
+    replaying: Option<WriteId>,
     timers: Timers<()>,
     oracle: Oracle,
     log: Vec<String>,
@@ -147,6 +151,43 @@ impl Replayer<'_> {
         }
     }
 
+    /// A kept copy of a KV write lands again as a stale duplicate, as the simulator
+    /// delivers one: by the world's rule for an arriving write (one that would fail is
+    /// gone), announced with a `data_fault` record, its receiver's completion dropped.
+    fn land_stale(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>) {
+        let Some(pool) = self.nodes[to.0 as usize].pool() else {
+            return;
+        };
+        let at = Arriving {
+            sender_alive: true,
+            receiver_alive: true,
+            receiver_epoch: pool.epoch(),
+            partitioned: false,
+            injected_failure: false,
+        };
+        if !matches!(world::arrival(&msg, &at), Arrival::Deliver) {
+            return;
+        }
+        let (Some(write), Some(a)) = (msg.write_id(), stale_landing(pool, &msg)) else {
+            return;
+        };
+        self.log.push(format!(
+            "    a stale duplicate of the KV write {write} lands: its page {} lands over {}",
+            a.landed, a.meant
+        ));
+        self.record(Record::Fault(FaultEvent::DataFault {
+            from,
+            to,
+            write,
+            kind: a.fault,
+            meant: a.meant,
+            landed: a.landed,
+        }));
+        self.replaying = Some(write);
+        self.dispatch(to, Input::Message { from, msg });
+        self.replaying = None;
+    }
+
     /// A crash and an immediate restart, by the world's rules.
     fn crash(&mut self, node: NodeId) -> Result<(), String> {
         let i = node.0 as usize;
@@ -155,6 +196,8 @@ impl Replayer<'_> {
             None => return Err("only a prefill or decode node can crash".into()),
         };
         self.timers.crash(node);
+        self.stale
+            .retain(|(from, to, _)| *from != node && *to != node);
         let mut kept = Vec::new();
         let mut flushed = Vec::new();
         let mut failed = Vec::new();
@@ -194,6 +237,13 @@ impl Replayer<'_> {
 
 impl Driver<Msg<SymbolicPage>> for Replayer<'_> {
     fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>) {
+        if let Some(dup) = self.replaying {
+            if world::duplicate_completion(dup, &msg) {
+                self.log
+                    .push("    its completion of the stale duplicate is dropped".into());
+                return;
+            }
+        }
         if to == CLIENT {
             if let Msg::Response {
                 req,
@@ -240,6 +290,8 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
         spec,
         nodes: topology.build(&cfg, SymbolicGpu::new),
         net: Vec::new(),
+        stale: Vec::new(),
+        replaying: None,
         timers: Timers::new(),
         oracle: Oracle::new(header),
         log: Vec::new(),
@@ -280,6 +332,21 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                 to,
                 summary,
             } => {
+                if *how == MessageStep::Alter(DataFault::StaleDuplicate) {
+                    let Some(i) = r
+                        .stale
+                        .iter()
+                        .position(|(f, t, m)| f == from && t == to && &m.summary() == summary)
+                    else {
+                        return Err(ReplayError::NoSuchMessage {
+                            index,
+                            step: step.to_string(),
+                        });
+                    };
+                    let (f, t, m) = r.stale.remove(i);
+                    r.land_stale(f, t, m);
+                    continue;
+                }
                 let Some(i) = r
                     .net
                     .iter()
@@ -312,6 +379,18 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                         }
                         let (f, t, m) = r.net.remove(i);
                         r.deliver(f, t, m, false, Some(*fault));
+                    }
+                    MessageStep::KeepCopy => {
+                        if !matches!(r.net[i].2, Msg::KvWrite { .. }) {
+                            return Err(ReplayError::Invalid {
+                                index,
+                                step: step.to_string(),
+                                reason: "only a KV write is kept to land again".into(),
+                            });
+                        }
+                        let (f, t, m) = r.net.remove(i);
+                        r.stale.push((f, t, m.clone()));
+                        r.deliver(f, t, m, false, None);
                     }
                     MessageStep::Lose => {
                         r.net.remove(i);
@@ -359,7 +438,7 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
             }
         }
     }
-    let quiescent = r.net.is_empty() && r.timers.is_empty();
+    let quiescent = r.net.is_empty() && r.timers.is_empty() && r.stale.is_empty();
     if quiescent {
         r.step += 1;
         r.record(Record::End {

@@ -59,8 +59,13 @@ pub enum MessageStep {
     Duplicate,
     Lose,
     FailWrite,
-    /// A KV write delivered altered by this data fault (`deliver-corrupt`, ...).
+    /// A KV write delivered altered by this data fault (`deliver-corrupt`, ...). For
+    /// [`DataFault::StaleDuplicate`] (`deliver-stale-duplicate`): a kept copy of a
+    /// write that landed earlier lands again.
     Alter(DataFault),
+    /// A KV write delivered, and a copy of it kept in the network to land again later
+    /// as a stale duplicate (`deliver-keep-copy`).
+    KeepCopy,
 }
 
 impl MessageStep {
@@ -72,6 +77,7 @@ impl MessageStep {
             MessageStep::Lose => "lose".into(),
             MessageStep::FailWrite => "fail-write".into(),
             MessageStep::Alter(fault) => format!("deliver-{}", fault.name()),
+            MessageStep::KeepCopy => "deliver-keep-copy".into(),
         }
     }
 }
@@ -196,6 +202,7 @@ fn parse_step(text: &str) -> Result<Step, String> {
         "duplicate" => MessageStep::Duplicate,
         "lose" => MessageStep::Lose,
         "fail-write" => MessageStep::FailWrite,
+        "deliver-keep-copy" => MessageStep::KeepCopy,
         _ => match verb
             .strip_prefix("deliver-")
             .and_then(|name| DataFault::ALL.into_iter().find(|f| f.name() == name))
@@ -282,6 +289,13 @@ pub fn step_of(model: &HandoffModel, s: &State, a: &Action) -> Step {
             timer: *timer,
         },
         Action::Alter(e, fault) => message(MessageStep::Alter(*fault), e),
+        Action::KeepStale(e) => message(MessageStep::KeepCopy, e),
+        Action::LandStale(c) => Step::Message {
+            how: MessageStep::Alter(DataFault::StaleDuplicate),
+            from: c.get().env.from,
+            to: c.get().env.to,
+            summary: c.get().env.msg.summary(),
+        },
         Action::Crash(node) => Step::Crash { node: *node },
     }
 }
@@ -302,9 +316,17 @@ fire n0 Request room12.g3
 crash n2
 refire n2 WaitingForKv room1.g1
 deliver-corrupt n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
+deliver-keep-copy n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 ";
         let s = Schedule::parse(text).unwrap();
-        assert_eq!(s.0.len(), 9);
+        assert_eq!(s.0.len(), 10);
+        assert!(matches!(
+            s.0[9],
+            Step::Message {
+                how: MessageStep::KeepCopy,
+                ..
+            }
+        ));
         assert_eq!(
             s.0[8],
             Step::Message {

@@ -66,8 +66,14 @@ pub struct FaultBounds {
     /// KV writes delivered altered by a data fault (each of `world::DataFault::ALL`
     /// that has something to act on), applied by the engine's one definition,
     /// `world::alter`, with the fixed salt [`crate::state::DATA_FAULT_SALT`]. The
-    /// writer's completion still reports success.
+    /// writer's completion still reports success. A stale duplicate is a write that
+    /// lands and leaves a copy in the network, which lands again at any later point
+    /// (`world::stale_landing` describes it, its receiver's completion is dropped as
+    /// `world::duplicate_completion` says); the copy counts against this budget.
     pub data_faults: u8,
+    /// Only this kind of data fault (`None`: every kind): to show what one kind alone
+    /// finds.
+    pub data_fault_kind: Option<kvsim_engine::world::DataFault>,
     /// Deliveries of a timer that already fired or was cancelled (a timer wheel that
     /// delivers a stale entry): the node gets the same timer input again.
     pub timer_refires: u8,
@@ -320,9 +326,9 @@ impl ModelSpec {
     /// disconnect at any point, a second one of another tenant; each prompt in two
     /// one-page KV writes) with a decode pool of 4 pages that holds both requests at
     /// once, so a misdirected page can land in the other request's page, where up to
-    /// two KV writes land altered by a data fault, each kind `world::DataFault::ALL`
-    /// defines (corrupted, misdirected, torn; applied by `world::alter`), and no other
-    /// fault.
+    /// two data faults strike KV writes, each kind `world::DataFault::ALL` defines
+    /// (corrupted, misdirected, torn, applied by `world::alter`; a stale duplicate: a
+    /// copy of a landed write that lands again later), and no other fault.
     /// The defenses must act here (verification's checksum, the page tags): a hazard a
     /// defense stopped holds ([`ModelSpec::detections_hold`]), and the model must
     /// reach one.
@@ -332,7 +338,7 @@ impl ModelSpec {
             about: "1 prefill (2 pages), 1 decode (4 pages: both requests at once), context \
                     16; a 3-token request whose client may disconnect at any point and a \
                     second 3-token request of another tenant, one-page KV writes; at most 2 \
-                    KV writes altered by a data fault (corrupt, misdirect, torn); a hazard a \
+                    data faults (corrupt, misdirect, torn, stale duplicate); a hazard a \
                     defense stops is not a violation"
                 .into(),
             decode_pages: 4,
@@ -355,7 +361,7 @@ impl ModelSpec {
     pub fn data_fault_small() -> ModelSpec {
         ModelSpec {
             name: "data-fault-small".into(),
-            about: "data-fault with at most 1 altered KV write".into(),
+            about: "data-fault with at most 1 data fault".into(),
             faults: FaultBounds {
                 data_faults: 1,
                 ..FaultBounds::default()

@@ -17,10 +17,12 @@ use kvsim_engine::gpu::SymbolicGpu;
 use kvsim_engine::gpu::SymbolicPage;
 use kvsim_engine::ids::{NodeId, RequestId, RoomKey};
 use kvsim_engine::invariant::Invariant;
+use kvsim_engine::kv::PagePool;
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::world::{self, Altered, DataFault, Timers};
+use kvsim_oracle::state::WriteFacts;
 use kvsim_oracle::OracleState;
 use smallvec::SmallVec;
 use std::fmt;
@@ -60,6 +62,23 @@ impl Envelope {
 impl fmt::Display for Envelope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} -> {} | {}", self.from, self.to, self.msg.summary())
+    }
+}
+
+/// A copy of a KV write that landed, kept by the network to land again later as a
+/// stale duplicate ([`DataFault::StaleDuplicate`]): a retransmission the writer's NIC
+/// does not know about. `facts`: the oracle's facts of the write as it was in flight
+/// (the simulator's oracle keeps those of recent landings for the same purpose), put
+/// back in flight when the copy lands ([`OracleState::duplicate_lands`]).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct StaleCopy {
+    pub env: Envelope,
+    pub facts: Option<WriteFacts>,
+}
+
+impl fmt::Display for StaleCopy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.env.fmt(f)
     }
 }
 
@@ -183,6 +202,10 @@ pub struct State {
     pub net: Vec<Shared<Envelope>>,
     /// Pending timers per node (the world's timer semantics).
     pub timers: Timers<()>,
+    /// Copies of landed KV writes that will land again as stale duplicates, at any
+    /// later point (no channel order): sorted by envelope. Empty unless the model's
+    /// `data_faults` budget allows the fault.
+    pub stale: Vec<Shared<StaleCopy>>,
     pub book: Shared<Book>,
     /// The oracle's model of the run so far.
     pub oracle: Shared<OracleState>,
@@ -219,6 +242,10 @@ impl Hash for State {
             let (a, b) = timer_words(node, t);
             h.write_u64(a);
             h.write_u64(b);
+        }
+        h.write_u64(self.stale.len() as u64);
+        for c in &self.stale {
+            h.write_u64(c.digest());
         }
     }
 }
@@ -332,6 +359,25 @@ impl State {
         self.net.insert(seg.end, env);
     }
 
+    /// Keep a copy of a landed KV write to land again later (merged with an identical
+    /// copy already kept).
+    pub fn keep_stale(&mut self, copy: StaleCopy) {
+        if let Err(i) = self.stale.binary_search_by(|c| c.get().env.cmp(&copy.env)) {
+            self.stale.insert(i, Shared::new(copy));
+        }
+    }
+
+    /// Take a kept copy out; `false` if it was not kept.
+    pub fn take_stale(&mut self, copy: &Shared<StaleCopy>) -> bool {
+        match self.stale.iter().position(|c| c == copy) {
+            Some(i) => {
+                self.stale.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Where a message is queued: its index in `net`, and whether it is the head of
     /// its channel (the next one the channel delivers in order).
     pub fn position(&self, env: &Shared<Envelope>) -> Option<(usize, bool)> {
@@ -395,6 +441,11 @@ pub enum Action {
     Refire(NodeId, Timer),
     /// Deliver the oldest KV write of a channel altered by a data fault.
     Alter(Shared<Envelope>, DataFault),
+    /// Deliver the oldest KV write of a channel, and keep a copy of it in the network
+    /// to land again later as a stale duplicate (a data fault: [`Action::LandStale`]).
+    KeepStale(Shared<Envelope>),
+    /// A kept copy of a KV write lands again, over whatever its pages hold now.
+    LandStale(Shared<StaleCopy>),
     /// The prefill or decode node crashes and restarts into a new incarnation.
     Crash(NodeId),
 }
@@ -427,6 +478,25 @@ pub fn altered(
     Some((m, a))
 }
 
+/// What a stale duplicate `msg` does as it lands at a node whose pool is `pool`
+/// ([`world::stale_landing`] against the current tags of the pages it addresses).
+/// The model and the replayer both describe the landing through this.
+pub fn stale_landing(pool: &PagePool, msg: &Msg<SymbolicPage>) -> Option<Altered> {
+    let Msg::KvWrite { dst, .. } = msg else {
+        return None;
+    };
+    let now: Vec<_> = dst
+        .iter()
+        .filter_map(|t| {
+            pool.record(t.page).map(|r| kvsim_engine::ids::PageTag {
+                page: t.page,
+                gen: r.gen,
+            })
+        })
+        .collect();
+    world::stale_landing(msg, &now)
+}
+
 /// A timer as `Kind room` text (`Compute`, `Request room1.1`).
 pub fn timer_text(timer: Timer) -> String {
     match timer {
@@ -451,6 +521,13 @@ impl fmt::Display for Action {
             Action::Fire(node, t) => write!(f, "fire {node} {}", timer_text(*t)),
             Action::Refire(node, t) => write!(f, "refire {node} {}", timer_text(*t)),
             Action::Alter(e, fault) => write!(f, "deliver-{} {}", fault.name(), e.get()),
+            Action::KeepStale(e) => write!(f, "deliver-keep-copy {}", e.get()),
+            Action::LandStale(c) => write!(
+                f,
+                "deliver-{} {}",
+                DataFault::StaleDuplicate.name(),
+                c.get()
+            ),
             Action::Crash(node) => write!(f, "crash {node}"),
         }
     }

@@ -60,6 +60,7 @@ fn rooms(s: &State) -> Vec<RoomKey> {
         out.extend(pool.records().filter_map(|(_, r)| r.owner));
     }
     out.extend(s.net.iter().filter_map(|e| e.get().msg.room()));
+    out.extend(s.stale.iter().filter_map(|c| c.get().env.msg.room()));
     out.sort();
     out.dedup();
     out
@@ -135,6 +136,16 @@ pub fn state_text(model: &str, s: &State) -> String {
     let _ = writeln!(out, "in flight ({}):", s.net.len());
     for e in &s.net {
         let _ = writeln!(out, "  {}", e.get());
+    }
+    if !s.stale.is_empty() {
+        let _ = writeln!(
+            out,
+            "kept to land again as stale duplicates ({}):",
+            s.stale.len()
+        );
+        for c in &s.stale {
+            let _ = writeln!(out, "  {}", c.get());
+        }
     }
     let timers: Vec<String> = s
         .timers

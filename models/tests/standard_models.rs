@@ -208,6 +208,13 @@ fn transition_cache_changes_no_state_and_no_verdict() {
             spec.engine.defenses.verify_on_completion = false;
             spec
         },
+        // A kept copy landing again as a stale duplicate, where it lands (tags off).
+        {
+            let mut spec = small_data_fault();
+            spec.faults.data_fault_kind = Some(DataFault::StaleDuplicate);
+            spec.engine.defenses.page_tags = false;
+            spec
+        },
         ModelSpec {
             faults: FaultBounds {
                 crashes: 1,
@@ -298,11 +305,13 @@ fn data_fault_small_is_clean_with_a_pinned_state_count() {
     pinned(&r, DATA_FAULT_SMALL);
 }
 
-const DATA_FAULT_SMALL: usize = 746_676;
+const DATA_FAULT_SMALL: usize = 927_613;
 
 /// Every kind of data fault the world defines is a step of the model: on the first
-/// KV write in flight, each kind is enabled, and taking it records the fault (the
-/// oracle's trace record) and lands an altered write.
+/// KV write in flight, each kind is enabled (the stale duplicate as keeping a copy,
+/// see `a_kept_copy_lands_later_as_a_stale_duplicate_and_is_refused_on_a_ready_page`),
+/// and taking an alteration records the fault (the oracle's trace record) and lands
+/// an altered write.
 #[test]
 fn every_data_fault_kind_is_a_model_step() {
     let spec = ModelSpec::data_fault_small();
@@ -333,6 +342,12 @@ fn every_data_fault_kind_is_a_model_step() {
                 .collect();
             assert_eq!(kinds, applicable, "every applicable kind is enabled");
             assert!(kinds.len() >= 3, "{kinds:?}");
+            // The stale duplicate, a second landing rather than a change to the write,
+            // is its own step on the same write: deliver it and keep a copy.
+            assert!(
+                enabled.contains(&Action::KeepStale(write.clone())),
+                "{enabled:?}"
+            );
             for a in enabled.iter().filter(|a| matches!(a, Action::Alter(..))) {
                 let (next, log) = model.explain(&s, a);
                 assert_eq!(next.faults().data_faults, 1);
@@ -610,7 +625,7 @@ fn crash_race_full_is_clean_with_a_pinned_state_count() {
     pinned(&r, 2_647_989);
 }
 
-/// The full `data-fault` model (two altered writes; 3,096,933 states).
+/// The full `data-fault` model (two data faults; 5,539,377 states).
 #[test]
 #[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
 fn data_fault_full_is_clean_with_a_pinned_state_count() {
@@ -623,7 +638,7 @@ fn data_fault_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 3_096_933);
+    pinned(&r, 5_539_377);
 }
 
 /// The full `timer-refire` model (two premature timeouts, a failed write and one
@@ -726,4 +741,174 @@ fn every_reachable_bug_switch_is_found_and_replays() {
             );
         }
     }
+}
+
+/// `data-fault-small` with stale duplicates only: a KV write lands and a copy of it
+/// stays in the network, to land again at any later point.
+fn stale_duplicate_small() -> ModelSpec {
+    let mut spec = ModelSpec::data_fault_small();
+    spec.faults.data_fault_kind = Some(DataFault::StaleDuplicate);
+    spec
+}
+
+/// Stale duplicates alone, on the defended engine and on the defended engine without
+/// verification: clean, and a defense stops one (the landing-time tag check: the copy
+/// carries its room use's generation, so it is refused wherever that use is over).
+/// The page tags do it alone, as in the simulator.
+#[test]
+fn stale_duplicates_are_stopped_by_the_tags_with_a_pinned_state_count() {
+    let r = run(stale_duplicate_small());
+    assert_clean(&r);
+    pinned(&r, STALE_DUPLICATE_SMALL);
+    let mut spec = stale_duplicate_small();
+    spec.engine.defenses.verify_on_completion = false;
+    let r = run(spec);
+    assert_clean(&r);
+    pinned(&r, STALE_DUPLICATE_SMALL);
+}
+
+const STALE_DUPLICATE_SMALL: usize = 295_322;
+
+/// With the page tags off, a stale duplicate lands in a page its room use no longer
+/// owns (S2), another request reads it (S3) and answers 200 with a wrong token (S10):
+/// what the simulator finds without the tags. Each counterexample keeps a copy and
+/// lands it, and replays through the simulator's nodes and oracle to its invariant.
+#[test]
+fn stale_duplicates_without_page_tags_break_s2_s3_s10_and_replay() {
+    let mut spec = stale_duplicate_small();
+    spec.engine.defenses.page_tags = false;
+    let r = run(spec);
+    let broken = counterexamples_replay(&r);
+    for inv in [Invariant::S2, Invariant::S3, Invariant::S10] {
+        assert!(broken.contains(&inv), "{inv}: {}", r.render());
+    }
+    for c in &r.counterexamples {
+        let has = |how: MessageStep| {
+            c.schedule
+                .0
+                .iter()
+                .any(|s| matches!(s, Step::Message { how: h, .. } if *h == how))
+        };
+        assert!(
+            has(MessageStep::KeepCopy) && has(MessageStep::Alter(DataFault::StaleDuplicate)),
+            "{}: {}",
+            c.property,
+            c.schedule
+        );
+    }
+}
+
+/// The stale duplicate as a model step: a KV write delivered with a copy kept (the
+/// copy counts against the data-fault budget), then, once decode accepted the
+/// transfer and the page is `Ready`, the copy lands again. The landing is announced
+/// with the simulator's `data_fault` record, the landing gate refuses it (a `Ready`
+/// page takes no remote write), decode's completion of it is dropped (nothing goes
+/// back to prefill), and the schedule round-trips and replays to the same refusal.
+#[test]
+fn a_kept_copy_lands_later_as_a_stale_duplicate_and_is_refused_on_a_ready_page() {
+    use kvsim_engine::kv::PageState;
+    let spec = stale_duplicate_small();
+    let model = HandoffModel::new(spec.clone()).unwrap();
+    let mut s = model.initial();
+    let mut path = Vec::new();
+    let mut kept = false;
+    for _ in 0..200 {
+        let mut enabled = Vec::new();
+        model.actions(&s, &mut enabled);
+        let action = if !kept {
+            match enabled.iter().find(|a| matches!(a, Action::KeepStale(_))) {
+                Some(a) => {
+                    kept = true;
+                    a.clone()
+                }
+                None => enabled
+                    .iter()
+                    .find(|a| {
+                        matches!(a, Action::Submit(_) | Action::Deliver(_) | Action::Fire(..))
+                    })
+                    .cloned()
+                    .expect("the run goes on until a write is in flight"),
+            }
+        } else {
+            let copy = s.stale.first().expect("the copy is kept until it lands");
+            let Msg::KvWrite { id, dst, .. } = &copy.get().env.msg else {
+                unreachable!()
+            };
+            let ready = s.decode.get().pool().record(dst[0].page).is_some_and(|r| {
+                r.state == PageState::Ready && r.owner == Some(id.room) && r.gen == dst[0].gen
+            });
+            if ready {
+                let land = Action::LandStale(copy.clone());
+                assert!(enabled.contains(&land));
+                let (next, log) = model.explain(&s, &land);
+                let text = log.events.join("\n");
+                assert!(text.contains("a stale duplicate of the KV write"), "{text}");
+                assert!(text.contains("refuses"), "{text}");
+                assert!(
+                    text.contains("completion of the stale duplicate is dropped"),
+                    "{text}"
+                );
+                assert!(next.stale.is_empty());
+                assert_eq!(next.net.len(), s.net.len(), "no completion goes back");
+                assert_eq!(next.faults().data_faults, 1);
+                let mut p = path.clone();
+                p.push((s.clone(), land));
+                let schedule = Schedule::from_path(&model, &p);
+                let text = schedule.to_string();
+                assert!(text.contains("deliver-keep-copy "), "{text}");
+                assert!(text.contains("deliver-stale-duplicate "), "{text}");
+                assert_eq!(Schedule::parse(&text).unwrap(), schedule);
+                let replayed = replay(&spec, &schedule).expect("the stale landing replays");
+                assert!(
+                    replayed.log.iter().any(|l| l.contains("refuses")),
+                    "{:?}",
+                    replayed.log
+                );
+                assert!(
+                    replayed.findings.iter().all(|f| !f.violated()),
+                    "{:?}",
+                    replayed.findings
+                );
+                return;
+            }
+            assert_eq!(s.faults().data_faults, 1);
+            enabled
+                .iter()
+                .find(|a| matches!(a, Action::Deliver(_) | Action::Fire(..)))
+                .cloned()
+                .expect("the transfer completes")
+        };
+        let next = model.step(&s, &action, None);
+        path.push((s, action));
+        s = next;
+    }
+    panic!("decode never accepted the transfer with a copy kept");
+}
+
+/// With the page tags as the only defense, stale duplicates add no invariant to what
+/// the same model finds with no data fault at all (S2 and S9: prefill's and decode's
+/// early release, which deferred release exists to stop): the tags alone stop the
+/// stale duplicate, as in the simulator. (With no defense at all, the stale duplicate
+/// adds S3 and S10; measured, see docs/DETECTION.md.)
+#[test]
+fn the_tags_alone_stop_stale_duplicates() {
+    let tags_alone = |data_faults| {
+        let mut s = undefended(stale_duplicate_small());
+        s.engine.defenses.page_tags = true;
+        s.faults.data_faults = data_faults;
+        s
+    };
+    let sorted = |r: &CheckReport| {
+        let mut b = counterexamples_replay(r);
+        b.sort();
+        b
+    };
+    let without = run(tags_alone(0));
+    let with = run(tags_alone(1));
+    assert!(
+        with.unique > without.unique,
+        "the stale duplicate was explored"
+    );
+    assert_eq!(sorted(&with), sorted(&without), "{}", with.render());
+    assert_eq!(sorted(&without), vec![Invariant::S2, Invariant::S9]);
 }

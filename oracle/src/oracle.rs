@@ -178,12 +178,13 @@ impl Oracle {
                     .cloned();
             }
             Record::Engine(
-                TraceEvent::KvLanded { node, write, .. }
-                | TraceEvent::KvRefused { node, write, .. },
+                ev @ (TraceEvent::KvLanded { node, write, .. }
+                | TraceEvent::KvRefused { node, write, .. }),
             ) => {
-                if let Some(f) = self.replay.take_if(|f| f.id == *write) {
-                    self.state.restore_write(f);
-                } else if let Some(f) = self.state.write_in_flight(*write) {
+                if self.state.duplicate_lands(&mut self.replay, ev) {
+                    return;
+                }
+                if let Some(f) = self.state.write_in_flight(*write) {
                     let q = self.taken.entry(*node).or_default();
                     if q.len() == 2 * DUPLICATE_WINDOW {
                         q.pop_front();

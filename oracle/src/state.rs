@@ -365,6 +365,23 @@ impl OracleState {
         }
     }
 
+    /// A stale duplicate announced by a `data_fault` record, whose facts a driver
+    /// holds in `replay`, lands or is refused (`ev`): put its facts back in flight
+    /// first ([`OracleState::restore_write`]), so that `ev` is judged as the write it
+    /// is. `true` (and `replay` emptied) when `ev` is that landing or refusal.
+    pub fn duplicate_lands(&mut self, replay: &mut Option<WriteFacts>, ev: &TraceEvent) -> bool {
+        let (TraceEvent::KvLanded { write, .. } | TraceEvent::KvRefused { write, .. }) = ev else {
+            return false;
+        };
+        match replay.take_if(|f| f.id == *write) {
+            Some(f) => {
+                self.restore_write(f);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn take_write(&mut self, id: WriteId) -> Option<WriteFacts> {
         let i = self.write_index(id).ok()?;
         let w = self.writes.edit().remove(i);
