@@ -177,7 +177,13 @@ fn parse_step(text: &str) -> Result<Step, String> {
                 ("Compute", None) => Timer::Compute,
                 ("Bootstrap", Some(r)) => Timer::Bootstrap(r?),
                 ("WaitingForKv", Some(r)) => Timer::WaitingForKv(r?),
-                ("DrainRetry", Some(r)) => Timer::DrainRetry(r?),
+                ("DrainRetry", Some(r)) => {
+                    let arming = words
+                        .next()
+                        .and_then(|w| w.strip_prefix('#')?.parse().ok())
+                        .ok_or("expected #N (the drain retry's arming)")?;
+                    Timer::DrainRetry(r?, arming)
+                }
                 ("Request", Some(r)) => Timer::Request(r?),
                 _ => return Err("unknown timer".into()),
             };

@@ -414,7 +414,7 @@ fn timer_refire_small_is_clean_with_a_pinned_state_count() {
     pinned(&r, TIMER_REFIRE_SMALL);
 }
 
-const TIMER_REFIRE_SMALL: usize = 523_675;
+const TIMER_REFIRE_SMALL: usize = 520_247;
 
 /// A refired timer is an action that matters: with every defense off, `handoff-small`
 /// finds S2 only when one spent timer may fire again (the router's request timeout,
