@@ -308,9 +308,20 @@ fire n0 Request room12.g3
 crash n2
 refire n2 WaitingForKv room1.g1
 deliver-corrupt n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
+refire n2 DrainRetry room1.g1 #1
 ";
         let s = Schedule::parse(text).unwrap();
-        assert_eq!(s.0.len(), 9);
+        assert_eq!(s.0.len(), 10);
+        assert_eq!(
+            s.0[9],
+            Step::Refire {
+                node: NodeId(2),
+                timer: Timer::DrainRetry(RoomKey::new(1, 1), 1),
+            }
+        );
+        // A drain retry names its arming.
+        let err = Schedule::parse("fire n2 DrainRetry room1.g1").unwrap_err();
+        assert!(err.reason.contains("arming"), "{}", err.reason);
         assert_eq!(
             s.0[8],
             Step::Message {
