@@ -737,7 +737,7 @@ fn data_fault_full_is_clean_with_a_pinned_state_count() {
 }
 
 /// The full `timer-refire` model (two premature timeouts, a failed write and one
-/// refire; 9,973,041 states).
+/// refire; 9,723,629 states).
 #[test]
 #[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
 fn timer_refire_full_is_clean_with_a_pinned_state_count() {
@@ -750,7 +750,7 @@ fn timer_refire_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 9_973_041);
+    pinned(&r, 9_723_629);
 }
 
 /// The full `stale-control` model (a reused room number, two duplicates, one failed
