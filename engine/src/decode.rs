@@ -326,7 +326,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     self.fail(room, Status::INTERNAL, env);
                 }
             }
-            Input::Timer(Timer::DrainRetry(room)) => self.on_drain_retry(room, env),
+            Input::Timer(Timer::DrainRetry(room, arming)) => self.on_drain_retry(room, arming, env),
             Input::Timer(_) => {}
         }
     }
@@ -875,7 +875,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                             },
                         );
                         env.send(req.prefill, Msg::DrainRequest { room });
-                        env.set_timer(Timer::DrainRetry(room), self.cfg.timeouts.drain_retry_ns);
+                        env.set_timer(Timer::DrainRetry(room, 0), self.cfg.timeouts.drain_retry_ns);
                     }
                 } else {
                     // Free now, while prefill may still be writing (pre-#35049).
@@ -929,7 +929,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             let Some(q) = self.quarantine.remove(&room) else {
                 continue;
             };
-            env.cancel_timer(Timer::DrainRetry(room));
+            env.cancel_timer(Timer::DrainRetry(room, q.retries));
             if let Err(e) = self.pool.release_quarantined(room, &q.pages) {
                 self.fault(
                     NodeFault::PageRecordRefused {
@@ -946,12 +946,19 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
-    fn on_drain_retry<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+    /// A drain-retry timer of `room`'s quarantine fired, set when the quarantine had
+    /// made `arming` retries. Only the arming decode set last counts: an earlier one
+    /// delivered again (a stale entry of a timer wheel, a cancelled timer) is ignored,
+    /// so that it cannot use up the retry budget and stop the node early.
+    fn on_drain_retry<E: Env<G::Kv>>(&mut self, room: RoomKey, arming: u32, env: &mut E) {
         let max = self.cfg.timeouts.drain_retries;
         let retry_ns = self.cfg.timeouts.drain_retry_ns;
         let Some(q) = self.quarantine.get_mut(&room) else {
             return;
         };
+        if arming != q.retries {
+            return;
+        }
         // Saturate, so a node that keeps asking has finitely many states.
         q.retries = q.retries.saturating_add(1).min(max.saturating_add(1));
         let (retries, prefill) = (q.retries, q.prefill);
@@ -968,7 +975,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         // outage longer than the retry budget (liveness, L3/L4), with nothing gained
         // for safety.
         env.send(prefill, Msg::DrainRequest { room });
-        env.set_timer(Timer::DrainRetry(room), retry_ns);
+        env.set_timer(Timer::DrainRetry(room, retries), retry_ns);
     }
 
     /// S1/S8 on the pool; every owned page belongs to a live request or a quarantine

@@ -25,8 +25,12 @@ pub enum Timer {
     Bootstrap(RoomKey),
     /// Decode: the room's KV never completed.
     WaitingForKv(RoomKey),
-    /// Decode: ask again for the drain ack of a quarantined room.
-    DrainRetry(RoomKey),
+    /// Decode: ask again for the drain ack of a quarantined room. The number is the
+    /// arming: how many retries the quarantine had made when decode set it. A timer
+    /// wheel may deliver a cancelled or already fired timer again; decode counts a
+    /// firing as a retry only when its arming is the one it set last, so a stale
+    /// copy cannot use up the retry budget.
+    DrainRetry(RoomKey, u32),
     /// Router: the request got no terminal answer in time.
     Request(RoomKey),
 }

@@ -465,6 +465,13 @@ impl<G: Gpu> Harness<G> {
         self.step(node, Input::Timer(timer))
     }
 
+    /// Deliver `timer` to `node` again, whether or not it is pending (a timer wheel
+    /// handing out a stale entry: a timer that already fired or was cancelled). A
+    /// pending timer of that value stays pending.
+    pub fn refire(&mut self, node: NodeId, timer: Timer) -> Result<(), HarnessError> {
+        self.step(node, Input::Timer(timer))
+    }
+
     /// Cut `a` and `b` from each other: from now on a message between them arrives
     /// as [`world::arrival`] says a partitioned one does (control messages dropped,
     /// KV writes failed back, completions through).

@@ -333,7 +333,7 @@ fn quarantining(h: &mut H, room: RoomKey, act: impl FnOnce(&mut H), first: &[&st
             phase: Some(Quarantined { retries: 0 }),
             events: &events,
             sends: &[("DrainRequest", P), ("DecodeFinished", R)],
-            timers: vec![Timer::DrainRetry(room)],
+            timers: vec![Timer::DrainRetry(room, 0)],
             pages: QUARANTINED,
         },
     );
@@ -496,7 +496,7 @@ fn abort_while_transferring_quarantines() {
             phase: Some(Quarantined { retries: 0 }),
             events,
             sends: &[("DrainRequest", P), ("DecodeFinished", R)],
-            timers: vec![Timer::DrainRetry(room)],
+            timers: vec![Timer::DrainRetry(room, 0)],
             pages: QUARANTINED,
         },
     );
@@ -601,7 +601,7 @@ fn a_drain_ack_for_another_use_of_the_room_releases_nothing() {
             phase: Some(Quarantined { retries: 0 }),
             events: &[],
             sends: &[],
-            timers: vec![Timer::DrainRetry(room)],
+            timers: vec![Timer::DrainRetry(room, 0)],
             pages: QUARANTINED,
         },
     );
@@ -618,12 +618,12 @@ fn drain_retries_ask_again_and_the_last_one_stops_the_node() {
         check(
             &mut h,
             room,
-            |h| h.fire(D, Timer::DrainRetry(room)).unwrap(),
+            |h| h.fire(D, Timer::DrainRetry(room, retries - 1)).unwrap(),
             Want {
                 phase: Some(Quarantined { retries }),
                 events: &[],
                 sends: &[("DrainRequest", P)],
-                timers: vec![Timer::DrainRetry(room)],
+                timers: vec![Timer::DrainRetry(room, retries)],
                 pages: QUARANTINED,
             },
         );
@@ -631,12 +631,12 @@ fn drain_retries_ask_again_and_the_last_one_stops_the_node() {
     check(
         &mut h,
         room,
-        |h| h.fire(D, Timer::DrainRetry(room)).unwrap(),
+        |h| h.fire(D, Timer::DrainRetry(room, 2)).unwrap(),
         Want {
             phase: Some(Quarantined { retries: 3 }),
             events: &["Fault"],
             sends: &[("DrainRequest", P)],
-            timers: vec![Timer::DrainRetry(room)],
+            timers: vec![Timer::DrainRetry(room, 3)],
             pages: QUARANTINED,
         },
     );
@@ -651,12 +651,12 @@ fn drain_retries_ask_again_and_the_last_one_stops_the_node() {
     check(
         &mut h,
         room,
-        |h| h.fire(D, Timer::DrainRetry(room)).unwrap(),
+        |h| h.fire(D, Timer::DrainRetry(room, 3)).unwrap(),
         Want {
             phase: Some(Quarantined { retries: 3 }),
             events: &[],
             sends: &[("DrainRequest", P)],
-            timers: vec![Timer::DrainRetry(room)],
+            timers: vec![Timer::DrainRetry(room, 3)],
             pages: QUARANTINED,
         },
     );
@@ -671,7 +671,7 @@ fn drain_retries_ask_again_and_the_last_one_stops_the_node() {
             phase: None,
             events: &["Rejected", "Responded"],
             sends: &[("DecodeFinished", R)],
-            timers: vec![Timer::DrainRetry(room)],
+            timers: vec![Timer::DrainRetry(room, 3)],
             pages: QUARANTINED,
         },
     );
@@ -679,6 +679,81 @@ fn drain_retries_ask_again_and_the_last_one_stops_the_node() {
     // The ack, late as it is, still releases the pages.
     handled(h.inject(P, D, Msg::DrainAck { room }).unwrap());
     assert_eq!(h.free_pages(D), 8);
+}
+
+/// A timer wheel may deliver a drain-retry timer that already fired (or was
+/// cancelled) again while the real one is pending. Such a stale copy is no retry: it
+/// neither uses up the budget nor asks again; the real ones still count, and the last
+/// real one still stops the node loudly.
+#[test]
+fn a_refired_drain_retry_uses_up_no_retry_and_the_real_ones_still_count() {
+    let mut cfg = cfg();
+    cfg.timeouts.drain_retries = 2;
+    let mut h = Harness::new(cfg).unwrap();
+    let room = decode_transferring(&mut h);
+    abort(&mut h);
+    let stale = |retries: u32| Want {
+        phase: Some(Quarantined { retries }),
+        events: &[],
+        sends: &[],
+        timers: vec![Timer::DrainRetry(room, retries)],
+        pages: QUARANTINED,
+    };
+    for retries in 1..=2 {
+        check(
+            &mut h,
+            room,
+            |h| h.fire(D, Timer::DrainRetry(room, retries - 1)).unwrap(),
+            Want {
+                phase: Some(Quarantined { retries }),
+                events: &[],
+                sends: &[("DrainRequest", P)],
+                timers: vec![Timer::DrainRetry(room, retries)],
+                pages: QUARANTINED,
+            },
+        );
+        // Every spent arming, delivered again (more than the budget's worth of
+        // them), while the real retry is pending: nothing happens.
+        for arming in 0..retries {
+            for _ in 0..3 {
+                let timer = Timer::DrainRetry(room, arming);
+                check(
+                    &mut h,
+                    room,
+                    |h| h.refire(D, timer).unwrap(),
+                    stale(retries),
+                );
+            }
+        }
+        assert!(h.faults().is_empty(), "{:?}", h.faults());
+        assert!(h.decode(D).unwrap().fatal().is_none());
+    }
+    // The last real retry still stops the node loudly.
+    check(
+        &mut h,
+        room,
+        |h| h.fire(D, Timer::DrainRetry(room, 2)).unwrap(),
+        Want {
+            phase: Some(Quarantined { retries: 3 }),
+            events: &["Fault"],
+            sends: &[("DrainRequest", P)],
+            timers: vec![Timer::DrainRetry(room, 3)],
+            pages: QUARANTINED,
+        },
+    );
+    assert_eq!(
+        h.faults(),
+        vec![(D, NodeFault::DrainAckMissing { room, retries: 2 })]
+    );
+    // After the ack, any copy of the timer finds no quarantine and does nothing.
+    handled(h.inject(P, D, Msg::DrainAck { room }).unwrap());
+    assert_eq!(h.free_pages(D), 8);
+    for arming in 0..=3 {
+        let m = h.mark();
+        h.refire(D, Timer::DrainRetry(room, arming)).unwrap();
+        assert!(h.events_since(m).is_empty() && h.sends_since(m).is_empty());
+        assert!(h.timers_of(D).is_empty());
+    }
 }
 
 // ---- restart -----------------------------------------------------------------------

@@ -127,12 +127,12 @@ fn a_drain_ack_from_a_node_that_was_not_asked_releases_nothing() {
     handled(h.deliver_kind("DecodeStart", D1).unwrap());
     handled(h.cancel(1).unwrap());
     handled(h.deliver_kind("Abort", D1).unwrap());
-    assert!(h.timer_pending(D1, Timer::DrainRetry(room)));
+    assert!(h.timer_pending(D1, Timer::DrainRetry(room, 0)));
     for forger in [P2, D2, R] {
         let why = refused(&mut h, D1, forger, send(forger, D1, Msg::DrainAck { room }));
         assert!(why.contains("was not asked"), "{why}");
     }
-    assert!(h.timer_pending(D1, Timer::DrainRetry(room)));
+    assert!(h.timer_pending(D1, Timer::DrainRetry(room, 0)));
     // The real ack (P1 answers the drain request) releases the quarantine, and a
     // next request runs.
     h.settle(200).unwrap();

@@ -27,7 +27,7 @@ use crate::state::{
     altered, note, stale_landing, Action, Book, Client, Envelope, FaultsUsed, StaleCopy, State,
     CLIENT, DECODE, PREFILL, ROUTER,
 };
-use kvsim_engine::decode::DecodeNode;
+use kvsim_engine::decode::{DecodeNode, DecodePhase};
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
 use kvsim_engine::ids::{NodeId, RequestId, TenantId, WriteId};
@@ -615,8 +615,13 @@ impl Tx<'_> {
 
     /// A timer input reaches its node (fired, or delivered again).
     fn fire(&mut self, node: NodeId, timer: Timer) {
-        if let (DECODE, Timer::DrainRetry(room)) = (node, timer) {
-            if self.quarantined(room) {
+        if let (DECODE, Timer::DrainRetry(room, arming)) = (node, timer) {
+            // Only the arming decode set last is a retry (a stale copy is ignored).
+            let counted = matches!(
+                self.s.decode.get().room_phase(room),
+                Some(DecodePhase::Quarantined { retries }) if retries == arming
+            );
+            if counted && self.quarantined(room) {
                 self.s.note(room, note::DRAIN_RETRIED);
             }
         }

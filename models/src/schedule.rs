@@ -183,7 +183,13 @@ fn parse_step(text: &str) -> Result<Step, String> {
                 ("Compute", None) => Timer::Compute,
                 ("Bootstrap", Some(r)) => Timer::Bootstrap(r?),
                 ("WaitingForKv", Some(r)) => Timer::WaitingForKv(r?),
-                ("DrainRetry", Some(r)) => Timer::DrainRetry(r?),
+                ("DrainRetry", Some(r)) => {
+                    let arming = words
+                        .next()
+                        .and_then(|w| w.strip_prefix('#')?.parse().ok())
+                        .ok_or("expected #N (the drain retry's arming)")?;
+                    Timer::DrainRetry(r?, arming)
+                }
                 ("Request", Some(r)) => Timer::Request(r?),
                 _ => return Err("unknown timer".into()),
             };
@@ -317,9 +323,10 @@ crash n2
 refire n2 WaitingForKv room1.g1
 deliver-corrupt n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 deliver-keep-copy n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
+refire n2 DrainRetry room1.g1 #1
 ";
         let s = Schedule::parse(text).unwrap();
-        assert_eq!(s.0.len(), 10);
+        assert_eq!(s.0.len(), 11);
         assert!(matches!(
             s.0[9],
             Step::Message {
@@ -327,6 +334,16 @@ deliver-keep-copy n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
                 ..
             }
         ));
+        assert_eq!(
+            s.0[10],
+            Step::Refire {
+                node: NodeId(2),
+                timer: Timer::DrainRetry(RoomKey::new(1, 1), 1),
+            }
+        );
+        // A drain retry names its arming.
+        let err = Schedule::parse("fire n2 DrainRetry room1.g1").unwrap_err();
+        assert!(err.reason.contains("arming"), "{}", err.reason);
         assert_eq!(
             s.0[8],
             Step::Message {

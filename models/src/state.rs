@@ -211,17 +211,21 @@ pub struct State {
     pub oracle: Shared<OracleState>,
 }
 
-/// A timer in one word plus its room's generation: node, kind, room number.
+/// A timer in one word plus its room's generation: node, kind, a drain retry's arming
+/// (its low 8 bits), room number.
 fn timer_words(node: NodeId, t: Timer) -> (u64, u64) {
-    let (kind, key) = match t {
-        Timer::Compute => (0u64, RoomKey::default()),
-        Timer::Bootstrap(k) => (1, k),
-        Timer::WaitingForKv(k) => (2, k),
-        Timer::DrainRetry(k) => (3, k),
-        Timer::Request(k) => (4, k),
+    let (kind, key, arming) = match t {
+        Timer::Compute => (0u64, RoomKey::default(), 0),
+        Timer::Bootstrap(k) => (1, k, 0),
+        Timer::WaitingForKv(k) => (2, k, 0),
+        Timer::DrainRetry(k, n) => (3, k, n),
+        Timer::Request(k) => (4, k, 0),
     };
     (
-        u64::from(node.0) << 48 | kind << 40 | u64::from(key.room.0),
+        u64::from(node.0) << 48
+            | kind << 40
+            | u64::from(arming & 0xff) << 32
+            | u64::from(key.room.0),
         key.gen.0,
     )
 }
@@ -503,7 +507,7 @@ pub fn timer_text(timer: Timer) -> String {
         Timer::Compute => "Compute".into(),
         Timer::Bootstrap(r) => format!("Bootstrap {r}"),
         Timer::WaitingForKv(r) => format!("WaitingForKv {r}"),
-        Timer::DrainRetry(r) => format!("DrainRetry {r}"),
+        Timer::DrainRetry(r, n) => format!("DrainRetry {r} #{n}"),
         Timer::Request(r) => format!("Request {r}"),
     }
 }

@@ -40,7 +40,7 @@ fn timer(t: Timer) -> String {
         Timer::Compute => "Compute".to_string(),
         Timer::Bootstrap(k) => format!("Bootstrap {k}"),
         Timer::WaitingForKv(k) => format!("WaitingForKv {k}"),
-        Timer::DrainRetry(k) => format!("DrainRetry {k}"),
+        Timer::DrainRetry(k, n) => format!("DrainRetry {k} #{n}"),
         Timer::Request(k) => format!("Request {k}"),
     }
 }

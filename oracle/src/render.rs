@@ -148,16 +148,17 @@ pub fn timer_name(t: &Timer) -> String {
         Timer::Compute => "Compute".into(),
         Timer::Bootstrap(r) => format!("Bootstrap({r})"),
         Timer::WaitingForKv(r) => format!("WaitingForKv({r})"),
-        Timer::DrainRetry(r) => format!("DrainRetry({r})"),
+        Timer::DrainRetry(r, n) => format!("DrainRetry({r}, {n})"),
         Timer::Request(r) => format!("Request({r})"),
     }
 }
 
 fn timer_room(t: &Timer) -> Option<RoomKey> {
     match t {
-        Timer::Bootstrap(r) | Timer::WaitingForKv(r) | Timer::DrainRetry(r) | Timer::Request(r) => {
-            Some(*r)
-        }
+        Timer::Bootstrap(r)
+        | Timer::WaitingForKv(r)
+        | Timer::DrainRetry(r, _)
+        | Timer::Request(r) => Some(*r),
         Timer::Compute => None,
     }
 }
