@@ -307,6 +307,55 @@ fn replayed_an_error(replayed: &kvsim_models::replay::ReplayOutcome) -> bool {
         .any(|l| l.contains("client gets ") && !l.contains("client gets 200"))
 }
 
+/// `abort-after-success` (the router aborts the other half after a half succeeded):
+/// no safety invariant notices (an abort is always safe) and a request still
+/// completes on some path, but "an error answer has a cause" fails on a fault-free
+/// path with no cancel, and the counterexample replays through the simulator to an
+/// error answer. Without the switch the same model holds the property.
+#[test]
+fn abort_after_success_fails_an_error_answer_has_a_cause_and_replays() {
+    let spec = ModelSpec::handoff_small().with_bugs(BugSet::parse("abort-after-success").unwrap());
+    let r = run(spec);
+    for p in &r.properties {
+        if p.name != names::CAUSED && invariant_of(p.name).is_some() {
+            assert_eq!(p.verdict, Verdict::Holds, "{}: {}", p.name, r.render());
+        }
+    }
+    assert!(
+        matches!(r.status(names::CAUSED), Some(Verdict::Violated { .. })),
+        "{}",
+        r.render()
+    );
+    let c = r.counterexample(names::CAUSED).unwrap();
+    assert!(
+        c.schedule.0.iter().all(|s| matches!(
+            s,
+            Step::Submit { .. }
+                | Step::Fire { .. }
+                | Step::Message {
+                    how: MessageStep::Deliver,
+                    ..
+                }
+        )),
+        "a fault or a cancel in the counterexample:\n{}",
+        c.schedule
+    );
+    let replayed = c.replay.as_ref().expect("the counterexample replays");
+    assert!(replayed_an_error(replayed), "{}", replayed.log.join("\n"));
+    assert!(
+        replayed.broken.is_empty(),
+        "safe: the simulator's oracle finds nothing, {:?}",
+        replayed.broken
+    );
+    assert!(
+        r.render().contains("nothing explains the "),
+        "{}",
+        r.render()
+    );
+    let defended = run(ModelSpec::handoff_small());
+    assert_eq!(defended.status(names::CAUSED), Some(Verdict::Holds));
+}
+
 /// The data-fault model on the defended engine: every altered write is stopped by
 /// a defense (the model reaches such a stop) and nothing is violated.
 #[test]
@@ -690,7 +739,9 @@ fn stale_control_full_is_clean_with_a_pinned_state_count() {
 /// breaks first, and every counterexample replays through the simulator's oracle to
 /// the same invariant. (`no-length-agreement` needs a length mismatch, which only
 /// its incident partner creates; `router-cancels-one-half` is healed by decode's own
-/// waiting timeout within these bounds; `skip-preflight` is a configuration check.)
+/// waiting timeout within these bounds; `skip-preflight` is a configuration check;
+/// `abort-after-success` breaks no invariant, see
+/// `abort_after_success_fails_an_error_answer_has_a_cause_and_replays`.)
 #[test]
 #[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
 fn every_reachable_bug_switch_is_found_and_replays() {
