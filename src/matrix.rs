@@ -81,6 +81,15 @@ pub fn scenario_for(bugs: BugSet) -> &'static str {
     }
 }
 
+/// Why the simulator cannot catch a switch, if it cannot by design.
+pub fn sim_not_applicable(bugs: BugSet) -> Option<&'static str> {
+    if bugs == BugSet::NONE.with(Bug::AbortAfterSuccess) {
+        Some("safe (an abort always is): only availability suffers, and judging an error answer needs the model's fault book (a trace records no lost, duplicated or reordered message, no early timer)")
+    } else {
+        None
+    }
+}
+
 /// Why the model checker cannot catch a switch, if it cannot by design.
 pub fn mc_not_applicable(bugs: BugSet) -> Option<&'static str> {
     let only = |b: Bug| bugs == BugSet::NONE.with(b);

@@ -62,6 +62,7 @@ fn bug_line(b: Bug) -> &'static str {
         Bug::AdmitBeyondPool => "SGLang #29249: admission checks the context only; a prompt over the pool waits forever (L5)",
         Bug::FailOpenOnRecvError => "vLLM #52234: a KV receive failure is answered 200 with stale pages (S3/S6)",
         Bug::SkipPreflight => "the GLM-5.3 configuration: a node starts with a pool below its context (pre-flight)",
+        Bug::AbortAfterSuccess => "the router aborts the other half after a half succeeded: safe, but fault-free requests fail (model checker: an error answer has a cause)",
     }
 }
 

@@ -55,10 +55,18 @@ pub enum Bug {
     /// The GLM-5.3 configuration: a node starts with a pool smaller than its advertised
     /// context. Breaks the pre-flight rule (a config check, not a runtime invariant).
     SkipPreflight,
+    /// A one-character slip in the router's abort propagation (`||` for `&&`): when a
+    /// half reports, the router aborts the other half whether the report was an
+    /// error or a success, so a request nothing went wrong for is answered with an
+    /// error (decode is aborted once prefill's transfer succeeded). Safe (an abort
+    /// always is), so no safety invariant breaks; the model checker's "an error
+    /// answer has a cause" property catches it (an availability defect). Found by a
+    /// mutation run, not an upstream report.
+    AbortAfterSuccess,
 }
 
 impl Bug {
-    pub const ALL: [Bug; 12] = [
+    pub const ALL: [Bug; 13] = [
         Bug::GateChecksFinishedOnly,
         Bug::NoLengthAgreement,
         Bug::SuccessOverwritesAbort,
@@ -71,6 +79,7 @@ impl Bug {
         Bug::AdmitBeyondPool,
         Bug::FailOpenOnRecvError,
         Bug::SkipPreflight,
+        Bug::AbortAfterSuccess,
     ];
 
     /// The switch name used on command lines and in scenario files.
@@ -88,6 +97,7 @@ impl Bug {
             Bug::AdmitBeyondPool => "admit-beyond-pool",
             Bug::FailOpenOnRecvError => "fail-open-on-recv-error",
             Bug::SkipPreflight => "skip-preflight",
+            Bug::AbortAfterSuccess => "abort-after-success",
         }
     }
 
@@ -197,7 +207,7 @@ mod tests {
             assert_eq!(bug.name().parse::<Bug>(), Ok(bug));
         }
         let all = BugSet::parse(&Bug::ALL.map(Bug::name).join(",")).unwrap();
-        assert_eq!(all.iter().count(), 12);
+        assert_eq!(all.iter().count(), 13);
         assert_eq!(BugSet::parse(&all.to_string()), Ok(all));
         assert_eq!(BugSet::parse("none"), Ok(BugSet::NONE));
         assert_eq!(

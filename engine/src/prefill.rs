@@ -690,6 +690,7 @@ impl<G: Gpu> PrefillNode<G> {
             write: id,
             ok,
         });
+        let free_before = self.pool.free_count();
         for t in held {
             // Under `prefill-release-before-drain` the page may already be gone; the
             // hold then has nothing to release, which is reported, not dropped.
@@ -704,6 +705,12 @@ impl<G: Gpu> PrefillNode<G> {
             }
         }
         self.flush(env);
+        // The last hold on a released page frees it: like a release, that may unblock
+        // the head of the waiting queue (without this a waiting request sat until a
+        // timeout answered it 500, with pages free).
+        if self.pool.free_count() > free_before && !self.waiting.is_empty() {
+            self.kick(env);
+        }
         if let Some(req) = self.requests.get_mut(&room) {
             if let Phase::Sending { in_flight, .. } = &mut req.phase {
                 *in_flight = in_flight.saturating_sub(1);

@@ -388,7 +388,8 @@ impl Router {
         if let Some((client, req, st, tokens)) = answer {
             self.respond(env, client, req, Some(key), st, tokens);
         }
-        if !status.is_ok() && other_open && propagate {
+        let failed = !status.is_ok() || self.cfg.bugs.has(Bug::AbortAfterSuccess);
+        if failed && other_open && propagate {
             env.send(other, Msg::Abort { room: key });
         }
         if both_done {

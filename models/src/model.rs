@@ -219,6 +219,31 @@ impl HandoffModel {
         })
     }
 
+    /// Must this request be refused whatever the environment does? Malformed (the
+    /// router's 400: no prompt, no or too many new tokens) or over-length.
+    pub fn must_refuse(&self, spec: &ClientSpec) -> bool {
+        spec.prompt_len == 0
+            || spec.max_new_tokens == 0
+            || spec.max_new_tokens > self.cfg.max_new_tokens_limit
+            || self.over_length(spec)
+    }
+
+    /// Is a client's error answer explained by the environment or the request? Judged
+    /// when the router answers (see [`names::CAUSED`]), on the state after its
+    /// transition: the client cancelled; the request must be refused; a fault has
+    /// been used; or the answer is the router's 503 for a full room table (every
+    /// room is live with another request: load shedding at the stated capacity,
+    /// `max_rooms`).
+    pub fn error_explained(&self, s: &State, slot: usize, status: Status) -> bool {
+        let c = &s.clients()[slot];
+        status.is_ok()
+            || c.cancelled
+            || self.must_refuse(self.client_spec(c))
+            || s.faults().any()
+            || (status == Status::UNAVAILABLE
+                && s.router.get().live_rooms() >= self.cfg.max_rooms as usize)
+    }
+
     /// The initial state: fresh nodes, idle clients, nothing in flight.
     pub fn initial(&self) -> State {
         let router = Router::new(ROUTER, self.cfg.clone(), vec![PREFILL], vec![DECODE]);
@@ -257,6 +282,7 @@ impl HandoffModel {
                 faults: FaultsUsed::default(),
                 violations: 0,
                 detected: 0,
+                uncaused: false,
                 spent: SmallVec::new(),
             }),
             oracle: Shared::new(OracleState::new(&self.header)),
@@ -787,6 +813,14 @@ impl Tx<'_> {
         });
         if self.s.clients()[i].reply.is_none() {
             self.s.book(|b| b.clients[i].reply = Some(status));
+            if !self.m.error_explained(&self.s, i, status) {
+                self.event_text(|| {
+                    format!(
+                        "nothing explains the {status}: no fault, no cancel, and the request fits"
+                    )
+                });
+                self.s.book(|b| b.uncaused = true);
+            }
         }
     }
 }
@@ -874,12 +908,29 @@ const BIT_CRASH: u32 = 25;
 const BIT_STOPPED: u32 = 26;
 const BIT_ALTERED: u32 = 27;
 const BIT_REFIRED: u32 = 28;
+const BIT_UNCAUSED: u32 = 29;
 
 fn quiescence_holds(m: &HandoffModel, s: &State) -> bool {
     latched(m, BIT_QUIESCENCE)
         || !(m.is_quiescent(s)
             && m.quiescence_problem(s).is_some()
             && latch_first(m, BIT_QUIESCENCE))
+}
+
+/// "An error answer has a cause": a client that got a non-OK answer either
+/// cancelled, or sent a request that must be refused (malformed, or over-length /
+/// larger than a pool: [`HandoffModel::must_refuse`]), or the run has used at least
+/// one fault (any count in the fault book). A request the environment did nothing to
+/// is answered 200. Safety invariants cannot say this (an abort is always safe);
+/// liveness only asks for *an* answer.
+///
+/// A model property, not an oracle finding: its premise is the fault book, the
+/// environment's own record of what it did. A trace records crashes, partitions and
+/// data faults, but not a lost, duplicated or overtaking message, nor a timer that
+/// fired early, so the oracle cannot tell an unexplained error from one a lost
+/// message explains.
+fn error_has_cause(m: &HandoffModel, s: &State) -> bool {
+    latched(m, BIT_UNCAUSED) || !(s.book.get().uncaused && latch_first(m, BIT_UNCAUSED))
 }
 
 fn request_completes(m: &HandoffModel, s: &State) -> bool {
@@ -969,6 +1020,7 @@ pub mod names {
     pub const STOPPED: &str = "a defense stops a hazard";
     pub const ALTERED: &str = "a KV write lands altered by a data fault";
     pub const REFIRED: &str = "a spent timer is delivered again";
+    pub const CAUSED: &str = "an error answer has a cause";
 }
 
 impl Model for HandoffModel {
@@ -1093,6 +1145,7 @@ impl Model for HandoffModel {
             Property::always(names::S10, holds_s10),
             Property::always(names::L5, holds_l5),
             Property::always(names::QUIESCENCE, quiescence_holds),
+            Property::always(names::CAUSED, error_has_cause),
         ];
         let sometimes: [(&'static str, Condition); 8] = [
             (names::STOPPED, defense_stops),

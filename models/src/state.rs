@@ -117,6 +117,36 @@ pub struct FaultsUsed {
     pub timer_refires: u8,
 }
 
+impl FaultsUsed {
+    /// The environment has injected at least one fault of any kind.
+    pub fn any(&self) -> bool {
+        let FaultsUsed {
+            losses,
+            duplicates,
+            write_failures,
+            early_timeouts,
+            overtakes,
+            crashes,
+            busy_crashes,
+            data_faults,
+            timer_refires,
+        } = *self;
+        [
+            losses,
+            duplicates,
+            write_failures,
+            early_timeouts,
+            overtakes,
+            crashes,
+            busy_crashes,
+            data_faults,
+            timer_refires,
+        ]
+        .into_iter()
+        .any(|n| n > 0)
+    }
+}
+
 /// What the environment remembers besides the nodes and the network: the clients,
 /// the notes of its `sometimes` properties, the faults used and the invariants the
 /// oracle found broken. Most transitions leave it as it is, so a state shares it with its
@@ -134,6 +164,10 @@ pub struct Book {
     /// Invariants whose hazard a defense stopped, in a model whose spec has
     /// `detections_hold` (otherwise such a finding is in `violations`).
     pub detected: u16,
+    /// A client was answered with an error nothing explains (see
+    /// `names::CAUSED`): judged when the answer is given. Always false on a correct
+    /// engine, so it splits no states there.
+    pub uncaused: bool,
     /// Timers that fired or were cancelled and may be delivered again (sorted):
     /// tracked only while the model's `timer_refires` budget is not spent, so a model
     /// without that fault has it empty.
@@ -175,7 +209,8 @@ impl Hash for Book {
             u64::from(f.data_faults)
                 | u64::from(f.timer_refires) << 8
                 | u64::from(self.detected) << 16
-                | (self.spent.len() as u64) << 32,
+                | (self.spent.len() as u64) << 32
+                | u64::from(self.uncaused) << 48,
         );
         for (node, t) in &self.spent {
             let (a, b) = timer_words(*node, *t);
