@@ -798,3 +798,27 @@ fn a_write_addressed_before_the_restart_fails_as_a_stale_registration() {
     let done = h.find_kind("WriteDone", P).unwrap();
     assert!(matches!(h.in_flight()[done].msg, Msg::WriteDone { ok: false, id } if id.room == room));
 }
+
+/// Zero-on-free blanks every page decode lets go of: after a request ran to its
+/// answer, no page of decode's pool still holds a token of it. Without the defense
+/// its KV stays in the freed pages (what a stale read would see).
+#[test]
+fn zero_on_free_blanks_every_page_decode_frees() {
+    for zero in [false, true] {
+        let mut c = cfg();
+        c.defenses.zero_on_free = zero;
+        let mut h = Harness::new(c).unwrap();
+        handled(h.submit(1, prompt(LEN), NEW).unwrap());
+        h.settle(10_000).unwrap();
+        assert!(taken(&h, D).is_empty(), "decode still holds pages");
+        let gpu = h.decode(D).unwrap().gpu();
+        let holding = (1..=gpu.pages())
+            .filter(|&p| gpu.read_page(PageId(p)).tokens.iter().any(|&t| t != 0))
+            .count();
+        if zero {
+            assert_eq!(holding, 0, "zero-on-free left KV in {holding} freed pages");
+        } else {
+            assert!(holding > 0, "the request's KV never reached decode's pages");
+        }
+    }
+}

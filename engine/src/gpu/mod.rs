@@ -318,6 +318,19 @@ pub fn ids(pages: &[PageTag]) -> Vec<PageId> {
 mod tests {
     use super::*;
 
+    /// The transfer digest binds each token to its position: the same tokens in
+    /// another order, or one token moved to the next slot, digest differently. (The
+    /// data faults only flip or drop contents; this is the check for reordering. The
+    /// chained hash gives it even without the position term.)
+    #[test]
+    fn the_digest_binds_tokens_to_their_positions() {
+        let d = |t: &[Token]| digest_tokens(t.iter().copied());
+        assert_ne!(d(&[7, 9]), d(&[9, 7]));
+        assert_ne!(d(&[7, 7, 9]), d(&[7, 9, 9]));
+        assert_ne!(d(&[0, 5]), d(&[5, 0]));
+        assert_eq!(d(&[7, 9]), d(&[7, 9]));
+    }
+
     /// Both backends give the same reply for the same writes, including pages that
     /// hold another room's stale KV and slots never written.
     #[test]
