@@ -329,7 +329,10 @@ pub fn bug_matrix_quick() -> Result<Row> {
         .count();
     let baseline_clean = m.rows.iter().filter(|r| r.baseline).all(|r| r.ok());
     Ok(Row {
-        check: "bug matrix (quick): 12 switches + incident pair".into(),
+        check: format!(
+            "bug matrix (quick): {} switches + incident pair",
+            kvsim_engine::bugs::Bug::ALL.len()
+        ),
         expected: "every switch caught, defended engine clean".into(),
         observed: format!(
             "{caught}/{switches} caught ({both} by both tools), defended engine {}; full: kvsim bugs",
