@@ -685,14 +685,9 @@ impl Tx<'_> {
                                 a.landed
                             )
                         });
-                        self.record(&Record::Fault(FaultEvent::DataFault {
-                            from: env.from,
-                            to: env.to,
-                            write,
-                            kind: a.fault,
-                            meant: a.meant,
-                            landed: a.landed,
-                        }));
+                        self.record(&Record::Fault(FaultEvent::data_fault(
+                            env.from, env.to, write, &a,
+                        )));
                         let changed = Shared::new(Envelope {
                             from: env.from,
                             to: env.to,
@@ -752,14 +747,9 @@ impl Tx<'_> {
                 a.landed, a.meant
             )
         });
-        self.record(&Record::Fault(FaultEvent::DataFault {
-            from: env.from,
-            to: env.to,
-            write,
-            kind: a.fault,
-            meant: a.meant,
-            landed: a.landed,
-        }));
+        self.record(&Record::Fault(FaultEvent::data_fault(
+            env.from, env.to, write, &a,
+        )));
         self.replaying = Some(write);
         self.replay = copy.facts.clone();
         self.dispatch(env.to, Cause::Delivered(Shared::new(env.clone())));

@@ -119,14 +119,7 @@ impl Replayer<'_> {
                             a.meant,
                             a.landed
                         ));
-                        self.record(Record::Fault(FaultEvent::DataFault {
-                            from,
-                            to,
-                            write,
-                            kind: a.fault,
-                            meant: a.meant,
-                            landed: a.landed,
-                        }));
+                        self.record(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
                         changed
                     }
                     _ => msg,
@@ -175,14 +168,7 @@ impl Replayer<'_> {
             "    a stale duplicate of the KV write {write} lands: its page {} lands over {}",
             a.landed, a.meant
         ));
-        self.record(Record::Fault(FaultEvent::DataFault {
-            from,
-            to,
-            write,
-            kind: a.fault,
-            meant: a.meant,
-            landed: a.landed,
-        }));
+        self.record(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
         self.replaying = Some(write);
         self.dispatch(to, Input::Message { from, msg });
         self.replaying = None;

@@ -472,6 +472,27 @@ pub enum FaultEvent {
     Heal,
 }
 
+impl FaultEvent {
+    /// The record of write `write` from `from` landing at `to` with the data fault
+    /// `a` (what `world::alter` or `world::WriteHistory::duplicate` did): the one
+    /// place every driver builds it.
+    pub fn data_fault(
+        from: NodeId,
+        to: NodeId,
+        write: WriteId,
+        a: &kvsim_engine::world::Altered,
+    ) -> Self {
+        FaultEvent::DataFault {
+            from,
+            to,
+            write,
+            kind: a.fault,
+            meant: a.meant,
+            landed: a.landed,
+        }
+    }
+}
+
 /// How a run ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -804,14 +804,7 @@ impl<G: Gpu> World<G> {
                     DataFault::StaleDuplicate => {}
                 }
                 if let Some(write) = msg.write_id() {
-                    self.emit(Record::Fault(FaultEvent::DataFault {
-                        from,
-                        to,
-                        write,
-                        kind: a.fault,
-                        meant: a.meant,
-                        landed: a.landed,
-                    }));
+                    self.emit(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
                 }
             }
         }
@@ -867,14 +860,7 @@ impl<G: Gpu> World<G> {
         }
         self.stats.data_faults += 1;
         self.stats.stale_duplicates += 1;
-        self.emit(Record::Fault(FaultEvent::DataFault {
-            from,
-            to,
-            write,
-            kind: a.fault,
-            meant: a.meant,
-            landed: a.landed,
-        }));
+        self.emit(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
         self.record(|| Record::Deliver {
             from,
             to,
