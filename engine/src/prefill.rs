@@ -649,6 +649,7 @@ impl<G: Gpu> PrefillNode<G> {
                 write: id,
                 src: src.clone(),
                 dst: dst.clone(),
+                to: Some(decode),
             });
             env.send(decode, Msg::KvWrite { id, src, dst, kv });
             *next_page = end;

@@ -219,12 +219,16 @@ pub enum TraceEvent {
     },
     /// Pages zeroed on free (defense 7): whatever they held is gone.
     PagesZeroed { node: NodeId, pages: Vec<PageId> },
-    /// Prefill issued a KV write of `src` into decode's `dst` (their contents as of now).
+    /// Prefill issued a KV write of `src` into decode's `dst` (their contents as of now),
+    /// to the decode node `to` (schema version 2; absent in version 1 traces, whose
+    /// readers take the room's `Routed.decode`).
     KvSent {
         node: NodeId,
         write: WriteId,
         src: Vec<PageTag>,
         dst: Vec<PageTag>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<NodeId>,
     },
     /// A KV write landed in the node's pages.
     KvLanded {

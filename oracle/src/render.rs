@@ -58,7 +58,13 @@ pub fn describe_event(ev: &TraceEvent) -> String {
             tags(pages)
         ),
         PagesZeroed { node, pages } => format!("{node} zeroes {} pages", pages.len()),
-        KvSent { node, write, src, dst } => {
+        KvSent {
+            node,
+            write,
+            src,
+            dst,
+            ..
+        } => {
             format!("{node} sends {write}: [{}] -> [{}]", tags(src), tags(dst))
         }
         KvLanded { node, write, dst } => format!("{node} lands {write} in [{}]", tags(dst)),

@@ -1016,6 +1016,7 @@ impl OracleState {
                 write,
                 src,
                 dst,
+                to,
             } => {
                 let room = write.room;
                 self.check_retired(h, *node, room, "sent KV", out);
@@ -1051,7 +1052,8 @@ impl OracleState {
                             .unwrap_or_default()
                     })
                     .collect();
-                let to = self.room(room).map_or(*node, |f| f.decode);
+                // The receiver the event names (version 2), else the room's decode node.
+                let to = to.unwrap_or_else(|| self.room(room).map_or(*node, |f| f.decode));
                 let facts = WriteFacts {
                     id: *write,
                     to,
