@@ -2,7 +2,8 @@
 //! run's exported trace equals the in-process verdict, finding for finding, on every
 //! seed of a sweep and on the failing seeds of every bug switch; and a trace edited by
 //! hand so that a decode step reads a page another room wrote is judged S3, with the
-//! write that proves it.
+//! write that proves it. Every line the simulator writes validates against the strict
+//! JSON Schema (`docs/trace.schema.json`).
 
 use kvsim::matrix::{configurations, load, scenario_for, sim_cell, sim_not_applicable};
 use kvsim_engine::bugs::{Bug, BugSet};
@@ -162,5 +163,65 @@ fn an_unusable_trace_names_the_line_and_the_field() {
     // And every line the simulator writes parses back to what it wrote.
     for l in &lines[1..5] {
         assert!(matches!(parse_line(l), Ok(Line::Entry(_))), "{l}");
+    }
+}
+
+/// The strict schema (`docs/trace.schema.json`): every line of the simulator's traces
+/// validates, over the scenarios whose runs hold every kind of record (faults of the
+/// world and of data, crashes and restarts, aborts and drains, bug switches' findings).
+#[test]
+fn every_line_the_simulator_writes_validates_against_the_schema() {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../docs/trace.schema.json")).unwrap();
+    let v = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let runs: [(&str, u64, BugSet); 5] = [
+        ("scenarios/mixed-faults.toml", 3, BugSet::NONE),
+        ("scenarios/data-faults.toml", 3, BugSet::NONE),
+        ("scenarios/abort-storm.toml", 2, BugSet::NONE),
+        ("scenarios/partition.toml", 1, BugSet::NONE),
+        (
+            "scenarios/glm53-incident.toml",
+            1,
+            BugSet::parse("gate-checks-finished-only,no-length-agreement").unwrap(),
+        ),
+    ];
+    let mut kinds = std::collections::BTreeSet::new();
+    for (path, seed, bugs) in runs {
+        let plan = Plan::build(
+            &load(path).unwrap(),
+            seed,
+            Some(bugs),
+            &Reduction::default(),
+        )
+        .unwrap();
+        let out = run_plan(&plan, Backend::Symbolic, true);
+        let lines =
+            std::iter::once(header_line(&out.header)).chain(out.trace.iter().map(entry_line));
+        for (i, l) in lines.enumerate() {
+            let value: serde_json::Value = serde_json::from_str(&l).unwrap();
+            if let Err(e) = v.validate(&value) {
+                panic!("{path} seed {seed} line {}: {e}\n{l}", i + 1);
+            }
+            let kind = match (value["type"].as_str(), value["event"].as_str()) {
+                (Some("engine"), Some(ev)) => ev.to_string(),
+                (Some(t), _) => t.to_string(),
+                _ => String::new(),
+            };
+            kinds.insert(kind);
+        }
+    }
+    for k in [
+        "header",
+        "send",
+        "deliver",
+        "drop",
+        "fault",
+        "end",
+        "KvSent",
+        "TransferRefused",
+        "Quarantined",
+        "violation",
+    ] {
+        assert!(kinds.contains(k), "no {k} line was validated: {kinds:?}");
     }
 }

@@ -143,6 +143,24 @@ fn serve_answers_clients_and_its_trace_audits_clean() {
     assert_eq!(code, Some(0), "{report}");
     assert!(report.contains("verdict: CLEAN"), "{report}");
     assert!(report.contains("run end: drained"), "{report}");
+    validates(&traces(&dir));
+}
+
+/// Every line of the server's trace files validates against the strict JSON Schema
+/// (`docs/trace.schema.json`).
+fn validates(files: &[PathBuf]) {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../docs/trace.schema.json")).expect("schema");
+    let v = jsonschema::validator_for(&schema).expect("the schema compiles");
+    for f in files {
+        let text = std::fs::read_to_string(f).expect("trace");
+        for (i, l) in text.lines().enumerate() {
+            let value: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            if let Err(e) = v.validate(&value) {
+                panic!("{} line {}: {e}\n{l}", f.display(), i + 1);
+            }
+        }
+    }
 }
 
 /// The incident's bug switches on a deployment without page tags: the server says so
