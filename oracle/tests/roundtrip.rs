@@ -1,0 +1,586 @@
+//! Every field of every message and every trace record survives the trace: each engine
+//! event, each record of the driver and each message view goes through its JSON line
+//! and comes back equal, field by field (every value is distinct from its default, so
+//! a field dropped or skipped on the way comes back different); and each engine
+//! message's trace view carries every field of the message, with only the prompt's
+//! tokens (as their count) and the KV payload left out. So the in-process oracle, which
+//! sees the records, and `kvsim audit`, which sees their lines, cannot judge different
+//! runs.
+
+use kvsim_engine::env::Timer;
+use kvsim_engine::ids::{
+    Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, WriteId,
+};
+use kvsim_engine::invariant::{Invariant, Violation};
+use kvsim_engine::msg::{Msg, Status, TransferOutcome};
+use kvsim_engine::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
+use kvsim_engine::world::{DataFault, DropReason, WriteFailure};
+use kvsim_oracle::schema::{
+    entry_line, parse_line, CancelHow, EndOutcome, Entry, FaultEvent, Line, MsgView, Record,
+};
+use std::collections::BTreeSet;
+
+const N: NodeId = NodeId(7);
+const M: NodeId = NodeId(9);
+
+fn room() -> RoomKey {
+    RoomKey {
+        room: RoomId(3),
+        gen: Generation(11),
+    }
+}
+fn tag(p: u32) -> PageTag {
+    PageTag {
+        page: PageId(p),
+        gen: Generation((5 << 32) + u64::from(p)),
+    }
+}
+fn tags() -> Vec<PageTag> {
+    vec![tag(4), tag(6)]
+}
+fn write() -> WriteId {
+    WriteId {
+        writer: N,
+        epoch: 5,
+        room: room(),
+        chunk: 2,
+    }
+}
+
+/// One of every engine event, every field set to a value that is not its default.
+fn events() -> Vec<TraceEvent> {
+    use TraceEvent::*;
+    let (node, room, req) = (N, room(), RequestId(13));
+    let s = |x: &str| x.to_string();
+    let success = Status::OK;
+    vec![
+        Routed {
+            node,
+            req,
+            tenant: TenantId(2),
+            room,
+            prefill: M,
+            decode: NodeId(10),
+            prompt_len: 700,
+            max_new_tokens: 9,
+        },
+        Admitted {
+            node,
+            room,
+            req,
+            side: Side::Decode,
+            prompt_len: 700,
+        },
+        Rejected {
+            node,
+            room,
+            side: Side::Prefill,
+            status: Status::BAD_REQUEST,
+            reason: s("too long"),
+        },
+        Truncated {
+            node,
+            room,
+            from: 700,
+            to: 512,
+        },
+        RejectedLegacy {
+            node,
+            room,
+            prompt_len: 700,
+        },
+        PagesReserved {
+            node,
+            room,
+            pages: tags(),
+        },
+        PagesExpectWrite {
+            node,
+            room,
+            pages: tags(),
+        },
+        PagesReady {
+            node,
+            room,
+            pages: tags(),
+        },
+        PagesReleased {
+            node,
+            room,
+            pages: tags(),
+            how: ReleaseKind::Unchecked,
+            held: vec![tag(6)],
+        },
+        Quarantined {
+            node,
+            room,
+            pages: tags(),
+        },
+        QuarantineReleased {
+            node,
+            room,
+            pages: tags(),
+            acked: RoomKey::new(4, 1),
+            held: vec![tag(4)],
+        },
+        PagesHeld {
+            node,
+            pages: tags(),
+        },
+        PagesUnheld {
+            node,
+            pages: tags(),
+            freed: vec![tag(6)],
+        },
+        KvWritten {
+            node,
+            room,
+            pages: tags(),
+            start: 3,
+            tokens: 5,
+        },
+        PagesZeroed {
+            node,
+            pages: vec![PageId(4), PageId(6)],
+        },
+        KvSent {
+            node,
+            write: write(),
+            src: tags(),
+            dst: vec![tag(8), tag(9)],
+            to: Some(M),
+        },
+        KvLanded {
+            node,
+            write: write(),
+            dst: tags(),
+        },
+        KvRefused {
+            node,
+            write: write(),
+            tag: Some(tag(4)),
+            reason: s("page is Ready"),
+        },
+        WriteCompleted {
+            node,
+            write: write(),
+            ok: true,
+        },
+        TransferReported {
+            node,
+            room,
+            from: M,
+            success: true,
+        },
+        TransferAccepted {
+            node,
+            room,
+            from: M,
+            prompt_len: 700,
+            reserved_pages: 11,
+            sent_tokens: 699,
+            sent_pages: 10,
+            fully_written: true,
+        },
+        TransferRefused {
+            node,
+            room,
+            from: M,
+            prompt_len: 700,
+            reserved_pages: 11,
+            sent_tokens: 699,
+            sent_pages: 10,
+            fully_written: true,
+            reason: s("checksum"),
+        },
+        TransferFailed {
+            node,
+            room,
+            reason: s("timeout"),
+        },
+        Running {
+            node,
+            room,
+            side: Side::Decode,
+        },
+        Attend {
+            node,
+            room,
+            step: 4,
+            query_pos: 99,
+            seq_len: 703,
+            pages: tags(),
+        },
+        TagMismatch {
+            node,
+            room,
+            step: 4,
+            seq_len: 703,
+            pages: tags(),
+            tag: tag(6),
+            current: Generation(77),
+        },
+        AbortNoted {
+            node,
+            room,
+            side: Side::Decode,
+        },
+        Responded {
+            node,
+            room,
+            side: Side::Decode,
+            status: success,
+        },
+        RouterResponse {
+            node,
+            req,
+            room: Some(room),
+            status: success,
+            tokens: vec![65536, 65539],
+        },
+        RoomCleared { node, room },
+        DrainAcked { node, room },
+        PeerRefused {
+            node,
+            from: M,
+            room: Some(room),
+            msg: s("KvDone"),
+            reason: s("not its peer"),
+        },
+        Fault {
+            node,
+            fault: NodeFault::DrainAckMissing { room, retries: 3 },
+        },
+        Fault {
+            node,
+            fault: NodeFault::PageRecordRefused {
+                room: Some(room),
+                op: s("mark-ready"),
+                error: s("stale"),
+            },
+        },
+        Fault {
+            node,
+            fault: NodeFault::HoldLost {
+                tag: tag(4),
+                error: s("gone"),
+            },
+        },
+        Fault {
+            node,
+            fault: NodeFault::WriteRefused {
+                room,
+                error: s("past the list"),
+            },
+        },
+    ]
+}
+
+/// One of every message, every field set.
+fn messages() -> Vec<Msg<u8>> {
+    let (room, req) = (room(), RequestId(13));
+    vec![
+        Msg::Submit {
+            req,
+            tenant: TenantId(2),
+            prompt: vec![1, 2, 3],
+            max_new_tokens: 9,
+        },
+        Msg::Cancel { req },
+        Msg::Response {
+            req,
+            status: Status::CLIENT_CLOSED,
+            tokens: vec![5, 6],
+        },
+        Msg::PrefillStart {
+            room,
+            req,
+            prompt: vec![1, 2, 3],
+            decode: M,
+        },
+        Msg::DecodeStart {
+            room,
+            req,
+            prompt: vec![1, 2],
+            max_new_tokens: 9,
+            prefill: N,
+        },
+        Msg::Abort { room },
+        Msg::KvMeta {
+            room,
+            dst: tags(),
+            prompt_len: 700,
+        },
+        Msg::DrainRequest { room },
+        Msg::WriteDone {
+            id: write(),
+            ok: true,
+        },
+        Msg::KvWrite {
+            id: write(),
+            src: tags(),
+            dst: vec![tag(8), tag(9)],
+            kv: vec![1, 2],
+        },
+        Msg::KvDone {
+            room,
+            outcome: TransferOutcome::Success {
+                tokens: 700,
+                pages: 11,
+                checksum: 42,
+            },
+        },
+        Msg::DrainAck { room },
+        Msg::PrefillFinished {
+            room,
+            status: Status::INTERNAL,
+        },
+        Msg::TokenOut {
+            room,
+            index: 4,
+            token: 65539,
+        },
+        Msg::DecodeFinished {
+            room,
+            status: Status::UNAVAILABLE,
+        },
+    ]
+}
+
+/// The name of a message variant (exhaustive: a new variant must be added above).
+fn msg_name(m: &Msg<u8>) -> &'static str {
+    match m {
+        Msg::Submit { .. } => "Submit",
+        Msg::Cancel { .. } => "Cancel",
+        Msg::Response { .. } => "Response",
+        Msg::PrefillStart { .. } => "PrefillStart",
+        Msg::DecodeStart { .. } => "DecodeStart",
+        Msg::Abort { .. } => "Abort",
+        Msg::KvMeta { .. } => "KvMeta",
+        Msg::DrainRequest { .. } => "DrainRequest",
+        Msg::WriteDone { .. } => "WriteDone",
+        Msg::KvWrite { .. } => "KvWrite",
+        Msg::KvDone { .. } => "KvDone",
+        Msg::DrainAck { .. } => "DrainAck",
+        Msg::PrefillFinished { .. } => "PrefillFinished",
+        Msg::TokenOut { .. } => "TokenOut",
+        Msg::DecodeFinished { .. } => "DecodeFinished",
+    }
+}
+
+/// Every record of the driver, and one of every fault of the world.
+fn records() -> Vec<Record> {
+    let view = MsgView::of(&messages()[3]);
+    let faults = vec![
+        FaultEvent::PartitionStart {
+            prefill: N,
+            decode: M,
+        },
+        FaultEvent::PartitionEnd {
+            prefill: N,
+            decode: M,
+        },
+        FaultEvent::Crash {
+            node: N,
+            epoch: 4,
+            flushed: vec![write()],
+        },
+        FaultEvent::Restart { node: N, epoch: 5 },
+        FaultEvent::DataFault {
+            from: N,
+            to: M,
+            write: write(),
+            kind: DataFault::StaleDuplicate,
+            meant: tag(4),
+            landed: tag(6),
+        },
+        FaultEvent::Heal,
+    ];
+    let mut out = vec![
+        Record::Submit {
+            req: RequestId(13),
+            tenant: TenantId(2),
+            prompt_len: 700,
+            max_new_tokens: 9,
+        },
+        Record::ClientCancel {
+            req: RequestId(13),
+            how: CancelHow::Disconnect,
+            plan: "mid-transfer".into(),
+        },
+        Record::Send {
+            from: N,
+            to: M,
+            msg: view.clone(),
+            deliver_at_ns: 99,
+            duplicate: true,
+        },
+        Record::Deliver {
+            from: N,
+            to: M,
+            msg: view.clone(),
+        },
+        Record::Drop {
+            from: N,
+            to: M,
+            msg: view,
+            reason: DropReason::SenderCrashed,
+        },
+        Record::WriteFailed {
+            from: N,
+            to: M,
+            write: write(),
+            reason: WriteFailure::StaleRegistration,
+        },
+        Record::TimerSet {
+            node: N,
+            timer: Timer::DrainRetry(room(), 2),
+            fire_at_ns: 77,
+        },
+        Record::TimerCancel {
+            node: N,
+            timer: Timer::Bootstrap(room()),
+        },
+        Record::TimerFire {
+            node: N,
+            timer: Timer::WaitingForKv(room()),
+        },
+        Record::Response {
+            req: RequestId(13),
+            status: Status::OK,
+            tokens: vec![1, 2],
+        },
+        Record::Violation {
+            violation: Violation::new(Invariant::S9, "a sentence"),
+            detected_by: Some("page_tags".into()),
+            room: Some(room()),
+            related: vec![RoomKey::new(4, 1)],
+            pages: vec![(N, PageId(4))],
+        },
+        Record::End {
+            outcome: EndOutcome::LivenessBound,
+            detail: "2 s".into(),
+        },
+    ];
+    out.extend(faults.into_iter().map(Record::Fault));
+    out.extend(events().into_iter().map(Record::Engine));
+    out
+}
+
+fn through_a_line(rec: Record) -> Record {
+    let e = Entry {
+        at_ns: 123,
+        seq: 45,
+        rec,
+    };
+    let line = entry_line(&e);
+    match parse_line(&line) {
+        Ok(Line::Entry(back)) => {
+            assert_eq!((back.at_ns, back.seq), (123, 45), "{line}");
+            back.rec
+        }
+        other => panic!("{line}: {other:?}"),
+    }
+}
+
+#[test]
+fn every_engine_event_and_record_survives_its_line_field_by_field() {
+    let names: BTreeSet<&str> = events().iter().map(TraceEvent::name).collect();
+    assert_eq!(
+        names,
+        TraceEvent::NAMES.into_iter().collect(),
+        "one of every event"
+    );
+    for rec in records() {
+        let back = through_a_line(rec.clone());
+        assert_eq!(back, rec);
+    }
+}
+
+#[test]
+fn every_message_view_carries_every_field_of_its_message() {
+    let msgs = messages();
+    let names: BTreeSet<&str> = msgs.iter().map(msg_name).collect();
+    assert_eq!(names.len(), msgs.len(), "one of every message");
+    for m in &msgs {
+        let view = MsgView::of(m);
+        // The message's own fields, as its wire form has them.
+        let wire = serde_json::to_value(m).expect("a message serializes");
+        let (kind, fields) = wire
+            .as_object()
+            .and_then(|o| o.iter().next())
+            .expect("tagged");
+        let mut want = fields.as_object().cloned().unwrap_or_default();
+        if let Some(p) = want.remove("prompt") {
+            let len = p.as_array().map_or(0, Vec::len);
+            want.insert("prompt_len".into(), serde_json::json!(len));
+        }
+        want.remove("kv");
+        let mut got = serde_json::to_value(&view).expect("a view serializes");
+        let got = got.as_object_mut().expect("an object");
+        assert_eq!(got.remove("kind"), Some(serde_json::json!(kind)), "{kind}");
+        assert_eq!(
+            *got, want,
+            "{kind}: the trace view differs from the message"
+        );
+        assert_eq!(view.room(), room_of(m), "{kind}");
+        // And the view survives its line.
+        let rec = Record::Deliver {
+            from: N,
+            to: M,
+            msg: view.clone(),
+        };
+        assert_eq!(through_a_line(rec.clone()), rec, "{kind}");
+    }
+}
+
+fn room_of(m: &Msg<u8>) -> Option<RoomKey> {
+    match m {
+        Msg::Submit { .. } | Msg::Cancel { .. } | Msg::Response { .. } => None,
+        Msg::WriteDone { id, .. } | Msg::KvWrite { id, .. } => Some(id.room),
+        Msg::PrefillStart { room, .. }
+        | Msg::DecodeStart { room, .. }
+        | Msg::Abort { room }
+        | Msg::KvMeta { room, .. }
+        | Msg::DrainRequest { room }
+        | Msg::KvDone { room, .. }
+        | Msg::DrainAck { room }
+        | Msg::PrefillFinished { room, .. }
+        | Msg::TokenOut { room, .. }
+        | Msg::DecodeFinished { room, .. } => Some(*room),
+    }
+}
+
+/// The engine names its events' fields as the schema does: every event's JSON keys are
+/// the ones `docs/trace.schema.json` lists for it (no more, no fewer).
+#[test]
+fn every_event_has_exactly_the_fields_the_schema_lists() {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../docs/trace.schema.json")).expect("schema");
+    let variants = schema["oneOf"].as_array().expect("oneOf");
+    for ev in events() {
+        let line = serde_json::to_value(Entry {
+            at_ns: 1,
+            seq: 1,
+            rec: Record::Engine(ev.clone()),
+        })
+        .expect("json");
+        let keys: BTreeSet<&str> = line
+            .as_object()
+            .expect("object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let entry = variants
+            .iter()
+            .find(|v| v["properties"]["event"]["const"] == ev.name())
+            .unwrap_or_else(|| panic!("the schema lacks {}", ev.name()));
+        let listed: BTreeSet<&str> = entry["properties"]
+            .as_object()
+            .expect("properties")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, listed, "{}", ev.name());
+    }
+}
