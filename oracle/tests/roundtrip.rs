@@ -584,3 +584,33 @@ fn every_event_has_exactly_the_fields_the_schema_lists() {
         assert_eq!(keys, listed, "{}", ev.name());
     }
 }
+
+/// The schema's closed sets are the engine's: the bug switches and the invariants it
+/// lists are exactly the engine's, so a new switch or invariant must be added there.
+#[test]
+fn the_schemas_closed_sets_are_the_engines() {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../docs/trace.schema.json")).expect("schema");
+    let strings = |v: &serde_json::Value| -> BTreeSet<String> {
+        v.as_array()
+            .expect("an enum")
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    let bugs = strings(&schema["oneOf"][0]["properties"]["bugs"]["items"]["enum"]);
+    let want: BTreeSet<String> = kvsim_engine::bugs::Bug::ALL
+        .iter()
+        .map(|b| b.name().to_string())
+        .collect();
+    assert_eq!(bugs, want, "header.bugs");
+    let violation = schema["oneOf"]
+        .as_array()
+        .expect("oneOf")
+        .iter()
+        .find(|v| v["properties"]["type"]["const"] == "violation")
+        .expect("the violation record");
+    let invs = strings(&violation["properties"]["violation"]["properties"]["invariant"]["enum"]);
+    let want: BTreeSet<String> = Invariant::ALL.iter().map(|i| i.to_string()).collect();
+    assert_eq!(invs, want, "violation.invariant");
+}
