@@ -5,6 +5,8 @@
 //! write that proves it. Every line the simulator writes validates against the strict
 //! JSON Schema (`docs/trace.schema.json`).
 
+mod cli;
+
 use kvsim::matrix::{configurations, load, scenario_for, sim_cell, sim_not_applicable};
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::invariant::Invariant;
@@ -223,5 +225,58 @@ fn every_line_the_simulator_writes_validates_against_the_schema() {
         "violation",
     ] {
         assert!(kinds.contains(k), "no {k} line was validated: {kinds:?}");
+    }
+}
+
+/// `kvsim audit` itself over the conformance suite (`docs/trace-conformance/`): exit 2
+/// naming the line for every unusable trace, 1 when the index lists a violation, 0
+/// otherwise, and the verdict line names every invariant the index lists.
+#[test]
+fn kvsim_audit_gives_every_conformance_trace_its_exit_code_and_verdict() {
+    let dir = cli::root().join("docs/trace-conformance");
+    let index: toml::Table =
+        toml::from_str(&std::fs::read_to_string(dir.join("expected.toml")).unwrap()).unwrap();
+    let cases = index["case"].as_array().expect("cases");
+    for c in cases {
+        let files: Vec<String> = c["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| dir.join(f.as_str().unwrap()).display().to_string())
+            .collect();
+        let mut args = vec!["audit", "--no-causal"];
+        args.extend(files.iter().map(String::as_str));
+        let out = cli::kvsim(&args);
+        let (stdout, stderr) = (
+            cli::text(&out),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        );
+        let findings: Vec<&str> = c
+            .get("findings")
+            .and_then(|f| f.as_array())
+            .map(|a| a.iter().filter_map(|f| f.as_str()).collect())
+            .unwrap_or_default();
+        let want = if let Some(u) = c.get("unusable") {
+            let line = format!("line {}:", u["line"].as_integer().unwrap());
+            assert!(stderr.contains(&line), "{files:?}: {stderr}");
+            2
+        } else if findings.iter().any(|f| f.starts_with("VIOLATED")) {
+            1
+        } else {
+            0
+        };
+        assert_eq!(
+            out.status.code(),
+            Some(want),
+            "{files:?}:\n{stdout}{stderr}"
+        );
+        for f in &findings {
+            let inv = f.split(' ').nth(1).unwrap();
+            let verdict = stdout
+                .lines()
+                .find(|l| l.starts_with("verdict:"))
+                .unwrap_or("");
+            assert!(verdict.contains(inv), "{files:?}: {f} not in {verdict}");
+        }
     }
 }
