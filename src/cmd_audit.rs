@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct AuditArgs {
-    /// Trace files (JSON Lines, `docs/TRACE.md`): one per run, or one per node of a
-    /// deployment (merged by time). `-` reads standard input.
+    /// Trace files (JSON Lines, `docs/TRACE.md`, schema version 2 or 1): one per run,
+    /// or one per node of a deployment (merged by time). `-` reads standard input.
     #[arg(required = true, value_name = "TRACE.jsonl")]
     pub traces: Vec<PathBuf>,
     /// Skip the second pass that prints the causal trace of each finding.
