@@ -13,7 +13,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use kvsim_runtime::http_client::{base_addr, fetch, read_reply, send};
+use kvsim_runtime::http_client::{agent, base_addr, fetch, fetch_with, host_port, send_to};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -114,7 +114,7 @@ fn body(p: &Planned, max_new: u32) -> Vec<u8> {
         .into_bytes()
 }
 
-fn one(url: &str, p: &Planned, max_new: u32, timeout: Duration) -> Outcome {
+fn one(url: &str, client: &ureq::Agent, p: &Planned, max_new: u32, timeout: Duration) -> Outcome {
     let t = Instant::now();
     let done = |status: u16, text: String| Outcome {
         plan: p.clone(),
@@ -122,19 +122,23 @@ fn one(url: &str, p: &Planned, max_new: u32, timeout: Duration) -> Outcome {
         latency: t.elapsed(),
         text,
     };
-    let Ok(addr) = base_addr(url) else {
-        return done(1, "bad url".into());
-    };
-    let stream = match send(addr, "POST", "/generate", Some(&body(p, max_new)), timeout) {
-        Ok(s) => s,
-        Err(e) => return done(1, e.to_string()),
-    };
+    let body = body(p, max_new);
     if let Some(ms) = p.disconnect_ms {
-        std::thread::sleep(Duration::from_millis(ms));
-        drop(stream);
-        return done(0, String::new());
+        // Send on a connection of its own, then close it at the drawn point.
+        let (Ok(addr), Ok((host, port))) = (base_addr(url), host_port(url)) else {
+            return done(1, "bad url".into());
+        };
+        let host = format!("{host}:{port}");
+        match send_to(addr, &host, "POST", "/generate", Some(&body), timeout) {
+            Ok(stream) => {
+                std::thread::sleep(Duration::from_millis(ms));
+                drop(stream);
+                return done(0, String::new());
+            }
+            Err(e) => return done(1, e.to_string()),
+        }
     }
-    match read_reply(url, stream) {
+    match fetch_with(client, url, "POST", "/generate", Some(&body)) {
         Ok(r) => {
             let text = serde_json::from_slice::<Value>(&r.body)
                 .ok()
@@ -160,14 +164,18 @@ fn run_phase(
     std::thread::scope(|s| {
         for _ in 0..a.concurrency.max(1) {
             let (queue, out, done) = (queue.clone(), out.clone(), done.clone());
-            s.spawn(move || loop {
-                let next = queue.lock().ok().and_then(|mut q| q.pop());
-                let Some(p) = next else { return };
-                let o = one(url, &p, a.max_new_tokens, Duration::from_secs(a.timeout));
-                if let Ok(mut v) = out.lock() {
-                    v.push(o);
+            s.spawn(move || {
+                let client = agent(Duration::from_secs(a.timeout));
+                loop {
+                    let next = queue.lock().ok().and_then(|mut q| q.pop());
+                    let Some(p) = next else { return };
+                    let timeout = Duration::from_secs(a.timeout);
+                    let o = one(url, &client, &p, a.max_new_tokens, timeout);
+                    if let Ok(mut v) = out.lock() {
+                        v.push(o);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
                 }
-                done.fetch_add(1, Ordering::Relaxed);
             });
         }
         loop {

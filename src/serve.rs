@@ -53,6 +53,9 @@ pub struct ServeArgs {
     /// `/get_server_info`, `/metrics`, `/health`) on ADDR (the router's process).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
+    /// Most HTTP connections open at once (beyond it 503).
+    #[arg(long, value_name = "N", default_value_t = kvsim_runtime::http::MAX_CONNECTIONS)]
+    pub http_max_connections: usize,
 }
 
 fn node_id(s: &str) -> Result<NodeId> {
@@ -200,8 +203,12 @@ where
     }
     if let Some(h) = &a.http {
         let l = TcpListener::bind(h).with_context(|| format!("--http {h}: cannot bind"))?;
+        let limits = kvsim_runtime::http::FrontLimits {
+            max_connections: a.http_max_connections.max(1),
+            ..Default::default()
+        };
         let addr = server
-            .start_http(l)
+            .start_http(l, limits)
             .with_context(|| format!("--http {h}"))?;
         println!("kvsim serve: http on {addr}");
     }

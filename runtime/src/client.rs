@@ -11,7 +11,7 @@
 //! closes its connection before the reply cancels its request (the router then
 //! cancels both halves).
 
-use crate::node::{Ev, Reply};
+use crate::node::{Ev, Reply, ReplyEv, ReplySink};
 use kvsim_engine::ids::{RequestId, TenantId};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, ErrorKind, Write};
@@ -124,7 +124,7 @@ fn serve_client<K>(
             tenant: TenantId(req.tenant),
             prompt_len: req.prompt_len,
             max_new_tokens: req.max_new_tokens,
-            reply: tx,
+            reply: ReplySink::channel(tx),
         });
         if submitted.is_err() {
             let _ = writeln!(out, "{}", error_line("server is shutting down"));
@@ -132,7 +132,8 @@ fn serve_client<K>(
         }
         loop {
             match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(reply) => {
+                Ok(ReplyEv::Token { .. }) => {}
+                Ok(ReplyEv::Done(reply)) => {
                     let text = serde_json::to_string(&reply).unwrap_or_default();
                     if writeln!(out, "{text}").is_err() {
                         return;

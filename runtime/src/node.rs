@@ -44,6 +44,40 @@ pub struct Reply {
     pub tokens: Vec<u32>,
 }
 
+/// What a client's request hears from the router's loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyEv {
+    /// A token decode produced (index `index` of the reply), as it was produced.
+    Token { index: u32, token: u32 },
+    /// The request's one terminal answer.
+    Done(Reply),
+}
+
+/// Where a request's answers go: called with each [`ReplyEv`]; it returns `false` once
+/// its client is gone.
+pub struct ReplySink(Box<dyn FnMut(ReplyEv) -> bool + Send>);
+
+impl ReplySink {
+    pub fn new(f: impl FnMut(ReplyEv) -> bool + Send + 'static) -> Self {
+        ReplySink(Box::new(f))
+    }
+
+    /// Answers go to a std channel (its receiver gets each [`ReplyEv`]).
+    pub fn channel(tx: Sender<ReplyEv>) -> Self {
+        ReplySink::new(move |ev| tx.send(ev).is_ok())
+    }
+
+    pub fn send(&mut self, ev: ReplyEv) -> bool {
+        (self.0)(ev)
+    }
+}
+
+impl std::fmt::Debug for ReplySink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplySink")
+    }
+}
+
 /// What one node reports about itself.
 #[derive(Clone, Debug, Serialize)]
 pub struct NodeStatus {
@@ -125,7 +159,7 @@ pub enum Ev<K> {
         tenant: TenantId,
         prompt_len: u64,
         max_new_tokens: u32,
-        reply: Sender<Reply>,
+        reply: ReplySink,
     },
     /// The client of `req` went away.
     Cancel {
@@ -181,7 +215,7 @@ pub struct Io<K> {
     pub me: Sender<Ev<K>>,
     /// KV writes posted to each peer and not completed yet.
     inflight: BTreeMap<NodeId, BTreeSet<WriteId>>,
-    clients: BTreeMap<RequestId, Sender<Reply>>,
+    clients: BTreeMap<RequestId, ReplySink>,
     fault: Option<String>,
     counts: NodeCounts,
 }
@@ -292,12 +326,12 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
                     status,
                     tokens: tokens.clone(),
                 });
-                if let Some(c) = self.clients.remove(&req) {
-                    let _ = c.send(Reply {
+                if let Some(mut c) = self.clients.remove(&req) {
+                    c.send(ReplyEv::Done(Reply {
                         req: req.0,
                         status: status.0,
                         tokens,
-                    });
+                    }));
                 }
             }
             return;
@@ -502,14 +536,14 @@ impl<G: Gpu> NodeLoop<G> {
                 tenant,
                 prompt_len,
                 max_new_tokens,
-                reply,
+                mut reply,
             } => {
                 if !self.intake_open {
-                    let _ = reply.send(Reply {
+                    reply.send(ReplyEv::Done(Reply {
                         req: req.0,
                         status: Status::UNAVAILABLE.0,
                         tokens: Vec::new(),
-                    });
+                    }));
                     return true;
                 }
                 self.io.trace(|| Record::Submit {

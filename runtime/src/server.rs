@@ -81,7 +81,7 @@ pub struct Server<K> {
     stop: Arc<AtomicBool>,
     connected: Vec<(NodeId, NodeId, Arc<AtomicBool>)>,
     /// The router's loop, its status and the request ids (the HTTP front shares them).
-    front: Option<(Sender<Ev<K>>, StatusFn)>,
+    front: Option<(Sender<Ev<K>>, StatusFn, crate::http::NodesFn)>,
     next: Arc<std::sync::atomic::AtomicU64>,
     opts: ServeOptions,
 }
@@ -370,8 +370,10 @@ where
         if let Some((cl, router)) = client_endpoint {
             let txs: Vec<Sender<Ev<K>>> = server.nodes.iter().map(|h| h.tx.clone()).collect();
             let bugs: Vec<&'static str> = opts.cfg.bugs.iter().map(|b| b.name()).collect();
+            let nodes_fn: crate::http::NodesFn = Arc::new(move || statuses(&txs));
+            let of_nodes = nodes_fn.clone();
             let status: StatusFn = Arc::new(move || {
-                let nodes = statuses(&txs);
+                let nodes = of_nodes();
                 serde_json::json!({
                     "bugs": bugs,
                     "warning": if bugs.is_empty() { None } else {
@@ -380,15 +382,19 @@ where
                     "nodes": nodes,
                 })
             });
-            server.front = Some((router.clone(), status.clone()));
+            server.front = Some((router.clone(), status.clone(), nodes_fn));
             spawn_client_endpoint(cl, router, status, server.next.clone(), stop.clone())?;
         }
         Ok(server)
     }
 
     /// Serve the SGLang-compatible HTTP front on `listener` (the router's process only).
-    pub fn start_http(&self, listener: TcpListener) -> Result<SocketAddr, ServeError> {
-        let Some((router, status)) = &self.front else {
+    pub fn start_http(
+        &self,
+        listener: TcpListener,
+        limits: crate::http::FrontLimits,
+    ) -> Result<SocketAddr, ServeError> {
+        let Some((router, status, nodes)) = &self.front else {
             return Err(ServeError::Io(std::io::Error::other(
                 "the HTTP front runs in the router's process",
             )));
@@ -396,11 +402,14 @@ where
         let addr = listener.local_addr()?;
         crate::http::spawn_http_front(
             listener,
-            router.clone(),
-            status.clone(),
-            self.next.clone(),
-            crate::http::front_info(&self.opts),
-            self.stop.clone(),
+            crate::http::FrontParts {
+                router: router.clone(),
+                status: status.clone(),
+                nodes: nodes.clone(),
+                next: self.next.clone(),
+                info: crate::http::front_info(&self.opts),
+                limits,
+            },
         )?;
         Ok(addr)
     }
