@@ -8,6 +8,7 @@ use cli::{kvsim, root, text, tmp_in, Served};
 use kvsim_runtime::http_client::fetch;
 use kvsim_runtime::Client;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
@@ -642,6 +643,18 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
         n > 5 && n.is_multiple_of(5),
         "whole rounds of 5, more than one: {report}"
     );
+    let o = kvsim(&[
+        "canary",
+        "--url",
+        &s.http,
+        "--api",
+        "openai",
+        "--requests",
+        "8",
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("canary: PASS"), "{}", text(&o));
     s.wait_quiescent();
     let (o2, ok) = s.stop();
     assert!(ok, "{o2}");
@@ -662,6 +675,22 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
     assert!(out.contains("LEAK: reply to request"), "{out}");
     assert!(out.contains("carried marker CANARY-short"), "{out}");
     assert!(out.contains("OVER-LENGTH ANSWERED 200"), "{out}");
+    // The same canary over the OpenAI API finds the same leak.
+    let o = kvsim(&[
+        "canary",
+        "--url",
+        &s.http,
+        "--api",
+        "openai",
+        "--requests",
+        "32",
+        "--over-length",
+        "4",
+        "--quiet",
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("LEAK: reply to request"), "{out}");
     s.stop();
 
     // The same bugs with page tags on: the stale reads are refused (500), nothing
@@ -804,5 +833,120 @@ fn the_writeups_scripts_run_unmodified() {
     let o = kvsim(&["canary", "--url", &s.http, "--requests", "32", "--quiet"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("LEAK:"), "{}", text(&o));
+    s.stop();
+}
+
+/// The Python that has the pinned client packages (`.ci/run` makes a virtual
+/// environment and names it in `KVSIM_PYTHON`), or `None` with why. Under
+/// `KVSIM_REQUIRE_PY_CLIENTS=1` (set by `.ci/run`) a missing one fails the test.
+fn python_with(module: &str) -> Option<String> {
+    let py = std::env::var("KVSIM_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&py)
+        .args(["-c", &format!("import {module}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Some(py);
+    }
+    let why = format!("`{py}` cannot import `{module}` (set KVSIM_PYTHON to a venv with it)");
+    assert!(
+        std::env::var("KVSIM_REQUIRE_PY_CLIENTS").as_deref() != Ok("1"),
+        "KVSIM_REQUIRE_PY_CLIENTS=1 but {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+#[test]
+fn the_openai_python_client_gets_completions_chats_and_streams() {
+    let s = HttpServed::start(&[LOOPBACK]);
+    let h = s.http.clone();
+    // The API by hand: models, an error in OpenAI's shape.
+    let (st, models) = get(&h, "/v1/models");
+    assert_eq!(st, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["data"][0]["id"], "kvsim/serve-loopback", "{models}");
+    let r = fetch(
+        &h,
+        "POST",
+        "/v1/chat/completions",
+        Some(br#"{"messages":[{"role":"user","content":"a"}],"max_tokens":"x"}"#),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 400);
+    let e: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(e["error"]["param"], "max_tokens", "{e}");
+    assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+    let r = fetch(
+        &h,
+        "POST",
+        "/v1/completions",
+        Some(br#"{"max_tokens":2}"#),
+        T,
+    )
+    .unwrap();
+    assert!(
+        r.text().contains("prompt: a prompt is required"),
+        "{}",
+        r.text()
+    );
+    let Some(py) = python_with("openai") else {
+        s.stop();
+        return;
+    };
+    let o = Command::new(&py)
+        .arg(root().join("tests/clients/openai_client.py"))
+        .arg(format!("{h}/v1"))
+        .output()
+        .expect("python runs");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let checks: BTreeMap<String, Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["check"].as_str().unwrap().to_string(), v))
+        .collect();
+    let c = &checks["completion"];
+    assert!(
+        c["text"].as_str().unwrap().starts_with("CANARY-oa-1"),
+        "{c}"
+    );
+    assert_eq!(c["finish"], "length");
+    assert_eq!(c["usage"]["prompt_tokens"], 5);
+    assert_eq!(c["usage"]["completion_tokens"], 3);
+    assert_eq!(c["usage"]["total_tokens"], 8);
+    let chat = &checks["chat"];
+    assert_eq!(chat["role"], "assistant");
+    assert_eq!(chat["usage"]["completion_tokens"], 4, "{chat}");
+    let st = &checks["completion-stream"];
+    assert_eq!(
+        st["deltas"].as_array().unwrap().len(),
+        4,
+        "three tokens and the end: {st}"
+    );
+    assert_eq!(st["usage"]["completion_tokens"], 3, "{st}");
+    let joined: String = st["deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        joined.split(' ').count(),
+        3,
+        "deltas carry only the new text: {st}"
+    );
+    assert_eq!(checks["chat-stream"]["parts"].as_array().unwrap().len(), 3);
+    let e = &checks["error"];
+    assert_eq!(e["status"], 400);
+    assert_eq!(e["param"], "max_tokens", "{e}");
+    s.wait_quiescent();
     s.stop();
 }
