@@ -20,7 +20,7 @@ use crate::trace::Tracer;
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::{Input, Outbox, TimerOp};
 use kvsim_engine::gpu::Gpu;
-use kvsim_engine::ids::{NodeId, PageTag, RequestId, TenantId, WriteId};
+use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::{land, PageRecords, Refusal, SharedRecord};
 use kvsim_engine::msg::{Msg, Status};
@@ -479,6 +479,26 @@ impl<G: Gpu> NodeLoop<G> {
         }
     }
 
+    /// A token decode produced, to its client's stream as it is made: only a token the
+    /// router took (from the room's own decode node, for a room not yet answered, now
+    /// held at its index) is passed on, read from the router's state after it handled
+    /// the message; the terminal answer still comes from the router alone.
+    fn stream_token(&mut self, from: NodeId, room: RoomKey, index: u32, token: Token) {
+        let RtNode::Router(r) = &self.node else {
+            return;
+        };
+        let Some(st) = r.room_state(room) else {
+            return;
+        };
+        let held = st.tokens.get(index as usize).copied().flatten() == Some(token);
+        if st.decode != from || st.answered || !held {
+            return;
+        }
+        if let Some(c) = self.io.clients.get_mut(&st.req) {
+            c.send(ReplyEv::Token { index, token });
+        }
+    }
+
     /// Handle one event; `false` to stop.
     fn handle(&mut self, ev: Ev<G::Kv>) -> bool {
         match ev {
@@ -495,7 +515,16 @@ impl<G: Gpu> NodeLoop<G> {
                         return true;
                     }
                 }
+                let token = match (&self.node, &msg) {
+                    (RtNode::Router(_), Msg::TokenOut { room, index, token }) => {
+                        Some((*room, *index, *token))
+                    }
+                    _ => None,
+                };
                 self.dispatch(Input::Message { from, msg });
+                if let Some((room, index, token)) = token {
+                    self.stream_token(from, room, index, token);
+                }
             }
             Ev::FailedBack { from, msg } => self.dispatch(Input::Message { from, msg }),
             Ev::Landed {
@@ -655,4 +684,69 @@ pub fn transfer_thread<G: Gpu>(
 /// Wall-clock time, re-exported for the server's reports.
 pub fn now_wall_ns() -> u64 {
     wall_ns()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvsim_engine::config::EngineConfig;
+    use kvsim_engine::gpu::SymbolicGpu;
+    use kvsim_engine::shared_cfg::Cfg;
+    use std::sync::mpsc::channel;
+
+    /// The router's loop passes each token it took to the client's stream as it
+    /// arrives, and nothing it refused (a token from a node that is not the room's
+    /// decode node).
+    #[test]
+    fn tokens_reach_the_client_as_decode_makes_them() {
+        let (router, p, d, client) = (NodeId(0), NodeId(1), NodeId(2), NodeId(3));
+        let cfg = Cfg::new(EngineConfig::default());
+        let node = RtNode::<SymbolicGpu>::Router(Router::new(router, cfg, vec![p], vec![d]));
+        let (me, rx) = channel();
+        let (ptx, _prx) = channel();
+        let (dtx, drx) = channel();
+        let peers = BTreeMap::from([(p, ptx), (d, dtx)]);
+        let mut lp = NodeLoop::new(node, Io::new(router, 0, client, None, peers, me), rx);
+        let (tx, answers) = channel();
+        lp.handle(Ev::Submit {
+            req: RequestId(7),
+            tenant: TenantId(0),
+            prompt_len: 4,
+            max_new_tokens: 2,
+            reply: ReplySink::channel(tx),
+        });
+        let room = match drx.try_recv() {
+            Ok(Msg::DecodeStart { room, .. }) => room,
+            other => panic!("decode was not started: {other:?}"),
+        };
+        let out = |index, token| Msg::TokenOut { room, index, token };
+        lp.handle(Ev::Msg {
+            from: p,
+            msg: out(0, 99),
+        });
+        assert!(
+            answers.try_recv().is_err(),
+            "a token from prefill is not decode's"
+        );
+        lp.handle(Ev::Msg {
+            from: d,
+            msg: out(0, 5),
+        });
+        assert_eq!(
+            answers.try_recv().ok(),
+            Some(ReplyEv::Token { index: 0, token: 5 })
+        );
+        lp.handle(Ev::Msg {
+            from: d,
+            msg: out(1, 6),
+        });
+        assert_eq!(
+            answers.try_recv().ok(),
+            Some(ReplyEv::Token { index: 1, token: 6 })
+        );
+        assert!(
+            answers.try_recv().is_err(),
+            "no answer before decode finished"
+        );
+    }
 }
