@@ -56,6 +56,18 @@ pub struct ServeArgs {
     /// Most HTTP connections open at once (beyond it 503).
     #[arg(long, value_name = "N", default_value_t = kvsim_runtime::http::MAX_CONNECTIONS)]
     pub http_max_connections: usize,
+    /// What the fronts submit: `own` (the request's own token ids) or `canary` (the
+    /// canary sequence of the request's id, which the trace's oracle checks each reply
+    /// against; at most 65,535 requests over the server's life).
+    #[arg(long, value_enum, default_value_t = Prompts::Own)]
+    pub prompts: Prompts,
+}
+
+/// `--prompts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Prompts {
+    Own,
+    Canary,
 }
 
 fn node_id(s: &str) -> Result<NodeId> {
@@ -121,6 +133,10 @@ pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
         trace_dir: a.trace_json.clone(),
         scenario: plan.scenario.clone(),
         seed: plan.seed,
+        prompts: match a.prompts {
+            Prompts::Own => kvsim_runtime::PromptMode::Own,
+            Prompts::Canary => kvsim_runtime::PromptMode::Canary,
+        },
     };
     if let Some(dir) = &opts.trace_dir {
         std::fs::create_dir_all(dir)

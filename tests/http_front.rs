@@ -178,12 +178,25 @@ fn generate_echoes_markers_streams_and_serves_sglang_endpoints() {
     );
     assert_eq!(st, 200, "{body}");
     assert!(body.contains("CANARY-w-1"), "{body}");
-    // input_ids.
+    // input_ids: the engine computes over the client's own ids (echo attention over
+    // them), and the text is read from the ids it made.
     let (st, body) = post(
         &h,
-        r#"{"input_ids":[5,6,7,8],"sampling_params":{"max_new_tokens":2}}"#,
+        r#"{"input_ids":[5,6,7,900000],"sampling_params":{"max_new_tokens":2}}"#,
     );
     assert_eq!(st, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let out: Vec<u64> = v["output_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    assert!(
+        out.len() == 2 && out.iter().all(|t| [5, 6, 7, 900000].contains(t)),
+        "{v}"
+    );
+    assert!(v["text"].as_str().unwrap().contains("<id:"), "{v}");
     // Streaming: cumulative events (one per token, then the end with its finish
     // reason), then [DONE].
     let (st, body) = post(

@@ -24,4 +24,4 @@ pub mod wire;
 
 pub use client::{Answer, Client};
 pub use node::{NodeStatus, Reply};
-pub use server::{ExitReport, NodePlan, ServeError, ServeOptions, Server};
+pub use server::{ExitReport, NodePlan, PromptMode, ServeError, ServeOptions, Server};

@@ -157,7 +157,8 @@ pub enum Ev<K> {
     Submit {
         req: RequestId,
         tenant: TenantId,
-        prompt_len: u64,
+        /// The prompt's token ids, as the front made them.
+        prompt: Vec<Token>,
         max_new_tokens: u32,
         reply: ReplySink,
     },
@@ -563,7 +564,7 @@ impl<G: Gpu> NodeLoop<G> {
             Ev::Submit {
                 req,
                 tenant,
-                prompt_len,
+                prompt,
                 max_new_tokens,
                 mut reply,
             } => {
@@ -575,6 +576,7 @@ impl<G: Gpu> NodeLoop<G> {
                     }));
                     return true;
                 }
+                let prompt_len = prompt.len() as u64;
                 self.io.trace(|| Record::Submit {
                     req,
                     tenant,
@@ -583,7 +585,6 @@ impl<G: Gpu> NodeLoop<G> {
                 });
                 self.io.clients.insert(req, reply);
                 let client = self.io.client;
-                let prompt = kvsim_oracle::canary::prompt(req, prompt_len);
                 self.dispatch(Input::Message {
                     from: client,
                     msg: Msg::Submit {
@@ -711,7 +712,7 @@ mod tests {
         lp.handle(Ev::Submit {
             req: RequestId(7),
             tenant: TenantId(0),
-            prompt_len: 4,
+            prompt: vec![1, 2, 3, 4],
             max_new_tokens: 2,
             reply: ReplySink::channel(tx),
         });

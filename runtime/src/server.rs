@@ -58,6 +58,22 @@ pub struct ServeOptions {
     /// Named in the trace header.
     pub scenario: String,
     pub seed: u64,
+    /// What prompts the fronts submit.
+    pub prompts: PromptMode,
+}
+
+/// What prompts the fronts submit to the engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PromptMode {
+    /// The request's own token ids (the client's `input_ids`, or the tokenizer's ids
+    /// for its text); replies are read back through the tokenizer. No request limit.
+    #[default]
+    Own,
+    /// The canary sequence of the request's id (`kvsim_oracle::canary`), whatever the
+    /// client sent: every reply token names the request and position it came from, so
+    /// the trace's oracle checks each reply exactly (the header's `canary_tokens`). The
+    /// scheme names at most 65,535 requests over a server's life.
+    Canary,
 }
 
 impl ServeOptions {
@@ -65,6 +81,7 @@ impl ServeOptions {
         let mut h = RunHeader::new("kvsim-serve", ClockKind::Wall, &self.cfg, &self.topology);
         h.scenario = Some(self.scenario.clone());
         h.seed = Some(self.seed);
+        h.canary_tokens = self.prompts == PromptMode::Canary;
         h
     }
 }
@@ -383,7 +400,14 @@ where
                 })
             });
             server.front = Some((router.clone(), status.clone(), nodes_fn));
-            spawn_client_endpoint(cl, router, status, server.next.clone(), stop.clone())?;
+            spawn_client_endpoint(
+                cl,
+                router,
+                status,
+                server.next.clone(),
+                opts.prompts,
+                stop.clone(),
+            )?;
         }
         Ok(server)
     }
@@ -409,6 +433,7 @@ where
                 next: self.next.clone(),
                 info: crate::http::front_info(&self.opts),
                 limits,
+                prompts: self.opts.prompts,
             },
         )?;
         Ok(addr)

@@ -154,6 +154,8 @@ pub struct Shared<K> {
     prompts: Mutex<Prompts>,
     pub counters: FrontCounters,
     limits: FrontLimits,
+    /// Canary prompts (the front keeps each prompt's words to read replies with).
+    canary: bool,
 }
 
 /// What the router process gives the front.
@@ -165,6 +167,7 @@ pub struct FrontParts<K> {
     pub next: Arc<AtomicU64>,
     pub info: FrontInfo,
     pub limits: FrontLimits,
+    pub prompts: crate::server::PromptMode,
 }
 
 /// Serve HTTP on `listener` (until the process ends), submitting to the router's loop.
@@ -188,6 +191,7 @@ pub fn spawn_http_front<K: Send + 'static>(
         prompts: Mutex::new(Prompts::default()),
         counters: FrontCounters::default(),
         limits: parts.limits,
+        canary: parts.prompts == crate::server::PromptMode::Canary,
     });
     thread::Builder::new()
         .name("http-accept".into())
@@ -462,8 +466,16 @@ impl<K> Shared<K> {
         shape(400, msg)
     }
 
-    /// Read reply tokens as text: the word the echoed request's prompt had there.
+    /// Read reply tokens as text: their words (under canary prompts, the word the
+    /// echoed request's prompt had at the echoed position).
     pub fn render(&self, tokens: &[u32]) -> String {
+        if !self.canary {
+            let vocab = match self.vocab.lock() {
+                Ok(v) => v,
+                Err(v) => v.into_inner(),
+            };
+            return vocab.decode(tokens);
+        }
         let prompts = match self.prompts.lock() {
             Ok(p) => p,
             Err(p) => p.into_inner(),
@@ -557,17 +569,22 @@ impl<K> Pending<K> {
 /// Submit `job` to the router's loop.
 pub fn submit<K: Send + 'static>(sh: &Arc<Shared<K>>, job: &Job) -> Result<Pending<K>, String> {
     let id = sh.next.fetch_add(1, Ordering::Relaxed);
-    if id as usize >= kvsim_oracle::canary::MAX_REQUESTS {
-        return Err("request limit reached: canary prompts name at most 65535 requests".into());
-    }
-    if let Ok(mut p) = sh.prompts.lock() {
-        p.keep(id, &job.ids);
-    }
+    let prompt = if sh.canary {
+        if id as usize >= kvsim_oracle::canary::MAX_REQUESTS {
+            return Err("request limit reached: canary prompts name at most 65535 requests".into());
+        }
+        if let Ok(mut p) = sh.prompts.lock() {
+            p.keep(id, &job.ids);
+        }
+        kvsim_oracle::canary::prompt(RequestId(id), job.ids.len() as u64)
+    } else {
+        job.ids.clone()
+    };
     let (tx, rx) = mpsc::unbounded_channel();
     let sent = sh.router.send(Ev::Submit {
         req: RequestId(id),
         tenant: TenantId(0),
-        prompt_len: job.ids.len() as u64,
+        prompt,
         max_new_tokens: job.max_new_tokens,
         reply: ReplySink::new(move |ev| tx.send(ev).is_ok()),
     });
