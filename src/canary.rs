@@ -273,16 +273,7 @@ pub fn run(a: &CanaryArgs) -> Result<ExitCode> {
     // The smallest KV pool the server reports (SGLang's metric), when it is smaller than
     // the context: prompts between the two are the incident's (admitted by the context,
     // not held by the pool).
-    let pool = fetch(&a.url, "GET", "/metrics", None, Duration::from_secs(10))
-        .ok()
-        .filter(|r| r.status == 200)
-        .and_then(|r| {
-            crate::preflight::pool_metrics(&r.text())
-                .into_iter()
-                .map(|(_, v)| v)
-                .min()
-        })
-        .filter(|&p| p < context);
+    let pool = smallest_pool(&a.url).filter(|&p| p < context);
     let t0 = Instant::now();
     let show = !a.quiet && std::io::stderr().is_terminal();
     let mut all: Vec<Outcome> = Vec::new();
@@ -452,6 +443,29 @@ pub fn run(a: &CanaryArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The smallest KV pool (SGLang's `sglang:max_total_num_tokens`) the server reports; a
+/// router that does not pass `/metrics` on (SGLang's) is asked for its workers
+/// (`GET /workers`), and each worker for its own.
+fn smallest_pool(url: &str) -> Option<u64> {
+    let pools = |u: &str| {
+        fetch(u, "GET", "/metrics", None, Duration::from_secs(10))
+            .ok()
+            .filter(|r| r.status == 200)
+            .map(|r| crate::preflight::pool_metrics(&r.text()))
+            .filter(|p| !p.is_empty())
+    };
+    if let Some(p) = pools(url) {
+        return p.into_iter().map(|(_, v)| v).min();
+    }
+    crate::preflight::router_workers(url)
+        .ok()?
+        .iter()
+        .filter_map(|w| pools(w))
+        .flatten()
+        .map(|(_, v)| v)
+        .min()
 }
 
 /// The first model of an OpenAI API's `/v1/models`.

@@ -61,6 +61,13 @@ pub struct ServeArgs {
     /// against; at most 65,535 requests over the server's life).
     #[arg(long, value_enum, default_value_t = Prompts::Own)]
     pub prompts: Prompts,
+    /// Worker mode: serve SGLang's worker API (`/generate` with the router's bootstrap
+    /// fields, `/get_server_info`, ...) for this prefill or decode node on ADDR, for
+    /// SGLang's router in `--pd-disaggregation` mode. No engine router runs. A prefill
+    /// node also serves its bootstrap endpoint at its `bootstrap nID ADDR` line of the
+    /// peers file; decode finds prefill nodes by those lines.
+    #[arg(long, value_name = "ADDR", requires = "node")]
+    pub worker_http: Option<String>,
 }
 
 /// `--prompts`.
@@ -86,6 +93,9 @@ pub fn parse_peers(text: &str) -> Result<(BTreeMap<NodeId, SocketAddr>, Option<S
         if line.is_empty() {
             continue;
         }
+        if line.starts_with("bootstrap ") {
+            continue;
+        }
         let mut parts = line.split_whitespace();
         let (Some(name), Some(addr), None) = (parts.next(), parts.next(), parts.next()) else {
             bail!("peers line {}: expected `NAME ADDR`, got `{line}`", i + 1);
@@ -95,6 +105,8 @@ pub fn parse_peers(text: &str) -> Result<(BTreeMap<NodeId, SocketAddr>, Option<S
             .with_context(|| format!("peers line {}: `{addr}` is not an address", i + 1))?;
         if name == "client" {
             client = Some(addr);
+        } else if name == "bootstrap" {
+            continue;
         } else {
             let id = node_id(name).with_context(|| format!("peers line {}", i + 1))?;
             if peers.insert(id, addr).is_some() {
@@ -103,6 +115,30 @@ pub fn parse_peers(text: &str) -> Result<(BTreeMap<NodeId, SocketAddr>, Option<S
         }
     }
     Ok((peers, client))
+}
+
+/// The peers file's `bootstrap nID ADDR` lines: each prefill node's bootstrap address.
+pub fn parse_bootstraps(text: &str) -> Result<BTreeMap<NodeId, SocketAddr>> {
+    let mut out = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let Some(rest) = line.strip_prefix("bootstrap ") else {
+            continue;
+        };
+        let mut parts = rest.split_whitespace();
+        let (Some(n), Some(addr), None) = (parts.next(), parts.next(), parts.next()) else {
+            bail!(
+                "peers line {}: expected `bootstrap nID ADDR`, got `{line}`",
+                i + 1
+            );
+        };
+        let id = node_id(n).with_context(|| format!("peers line {}", i + 1))?;
+        let addr: SocketAddr = addr
+            .parse()
+            .with_context(|| format!("peers line {}: `{addr}` is not an address", i + 1))?;
+        out.insert(id, addr);
+    }
+    Ok(out)
 }
 
 pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
@@ -137,6 +173,7 @@ pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
             Prompts::Own => kvsim_runtime::PromptMode::Own,
             Prompts::Canary => kvsim_runtime::PromptMode::Canary,
         },
+        worker: a.worker_http.is_some(),
     };
     if let Some(dir) = &opts.trace_dir {
         std::fs::create_dir_all(dir)
@@ -217,6 +254,9 @@ where
     if let Some(addr) = server.client_addr() {
         println!("kvsim serve: client endpoint on {addr}");
     }
+    if let (Some(h), Some(n), Some(path)) = (&a.worker_http, &a.node, &a.peers) {
+        start_worker(&server, h, node_id(n)?, path, opts)?;
+    }
     if let Some(h) = &a.http {
         let l = TcpListener::bind(h).with_context(|| format!("--http {h}: cannot bind"))?;
         let limits = kvsim_runtime::http::FrontLimits {
@@ -251,6 +291,55 @@ where
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Serve the worker API of node `id` (and a prefill node's bootstrap endpoint).
+fn start_worker<K>(
+    server: &Server<K>,
+    addr: &str,
+    id: NodeId,
+    peers: &std::path::Path,
+    opts: &ServeOptions,
+) -> Result<()>
+where
+    K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
+{
+    let text = std::fs::read_to_string(peers)
+        .with_context(|| format!("cannot read --peers {}", peers.display()))?;
+    let bootstraps =
+        parse_bootstraps(&text).with_context(|| format!("--peers {}", peers.display()))?;
+    let is_prefill = opts.topology.role(id) == Some(kvsim_engine::node::Role::Prefill);
+    let bootstrap = match (is_prefill, bootstraps.get(&id)) {
+        (true, Some(b)) => {
+            Some(TcpListener::bind(b).with_context(|| format!("bootstrap {b}: cannot bind"))?)
+        }
+        (true, None) => bail!(
+            "--peers {}: prefill node {id} needs a `bootstrap {id} ADDR` line",
+            peers.display()
+        ),
+        (false, _) => None,
+    };
+    let l =
+        TcpListener::bind(addr).with_context(|| format!("--worker-http {addr}: cannot bind"))?;
+    let prefills = bootstraps.iter().map(|(n, a)| (*a, *n)).collect();
+    let limits = kvsim_runtime::http::FrontLimits::default();
+    let bound = bootstrap.as_ref().and_then(|b| b.local_addr().ok());
+    let at = server
+        .start_worker(id, l, bootstrap, prefills, limits)
+        .with_context(|| format!("--worker-http {addr}"))?;
+    println!("kvsim serve: worker http on {at}");
+    if let Some(b) = bound {
+        println!("kvsim serve: bootstrap on {b}");
+    }
+    Ok(())
+}
+
+/// Read the worker API's address from a server's stdout line.
+pub fn worker_of(line: &str) -> Option<SocketAddr> {
+    line.strip_prefix("kvsim serve: worker http on ")?
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[derive(Args, Debug)]

@@ -21,6 +21,7 @@ pub mod server;
 pub mod tokenizer;
 pub mod trace;
 pub mod wire;
+pub mod worker;
 
 pub use client::{Answer, Client};
 pub use node::{NodeStatus, Reply};

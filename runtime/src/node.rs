@@ -36,6 +36,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Most early prefill-done words a decode worker keeps.
+const EARLY_DONE: usize = 4096;
+
 /// A reply to a client.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Reply {
@@ -166,6 +169,28 @@ pub enum Ev<K> {
     Cancel {
         req: RequestId,
     },
+    /// A worker front starts a half (`msg` is its `PrefillStart` or `DecodeStart`,
+    /// delivered as from the router, whose part the worker front plays): the half's
+    /// answers (its tokens, its finish) go to `reply`.
+    StartHalf {
+        room: RoomKey,
+        msg: Msg<K>,
+        /// The reply length the request asked for (for the trace's `routed` record).
+        max_new_tokens: u32,
+        reply: ReplySink,
+    },
+    /// The worker front's client of `room` went away: the half is aborted, as the
+    /// router aborts it.
+    AbortHalf {
+        room: RoomKey,
+    },
+    /// Worker mode, decode: the prefill half of `room` is terminal (prefill's worker
+    /// said so). Once decode's half is too, the room is cleared (traced as the engine
+    /// router traces it, for the audit).
+    PeerHalfDone {
+        room: RoomKey,
+        status: Status,
+    },
     Status(Sender<NodeStatus>),
     /// Stop taking client requests (router).
     CloseIntake,
@@ -217,6 +242,19 @@ pub struct Io<K> {
     /// KV writes posted to each peer and not completed yet.
     inflight: BTreeMap<NodeId, BTreeSet<WriteId>>,
     clients: BTreeMap<RequestId, ReplySink>,
+    /// Worker mode: the router's id, whose messages go to the worker front's halves.
+    pub worker_router: Option<NodeId>,
+    /// Worker mode: a failed prefill half ends its decode half with prefill's status
+    /// (the router's cancel-both, defense 6: `router_cancels_both`).
+    pub worker_cancels_both: bool,
+    /// Worker mode: each started half's answers, and (decode) its tokens so far.
+    halves: BTreeMap<RoomKey, (ReplySink, Vec<Token>)>,
+    /// Worker mode, decode: which halves of each room are terminal (1: decode's, 2:
+    /// prefill's); both: the room is cleared.
+    clearing: BTreeMap<RoomKey, u8>,
+    /// Worker mode, decode: prefill's word that a room's half is done, come before
+    /// decode's half started (at most [`EARLY_DONE`], the oldest dropped).
+    early_done: std::collections::VecDeque<(RoomKey, Status)>,
     fault: Option<String>,
     counts: NodeCounts,
 }
@@ -241,6 +279,11 @@ impl<K: Clone> Io<K> {
             me,
             inflight: BTreeMap::new(),
             clients: BTreeMap::new(),
+            worker_router: None,
+            worker_cancels_both: false,
+            halves: BTreeMap::new(),
+            clearing: BTreeMap::new(),
+            early_done: std::collections::VecDeque::new(),
             fault: None,
             counts: NodeCounts::default(),
         }
@@ -313,8 +356,83 @@ impl<K: Clone> Io<K> {
     }
 }
 
+impl<K: Clone> Io<K> {
+    /// A half's message to the router, in worker mode: to the worker front's half. A
+    /// decode half's finish is the client's answer (SGLang's router returns decode's):
+    /// traced as the engine router traces its response, so the audit closes the room.
+    fn for_half(&mut self, msg: Msg<K>) {
+        match msg {
+            Msg::TokenOut { room, index, token } => {
+                if let Some((h, tokens)) = self.halves.get_mut(&room) {
+                    if index as usize == tokens.len() {
+                        tokens.push(token);
+                    }
+                    h.send(ReplyEv::Token { index, token });
+                }
+            }
+            Msg::PrefillFinished { room, status } => {
+                if let Some((mut h, _)) = self.halves.remove(&room) {
+                    h.send(ReplyEv::Done(Reply {
+                        req: room.gen.0,
+                        status: status.0,
+                        tokens: Vec::new(),
+                    }));
+                }
+            }
+            Msg::DecodeFinished { room, status } => {
+                self.half_done(room, 1);
+                if let Some((mut h, tokens)) = self.halves.remove(&room) {
+                    self.answered(room, status, tokens.clone());
+                    h.send(ReplyEv::Done(Reply {
+                        req: room.gen.0,
+                        status: status.0,
+                        tokens,
+                    }));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A half of a worker-mode decode room is terminal (`bit` 1: decode's, 2:
+    /// prefill's): with both, the room is cleared.
+    fn half_done(&mut self, room: RoomKey, bit: u8) {
+        let Some(node) = self.worker_router else {
+            return;
+        };
+        let Some(done) = self.clearing.get_mut(&room) else {
+            return;
+        };
+        *done |= bit;
+        if *done == 3 {
+            self.clearing.remove(&room);
+            self.trace(|| Record::Engine(TraceEvent::RoomCleared { node, room }));
+        }
+    }
+
+    /// Trace the answer a worker-mode decode half gave its client.
+    fn answered(&mut self, room: RoomKey, status: Status, tokens: Vec<Token>) {
+        let Some(node) = self.worker_router else {
+            return;
+        };
+        self.trace(|| {
+            Record::Engine(TraceEvent::RouterResponse {
+                node,
+                req: RequestId(room.gen.0),
+                room: Some(room),
+                status,
+                tokens,
+            })
+        });
+    }
+}
+
 impl<K: Clone> Driver<Msg<K>> for Io<K> {
     fn send(&mut self, _from: NodeId, to: NodeId, msg: Msg<K>) {
+        if self.worker_router == Some(to) {
+            self.for_half(msg);
+            return;
+        }
         if to == self.client {
             if let Msg::Response {
                 req,
@@ -500,6 +618,34 @@ impl<G: Gpu> NodeLoop<G> {
         }
     }
 
+    /// Worker mode, decode: prefill's half of `room` is terminal with `status`. The room
+    /// clears once decode's half is too; a failed prefill half ends decode's half with
+    /// prefill's status (the client hears prefill's error, as the router's first-error
+    /// answer, and decode's half is aborted, as the router aborts it) where the
+    /// router's cancel-both defense is on.
+    fn prefill_done(&mut self, room: RoomKey, status: Status) {
+        self.io.half_done(room, 2);
+        let Some(router) = self.io.worker_router else {
+            return;
+        };
+        if !self.io.worker_cancels_both || status.is_ok() {
+            return;
+        }
+        let Some((mut h, _)) = self.io.halves.remove(&room) else {
+            return;
+        };
+        self.io.answered(room, status, Vec::new());
+        h.send(ReplyEv::Done(Reply {
+            req: room.gen.0,
+            status: status.0,
+            tokens: Vec::new(),
+        }));
+        self.dispatch(Input::Message {
+            from: router,
+            msg: Msg::Abort { room },
+        });
+    }
+
     /// Handle one event; `false` to stop.
     fn handle(&mut self, ev: Ev<G::Kv>) -> bool {
         match ev {
@@ -608,6 +754,93 @@ impl<G: Gpu> NodeLoop<G> {
                         msg: Msg::Cancel { req },
                     });
                 }
+            }
+            Ev::StartHalf {
+                room,
+                msg,
+                max_new_tokens,
+                mut reply,
+            } => {
+                let Some(router) = self.io.worker_router.filter(|_| self.intake_open) else {
+                    reply.send(ReplyEv::Done(Reply {
+                        req: room.gen.0,
+                        status: Status::UNAVAILABLE.0,
+                        tokens: Vec::new(),
+                    }));
+                    return true;
+                };
+                // The pairing the router made, as the engine router traces it, so the
+                // audit knows each room's halves without a router trace.
+                let me = self.io.id;
+                // Decode's node traces it (the client's answer is decode's): a room
+                // whose decode half never started is no room to the audit.
+                let pair = match &msg {
+                    Msg::DecodeStart {
+                        req,
+                        prompt,
+                        prefill,
+                        ..
+                    } => Some((*req, prompt.len(), *prefill, me)),
+                    _ => None,
+                };
+                if let Some((req, len, prefill, decode)) = pair {
+                    self.io.trace(|| {
+                        Record::Engine(TraceEvent::Routed {
+                            node: router,
+                            req,
+                            tenant: TenantId(0),
+                            room,
+                            prefill,
+                            decode,
+                            prompt_len: len as u64,
+                            max_new_tokens,
+                        })
+                    });
+                }
+                if matches!(self.node, RtNode::Decode(_)) {
+                    self.io.clearing.insert(room, 0);
+                }
+                self.io.halves.insert(room, (reply, Vec::new()));
+                self.dispatch(Input::Message { from: router, msg });
+                let early = self.io.early_done.iter().position(|(r, _)| *r == room);
+                if let Some((_, status)) = early.and_then(|i| self.io.early_done.remove(i)) {
+                    self.prefill_done(room, status);
+                }
+            }
+            Ev::AbortHalf { room } => {
+                let Some(router) = self.io.worker_router else {
+                    return true;
+                };
+                if !self.io.halves.contains_key(&room) {
+                    return true;
+                }
+                // A prefill half keeps its answer's sink until the half is terminal (its
+                // finish still tells decode); a decode half's client is answered now.
+                if matches!(self.node, RtNode::Decode(_)) {
+                    self.io.halves.remove(&room);
+                    // The client's answer is decode's: it went away.
+                    let req = RequestId(room.gen.0);
+                    self.io.trace(|| Record::ClientCancel {
+                        req,
+                        how: CancelHow::Disconnect,
+                        plan: "the router closed its connection to this worker".into(),
+                    });
+                    self.io.answered(room, Status::CLIENT_CLOSED, Vec::new());
+                }
+                self.dispatch(Input::Message {
+                    from: router,
+                    msg: Msg::Abort { room },
+                });
+            }
+            Ev::PeerHalfDone { room, status } => {
+                if !self.io.clearing.contains_key(&room) {
+                    if self.io.early_done.len() >= EARLY_DONE {
+                        self.io.early_done.pop_front();
+                    }
+                    self.io.early_done.push_back((room, status));
+                    return true;
+                }
+                self.prefill_done(room, status);
             }
             Ev::Status(tx) => {
                 let _ = tx.send(self.status());

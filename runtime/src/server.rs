@@ -60,6 +60,9 @@ pub struct ServeOptions {
     pub seed: u64,
     /// What prompts the fronts submit.
     pub prompts: PromptMode,
+    /// Worker mode: no engine router runs; each prefill and decode node serves SGLang's
+    /// worker API ([`crate::worker`]) and the worker front starts and aborts its halves.
+    pub worker: bool,
 }
 
 /// What prompts the fronts submit to the engine.
@@ -87,6 +90,7 @@ impl ServeOptions {
 }
 
 struct Handle<K> {
+    id: NodeId,
     tx: Sender<Ev<K>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -241,6 +245,9 @@ where
         let mut plans = Vec::new();
         let mut client = Some(client);
         for (&id, listener) in ids.iter().zip(listeners) {
+            if opts.worker && id == ROUTER {
+                continue;
+            }
             plans.push(NodePlan {
                 id,
                 epoch: 0,
@@ -285,7 +292,7 @@ where
             // Links to every other node of the topology.
             let mut peers = BTreeMap::new();
             for (peer, _, _) in topo.nodes() {
-                if peer == id {
+                if peer == id || (opts.worker && peer == ROUTER) {
                     continue;
                 }
                 let addr = *plan.peers.get(&peer).ok_or(ServeError::NoPeer(peer))?;
@@ -325,7 +332,9 @@ where
                 }
                 None => None,
             };
-            let io = Io::new(id, plan.epoch, topo.client(), tracer, peers, tx.clone());
+            let mut io = Io::new(id, plan.epoch, topo.client(), tracer, peers, tx.clone());
+            io.worker_router = opts.worker.then_some(ROUTER);
+            io.worker_cancels_both = opts.cfg.defenses.router_cancels_both;
             let pages = topo.pool(id).unwrap_or(0);
             let mut transfer = None;
             let node = match role {
@@ -380,6 +389,7 @@ where
                 .name(format!("{id}-loop"))
                 .spawn(move || lp.run())?;
             server.nodes.push(Handle {
+                id,
                 tx,
                 thread: Some(thread),
             });
@@ -434,6 +444,49 @@ where
                 info: crate::http::front_info(&self.opts),
                 limits,
                 prompts: self.opts.prompts,
+            },
+        )?;
+        Ok(addr)
+    }
+
+    /// Serve SGLang's worker API for node `id` on `listener` (worker mode), and, for a
+    /// prefill node, its bootstrap endpoint on `bootstrap`. `prefills` maps each prefill
+    /// node's bootstrap address to the node (how decode finds its prefill).
+    pub fn start_worker(
+        &self,
+        id: NodeId,
+        listener: TcpListener,
+        bootstrap: Option<TcpListener>,
+        prefills: BTreeMap<SocketAddr, NodeId>,
+        limits: crate::http::FrontLimits,
+    ) -> Result<SocketAddr, ServeError> {
+        let node = self.nodes.iter().find(|h| h.id == id);
+        let (Some(node), true) = (node, self.opts.worker) else {
+            return Err(ServeError::Io(std::io::Error::other(format!(
+                "{id} does not run here in worker mode"
+            ))));
+        };
+        let role = self.opts.topology.role(id).ok_or(ServeError::NoSuchNode(
+            id,
+            self.opts.topology.client().0 - 1,
+        ))?;
+        let addr = listener.local_addr()?;
+        let tx = node.tx.clone();
+        let nodes: crate::http::NodesFn = Arc::new(move || statuses(std::slice::from_ref(&tx)));
+        crate::worker::spawn_worker(
+            listener,
+            bootstrap,
+            crate::worker::WorkerParts {
+                id,
+                url: format!("http://{addr}"),
+                role,
+                node: node.tx.clone(),
+                nodes,
+                info: crate::http::front_info(&self.opts),
+                cfg: self.opts.cfg.clone(),
+                decodes: self.opts.topology.decode_ids(),
+                prefills,
+                limits,
             },
         )?;
         Ok(addr)

@@ -6,7 +6,7 @@
 //! and the front's requests, refusals, disconnects and replies by status. Counters
 //! carry the `_total` suffix the format gives them.
 
-use super::Shared;
+use super::FrontCounters;
 use crate::node::NodeStatus;
 use kvsim_engine::node::Role;
 use prometheus_client::encoding::text::encode;
@@ -87,8 +87,8 @@ fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
 }
 
 /// The scrape's text.
-pub fn render<K>(sh: &Shared<K>, nodes: &[NodeStatus]) -> String {
-    let page = sh.info.page_size.max(1);
+pub fn render(page_size: u64, c: &FrontCounters, nodes: &[NodeStatus]) -> String {
+    let page = page_size.max(1);
     let mut reg = Registry::default();
     pool_gauge(
         &mut reg,
@@ -158,7 +158,6 @@ pub fn render<K>(sh: &Shared<K>, nodes: &[NodeStatus]) -> String {
         "KV writes whose completion reported failure (writer side)",
         |n| n.counts.transfers_failed,
     );
-    let c = &sh.counters;
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     counter(
         &mut reg,

@@ -175,12 +175,6 @@ pub fn spawn_http_front<K: Send + 'static>(
     listener: TcpListener,
     parts: FrontParts<K>,
 ) -> std::io::Result<thread::JoinHandle<()>> {
-    listener.set_nonblocking(true)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("http-front")
-        .enable_all()
-        .build()?;
     let shared = Arc::new(Shared {
         router: parts.router,
         status: parts.status,
@@ -193,20 +187,50 @@ pub fn spawn_http_front<K: Send + 'static>(
         limits: parts.limits,
         canary: parts.prompts == crate::server::PromptMode::Canary,
     });
+    let max = shared.limits.max_connections;
+    let handler: Handler = Arc::new(move |req| {
+        let sh = shared.clone();
+        Box::pin(async move { route(&sh, req).await })
+    });
+    spawn_server(listener, "http-front", max, handler)
+}
+
+/// What answers a request.
+pub type Handler = Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn std::future::Future<Output = Response<Out>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Serve `handler` on `listener` from a tokio runtime of its own (two worker
+/// threads), with the front's limits: at most `max_connections` open (503 beyond),
+/// [`MAX_HEAD`] bytes of head, [`READ_DEADLINE`] to receive a head.
+pub fn spawn_server(
+    listener: TcpListener,
+    name: &str,
+    max_connections: usize,
+    handler: Handler,
+) -> std::io::Result<thread::JoinHandle<()>> {
+    listener.set_nonblocking(true)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(name)
+        .enable_all()
+        .build()?;
     thread::Builder::new()
-        .name("http-accept".into())
+        .name(format!("{name}-accept"))
         .spawn(move || {
             rt.block_on(async move {
                 match tokio::net::TcpListener::from_std(listener) {
-                    Ok(l) => accept_loop(l, shared).await,
-                    Err(e) => eprintln!("kvsim serve: http front: {e}"),
+                    Ok(l) => accept_loop(l, max_connections, handler).await,
+                    Err(e) => eprintln!("kvsim serve: http: {e}"),
                 }
             })
         })
 }
 
-async fn accept_loop<K: Send + 'static>(l: tokio::net::TcpListener, sh: Arc<Shared<K>>) {
-    let open = Arc::new(Semaphore::new(sh.limits.max_connections));
+async fn accept_loop(l: tokio::net::TcpListener, max: usize, handler: Handler) {
+    let open = Arc::new(Semaphore::new(max));
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
     loop {
         let stream = match l.accept().await {
@@ -218,11 +242,11 @@ async fn accept_loop<K: Send + 'static>(l: tokio::net::TcpListener, sh: Arc<Shar
             }
         };
         let _ = stream.set_nodelay(true);
-        let sh = sh.clone();
+        let h = handler.clone();
         match open.clone().try_acquire_owned() {
             Ok(permit) => {
                 tokio::spawn(async move {
-                    serve_conn(stream, sh, false).await;
+                    serve_conn(stream, h, false).await;
                     drop(permit);
                 });
             }
@@ -232,7 +256,7 @@ async fn accept_loop<K: Send + 'static>(l: tokio::net::TcpListener, sh: Arc<Shar
                 // unread bytes), with a small bound on how many are being refused.
                 if let Ok(permit) = refusing.clone().try_acquire_owned() {
                     tokio::spawn(async move {
-                        serve_conn(stream, sh, true).await;
+                        serve_conn(stream, h, true).await;
                         drop(permit);
                     });
                 }
@@ -241,20 +265,16 @@ async fn accept_loop<K: Send + 'static>(l: tokio::net::TcpListener, sh: Arc<Shar
     }
 }
 
-async fn serve_conn<K: Send + 'static>(
-    stream: tokio::net::TcpStream,
-    sh: Arc<Shared<K>>,
-    refuse: bool,
-) {
+async fn serve_conn(stream: tokio::net::TcpStream, handler: Handler, refuse: bool) {
     let svc = hyper::service::service_fn(move |req| {
-        let sh = sh.clone();
+        let h = handler.clone();
         async move {
             if refuse {
                 let mut r = error(503, "too many open connections");
                 close(&mut r);
                 return Ok::<_, Infallible>(r);
             }
-            Ok(route(&sh, req).await)
+            Ok(h(req).await)
         }
     });
     let deadline = if refuse {
@@ -274,7 +294,7 @@ async fn serve_conn<K: Send + 'static>(
 /// A response body.
 pub type Out = UnsyncBoxBody<Bytes, Infallible>;
 
-fn full(status: u16, ctype: &str, body: impl Into<Bytes>) -> Response<Out> {
+pub fn full(status: u16, ctype: &str, body: impl Into<Bytes>) -> Response<Out> {
     let mut r = Response::new(Full::new(body.into()).boxed_unsync());
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if let Ok(v) = HeaderValue::from_str(ctype) {
@@ -294,7 +314,7 @@ pub fn error(status: u16, message: &str) -> Response<Out> {
 }
 
 /// Ask hyper to close the connection after this response.
-fn close(r: &mut Response<Out>) {
+pub fn close(r: &mut Response<Out>) {
     r.headers_mut()
         .insert(CONNECTION, HeaderValue::from_static("close"));
 }
@@ -375,7 +395,11 @@ async fn route<K: Send + 'static>(sh: &Arc<Shared<K>>, req: Request<Incoming>) -
             let nodes = tokio::task::spawn_blocking(move || (sh2.nodes)())
                 .await
                 .unwrap_or_default();
-            full(200, metrics::CONTENT_TYPE, metrics::render(sh, &nodes))
+            full(
+                200,
+                metrics::CONTENT_TYPE,
+                metrics::render(sh.info.page_size, &sh.counters, &nodes),
+            )
         }
         (&Method::GET, "/v1/models") => json_reply(200, &openai::models(&sh.info)),
         (&Method::POST, "/generate") => match read_body(req, sh.limits.read_deadline).await {
@@ -396,7 +420,7 @@ async fn route<K: Send + 'static>(sh: &Arc<Shared<K>>, req: Request<Incoming>) -
 }
 
 /// `/get_model_info`'s body.
-fn model_info(info: &FrontInfo) -> Value {
+pub fn model_info(info: &FrontInfo) -> Value {
     json!({
         "model_path": info.model_path,
         "tokenizer_path": null,
@@ -423,11 +447,11 @@ impl<K> Shared<K> {
                 format!("{n} tokens is over the front's limit of {MAX_PROMPT_TOKENS}"),
             ));
         }
-        self.vocab
+        Ok(self
+            .vocab
             .lock()
             .map_err(|_| field_err(field, "tokenizer unavailable"))?
-            .encode(text)
-            .map_err(|e| field_err(field, e))
+            .encode(text))
     }
 
     /// A `max_new_tokens` value, checked against the server's limit.
@@ -517,44 +541,49 @@ impl<K> Shared<K> {
     }
 }
 
-/// Cancels its request at the router when dropped armed: hyper drops a request's
-/// future, or its streaming body, when the client closes the connection.
-pub struct CancelGuard<K> {
-    sh: Arc<Shared<K>>,
-    req: RequestId,
-    armed: bool,
-}
+/// Runs its action when dropped armed: hyper drops a request's future, or its
+/// streaming body, when the client closes the connection, and the action cancels
+/// the request where it runs.
+pub struct CancelGuard(Option<Box<dyn FnOnce() + Send>>);
 
-impl<K> CancelGuard<K> {
+impl CancelGuard {
+    pub fn new(on_drop: impl FnOnce() + Send + 'static) -> Self {
+        CancelGuard(Some(Box::new(on_drop)))
+    }
+
     /// The request was answered: nothing to cancel.
     pub fn disarm(&mut self) {
-        self.armed = false;
+        self.0 = None;
     }
 }
 
-impl<K> Drop for CancelGuard<K> {
+impl Drop for CancelGuard {
     fn drop(&mut self) {
-        if self.armed {
-            self.sh.counters.disconnects.fetch_add(1, Ordering::Relaxed);
-            let _ = self.sh.router.send(Ev::Cancel { req: self.req });
+        if let Some(f) = self.0.take() {
+            f();
         }
     }
 }
 
-/// A request submitted to the router: its id, its answers, its guard.
-pub struct Pending<K> {
+/// A request submitted to a node's loop: its id, its answers, its guard.
+pub struct Pending {
     pub req: u64,
     pub prompt_len: usize,
     pub rx: mpsc::UnboundedReceiver<ReplyEv>,
-    pub guard: CancelGuard<K>,
+    pub guard: CancelGuard,
 }
 
-impl<K> Pending<K> {
-    /// Wait for the terminal answer (`None`: the server is shutting down).
-    pub async fn done(&mut self) -> Option<Reply> {
+impl Pending {
+    /// Wait for the terminal answer (`None`: the server is shutting down); the tokens
+    /// streamed before it are in `tokens`, by index.
+    pub async fn done_with(&mut self, tokens: &mut Vec<u32>) -> Option<Reply> {
         while let Some(ev) = self.rx.recv().await {
             match ev {
-                ReplyEv::Token { .. } => {}
+                ReplyEv::Token { index, token } => {
+                    if index as usize == tokens.len() {
+                        tokens.push(token);
+                    }
+                }
                 ReplyEv::Done(r) => {
                     self.guard.disarm();
                     return Some(r);
@@ -564,10 +593,15 @@ impl<K> Pending<K> {
         self.guard.disarm();
         None
     }
+
+    /// Wait for the terminal answer (`None`: the server is shutting down).
+    pub async fn done(&mut self) -> Option<Reply> {
+        self.done_with(&mut Vec::new()).await
+    }
 }
 
 /// Submit `job` to the router's loop.
-pub fn submit<K: Send + 'static>(sh: &Arc<Shared<K>>, job: &Job) -> Result<Pending<K>, String> {
+pub fn submit<K: Send + 'static>(sh: &Arc<Shared<K>>, job: &Job) -> Result<Pending, String> {
     let id = sh.next.fetch_add(1, Ordering::Relaxed);
     let prompt = if sh.canary {
         if id as usize >= kvsim_oracle::canary::MAX_REQUESTS {
@@ -591,31 +625,31 @@ pub fn submit<K: Send + 'static>(sh: &Arc<Shared<K>>, job: &Job) -> Result<Pendi
     if sent.is_err() {
         return Err("server is shutting down".into());
     }
+    let sh2 = sh.clone();
     Ok(Pending {
         req: id,
         prompt_len: job.ids.len(),
         rx,
-        guard: CancelGuard {
-            sh: sh.clone(),
-            req: RequestId(id),
-            armed: true,
-        },
+        guard: CancelGuard::new(move || {
+            sh2.counters.disconnects.fetch_add(1, Ordering::Relaxed);
+            let _ = sh2.router.send(Ev::Cancel { req: RequestId(id) });
+        }),
     })
 }
 
 /// A streaming body: each answer event rendered as bytes as it arrives; dropping it
 /// (the client went away) cancels the request through its guard.
-pub struct EventBody<K> {
-    pending: Pending<K>,
+pub struct EventBody {
+    pending: Pending,
     render: Box<dyn FnMut(ReplyEv) -> Bytes + Send>,
     /// Sent when the answers end without a terminal one (shutdown).
     on_close: Option<Bytes>,
     done: bool,
 }
 
-impl<K> EventBody<K> {
+impl EventBody {
     pub fn new(
-        pending: Pending<K>,
+        pending: Pending,
         render: impl FnMut(ReplyEv) -> Bytes + Send + 'static,
         on_close: Bytes,
     ) -> Self {
@@ -628,7 +662,7 @@ impl<K> EventBody<K> {
     }
 }
 
-impl<K> Body for EventBody<K> {
+impl Body for EventBody {
     type Data = Bytes;
     type Error = Infallible;
 
@@ -676,8 +710,18 @@ pub fn event(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
+/// A field's text to token ids (`field`, `text`).
+pub type Tokenize<'a> = dyn Fn(&str, &str) -> Result<Vec<u32>, String> + 'a;
+/// A `max_new_tokens` field checked against the server's limit (`field`, value).
+pub type MaxNew<'a> = dyn Fn(&str, Option<body::Int>) -> Result<Option<u32>, String> + 'a;
+
 /// Check a `/generate` body into a job.
-fn check_generate<K>(sh: &Shared<K>, g: GenerateBody) -> Result<Job, String> {
+pub fn check_generate(
+    tokenize: &Tokenize<'_>,
+    max_new: &MaxNew<'_>,
+    default_max: u32,
+    g: GenerateBody,
+) -> Result<Job, String> {
     let given: Vec<&str> = [
         ("text", g.text.is_some()),
         ("input_ids", g.input_ids.is_some()),
@@ -706,22 +750,23 @@ fn check_generate<K>(sh: &Shared<K>, g: GenerateBody) -> Result<Job, String> {
                 "a batch (a list of prompts) is not supported: send one string",
             ))
         }
-        (None, Some(Text::One(s))) => sh.tokenize(which, &s)?,
+        (None, Some(Text::One(s))) => tokenize(which, &s)?,
         (None, None) => Vec::new(),
     };
     if ids.is_empty() {
         return Err(field_err(which, "the prompt is empty (no tokens)"));
     }
+    let max_new_of = max_new;
     let mut max_new = None;
     if let Some(body::Obj(sp)) = g.sampling_params {
-        max_new = sh.max_new("sampling_params.max_new_tokens", sp.max_new_tokens)?;
+        max_new = max_new_of("sampling_params.max_new_tokens", sp.max_new_tokens)?;
     }
-    if let Some(n) = sh.max_new("max_tokens", g.max_tokens)? {
+    if let Some(n) = max_new_of("max_tokens", g.max_tokens)? {
         max_new = Some(n);
     }
     Ok(Job {
         ids,
-        max_new_tokens: max_new.unwrap_or(sh.default_max_new()),
+        max_new_tokens: max_new.unwrap_or(default_max),
         stream: g.stream.is_some_and(|f| f.0),
     })
 }
@@ -729,7 +774,11 @@ fn check_generate<K>(sh: &Shared<K>, g: GenerateBody) -> Result<Job, String> {
 /// SGLang's `POST /generate`.
 async fn generate<K: Send + 'static>(sh: &Arc<Shared<K>>, body: &[u8]) -> Response<Out> {
     sh.counters.requests.fetch_add(1, Ordering::Relaxed);
-    let job = match body::parse::<GenerateBody>(body).and_then(|g| check_generate(sh, g)) {
+    let tokenize = |f: &str, t: &str| sh.tokenize(f, t);
+    let max_new = |f: &str, v| sh.max_new(f, v);
+    let parsed = body::parse::<GenerateBody>(body)
+        .and_then(|g| check_generate(&tokenize, &max_new, sh.default_max_new(), g));
+    let job = match parsed {
         Ok(j) => j,
         Err(msg) => return sh.refuse(&msg, error),
     };
@@ -794,7 +843,7 @@ pub trait Streamer: Send + 'static {
 /// Stream `pending`'s answers with `s`, each token once, in order.
 pub fn stream_reply<K: Send + 'static, S: Streamer>(
     sh: &Arc<Shared<K>>,
-    pending: Pending<K>,
+    pending: Pending,
     mut s: S,
 ) -> Response<Out> {
     let sh = sh.clone();

@@ -1,0 +1,690 @@
+//! SGLang's worker API on a prefill or decode node (worker mode, `kvsim serve --node N
+//! --worker-http ADDR`): what SGLang's router (`sglang-router` 0.3.2 in
+//! `--pd-disaggregation` mode) drives. No engine router runs: the worker front plays
+//! its part of starting and aborting halves, delivering the engine's own
+//! `PrefillStart`, `DecodeStart` and `Abort` to the node as from the router, and
+//! turning what the half sends the router (`TokenOut`, `PrefillFinished`,
+//! `DecodeFinished`) into the HTTP answer.
+//!
+//! Endpoints: `POST /generate` (the router's body: `text` or `input_ids`,
+//! `sampling_params`, `stream`, `bootstrap_host`, `bootstrap_port`, `bootstrap_room`;
+//! the batch form gets 400), `GET /health`, `/health_generate`, `/get_server_info`
+//! (with `disaggregation_mode` and, for prefill, `disaggregation_bootstrap_port`),
+//! `/get_model_info`, `/metrics`, `/get_load`. A prefill node also serves its bootstrap
+//! endpoint (`POST /kvsim/bootstrap {"room", "decode"}`) on its bootstrap port: a
+//! decode node given a room registers there, naming itself, so prefill learns which
+//! decode node its half pairs with (SGLang's decode likewise registers with prefill's
+//! bootstrap server). Decode finds its prefill node from `bootstrap_host:bootstrap_port`
+//! (the deployment's `bootstrap` lines); an address that names no prefill node gets 400.
+//!
+//! Rooms: the router's 63-bit `bootstrap_room` `r` is the engine's room key
+//! `RoomKey { room: 1 + r mod (2^32 - 1), gen: r }` on both halves (they agree with no
+//! exchange) and the request id `r`. Distinct rooms give distinct keys. Nothing the
+//! router sends is trusted: a room live here already gets 400; a room whose number
+//! this node has used with a later generation (the engine would take it for a late
+//! copy and ignore it) gets 503, which the router retries with a new room; a prefill
+//! half whose decode never registers gets 504 after the engine's bootstrap bound; a
+//! half the engine leaves unanswered is aborted and answered 504 after a bound; a
+//! client that closes the connection aborts its half, as the router would.
+
+use crate::http::body::{self, GenerateBody};
+use crate::http::{
+    self, check_generate, error, full, json_reply, model_info, read_body, CancelGuard, EventBody,
+    FrontCounters, FrontInfo, FrontLimits, Handler, Job, NodesFn, Out, Pending,
+};
+use crate::node::{Ev, ReplyEv, ReplySink};
+use crate::tokenizer::Vocab;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response};
+use kvsim_engine::config::EngineConfig;
+use kvsim_engine::ids::{NodeId, RequestId, RoomKey};
+use kvsim_engine::msg::Msg;
+use kvsim_engine::node::Role;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, Notify};
+
+/// Most rooms registered at a prefill node's bootstrap and not yet taken.
+const MAX_REGISTERED: usize = 1 << 16;
+
+/// What a worker front is given.
+pub struct WorkerParts<K> {
+    pub id: NodeId,
+    /// This worker's own URL (a decode node gives it to prefill's bootstrap, where
+    /// prefill says when its half of a room is done).
+    pub url: String,
+    pub role: Role,
+    pub node: Sender<Ev<K>>,
+    pub nodes: NodesFn,
+    pub info: FrontInfo,
+    pub cfg: EngineConfig,
+    /// The deployment's decode nodes (who may register at a bootstrap).
+    pub decodes: Vec<NodeId>,
+    /// Each prefill node's bootstrap address.
+    pub prefills: BTreeMap<SocketAddr, NodeId>,
+    pub limits: FrontLimits,
+}
+
+/// The rooms this node was given.
+#[derive(Default)]
+struct Rooms {
+    live: BTreeSet<u64>,
+    /// The newest generation given per engine room number.
+    newest: BTreeMap<u32, u64>,
+}
+
+/// The engine's room key of a router room.
+pub fn room_key(r: u64) -> RoomKey {
+    RoomKey::new(1 + (r % u64::from(u32::MAX)) as u32, r)
+}
+
+struct Worker<K> {
+    p: WorkerParts<K>,
+    vocab: Mutex<Vocab>,
+    rooms: Mutex<Rooms>,
+    /// Prefill: rooms registered by decode nodes (the node, its URL), with when.
+    registered: Mutex<BTreeMap<u64, (NodeId, String, Instant)>>,
+    /// Prefill: (room, decode's URL) of each finished half, to tell decode.
+    done_tx: Mutex<std::sync::mpsc::Sender<(u64, u16, String)>>,
+    registered_changed: Notify,
+    counters: FrontCounters,
+    bootstrap_port: Option<u16>,
+}
+
+/// Serve the worker API on `listener` (and a prefill node's bootstrap on `bootstrap`).
+pub fn spawn_worker<K: Send + 'static>(
+    listener: TcpListener,
+    bootstrap: Option<TcpListener>,
+    p: WorkerParts<K>,
+) -> std::io::Result<()> {
+    let bootstrap_port = match &bootstrap {
+        Some(b) => Some(b.local_addr()?.port()),
+        None => None,
+    };
+    let max = p.limits.max_connections;
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, u16, String)>();
+    std::thread::Builder::new()
+        .name(format!("{}-done", p.id))
+        .spawn(move || tell_decode(done_rx))?;
+    let w = Arc::new(Worker {
+        done_tx: Mutex::new(done_tx),
+        p,
+        vocab: Mutex::new(Vocab::new()),
+        rooms: Mutex::new(Rooms::default()),
+        registered: Mutex::new(BTreeMap::new()),
+        registered_changed: Notify::new(),
+        counters: FrontCounters::default(),
+        bootstrap_port,
+    });
+    let name = format!("{}-worker", w.p.id);
+    let w1 = w.clone();
+    let handler: Handler = Arc::new(move |req| {
+        let w = w1.clone();
+        Box::pin(async move { route(&w, req).await })
+    });
+    http::spawn_server(listener, &name, max, handler)?;
+    if let Some(b) = bootstrap {
+        let handler: Handler = Arc::new(move |req| {
+            let w = w.clone();
+            Box::pin(async move { bootstrap_route(&w, req).await })
+        });
+        http::spawn_server(b, &format!("{name}-bootstrap"), max, handler)?;
+    }
+    Ok(())
+}
+
+/// Prefill: tell each finished half's decode node (`POST /kvsim/prefill_done`), in
+/// order, one at a time; a decode node that cannot be reached is told nothing (its
+/// room then stays open in the audit, which is what is known).
+fn tell_decode(rx: std::sync::mpsc::Receiver<(u64, u16, String)>) {
+    let a = crate::http_client::agent(Duration::from_secs(2));
+    for (room, status, url) in rx {
+        let body = json!({ "room": room, "status": status }).to_string();
+        let _ = crate::http_client::fetch_with(
+            &a,
+            &url,
+            "POST",
+            "/kvsim/prefill_done",
+            Some(body.as_bytes()),
+        );
+    }
+}
+
+async fn route<K: Send + 'static>(w: &Arc<Worker<K>>, req: Request<Incoming>) -> Response<Out> {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    match (&method, path.as_str()) {
+        (&Method::GET, "/health" | "/health_generate") => full(200, "text/plain", ""),
+        (&Method::GET, "/get_model_info" | "/model_info") => {
+            json_reply(200, &model_info(&w.p.info))
+        }
+        (&Method::GET, "/get_server_info" | "/server_info") => json_reply(200, &server_info(w)),
+        (&Method::GET, "/get_load") => {
+            let live = w.rooms.lock().map(|r| r.live.len()).unwrap_or(0);
+            json_reply(200, &json!({"load": live, "num_reqs": live}))
+        }
+        (&Method::GET, "/metrics") => {
+            let w2 = w.clone();
+            let nodes = tokio::task::spawn_blocking(move || (w2.p.nodes)())
+                .await
+                .unwrap_or_default();
+            let text = http::metrics::render(w.p.info.page_size, &w.counters, &nodes);
+            full(200, http::metrics::CONTENT_TYPE, text)
+        }
+        (&Method::POST, "/kvsim/prefill_done") => {
+            match read_body(req, w.p.limits.read_deadline).await {
+                Ok(b) => prefill_done(w, &b),
+                Err(r) => r,
+            }
+        }
+        (&Method::POST, "/generate") => match read_body(req, w.p.limits.read_deadline).await {
+            Ok(b) => generate(w, &b).await,
+            Err(r) => r,
+        },
+        (_, "/generate" | "/health" | "/get_model_info" | "/get_server_info" | "/metrics") => {
+            error(405, &format!("method {method} not allowed on {path}"))
+        }
+        _ => error(404, &format!("no endpoint {path}")),
+    }
+}
+
+/// `/get_server_info`: this node's facts, SGLang's names first.
+fn server_info<K>(w: &Worker<K>) -> Value {
+    let mode = match w.p.role {
+        Role::Prefill => "prefill",
+        Role::Decode => "decode",
+        Role::Router => "null",
+    };
+    let me = w.p.id.to_string();
+    let node = w.p.info.server_info["nodes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|n| n["node"] == me.as_str()).cloned())
+        .unwrap_or(Value::Null);
+    let mut v = w.p.info.server_info.clone();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("disaggregation_mode".into(), json!(mode));
+        o.insert(
+            "disaggregation_bootstrap_port".into(),
+            json!(w.bootstrap_port),
+        );
+        o.insert(
+            "max_total_num_tokens".into(),
+            node["max_total_num_tokens"].clone(),
+        );
+        o.insert("nodes".into(), json!([node]));
+    }
+    v
+}
+
+/// The checked `/generate` of a half.
+struct Half {
+    job: Job,
+    room: u64,
+    /// `bootstrap_host:bootstrap_port`, as sent.
+    bootstrap: String,
+}
+
+fn check_half<K>(w: &Worker<K>, body: &[u8]) -> Result<Half, String> {
+    let g = body::parse::<GenerateBody>(body)?;
+    let room = match g.bootstrap_room {
+        Some(body::Int(r)) if r >= 0 => r as u64,
+        Some(body::Int(r)) => {
+            return Err(body::field_err(
+                "bootstrap_room",
+                format!("{r} is not a room (0..2^63)"),
+            ))
+        }
+        None => {
+            return Err(body::field_err(
+                "bootstrap_room",
+                "a disaggregated worker needs the router's bootstrap_room",
+            ))
+        }
+    };
+    let host = g.bootstrap_host.clone().map(|h| h.0).unwrap_or_default();
+    let port = match g.bootstrap_port {
+        Some(body::Int(p)) => u16::try_from(p)
+            .map_err(|_| body::field_err("bootstrap_port", format!("{p} is not a port")))?,
+        None => 0,
+    };
+    let limit = w.p.info.max_new_tokens_limit;
+    let tokenize = |_: &str, t: &str| -> Result<Vec<u32>, String> {
+        Ok(w.vocab
+            .lock()
+            .map_err(|_| "tokenizer unavailable")?
+            .encode(t))
+    };
+    let max_new = |name: &str, v: Option<body::Int>| -> Result<Option<u32>, String> {
+        match v {
+            None => Ok(None),
+            Some(body::Int(n)) if (1..=i64::from(limit)).contains(&n) => Ok(Some(n as u32)),
+            Some(body::Int(n)) => Err(body::field_err(
+                name,
+                format!("{n} is outside 1..={limit} (the server's max_new_tokens limit)"),
+            )),
+        }
+    };
+    let job = check_generate(&tokenize, &max_new, limit.min(128), g)?;
+    Ok(Half {
+        job,
+        room,
+        bootstrap: format!("{host}:{port}"),
+    })
+}
+
+/// Take room `r` for a half here, or say why not (status, message).
+fn take_room<K>(w: &Worker<K>, r: u64) -> Result<(), (u16, String)> {
+    let key = room_key(r);
+    let mut rooms = w
+        .rooms
+        .lock()
+        .map_err(|_| (500, "room table poisoned".into()))?;
+    if rooms.live.contains(&r) {
+        return Err((400, format!("bootstrap_room {r} is already in use here")));
+    }
+    if rooms.newest.get(&key.room.0).is_some_and(|g| *g >= r) {
+        return Err((
+            503,
+            format!(
+                "bootstrap_room {r}: room number {} was used here with a later generation; \
+                 retry with a new room",
+                key.room.0
+            ),
+        ));
+    }
+    rooms.live.insert(r);
+    rooms.newest.insert(key.room.0, r);
+    Ok(())
+}
+
+fn release_room<K>(w: &Worker<K>, r: u64) {
+    if let Ok(mut rooms) = w.rooms.lock() {
+        rooms.live.remove(&r);
+    }
+}
+
+fn count<K>(w: &Worker<K>, status: u16) {
+    if let Ok(mut m) = w.counters.by_status.lock() {
+        *m.entry(status).or_default() += 1;
+    }
+}
+
+fn fail<K>(w: &Worker<K>, status: u16, msg: &str) -> Response<Out> {
+    count(w, status);
+    error(status, msg)
+}
+
+async fn generate<K: Send + 'static>(w: &Arc<Worker<K>>, body: &[u8]) -> Response<Out> {
+    w.counters.requests.fetch_add(1, Ordering::Relaxed);
+    let half = match check_half(w, body) {
+        Ok(h) => h,
+        Err(msg) => {
+            w.counters.rejected_by_front.fetch_add(1, Ordering::Relaxed);
+            return fail(w, 400, &msg);
+        }
+    };
+    if let Err((st, msg)) = take_room(w, half.room) {
+        return fail(w, st, &msg);
+    }
+    let r = half.room;
+    let answer = match w.p.role {
+        Role::Prefill => prefill(w, half).await,
+        _ => decode(w, half).await,
+    };
+    // A streaming answer releases its room when its body ends (its guard).
+    if !answer.headers().contains_key("x-kvsim-streaming") {
+        release_room(w, r);
+    }
+    answer
+}
+
+/// Prefill: wait for decode's registration, run the half, answer when it is done.
+async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<Out> {
+    let r = half.room;
+    let wait = Duration::from_nanos(w.p.cfg.timeouts.bootstrap_ns.max(1_000_000) * 10);
+    let end = tokio::time::Instant::now() + wait;
+    let decode = loop {
+        let notified = w.registered_changed.notified();
+        let got = w.registered.lock().ok().and_then(|mut m| m.remove(&r));
+        if let Some((d, url, _)) = got {
+            break (d, url);
+        }
+        if tokio::time::timeout_at(end, notified).await.is_err() {
+            let msg = format!(
+                "no decode node registered bootstrap_room {r} within {} ms",
+                wait.as_millis()
+            );
+            return fail(w, 504, &msg);
+        }
+    };
+    let (decode, decode_url) = decode;
+    let key = room_key(r);
+    let msg = Msg::PrefillStart {
+        room: key,
+        req: RequestId(r),
+        prompt: half.job.ids.clone(),
+        decode,
+    };
+    let tell = w.done_tx.lock().ok().map(|t| t.clone());
+    let on_done = move |status: u16| {
+        if let Some(t) = tell {
+            let _ = t.send((r, status, decode_url));
+        }
+    };
+    let mut pending = match start(w, key, msg, &half.job, Some(Box::new(on_done))) {
+        Ok(p) => p,
+        Err(m) => return fail(w, 503, &m),
+    };
+    let Some(reply) = bounded(w, &mut pending, &mut Vec::new()).await else {
+        return fail(
+            w,
+            504,
+            &format!("the prefill half of room {r} got no answer in time"),
+        );
+    };
+    count(w, reply.status);
+    if reply.status != 200 {
+        return error(reply.status, &engine_error(reply.status, "prefill"));
+    }
+    json_reply(
+        200,
+        &json!({"text": "", "output_ids": [], "meta_info": {"id": format!("room{r}"),
+                "prompt_tokens": half.job.ids.len(), "completion_tokens": 0,
+                "finish_reason": {"type": "length", "length": 0}}}),
+    )
+}
+
+fn engine_error(status: u16, side: &str) -> String {
+    match status {
+        400 => format!("the {side} half refused the request (the prompt does not fit)"),
+        503 => format!("the {side} half has no capacity now (queue full or intake closed)"),
+        st => format!("the {side} half failed the request (status {st})"),
+    }
+}
+
+/// Start a half at the node; the guard aborts it when dropped armed.
+fn start<K: Send + 'static>(
+    w: &Arc<Worker<K>>,
+    key: RoomKey,
+    msg: Msg<K>,
+    job: &Job,
+    mut on_done: Option<Box<dyn FnOnce(u16) + Send>>,
+) -> Result<Pending, String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let prompt_len = job.ids.len();
+    let sink = ReplySink::new(move |ev| {
+        if let ReplyEv::Done(r) = &ev {
+            if let Some(f) = on_done.take() {
+                f(r.status);
+            }
+        }
+        tx.send(ev).is_ok()
+    });
+    let sent = w.p.node.send(Ev::StartHalf {
+        room: key,
+        msg,
+        max_new_tokens: job.max_new_tokens,
+        reply: sink,
+    });
+    if sent.is_err() {
+        return Err("the node is shutting down".into());
+    }
+    let (node, w2) = (w.p.node.clone(), w.clone());
+    Ok(Pending {
+        req: key.gen.0,
+        prompt_len,
+        rx,
+        guard: CancelGuard::new(move || {
+            w2.counters.disconnects.fetch_add(1, Ordering::Relaxed);
+            let _ = node.send(Ev::AbortHalf { room: key });
+        }),
+    })
+}
+
+/// The bound on a half's answer: the engine's request bound twice over.
+fn answer_bound<K>(w: &Worker<K>) -> Duration {
+    Duration::from_nanos(w.p.cfg.timeouts.request_ns.max(1_000_000) * 2)
+}
+
+/// Wait for the half's terminal answer within [`answer_bound`]; past it the half is
+/// aborted (its guard) and `None` returned.
+async fn bounded<K>(
+    w: &Worker<K>,
+    pending: &mut Pending,
+    tokens: &mut Vec<u32>,
+) -> Option<crate::node::Reply> {
+    tokio::time::timeout(answer_bound(w), pending.done_with(tokens))
+        .await
+        .unwrap_or_default()
+}
+
+/// The prefill node a `bootstrap_host:bootstrap_port` names.
+fn prefill_of<K>(w: &Worker<K>, bootstrap: &str) -> Option<NodeId> {
+    let addrs = bootstrap.to_socket_addrs().ok()?;
+    addrs
+        .into_iter()
+        .find_map(|a| w.p.prefills.get(&a).copied())
+}
+
+/// Decode: find prefill, register the room at its bootstrap, run the half.
+async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<Out> {
+    let r = half.room;
+    let Some(prefill) = prefill_of(w, &half.bootstrap) else {
+        return fail(
+            w,
+            400,
+            &format!(
+                "bootstrap_host:bootstrap_port {} names no prefill node of this deployment",
+                half.bootstrap
+            ),
+        );
+    };
+    let url = format!("http://{}", half.bootstrap);
+    let (me, my_url) = (w.p.id.0, w.p.url.clone());
+    let registered = tokio::task::spawn_blocking(move || {
+        let body = json!({"room": r, "decode": me, "notify": my_url}).to_string();
+        let a = crate::http_client::agent(Duration::from_secs(5));
+        crate::http_client::fetch_with(&a, &url, "POST", "/kvsim/bootstrap", Some(body.as_bytes()))
+    })
+    .await;
+    match registered {
+        Ok(Ok(rep)) if rep.status == 200 => {}
+        Ok(Ok(rep)) => {
+            let msg = format!("prefill's bootstrap refused room {r}: {}", rep.text());
+            return fail(w, 502, &msg);
+        }
+        Ok(Err(e)) => return fail(w, 502, &format!("prefill's bootstrap: {e}")),
+        Err(e) => return fail(w, 500, &format!("bootstrap registration: {e}")),
+    }
+    let key = room_key(r);
+    let msg = Msg::DecodeStart {
+        room: key,
+        req: RequestId(r),
+        prompt: half.job.ids.clone(),
+        max_new_tokens: half.job.max_new_tokens,
+        prefill,
+    };
+    let mut pending = match start(w, key, msg, &half.job, None) {
+        Ok(p) => p,
+        Err(m) => return fail(w, 503, &m),
+    };
+    if half.job.stream {
+        return stream(w, pending, half);
+    }
+    let mut tokens = Vec::new();
+    let Some(reply) = bounded(w, &mut pending, &mut tokens).await else {
+        return fail(
+            w,
+            504,
+            &format!("the decode half of room {r} got no answer in time"),
+        );
+    };
+    count(w, reply.status);
+    if reply.status != 200 {
+        return error(reply.status, &engine_error(reply.status, "decode"));
+    }
+    let text = w
+        .vocab
+        .lock()
+        .map(|v| v.decode(&tokens))
+        .unwrap_or_default();
+    let n = tokens.len();
+    json_reply(
+        200,
+        &json!({"text": text, "output_ids": tokens, "meta_info": meta(r, &half.job, n, true)}),
+    )
+}
+
+fn meta(r: u64, job: &Job, n: usize, done: bool) -> Value {
+    let finish = if !done {
+        Value::Null
+    } else if n >= job.max_new_tokens as usize {
+        json!({"type": "length", "length": n})
+    } else {
+        json!({"type": "stop", "matched": null})
+    };
+    json!({"id": format!("room{r}"), "prompt_tokens": job.ids.len(),
+           "completion_tokens": n, "finish_reason": finish})
+}
+
+/// Decode's SGLang stream: an event per token as decode makes it (the text so far,
+/// appended to), then the end; the room is released when the body ends.
+fn stream<K: Send + 'static>(w: &Arc<Worker<K>>, pending: Pending, half: Half) -> Response<Out> {
+    let w2 = w.clone();
+    let r = half.room;
+    let mut text = String::new();
+    let mut ids: Vec<u32> = Vec::new();
+    let release = ReleaseOnDrop(w.clone(), r);
+    let render = move |ev: ReplyEv| -> Bytes {
+        let _keep = &release;
+        let mut out = Vec::new();
+        match ev {
+            ReplyEv::Token { index, token } if index as usize == ids.len() => {
+                if !ids.is_empty() {
+                    text.push(' ');
+                }
+                text.push_str(&w2.vocab.lock().map(|v| v.word(token)).unwrap_or_default());
+                ids.push(token);
+                let m = meta(r, &half.job, ids.len(), false);
+                out.extend(http::event(
+                    &json!({"text": text, "output_ids": ids, "meta_info": m}),
+                ));
+            }
+            ReplyEv::Token { .. } => {}
+            ReplyEv::Done(reply) => {
+                count(&w2, reply.status);
+                let ev = if reply.status == 200 {
+                    let m = meta(r, &half.job, ids.len(), true);
+                    json!({"text": text, "output_ids": ids, "meta_info": m})
+                } else {
+                    http::error_body(reply.status, &engine_error(reply.status, "decode"))
+                };
+                out.extend(http::event(&ev));
+                out.extend_from_slice(b"data: [DONE]\n\n");
+            }
+        }
+        Bytes::from(out)
+    };
+    let closing = http::event(&http::error_body(503, "the node is shutting down"));
+    let mut resp = http::sse(EventBody::new(pending, render, closing));
+    resp.headers_mut().insert(
+        "x-kvsim-streaming",
+        hyper::header::HeaderValue::from_static("1"),
+    );
+    resp
+}
+
+/// Releases a room when the streaming body that holds it is dropped.
+struct ReleaseOnDrop<K>(Arc<Worker<K>>, u64);
+
+impl<K> Drop for ReleaseOnDrop<K> {
+    fn drop(&mut self) {
+        release_room(&self.0, self.1);
+    }
+}
+
+/// A prefill node's bootstrap endpoint: `POST /kvsim/bootstrap {"room": R, "decode":
+/// N}` registers decode node `N` as room `R`'s decode half.
+async fn bootstrap_route<K: Send + 'static>(
+    w: &Arc<Worker<K>>,
+    req: Request<Incoming>,
+) -> Response<Out> {
+    match (req.method().clone(), req.uri().path()) {
+        (Method::GET, "/health") => full(200, "text/plain", ""),
+        (Method::POST, "/kvsim/bootstrap") => {
+            match read_body(req, w.p.limits.read_deadline).await {
+                Ok(b) => register(w, &b),
+                Err(r) => r,
+            }
+        }
+        (_, p) => error(404, &format!("no bootstrap endpoint {p}")),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Registration {
+    room: Option<body::Int>,
+    decode: Option<body::Int>,
+    /// The decode worker's URL (told when prefill's half is done).
+    notify: Option<body::Str>,
+}
+
+fn register<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
+    let reg = match body::parse::<Registration>(b) {
+        Ok(r) => r,
+        Err(m) => return error(400, &m),
+    };
+    let (Some(body::Int(room)), Some(body::Int(d))) = (reg.room, reg.decode) else {
+        return error(400, "room and decode are required");
+    };
+    let decode = NodeId(u16::try_from(d).unwrap_or(u16::MAX));
+    if room < 0 || !w.p.decodes.contains(&decode) {
+        return error(
+            400,
+            &format!("decode: {d} is not a decode node of this deployment"),
+        );
+    }
+    let wait = Duration::from_nanos(w.p.cfg.timeouts.bootstrap_ns.max(1_000_000) * 10);
+    let Ok(mut m) = w.registered.lock() else {
+        return error(500, "bootstrap table poisoned");
+    };
+    // Registrations no prefill half took within the wait are dropped.
+    m.retain(|_, (_, _, at)| at.elapsed() < wait);
+    if m.len() >= MAX_REGISTERED {
+        return error(503, "too many rooms registered and not taken");
+    }
+    let url = reg.notify.map(|u| u.0).unwrap_or_default();
+    m.insert(room as u64, (decode, url, Instant::now()));
+    drop(m);
+    w.registered_changed.notify_waiters();
+    json_reply(200, &json!({"ok": true}))
+}
+
+/// Decode: prefill's half of a room is done (`POST /kvsim/prefill_done {"room": R}`).
+fn prefill_done<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
+    #[derive(serde::Deserialize)]
+    struct Done {
+        room: Option<body::Int>,
+        status: Option<body::Int>,
+    }
+    match body::parse::<Done>(b) {
+        Ok(Done {
+            room: Some(body::Int(r)),
+            status,
+        }) if r >= 0 => {
+            let st = status.map_or(500, |s| u16::try_from(s.0).unwrap_or(500));
+            let _ = w.p.node.send(Ev::PeerHalfDone {
+                room: room_key(r as u64),
+                status: kvsim_engine::msg::Status(st),
+            });
+            json_reply(200, &json!({"ok": true}))
+        }
+        Ok(_) => error(400, "room: a room (0..2^63) is required"),
+        Err(m) => error(400, &m),
+    }
+}
