@@ -68,6 +68,10 @@ pub struct ServeArgs {
     /// peers file; decode finds prefill nodes by those lines.
     #[arg(long, value_name = "ADDR", requires = "node")]
     pub worker_http: Option<String>,
+    /// Worker mode, prefill: answer the first N `/generate` requests 503 without running
+    /// them (a half that fails: the router retries with a new room). For tests.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "worker_http")]
+    pub worker_fail_first: u64,
 }
 
 /// `--prompts`.
@@ -255,7 +259,7 @@ where
         println!("kvsim serve: client endpoint on {addr}");
     }
     if let (Some(h), Some(n), Some(path)) = (&a.worker_http, &a.node, &a.peers) {
-        start_worker(&server, h, node_id(n)?, path, opts)?;
+        start_worker(&server, h, node_id(n)?, path, opts, a.worker_fail_first)?;
     }
     if let Some(h) = &a.http {
         let l = TcpListener::bind(h).with_context(|| format!("--http {h}: cannot bind"))?;
@@ -300,6 +304,7 @@ fn start_worker<K>(
     id: NodeId,
     peers: &std::path::Path,
     opts: &ServeOptions,
+    fail_first: u64,
 ) -> Result<()>
 where
     K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
@@ -325,7 +330,7 @@ where
     let limits = kvsim_runtime::http::FrontLimits::default();
     let bound = bootstrap.as_ref().and_then(|b| b.local_addr().ok());
     let at = server
-        .start_worker(id, l, bootstrap, prefills, limits)
+        .start_worker(id, l, bootstrap, prefills, limits, fail_first)
         .with_context(|| format!("--worker-http {addr}"))?;
     println!("kvsim serve: worker http on {at}");
     if let Some(b) = bound {

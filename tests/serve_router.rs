@@ -78,7 +78,7 @@ struct Bed {
     traces: std::path::PathBuf,
 }
 
-fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>) -> Bed {
+fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>, prefill_args: &[&str]) -> Bed {
     let dir = tmp_in("router", tag);
     let traces = dir.join("traces");
     let _ = std::fs::remove_dir_all(&traces);
@@ -90,7 +90,7 @@ fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>) -> Bed {
         format!("n1 127.0.0.1:{n1}\nn2 127.0.0.1:{n2}\nbootstrap n1 127.0.0.1:{boot}\n"),
     )
     .unwrap();
-    let node = |n: &str, http: u16| {
+    let node = |n: &str, http: u16, more: &[&str]| {
         let (peers, traces) = (peers.display().to_string(), traces.display().to_string());
         let http = format!("127.0.0.1:{http}");
         let mut args = vec![
@@ -107,11 +107,12 @@ fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>) -> Bed {
         if let Some(b) = bugs {
             args.extend(["--bugs", b]);
         }
+        args.extend(more);
         let mut s = Served::start(&args);
         s.wait_for("worker http", kvsim::serve::worker_of);
         s
     };
-    let (prefill, decode) = (node("n1", ph), node("n2", dh));
+    let (prefill, decode) = (node("n1", ph, prefill_args), node("n2", dh, &[]));
     let (prefill_http, decode_http) = (
         format!("http://127.0.0.1:{ph}"),
         format!("http://127.0.0.1:{dh}"),
@@ -217,7 +218,7 @@ fn canary(url: &str, extra: &[&str]) -> (i32, String) {
 #[test]
 fn the_real_router_drives_kvsim_prefill_and_decode() {
     let Some(py) = router_python() else { return };
-    let bed = start_bed(&py, "clean", LOOPBACK, None);
+    let bed = start_bed(&py, "clean", LOOPBACK, None, &[]);
     // The workers answer SGLang's probes.
     let info = fetch(&bed.prefill_http, "GET", "/get_server_info", None, T).unwrap();
     let info: Value = serde_json::from_slice(&info.body).unwrap();
@@ -311,11 +312,52 @@ fn the_real_router_drives_kvsim_prefill_and_decode() {
 #[test]
 fn the_incident_leak_is_found_through_the_real_router() {
     let Some(py) = router_python() else { return };
-    let bed = start_bed(&py, "incident", INCIDENT_SC, Some(BUGS));
+    let bed = start_bed(&py, "incident", INCIDENT_SC, Some(BUGS), &[]);
     let (rc, out) = canary(&bed.router.url, &["--requests", "32", "--over-length", "4"]);
     assert_eq!(rc, 1, "{out}");
     assert!(out.contains("LEAK: reply to request"), "{out}");
     let _ = Path::new(&bed.traces);
     let (rc, audit) = stop_and_audit(bed);
     assert_ne!(rc, 0, "the audit finds the incident: {audit}");
+}
+
+/// A prefill half that fails (503, twice): the router retries with a new room each
+/// time, the third attempt answers 200, and every abandoned half ends (decode's is
+/// told prefill's status) with the audit clean.
+#[test]
+fn a_failed_half_is_retried_with_a_new_room() {
+    let Some(py) = router_python() else { return };
+    let bed = start_bed(&py, "retry", LOOPBACK, None, &["--worker-fail-first", "2"]);
+    let r = fetch(
+        &bed.router.url,
+        "POST",
+        "/generate",
+        Some(br#"{"text":"CANARY-retry a b c","sampling_params":{"max_new_tokens":2}}"#),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("CANARY-retry"), "{}", r.text());
+    let m = fetch(&bed.prefill_http, "GET", "/metrics", None, T)
+        .unwrap()
+        .text();
+    assert!(
+        m.contains("kvsim_http_responses_total{status=\"503\"} 2"),
+        "{m}"
+    );
+    assert!(
+        m.contains("kvsim_http_responses_total{status=\"200\"} 1"),
+        "{m}"
+    );
+    let d = fetch(&bed.decode_http, "GET", "/metrics", None, T)
+        .unwrap()
+        .text();
+    assert!(
+        d.contains("kvsim_http_requests_total 3"),
+        "three rooms at decode: {d}"
+    );
+    wait_whole(&bed.prefill_http);
+    wait_whole(&bed.decode_http);
+    let (rc, audit) = stop_and_audit(bed);
+    assert_eq!(rc, 0, "{audit}");
 }

@@ -459,6 +459,7 @@ where
         bootstrap: Option<TcpListener>,
         prefills: BTreeMap<SocketAddr, NodeId>,
         limits: crate::http::FrontLimits,
+        fail_first: u64,
     ) -> Result<SocketAddr, ServeError> {
         let node = self.nodes.iter().find(|h| h.id == id);
         let (Some(node), true) = (node, self.opts.worker) else {
@@ -487,6 +488,7 @@ where
                 decodes: self.opts.topology.decode_ids(),
                 prefills,
                 limits,
+                fail_first,
             },
         )?;
         Ok(addr)

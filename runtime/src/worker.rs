@@ -68,6 +68,9 @@ pub struct WorkerParts<K> {
     /// Each prefill node's bootstrap address.
     pub prefills: BTreeMap<SocketAddr, NodeId>,
     pub limits: FrontLimits,
+    /// Answer the first this many `/generate` requests 503 (prefill; a test's failing
+    /// half).
+    pub fail_first: u64,
 }
 
 /// The rooms this node was given.
@@ -91,6 +94,13 @@ struct Worker<K> {
     registered: Mutex<BTreeMap<u64, (NodeId, String, Instant)>>,
     /// Prefill: (room, decode's URL) of each finished half, to tell decode.
     done_tx: Mutex<std::sync::mpsc::Sender<(u64, u16, String)>>,
+    /// Prefill: rooms whose half ended here without running (no registration in time,
+    /// refused, the router gone), with the status: a decode node that registers one
+    /// later is told at once, so its half ends too.
+    gone: Mutex<BTreeMap<u64, (u16, Instant)>>,
+    /// Prefill: answer this many more `/generate` requests 503 without running them
+    /// (`--worker-fail-first`: a half that fails, for the router's retries).
+    fail_first: std::sync::atomic::AtomicU64,
     registered_changed: Notify,
     counters: FrontCounters,
     bootstrap_port: Option<u16>,
@@ -113,6 +123,8 @@ pub fn spawn_worker<K: Send + 'static>(
         .spawn(move || tell_decode(done_rx))?;
     let w = Arc::new(Worker {
         done_tx: Mutex::new(done_tx),
+        gone: Mutex::new(BTreeMap::new()),
+        fail_first: std::sync::atomic::AtomicU64::new(p.fail_first),
         p,
         vocab: Mutex::new(Vocab::new()),
         rooms: Mutex::new(Rooms::default()),
@@ -344,9 +356,71 @@ async fn generate<K: Send + 'static>(w: &Arc<Worker<K>>, body: &[u8]) -> Respons
 }
 
 /// Prefill: wait for decode's registration, run the half, answer when it is done.
+/// Prefill: room `r` ends here without its half running, with `status`: its decode
+/// node (registered now or later) is told.
+fn prefill_gone<K>(w: &Worker<K>, r: u64, status: u16) {
+    let reg = w.registered.lock().ok().and_then(|mut m| m.remove(&r));
+    match reg {
+        Some((_, url, _)) => tell(w, r, status, url),
+        None => {
+            if let Ok(mut g) = w.gone.lock() {
+                let wait = bootstrap_wait(w);
+                g.retain(|_, (_, at)| at.elapsed() < wait * 4);
+                if g.len() < MAX_REGISTERED {
+                    g.insert(r, (status, Instant::now()));
+                }
+            }
+        }
+    }
+}
+
+fn tell<K>(w: &Worker<K>, r: u64, status: u16, url: String) {
+    if let Ok(t) = w.done_tx.lock() {
+        let _ = t.send((r, status, url));
+    }
+}
+
+fn bootstrap_wait<K>(w: &Worker<K>) -> Duration {
+    Duration::from_nanos(w.p.cfg.timeouts.bootstrap_ns.max(1_000_000) * 10)
+}
+
+/// Prefill: tells decode when the `/generate` ends (or is dropped) before the half
+/// started.
+struct NotStarted<'a, K> {
+    w: &'a Worker<K>,
+    r: u64,
+    status: Option<u16>,
+}
+
+impl<K> Drop for NotStarted<'_, K> {
+    fn drop(&mut self) {
+        if let Some(st) = self.status {
+            prefill_gone(self.w, self.r, st);
+        }
+    }
+}
+
 async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<Out> {
     let r = half.room;
-    let wait = Duration::from_nanos(w.p.cfg.timeouts.bootstrap_ns.max(1_000_000) * 10);
+    // Until the half starts, its end (an answer, or the router gone) is told to decode.
+    let mut not_started = NotStarted {
+        w,
+        r,
+        status: Some(499),
+    };
+    let failing = w
+        .fail_first
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok();
+    if failing {
+        not_started.status = Some(503);
+        return fail(
+            w,
+            503,
+            &format!("room {r}: this prefill fails its first halves (--worker-fail-first)"),
+        );
+    }
+    let wait = bootstrap_wait(w);
     let end = tokio::time::Instant::now() + wait;
     let decode = loop {
         let notified = w.registered_changed.notified();
@@ -359,10 +433,12 @@ async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<
                 "no decode node registered bootstrap_room {r} within {} ms",
                 wait.as_millis()
             );
+            not_started.status = Some(504);
             return fail(w, 504, &msg);
         }
     };
     let (decode, decode_url) = decode;
+    not_started.status = None;
     let key = room_key(r);
     let msg = Msg::PrefillStart {
         room: key,
@@ -649,7 +725,7 @@ fn register<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
             &format!("decode: {d} is not a decode node of this deployment"),
         );
     }
-    let wait = Duration::from_nanos(w.p.cfg.timeouts.bootstrap_ns.max(1_000_000) * 10);
+    let wait = bootstrap_wait(w);
     let Ok(mut m) = w.registered.lock() else {
         return error(500, "bootstrap table poisoned");
     };
@@ -659,6 +735,17 @@ fn register<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
         return error(503, "too many rooms registered and not taken");
     }
     let url = reg.notify.map(|u| u.0).unwrap_or_default();
+    let gone = w
+        .gone
+        .lock()
+        .ok()
+        .and_then(|mut g| g.remove(&(room as u64)));
+    if let Some((status, _)) = gone {
+        // Prefill's half of this room already ended here without running.
+        drop(m);
+        tell(w, room as u64, status, url);
+        return json_reply(200, &json!({"ok": true, "prefill_status": status}));
+    }
     m.insert(room as u64, (decode, url, Instant::now()));
     drop(m);
     w.registered_changed.notify_waiters();
