@@ -415,6 +415,101 @@ pub fn bench(a: &BenchArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+#[derive(Args, Debug)]
+pub struct BenchHttpArgs {
+    /// The base URL (`http://HOST:PORT`).
+    pub url: String,
+    /// Requests per connection.
+    #[arg(long, default_value_t = 200)]
+    pub requests: usize,
+    /// Concurrent connections (kept alive; one request at a time each).
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: usize,
+    #[arg(long, default_value_t = 16)]
+    pub prompt_len: usize,
+    #[arg(long, default_value_t = 4)]
+    pub max_new_tokens: u32,
+    /// Stream (SSE) and measure the time to the first event.
+    #[arg(long)]
+    pub stream: bool,
+}
+
+/// One HTTP request: (latency, time to first byte of the body, status).
+fn http_once(a: &ureq::Agent, url: &str, body: &str) -> Result<(Duration, Duration, u16)> {
+    use std::io::Read;
+    let t = Instant::now();
+    let mut resp = a
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body.as_bytes())
+        .with_context(|| url.to_string())?;
+    let status = resp.status().as_u16();
+    let mut r = resp.body_mut().as_reader();
+    let mut buf = [0u8; 4096];
+    let mut first = None;
+    loop {
+        let n = r.read(&mut buf).with_context(|| url.to_string())?;
+        if n == 0 {
+            break;
+        }
+        first.get_or_insert_with(|| t.elapsed());
+    }
+    let total = t.elapsed();
+    Ok((total, first.unwrap_or(total), status))
+}
+
+/// Requests/s, latency percentiles and time to first byte (the first token's event
+/// when streaming) of an HTTP `/generate` at one concurrency.
+pub fn bench_http(a: &BenchHttpArgs) -> Result<ExitCode> {
+    let url = format!("{}/generate", a.url.trim_end_matches('/'));
+    let prompt = vec!["x"; a.prompt_len.max(1)].join(" ");
+    let body = serde_json::json!({"text": prompt, "stream": a.stream,
+        "sampling_params": {"max_new_tokens": a.max_new_tokens}})
+    .to_string();
+    let t0 = Instant::now();
+    let results: Vec<Result<Vec<(Duration, Duration, u16)>>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..a.concurrency.max(1))
+            .map(|_| {
+                let (url, body) = (&url, &body);
+                s.spawn(move || {
+                    let agent = kvsim_runtime::http_client::agent(Duration::from_secs(30));
+                    (0..a.requests).map(|_| http_once(&agent, url, body)).collect()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked"))))
+            .collect()
+    });
+    let wall = t0.elapsed().as_secs_f64();
+    let mut all = Vec::new();
+    for r in results {
+        all.extend(r?);
+    }
+    let not_ok = all.iter().filter(|(_, _, s)| *s != 200).count();
+    let mut lat: Vec<Duration> = all.iter().map(|x| x.0).collect();
+    let mut first: Vec<Duration> = all.iter().map(|x| x.1).collect();
+    lat.sort();
+    first.sort();
+    let pct = |v: &[Duration], p: f64| {
+        v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    println!(
+        "concurrency {}: {} requests in {wall:.2} s = {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, \
+         first byte p50 {:.2} ms p99 {:.2} ms, not 200: {not_ok}",
+        a.concurrency,
+        all.len(),
+        all.len() as f64 / wall,
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        pct(&first, 0.5),
+        pct(&first, 0.99),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Read the HTTP front's address from a server's stdout line.
 pub fn http_of(line: &str) -> Option<SocketAddr> {
     line.strip_prefix("kvsim serve: http on ")?
