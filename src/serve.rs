@@ -473,13 +473,18 @@ pub fn bench_http(a: &BenchHttpArgs) -> Result<ExitCode> {
                 let (url, body) = (&url, &body);
                 s.spawn(move || {
                     let agent = kvsim_runtime::http_client::agent(Duration::from_secs(30));
-                    (0..a.requests).map(|_| http_once(&agent, url, body)).collect()
+                    (0..a.requests)
+                        .map(|_| http_once(&agent, url, body))
+                        .collect()
                 })
             })
             .collect();
         workers
             .into_iter()
-            .map(|w| w.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked"))))
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
+            })
             .collect()
     });
     let wall = t0.elapsed().as_secs_f64();
