@@ -255,6 +255,36 @@ fn the_real_router_drives_kvsim_prefill_and_decode() {
     assert_eq!(r.status, 200);
     let events = r.text().matches("data: ").count();
     assert_eq!(events, 5, "three tokens, the end, [DONE]: {}", r.text());
+    // The OpenAI API through the router: completions and a chat stream.
+    let r = fetch(
+        &bed.router.url,
+        "POST",
+        "/v1/completions",
+        Some(br#"{"model":"kvsim/serve-loopback","prompt":"CANARY-oa a b c","max_tokens":3}"#),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert!(
+        v["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("CANARY-oa"),
+        "{v}"
+    );
+    assert_eq!(v["usage"]["completion_tokens"], 3, "{v}");
+    let r = fetch(
+        &bed.router.url,
+        "POST",
+        "/v1/chat/completions",
+        Some(br#"{"model":"kvsim/serve-loopback","stream":true,"max_tokens":2,"messages":[{"role":"user","content":"hi there"}]}"#),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let chunks = r.text().matches("chat.completion.chunk").count();
+    assert_eq!(chunks, 4, "the role, two tokens, the end: {}", r.text());
     // Nothing the router sends is trusted: a bootstrap address that names no prefill
     // node, and a room already in use, are refused at once.
     let body = |room: u64, port: u16| {

@@ -30,7 +30,7 @@
 use crate::http::body::{self, GenerateBody};
 use crate::http::{
     self, check_generate, error, full, json_reply, model_info, read_body, CancelGuard, EventBody,
-    FrontCounters, FrontInfo, FrontLimits, Handler, Job, NodesFn, Out, Pending,
+    FrontCounters, FrontInfo, FrontLimits, Handler, Job, NodesFn, Out, Pending, Streamer,
 };
 use crate::node::{Ev, ReplyEv, ReplySink};
 use crate::tokenizer::Vocab;
@@ -194,10 +194,12 @@ async fn route<K: Send + 'static>(w: &Arc<Worker<K>>, req: Request<Incoming>) ->
                 Err(r) => r,
             }
         }
-        (&Method::POST, "/generate") => match read_body(req, w.p.limits.read_deadline).await {
-            Ok(b) => generate(w, &b).await,
-            Err(r) => r,
-        },
+        (&Method::POST, "/generate" | "/v1/completions" | "/v1/chat/completions") => {
+            match read_body(req, w.p.limits.read_deadline).await {
+                Ok(b) => generate(w, &path, &b).await,
+                Err(r) => r,
+            }
+        }
         (_, "/generate" | "/health" | "/get_model_info" | "/get_server_info" | "/metrics") => {
             error(405, &format!("method {method} not allowed on {path}"))
         }
@@ -236,13 +238,23 @@ fn server_info<K>(w: &Worker<K>) -> Value {
 /// The checked `/generate` of a half.
 struct Half {
     job: Job,
+    /// The OpenAI API's request (`None`: SGLang's `/generate`).
+    openai: Option<http::openai::Checked>,
     room: u64,
     /// `bootstrap_host:bootstrap_port`, as sent.
     bootstrap: String,
 }
 
-fn check_half<K>(w: &Worker<K>, body: &[u8]) -> Result<Half, String> {
-    let g = body::parse::<GenerateBody>(body)?;
+/// The router's pairing fields, in any body it sends.
+#[derive(serde::Deserialize)]
+struct Bootstrap {
+    bootstrap_host: Option<body::Str>,
+    bootstrap_port: Option<body::Int>,
+    bootstrap_room: Option<body::Int>,
+}
+
+fn check_half<K>(w: &Worker<K>, path: &str, body: &[u8]) -> Result<Half, String> {
+    let g = body::parse::<Bootstrap>(body)?;
     let room = match g.bootstrap_room {
         Some(body::Int(r)) if r >= 0 => r as u64,
         Some(body::Int(r)) => {
@@ -281,9 +293,25 @@ fn check_half<K>(w: &Worker<K>, body: &[u8]) -> Result<Half, String> {
             )),
         }
     };
-    let job = check_generate(&tokenize, &max_new, limit.min(128), g)?;
+    let (job, openai) = if path == "/generate" {
+        let g = body::parse::<GenerateBody>(body)?;
+        (
+            check_generate(&tokenize, &max_new, limit.min(128), g)?,
+            None,
+        )
+    } else {
+        let checks = http::openai::Checks {
+            tokenize: &tokenize,
+            max_new: &max_new,
+            default_max: limit.min(128),
+            model: &w.p.info.model_path,
+        };
+        let c = http::openai::check(path, body, &checks)?;
+        (c.job.clone(), Some(c))
+    };
     Ok(Half {
         job,
+        openai,
         room,
         bootstrap: format!("{host}:{port}"),
     })
@@ -331,13 +359,17 @@ fn fail<K>(w: &Worker<K>, status: u16, msg: &str) -> Response<Out> {
     error(status, msg)
 }
 
-async fn generate<K: Send + 'static>(w: &Arc<Worker<K>>, body: &[u8]) -> Response<Out> {
+async fn generate<K: Send + 'static>(w: &Arc<Worker<K>>, path: &str, body: &[u8]) -> Response<Out> {
     w.counters.requests.fetch_add(1, Ordering::Relaxed);
-    let half = match check_half(w, body) {
+    let half = match check_half(w, path, body) {
         Ok(h) => h,
         Err(msg) => {
             w.counters.rejected_by_front.fetch_add(1, Ordering::Relaxed);
-            return fail(w, 400, &msg);
+            count(w, 400);
+            return match path {
+                "/generate" => error(400, &msg),
+                _ => http::openai::error(400, &msg),
+            };
         }
     };
     if let Err((st, msg)) = take_room(w, half.room) {
@@ -610,6 +642,10 @@ async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<O
         .map(|v| v.decode(&tokens))
         .unwrap_or_default();
     let n = tokens.len();
+    if let Some(c) = &half.openai {
+        let id = http::openai::reply_id(c, r);
+        return json_reply(200, &http::openai::answer(c, &id, &text, n));
+    }
     json_reply(
         200,
         &json!({"text": text, "output_ids": tokens, "meta_info": meta(r, &half.job, n, true)}),
@@ -628,39 +664,43 @@ fn meta(r: u64, job: &Job, n: usize, done: bool) -> Value {
            "completion_tokens": n, "finish_reason": finish})
 }
 
-/// Decode's SGLang stream: an event per token as decode makes it (the text so far,
-/// appended to), then the end; the room is released when the body ends.
+/// Decode's stream (SGLang's events, or OpenAI's chunks): an event per token as decode
+/// makes it, then the end; the room is released when the body ends.
 fn stream<K: Send + 'static>(w: &Arc<Worker<K>>, pending: Pending, half: Half) -> Response<Out> {
     let w2 = w.clone();
     let r = half.room;
-    let mut text = String::new();
-    let mut ids: Vec<u32> = Vec::new();
+    let mut s: Box<dyn Streamer> = match &half.openai {
+        Some(c) => Box::new(http::openai::streamer(c, http::openai::reply_id(c, r))),
+        None => {
+            let job = half.job.clone();
+            Box::new(http::SglangStream::new(move |n, done| {
+                meta(r, &job, n, done)
+            }))
+        }
+    };
     let release = ReleaseOnDrop(w.clone(), r);
+    let mut sent = 0usize;
     let render = move |ev: ReplyEv| -> Bytes {
         let _keep = &release;
         let mut out = Vec::new();
         match ev {
-            ReplyEv::Token { index, token } if index as usize == ids.len() => {
-                if !ids.is_empty() {
-                    text.push(' ');
-                }
-                text.push_str(&w2.vocab.lock().map(|v| v.word(token)).unwrap_or_default());
-                ids.push(token);
-                let m = meta(r, &half.job, ids.len(), false);
-                out.extend(http::event(
-                    &json!({"text": text, "output_ids": ids, "meta_info": m}),
-                ));
+            ReplyEv::Token { index, token } if index as usize == sent => {
+                let word = w2.vocab.lock().map(|v| v.word(token)).unwrap_or_default();
+                s.token(&word, token, &mut out);
+                sent += 1;
             }
             ReplyEv::Token { .. } => {}
             ReplyEv::Done(reply) => {
                 count(&w2, reply.status);
-                let ev = if reply.status == 200 {
-                    let m = meta(r, &half.job, ids.len(), true);
-                    json!({"text": text, "output_ids": ids, "meta_info": m})
+                if reply.status == 200 {
+                    s.finish(&reply, &mut out);
                 } else {
-                    http::error_body(reply.status, &engine_error(reply.status, "decode"))
-                };
-                out.extend(http::event(&ev));
+                    s.failed(
+                        reply.status,
+                        &engine_error(reply.status, "decode"),
+                        &mut out,
+                    );
+                }
                 out.extend_from_slice(b"data: [DONE]\n\n");
             }
         }
@@ -773,5 +813,63 @@ fn prefill_done<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
         }
         Ok(_) => error(400, "room: a room (0..2^63) is required"),
         Err(m) => error(400, &m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker() -> Worker<()> {
+        let (node, _rx) = std::sync::mpsc::channel();
+        let info = FrontInfo {
+            model_path: "m".into(),
+            context_len: 1024,
+            max_new_tokens_limit: 16,
+            min_pool_tokens: 512,
+            page_size: 16,
+            server_info: json!({}),
+        };
+        Worker {
+            p: WorkerParts {
+                id: NodeId(2),
+                url: String::new(),
+                role: Role::Decode,
+                node,
+                nodes: Arc::new(Vec::new),
+                info,
+                cfg: EngineConfig::default(),
+                decodes: vec![NodeId(2)],
+                prefills: BTreeMap::new(),
+                limits: FrontLimits::default(),
+                fail_first: 0,
+            },
+            vocab: Mutex::new(Vocab::new()),
+            rooms: Mutex::new(Rooms::default()),
+            registered: Mutex::new(BTreeMap::new()),
+            registered_changed: Notify::new(),
+            done_tx: Mutex::new(std::sync::mpsc::channel().0),
+            gone: Mutex::new(BTreeMap::new()),
+            fail_first: std::sync::atomic::AtomicU64::new(0),
+            counters: FrontCounters::default(),
+            bootstrap_port: None,
+        }
+    }
+
+    /// Rooms from the router are not trusted: a live room is refused (400), a room
+    /// number this node used with a later generation is refused for a retry (503),
+    /// and distinct rooms give distinct keys.
+    #[test]
+    fn reused_and_stale_rooms_are_refused() {
+        let w = worker();
+        let big = u64::from(u32::MAX) + 5; // the same room number as 5, a later generation
+        assert_eq!(room_key(5).room, room_key(big).room);
+        assert_ne!(room_key(5), room_key(big));
+        assert!(take_room(&w, big).is_ok());
+        assert_eq!(take_room(&w, big).map_err(|e| e.0), Err(400));
+        release_room(&w, big);
+        assert_eq!(take_room(&w, 5).map_err(|e| e.0), Err(503));
+        assert!(take_room(&w, 6).is_ok());
+        assert_eq!(room_key(0).room.0, 1, "room number 0 is never used");
     }
 }

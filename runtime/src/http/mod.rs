@@ -819,15 +819,7 @@ async fn generate<K: Send + 'static>(sh: &Arc<Shared<K>>, body: &[u8]) -> Respon
         );
     }
     // Stream: the status line goes out now; an engine error arrives as an error event.
-    stream_reply(
-        sh,
-        pending,
-        SglangStream {
-            text: String::new(),
-            ids: Vec::new(),
-            meta: Box::new(meta),
-        },
-    )
+    stream_reply(sh, pending, SglangStream::new(meta))
 }
 
 /// How a stream renders its events (into `out`).
@@ -884,11 +876,21 @@ pub fn stream_reply<K: Send + 'static, S: Streamer>(
 }
 
 /// SGLang's stream: each event has the whole text so far (appended to, not rebuilt)
-/// and the ids so far.
-struct SglangStream {
+/// and the ids so far; `meta(n, done)` is the event's `meta_info`.
+pub struct SglangStream {
     text: String,
     ids: Vec<u32>,
     meta: Box<dyn Fn(usize, bool) -> Value + Send>,
+}
+
+impl SglangStream {
+    pub fn new(meta: impl Fn(usize, bool) -> Value + Send + 'static) -> Self {
+        SglangStream {
+            text: String::new(),
+            ids: Vec::new(),
+            meta: Box::new(meta),
+        }
+    }
 }
 
 impl Streamer for SglangStream {

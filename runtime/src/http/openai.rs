@@ -48,18 +48,37 @@ fn unix_now() -> u64 {
 }
 
 /// Which endpoint, and what it answers with.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
     Completion,
     Chat,
 }
 
 /// A checked OpenAI request.
-struct Checked {
-    job: Job,
-    kind: Kind,
-    model: String,
-    include_usage: bool,
+#[derive(Clone, Debug)]
+pub struct Checked {
+    pub job: Job,
+    pub kind: Kind,
+    pub model: String,
+    pub include_usage: bool,
+}
+
+/// What checking a body needs from the server: its tokenizer, its `max_new_tokens`
+/// check, its default reply length and model name.
+pub struct Checks<'a> {
+    pub tokenize: &'a super::Tokenize<'a>,
+    pub max_new: &'a super::MaxNew<'a>,
+    pub default_max: u32,
+    pub model: &'a str,
+}
+
+/// Check a `/v1/completions` (or, for `path` `/v1/chat/completions`, a chat) body.
+pub fn check(path: &str, b: &[u8], k: &Checks<'_>) -> Result<Checked, String> {
+    if path == "/v1/chat/completions" {
+        body::parse::<ChatBody>(b).and_then(|c| check_chat(k, c))
+    } else {
+        body::parse::<CompletionBody>(b).and_then(|c| check_completion(k, c))
+    }
 }
 
 fn check_n(n: Option<body::Int>) -> Result<(), String> {
@@ -69,14 +88,14 @@ fn check_n(n: Option<body::Int>) -> Result<(), String> {
     }
 }
 
-fn check_completion<K>(sh: &Shared<K>, b: CompletionBody) -> Result<Checked, String> {
+fn check_completion(k: &Checks<'_>, b: CompletionBody) -> Result<Checked, String> {
     check_n(b.n)?;
     if b.echo.is_some_and(|e| e.0) {
         return Err(field_err("echo", "echo is not supported"));
     }
     let ids = match b.prompt {
         None => return Err(field_err("prompt", "a prompt is required")),
-        Some(Prompt::Text(t)) => sh.tokenize("prompt", &t)?,
+        Some(Prompt::Text(t)) => (k.tokenize)("prompt", &t)?,
         Some(Prompt::Ids(ids)) => ids,
         Some(Prompt::Batch(_)) => {
             return Err(field_err(
@@ -88,18 +107,15 @@ fn check_completion<K>(sh: &Shared<K>, b: CompletionBody) -> Result<Checked, Str
     if ids.is_empty() {
         return Err(field_err("prompt", "the prompt is empty (no tokens)"));
     }
-    let max_new = sh.max_new("max_tokens", b.max_tokens)?;
+    let max_new = (k.max_new)("max_tokens", b.max_tokens)?;
     Ok(Checked {
         job: Job {
             ids,
-            max_new_tokens: max_new.unwrap_or(sh.default_max_new()),
+            max_new_tokens: max_new.unwrap_or(k.default_max),
             stream: b.stream.is_some_and(|f| f.0),
         },
         kind: Kind::Completion,
-        model: b
-            .model
-            .map(|m| m.0)
-            .unwrap_or_else(|| sh.info.model_path.clone()),
+        model: b.model.map(|m| m.0).unwrap_or_else(|| k.model.to_string()),
         include_usage: b
             .stream_options
             .and_then(|o| o.0.include_usage)
@@ -122,7 +138,7 @@ fn template(messages: &[body::Obj<body::Message>]) -> Result<String, String> {
     Ok(text)
 }
 
-fn check_chat<K>(sh: &Shared<K>, b: ChatBody) -> Result<Checked, String> {
+fn check_chat(k: &Checks<'_>, b: ChatBody) -> Result<Checked, String> {
     check_n(b.n)?;
     let messages = match b.messages {
         None => return Err(field_err("messages", "messages are required")),
@@ -131,22 +147,19 @@ fn check_chat<K>(sh: &Shared<K>, b: ChatBody) -> Result<Checked, String> {
         }
         Some(body::List(m)) => m,
     };
-    let ids = sh.tokenize("messages", &template(&messages)?)?;
-    let mut max_new = sh.max_new("max_tokens", b.max_tokens)?;
-    if let Some(n) = sh.max_new("max_completion_tokens", b.max_completion_tokens)? {
+    let ids = (k.tokenize)("messages", &template(&messages)?)?;
+    let mut max_new = (k.max_new)("max_tokens", b.max_tokens)?;
+    if let Some(n) = (k.max_new)("max_completion_tokens", b.max_completion_tokens)? {
         max_new = Some(n);
     }
     Ok(Checked {
         job: Job {
             ids,
-            max_new_tokens: max_new.unwrap_or(sh.default_max_new()),
+            max_new_tokens: max_new.unwrap_or(k.default_max),
             stream: b.stream.is_some_and(|f| f.0),
         },
         kind: Kind::Chat,
-        model: b
-            .model
-            .map(|m| m.0)
-            .unwrap_or_else(|| sh.info.model_path.clone()),
+        model: b.model.map(|m| m.0).unwrap_or_else(|| k.model.to_string()),
         include_usage: b
             .stream_options
             .and_then(|o| o.0.include_usage)
@@ -170,10 +183,17 @@ fn usage(prompt: usize, completion: usize) -> Value {
 /// `POST /v1/completions` or `POST /v1/chat/completions`.
 pub async fn serve<K: Send + 'static>(sh: &Arc<Shared<K>>, path: &str, b: &[u8]) -> Response<Out> {
     sh.counters.requests.fetch_add(1, Ordering::Relaxed);
-    let checked = if path == "/v1/chat/completions" {
-        body::parse::<ChatBody>(b).and_then(|c| check_chat(sh, c))
-    } else {
-        body::parse::<CompletionBody>(b).and_then(|c| check_completion(sh, c))
+    // The checks borrow closures that are not `Send`: done before the first await.
+    let checked = {
+        let tokenize = |f: &str, t: &str| sh.tokenize(f, t);
+        let max_new = |f: &str, v| sh.max_new(f, v);
+        let checks = Checks {
+            tokenize: &tokenize,
+            max_new: &max_new,
+            default_max: sh.default_max_new(),
+            model: &sh.info.model_path,
+        };
+        check(path, b, &checks)
     };
     let c = match checked {
         Ok(c) => c,
@@ -186,23 +206,9 @@ pub async fn serve<K: Send + 'static>(sh: &Arc<Shared<K>>, path: &str, b: &[u8])
             return error(503, &msg);
         }
     };
-    let id = match c.kind {
-        Kind::Completion => format!("cmpl-r{}", pending.req),
-        Kind::Chat => format!("chatcmpl-r{}", pending.req),
-    };
-    let created = unix_now();
+    let id = reply_id(&c, pending.req);
     if c.job.stream {
-        let s = OpenAiStream {
-            id,
-            created,
-            model: c.model,
-            kind: c.kind,
-            prompt: c.job.ids.len(),
-            max_new: c.job.max_new_tokens,
-            include_usage: c.include_usage,
-            n: 0,
-        };
-        return stream_reply(sh, pending, s);
+        return stream_reply(sh, pending, streamer(&c, id));
     }
     let Some(reply) = pending.done().await else {
         sh.count_status(503);
@@ -216,7 +222,19 @@ pub async fn serve<K: Send + 'static>(sh: &Arc<Shared<K>>, path: &str, b: &[u8])
         );
     }
     let text = sh.render(&reply.tokens);
-    let n = reply.tokens.len();
+    json_reply(200, &answer(&c, &id, &text, reply.tokens.len()))
+}
+
+/// A reply's id.
+pub fn reply_id(c: &Checked, req: u64) -> String {
+    match c.kind {
+        Kind::Completion => format!("cmpl-r{req}"),
+        Kind::Chat => format!("chatcmpl-r{req}"),
+    }
+}
+
+/// The whole answer of `n` tokens reading `text`.
+pub fn answer(c: &Checked, id: &str, text: &str, n: usize) -> Value {
     let finish = finish_reason(n, c.job.max_new_tokens);
     let choice = match c.kind {
         Kind::Completion => {
@@ -229,15 +247,26 @@ pub async fn serve<K: Send + 'static>(sh: &Arc<Shared<K>>, path: &str, b: &[u8])
         Kind::Completion => "text_completion",
         Kind::Chat => "chat.completion",
     };
-    json_reply(
-        200,
-        &json!({"id": id, "object": object, "created": created, "model": c.model,
-                "choices": [choice], "usage": usage(c.job.ids.len(), n)}),
-    )
+    json!({"id": id, "object": object, "created": unix_now(), "model": c.model,
+           "choices": [choice], "usage": usage(c.job.ids.len(), n)})
+}
+
+/// The stream of `c`'s answer.
+pub fn streamer(c: &Checked, id: String) -> OpenAiStream {
+    OpenAiStream {
+        id,
+        created: unix_now(),
+        model: c.model.clone(),
+        kind: c.kind,
+        prompt: c.job.ids.len(),
+        max_new: c.job.max_new_tokens,
+        include_usage: c.include_usage,
+        n: 0,
+    }
 }
 
 /// OpenAI's stream: one chunk per token with only the new text.
-struct OpenAiStream {
+pub struct OpenAiStream {
     id: String,
     created: u64,
     model: String,
