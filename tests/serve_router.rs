@@ -255,6 +255,24 @@ fn the_real_router_drives_kvsim_prefill_and_decode() {
     assert_eq!(r.status, 200);
     let events = r.text().matches("data: ").count();
     assert_eq!(events, 5, "three tokens, the end, [DONE]: {}", r.text());
+    // The engine's reason reaches the client: prefill's admission refusal, through
+    // decode's answer and the router.
+    let long = format!(r#"{{"text":"{}"}}"#, vec!["x"; 513].join(" "));
+    let r = fetch(
+        &bed.router.url,
+        "POST",
+        "/generate",
+        Some(long.as_bytes()),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("prompt of 513 tokens exceeds the admission limit of 512"),
+        "{}",
+        r.text()
+    );
     // The OpenAI API through the router: completions and a chat stream.
     let r = fetch(
         &bed.router.url,

@@ -36,6 +36,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A worker-mode half: where its answers go, its tokens so far, the engine's reason
+/// for its failure (from its node's own events).
+struct Half {
+    sink: ReplySink,
+    tokens: Vec<Token>,
+    reason: Option<String>,
+}
+
 /// Most early prefill-done words a decode worker keeps.
 const EARLY_DONE: usize = 4096;
 
@@ -45,6 +53,10 @@ pub struct Reply {
     pub req: u64,
     pub status: u16,
     pub tokens: Vec<u32>,
+    /// The engine's reason for a status that is not 200, where the node that gave it
+    /// is the one answering (worker mode: the half's own refusal or failure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// What a client's request hears from the router's loop.
@@ -190,6 +202,8 @@ pub enum Ev<K> {
     PeerHalfDone {
         room: RoomKey,
         status: Status,
+        /// Prefill's reason, when its half failed.
+        reason: Option<String>,
     },
     Status(Sender<NodeStatus>),
     /// Stop taking client requests (router).
@@ -248,13 +262,13 @@ pub struct Io<K> {
     /// (the router's cancel-both, defense 6: `router_cancels_both`).
     pub worker_cancels_both: bool,
     /// Worker mode: each started half's answers, and (decode) its tokens so far.
-    halves: BTreeMap<RoomKey, (ReplySink, Vec<Token>)>,
+    halves: BTreeMap<RoomKey, Half>,
     /// Worker mode, decode: which halves of each room are terminal (1: decode's, 2:
     /// prefill's); both: the room is cleared.
     clearing: BTreeMap<RoomKey, u8>,
     /// Worker mode, decode: prefill's word that a room's half is done, come before
     /// decode's half started (at most [`EARLY_DONE`], the oldest dropped).
-    early_done: std::collections::VecDeque<(RoomKey, Status)>,
+    early_done: std::collections::VecDeque<(RoomKey, Status, Option<String>)>,
     fault: Option<String>,
     counts: NodeCounts,
 }
@@ -363,30 +377,32 @@ impl<K: Clone> Io<K> {
     fn for_half(&mut self, msg: Msg<K>) {
         match msg {
             Msg::TokenOut { room, index, token } => {
-                if let Some((h, tokens)) = self.halves.get_mut(&room) {
-                    if index as usize == tokens.len() {
-                        tokens.push(token);
+                if let Some(h) = self.halves.get_mut(&room) {
+                    if index as usize == h.tokens.len() {
+                        h.tokens.push(token);
                     }
-                    h.send(ReplyEv::Token { index, token });
+                    h.sink.send(ReplyEv::Token { index, token });
                 }
             }
             Msg::PrefillFinished { room, status } => {
-                if let Some((mut h, _)) = self.halves.remove(&room) {
-                    h.send(ReplyEv::Done(Reply {
+                if let Some(mut h) = self.halves.remove(&room) {
+                    h.sink.send(ReplyEv::Done(Reply {
                         req: room.gen.0,
                         status: status.0,
                         tokens: Vec::new(),
+                        reason: h.reason,
                     }));
                 }
             }
             Msg::DecodeFinished { room, status } => {
                 self.half_done(room, 1);
-                if let Some((mut h, tokens)) = self.halves.remove(&room) {
-                    self.answered(room, status, tokens.clone());
-                    h.send(ReplyEv::Done(Reply {
+                if let Some(mut h) = self.halves.remove(&room) {
+                    self.answered(room, status, h.tokens.clone());
+                    h.sink.send(ReplyEv::Done(Reply {
                         req: room.gen.0,
                         status: status.0,
-                        tokens,
+                        tokens: h.tokens,
+                        reason: h.reason,
                     }));
                 }
             }
@@ -450,6 +466,7 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
                         req: req.0,
                         status: status.0,
                         tokens,
+                        reason: None,
                     }));
                 }
             }
@@ -479,6 +496,15 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
     }
 
     fn event(&mut self, node: NodeId, ev: TraceEvent) {
+        let why = match &ev {
+            TraceEvent::Rejected { room, reason, .. }
+            | TraceEvent::TransferRefused { room, reason, .. }
+            | TraceEvent::TransferFailed { room, reason, .. } => Some((*room, reason)),
+            _ => None,
+        };
+        if let Some(h) = why.and_then(|(room, _)| self.halves.get_mut(&room)) {
+            h.reason = why.map(|(_, r)| r.clone());
+        }
         match &ev {
             TraceEvent::TagMismatch { .. } => self.counts.tag_mismatches += 1,
             TraceEvent::KvRefused { .. } => self.counts.kv_refused += 1,
@@ -623,7 +649,7 @@ impl<G: Gpu> NodeLoop<G> {
     /// prefill's status (the client hears prefill's error, as the router's first-error
     /// answer, and decode's half is aborted, as the router aborts it) where the
     /// router's cancel-both defense is on.
-    fn prefill_done(&mut self, room: RoomKey, status: Status) {
+    fn prefill_done(&mut self, room: RoomKey, status: Status, reason: Option<String>) {
         self.io.half_done(room, 2);
         let Some(router) = self.io.worker_router else {
             return;
@@ -631,14 +657,15 @@ impl<G: Gpu> NodeLoop<G> {
         if !self.io.worker_cancels_both || status.is_ok() {
             return;
         }
-        let Some((mut h, _)) = self.io.halves.remove(&room) else {
+        let Some(mut h) = self.io.halves.remove(&room) else {
             return;
         };
         self.io.answered(room, status, Vec::new());
-        h.send(ReplyEv::Done(Reply {
+        h.sink.send(ReplyEv::Done(Reply {
             req: room.gen.0,
             status: status.0,
             tokens: Vec::new(),
+            reason: reason.map(|r| format!("prefill: {r}")),
         }));
         self.dispatch(Input::Message {
             from: router,
@@ -719,6 +746,7 @@ impl<G: Gpu> NodeLoop<G> {
                         req: req.0,
                         status: Status::UNAVAILABLE.0,
                         tokens: Vec::new(),
+                        reason: None,
                     }));
                     return true;
                 }
@@ -766,6 +794,7 @@ impl<G: Gpu> NodeLoop<G> {
                         req: room.gen.0,
                         status: Status::UNAVAILABLE.0,
                         tokens: Vec::new(),
+                        reason: None,
                     }));
                     return true;
                 };
@@ -800,11 +829,18 @@ impl<G: Gpu> NodeLoop<G> {
                 if matches!(self.node, RtNode::Decode(_)) {
                     self.io.clearing.insert(room, 0);
                 }
-                self.io.halves.insert(room, (reply, Vec::new()));
+                self.io.halves.insert(
+                    room,
+                    Half {
+                        sink: reply,
+                        tokens: Vec::new(),
+                        reason: None,
+                    },
+                );
                 self.dispatch(Input::Message { from: router, msg });
-                let early = self.io.early_done.iter().position(|(r, _)| *r == room);
-                if let Some((_, status)) = early.and_then(|i| self.io.early_done.remove(i)) {
-                    self.prefill_done(room, status);
+                let early = self.io.early_done.iter().position(|(r, _, _)| *r == room);
+                if let Some((_, st, why)) = early.and_then(|i| self.io.early_done.remove(i)) {
+                    self.prefill_done(room, st, why);
                 }
             }
             Ev::AbortHalf { room } => {
@@ -832,15 +868,19 @@ impl<G: Gpu> NodeLoop<G> {
                     msg: Msg::Abort { room },
                 });
             }
-            Ev::PeerHalfDone { room, status } => {
+            Ev::PeerHalfDone {
+                room,
+                status,
+                reason,
+            } => {
                 if !self.io.clearing.contains_key(&room) {
                     if self.io.early_done.len() >= EARLY_DONE {
                         self.io.early_done.pop_front();
                     }
-                    self.io.early_done.push_back((room, status));
+                    self.io.early_done.push_back((room, status, reason));
                     return true;
                 }
-                self.prefill_done(room, status);
+                self.prefill_done(room, status, reason);
             }
             Ev::Status(tx) => {
                 let _ = tx.send(self.status());

@@ -93,7 +93,7 @@ struct Worker<K> {
     /// Prefill: rooms registered by decode nodes (the node, its URL), with when.
     registered: Mutex<BTreeMap<u64, (NodeId, String, Instant)>>,
     /// Prefill: (room, decode's URL) of each finished half, to tell decode.
-    done_tx: Mutex<std::sync::mpsc::Sender<(u64, u16, String)>>,
+    done_tx: Mutex<std::sync::mpsc::Sender<Told>>,
     /// Prefill: rooms whose half ended here without running (no registration in time,
     /// refused, the router gone), with the status: a decode node that registers one
     /// later is told at once, so its half ends too.
@@ -117,7 +117,7 @@ pub fn spawn_worker<K: Send + 'static>(
         None => None,
     };
     let max = p.limits.max_connections;
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, u16, String)>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Told>();
     std::thread::Builder::new()
         .name(format!("{}-done", p.id))
         .spawn(move || tell_decode(done_rx))?;
@@ -133,6 +133,15 @@ pub fn spawn_worker<K: Send + 'static>(
         counters: FrontCounters::default(),
         bootstrap_port,
     });
+    if w.p.role == Role::Prefill {
+        let w2 = w.clone();
+        std::thread::Builder::new()
+            .name(format!("{}-bootstrap-prune", w.p.id))
+            .spawn(move || loop {
+                std::thread::sleep(bootstrap_wait(&w2) / 4);
+                prune_registrations(&w2);
+            })?;
+    }
     let name = format!("{}-worker", w.p.id);
     let w1 = w.clone();
     let handler: Handler = Arc::new(move |req| {
@@ -150,13 +159,16 @@ pub fn spawn_worker<K: Send + 'static>(
     Ok(())
 }
 
+/// What prefill tells decode: the room, its half's status and reason, decode's URL.
+type Told = (u64, u16, Option<String>, String);
+
 /// Prefill: tell each finished half's decode node (`POST /kvsim/prefill_done`), in
 /// order, one at a time; a decode node that cannot be reached is told nothing (its
 /// room then stays open in the audit, which is what is known).
-fn tell_decode(rx: std::sync::mpsc::Receiver<(u64, u16, String)>) {
+fn tell_decode(rx: std::sync::mpsc::Receiver<Told>) {
     let a = crate::http_client::agent(Duration::from_secs(2));
-    for (room, status, url) in rx {
-        let body = json!({ "room": room, "status": status }).to_string();
+    for (room, status, reason, url) in rx {
+        let body = json!({ "room": room, "status": status, "reason": reason }).to_string();
         let _ = crate::http_client::fetch_with(
             &a,
             &url,
@@ -408,12 +420,35 @@ fn prefill_gone<K>(w: &Worker<K>, r: u64, status: u16) {
 
 fn tell<K>(w: &Worker<K>, r: u64, status: u16, url: String) {
     if let Ok(t) = w.done_tx.lock() {
-        let _ = t.send((r, status, url));
+        let _ = t.send((r, status, None, url));
     }
 }
 
 fn bootstrap_wait<K>(w: &Worker<K>) -> Duration {
     Duration::from_nanos(w.p.cfg.timeouts.bootstrap_ns.max(1_000_000) * 10)
+}
+
+/// Prefill: registrations no `/generate` took within the bootstrap wait (the router's
+/// request to prefill never came, or went away unread) are dropped, and their decode
+/// nodes told, so the abandoned decode halves' rooms end.
+fn prune_registrations<K>(w: &Worker<K>) {
+    let wait = bootstrap_wait(w);
+    let stale: Vec<(u64, String)> = match w.registered.lock() {
+        Ok(mut m) => {
+            let old: Vec<u64> = m
+                .iter()
+                .filter(|(_, (_, _, at))| at.elapsed() >= wait)
+                .map(|(r, _)| *r)
+                .collect();
+            old.into_iter()
+                .filter_map(|r| m.remove(&r).map(|(_, url, _)| (r, url)))
+                .collect()
+        }
+        Err(_) => Vec::new(),
+    };
+    for (r, url) in stale {
+        tell(w, r, 504, url);
+    }
 }
 
 /// Prefill: tells decode when the `/generate` ends (or is dropped) before the half
@@ -479,9 +514,9 @@ async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<
         decode,
     };
     let tell = w.done_tx.lock().ok().map(|t| t.clone());
-    let on_done = move |status: u16| {
+    let on_done = move |status: u16, reason: Option<String>| {
         if let Some(t) = tell {
-            let _ = t.send((r, status, decode_url));
+            let _ = t.send((r, status, reason, decode_url));
         }
     };
     let mut pending = match start(w, key, msg, &half.job, Some(Box::new(on_done))) {
@@ -497,7 +532,11 @@ async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<
     };
     count(w, reply.status);
     if reply.status != 200 {
-        return error(reply.status, &engine_error(reply.status, "prefill"));
+        let why = reply.reason.clone();
+        return error(
+            reply.status,
+            &why.unwrap_or_else(|| engine_error(reply.status, "prefill")),
+        );
     }
     json_reply(
         200,
@@ -515,20 +554,23 @@ fn engine_error(status: u16, side: &str) -> String {
     }
 }
 
+/// Called with a half's terminal status and reason.
+type OnDone = Box<dyn FnOnce(u16, Option<String>) + Send>;
+
 /// Start a half at the node; the guard aborts it when dropped armed.
 fn start<K: Send + 'static>(
     w: &Arc<Worker<K>>,
     key: RoomKey,
     msg: Msg<K>,
     job: &Job,
-    mut on_done: Option<Box<dyn FnOnce(u16) + Send>>,
+    mut on_done: Option<OnDone>,
 ) -> Result<Pending, String> {
     let (tx, rx) = mpsc::unbounded_channel();
     let prompt_len = job.ids.len();
     let sink = ReplySink::new(move |ev| {
         if let ReplyEv::Done(r) = &ev {
             if let Some(f) = on_done.take() {
-                f(r.status);
+                f(r.status, r.reason.clone());
             }
         }
         tx.send(ev).is_ok()
@@ -634,7 +676,11 @@ async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<O
     };
     count(w, reply.status);
     if reply.status != 200 {
-        return error(reply.status, &engine_error(reply.status, "decode"));
+        let why = reply.reason.clone();
+        return error(
+            reply.status,
+            &why.unwrap_or_else(|| engine_error(reply.status, "decode")),
+        );
     }
     let text = w
         .vocab
@@ -695,11 +741,9 @@ fn stream<K: Send + 'static>(w: &Arc<Worker<K>>, pending: Pending, half: Half) -
                 if reply.status == 200 {
                     s.finish(&reply, &mut out);
                 } else {
-                    s.failed(
-                        reply.status,
-                        &engine_error(reply.status, "decode"),
-                        &mut out,
-                    );
+                    let why = reply.reason.clone();
+                    let why = why.unwrap_or_else(|| engine_error(reply.status, "decode"));
+                    s.failed(reply.status, &why, &mut out);
                 }
                 out.extend_from_slice(b"data: [DONE]\n\n");
             }
@@ -765,12 +809,10 @@ fn register<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
             &format!("decode: {d} is not a decode node of this deployment"),
         );
     }
-    let wait = bootstrap_wait(w);
     let Ok(mut m) = w.registered.lock() else {
         return error(500, "bootstrap table poisoned");
     };
-    // Registrations no prefill half took within the wait are dropped.
-    m.retain(|_, (_, _, at)| at.elapsed() < wait);
+    // (Registrations no prefill half takes within the wait are dropped by the prune.)
     if m.len() >= MAX_REGISTERED {
         return error(503, "too many rooms registered and not taken");
     }
@@ -798,16 +840,19 @@ fn prefill_done<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
     struct Done {
         room: Option<body::Int>,
         status: Option<body::Int>,
+        reason: Option<body::Str>,
     }
     match body::parse::<Done>(b) {
         Ok(Done {
             room: Some(body::Int(r)),
             status,
+            reason,
         }) if r >= 0 => {
             let st = status.map_or(500, |s| u16::try_from(s.0).unwrap_or(500));
             let _ = w.p.node.send(Ev::PeerHalfDone {
                 room: room_key(r as u64),
                 status: kvsim_engine::msg::Status(st),
+                reason: reason.map(|r| r.0.chars().take(1000).collect()),
             });
             json_reply(200, &json!({"ok": true}))
         }
