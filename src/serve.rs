@@ -65,9 +65,15 @@ pub struct ServeArgs {
     /// fields, `/get_server_info`, ...) for this prefill or decode node on ADDR, for
     /// SGLang's router in `--pd-disaggregation` mode. No engine router runs. A prefill
     /// node also serves its bootstrap endpoint at its `bootstrap nID ADDR` line of the
-    /// peers file; decode finds prefill nodes by those lines.
-    #[arg(long, value_name = "ADDR", requires = "node")]
+    /// peers file; decode finds prefill nodes by those lines. Without --node (every
+    /// node in this process): `nID=ADDR,...`, one listener per prefill and decode node,
+    /// with --bootstrap for the prefill nodes.
+    #[arg(long, value_name = "ADDR")]
     pub worker_http: Option<String>,
+    /// Without --node, worker mode: each prefill node's bootstrap address,
+    /// `nID=ADDR,...`.
+    #[arg(long, value_name = "LIST", requires = "worker_http")]
+    pub bootstrap: Option<String>,
     /// Worker mode, prefill: answer the first N `/generate` requests 503 without running
     /// them (a half that fails: the router retries with a new room). For tests.
     #[arg(long, value_name = "N", default_value_t = 0, requires = "worker_http")]
@@ -119,6 +125,24 @@ pub fn parse_peers(text: &str) -> Result<(BTreeMap<NodeId, SocketAddr>, Option<S
         }
     }
     Ok((peers, client))
+}
+
+/// `nID=ADDR,...` (--worker-http and --bootstrap without --node).
+pub fn node_list(text: &str) -> Result<BTreeMap<NodeId, SocketAddr>> {
+    let mut out = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (n, addr) = item
+            .split_once('=')
+            .with_context(|| format!("`{item}`: expected nID=ADDR"))?;
+        let id = node_id(n)?;
+        let addr: SocketAddr = addr
+            .parse()
+            .with_context(|| format!("`{addr}` is not an address"))?;
+        if out.insert(id, addr).is_some() {
+            bail!("{id} is listed twice");
+        }
+    }
+    Ok(out)
 }
 
 /// The peers file's `bootstrap nID ADDR` lines: each prefill node's bootstrap address.
@@ -259,7 +283,21 @@ where
         println!("kvsim serve: client endpoint on {addr}");
     }
     if let (Some(h), Some(n), Some(path)) = (&a.worker_http, &a.node, &a.peers) {
-        start_worker(&server, h, node_id(n)?, path, opts, a.worker_fail_first)?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --peers {}", path.display()))?;
+        let boots =
+            parse_bootstraps(&text).with_context(|| format!("--peers {}", path.display()))?;
+        start_worker(&server, h, node_id(n)?, &boots, opts, a.worker_fail_first)?;
+    }
+    if let (Some(list), None) = (&a.worker_http, &a.node) {
+        let boots = match &a.bootstrap {
+            Some(b) => node_list(b).context("--bootstrap")?,
+            None => BTreeMap::new(),
+        };
+        for (id, addr) in node_list(list).context("--worker-http")? {
+            let addr = addr.to_string();
+            start_worker(&server, &addr, id, &boots, opts, a.worker_fail_first)?;
+        }
     }
     if let Some(h) = &a.http {
         let l = TcpListener::bind(h).with_context(|| format!("--http {h}: cannot bind"))?;
@@ -302,25 +340,21 @@ fn start_worker<K>(
     server: &Server<K>,
     addr: &str,
     id: NodeId,
-    peers: &std::path::Path,
+    bootstraps: &BTreeMap<NodeId, SocketAddr>,
     opts: &ServeOptions,
     fail_first: u64,
 ) -> Result<()>
 where
     K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
 {
-    let text = std::fs::read_to_string(peers)
-        .with_context(|| format!("cannot read --peers {}", peers.display()))?;
-    let bootstraps =
-        parse_bootstraps(&text).with_context(|| format!("--peers {}", peers.display()))?;
     let is_prefill = opts.topology.role(id) == Some(kvsim_engine::node::Role::Prefill);
     let bootstrap = match (is_prefill, bootstraps.get(&id)) {
         (true, Some(b)) => {
             Some(TcpListener::bind(b).with_context(|| format!("bootstrap {b}: cannot bind"))?)
         }
         (true, None) => bail!(
-            "--peers {}: prefill node {id} needs a `bootstrap {id} ADDR` line",
-            peers.display()
+            "prefill node {id} needs a bootstrap address (a `bootstrap {id} ADDR` line of \
+             --peers, or --bootstrap {id}=ADDR)"
         ),
         (false, _) => None,
     };
@@ -332,7 +366,7 @@ where
     let at = server
         .start_worker(id, l, bootstrap, prefills, limits, fail_first)
         .with_context(|| format!("--worker-http {addr}"))?;
-    println!("kvsim serve: worker http on {at}");
+    println!("kvsim serve: worker http on {at} ({id})");
     if let Some(b) = bound {
         println!("kvsim serve: bootstrap on {b}");
     }
@@ -342,6 +376,8 @@ where
 /// Read the worker API's address from a server's stdout line.
 pub fn worker_of(line: &str) -> Option<SocketAddr> {
     line.strip_prefix("kvsim serve: worker http on ")?
+        .split(' ')
+        .next()?
         .trim()
         .parse()
         .ok()

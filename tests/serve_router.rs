@@ -409,3 +409,79 @@ fn a_failed_half_is_retried_with_a_new_room() {
     let (rc, audit) = stop_and_audit(bed);
     assert_eq!(rc, 0, "{audit}");
 }
+
+/// The one-process form: every node in one `kvsim serve`, a worker listener per
+/// prefill and decode node, behind the same router.
+#[test]
+fn one_process_serves_a_worker_per_node_behind_the_router() {
+    let Some(py) = router_python() else { return };
+    let dir = tmp_in("router", "one");
+    let traces = dir.join("traces");
+    let _ = std::fs::remove_dir_all(&traces);
+    std::fs::create_dir_all(&traces).unwrap();
+    let (boot, ph, dh, rp, mp) = (port(), port(), port(), port(), port());
+    let workers = format!("n1=127.0.0.1:{ph},n2=127.0.0.1:{dh}");
+    let bootstrap = format!("n1=127.0.0.1:{boot}");
+    let t = traces.display().to_string();
+    let mut s = Served::start(&[
+        LOOPBACK,
+        "--worker-http",
+        &workers,
+        "--bootstrap",
+        &bootstrap,
+        "--trace-json",
+        &t,
+    ]);
+    s.wait_for("worker http", kvsim::serve::worker_of);
+    s.wait_for("worker http", kvsim::serve::worker_of);
+    let child = Command::new(&py)
+        .args(["-m", "sglang_router.launch_router", "--host", "127.0.0.1"])
+        .args(["--port", &rp.to_string(), "--pd-disaggregation"])
+        .args([
+            "--prefill",
+            &format!("http://127.0.0.1:{ph}"),
+            &boot.to_string(),
+        ])
+        .args([
+            "--decode",
+            &format!("http://127.0.0.1:{dh}"),
+            "--policy",
+            "round_robin",
+        ])
+        .args([
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            &mp.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the router starts");
+    let router = Router {
+        child,
+        url: format!("http://127.0.0.1:{rp}"),
+    };
+    let end = Instant::now() + T;
+    while !fetch(&router.url, "GET", "/workers", None, T)
+        .is_ok_and(|r| r.text().contains("\"decode_count\":1"))
+    {
+        assert!(Instant::now() < end, "the router never listed both workers");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (rc, out) = canary(&router.url, &["--requests", "16", "--over-length", "2"]);
+    assert_eq!(rc, 0, "{out}");
+    wait_whole(&format!("http://127.0.0.1:{ph}"));
+    wait_whole(&format!("http://127.0.0.1:{dh}"));
+    drop(router);
+    let (out, ok) = s.stop("-TERM");
+    assert!(ok && out.contains("kvsim serve: drained"), "{out}");
+    let files: Vec<String> = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    let mut args = vec!["audit"];
+    args.extend(files.iter().map(String::as_str));
+    let o = kvsim(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
