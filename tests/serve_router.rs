@@ -273,6 +273,39 @@ fn the_real_router_drives_kvsim_prefill_and_decode() {
         "{}",
         r.text()
     );
+    // SGLang's batch form, sent to both workers as a PD router sends it (this router
+    // version refuses a list `text` itself, 422): one room per element, answers in
+    // order.
+    let boot = info["disaggregation_bootstrap_port"].as_u64().unwrap();
+    let batch = format!(
+        r#"{{"text":["CANARY-b1 a b","CANARY-b2 c d e"],"sampling_params":{{"max_new_tokens":2}},
+            "bootstrap_host":["127.0.0.1","127.0.0.1"],"bootstrap_port":[{boot},{boot}],
+            "bootstrap_room":[101,102]}}"#
+    );
+    let (p_url, b2) = (bed.prefill_http.clone(), batch.clone());
+    let pre =
+        std::thread::spawn(move || fetch(&p_url, "POST", "/generate", Some(b2.as_bytes()), T));
+    let r = fetch(
+        &bed.decode_http,
+        "POST",
+        "/generate",
+        Some(batch.as_bytes()),
+        T,
+    )
+    .unwrap();
+    assert_eq!(pre.join().unwrap().unwrap().status, 200);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    let texts: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert!(
+        texts.len() == 2 && texts[0].contains("CANARY-b1") && texts[1].contains("CANARY-b2"),
+        "{v}"
+    );
     // The OpenAI API through the router: completions and a chat stream.
     let r = fetch(
         &bed.router.url,

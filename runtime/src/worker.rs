@@ -7,8 +7,9 @@
 //! `DecodeFinished`) into the HTTP answer.
 //!
 //! Endpoints: `POST /generate` (the router's body: `text` or `input_ids`,
-//! `sampling_params`, `stream`, `bootstrap_host`, `bootstrap_port`, `bootstrap_room`;
-//! the batch form gets 400), `GET /health`, `/health_generate`, `/get_server_info`
+//! `sampling_params`, `stream`, `bootstrap_host`, `bootstrap_port`, `bootstrap_room`,
+//! single or the batch form of lists; and the OpenAI API's completions and chat
+//! completions with the same pairing fields), `GET /health`, `/health_generate`, `/get_server_info`
 //! (with `disaggregation_mode` and, for prefill, `disaggregation_bootstrap_port`),
 //! `/get_model_info`, `/metrics`, `/get_load`. A prefill node also serves its bootstrap
 //! endpoint (`POST /kvsim/bootstrap {"room", "decode"}`) on its bootstrap port: a
@@ -257,37 +258,58 @@ struct Half {
     bootstrap: String,
 }
 
-/// The router's pairing fields, in any body it sends.
+/// The router's pairing fields, in any body it sends (one each, or a list each for a
+/// batch).
 #[derive(serde::Deserialize)]
 struct Bootstrap {
-    bootstrap_host: Option<body::Str>,
-    bootstrap_port: Option<body::Int>,
-    bootstrap_room: Option<body::Int>,
+    bootstrap_host: Option<body::OneOrMany<body::Str>>,
+    bootstrap_port: Option<body::OneOrMany<Option<body::Int>>>,
+    bootstrap_room: Option<body::OneOrMany<body::Int>>,
 }
 
-fn check_half<K>(w: &Worker<K>, path: &str, body: &[u8]) -> Result<Half, String> {
-    let g = body::parse::<Bootstrap>(body)?;
-    let room = match g.bootstrap_room {
-        Some(body::Int(r)) if r >= 0 => r as u64,
-        Some(body::Int(r)) => {
-            return Err(body::field_err(
-                "bootstrap_room",
-                format!("{r} is not a room (0..2^63)"),
-            ))
-        }
-        None => {
-            return Err(body::field_err(
-                "bootstrap_room",
-                "a disaggregated worker needs the router's bootstrap_room",
-            ))
-        }
-    };
-    let host = g.bootstrap_host.clone().map(|h| h.0).unwrap_or_default();
-    let port = match g.bootstrap_port {
-        Some(body::Int(p)) => u16::try_from(p)
-            .map_err(|_| body::field_err("bootstrap_port", format!("{p} is not a port")))?,
-        None => 0,
-    };
+impl Bootstrap {
+    /// Element `i`'s room and `host:port`.
+    fn of(&self, i: usize) -> Result<(u64, String), String> {
+        let room = match self.bootstrap_room.as_ref().and_then(|r| r.get(i)) {
+            Some(body::Int(r)) if r >= 0 => r as u64,
+            Some(body::Int(r)) => {
+                return Err(body::field_err(
+                    "bootstrap_room",
+                    format!("{r} is not a room (0..2^63)"),
+                ))
+            }
+            None => {
+                return Err(body::field_err(
+                    "bootstrap_room",
+                    format!(
+                        "a disaggregated worker needs the router's bootstrap_room (element {i})"
+                    ),
+                ))
+            }
+        };
+        let host = self
+            .bootstrap_host
+            .as_ref()
+            .and_then(|h| h.get(i))
+            .map(|h| h.0);
+        let port = match self
+            .bootstrap_port
+            .as_ref()
+            .and_then(|p| p.get(i))
+            .flatten()
+        {
+            Some(body::Int(p)) => u16::try_from(p)
+                .map_err(|_| body::field_err("bootstrap_port", format!("{p} is not a port")))?,
+            None => 0,
+        };
+        Ok((room, format!("{}:{port}", host.unwrap_or_default())))
+    }
+}
+
+/// The halves a body asks for: one, or one per element of SGLang's batch form (`text`
+/// or `input_ids` a list, the pairing fields lists of the same length).
+fn check_halves<K>(w: &Worker<K>, path: &str, body: &[u8]) -> Result<(Vec<Half>, bool), String> {
+    let boot = body::parse::<Bootstrap>(body)?;
     let limit = w.p.info.max_new_tokens_limit;
     let tokenize = |_: &str, t: &str| -> Result<Vec<u32>, String> {
         Ok(w.vocab
@@ -305,13 +327,16 @@ fn check_half<K>(w: &Worker<K>, path: &str, body: &[u8]) -> Result<Half, String>
             )),
         }
     };
-    let (job, openai) = if path == "/generate" {
-        let g = body::parse::<GenerateBody>(body)?;
-        (
-            check_generate(&tokenize, &max_new, limit.min(128), g)?,
-            None,
-        )
-    } else {
+    let half = |job: Job, openai, i: usize| -> Result<Half, String> {
+        let (room, bootstrap) = boot.of(i)?;
+        Ok(Half {
+            job,
+            openai,
+            room,
+            bootstrap,
+        })
+    };
+    if path != "/generate" {
         let checks = http::openai::Checks {
             tokenize: &tokenize,
             max_new: &max_new,
@@ -319,14 +344,52 @@ fn check_half<K>(w: &Worker<K>, path: &str, body: &[u8]) -> Result<Half, String>
             model: &w.p.info.model_path,
         };
         let c = http::openai::check(path, body, &checks)?;
-        (c.job.clone(), Some(c))
+        return Ok((vec![half(c.job.clone(), Some(c), 0)?], false));
+    }
+    let g = body::parse::<GenerateBody>(body)?;
+    let elements: Vec<GenerateBody> = match (&g.text, &g.input_ids) {
+        (Some(body::Text::Batch(texts)), None) => texts
+            .iter()
+            .map(|t| GenerateBody {
+                text: Some(body::Text::One(t.clone())),
+                ..g.clone()
+            })
+            .collect(),
+        (None, Some(body::Ids::Batch(lists))) => lists
+            .iter()
+            .map(|l| GenerateBody {
+                input_ids: Some(body::Ids::One(l.clone())),
+                ..g.clone()
+            })
+            .collect(),
+        _ => {
+            let job = check_generate(&tokenize, &max_new, limit.min(128), g)?;
+            return Ok((vec![half(job, None, 0)?], false));
+        }
     };
-    Ok(Half {
-        job,
-        openai,
-        room,
-        bootstrap: format!("{host}:{port}"),
-    })
+    if g.stream.is_some_and(|f| f.0) {
+        return Err(body::field_err("stream", "a batch is not streamed here"));
+    }
+    let halves = elements
+        .into_iter()
+        .enumerate()
+        .map(|(i, e)| {
+            half(
+                check_generate(&tokenize, &max_new, limit.min(128), e)?,
+                None,
+                i,
+            )
+        })
+        .collect::<Result<Vec<Half>, String>>()?;
+    let mut rooms: Vec<u64> = halves.iter().map(|h| h.room).collect();
+    rooms.sort_unstable();
+    if rooms.windows(2).any(|p| p[0] == p[1]) {
+        return Err(body::field_err(
+            "bootstrap_room",
+            "a batch names a room twice",
+        ));
+    }
+    Ok((halves, true))
 }
 
 /// Take room `r` for a half here, or say why not (status, message).
@@ -373,7 +436,7 @@ fn fail<K>(w: &Worker<K>, status: u16, msg: &str) -> Response<Out> {
 
 async fn generate<K: Send + 'static>(w: &Arc<Worker<K>>, path: &str, body: &[u8]) -> Response<Out> {
     w.counters.requests.fetch_add(1, Ordering::Relaxed);
-    let half = match check_half(w, path, body) {
+    let (halves, batch) = match check_halves(w, path, body) {
         Ok(h) => h,
         Err(msg) => {
             w.counters.rejected_by_front.fetch_add(1, Ordering::Relaxed);
@@ -384,6 +447,46 @@ async fn generate<K: Send + 'static>(w: &Arc<Worker<K>>, path: &str, body: &[u8]
             };
         }
     };
+    if !batch {
+        let Some(half) = halves.into_iter().next() else {
+            return fail(w, 400, "no prompt");
+        };
+        return one_half(w, half).await;
+    }
+    // The batch form: every element's half at once, the answers in order.
+    let tasks: Vec<_> = halves
+        .into_iter()
+        .map(|h| {
+            let w = w.clone();
+            tokio::spawn(async move {
+                let r = one_half(&w, h).await;
+                let status = r.status().as_u16();
+                let body = http_body_util::BodyExt::collect(r.into_body())
+                    .await
+                    .map(|c| c.to_bytes())
+                    .unwrap_or_default();
+                (
+                    status,
+                    serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null),
+                )
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut status = 200;
+    for t in tasks {
+        let (st, v) = t.await.unwrap_or((500, Value::Null));
+        if st != 200 && status == 200 {
+            status = st;
+        }
+        out.push(v);
+    }
+    json_reply(status, &Value::Array(out))
+}
+
+/// One half: take its room, run it, release the room (a stream releases it when its
+/// body ends).
+async fn one_half<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<Out> {
     if let Err((st, msg)) = take_room(w, half.room) {
         return fail(w, st, &msg);
     }
@@ -392,7 +495,6 @@ async fn generate<K: Send + 'static>(w: &Arc<Worker<K>>, path: &str, body: &[u8]
         Role::Prefill => prefill(w, half).await,
         _ => decode(w, half).await,
     };
-    // A streaming answer releases its room when its body ends (its guard).
     if !answer.headers().contains_key("x-kvsim-streaming") {
         release_room(w, r);
     }

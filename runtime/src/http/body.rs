@@ -211,8 +211,11 @@ impl<'de> Deserialize<'de> for TokenId {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Text {
     One(String),
-    Batch(usize),
+    Batch(Vec<String>),
 }
+
+/// The most prompts in one batch.
+pub const MAX_BATCH: usize = 256;
 
 impl<'de> Deserialize<'de> for Text {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -229,11 +232,16 @@ impl<'de> Deserialize<'de> for Text {
                 Ok(Text::One(v))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Text, A::Error> {
-                let mut n = 0;
-                while a.next_element::<de::IgnoredAny>()?.is_some() {
-                    n += 1;
+                let mut out = Vec::new();
+                while let Some(Str(t)) = a.next_element::<Str>()? {
+                    if out.len() >= MAX_BATCH {
+                        return Err(de::Error::custom(format!(
+                            "a batch of more than {MAX_BATCH} prompts"
+                        )));
+                    }
+                    out.push(t);
                 }
-                Ok(Text::Batch(n))
+                Ok(Text::Batch(out))
             }
             wrong_types!("must be a string", visit_str, visit_seq);
         }
@@ -245,7 +253,7 @@ impl<'de> Deserialize<'de> for Text {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ids {
     One(Vec<u32>),
-    Batch(usize),
+    Batch(Vec<Vec<u32>>),
 }
 
 impl<'de> Deserialize<'de> for Ids {
@@ -258,7 +266,7 @@ impl<'de> Deserialize<'de> for Ids {
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<Ids, A::Error> {
                 let mut out = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1 << 16));
-                let mut lists = 0usize;
+                let mut lists: Vec<Vec<u32>> = Vec::new();
                 loop {
                     if out.len() > super::MAX_PROMPT_TOKENS {
                         return Err(de::Error::custom(format!(
@@ -266,17 +274,22 @@ impl<'de> Deserialize<'de> for Ids {
                             super::MAX_PROMPT_TOKENS
                         )));
                     }
-                    if out.is_empty() && lists == 0 {
+                    if out.is_empty() && lists.is_empty() {
                         // The first element decides: an id, or a list (a batch).
                         match a.next_element::<IdOrList>()? {
                             None => break,
                             Some(IdOrList::Id(t)) => out.push(t),
-                            Some(IdOrList::List) => lists += 1,
+                            Some(IdOrList::List(l)) => lists.push(l),
                         }
-                    } else if lists > 0 {
-                        match a.next_element::<IdOrList>()? {
+                    } else if !lists.is_empty() {
+                        if lists.len() >= MAX_BATCH {
+                            return Err(de::Error::custom(format!(
+                                "a batch of more than {MAX_BATCH} prompts"
+                            )));
+                        }
+                        match a.next_element::<List<TokenId>>()? {
                             None => break,
-                            Some(_) => lists += 1,
+                            Some(List(l)) => lists.push(l.into_iter().map(|t| t.0).collect()),
                         }
                     } else {
                         match a.next_element::<TokenId>()? {
@@ -285,7 +298,7 @@ impl<'de> Deserialize<'de> for Ids {
                         }
                     }
                 }
-                Ok(if lists > 0 {
+                Ok(if !lists.is_empty() {
                     Ids::Batch(lists)
                 } else {
                     Ids::One(out)
@@ -300,7 +313,7 @@ impl<'de> Deserialize<'de> for Ids {
 /// The first element of `input_ids`: an id, or a list (the batch form).
 enum IdOrList {
     Id(u32),
-    List,
+    List(Vec<u32>),
 }
 
 impl<'de> Deserialize<'de> for IdOrList {
@@ -320,8 +333,14 @@ impl<'de> Deserialize<'de> for IdOrList {
                     .map(|t| IdOrList::Id(t.0))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<IdOrList, A::Error> {
-                while a.next_element::<de::IgnoredAny>()?.is_some() {}
-                Ok(IdOrList::List)
+                let mut out = Vec::new();
+                while let Some(t) = a.next_element::<TokenId>()? {
+                    if out.len() >= super::MAX_PROMPT_TOKENS {
+                        return Err(de::Error::custom("a prompt over the front's limit"));
+                    }
+                    out.push(t.0);
+                }
+                Ok(IdOrList::List(out))
             }
             wrong_types!(
                 "is not a token id (an integer 0..2^32)",
@@ -380,6 +399,41 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for List<T> {
     }
 }
 
+/// One value or a list of them (the SGLang router's batch form of its pairing
+/// fields).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T: Clone> OneOrMany<T> {
+    /// Element `i` (a single value stands for every element).
+    pub fn get(&self, i: usize) -> Option<T> {
+        match self {
+            OneOrMany::One(t) => Some(t.clone()),
+            OneOrMany::Many(v) => v.get(i).cloned(),
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        match v {
+            serde_json::Value::Array(a) => a
+                .into_iter()
+                .take(MAX_BATCH + 1)
+                .map(|x| T::deserialize(x).map_err(de::Error::custom))
+                .collect::<Result<Vec<T>, D::Error>>()
+                .map(OneOrMany::Many),
+            x => T::deserialize(x)
+                .map(OneOrMany::One)
+                .map_err(de::Error::custom),
+        }
+    }
+}
+
 /// SGLang's `sampling_params` (only what kvsim uses; the rest is accepted).
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct SamplingParams {
@@ -396,10 +450,6 @@ pub struct GenerateBody {
     pub max_tokens: Option<Int>,
     pub model: Option<Str>,
     pub stream: Option<Flag>,
-    /// The SGLang router's pairing fields (a worker's `/generate`).
-    pub bootstrap_host: Option<Str>,
-    pub bootstrap_port: Option<Int>,
-    pub bootstrap_room: Option<Int>,
 }
 
 /// OpenAI's `stream_options`.
@@ -431,7 +481,7 @@ impl<'de> Deserialize<'de> for Prompt {
                 // A list of strings is a batch; a list of ids is one prompt.
                 match Ids::deserialize(de::value::SeqAccessDeserializer::new(a)) {
                     Ok(Ids::One(v)) => Ok(Prompt::Ids(v)),
-                    Ok(Ids::Batch(n)) => Ok(Prompt::Batch(n)),
+                    Ok(Ids::Batch(n)) => Ok(Prompt::Batch(n.len())),
                     Err(e) => Err(e),
                 }
             }
@@ -539,7 +589,7 @@ mod tests {
         let e = parse::<GenerateBody>(br#"{"sampling_params":7}"#).unwrap_err();
         assert_eq!(e, "sampling_params: must be an object (got 7)");
         let g = parse::<GenerateBody>(br#"{"input_ids":[[1],[2]],"extra":{"x":1}}"#).unwrap();
-        assert_eq!(g.input_ids, Some(Ids::Batch(2)));
+        assert_eq!(g.input_ids, Some(Ids::Batch(vec![vec![1], vec![2]])));
         let c = parse::<CompletionBody>(br#"{"prompt":[1,2,3]}"#).unwrap();
         assert_eq!(c.prompt, Some(Prompt::Ids(vec![1, 2, 3])));
         let c = parse::<CompletionBody>(br#"{"prompt":["a","b"]}"#).unwrap_err();
