@@ -673,33 +673,171 @@ impl<G: Gpu> NodeLoop<G> {
         });
     }
 
+    /// A message read off a connection.
+    fn on_msg(&mut self, from: NodeId, msg: Msg<G::Kv>) {
+        if let Msg::WriteDone { id, .. } = &msg {
+            // Exactly one completion per write: one already failed back (its connection
+            // broke) is not completed again.
+            let posted = self
+                .io
+                .inflight
+                .get_mut(&from)
+                .is_some_and(|s| s.remove(id));
+            if !posted {
+                return;
+            }
+        }
+        let token = match (&self.node, &msg) {
+            (RtNode::Router(_), Msg::TokenOut { room, index, token }) => {
+                Some((*room, *index, *token))
+            }
+            _ => None,
+        };
+        self.dispatch(Input::Message { from, msg });
+        if let Some((room, index, token)) = token {
+            self.stream_token(from, room, index, token);
+        }
+    }
+
+    /// A client's request (router): traced, and submitted to the router as from the
+    /// client.
+    fn submit(
+        &mut self,
+        req: RequestId,
+        tenant: TenantId,
+        prompt: Vec<Token>,
+        max_new_tokens: u32,
+        mut reply: ReplySink,
+    ) {
+        if !self.intake_open {
+            reply.send(ReplyEv::Done(Reply {
+                req: req.0,
+                status: Status::UNAVAILABLE.0,
+                tokens: Vec::new(),
+                reason: None,
+            }));
+            return;
+        }
+        let prompt_len = prompt.len() as u64;
+        self.io.trace(|| Record::Submit {
+            req,
+            tenant,
+            prompt_len,
+            max_new_tokens,
+        });
+        self.io.clients.insert(req, reply);
+        let client = self.io.client;
+        self.dispatch(Input::Message {
+            from: client,
+            msg: Msg::Submit {
+                req,
+                tenant,
+                prompt,
+                max_new_tokens,
+            },
+        });
+    }
+
+    /// Worker mode, decode: prefill's word that its half of `room` is done (kept for a
+    /// moment when decode's half has not started yet).
+    fn peer_half_done(&mut self, room: RoomKey, status: Status, reason: Option<String>) {
+        if !self.io.clearing.contains_key(&room) {
+            if self.io.early_done.len() >= EARLY_DONE {
+                self.io.early_done.pop_front();
+            }
+            self.io.early_done.push_back((room, status, reason));
+            return;
+        }
+        self.prefill_done(room, status, reason);
+    }
+
+    /// Worker mode: start a half the worker front was given (`Ev::StartHalf`).
+    fn start_half(
+        &mut self,
+        room: RoomKey,
+        msg: Msg<G::Kv>,
+        max_new_tokens: u32,
+        mut reply: ReplySink,
+    ) {
+        let Some(router) = self.io.worker_router.filter(|_| self.intake_open) else {
+            reply.send(ReplyEv::Done(Reply {
+                req: room.gen.0,
+                status: Status::UNAVAILABLE.0,
+                tokens: Vec::new(),
+                reason: None,
+            }));
+            return;
+        };
+        // The pairing the router made, as the engine router traces it, so the audit
+        // knows each room's halves without a router trace. Decode's node traces it (the
+        // client's answer is decode's): a room whose decode half never started is no
+        // room to the audit.
+        if let Msg::DecodeStart {
+            req,
+            prompt,
+            prefill,
+            ..
+        } = &msg
+        {
+            let (req, len, prefill, decode) = (*req, prompt.len(), *prefill, self.io.id);
+            self.io.trace(|| {
+                Record::Engine(TraceEvent::Routed {
+                    node: router,
+                    req,
+                    tenant: TenantId(0),
+                    room,
+                    prefill,
+                    decode,
+                    prompt_len: len as u64,
+                    max_new_tokens,
+                })
+            });
+            self.io.clearing.insert(room, 0);
+        }
+        let half = Half {
+            sink: reply,
+            tokens: Vec::new(),
+            reason: None,
+        };
+        self.io.halves.insert(room, half);
+        self.dispatch(Input::Message { from: router, msg });
+        let early = self.io.early_done.iter().position(|(r, _, _)| *r == room);
+        if let Some((_, st, why)) = early.and_then(|i| self.io.early_done.remove(i)) {
+            self.prefill_done(room, st, why);
+        }
+    }
+
+    /// Worker mode: the worker front's client of `room` went away (`Ev::AbortHalf`).
+    fn abort_half(&mut self, room: RoomKey) {
+        let Some(router) = self.io.worker_router else {
+            return;
+        };
+        if !self.io.halves.contains_key(&room) {
+            return;
+        }
+        // A prefill half keeps its answer's sink until the half is terminal (its finish
+        // still tells decode); a decode half's client is answered now.
+        if matches!(self.node, RtNode::Decode(_)) {
+            self.io.halves.remove(&room);
+            // The client's answer is decode's: it went away.
+            let req = RequestId(room.gen.0);
+            self.io.trace(|| Record::ClientCancel {
+                req,
+                how: CancelHow::Disconnect,
+                plan: "the router closed its connection to this worker".into(),
+            });
+            self.io.answered(room, Status::CLIENT_CLOSED, Vec::new());
+        }
+        self.dispatch(Input::Message {
+            from: router,
+            msg: Msg::Abort { room },
+        });
+    }
+
     /// Handle one event; `false` to stop.
     fn handle(&mut self, ev: Ev<G::Kv>) -> bool {
         match ev {
-            Ev::Msg { from, msg } => {
-                if let Msg::WriteDone { id, .. } = &msg {
-                    // Exactly one completion per write: one already failed back (its
-                    // connection broke) is not completed again.
-                    let posted = self
-                        .io
-                        .inflight
-                        .get_mut(&from)
-                        .is_some_and(|s| s.remove(id));
-                    if !posted {
-                        return true;
-                    }
-                }
-                let token = match (&self.node, &msg) {
-                    (RtNode::Router(_), Msg::TokenOut { room, index, token }) => {
-                        Some((*room, *index, *token))
-                    }
-                    _ => None,
-                };
-                self.dispatch(Input::Message { from, msg });
-                if let Some((room, index, token)) = token {
-                    self.stream_token(from, room, index, token);
-                }
-            }
+            Ev::Msg { from, msg } => self.on_msg(from, msg),
             Ev::FailedBack { from, msg } => self.dispatch(Input::Message { from, msg }),
             Ev::Landed {
                 from,
@@ -739,36 +877,8 @@ impl<G: Gpu> NodeLoop<G> {
                 tenant,
                 prompt,
                 max_new_tokens,
-                mut reply,
-            } => {
-                if !self.intake_open {
-                    reply.send(ReplyEv::Done(Reply {
-                        req: req.0,
-                        status: Status::UNAVAILABLE.0,
-                        tokens: Vec::new(),
-                        reason: None,
-                    }));
-                    return true;
-                }
-                let prompt_len = prompt.len() as u64;
-                self.io.trace(|| Record::Submit {
-                    req,
-                    tenant,
-                    prompt_len,
-                    max_new_tokens,
-                });
-                self.io.clients.insert(req, reply);
-                let client = self.io.client;
-                self.dispatch(Input::Message {
-                    from: client,
-                    msg: Msg::Submit {
-                        req,
-                        tenant,
-                        prompt,
-                        max_new_tokens,
-                    },
-                });
-            }
+                reply,
+            } => self.submit(req, tenant, prompt, max_new_tokens, reply),
             Ev::Cancel { req } => {
                 if self.io.clients.remove(&req).is_some() {
                     self.io.trace(|| Record::ClientCancel {
@@ -787,101 +897,14 @@ impl<G: Gpu> NodeLoop<G> {
                 room,
                 msg,
                 max_new_tokens,
-                mut reply,
-            } => {
-                let Some(router) = self.io.worker_router.filter(|_| self.intake_open) else {
-                    reply.send(ReplyEv::Done(Reply {
-                        req: room.gen.0,
-                        status: Status::UNAVAILABLE.0,
-                        tokens: Vec::new(),
-                        reason: None,
-                    }));
-                    return true;
-                };
-                // The pairing the router made, as the engine router traces it, so the
-                // audit knows each room's halves without a router trace.
-                let me = self.io.id;
-                // Decode's node traces it (the client's answer is decode's): a room
-                // whose decode half never started is no room to the audit.
-                let pair = match &msg {
-                    Msg::DecodeStart {
-                        req,
-                        prompt,
-                        prefill,
-                        ..
-                    } => Some((*req, prompt.len(), *prefill, me)),
-                    _ => None,
-                };
-                if let Some((req, len, prefill, decode)) = pair {
-                    self.io.trace(|| {
-                        Record::Engine(TraceEvent::Routed {
-                            node: router,
-                            req,
-                            tenant: TenantId(0),
-                            room,
-                            prefill,
-                            decode,
-                            prompt_len: len as u64,
-                            max_new_tokens,
-                        })
-                    });
-                }
-                if matches!(self.node, RtNode::Decode(_)) {
-                    self.io.clearing.insert(room, 0);
-                }
-                self.io.halves.insert(
-                    room,
-                    Half {
-                        sink: reply,
-                        tokens: Vec::new(),
-                        reason: None,
-                    },
-                );
-                self.dispatch(Input::Message { from: router, msg });
-                let early = self.io.early_done.iter().position(|(r, _, _)| *r == room);
-                if let Some((_, st, why)) = early.and_then(|i| self.io.early_done.remove(i)) {
-                    self.prefill_done(room, st, why);
-                }
-            }
-            Ev::AbortHalf { room } => {
-                let Some(router) = self.io.worker_router else {
-                    return true;
-                };
-                if !self.io.halves.contains_key(&room) {
-                    return true;
-                }
-                // A prefill half keeps its answer's sink until the half is terminal (its
-                // finish still tells decode); a decode half's client is answered now.
-                if matches!(self.node, RtNode::Decode(_)) {
-                    self.io.halves.remove(&room);
-                    // The client's answer is decode's: it went away.
-                    let req = RequestId(room.gen.0);
-                    self.io.trace(|| Record::ClientCancel {
-                        req,
-                        how: CancelHow::Disconnect,
-                        plan: "the router closed its connection to this worker".into(),
-                    });
-                    self.io.answered(room, Status::CLIENT_CLOSED, Vec::new());
-                }
-                self.dispatch(Input::Message {
-                    from: router,
-                    msg: Msg::Abort { room },
-                });
-            }
+                reply,
+            } => self.start_half(room, msg, max_new_tokens, reply),
+            Ev::AbortHalf { room } => self.abort_half(room),
             Ev::PeerHalfDone {
                 room,
                 status,
                 reason,
-            } => {
-                if !self.io.clearing.contains_key(&room) {
-                    if self.io.early_done.len() >= EARLY_DONE {
-                        self.io.early_done.pop_front();
-                    }
-                    self.io.early_done.push_back((room, status, reason));
-                    return true;
-                }
-                self.prefill_done(room, status, reason);
-            }
+            } => self.peer_half_done(room, status, reason),
             Ev::Status(tx) => {
                 let _ = tx.send(self.status());
             }
