@@ -78,7 +78,7 @@ PEERS
 start() { # KEY NODE EPOCH
     local bugs=()
     [ -n "$BUGS" ] && bugs=(--bugs "$BUGS")
-    ip netns exec "${NS[$1]}" "$KVSIM" serve "$SC" --node "$2" --peers "$DIR/peers" \
+    ip netns exec "${NS[$1]}" "$KVSIM" serve "$SC" --node "$2" --peers "$DIR/peers" --prompts canary \
         --epoch "$3" --trace-json "$DIR/traces" --drain-secs 20 "${bugs[@]}" \
         > "$DIR/$2-e$3.out" 2>&1 &
     PID[$1]=$!

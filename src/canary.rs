@@ -13,7 +13,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use kvsim_runtime::http_client::{base_addr, fetch, read_reply, send};
+use kvsim_runtime::http_client::{agent, base_addr, fetch, fetch_with, host_port, send_to};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -61,6 +61,53 @@ pub struct CanaryArgs {
     /// Seconds to wait for one reply.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Which API to send through: SGLang's `/generate` or the OpenAI API's
+    /// `/v1/completions` (the model is the first of `/v1/models`).
+    #[arg(long, value_enum, default_value_t = Api::Sglang)]
+    pub api: Api,
+}
+
+/// The API a canary speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Api {
+    Sglang,
+    Openai,
+}
+
+/// Where a canary sends, and how its body and reply look.
+#[derive(Clone, Debug)]
+struct Target {
+    api: Api,
+    /// The model (OpenAI API).
+    model: String,
+}
+
+impl Target {
+    fn path(&self) -> &'static str {
+        match self.api {
+            Api::Sglang => "/generate",
+            Api::Openai => "/v1/completions",
+        }
+    }
+
+    fn body(&self, text: String, max_new: u32) -> Vec<u8> {
+        match self.api {
+            Api::Sglang => json!({"text": text, "sampling_params": {"max_new_tokens": max_new}}),
+            Api::Openai => json!({"model": self.model, "prompt": text, "max_tokens": max_new}),
+        }
+        .to_string()
+        .into_bytes()
+    }
+
+    /// A reply's text (the whole body when it has none: an error's text is searched too).
+    fn text(&self, body: &[u8]) -> Option<String> {
+        let v = serde_json::from_slice::<Value>(body).ok()?;
+        let t = match self.api {
+            Api::Sglang => v.get("text"),
+            Api::Openai => v.pointer("/choices/0/text"),
+        };
+        t.and_then(Value::as_str).map(str::to_string)
+    }
 }
 
 /// splitmix64: the seeded draws (markers, disconnects).
@@ -98,7 +145,7 @@ fn markers_in(text: &str) -> Vec<&str> {
         .collect()
 }
 
-fn body(p: &Planned, max_new: u32) -> Vec<u8> {
+fn prompt_text(p: &Planned) -> String {
     let mut text = String::with_capacity(p.tokens * 2 + p.marker.len());
     text.push_str(&p.marker);
     let filler = if p.over_length {
@@ -109,12 +156,17 @@ fn body(p: &Planned, max_new: u32) -> Vec<u8> {
     for _ in 1..p.tokens {
         text.push_str(&filler);
     }
-    json!({"text": text, "sampling_params": {"max_new_tokens": max_new}})
-        .to_string()
-        .into_bytes()
+    text
 }
 
-fn one(url: &str, p: &Planned, max_new: u32, timeout: Duration) -> Outcome {
+fn one(
+    url: &str,
+    target: &Target,
+    client: &ureq::Agent,
+    p: &Planned,
+    max_new: u32,
+    timeout: Duration,
+) -> Outcome {
     let t = Instant::now();
     let done = |status: u16, text: String| Outcome {
         plan: p.clone(),
@@ -122,24 +174,25 @@ fn one(url: &str, p: &Planned, max_new: u32, timeout: Duration) -> Outcome {
         latency: t.elapsed(),
         text,
     };
-    let Ok(addr) = base_addr(url) else {
-        return done(1, "bad url".into());
-    };
-    let stream = match send(addr, "POST", "/generate", Some(&body(p, max_new)), timeout) {
-        Ok(s) => s,
-        Err(e) => return done(1, e.to_string()),
-    };
+    let body = target.body(prompt_text(p), max_new);
     if let Some(ms) = p.disconnect_ms {
-        std::thread::sleep(Duration::from_millis(ms));
-        drop(stream);
-        return done(0, String::new());
+        // Send on a connection of its own, then close it at the drawn point.
+        let (Ok(addr), Ok((host, port))) = (base_addr(url), host_port(url)) else {
+            return done(1, "bad url".into());
+        };
+        let host = format!("{host}:{port}");
+        match send_to(addr, &host, "POST", target.path(), Some(&body), timeout) {
+            Ok(stream) => {
+                std::thread::sleep(Duration::from_millis(ms));
+                drop(stream);
+                return done(0, String::new());
+            }
+            Err(e) => return done(1, e.to_string()),
+        }
     }
-    match read_reply(url, stream) {
+    match fetch_with(client, url, "POST", target.path(), Some(&body)) {
         Ok(r) => {
-            let text = serde_json::from_slice::<Value>(&r.body)
-                .ok()
-                .and_then(|v| v.get("text").and_then(Value::as_str).map(str::to_string))
-                .unwrap_or_else(|| r.text());
+            let text = target.text(&r.body).unwrap_or_else(|| r.text());
             done(r.status, text)
         }
         Err(e) => done(1, e.to_string()),
@@ -149,6 +202,7 @@ fn one(url: &str, p: &Planned, max_new: u32, timeout: Duration) -> Outcome {
 /// Run planned requests on `concurrency` threads.
 fn run_phase(
     url: &str,
+    target: &Target,
     plans: Vec<Planned>,
     a: &CanaryArgs,
     progress: &dyn Fn(usize),
@@ -160,14 +214,18 @@ fn run_phase(
     std::thread::scope(|s| {
         for _ in 0..a.concurrency.max(1) {
             let (queue, out, done) = (queue.clone(), out.clone(), done.clone());
-            s.spawn(move || loop {
-                let next = queue.lock().ok().and_then(|mut q| q.pop());
-                let Some(p) = next else { return };
-                let o = one(url, &p, a.max_new_tokens, Duration::from_secs(a.timeout));
-                if let Ok(mut v) = out.lock() {
-                    v.push(o);
+            s.spawn(move || {
+                let client = agent(Duration::from_secs(a.timeout));
+                loop {
+                    let next = queue.lock().ok().and_then(|mut q| q.pop());
+                    let Some(p) = next else { return };
+                    let timeout = Duration::from_secs(a.timeout);
+                    let o = one(url, target, &client, &p, a.max_new_tokens, timeout);
+                    if let Ok(mut v) = out.lock() {
+                        v.push(o);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
                 }
-                done.fetch_add(1, Ordering::Relaxed);
             });
         }
         loop {
@@ -193,6 +251,13 @@ pub fn run(a: &CanaryArgs) -> Result<ExitCode> {
     if a.prompt_tokens == 0 || a.max_new_tokens == 0 {
         bail!("--prompt-tokens and --max-new-tokens must be at least 1");
     }
+    let target = Target {
+        api: a.api,
+        model: match a.api {
+            Api::Sglang => String::new(),
+            Api::Openai => openai_model(&a.url)?,
+        },
+    };
     let info = fetch(
         &a.url,
         "GET",
@@ -208,16 +273,7 @@ pub fn run(a: &CanaryArgs) -> Result<ExitCode> {
     // The smallest KV pool the server reports (SGLang's metric), when it is smaller than
     // the context: prompts between the two are the incident's (admitted by the context,
     // not held by the pool).
-    let pool = fetch(&a.url, "GET", "/metrics", None, Duration::from_secs(10))
-        .ok()
-        .filter(|r| r.status == 200)
-        .and_then(|r| {
-            crate::preflight::pool_metrics(&r.text())
-                .into_iter()
-                .map(|(_, v)| v)
-                .min()
-        })
-        .filter(|&p| p < context);
+    let pool = smallest_pool(&a.url).filter(|&p| p < context);
     let t0 = Instant::now();
     let show = !a.quiet && std::io::stderr().is_terminal();
     let mut all: Vec<Outcome> = Vec::new();
@@ -258,11 +314,11 @@ pub fn run(a: &CanaryArgs) -> Result<ExitCode> {
                 let _ = std::io::stderr().flush();
             }
         };
-        let s = run_phase(&a.url, short, a, &bar);
+        let s = run_phase(&a.url, &target, short, a, &bar);
         let done_short = s.len();
         all.extend(s);
         let bar2 = |d: usize| bar(done_short + d);
-        all.extend(run_phase(&a.url, long, a, &bar2));
+        all.extend(run_phase(&a.url, &target, long, a, &bar2));
         round += 1;
         let more = a.duration.is_some_and(|d| t0.elapsed().as_secs_f64() < d);
         if !more {
@@ -387,6 +443,43 @@ pub fn run(a: &CanaryArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The smallest KV pool (SGLang's `sglang:max_total_num_tokens`) the server reports; a
+/// router that does not pass `/metrics` on (SGLang's) is asked for its workers
+/// (`GET /workers`), and each worker for its own.
+fn smallest_pool(url: &str) -> Option<u64> {
+    let pools = |u: &str| {
+        fetch(u, "GET", "/metrics", None, Duration::from_secs(10))
+            .ok()
+            .filter(|r| r.status == 200)
+            .map(|r| crate::preflight::pool_metrics(&r.text()))
+            .filter(|p| !p.is_empty())
+    };
+    if let Some(p) = pools(url) {
+        return p.into_iter().map(|(_, v)| v).min();
+    }
+    crate::preflight::router_workers(url)
+        .ok()?
+        .iter()
+        .filter_map(|w| pools(w))
+        .flatten()
+        .map(|(_, v)| v)
+        .min()
+}
+
+/// The first model of an OpenAI API's `/v1/models`.
+fn openai_model(url: &str) -> Result<String> {
+    let r = fetch(url, "GET", "/v1/models", None, Duration::from_secs(10))
+        .with_context(|| format!("{url}/v1/models"))?;
+    serde_json::from_slice::<Value>(&r.body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/data/0/id")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .with_context(|| format!("{url}/v1/models: no model (status {})", r.status))
 }
 
 fn describe(o: &Outcome) -> String {

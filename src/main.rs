@@ -71,6 +71,9 @@ enum Command {
     Serve(kvsim::serve::ServeArgs),
     /// Load a running server's client endpoint and print requests/s and latency.
     BenchClient(kvsim::serve::BenchArgs),
+    /// Requests/s, p50/p99 latency and time to first token of an HTTP `/generate`
+    /// (kvsim's front, a worker, or SGLang's router) over kept-alive connections.
+    BenchHttp(kvsim::serve::BenchHttpArgs),
     /// The transfer path's throughput against a plain TCP copy of the same bytes.
     BenchTransfer(kvsim::serve::BenchTransferArgs),
     /// The write-ups' pre-flight gate against running servers (SGLang's or kvsim
@@ -190,6 +193,7 @@ fn main() -> ExitCode {
         Some(Command::Audit(args)) => kvsim::cmd_audit::run(&args),
         Some(Command::Serve(args)) => kvsim::serve::serve(&args),
         Some(Command::BenchClient(args)) => kvsim::serve::bench(&args),
+        Some(Command::BenchHttp(args)) => kvsim::serve::bench_http(&args),
         Some(Command::Preflight(args)) => kvsim::preflight::run(&args),
         Some(Command::Canary(args)) => kvsim::canary::run(&args),
         Some(Command::CanaryClient(args)) => kvsim::serve::canary(&args),

@@ -26,6 +26,9 @@ pub struct PreflightArgs {
     /// A running server's base URL (one per prefill/decode node, or the router's).
     #[arg(long, value_name = "URL")]
     pub url: Vec<String>,
+    /// An SGLang router's base URL: its workers (`GET /workers`) are each checked.
+    #[arg(long, value_name = "URL")]
+    pub router: Vec<String>,
     /// Check a pool size (tokens) given by hand; needs --context.
     #[arg(long, value_name = "N", requires = "context")]
     pub pool: Option<u64>,
@@ -170,6 +173,23 @@ fn label(labels: &str, key: &str) -> Option<String> {
     Some(rest[..rest.find('"')?].to_string())
 }
 
+/// The workers an SGLang router lists (`GET /workers`: each one's `url`).
+pub fn router_workers(url: &str) -> Result<Vec<String>> {
+    let r = fetch(url, "GET", "/workers", None, Duration::from_secs(10))?;
+    if r.status != 200 {
+        bail!("{url}/workers: status {}", r.status);
+    }
+    let v: Value = serde_json::from_slice(&r.body)
+        .with_context(|| format!("{url}/workers: malformed JSON"))?;
+    let list = v["workers"]
+        .as_array()
+        .with_context(|| format!("{url}/workers: no workers list"))?;
+    Ok(list
+        .iter()
+        .filter_map(|w| w["url"].as_str().map(str::to_string))
+        .collect())
+}
+
 /// Read one server's nodes. `Err` is a reason for exit 2.
 pub fn read_server(url: &str, timeout: Duration) -> Result<Vec<NodeFacts>> {
     let get = |path: &str| -> Result<String> {
@@ -276,8 +296,10 @@ pub fn scenario_facts(path: &std::path::Path) -> Result<Vec<NodeFacts>> {
 }
 
 pub fn run(a: &PreflightArgs) -> Result<ExitCode> {
-    if a.url.is_empty() && a.pool.is_none() && a.scenario.is_none() {
-        bail!("give --url URL (one or more), --pool N --context N, or --scenario FILE");
+    if a.url.is_empty() && a.router.is_empty() && a.pool.is_none() && a.scenario.is_none() {
+        bail!(
+            "give --url URL (one or more), --router URL, --pool N --context N, or --scenario FILE"
+        );
     }
     let mut verdicts = Vec::new();
     if let (Some(pool), Some(context)) = (a.pool, a.context) {
@@ -295,10 +317,29 @@ pub fn run(a: &PreflightArgs) -> Result<ExitCode> {
         verdicts.extend(judge(&scenario_facts(path)?, a.batch_max));
     }
     let mut unreachable = Vec::new();
-    for url in &a.url {
+    let mut urls = a.url.clone();
+    for r in &a.router {
+        match router_workers(r) {
+            Ok(w) if !w.is_empty() => urls.extend(w),
+            Ok(_) => unreachable.push(format!("ERROR {r}/workers: the router lists no workers")),
+            Err(e) => unreachable.push(format!("ERROR {e:#}")),
+        }
+    }
+    for url in &urls {
         match read_server(url, Duration::from_secs(a.timeout)) {
             Ok(nodes) => verdicts.extend(judge(&nodes, a.batch_max)),
-            Err(e) => unreachable.push(format!("ERROR {e:#}")),
+            Err(e) => {
+                // A router (SGLang's does not pass /metrics on): say where to look.
+                let hint = match router_workers(url) {
+                    Ok(w) if !w.is_empty() => format!(
+                        "\n  HINT: {url} is a router; check its workers with --router {url} \
+                         (or --url {})",
+                        w.join(" --url ")
+                    ),
+                    _ => String::new(),
+                };
+                unreachable.push(format!("ERROR {e:#}{hint}"));
+            }
         }
     }
     for v in &verdicts {

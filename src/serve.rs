@@ -53,6 +53,38 @@ pub struct ServeArgs {
     /// `/get_server_info`, `/metrics`, `/health`) on ADDR (the router's process).
     #[arg(long, value_name = "ADDR")]
     pub http: Option<String>,
+    /// Most HTTP connections open at once (beyond it 503).
+    #[arg(long, value_name = "N", default_value_t = kvsim_runtime::http::MAX_CONNECTIONS)]
+    pub http_max_connections: usize,
+    /// What the fronts submit: `own` (the request's own token ids) or `canary` (the
+    /// canary sequence of the request's id, which the trace's oracle checks each reply
+    /// against; at most 65,535 requests over the server's life).
+    #[arg(long, value_enum, default_value_t = Prompts::Own)]
+    pub prompts: Prompts,
+    /// Worker mode: serve SGLang's worker API (`/generate` with the router's bootstrap
+    /// fields, `/get_server_info`, ...) for this prefill or decode node on ADDR, for
+    /// SGLang's router in `--pd-disaggregation` mode. No engine router runs. A prefill
+    /// node also serves its bootstrap endpoint at its `bootstrap nID ADDR` line of the
+    /// peers file; decode finds prefill nodes by those lines. Without --node (every
+    /// node in this process): `nID=ADDR,...`, one listener per prefill and decode node,
+    /// with --bootstrap for the prefill nodes.
+    #[arg(long, value_name = "ADDR")]
+    pub worker_http: Option<String>,
+    /// Without --node, worker mode: each prefill node's bootstrap address,
+    /// `nID=ADDR,...`.
+    #[arg(long, value_name = "LIST", requires = "worker_http")]
+    pub bootstrap: Option<String>,
+    /// Worker mode, prefill: answer the first N `/generate` requests 503 without running
+    /// them (a half that fails: the router retries with a new room). For tests.
+    #[arg(long, value_name = "N", default_value_t = 0, requires = "worker_http")]
+    pub worker_fail_first: u64,
+}
+
+/// `--prompts`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Prompts {
+    Own,
+    Canary,
 }
 
 fn node_id(s: &str) -> Result<NodeId> {
@@ -71,6 +103,9 @@ pub fn parse_peers(text: &str) -> Result<(BTreeMap<NodeId, SocketAddr>, Option<S
         if line.is_empty() {
             continue;
         }
+        if line.starts_with("bootstrap ") {
+            continue;
+        }
         let mut parts = line.split_whitespace();
         let (Some(name), Some(addr), None) = (parts.next(), parts.next(), parts.next()) else {
             bail!("peers line {}: expected `NAME ADDR`, got `{line}`", i + 1);
@@ -80,6 +115,8 @@ pub fn parse_peers(text: &str) -> Result<(BTreeMap<NodeId, SocketAddr>, Option<S
             .with_context(|| format!("peers line {}: `{addr}` is not an address", i + 1))?;
         if name == "client" {
             client = Some(addr);
+        } else if name == "bootstrap" {
+            continue;
         } else {
             let id = node_id(name).with_context(|| format!("peers line {}", i + 1))?;
             if peers.insert(id, addr).is_some() {
@@ -88,6 +125,48 @@ pub fn parse_peers(text: &str) -> Result<(BTreeMap<NodeId, SocketAddr>, Option<S
         }
     }
     Ok((peers, client))
+}
+
+/// `nID=ADDR,...` (--worker-http and --bootstrap without --node).
+pub fn node_list(text: &str) -> Result<BTreeMap<NodeId, SocketAddr>> {
+    let mut out = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (n, addr) = item
+            .split_once('=')
+            .with_context(|| format!("`{item}`: expected nID=ADDR"))?;
+        let id = node_id(n)?;
+        let addr: SocketAddr = addr
+            .parse()
+            .with_context(|| format!("`{addr}` is not an address"))?;
+        if out.insert(id, addr).is_some() {
+            bail!("{id} is listed twice");
+        }
+    }
+    Ok(out)
+}
+
+/// The peers file's `bootstrap nID ADDR` lines: each prefill node's bootstrap address.
+pub fn parse_bootstraps(text: &str) -> Result<BTreeMap<NodeId, SocketAddr>> {
+    let mut out = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let Some(rest) = line.strip_prefix("bootstrap ") else {
+            continue;
+        };
+        let mut parts = rest.split_whitespace();
+        let (Some(n), Some(addr), None) = (parts.next(), parts.next(), parts.next()) else {
+            bail!(
+                "peers line {}: expected `bootstrap nID ADDR`, got `{line}`",
+                i + 1
+            );
+        };
+        let id = node_id(n).with_context(|| format!("peers line {}", i + 1))?;
+        let addr: SocketAddr = addr
+            .parse()
+            .with_context(|| format!("peers line {}: `{addr}` is not an address", i + 1))?;
+        out.insert(id, addr);
+    }
+    Ok(out)
 }
 
 pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
@@ -118,6 +197,11 @@ pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
         trace_dir: a.trace_json.clone(),
         scenario: plan.scenario.clone(),
         seed: plan.seed,
+        prompts: match a.prompts {
+            Prompts::Own => kvsim_runtime::PromptMode::Own,
+            Prompts::Canary => kvsim_runtime::PromptMode::Canary,
+        },
+        worker: a.worker_http.is_some(),
     };
     if let Some(dir) = &opts.trace_dir {
         std::fs::create_dir_all(dir)
@@ -198,10 +282,31 @@ where
     if let Some(addr) = server.client_addr() {
         println!("kvsim serve: client endpoint on {addr}");
     }
+    if let (Some(h), Some(n), Some(path)) = (&a.worker_http, &a.node, &a.peers) {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --peers {}", path.display()))?;
+        let boots =
+            parse_bootstraps(&text).with_context(|| format!("--peers {}", path.display()))?;
+        start_worker(&server, h, node_id(n)?, &boots, opts, a.worker_fail_first)?;
+    }
+    if let (Some(list), None) = (&a.worker_http, &a.node) {
+        let boots = match &a.bootstrap {
+            Some(b) => node_list(b).context("--bootstrap")?,
+            None => BTreeMap::new(),
+        };
+        for (id, addr) in node_list(list).context("--worker-http")? {
+            let addr = addr.to_string();
+            start_worker(&server, &addr, id, &boots, opts, a.worker_fail_first)?;
+        }
+    }
     if let Some(h) = &a.http {
         let l = TcpListener::bind(h).with_context(|| format!("--http {h}: cannot bind"))?;
+        let limits = kvsim_runtime::http::FrontLimits {
+            max_connections: a.http_max_connections.max(1),
+            ..Default::default()
+        };
         let addr = server
-            .start_http(l)
+            .start_http(l, limits)
             .with_context(|| format!("--http {h}"))?;
         println!("kvsim serve: http on {addr}");
     }
@@ -228,6 +333,54 @@ where
     } else {
         ExitCode::from(1)
     })
+}
+
+/// Serve the worker API of node `id` (and a prefill node's bootstrap endpoint).
+fn start_worker<K>(
+    server: &Server<K>,
+    addr: &str,
+    id: NodeId,
+    bootstraps: &BTreeMap<NodeId, SocketAddr>,
+    opts: &ServeOptions,
+    fail_first: u64,
+) -> Result<()>
+where
+    K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
+{
+    let is_prefill = opts.topology.role(id) == Some(kvsim_engine::node::Role::Prefill);
+    let bootstrap = match (is_prefill, bootstraps.get(&id)) {
+        (true, Some(b)) => {
+            Some(TcpListener::bind(b).with_context(|| format!("bootstrap {b}: cannot bind"))?)
+        }
+        (true, None) => bail!(
+            "prefill node {id} needs a bootstrap address (a `bootstrap {id} ADDR` line of \
+             --peers, or --bootstrap {id}=ADDR)"
+        ),
+        (false, _) => None,
+    };
+    let l =
+        TcpListener::bind(addr).with_context(|| format!("--worker-http {addr}: cannot bind"))?;
+    let prefills = bootstraps.iter().map(|(n, a)| (*a, *n)).collect();
+    let limits = kvsim_runtime::http::FrontLimits::default();
+    let bound = bootstrap.as_ref().and_then(|b| b.local_addr().ok());
+    let at = server
+        .start_worker(id, l, bootstrap, prefills, limits, fail_first)
+        .with_context(|| format!("--worker-http {addr}"))?;
+    println!("kvsim serve: worker http on {at} ({id})");
+    if let Some(b) = bound {
+        println!("kvsim serve: bootstrap on {b}");
+    }
+    Ok(())
+}
+
+/// Read the worker API's address from a server's stdout line.
+pub fn worker_of(line: &str) -> Option<SocketAddr> {
+    line.strip_prefix("kvsim serve: worker http on ")?
+        .split(' ')
+        .next()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[derive(Args, Debug)]
@@ -294,6 +447,106 @@ pub fn bench(a: &BenchArgs) -> Result<ExitCode> {
         pct(0.5),
         pct(0.99),
         not_ok.join(" ")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args, Debug)]
+pub struct BenchHttpArgs {
+    /// The base URL (`http://HOST:PORT`).
+    pub url: String,
+    /// Requests per connection.
+    #[arg(long, default_value_t = 200)]
+    pub requests: usize,
+    /// Concurrent connections (kept alive; one request at a time each).
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: usize,
+    #[arg(long, default_value_t = 16)]
+    pub prompt_len: usize,
+    #[arg(long, default_value_t = 4)]
+    pub max_new_tokens: u32,
+    /// Stream (SSE) and measure the time to the first event.
+    #[arg(long)]
+    pub stream: bool,
+}
+
+/// One HTTP request: (latency, time to first byte of the body, status).
+fn http_once(a: &ureq::Agent, url: &str, body: &str) -> Result<(Duration, Duration, u16)> {
+    use std::io::Read;
+    let t = Instant::now();
+    let mut resp = a
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body.as_bytes())
+        .with_context(|| url.to_string())?;
+    let status = resp.status().as_u16();
+    let mut r = resp.body_mut().as_reader();
+    let mut buf = [0u8; 4096];
+    let mut first = None;
+    loop {
+        let n = r.read(&mut buf).with_context(|| url.to_string())?;
+        if n == 0 {
+            break;
+        }
+        first.get_or_insert_with(|| t.elapsed());
+    }
+    let total = t.elapsed();
+    Ok((total, first.unwrap_or(total), status))
+}
+
+/// Requests/s, latency percentiles and time to first byte (the first token's event
+/// when streaming) of an HTTP `/generate` at one concurrency.
+pub fn bench_http(a: &BenchHttpArgs) -> Result<ExitCode> {
+    let url = format!("{}/generate", a.url.trim_end_matches('/'));
+    let prompt = vec!["x"; a.prompt_len.max(1)].join(" ");
+    let body = serde_json::json!({"text": prompt, "stream": a.stream,
+        "sampling_params": {"max_new_tokens": a.max_new_tokens}})
+    .to_string();
+    let t0 = Instant::now();
+    let results: Vec<Result<Vec<(Duration, Duration, u16)>>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..a.concurrency.max(1))
+            .map(|_| {
+                let (url, body) = (&url, &body);
+                s.spawn(move || {
+                    let agent = kvsim_runtime::http_client::agent(Duration::from_secs(30));
+                    (0..a.requests)
+                        .map(|_| http_once(&agent, url, body))
+                        .collect()
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a client thread panicked")))
+            })
+            .collect()
+    });
+    let wall = t0.elapsed().as_secs_f64();
+    let mut all = Vec::new();
+    for r in results {
+        all.extend(r?);
+    }
+    let not_ok = all.iter().filter(|(_, _, s)| *s != 200).count();
+    let mut lat: Vec<Duration> = all.iter().map(|x| x.0).collect();
+    let mut first: Vec<Duration> = all.iter().map(|x| x.1).collect();
+    lat.sort();
+    first.sort();
+    let pct = |v: &[Duration], p: f64| {
+        v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    println!(
+        "concurrency {}: {} requests in {wall:.2} s = {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, \
+         first byte p50 {:.2} ms p99 {:.2} ms, not 200: {not_ok}",
+        a.concurrency,
+        all.len(),
+        all.len() as f64 / wall,
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        pct(&first, 0.5),
+        pct(&first, 0.99),
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -8,6 +8,7 @@ use cli::{kvsim, root, text, tmp_in, Served};
 use kvsim_runtime::http_client::fetch;
 use kvsim_runtime::Client;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
@@ -75,16 +76,43 @@ fn post(base: &str, body: &str) -> (u16, String) {
     (r.status, r.text())
 }
 
-/// Send raw bytes and read the whole answer.
+/// Send raw bytes and read until the server closes (the request must make it close:
+/// `Connection: close`, or an error that closes).
 fn raw(base: &str, bytes: &[u8]) -> String {
     let addr = kvsim_runtime::http_client::base_addr(base).unwrap();
     let mut s = TcpStream::connect_timeout(&addr, T).unwrap();
     s.set_read_timeout(Some(T)).unwrap();
     s.write_all(bytes).unwrap();
-    let _ = s.shutdown(std::net::Shutdown::Write);
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     out
+}
+
+/// Read one response off a kept-alive connection: (status, head, body).
+fn read_response(s: &mut TcpStream) -> (u16, String, String) {
+    let mut buf = Vec::new();
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut b).expect("a response head"),
+            1,
+            "closed mid-head"
+        );
+        buf.push(b[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let status = head[9..12].parse().unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).unwrap();
+    (status, head, String::from_utf8(body).unwrap())
 }
 
 fn words(n: usize) -> String {
@@ -150,13 +178,27 @@ fn generate_echoes_markers_streams_and_serves_sglang_endpoints() {
     );
     assert_eq!(st, 200, "{body}");
     assert!(body.contains("CANARY-w-1"), "{body}");
-    // input_ids.
+    // input_ids: the engine computes over the client's own ids (echo attention over
+    // them), and the text is read from the ids it made.
     let (st, body) = post(
         &h,
-        r#"{"input_ids":[5,6,7,8],"sampling_params":{"max_new_tokens":2}}"#,
+        r#"{"input_ids":[5,6,7,900000],"sampling_params":{"max_new_tokens":2}}"#,
     );
     assert_eq!(st, 200, "{body}");
-    // Streaming: cumulative events, then [DONE].
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let out: Vec<u64> = v["output_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    assert!(
+        out.len() == 2 && out.iter().all(|t| [5, 6, 7, 900000].contains(t)),
+        "{v}"
+    );
+    assert!(v["text"].as_str().unwrap().contains("<id:"), "{v}");
+    // Streaming: cumulative events (one per token, then the end with its finish
+    // reason), then [DONE].
     let (st, body) = post(
         &h,
         r#"{"text":"a b c d e f g h","stream":true,"sampling_params":{"max_new_tokens":3}}"#,
@@ -166,10 +208,14 @@ fn generate_echoes_markers_streams_and_serves_sglang_endpoints() {
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .collect();
-    assert_eq!(events.len(), 4, "{body}");
-    assert_eq!(events[3], "[DONE]");
-    let last: Value = serde_json::from_str(events[2]).unwrap();
+    assert_eq!(events.len(), 5, "{body}");
+    assert_eq!(events[4], "[DONE]");
+    let last: Value = serde_json::from_str(events[3]).unwrap();
     assert_eq!(last["meta_info"]["completion_tokens"], 3);
+    assert_eq!(
+        last["meta_info"]["finish_reason"]["type"], "length",
+        "{last}"
+    );
     assert_eq!(last["text"].as_str().unwrap().split(' ').count(), 3);
     // Over the pool (512 tokens): the engine's admission check refuses it with 400
     // and names the limit.
@@ -276,15 +322,13 @@ fn bad_requests_get_4xx_naming_the_field_and_leak_no_page() {
     assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
     let chunked = raw(
         &h,
-        b"POST /generate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        b"POST /generate HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n",
     );
-    assert!(chunked.starts_with("HTTP/1.1 411"), "{chunked}");
-    let short = raw(
-        &h,
-        b"POST /generate HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"text\"",
+    assert!(
+        chunked.starts_with("HTTP/1.1 400") && chunked.contains("body: not JSON"),
+        "an empty chunked body is read, and is not JSON: {chunked}"
     );
-    assert!(short.starts_with("HTTP/1.1 400"), "{short}");
-    let wrong = raw(&h, b"PUT /generate HTTP/1.1\r\n\r\n");
+    let wrong = raw(&h, b"PUT /generate HTTP/1.1\r\nConnection: close\r\n\r\n");
     assert!(wrong.starts_with("HTTP/1.1 405"), "{wrong}");
     // A client that goes away mid-request: cancelled, not leaked.
     {
@@ -303,11 +347,194 @@ fn bad_requests_get_4xx_naming_the_field_and_leak_no_page() {
     let st = s.wait_quiescent();
     assert!(st["nodes"].as_array().unwrap().len() == 3, "{st}");
     let (_, metrics) = get(&h, "/metrics");
-    let refused = format!("kvsim_http_rejected_by_front_total {}", cases.len() - 2);
+    // The cases the engine refuses are not the front's; the empty chunked body is.
+    let refused = format!("kvsim_http_rejected_by_front_total {}", cases.len() - 2 + 1);
     assert!(metrics.contains(&refused), "want `{refused}`:\n{metrics}");
     let (out, ok) = s.stop();
     assert!(ok, "{out}");
     assert!(out.contains("kvsim serve: drained"), "{out}");
+}
+
+#[test]
+fn connections_keep_alive_continue_and_take_chunked_bodies() {
+    let s = HttpServed::start(&[LOOPBACK]);
+    let addr = kvsim_runtime::http_client::base_addr(&s.http).unwrap();
+    let mut c = TcpStream::connect_timeout(&addr, T).unwrap();
+    c.set_read_timeout(Some(T)).unwrap();
+    let body = r#"{"text":"a b c","sampling_params":{"max_new_tokens":2}}"#;
+    // Keep-alive: three requests on one connection, one of them chunked.
+    for _ in 0..2 {
+        write!(
+            c,
+            "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let (st, _, b) = read_response(&mut c);
+        assert_eq!(st, 200, "{b}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&b).unwrap()["meta_info"]["completion_tokens"],
+            2
+        );
+    }
+    let (a, b) = body.split_at(10);
+    write!(
+        c,
+        "POST /generate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+        a.len(),
+        b.len()
+    )
+    .unwrap();
+    let (st, _, b) = read_response(&mut c);
+    assert_eq!(st, 200, "a chunked body is read whole: {b}");
+    // Expect: 100-continue: the server asks for the body, then answers.
+    write!(
+        c,
+        "POST /generate HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    let (st, head, _) = read_response(&mut c);
+    assert_eq!(st, 100, "{head}");
+    c.write_all(body.as_bytes()).unwrap();
+    let (st, _, b) = read_response(&mut c);
+    assert_eq!(st, 200, "{b}");
+    // A streaming client gone after the reply's head (so the request reached the
+    // engine): cancelled if it was still running; the pools are whole either way.
+    let big = format!(
+        r#"{{"text":"{}","stream":true,"sampling_params":{{"max_new_tokens":16}}}}"#,
+        words(400)
+    );
+    let mut gone =
+        kvsim_runtime::http_client::send(addr, "POST", "/generate", Some(big.as_bytes()), T)
+            .unwrap();
+    let mut head = [0u8; 12];
+    gone.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    drop(gone);
+    s.wait_quiescent();
+    drop(c);
+    let (st, m) = get(&s.http, "/metrics");
+    assert_eq!(st, 200);
+    assert!(m.contains("kvsim_http_requests_total 5"), "{m}");
+    s.stop();
+}
+
+/// The front's limits, each at its bound: a head over 16 KiB (431), a body over
+/// 16 MiB by its length or as chunks (413), a client that sends one byte a second
+/// (cut off at the 10 s read deadline, in the head and in the body), connections over
+/// `--http-max-connections` (503).
+#[test]
+fn every_limit_holds_at_its_bound() {
+    use kvsim_runtime::http::{MAX_BODY, MAX_HEAD, READ_DEADLINE};
+    assert_eq!((MAX_HEAD, MAX_BODY), (16 * 1024, 16 * 1024 * 1024));
+    assert_eq!(READ_DEADLINE, Duration::from_secs(10));
+    assert_eq!(kvsim_runtime::http::MAX_CONNECTIONS, 1024);
+    let s = HttpServed::start(&[LOOPBACK, "--http-max-connections", "4"]);
+    let h = s.http.clone();
+    let addr = kvsim_runtime::http_client::base_addr(&h).unwrap();
+    // A connection that was served (a closed one frees its place a moment after the
+    // client sees it close: retried on 503 for a bounded time).
+    let open = || {
+        let end = Instant::now() + T;
+        loop {
+            let mut c = TcpStream::connect_timeout(&addr, T).unwrap();
+            c.set_read_timeout(Some(T)).unwrap();
+            c.write_all(b"GET /health HTTP/1.1\r\n\r\n").unwrap();
+            let (st, _, b) = read_response(&mut c);
+            if st == 200 {
+                return c;
+            }
+            assert!(st == 503 && Instant::now() < end, "{st} {b}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // A head over the limit.
+    let mut big = b"GET /health HTTP/1.1\r\nX: ".to_vec();
+    big.extend(std::iter::repeat_n(b'a', MAX_HEAD + 10));
+    big.extend(b"\r\n\r\n");
+    let r = raw(&h, &big);
+    assert!(r.starts_with("HTTP/1.1 431"), "{r:.200}");
+    // A head just under it is served.
+    let mut ok = b"GET /health HTTP/1.1\r\nConnection: close\r\nX: ".to_vec();
+    ok.extend(std::iter::repeat_n(b'a', MAX_HEAD - 200));
+    ok.extend(b"\r\n\r\n");
+    let r = raw(&h, &ok);
+    assert!(r.starts_with("HTTP/1.1 200"), "{r:.200}");
+    // A chunked body that passes the limit: 413 once it does.
+    {
+        let mut c = TcpStream::connect_timeout(&addr, T).unwrap();
+        c.set_read_timeout(Some(T)).unwrap();
+        let mut w = c.try_clone().unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = write!(
+                w,
+                "POST /generate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+            );
+            let chunk = vec![b' '; 1 << 20];
+            for _ in 0..17 {
+                if write!(w, "{:x}\r\n", chunk.len()).is_err() || w.write_all(&chunk).is_err() {
+                    return;
+                }
+                let _ = w.write_all(b"\r\n");
+            }
+            let _ = w.write_all(b"0\r\n\r\n");
+        });
+        let (st, _, b) = read_response(&mut c);
+        assert_eq!(st, 413, "{b}");
+        assert!(b.contains("over the limit of 16777216 bytes"), "{b}");
+        drop(c);
+        let _ = writer.join();
+    }
+    // Slow clients run alongside the rest: one byte a second, in the head and in the body.
+    let slow = |prefix: &'static [u8]| {
+        let mut c = TcpStream::connect_timeout(&addr, T).unwrap();
+        c.set_read_timeout(Some(Duration::from_millis(900)))
+            .unwrap();
+        c.write_all(prefix).unwrap();
+        std::thread::spawn(move || {
+            let mut sent = 0;
+            let mut got = Vec::new();
+            loop {
+                let mut b = [0u8; 512];
+                match c.read(&mut b) {
+                    Ok(0) => return (sent, String::from_utf8_lossy(&got).into_owned()),
+                    Ok(n) => got.extend_from_slice(&b[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => return (sent, String::from_utf8_lossy(&got).into_owned()),
+                }
+                if c.write_all(b"a").is_err() || sent > 60 {
+                    return (sent, String::from_utf8_lossy(&got).into_owned());
+                }
+                sent += 1;
+            }
+        })
+    };
+    let head_slow = slow(b"POST /generate HTTP/1.1\r\nX-Slow: ");
+    let body_slow = slow(b"POST /generate HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"text\":\"");
+    // Connections: four are served (two slow clients, two kept alive here), the fifth
+    // gets 503 until one closes.
+    let mut held = vec![open(), open()];
+    let r = raw(&h, b"GET /health HTTP/1.1\r\n\r\n");
+    assert!(
+        r.starts_with("HTTP/1.1 503") && r.contains("too many open connections"),
+        "{r}"
+    );
+    // (The two slow clients hold connections too until the deadline cuts them off.)
+    let (head_sent, head_got) = head_slow.join().unwrap();
+    let (body_sent, body_got) = body_slow.join().unwrap();
+    assert!(
+        (9..=30).contains(&head_sent),
+        "a head at one byte a second is cut off at 10 s: {head_sent} bytes sent, got {head_got}"
+    );
+    assert!(
+        (9..=30).contains(&body_sent) && body_got.starts_with("HTTP/1.1 408"),
+        "a body at one byte a second gets 408 at 10 s: {body_sent} bytes sent, got {body_got}"
+    );
+    held.pop();
+    held.push(open());
+    drop(held);
+    s.stop();
 }
 
 #[test]
@@ -429,6 +656,18 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
         n > 5 && n.is_multiple_of(5),
         "whole rounds of 5, more than one: {report}"
     );
+    let o = kvsim(&[
+        "canary",
+        "--url",
+        &s.http,
+        "--api",
+        "openai",
+        "--requests",
+        "8",
+        "--quiet",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(text(&o).contains("canary: PASS"), "{}", text(&o));
     s.wait_quiescent();
     let (o2, ok) = s.stop();
     assert!(ok, "{o2}");
@@ -449,6 +688,22 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
     assert!(out.contains("LEAK: reply to request"), "{out}");
     assert!(out.contains("carried marker CANARY-short"), "{out}");
     assert!(out.contains("OVER-LENGTH ANSWERED 200"), "{out}");
+    // The same canary over the OpenAI API finds the same leak.
+    let o = kvsim(&[
+        "canary",
+        "--url",
+        &s.http,
+        "--api",
+        "openai",
+        "--requests",
+        "32",
+        "--over-length",
+        "4",
+        "--quiet",
+    ]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("LEAK: reply to request"), "{out}");
     s.stop();
 
     // The same bugs with page tags on: the stale reads are refused (500), nothing
@@ -591,5 +846,120 @@ fn the_writeups_scripts_run_unmodified() {
     let o = kvsim(&["canary", "--url", &s.http, "--requests", "32", "--quiet"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("LEAK:"), "{}", text(&o));
+    s.stop();
+}
+
+/// The Python that has the pinned client packages (`.ci/run` makes a virtual
+/// environment and names it in `KVSIM_PYTHON`), or `None` with why. Under
+/// `KVSIM_REQUIRE_PY_CLIENTS=1` (set by `.ci/run`) a missing one fails the test.
+fn python_with(module: &str) -> Option<String> {
+    let py = std::env::var("KVSIM_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&py)
+        .args(["-c", &format!("import {module}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Some(py);
+    }
+    let why = format!("`{py}` cannot import `{module}` (set KVSIM_PYTHON to a venv with it)");
+    assert!(
+        std::env::var("KVSIM_REQUIRE_PY_CLIENTS").as_deref() != Ok("1"),
+        "KVSIM_REQUIRE_PY_CLIENTS=1 but {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+#[test]
+fn the_openai_python_client_gets_completions_chats_and_streams() {
+    let s = HttpServed::start(&[LOOPBACK]);
+    let h = s.http.clone();
+    // The API by hand: models, an error in OpenAI's shape.
+    let (st, models) = get(&h, "/v1/models");
+    assert_eq!(st, 200);
+    let models: Value = serde_json::from_str(&models).unwrap();
+    assert_eq!(models["data"][0]["id"], "kvsim/serve-loopback", "{models}");
+    let r = fetch(
+        &h,
+        "POST",
+        "/v1/chat/completions",
+        Some(br#"{"messages":[{"role":"user","content":"a"}],"max_tokens":"x"}"#),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 400);
+    let e: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(e["error"]["param"], "max_tokens", "{e}");
+    assert_eq!(e["error"]["type"], "invalid_request_error", "{e}");
+    let r = fetch(
+        &h,
+        "POST",
+        "/v1/completions",
+        Some(br#"{"max_tokens":2}"#),
+        T,
+    )
+    .unwrap();
+    assert!(
+        r.text().contains("prompt: a prompt is required"),
+        "{}",
+        r.text()
+    );
+    let Some(py) = python_with("openai") else {
+        s.stop();
+        return;
+    };
+    let o = Command::new(&py)
+        .arg(root().join("tests/clients/openai_client.py"))
+        .arg(format!("{h}/v1"))
+        .output()
+        .expect("python runs");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let checks: BTreeMap<String, Value> = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|v| (v["check"].as_str().unwrap().to_string(), v))
+        .collect();
+    let c = &checks["completion"];
+    assert!(
+        c["text"].as_str().unwrap().starts_with("CANARY-oa-1"),
+        "{c}"
+    );
+    assert_eq!(c["finish"], "length");
+    assert_eq!(c["usage"]["prompt_tokens"], 5);
+    assert_eq!(c["usage"]["completion_tokens"], 3);
+    assert_eq!(c["usage"]["total_tokens"], 8);
+    let chat = &checks["chat"];
+    assert_eq!(chat["role"], "assistant");
+    assert_eq!(chat["usage"]["completion_tokens"], 4, "{chat}");
+    let st = &checks["completion-stream"];
+    assert_eq!(
+        st["deltas"].as_array().unwrap().len(),
+        4,
+        "three tokens and the end: {st}"
+    );
+    assert_eq!(st["usage"]["completion_tokens"], 3, "{st}");
+    let joined: String = st["deltas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        joined.split(' ').count(),
+        3,
+        "deltas carry only the new text: {st}"
+    );
+    assert_eq!(checks["chat-stream"]["parts"].as_array().unwrap().len(), 3);
+    let e = &checks["error"];
+    assert_eq!(e["status"], 400);
+    assert_eq!(e["param"], "max_tokens", "{e}");
+    s.wait_quiescent();
     s.stop();
 }

@@ -68,7 +68,7 @@ fn fresh_dir(name: &str) -> PathBuf {
 fn serve_answers_clients_and_its_trace_audits_clean() {
     let dir = fresh_dir("clean");
     let dir_s = dir.display().to_string();
-    let mut s = Served::start(&[LOOPBACK, "--trace-json", &dir_s]);
+    let mut s = Served::start(&[LOOPBACK, "--prompts", "canary", "--trace-json", &dir_s]);
     let addr = s.endpoint();
 
     let mut c = Client::connect(addr, T).unwrap();
@@ -171,7 +171,15 @@ fn serve_with_the_incident_bugs_leaks_and_audit_names_it() {
     let dir = fresh_dir("leak");
     let dir_s = dir.display().to_string();
     let bugs = "gate-checks-finished-only,no-length-agreement";
-    let mut s = Served::start(&[INCIDENT_SC, "--bugs", bugs, "--trace-json", &dir_s]);
+    let mut s = Served::start(&[
+        INCIDENT_SC,
+        "--prompts",
+        "canary",
+        "--bugs",
+        bugs,
+        "--trace-json",
+        &dir_s,
+    ]);
     s.wait_for("bug warning", |l| {
         l.contains("WARNING: BUG SWITCHES ON: gate-checks-finished-only,no-length-agreement")
             .then_some(())
@@ -220,7 +228,7 @@ fn serve_replies_match_the_simulator_token_for_token() {
 
 fn replies_match_the_simulator(gpu: &str, backend: kvsim_sim::Backend) {
     let work: [(u64, u32); 6] = [(40, 4), (300, 8), (700, 4), (17, 1), (511, 16), (96, 16)];
-    let mut s = Served::start(&[LOOPBACK, "--gpu", gpu]);
+    let mut s = Served::start(&[LOOPBACK, "--prompts", "canary", "--gpu", gpu]);
     let addr = s.endpoint();
     let mut c = Client::connect(addr, T).unwrap();
     let served: BTreeMap<u64, (u16, Vec<u32>)> = work
@@ -299,6 +307,8 @@ fn serve_one_process_per_node_survives_a_decode_kill_and_restart() {
     let node = |n: &str, epoch: &str| {
         Served::start(&[
             LOOPBACK,
+            "--prompts",
+            "canary",
             "--node",
             n,
             "--peers",

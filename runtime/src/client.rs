@@ -11,7 +11,8 @@
 //! closes its connection before the reply cancels its request (the router then
 //! cancels both halves).
 
-use crate::node::{Ev, Reply};
+use crate::node::{Ev, Reply, ReplyEv, ReplySink};
+use crate::server::PromptMode;
 use kvsim_engine::ids::{RequestId, TenantId};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, ErrorKind, Write};
@@ -41,6 +42,7 @@ pub fn spawn_client_endpoint<K: Send + 'static>(
     router: Sender<Ev<K>>,
     status: StatusFn,
     next: Arc<AtomicU64>,
+    prompts: PromptMode,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<thread::JoinHandle<()>> {
     listener.set_nonblocking(true)?;
@@ -54,7 +56,7 @@ pub fn spawn_client_endpoint<K: Send + 'static>(
                         let status = status.clone();
                         let _ = thread::Builder::new()
                             .name("client".into())
-                            .spawn(move || serve_client(s, router, next, status, stop));
+                            .spawn(move || serve_client(s, router, next, status, prompts, stop));
                     }
                     Err(e) if e.kind() == ErrorKind::WouldBlock => {
                         thread::sleep(Duration::from_millis(5))
@@ -74,6 +76,7 @@ fn serve_client<K>(
     router: Sender<Ev<K>>,
     next: Arc<AtomicU64>,
     status: StatusFn,
+    prompts: PromptMode,
     stop: Arc<AtomicBool>,
 ) {
     if stream.set_nonblocking(false).is_err() {
@@ -109,8 +112,17 @@ fn serve_client<K>(
                 continue;
             }
         };
+        if req.prompt_len > crate::http::MAX_PROMPT_TOKENS as u64 {
+            let msg = format!(
+                "prompt_len: {} is over the limit of {}",
+                req.prompt_len,
+                crate::http::MAX_PROMPT_TOKENS
+            );
+            let _ = writeln!(out, "{}", error_line(&msg));
+            continue;
+        }
         let id = next.fetch_add(1, Ordering::Relaxed);
-        if id as usize >= kvsim_oracle::canary::MAX_REQUESTS {
+        if prompts == PromptMode::Canary && id as usize >= kvsim_oracle::canary::MAX_REQUESTS {
             let _ = writeln!(
                 out,
                 "{}",
@@ -119,12 +131,15 @@ fn serve_client<K>(
             return;
         }
         let (tx, rx) = channel();
+        // A request of a length: the canary sequence of its id (under `own` prompts
+        // the id wraps past 65,535, and no oracle reads the tokens as names).
+        let named = RequestId(id % kvsim_oracle::canary::MAX_REQUESTS as u64);
         let submitted = router.send(Ev::Submit {
             req: RequestId(id),
             tenant: TenantId(req.tenant),
-            prompt_len: req.prompt_len,
+            prompt: kvsim_oracle::canary::prompt(named, req.prompt_len),
             max_new_tokens: req.max_new_tokens,
-            reply: tx,
+            reply: ReplySink::channel(tx),
         });
         if submitted.is_err() {
             let _ = writeln!(out, "{}", error_line("server is shutting down"));
@@ -132,7 +147,8 @@ fn serve_client<K>(
         }
         loop {
             match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(reply) => {
+                Ok(ReplyEv::Token { .. }) => {}
+                Ok(ReplyEv::Done(reply)) => {
                     let text = serde_json::to_string(&reply).unwrap_or_default();
                     if writeln!(out, "{text}").is_err() {
                         return;

@@ -1,8 +1,12 @@
-//! A minimal blocking HTTP/1.1 client (one request per connection) for the operator
-//! checks (`kvsim preflight`, `kvsim canary`) and the tests: `http://HOST:PORT/PATH`
-//! only, `Connection: close`, the whole reply read to the end (bounded).
+//! The operator checks' HTTP client (`kvsim preflight`, `kvsim canary`) and the tests':
+//! `ureq` 3 with rustls, so a reply may be chunked, the `Host` header is the URL's
+//! host, and `https://` URLs work; the standard proxy variables are honoured. Replies
+//! are read to the end, bounded by [`MAX_REPLY`].
+//!
+//! [`send`] is the one raw piece: it writes a request on a plain TCP connection and
+//! hands the connection back, for a client that goes away mid-request on purpose.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -12,10 +16,10 @@ pub const MAX_REPLY: usize = 64 * 1024 * 1024;
 /// Why a request failed (no reply to judge).
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
-    #[error("`{0}` is not an http://HOST:PORT URL")]
+    #[error("`{0}` is not an http:// or https:// URL")]
     BadUrl(String),
-    #[error("{url}: unreachable: {source}")]
-    Unreachable { url: String, source: std::io::Error },
+    #[error("{url}: unreachable: {why}")]
+    Unreachable { url: String, why: String },
     #[error("{url}: {why}")]
     BadReply { url: String, why: String },
 }
@@ -33,26 +37,48 @@ impl HttpReply {
     }
 }
 
-/// `http://host:port` (a trailing slash or path is dropped) to an address.
-pub fn base_addr(url: &str) -> Result<SocketAddr, FetchError> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| FetchError::BadUrl(url.into()))?;
-    let host = rest.split('/').next().unwrap_or("");
-    let host = if host.contains(':') {
-        host.to_string()
-    } else {
-        format!("{host}:80")
+/// `http://host:port` (a trailing slash or path is dropped) to its host and port.
+pub fn host_port(url: &str) -> Result<(String, u16), FetchError> {
+    let (rest, default) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+        (Some(r), _) => (r, 80),
+        (_, Some(r)) => (r, 443),
+        _ => return Err(FetchError::BadUrl(url.into())),
     };
-    host.to_socket_addrs()
+    let host = rest.split('/').next().unwrap_or("");
+    let bad = || FetchError::BadUrl(url.into());
+    // `[v6]:port`, `[v6]`, `name:port`, `name`.
+    let (h, port) = match host.rfind(']') {
+        Some(i) => (&host[..=i], host[i + 1..].strip_prefix(':')),
+        None => match host.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (host, None),
+        },
+    };
+    if h.is_empty() {
+        return Err(bad());
+    }
+    let port = match port {
+        Some(p) => p.parse().map_err(|_| bad())?,
+        None => default,
+    };
+    Ok((h.to_string(), port))
+}
+
+/// A URL's socket address.
+pub fn base_addr(url: &str) -> Result<SocketAddr, FetchError> {
+    let (h, p) = host_port(url)?;
+    (h.trim_matches(['[', ']']), p)
+        .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| FetchError::BadUrl(url.into()))
 }
 
-/// Open a connection and send one request; the caller reads (or drops) the stream.
-pub fn send(
+/// Open a plain connection to `addr` and send one request (`Host: host`); the caller
+/// reads or drops the stream (a disconnect on purpose).
+pub fn send_to(
     addr: SocketAddr,
+    host: &str,
     method: &str,
     path: &str,
     body: Option<&[u8]>,
@@ -64,7 +90,7 @@ pub fn send(
     s.set_nodelay(true)?;
     let body = body.unwrap_or(&[]);
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes())?;
@@ -72,38 +98,24 @@ pub fn send(
     Ok(s)
 }
 
-/// Read a whole reply off `s`.
-pub fn read_reply(url: &str, mut s: TcpStream) -> Result<HttpReply, FetchError> {
-    let mut buf = Vec::new();
-    (&mut s)
-        .take(MAX_REPLY as u64 + 1)
-        .read_to_end(&mut buf)
-        .map_err(|source| FetchError::Unreachable {
-            url: url.into(),
-            source,
-        })?;
-    let bad = |why: &str| FetchError::BadReply {
-        url: url.into(),
-        why: why.into(),
-    };
-    if buf.len() > MAX_REPLY {
-        return Err(bad("reply longer than 64 MiB"));
-    }
-    let end = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| bad("no end of the reply's head"))?;
-    let head = std::str::from_utf8(&buf[..end]).map_err(|_| bad("reply head is not UTF-8"))?;
-    let status = head
-        .lines()
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|c| c.parse::<u16>().ok())
-        .ok_or_else(|| bad("no status line"))?;
-    Ok(HttpReply {
-        status,
-        body: buf[end + 4..].to_vec(),
-    })
+/// [`send_to`] with the address as the host.
+pub fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    timeout: Duration,
+) -> std::io::Result<TcpStream> {
+    send_to(addr, &addr.to_string(), method, path, body, timeout)
+}
+
+/// An agent whose every request ends within `timeout`; any status is a reply.
+pub fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into()
 }
 
 /// One request and its whole reply.
@@ -114,11 +126,58 @@ pub fn fetch(
     body: Option<&[u8]>,
     timeout: Duration,
 ) -> Result<HttpReply, FetchError> {
+    fetch_with(&agent(timeout), base, method, path, body)
+}
+
+/// One request on `agent` (whose connections are kept alive) and its whole reply.
+pub fn fetch_with(
+    agent: &ureq::Agent,
+    base: &str,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> Result<HttpReply, FetchError> {
     let url = format!("{}{path}", base.trim_end_matches('/'));
-    let addr = base_addr(base)?;
-    let s = send(addr, method, path, body, timeout).map_err(|source| FetchError::Unreachable {
+    host_port(base)?;
+    let sent = match (method, body) {
+        ("GET", _) => agent.get(&url).call(),
+        ("POST", b) => agent
+            .post(&url)
+            .header("content-type", "application/json")
+            .send(b.unwrap_or(&[])),
+        (m, _) => {
+            return Err(FetchError::BadUrl(format!(
+                "{url}: method {m} (GET or POST only)"
+            )))
+        }
+    };
+    let mut resp = sent.map_err(|e| FetchError::Unreachable {
         url: url.clone(),
-        source,
+        why: e.to_string(),
     })?;
-    read_reply(&url, s)
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .with_config()
+        .limit(MAX_REPLY as u64)
+        .read_to_vec()
+        .map_err(|e| FetchError::BadReply {
+            url: url.clone(),
+            why: format!("reading the reply: {e}"),
+        })?;
+    Ok(HttpReply { status, body })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_host_and_port() {
+        assert_eq!(host_port("http://a:5/x").unwrap(), ("a".into(), 5));
+        assert_eq!(host_port("https://a").unwrap(), ("a".into(), 443));
+        assert_eq!(host_port("http://[::1]:7").unwrap(), ("[::1]".into(), 7));
+        assert!(host_port("ftp://a").is_err());
+        assert!(host_port("http://").is_err());
+    }
 }

@@ -21,7 +21,8 @@ pub mod server;
 pub mod tokenizer;
 pub mod trace;
 pub mod wire;
+pub mod worker;
 
 pub use client::{Answer, Client};
 pub use node::{NodeStatus, Reply};
-pub use server::{ExitReport, NodePlan, ServeError, ServeOptions, Server};
+pub use server::{ExitReport, NodePlan, PromptMode, ServeError, ServeOptions, Server};

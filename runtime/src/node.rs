@@ -20,7 +20,7 @@ use crate::trace::Tracer;
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::{Input, Outbox, TimerOp};
 use kvsim_engine::gpu::Gpu;
-use kvsim_engine::ids::{NodeId, PageTag, RequestId, TenantId, WriteId};
+use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::{land, PageRecords, Refusal, SharedRecord};
 use kvsim_engine::msg::{Msg, Status};
@@ -36,12 +36,61 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// A worker-mode half: where its answers go, its tokens so far, the engine's reason
+/// for its failure (from its node's own events).
+struct Half {
+    sink: ReplySink,
+    tokens: Vec<Token>,
+    reason: Option<String>,
+}
+
+/// Most early prefill-done words a decode worker keeps.
+const EARLY_DONE: usize = 4096;
+
 /// A reply to a client.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Reply {
     pub req: u64,
     pub status: u16,
     pub tokens: Vec<u32>,
+    /// The engine's reason for a status that is not 200, where the node that gave it
+    /// is the one answering (worker mode: the half's own refusal or failure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What a client's request hears from the router's loop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplyEv {
+    /// A token decode produced (index `index` of the reply), as it was produced.
+    Token { index: u32, token: u32 },
+    /// The request's one terminal answer.
+    Done(Reply),
+}
+
+/// Where a request's answers go: called with each [`ReplyEv`]; it returns `false` once
+/// its client is gone.
+pub struct ReplySink(Box<dyn FnMut(ReplyEv) -> bool + Send>);
+
+impl ReplySink {
+    pub fn new(f: impl FnMut(ReplyEv) -> bool + Send + 'static) -> Self {
+        ReplySink(Box::new(f))
+    }
+
+    /// Answers go to a std channel (its receiver gets each [`ReplyEv`]).
+    pub fn channel(tx: Sender<ReplyEv>) -> Self {
+        ReplySink::new(move |ev| tx.send(ev).is_ok())
+    }
+
+    pub fn send(&mut self, ev: ReplyEv) -> bool {
+        (self.0)(ev)
+    }
+}
+
+impl std::fmt::Debug for ReplySink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReplySink")
+    }
 }
 
 /// What one node reports about itself.
@@ -123,13 +172,38 @@ pub enum Ev<K> {
     Submit {
         req: RequestId,
         tenant: TenantId,
-        prompt_len: u64,
+        /// The prompt's token ids, as the front made them.
+        prompt: Vec<Token>,
         max_new_tokens: u32,
-        reply: Sender<Reply>,
+        reply: ReplySink,
     },
     /// The client of `req` went away.
     Cancel {
         req: RequestId,
+    },
+    /// A worker front starts a half (`msg` is its `PrefillStart` or `DecodeStart`,
+    /// delivered as from the router, whose part the worker front plays): the half's
+    /// answers (its tokens, its finish) go to `reply`.
+    StartHalf {
+        room: RoomKey,
+        msg: Msg<K>,
+        /// The reply length the request asked for (for the trace's `routed` record).
+        max_new_tokens: u32,
+        reply: ReplySink,
+    },
+    /// The worker front's client of `room` went away: the half is aborted, as the
+    /// router aborts it.
+    AbortHalf {
+        room: RoomKey,
+    },
+    /// Worker mode, decode: the prefill half of `room` is terminal (prefill's worker
+    /// said so). Once decode's half is too, the room is cleared (traced as the engine
+    /// router traces it, for the audit).
+    PeerHalfDone {
+        room: RoomKey,
+        status: Status,
+        /// Prefill's reason, when its half failed.
+        reason: Option<String>,
     },
     Status(Sender<NodeStatus>),
     /// Stop taking client requests (router).
@@ -181,7 +255,20 @@ pub struct Io<K> {
     pub me: Sender<Ev<K>>,
     /// KV writes posted to each peer and not completed yet.
     inflight: BTreeMap<NodeId, BTreeSet<WriteId>>,
-    clients: BTreeMap<RequestId, Sender<Reply>>,
+    clients: BTreeMap<RequestId, ReplySink>,
+    /// Worker mode: the router's id, whose messages go to the worker front's halves.
+    pub worker_router: Option<NodeId>,
+    /// Worker mode: a failed prefill half ends its decode half with prefill's status
+    /// (the router's cancel-both, defense 6: `router_cancels_both`).
+    pub worker_cancels_both: bool,
+    /// Worker mode: each started half's answers, and (decode) its tokens so far.
+    halves: BTreeMap<RoomKey, Half>,
+    /// Worker mode, decode: which halves of each room are terminal (1: decode's, 2:
+    /// prefill's); both: the room is cleared.
+    clearing: BTreeMap<RoomKey, u8>,
+    /// Worker mode, decode: prefill's word that a room's half is done, come before
+    /// decode's half started (at most [`EARLY_DONE`], the oldest dropped).
+    early_done: std::collections::VecDeque<(RoomKey, Status, Option<String>)>,
     fault: Option<String>,
     counts: NodeCounts,
 }
@@ -206,6 +293,11 @@ impl<K: Clone> Io<K> {
             me,
             inflight: BTreeMap::new(),
             clients: BTreeMap::new(),
+            worker_router: None,
+            worker_cancels_both: false,
+            halves: BTreeMap::new(),
+            clearing: BTreeMap::new(),
+            early_done: std::collections::VecDeque::new(),
             fault: None,
             counts: NodeCounts::default(),
         }
@@ -278,8 +370,85 @@ impl<K: Clone> Io<K> {
     }
 }
 
+impl<K: Clone> Io<K> {
+    /// A half's message to the router, in worker mode: to the worker front's half. A
+    /// decode half's finish is the client's answer (SGLang's router returns decode's):
+    /// traced as the engine router traces its response, so the audit closes the room.
+    fn for_half(&mut self, msg: Msg<K>) {
+        match msg {
+            Msg::TokenOut { room, index, token } => {
+                if let Some(h) = self.halves.get_mut(&room) {
+                    if index as usize == h.tokens.len() {
+                        h.tokens.push(token);
+                    }
+                    h.sink.send(ReplyEv::Token { index, token });
+                }
+            }
+            Msg::PrefillFinished { room, status } => {
+                if let Some(mut h) = self.halves.remove(&room) {
+                    h.sink.send(ReplyEv::Done(Reply {
+                        req: room.gen.0,
+                        status: status.0,
+                        tokens: Vec::new(),
+                        reason: h.reason,
+                    }));
+                }
+            }
+            Msg::DecodeFinished { room, status } => {
+                self.half_done(room, 1);
+                if let Some(mut h) = self.halves.remove(&room) {
+                    self.answered(room, status, h.tokens.clone());
+                    h.sink.send(ReplyEv::Done(Reply {
+                        req: room.gen.0,
+                        status: status.0,
+                        tokens: h.tokens,
+                        reason: h.reason,
+                    }));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A half of a worker-mode decode room is terminal (`bit` 1: decode's, 2:
+    /// prefill's): with both, the room is cleared.
+    fn half_done(&mut self, room: RoomKey, bit: u8) {
+        let Some(node) = self.worker_router else {
+            return;
+        };
+        let Some(done) = self.clearing.get_mut(&room) else {
+            return;
+        };
+        *done |= bit;
+        if *done == 3 {
+            self.clearing.remove(&room);
+            self.trace(|| Record::Engine(TraceEvent::RoomCleared { node, room }));
+        }
+    }
+
+    /// Trace the answer a worker-mode decode half gave its client.
+    fn answered(&mut self, room: RoomKey, status: Status, tokens: Vec<Token>) {
+        let Some(node) = self.worker_router else {
+            return;
+        };
+        self.trace(|| {
+            Record::Engine(TraceEvent::RouterResponse {
+                node,
+                req: RequestId(room.gen.0),
+                room: Some(room),
+                status,
+                tokens,
+            })
+        });
+    }
+}
+
 impl<K: Clone> Driver<Msg<K>> for Io<K> {
     fn send(&mut self, _from: NodeId, to: NodeId, msg: Msg<K>) {
+        if self.worker_router == Some(to) {
+            self.for_half(msg);
+            return;
+        }
         if to == self.client {
             if let Msg::Response {
                 req,
@@ -292,12 +461,13 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
                     status,
                     tokens: tokens.clone(),
                 });
-                if let Some(c) = self.clients.remove(&req) {
-                    let _ = c.send(Reply {
+                if let Some(mut c) = self.clients.remove(&req) {
+                    c.send(ReplyEv::Done(Reply {
                         req: req.0,
                         status: status.0,
                         tokens,
-                    });
+                        reason: None,
+                    }));
                 }
             }
             return;
@@ -326,6 +496,15 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
     }
 
     fn event(&mut self, node: NodeId, ev: TraceEvent) {
+        let why = match &ev {
+            TraceEvent::Rejected { room, reason, .. }
+            | TraceEvent::TransferRefused { room, reason, .. }
+            | TraceEvent::TransferFailed { room, reason, .. } => Some((*room, reason)),
+            _ => None,
+        };
+        if let Some(h) = why.and_then(|(room, _)| self.halves.get_mut(&room)) {
+            h.reason = why.map(|(_, r)| r.clone());
+        }
         match &ev {
             TraceEvent::TagMismatch { .. } => self.counts.tag_mismatches += 1,
             TraceEvent::KvRefused { .. } => self.counts.kv_refused += 1,
@@ -445,24 +624,220 @@ impl<G: Gpu> NodeLoop<G> {
         }
     }
 
+    /// A token decode produced, to its client's stream as it is made: only a token the
+    /// router took (from the room's own decode node, for a room not yet answered, now
+    /// held at its index) is passed on, read from the router's state after it handled
+    /// the message; the terminal answer still comes from the router alone.
+    fn stream_token(&mut self, from: NodeId, room: RoomKey, index: u32, token: Token) {
+        let RtNode::Router(r) = &self.node else {
+            return;
+        };
+        let Some(st) = r.room_state(room) else {
+            return;
+        };
+        let held = st.tokens.get(index as usize).copied().flatten() == Some(token);
+        if st.decode != from || st.answered || !held {
+            return;
+        }
+        if let Some(c) = self.io.clients.get_mut(&st.req) {
+            c.send(ReplyEv::Token { index, token });
+        }
+    }
+
+    /// Worker mode, decode: prefill's half of `room` is terminal with `status`. The room
+    /// clears once decode's half is too; a failed prefill half ends decode's half with
+    /// prefill's status (the client hears prefill's error, as the router's first-error
+    /// answer, and decode's half is aborted, as the router aborts it) where the
+    /// router's cancel-both defense is on.
+    fn prefill_done(&mut self, room: RoomKey, status: Status, reason: Option<String>) {
+        self.io.half_done(room, 2);
+        let Some(router) = self.io.worker_router else {
+            return;
+        };
+        if !self.io.worker_cancels_both || status.is_ok() {
+            return;
+        }
+        let Some(mut h) = self.io.halves.remove(&room) else {
+            return;
+        };
+        self.io.answered(room, status, Vec::new());
+        h.sink.send(ReplyEv::Done(Reply {
+            req: room.gen.0,
+            status: status.0,
+            tokens: Vec::new(),
+            reason: reason.map(|r| format!("prefill: {r}")),
+        }));
+        self.dispatch(Input::Message {
+            from: router,
+            msg: Msg::Abort { room },
+        });
+    }
+
+    /// A message read off a connection.
+    fn on_msg(&mut self, from: NodeId, msg: Msg<G::Kv>) {
+        if let Msg::WriteDone { id, .. } = &msg {
+            // Exactly one completion per write: one already failed back (its connection
+            // broke) is not completed again.
+            let posted = self
+                .io
+                .inflight
+                .get_mut(&from)
+                .is_some_and(|s| s.remove(id));
+            if !posted {
+                return;
+            }
+        }
+        let token = match (&self.node, &msg) {
+            (RtNode::Router(_), Msg::TokenOut { room, index, token }) => {
+                Some((*room, *index, *token))
+            }
+            _ => None,
+        };
+        self.dispatch(Input::Message { from, msg });
+        if let Some((room, index, token)) = token {
+            self.stream_token(from, room, index, token);
+        }
+    }
+
+    /// A client's request (router): traced, and submitted to the router as from the
+    /// client.
+    fn submit(
+        &mut self,
+        req: RequestId,
+        tenant: TenantId,
+        prompt: Vec<Token>,
+        max_new_tokens: u32,
+        mut reply: ReplySink,
+    ) {
+        if !self.intake_open {
+            reply.send(ReplyEv::Done(Reply {
+                req: req.0,
+                status: Status::UNAVAILABLE.0,
+                tokens: Vec::new(),
+                reason: None,
+            }));
+            return;
+        }
+        let prompt_len = prompt.len() as u64;
+        self.io.trace(|| Record::Submit {
+            req,
+            tenant,
+            prompt_len,
+            max_new_tokens,
+        });
+        self.io.clients.insert(req, reply);
+        let client = self.io.client;
+        self.dispatch(Input::Message {
+            from: client,
+            msg: Msg::Submit {
+                req,
+                tenant,
+                prompt,
+                max_new_tokens,
+            },
+        });
+    }
+
+    /// Worker mode, decode: prefill's word that its half of `room` is done (kept for a
+    /// moment when decode's half has not started yet).
+    fn peer_half_done(&mut self, room: RoomKey, status: Status, reason: Option<String>) {
+        if !self.io.clearing.contains_key(&room) {
+            if self.io.early_done.len() >= EARLY_DONE {
+                self.io.early_done.pop_front();
+            }
+            self.io.early_done.push_back((room, status, reason));
+            return;
+        }
+        self.prefill_done(room, status, reason);
+    }
+
+    /// Worker mode: start a half the worker front was given (`Ev::StartHalf`).
+    fn start_half(
+        &mut self,
+        room: RoomKey,
+        msg: Msg<G::Kv>,
+        max_new_tokens: u32,
+        mut reply: ReplySink,
+    ) {
+        let Some(router) = self.io.worker_router.filter(|_| self.intake_open) else {
+            reply.send(ReplyEv::Done(Reply {
+                req: room.gen.0,
+                status: Status::UNAVAILABLE.0,
+                tokens: Vec::new(),
+                reason: None,
+            }));
+            return;
+        };
+        // The pairing the router made, as the engine router traces it, so the audit
+        // knows each room's halves without a router trace. Decode's node traces it (the
+        // client's answer is decode's): a room whose decode half never started is no
+        // room to the audit.
+        if let Msg::DecodeStart {
+            req,
+            prompt,
+            prefill,
+            ..
+        } = &msg
+        {
+            let (req, len, prefill, decode) = (*req, prompt.len(), *prefill, self.io.id);
+            self.io.trace(|| {
+                Record::Engine(TraceEvent::Routed {
+                    node: router,
+                    req,
+                    tenant: TenantId(0),
+                    room,
+                    prefill,
+                    decode,
+                    prompt_len: len as u64,
+                    max_new_tokens,
+                })
+            });
+            self.io.clearing.insert(room, 0);
+        }
+        let half = Half {
+            sink: reply,
+            tokens: Vec::new(),
+            reason: None,
+        };
+        self.io.halves.insert(room, half);
+        self.dispatch(Input::Message { from: router, msg });
+        let early = self.io.early_done.iter().position(|(r, _, _)| *r == room);
+        if let Some((_, st, why)) = early.and_then(|i| self.io.early_done.remove(i)) {
+            self.prefill_done(room, st, why);
+        }
+    }
+
+    /// Worker mode: the worker front's client of `room` went away (`Ev::AbortHalf`).
+    fn abort_half(&mut self, room: RoomKey) {
+        let Some(router) = self.io.worker_router else {
+            return;
+        };
+        if !self.io.halves.contains_key(&room) {
+            return;
+        }
+        // A prefill half keeps its answer's sink until the half is terminal (its finish
+        // still tells decode); a decode half's client is answered now.
+        if matches!(self.node, RtNode::Decode(_)) {
+            self.io.halves.remove(&room);
+            // The client's answer is decode's: it went away.
+            let req = RequestId(room.gen.0);
+            self.io.trace(|| Record::ClientCancel {
+                req,
+                how: CancelHow::Disconnect,
+                plan: "the router closed its connection to this worker".into(),
+            });
+            self.io.answered(room, Status::CLIENT_CLOSED, Vec::new());
+        }
+        self.dispatch(Input::Message {
+            from: router,
+            msg: Msg::Abort { room },
+        });
+    }
+
     /// Handle one event; `false` to stop.
     fn handle(&mut self, ev: Ev<G::Kv>) -> bool {
         match ev {
-            Ev::Msg { from, msg } => {
-                if let Msg::WriteDone { id, .. } = &msg {
-                    // Exactly one completion per write: one already failed back (its
-                    // connection broke) is not completed again.
-                    let posted = self
-                        .io
-                        .inflight
-                        .get_mut(&from)
-                        .is_some_and(|s| s.remove(id));
-                    if !posted {
-                        return true;
-                    }
-                }
-                self.dispatch(Input::Message { from, msg });
-            }
+            Ev::Msg { from, msg } => self.on_msg(from, msg),
             Ev::FailedBack { from, msg } => self.dispatch(Input::Message { from, msg }),
             Ev::Landed {
                 from,
@@ -500,37 +875,10 @@ impl<G: Gpu> NodeLoop<G> {
             Ev::Submit {
                 req,
                 tenant,
-                prompt_len,
+                prompt,
                 max_new_tokens,
                 reply,
-            } => {
-                if !self.intake_open {
-                    let _ = reply.send(Reply {
-                        req: req.0,
-                        status: Status::UNAVAILABLE.0,
-                        tokens: Vec::new(),
-                    });
-                    return true;
-                }
-                self.io.trace(|| Record::Submit {
-                    req,
-                    tenant,
-                    prompt_len,
-                    max_new_tokens,
-                });
-                self.io.clients.insert(req, reply);
-                let client = self.io.client;
-                let prompt = kvsim_oracle::canary::prompt(req, prompt_len);
-                self.dispatch(Input::Message {
-                    from: client,
-                    msg: Msg::Submit {
-                        req,
-                        tenant,
-                        prompt,
-                        max_new_tokens,
-                    },
-                });
-            }
+            } => self.submit(req, tenant, prompt, max_new_tokens, reply),
             Ev::Cancel { req } => {
                 if self.io.clients.remove(&req).is_some() {
                     self.io.trace(|| Record::ClientCancel {
@@ -545,6 +893,18 @@ impl<G: Gpu> NodeLoop<G> {
                     });
                 }
             }
+            Ev::StartHalf {
+                room,
+                msg,
+                max_new_tokens,
+                reply,
+            } => self.start_half(room, msg, max_new_tokens, reply),
+            Ev::AbortHalf { room } => self.abort_half(room),
+            Ev::PeerHalfDone {
+                room,
+                status,
+                reason,
+            } => self.peer_half_done(room, status, reason),
             Ev::Status(tx) => {
                 let _ = tx.send(self.status());
             }
@@ -621,4 +981,69 @@ pub fn transfer_thread<G: Gpu>(
 /// Wall-clock time, re-exported for the server's reports.
 pub fn now_wall_ns() -> u64 {
     wall_ns()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvsim_engine::config::EngineConfig;
+    use kvsim_engine::gpu::SymbolicGpu;
+    use kvsim_engine::shared_cfg::Cfg;
+    use std::sync::mpsc::channel;
+
+    /// The router's loop passes each token it took to the client's stream as it
+    /// arrives, and nothing it refused (a token from a node that is not the room's
+    /// decode node).
+    #[test]
+    fn tokens_reach_the_client_as_decode_makes_them() {
+        let (router, p, d, client) = (NodeId(0), NodeId(1), NodeId(2), NodeId(3));
+        let cfg = Cfg::new(EngineConfig::default());
+        let node = RtNode::<SymbolicGpu>::Router(Router::new(router, cfg, vec![p], vec![d]));
+        let (me, rx) = channel();
+        let (ptx, _prx) = channel();
+        let (dtx, drx) = channel();
+        let peers = BTreeMap::from([(p, ptx), (d, dtx)]);
+        let mut lp = NodeLoop::new(node, Io::new(router, 0, client, None, peers, me), rx);
+        let (tx, answers) = channel();
+        lp.handle(Ev::Submit {
+            req: RequestId(7),
+            tenant: TenantId(0),
+            prompt: vec![1, 2, 3, 4],
+            max_new_tokens: 2,
+            reply: ReplySink::channel(tx),
+        });
+        let room = match drx.try_recv() {
+            Ok(Msg::DecodeStart { room, .. }) => room,
+            other => panic!("decode was not started: {other:?}"),
+        };
+        let out = |index, token| Msg::TokenOut { room, index, token };
+        lp.handle(Ev::Msg {
+            from: p,
+            msg: out(0, 99),
+        });
+        assert!(
+            answers.try_recv().is_err(),
+            "a token from prefill is not decode's"
+        );
+        lp.handle(Ev::Msg {
+            from: d,
+            msg: out(0, 5),
+        });
+        assert_eq!(
+            answers.try_recv().ok(),
+            Some(ReplyEv::Token { index: 0, token: 5 })
+        );
+        lp.handle(Ev::Msg {
+            from: d,
+            msg: out(1, 6),
+        });
+        assert_eq!(
+            answers.try_recv().ok(),
+            Some(ReplyEv::Token { index: 1, token: 6 })
+        );
+        assert!(
+            answers.try_recv().is_err(),
+            "no answer before decode finished"
+        );
+    }
 }

@@ -58,6 +58,25 @@ pub struct ServeOptions {
     /// Named in the trace header.
     pub scenario: String,
     pub seed: u64,
+    /// What prompts the fronts submit.
+    pub prompts: PromptMode,
+    /// Worker mode: no engine router runs; each prefill and decode node serves SGLang's
+    /// worker API ([`crate::worker`]) and the worker front starts and aborts its halves.
+    pub worker: bool,
+}
+
+/// What prompts the fronts submit to the engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PromptMode {
+    /// The request's own token ids (the client's `input_ids`, or the tokenizer's ids
+    /// for its text); replies are read back through the tokenizer. No request limit.
+    #[default]
+    Own,
+    /// The canary sequence of the request's id (`kvsim_oracle::canary`), whatever the
+    /// client sent: every reply token names the request and position it came from, so
+    /// the trace's oracle checks each reply exactly (the header's `canary_tokens`). The
+    /// scheme names at most 65,535 requests over a server's life.
+    Canary,
 }
 
 impl ServeOptions {
@@ -65,11 +84,13 @@ impl ServeOptions {
         let mut h = RunHeader::new("kvsim-serve", ClockKind::Wall, &self.cfg, &self.topology);
         h.scenario = Some(self.scenario.clone());
         h.seed = Some(self.seed);
+        h.canary_tokens = self.prompts == PromptMode::Canary;
         h
     }
 }
 
 struct Handle<K> {
+    id: NodeId,
     tx: Sender<Ev<K>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -81,7 +102,7 @@ pub struct Server<K> {
     stop: Arc<AtomicBool>,
     connected: Vec<(NodeId, NodeId, Arc<AtomicBool>)>,
     /// The router's loop, its status and the request ids (the HTTP front shares them).
-    front: Option<(Sender<Ev<K>>, StatusFn)>,
+    front: Option<(Sender<Ev<K>>, StatusFn, crate::http::NodesFn)>,
     next: Arc<std::sync::atomic::AtomicU64>,
     opts: ServeOptions,
 }
@@ -224,6 +245,9 @@ where
         let mut plans = Vec::new();
         let mut client = Some(client);
         for (&id, listener) in ids.iter().zip(listeners) {
+            if opts.worker && id == ROUTER {
+                continue;
+            }
             plans.push(NodePlan {
                 id,
                 epoch: 0,
@@ -268,7 +292,7 @@ where
             // Links to every other node of the topology.
             let mut peers = BTreeMap::new();
             for (peer, _, _) in topo.nodes() {
-                if peer == id {
+                if peer == id || (opts.worker && peer == ROUTER) {
                     continue;
                 }
                 let addr = *plan.peers.get(&peer).ok_or(ServeError::NoPeer(peer))?;
@@ -308,7 +332,9 @@ where
                 }
                 None => None,
             };
-            let io = Io::new(id, plan.epoch, topo.client(), tracer, peers, tx.clone());
+            let mut io = Io::new(id, plan.epoch, topo.client(), tracer, peers, tx.clone());
+            io.worker_router = opts.worker.then_some(ROUTER);
+            io.worker_cancels_both = opts.cfg.defenses.router_cancels_both;
             let pages = topo.pool(id).unwrap_or(0);
             let mut transfer = None;
             let node = match role {
@@ -363,6 +389,7 @@ where
                 .name(format!("{id}-loop"))
                 .spawn(move || lp.run())?;
             server.nodes.push(Handle {
+                id,
                 tx,
                 thread: Some(thread),
             });
@@ -370,8 +397,10 @@ where
         if let Some((cl, router)) = client_endpoint {
             let txs: Vec<Sender<Ev<K>>> = server.nodes.iter().map(|h| h.tx.clone()).collect();
             let bugs: Vec<&'static str> = opts.cfg.bugs.iter().map(|b| b.name()).collect();
+            let nodes_fn: crate::http::NodesFn = Arc::new(move || statuses(&txs));
+            let of_nodes = nodes_fn.clone();
             let status: StatusFn = Arc::new(move || {
-                let nodes = statuses(&txs);
+                let nodes = of_nodes();
                 serde_json::json!({
                     "bugs": bugs,
                     "warning": if bugs.is_empty() { None } else {
@@ -380,15 +409,26 @@ where
                     "nodes": nodes,
                 })
             });
-            server.front = Some((router.clone(), status.clone()));
-            spawn_client_endpoint(cl, router, status, server.next.clone(), stop.clone())?;
+            server.front = Some((router.clone(), status.clone(), nodes_fn));
+            spawn_client_endpoint(
+                cl,
+                router,
+                status,
+                server.next.clone(),
+                opts.prompts,
+                stop.clone(),
+            )?;
         }
         Ok(server)
     }
 
     /// Serve the SGLang-compatible HTTP front on `listener` (the router's process only).
-    pub fn start_http(&self, listener: TcpListener) -> Result<SocketAddr, ServeError> {
-        let Some((router, status)) = &self.front else {
+    pub fn start_http(
+        &self,
+        listener: TcpListener,
+        limits: crate::http::FrontLimits,
+    ) -> Result<SocketAddr, ServeError> {
+        let Some((router, status, nodes)) = &self.front else {
             return Err(ServeError::Io(std::io::Error::other(
                 "the HTTP front runs in the router's process",
             )));
@@ -396,11 +436,60 @@ where
         let addr = listener.local_addr()?;
         crate::http::spawn_http_front(
             listener,
-            router.clone(),
-            status.clone(),
-            self.next.clone(),
-            crate::http::front_info(&self.opts),
-            self.stop.clone(),
+            crate::http::FrontParts {
+                router: router.clone(),
+                status: status.clone(),
+                nodes: nodes.clone(),
+                next: self.next.clone(),
+                info: crate::http::front_info(&self.opts),
+                limits,
+                prompts: self.opts.prompts,
+            },
+        )?;
+        Ok(addr)
+    }
+
+    /// Serve SGLang's worker API for node `id` on `listener` (worker mode), and, for a
+    /// prefill node, its bootstrap endpoint on `bootstrap`. `prefills` maps each prefill
+    /// node's bootstrap address to the node (how decode finds its prefill).
+    pub fn start_worker(
+        &self,
+        id: NodeId,
+        listener: TcpListener,
+        bootstrap: Option<TcpListener>,
+        prefills: BTreeMap<SocketAddr, NodeId>,
+        limits: crate::http::FrontLimits,
+        fail_first: u64,
+    ) -> Result<SocketAddr, ServeError> {
+        let node = self.nodes.iter().find(|h| h.id == id);
+        let (Some(node), true) = (node, self.opts.worker) else {
+            return Err(ServeError::Io(std::io::Error::other(format!(
+                "{id} does not run here in worker mode"
+            ))));
+        };
+        let role = self.opts.topology.role(id).ok_or(ServeError::NoSuchNode(
+            id,
+            self.opts.topology.client().0 - 1,
+        ))?;
+        let addr = listener.local_addr()?;
+        let tx = node.tx.clone();
+        let nodes: crate::http::NodesFn = Arc::new(move || statuses(std::slice::from_ref(&tx)));
+        crate::worker::spawn_worker(
+            listener,
+            bootstrap,
+            crate::worker::WorkerParts {
+                id,
+                url: format!("http://{addr}"),
+                role,
+                node: node.tx.clone(),
+                nodes,
+                info: crate::http::front_info(&self.opts),
+                cfg: self.opts.cfg.clone(),
+                decodes: self.opts.topology.decode_ids(),
+                prefills,
+                limits,
+                fail_first,
+            },
         )?;
         Ok(addr)
     }

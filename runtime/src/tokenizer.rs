@@ -1,38 +1,45 @@
-//! The HTTP front's tokenizer: deterministic, word-level, reversible.
+//! The HTTP fronts' tokenizer: deterministic, word-level, the same in every process.
 //!
-//! Text is split on ASCII/Unicode whitespace into words; each distinct word gets the
-//! next free id of the server's vocabulary in order of first appearance (id
-//! [`FIRST_ID`] is the first word the server ever saw). Decoding joins the words of the
-//! ids with single spaces, so `decode(encode(t))` is `t` with its whitespace runs
-//! collapsed to one space. A marker such as `CANARY-small-1a2b3c4d` is one word, hence
-//! one token, and comes back byte for byte whenever a reply echoes that token.
+//! Text is split on ASCII/Unicode whitespace into words; a word's id is a hash of its
+//! bytes (64-bit FNV-1a, folded into `FIRST_ID..2^31`), so a prefill and a decode
+//! process given the same text (as SGLang's router gives both halves) make the same
+//! ids with no shared state. Decoding reads ids back through the words this
+//! process has seen (at most [`MAX_VOCAB`] of them), joined with single spaces, so
+//! `decode(encode(t))` is `t` with its whitespace runs collapsed to one space. A marker
+//! such as `CANARY-small-1a2b3c4d` is one word, hence one token, and comes back byte
+//! for byte whenever a reply echoes that token. Two words whose hashes agree share an
+//! id (about one pair in 2^31): the first one seen is how the id reads.
 //!
-//! The same requests in the same order give the same ids (no hashing reaches an id).
 //! Ids below [`FIRST_ID`] are reserved: `0` is the engine's placeholder token (decoded
-//! as [`UNKNOWN`]). An id no word has (a client's own `input_ids`) decodes to `<id:N>`.
+//! as [`UNKNOWN`]). An id no word seen has (a client's own `input_ids`) decodes to
+//! `<id:N>`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The first id a word gets.
 pub const FIRST_ID: u32 = 1;
+/// Word ids are below this.
+pub const ID_LIMIT: u32 = 1 << 31;
 /// How the placeholder token (0) reads.
 pub const UNKNOWN: &str = "<unk>";
-/// The most distinct words a server's vocabulary holds.
+/// The most distinct words a process remembers for decoding (encoding needs none).
 pub const MAX_VOCAB: usize = 1 << 22;
 
-/// Why a text cannot be encoded.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum TokenizeError {
-    #[error("the vocabulary is full ({MAX_VOCAB} distinct words)")]
-    VocabularyFull,
+/// The id of one word.
+pub fn word_id(w: &str) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in w.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    FIRST_ID + (h % u64::from(ID_LIMIT - FIRST_ID)) as u32
 }
 
-/// A server's vocabulary (words in order of first appearance).
+/// The words a process has seen, by id.
 #[derive(Default, Debug)]
 pub struct Vocab {
-    words: Vec<Arc<str>>,
-    ids: HashMap<Arc<str>, u32>,
+    words: HashMap<u32, Arc<str>>,
 }
 
 impl Vocab {
@@ -40,24 +47,17 @@ impl Vocab {
         Vocab::default()
     }
 
-    /// The ids of `text`'s words, adding new words to the vocabulary.
-    pub fn encode(&mut self, text: &str) -> Result<Vec<u32>, TokenizeError> {
+    /// The ids of `text`'s words (remembering new words while there is room).
+    pub fn encode(&mut self, text: &str) -> Vec<u32> {
         let mut out = Vec::new();
         for w in text.split_whitespace() {
-            if let Some(&id) = self.ids.get(w) {
-                out.push(id);
-                continue;
+            let id = word_id(w);
+            if self.words.len() < MAX_VOCAB {
+                self.words.entry(id).or_insert_with(|| Arc::from(w));
             }
-            if self.words.len() >= MAX_VOCAB {
-                return Err(TokenizeError::VocabularyFull);
-            }
-            let id = FIRST_ID + self.words.len() as u32;
-            let word: Arc<str> = Arc::from(w);
-            self.words.push(word.clone());
-            self.ids.insert(word, id);
             out.push(id);
         }
-        Ok(out)
+        out
     }
 
     /// The word of one id.
@@ -65,7 +65,7 @@ impl Vocab {
         if id == 0 {
             return UNKNOWN.to_string();
         }
-        match self.words.get((id - FIRST_ID) as usize) {
+        match self.words.get(&id) {
             Some(w) => w.to_string(),
             None => format!("<id:{id}>"),
         }
@@ -95,14 +95,16 @@ mod tests {
     #[test]
     fn round_trip_and_markers_are_one_token() {
         let mut v = Vocab::new();
-        let ids = v.encode("CANARY-small-1a2b3c4d x x  x\ty").unwrap();
-        assert_eq!(ids, vec![1, 2, 2, 2, 3]);
+        let ids = v.encode("CANARY-small-1a2b3c4d x x  x\ty");
+        let (m, x, y) = (word_id("CANARY-small-1a2b3c4d"), word_id("x"), word_id("y"));
+        assert_eq!(ids, vec![m, x, x, x, y]);
+        assert!(ids.iter().all(|&i| (FIRST_ID..ID_LIMIT).contains(&i)));
         assert_eq!(v.decode(&ids), "CANARY-small-1a2b3c4d x x x y");
-        assert_eq!(v.decode(&[1]), "CANARY-small-1a2b3c4d");
+        assert_eq!(v.decode(&[m]), "CANARY-small-1a2b3c4d");
         assert_eq!(v.decode(&[0, 99]), "<unk> <id:99>");
-        // Deterministic: a second vocabulary fed the same text gives the same ids.
+        // The same in another process: a fresh vocabulary gives the same ids.
         let mut w = Vocab::new();
-        assert_eq!(w.encode("CANARY-small-1a2b3c4d x x  x\ty").unwrap(), ids);
-        assert!(v.encode("   ").unwrap().is_empty());
+        assert_eq!(w.encode("CANARY-small-1a2b3c4d x x  x\ty"), ids);
+        assert!(v.encode("   ").is_empty());
     }
 }

@@ -1,0 +1,520 @@
+//! kvsim's prefill and decode processes behind SGLang's real router
+//! (`sglang-router` 0.3.2 from PyPI, its Rust gateway, in `--pd-disaggregation` mode),
+//! all on loopback: each node serves SGLang's worker API (`kvsim serve --node N
+//! --worker-http ADDR`), prefill its bootstrap endpoint; the router pairs the halves
+//! with its own random 63-bit rooms. Through it: `kvsim canary` (clean on the defended
+//! engine, with client disconnects at drawn points; the incident bugs' leak found),
+//! a room the router's retry must replace, then `kvsim audit` over every node's trace
+//! and every pool whole at exit.
+//!
+//! The router comes from `KVSIM_PYTHON`'s environment (`.ci/run` installs it pinned in
+//! a virtual environment): without it the test says SKIPPED, and fails instead under
+//! `KVSIM_REQUIRE_PY_CLIENTS=1`.
+
+mod cli;
+
+use cli::{kvsim, text, tmp_in, Served};
+use kvsim_runtime::http_client::fetch;
+use serde_json::Value;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const LOOPBACK: &str = "tests/serve/loopback.toml";
+const INCIDENT_SC: &str = "tests/serve/incident.toml";
+const BUGS: &str = "gate-checks-finished-only,no-length-agreement";
+const T: Duration = cli::SERVE_WAIT;
+
+/// The Python with `sglang_router`, or `None` (SKIPPED) where it is missing.
+fn router_python() -> Option<String> {
+    let py = std::env::var("KVSIM_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&py)
+        .args(["-c", "import sglang_router"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Some(py);
+    }
+    let why = format!("`{py}` cannot import `sglang_router` (set KVSIM_PYTHON to a venv with sglang-router==0.3.2)");
+    assert!(
+        std::env::var("KVSIM_REQUIRE_PY_CLIENTS").as_deref() != Ok("1"),
+        "KVSIM_REQUIRE_PY_CLIENTS=1 but {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+/// A free loopback port (bound and released: the processes bind it next).
+fn port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The real router, killed when dropped.
+struct Router {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A prefill and a decode process in worker mode, and the router in front.
+struct Bed {
+    prefill: Served,
+    decode: Served,
+    prefill_http: String,
+    decode_http: String,
+    router: Router,
+    traces: std::path::PathBuf,
+}
+
+fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>, prefill_args: &[&str]) -> Bed {
+    let dir = tmp_in("router", tag);
+    let traces = dir.join("traces");
+    let _ = std::fs::remove_dir_all(&traces);
+    std::fs::create_dir_all(&traces).unwrap();
+    let (n1, n2, boot, ph, dh, rp, mp) = (port(), port(), port(), port(), port(), port(), port());
+    let peers = dir.join("peers");
+    std::fs::write(
+        &peers,
+        format!("n1 127.0.0.1:{n1}\nn2 127.0.0.1:{n2}\nbootstrap n1 127.0.0.1:{boot}\n"),
+    )
+    .unwrap();
+    let node = |n: &str, http: u16, more: &[&str]| {
+        let (peers, traces) = (peers.display().to_string(), traces.display().to_string());
+        let http = format!("127.0.0.1:{http}");
+        let mut args = vec![
+            sc,
+            "--node",
+            n,
+            "--peers",
+            &peers,
+            "--worker-http",
+            &http,
+            "--trace-json",
+            &traces,
+        ];
+        if let Some(b) = bugs {
+            args.extend(["--bugs", b]);
+        }
+        args.extend(more);
+        let mut s = Served::start(&args);
+        s.wait_for("worker http", kvsim::serve::worker_of);
+        s
+    };
+    let (prefill, decode) = (node("n1", ph, prefill_args), node("n2", dh, &[]));
+    let (prefill_http, decode_http) = (
+        format!("http://127.0.0.1:{ph}"),
+        format!("http://127.0.0.1:{dh}"),
+    );
+    let log = std::fs::File::create(dir.join("router.log")).unwrap();
+    let child = Command::new(py)
+        .args(["-m", "sglang_router.launch_router", "--host", "127.0.0.1"])
+        .args(["--port", &rp.to_string(), "--pd-disaggregation"])
+        .args(["--prefill", &prefill_http, &boot.to_string()])
+        .args(["--decode", &decode_http, "--policy", "round_robin"])
+        .args([
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            &mp.to_string(),
+        ])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("the router starts");
+    let router = Router {
+        child,
+        url: format!("http://127.0.0.1:{rp}"),
+    };
+    // The router lists both workers once it has probed them.
+    let end = Instant::now() + T;
+    loop {
+        let w = fetch(&router.url, "GET", "/workers", None, T)
+            .ok()
+            .and_then(|r| serde_json::from_slice::<Value>(&r.body).ok());
+        let stats = w.as_ref().map(|w| &w["stats"]);
+        if stats.is_some_and(|s| s["prefill_count"] == 1 && s["decode_count"] == 1) {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the router never listed both workers: {w:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Bed {
+        prefill,
+        decode,
+        prefill_http,
+        decode_http,
+        router,
+        traces,
+    }
+}
+
+/// Wait until a worker's node is quiescent (every page free, nothing live).
+fn wait_whole(http: &str) {
+    let end = Instant::now() + T;
+    loop {
+        let m = fetch(http, "GET", "/metrics", None, T)
+            .map(|r| r.text())
+            .unwrap_or_default();
+        let free = m.lines().find(|l| l.starts_with("kvsim_pool_pages_free{"));
+        let held = m.lines().find(|l| l.starts_with("kvsim_pool_pages_held{"));
+        let live = m.lines().find(|l| l.starts_with("kvsim_live_requests{"));
+        if held.is_some_and(|l| l.ends_with(" 0")) && live.is_some_and(|l| l.ends_with(" 0")) {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "{http} never whole: {free:?} {held:?} {live:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stop both nodes (each must drain: every pool whole) and audit every trace.
+fn stop_and_audit(bed: Bed) -> (i32, String) {
+    let Bed {
+        prefill,
+        decode,
+        traces,
+        router,
+        ..
+    } = bed;
+    drop(router);
+    for s in [prefill, decode] {
+        let (out, ok) = s.stop("-TERM");
+        assert!(ok && out.contains("kvsim serve: drained"), "{out}");
+    }
+    let files: Vec<String> = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    let mut args = vec!["audit"];
+    args.extend(files.iter().map(String::as_str));
+    let o = kvsim(&args);
+    (o.status.code().unwrap_or(-1), text(&o))
+}
+
+fn canary(url: &str, extra: &[&str]) -> (i32, String) {
+    let mut args = vec!["canary", "--url", url, "--quiet"];
+    args.extend(extra);
+    let o = kvsim(&args);
+    (o.status.code().unwrap_or(-1), text(&o))
+}
+
+#[test]
+fn the_real_router_drives_kvsim_prefill_and_decode() {
+    let Some(py) = router_python() else { return };
+    let bed = start_bed(&py, "clean", LOOPBACK, None, &[]);
+    // The workers answer SGLang's probes.
+    let info = fetch(&bed.prefill_http, "GET", "/get_server_info", None, T).unwrap();
+    let info: Value = serde_json::from_slice(&info.body).unwrap();
+    assert_eq!(info["disaggregation_mode"], "prefill", "{info}");
+    assert!(info["disaggregation_bootstrap_port"].is_u64(), "{info}");
+    let (rc, out) = canary(
+        &bed.router.url,
+        &[
+            "--requests",
+            "32",
+            "--over-length",
+            "4",
+            "--disconnect-rate",
+            "0.25",
+            "--seed",
+            "3",
+        ],
+    );
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("canary: PASS") && out.contains("400: 4"),
+        "{out}"
+    );
+    assert!(out.contains("disconnected"), "{out}");
+    // A stream through the router arrives token by token.
+    let r = fetch(
+        &bed.router.url,
+        "POST",
+        "/generate",
+        Some(br#"{"text":"a b c d","stream":true,"sampling_params":{"max_new_tokens":3}}"#),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let events = r.text().matches("data: ").count();
+    assert_eq!(events, 5, "three tokens, the end, [DONE]: {}", r.text());
+    // The engine's reason reaches the client: prefill's admission refusal, through
+    // decode's answer and the router.
+    let long = format!(r#"{{"text":"{}"}}"#, vec!["x"; 513].join(" "));
+    let r = fetch(
+        &bed.router.url,
+        "POST",
+        "/generate",
+        Some(long.as_bytes()),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("prompt of 513 tokens exceeds the admission limit of 512"),
+        "{}",
+        r.text()
+    );
+    // SGLang's batch form, sent to both workers as a PD router sends it (this router
+    // version refuses a list `text` itself, 422): one room per element, answers in
+    // order.
+    let boot = info["disaggregation_bootstrap_port"].as_u64().unwrap();
+    let batch = format!(
+        r#"{{"text":["CANARY-b1 a b","CANARY-b2 c d e"],"sampling_params":{{"max_new_tokens":2}},
+            "bootstrap_host":["127.0.0.1","127.0.0.1"],"bootstrap_port":[{boot},{boot}],
+            "bootstrap_room":[101,102]}}"#
+    );
+    let (p_url, b2) = (bed.prefill_http.clone(), batch.clone());
+    let pre =
+        std::thread::spawn(move || fetch(&p_url, "POST", "/generate", Some(b2.as_bytes()), T));
+    let r = fetch(
+        &bed.decode_http,
+        "POST",
+        "/generate",
+        Some(batch.as_bytes()),
+        T,
+    )
+    .unwrap();
+    assert_eq!(pre.join().unwrap().unwrap().status, 200);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    let texts: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["text"].as_str().unwrap())
+        .collect();
+    assert!(
+        texts.len() == 2 && texts[0].contains("CANARY-b1") && texts[1].contains("CANARY-b2"),
+        "{v}"
+    );
+    // The OpenAI API through the router: completions and a chat stream.
+    let r = fetch(
+        &bed.router.url,
+        "POST",
+        "/v1/completions",
+        Some(br#"{"model":"kvsim/serve-loopback","prompt":"CANARY-oa a b c","max_tokens":3}"#),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v: Value = serde_json::from_slice(&r.body).unwrap();
+    assert!(
+        v["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("CANARY-oa"),
+        "{v}"
+    );
+    assert_eq!(v["usage"]["completion_tokens"], 3, "{v}");
+    let r = fetch(
+        &bed.router.url,
+        "POST",
+        "/v1/chat/completions",
+        Some(br#"{"model":"kvsim/serve-loopback","stream":true,"max_tokens":2,"messages":[{"role":"user","content":"hi there"}]}"#),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let chunks = r.text().matches("chat.completion.chunk").count();
+    assert_eq!(chunks, 4, "the role, two tokens, the end: {}", r.text());
+    // Nothing the router sends is trusted: a bootstrap address that names no prefill
+    // node, and a room already in use, are refused at once.
+    let body = |room: u64, port: u16| {
+        format!(
+            r#"{{"text":"a b","bootstrap_host":"127.0.0.1","bootstrap_port":{port},"bootstrap_room":{room}}}"#
+        )
+    };
+    let r = fetch(
+        &bed.decode_http,
+        "POST",
+        "/generate",
+        Some(body(7, 1).as_bytes()),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("names no prefill node"), "{}", r.text());
+    // A prefill half whose decode never registers ends in bounded time, holding nothing.
+    let r = fetch(
+        &bed.prefill_http,
+        "POST",
+        "/generate",
+        Some(body(9, 1).as_bytes()),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 504, "{}", r.text());
+    wait_whole(&bed.prefill_http);
+    wait_whole(&bed.decode_http);
+    // Preflight through the router: it asks for the workers and checks each one
+    // (the loopback scenario's prefill pool is smaller than its context: FAIL); given
+    // the router as a server, it hints at --router.
+    let o = kvsim(&["preflight", "--router", &bed.router.url]);
+    let out = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("FAIL pool>=context") && out.contains("pool 512 < context 1024"),
+        "{out}"
+    );
+    assert!(
+        out.contains("pool 2048 >= context 1024"),
+        "decode checked too: {out}"
+    );
+    let o = kvsim(&["preflight", "--url", &bed.router.url]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("HINT:") && text(&o).contains("--router"),
+        "{}",
+        text(&o)
+    );
+    let (rc, audit) = stop_and_audit(bed);
+    assert_eq!(rc, 0, "the audit over every node's trace is clean: {audit}");
+}
+
+#[test]
+fn the_incident_leak_is_found_through_the_real_router() {
+    let Some(py) = router_python() else { return };
+    let bed = start_bed(&py, "incident", INCIDENT_SC, Some(BUGS), &[]);
+    let (rc, out) = canary(&bed.router.url, &["--requests", "32", "--over-length", "4"]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("LEAK: reply to request"), "{out}");
+    let _ = Path::new(&bed.traces);
+    let (rc, audit) = stop_and_audit(bed);
+    assert_ne!(rc, 0, "the audit finds the incident: {audit}");
+}
+
+/// A prefill half that fails (503, twice): the router retries with a new room each
+/// time, the third attempt answers 200, and every abandoned half ends (decode's is
+/// told prefill's status) with the audit clean.
+#[test]
+fn a_failed_half_is_retried_with_a_new_room() {
+    let Some(py) = router_python() else { return };
+    let bed = start_bed(&py, "retry", LOOPBACK, None, &["--worker-fail-first", "2"]);
+    let r = fetch(
+        &bed.router.url,
+        "POST",
+        "/generate",
+        Some(br#"{"text":"CANARY-retry a b c","sampling_params":{"max_new_tokens":2}}"#),
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("CANARY-retry"), "{}", r.text());
+    let m = fetch(&bed.prefill_http, "GET", "/metrics", None, T)
+        .unwrap()
+        .text();
+    assert!(
+        m.contains("kvsim_http_responses_total{status=\"503\"} 2"),
+        "{m}"
+    );
+    assert!(
+        m.contains("kvsim_http_responses_total{status=\"200\"} 1"),
+        "{m}"
+    );
+    let d = fetch(&bed.decode_http, "GET", "/metrics", None, T)
+        .unwrap()
+        .text();
+    assert!(
+        d.contains("kvsim_http_requests_total 3"),
+        "three rooms at decode: {d}"
+    );
+    wait_whole(&bed.prefill_http);
+    wait_whole(&bed.decode_http);
+    let (rc, audit) = stop_and_audit(bed);
+    assert_eq!(rc, 0, "{audit}");
+}
+
+/// The one-process form: every node in one `kvsim serve`, a worker listener per
+/// prefill and decode node, behind the same router.
+#[test]
+fn one_process_serves_a_worker_per_node_behind_the_router() {
+    let Some(py) = router_python() else { return };
+    let dir = tmp_in("router", "one");
+    let traces = dir.join("traces");
+    let _ = std::fs::remove_dir_all(&traces);
+    std::fs::create_dir_all(&traces).unwrap();
+    let (boot, ph, dh, rp, mp) = (port(), port(), port(), port(), port());
+    let workers = format!("n1=127.0.0.1:{ph},n2=127.0.0.1:{dh}");
+    let bootstrap = format!("n1=127.0.0.1:{boot}");
+    let t = traces.display().to_string();
+    let mut s = Served::start(&[
+        LOOPBACK,
+        "--worker-http",
+        &workers,
+        "--bootstrap",
+        &bootstrap,
+        "--trace-json",
+        &t,
+    ]);
+    s.wait_for("worker http", kvsim::serve::worker_of);
+    s.wait_for("worker http", kvsim::serve::worker_of);
+    let child = Command::new(&py)
+        .args(["-m", "sglang_router.launch_router", "--host", "127.0.0.1"])
+        .args(["--port", &rp.to_string(), "--pd-disaggregation"])
+        .args([
+            "--prefill",
+            &format!("http://127.0.0.1:{ph}"),
+            &boot.to_string(),
+        ])
+        .args([
+            "--decode",
+            &format!("http://127.0.0.1:{dh}"),
+            "--policy",
+            "round_robin",
+        ])
+        .args([
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            &mp.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the router starts");
+    let router = Router {
+        child,
+        url: format!("http://127.0.0.1:{rp}"),
+    };
+    let end = Instant::now() + T;
+    while !fetch(&router.url, "GET", "/workers", None, T)
+        .is_ok_and(|r| r.text().contains("\"decode_count\":1"))
+    {
+        assert!(Instant::now() < end, "the router never listed both workers");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (rc, out) = canary(&router.url, &["--requests", "16", "--over-length", "2"]);
+    assert_eq!(rc, 0, "{out}");
+    wait_whole(&format!("http://127.0.0.1:{ph}"));
+    wait_whole(&format!("http://127.0.0.1:{dh}"));
+    drop(router);
+    let (out, ok) = s.stop("-TERM");
+    assert!(ok && out.contains("kvsim serve: drained"), "{out}");
+    let files: Vec<String> = std::fs::read_dir(&traces)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    let mut args = vec!["audit"];
+    args.extend(files.iter().map(String::as_str));
+    let o = kvsim(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
