@@ -258,6 +258,7 @@ impl HandoffModel {
             DECODE,
             self.cfg.clone(),
             ROUTER,
+            vec![PREFILL],
             SymbolicGpu::new(self.spec.decode_pages, ps),
         );
         State {
@@ -425,6 +426,7 @@ impl HandoffModel {
         Arriving {
             sender_alive: true,
             receiver_alive: true,
+            receiver_restarted: false,
             receiver_epoch: match to {
                 PREFILL => s.prefill.get().pool().epoch(),
                 DECODE => s.decode.get().pool().epoch(),

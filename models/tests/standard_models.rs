@@ -58,17 +58,17 @@ fn assert_clean(r: &CheckReport) {
 /// A moved count reads as a change to re-check, not as a bug report.
 #[test]
 #[should_panic(
-    expected = "state count changed: re-check, then re-pin. crash-race-small: 1614 unique states, pinned 1615"
+    expected = "state count changed: re-check, then re-pin. crash-race-small: 2411 unique states, pinned 2412"
 )]
 fn a_moved_count_says_re_check_then_re_pin() {
-    pinned(&run(ModelSpec::crash_race_small()), 1_615);
+    pinned(&run(ModelSpec::crash_race_small()), 2_412);
 }
 
 #[test]
 fn handoff_small_is_clean_with_a_pinned_state_count() {
     let r = run(ModelSpec::handoff_small());
     assert_clean(&r);
-    pinned(&r, 14_164);
+    pinned(&r, 18_177);
     // The shortest over-length rejection: the router learns prefill's 400 at once.
     assert_eq!(
         r.status(names::REJECTED),
@@ -84,7 +84,7 @@ fn handoff_small_is_clean_with_a_pinned_state_count() {
 fn abort_race_small_is_clean_with_a_pinned_state_count() {
     let r = run(ModelSpec::abort_race_small());
     assert_clean(&r);
-    pinned(&r, 19_502);
+    pinned(&r, 22_400);
     assert_eq!(
         r.status(names::ABORT_RACE),
         Some(Verdict::Reached { steps: 8 })
@@ -95,7 +95,7 @@ fn abort_race_small_is_clean_with_a_pinned_state_count() {
 fn crash_race_small_is_clean_with_a_pinned_state_count() {
     let r = run(ModelSpec::crash_race_small());
     assert_clean(&r);
-    pinned(&r, 1_614);
+    pinned(&r, 2_411);
     // The shortest busy crash: submit, the router's start reaches prefill, crash.
     assert_eq!(r.status(names::CRASH), Some(Verdict::Reached { steps: 3 }));
 }
@@ -370,7 +370,7 @@ fn data_fault_small_is_clean_with_a_pinned_state_count() {
     pinned(&r, DATA_FAULT_SMALL);
 }
 
-const DATA_FAULT_SMALL: usize = 922_942;
+const DATA_FAULT_SMALL: usize = 1_059_385;
 
 /// Every kind of data fault the world defines is a step of the model: on the first
 /// KV write in flight, each kind is enabled (the stale duplicate as keeping a copy,
@@ -494,7 +494,7 @@ fn timer_refire_small_is_clean_with_a_pinned_state_count() {
     pinned(&r, TIMER_REFIRE_SMALL);
 }
 
-const TIMER_REFIRE_SMALL: usize = 520_247;
+const TIMER_REFIRE_SMALL: usize = 578_069;
 
 /// A state of [`RefireProbe`]: the model's own state, and whether some transition so
 /// far delivered a spent `DrainRetry` again and that moved decode (its quarantine's
@@ -642,7 +642,7 @@ fn stale_control_small_is_clean_with_a_pinned_state_count() {
     pinned(&r, STALE_CONTROL_SMALL);
 }
 
-const STALE_CONTROL_SMALL: usize = 226_518;
+const STALE_CONTROL_SMALL: usize = 236_956;
 
 /// `ack-ignores-generation` on the stale-control model: a drain ack of the room
 /// number's first use, delivered again, releases the second use's quarantine (S9);
@@ -941,7 +941,7 @@ fn stale_duplicates_are_stopped_by_the_tags_with_a_pinned_state_count() {
     pinned(&r, STALE_DUPLICATE_SMALL);
 }
 
-const STALE_DUPLICATE_SMALL: usize = 293_036;
+const STALE_DUPLICATE_SMALL: usize = 331_322;
 
 /// With the page tags off, a stale duplicate lands in a page its room use no longer
 /// owns (S2), another request reads it (S3) and answers 200 with a wrong token (S10):

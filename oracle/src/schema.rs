@@ -338,7 +338,7 @@ impl MsgView {
                 src: src.clone(),
                 dst: dst.clone(),
             },
-            Msg::KvDone { room, outcome } => MsgView::KvDone {
+            Msg::KvDone { room, outcome, .. } => MsgView::KvDone {
                 room: *room,
                 outcome: outcome.clone(),
             },
