@@ -1010,12 +1010,9 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
-    /// a use already answered) repeats the first status, and a use older than the
-    /// newest retired one gets none (the router moved past it).
+    /// a use already answered) repeats the first status.
     fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        let Some(status) = self.retired.answer(room, status) else {
-            return;
-        };
+        let status = self.retired.answer(room, status);
         env.trace(TraceEvent::Responded {
             node: self.id,
             room,

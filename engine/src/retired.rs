@@ -32,17 +32,19 @@ impl RetiredRooms {
 
     /// The status to answer for `room` when this node would answer `status`: the
     /// status it answered first for this use, if it answered before (recording
-    /// `status` as that first answer otherwise), and `None` for a use older than the
-    /// newest it retired (the router moved past it; nothing is answered).
-    pub fn answer(&mut self, room: RoomKey, status: Status) -> Option<Status> {
+    /// `status` as that first answer otherwise). A use older than the newest it retired
+    /// is answered `status` (its first answer is not kept: the router cleared that use
+    /// before it handed out the newer one, so no answer of it is still awaited, and the
+    /// node still says it let the use go).
+    pub fn answer(&mut self, room: RoomKey, status: Status) -> Status {
         let e = self.0.entry(room.room).or_insert((room.gen, None));
         if e.0 > room.gen {
-            return None;
+            return status;
         }
         if e.0 < room.gen {
             *e = (room.gen, None);
         }
-        Some(*e.1.get_or_insert(status))
+        *e.1.get_or_insert(status)
     }
 
     pub fn clear(&mut self) {

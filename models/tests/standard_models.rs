@@ -68,7 +68,7 @@ fn a_moved_count_says_re_check_then_re_pin() {
 fn handoff_small_is_clean_with_a_pinned_state_count() {
     let r = run(ModelSpec::handoff_small());
     assert_clean(&r);
-    pinned(&r, 18_177);
+    pinned(&r, 18_237);
     // The shortest over-length rejection: the router learns prefill's 400 at once.
     assert_eq!(
         r.status(names::REJECTED),
@@ -632,6 +632,34 @@ fn a_refired_timer_can_break_an_undefended_engine_and_replays() {
         c.schedule
     );
 }
+
+/// The real router's policy (`sglang-router`) on the defended engine: a request retried
+/// in a new room while the attempt the router gave up still has a half working, and a
+/// client that may disconnect at any step. Every property holds.
+#[test]
+fn retry_race_small_is_clean_with_a_pinned_state_count() {
+    let r = run(ModelSpec::retry_race_small());
+    assert_clean(&r);
+    pinned(&r, RETRY_RACE_SMALL);
+    assert!(matches!(
+        r.status(names::RETRIED_LIVE),
+        Some(Verdict::Reached { .. })
+    ));
+}
+
+const RETRY_RACE_SMALL: usize = 73_273;
+
+/// `retry-race` with a duplicated control message and the prompt in two writes.
+/// `cargo test --release -p kvsim-models --test standard_models retry_race_full -- --ignored`
+#[test]
+#[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
+fn retry_race_full_is_clean_with_a_pinned_state_count() {
+    let r = run(ModelSpec::retry_race());
+    assert_clean(&r);
+    pinned(&r, RETRY_RACE);
+}
+
+const RETRY_RACE: usize = 598_881;
 
 /// The stale-control model (a reused room number, two duplicated control messages)
 /// on the defended engine.

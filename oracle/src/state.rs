@@ -1126,7 +1126,10 @@ impl OracleState {
                     });
                 }
             }
-            WriteCompleted { .. } | PeerRefused { .. } | TransferFailed { .. } => {}
+            WriteCompleted { .. }
+            | PeerRefused { .. }
+            | TransferFailed { .. }
+            | RouterRetried { .. } => {}
             TransferReported { room, success, .. } => {
                 if !success {
                     self.flag(*room, flag::TRANSFER_FAILED);
