@@ -446,7 +446,7 @@ impl Isolation {
         let _ = writeln!(s);
         let exp = expected();
         for r in self.routers() {
-            let _ = writeln!(s, "  under the {} router:", r.name());
+            let _ = writeln!(s, "  router policy {}:", r.name());
             for (cfg, _) in configurations_under(r) {
                 let _ = write!(s, "  {cfg:<31}");
                 for h in &hz {
