@@ -750,7 +750,7 @@ fn handoff_full_is_clean_with_a_pinned_state_count() {
     };
     let r = check(ModelSpec::handoff(), &options).unwrap();
     assert_clean(&r);
-    pinned(&r, 1_364_949);
+    pinned(&r, 1_788_839);
     let reduced = check(
         ModelSpec::handoff(),
         &CheckOptions {
@@ -760,7 +760,7 @@ fn handoff_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&reduced);
-    pinned(&reduced, 682_543);
+    pinned(&reduced, 894_514);
     let buggy = check(ModelSpec::handoff().with_bugs(BugSet::INCIDENT), &options).unwrap();
     let s3 = buggy
         .counterexample(names::S3)
@@ -781,7 +781,7 @@ fn abort_race_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 1_001_179);
+    pinned(&r, 1_126_577);
 }
 
 /// The full `timeout-race` model (a few seconds in release; 397,593 states, half of
@@ -795,7 +795,7 @@ fn timeout_race_full_is_clean_with_a_pinned_state_count() {
     };
     let r = check(ModelSpec::timeout_race(), &options).unwrap();
     assert_clean(&r);
-    pinned(&r, 337_015);
+    pinned(&r, 424_805);
     let reduced = check(
         ModelSpec::timeout_race(),
         &CheckOptions {
@@ -805,7 +805,7 @@ fn timeout_race_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&reduced);
-    pinned(&reduced, 168_508);
+    pinned(&reduced, 212_403);
 }
 
 #[test]
@@ -820,7 +820,7 @@ fn crash_race_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 2_624_958);
+    pinned(&r, 3_608_636);
 }
 
 /// The full `data-fault` model (two data faults; 5,521,665 states).
@@ -836,7 +836,7 @@ fn data_fault_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 5_521_665);
+    pinned(&r, 6_347_583);
 }
 
 /// The full `timer-refire` model (two premature timeouts, a failed write and one
@@ -853,7 +853,7 @@ fn timer_refire_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 9_723_629);
+    pinned(&r, 11_083_075);
 }
 
 /// The full `stale-control` model (a reused room number, two duplicates, one failed
@@ -870,7 +870,7 @@ fn stale_control_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 562_508);
+    pinned(&r, 588_492);
 }
 
 /// Each bug switch that the standard models can reach is found by the invariant it
