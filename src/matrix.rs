@@ -81,6 +81,20 @@ pub fn scenario_for(bugs: BugSet) -> &'static str {
     }
 }
 
+/// The scenario a switch is swept in ([`scenario_for`]), as the sim column runs it.
+/// `ack-ignores-generation` needs a room number reused while its earlier use still
+/// waits for a drain ack: the careful router reuses the number it just freed (LIFO);
+/// `sglang-router` draws a random free room (the real gateway's 63-bit rooms never
+/// reuse one), where it is found on far fewer seeds. It is swept under the careful
+/// router; `partition.toml` draws both for everything else.
+pub fn load_for(bugs: BugSet) -> Result<Scenario> {
+    let mut sc = load(scenario_for(bugs))?;
+    if bugs == BugSet::NONE.with(Bug::AckIgnoresGeneration) {
+        sc.routers = vec![kvsim_engine::RouterPolicy::Careful];
+    }
+    Ok(sc)
+}
+
 /// Why the simulator cannot catch a switch, if it cannot by design.
 pub fn sim_not_applicable(bugs: BugSet) -> Option<&'static str> {
     if bugs == BugSet::NONE.with(Bug::AbortAfterSuccess) {
@@ -146,17 +160,9 @@ impl Budget {
 /// The sim column: sweep until the first violation (or the budget).
 pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<SimCell> {
     let path = scenario_for(bugs);
-    let mut sc = load(path)?;
+    let mut sc = load_for(bugs)?;
     tweak(&mut sc);
     let t = Instant::now();
-    if bugs == BugSet::NONE.with(Bug::AckIgnoresGeneration) {
-        // The switch needs a room number reused while its earlier use still waits for
-        // a drain ack: the careful router reuses the number it just freed (LIFO);
-        // `sglang-router` draws a random free room (the real gateway's 63-bit rooms
-        // never reuse one), where it is found on far fewer seeds. Swept under the
-        // careful router; `partition.toml` draws both for everything else.
-        sc.routers = vec![kvsim_engine::RouterPolicy::Careful];
-    }
     if bugs.has(Bug::SkipPreflight) {
         // The pre-flight rule is checked where it lives: start the incident's unsafe
         // pool without asking for it. The defended engine must refuse to start.
@@ -315,7 +321,7 @@ fn defense_names() -> Vec<(&'static str, DefenseToggle)> {
 fn reported(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<DefenseRow> {
     let path = scenario_for(bugs);
     let seeds = if path.contains("glm53") { 1 } else { seeds };
-    let mut sc = load(path)?;
+    let mut sc = load_for(bugs)?;
     tweak(&mut sc);
     let opts = SweepOptions {
         seeds: SeedRange {
