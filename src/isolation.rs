@@ -16,11 +16,16 @@
 //!
 //! Pre-flight (a start-up rule, no runtime hazard) and zero-on-free (it blanks stale
 //! pages, it refuses nothing: a read of zeroed slots is still S3) are not rows.
+//!
+//! The router policy is a dimension: every configuration runs under the careful router
+//! and under `sglang-router` (the real gateway's behaviour: no cancel, retries in new
+//! rooms), where the router's cancel of both halves does not exist and its row is
+//! left out. Each expected stop must hold under both.
 
 use crate::matrix::{load, scenario_for};
 use anyhow::Result;
 use kvsim_engine::bugs::{Bug, BugSet};
-use kvsim_engine::config::Defenses;
+use kvsim_engine::config::{Defenses, RouterPolicy};
 use kvsim_engine::invariant::Invariant;
 use kvsim_sim::plan::{Plan, Reduction};
 use kvsim_sim::scenario::Scenario;
@@ -228,10 +233,23 @@ pub fn configuration(name: &str) -> Option<Defenses> {
         .map(|(_, d)| d)
 }
 
-/// One cell: a configuration against a hazard.
+/// The row of the router's cancel of both halves (with deferred release).
+pub const ROUTER_CANCEL_ROW: &str = "router cancels both + deferred";
+
+/// The configurations that exist under `router`: the router's cancel of both halves
+/// is a defense of the careful router only.
+pub fn configurations_under(router: RouterPolicy) -> Vec<(&'static str, Defenses)> {
+    configurations()
+        .into_iter()
+        .filter(|(name, _)| router == RouterPolicy::Careful || *name != ROUTER_CANCEL_ROW)
+        .collect()
+}
+
+/// One cell: a configuration against a hazard, under a router policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cell {
     pub config: &'static str,
+    pub router: RouterPolicy,
     pub hazard: Hazard,
     pub seeds: u64,
     /// Seeds on which something leaked ([`LEAKS`] violated).
@@ -244,14 +262,29 @@ pub struct Cell {
     pub detected: Vec<Invariant>,
 }
 
-/// Run one configuration against one hazard on seeds `0..seeds`.
+/// Run one configuration against one hazard on seeds `0..seeds`, under the careful
+/// router.
 pub fn cell(config: &'static str, d: Defenses, hazard: Hazard, seeds: u64) -> Result<Cell> {
+    cell_under(config, d, RouterPolicy::Careful, hazard, seeds)
+}
+
+/// Run one configuration against one hazard on seeds `0..seeds` under `router`.
+pub fn cell_under(
+    config: &'static str,
+    d: Defenses,
+    router: RouterPolicy,
+    hazard: Hazard,
+    seeds: u64,
+) -> Result<Cell> {
     let (_, mut sc) = hazard.scenario()?;
     sc.engine.defenses = d;
+    sc.engine.router = router;
+    sc.routers = vec![router];
     // A defense that is off cannot be asked to pass its start-up rule.
     sc.engine.allow_unsafe_pool = sc.engine.allow_unsafe_pool || !d.preflight;
     let mut c = Cell {
         config,
+        router,
         hazard,
         seeds,
         leaked: 0,
@@ -289,21 +322,39 @@ pub struct Isolation {
 }
 
 impl Isolation {
+    /// The cell under the careful router.
     pub fn get(&self, config: &str, hazard: Hazard) -> Option<&Cell> {
-        self.cells
-            .iter()
-            .find(|c| c.config == config && c.hazard == hazard)
+        self.get_under(config, RouterPolicy::Careful, hazard)
     }
 
-    /// The expected stops that leaked: (configuration, hazard, leaking seeds).
-    pub fn misses(&self) -> Vec<(&'static str, Hazard, u64)> {
-        expected()
-            .into_iter()
-            .filter_map(|(cfg, h)| {
-                let c = self.get(cfg, h)?;
-                (c.leaked > 0).then_some((cfg, h, c.leaked))
-            })
-            .collect()
+    pub fn get_under(&self, config: &str, router: RouterPolicy, hazard: Hazard) -> Option<&Cell> {
+        self.cells
+            .iter()
+            .find(|c| c.config == config && c.router == router && c.hazard == hazard)
+    }
+
+    /// The router policies the matrix ran under.
+    pub fn routers(&self) -> Vec<RouterPolicy> {
+        let mut r: Vec<RouterPolicy> = self.cells.iter().map(|c| c.router).collect();
+        r.sort();
+        r.dedup();
+        r
+    }
+
+    /// The expected stops that leaked under some router: (configuration, router,
+    /// hazard, leaking seeds).
+    pub fn misses(&self) -> Vec<(&'static str, RouterPolicy, Hazard, u64)> {
+        let mut out = Vec::new();
+        for r in self.routers() {
+            for (cfg, h) in expected() {
+                if let Some(c) = self.get_under(cfg, r, h) {
+                    if c.leaked > 0 {
+                        out.push((cfg, r, h, c.leaked));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Monotonicity: for each hazard, a configuration that only adds defenses to
@@ -318,7 +369,18 @@ impl Isolation {
     pub fn monotonicity_breaches(
         &self,
     ) -> Vec<(&'static str, &'static str, Hazard, Vec<Invariant>)> {
-        let configs = configurations();
+        let mut out = Vec::new();
+        for r in self.routers() {
+            out.extend(self.breaches_under(r));
+        }
+        out
+    }
+
+    fn breaches_under(
+        &self,
+        router: RouterPolicy,
+    ) -> Vec<(&'static str, &'static str, Hazard, Vec<Invariant>)> {
+        let configs = configurations_under(router);
         let mut out = Vec::new();
         for h in hazards() {
             for (weak, wd) in &configs {
@@ -330,7 +392,10 @@ impl Isolation {
                     if h.reached_only_with().is_some_and(|reach| !reach(wd)) {
                         continue;
                     }
-                    let (Some(w), Some(s)) = (self.get(weak, h), self.get(strong, h)) else {
+                    let (Some(w), Some(s)) = (
+                        self.get_under(weak, router, h),
+                        self.get_under(strong, router, h),
+                    ) else {
                         continue;
                     };
                     let same_schedule = Defenses {
@@ -380,25 +445,29 @@ impl Isolation {
         }
         let _ = writeln!(s);
         let exp = expected();
-        for (cfg, _) in configurations() {
-            let _ = write!(s, "  {cfg:<31}");
-            for h in &hz {
-                let mark = if exp.contains(&(cfg, *h)) { "*" } else { "" };
-                let v = match self.get(cfg, *h) {
-                    Some(c) if c.leaked == 0 => format!("-{mark}"),
-                    Some(c) => format!("{}{mark}", c.leaked),
-                    None => "?".into(),
-                };
-                let _ = write!(s, " {v:>5}");
+        for r in self.routers() {
+            let _ = writeln!(s, "  router policy {}:", r.name());
+            for (cfg, _) in configurations_under(r) {
+                let _ = write!(s, "  {cfg:<31}");
+                for h in &hz {
+                    let mark = if exp.contains(&(cfg, *h)) { "*" } else { "" };
+                    let v = match self.get_under(cfg, r, *h) {
+                        Some(c) if c.leaked == 0 => format!("-{mark}"),
+                        Some(c) => format!("{}{mark}", c.leaked),
+                        None => "?".into(),
+                    };
+                    let _ = write!(s, " {v:>5}");
+                }
+                let _ = writeln!(s);
             }
-            let _ = writeln!(s);
         }
         let misses = self.misses();
+        let all = exp.len() * self.routers().len();
         let _ = writeln!(
             s,
             "  expected stops: {} of {} held{}",
-            exp.len() - misses.len(),
-            exp.len(),
+            all - misses.len(),
+            all,
             if misses.is_empty() {
                 String::new()
             } else {
@@ -406,7 +475,9 @@ impl Isolation {
                     "; MISSED: {}",
                     misses
                         .iter()
-                        .map(|(c, h, n)| format!("{c} vs {} ({n} seeds)", h.name()))
+                        .map(|(c, r, h, n)| {
+                            format!("{c} vs {} under {} ({n} seeds)", h.name(), r.name())
+                        })
                         .collect::<Vec<_>>()
                         .join(", ")
                 )
@@ -451,13 +522,25 @@ pub fn adds_only(weak: Defenses, strong: Defenses) -> bool {
     f(weak).iter().zip(f(strong)).all(|(w, s)| !*w || s)
 }
 
-/// Run the matrix on `seeds` seeds per cell (`progress` hears each configuration).
-pub fn run(seeds: u64, mut progress: impl FnMut(&str)) -> Result<Isolation> {
+/// Run the matrix on `seeds` seeds per cell under every router policy (`progress`
+/// hears each configuration).
+pub fn run(seeds: u64, progress: impl FnMut(&str)) -> Result<Isolation> {
+    run_under(&RouterPolicy::ALL, seeds, progress)
+}
+
+/// Run the matrix on `seeds` seeds per cell under `routers`.
+pub fn run_under(
+    routers: &[RouterPolicy],
+    seeds: u64,
+    mut progress: impl FnMut(&str),
+) -> Result<Isolation> {
     let mut cells = Vec::new();
-    for (cfg, d) in configurations() {
-        progress(cfg);
-        for h in hazards() {
-            cells.push(cell(cfg, d, h, seeds)?);
+    for &r in routers {
+        for (cfg, d) in configurations_under(r) {
+            progress(&format!("{cfg} ({} router)", r.name()));
+            for h in hazards() {
+                cells.push(cell_under(cfg, d, r, h, seeds)?);
+            }
         }
     }
     Ok(Isolation { seeds, cells })

@@ -7,7 +7,7 @@
 
 mod cli;
 
-use kvsim::matrix::{configurations, load, scenario_for, sim_cell, sim_not_applicable};
+use kvsim::matrix::{configurations, load, load_for, sim_cell, sim_not_applicable};
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::trace::TraceEvent;
@@ -46,9 +46,8 @@ fn audit_agrees_with_the_run_on_the_failing_seed_of_every_bug_switch() {
         let seed = cell
             .first_seed
             .unwrap_or_else(|| panic!("{label}: no failing seed in 300"));
-        let path = scenario_for(bugs);
         let plan = Plan::build(
-            &load(path).unwrap(),
+            &load_for(bugs).unwrap(),
             seed,
             Some(bugs),
             &Reduction::default(),

@@ -6,23 +6,27 @@
 
 use kvsim::isolation::{self, Hazard};
 use kvsim_engine::invariant::Invariant;
+use kvsim_engine::RouterPolicy;
 
-/// Every expected stop holds on 10 seeds, and is load-bearing: with no defense the
-/// same hazard leaks on some of those seeds.
+/// Every expected stop holds on 10 seeds under each router policy, and is
+/// load-bearing: with no defense the same hazard leaks on some of those seeds.
 #[test]
 fn each_defense_alone_stops_the_hazards_it_exists_to_stop() {
     let none = isolation::no_defenses();
     for (cfg, h) in isolation::expected() {
         let d = isolation::configuration(cfg).unwrap();
-        let alone = isolation::cell(cfg, d, h, 10).unwrap();
-        assert_eq!(
-            alone.leaked,
-            0,
-            "{cfg} let {} leak on {} of 10 seeds: {:?}",
-            h.name(),
-            alone.leaked,
-            alone.invariants
-        );
+        for router in RouterPolicy::ALL {
+            let alone = isolation::cell_under(cfg, d, router, h, 10).unwrap();
+            assert_eq!(
+                alone.leaked,
+                0,
+                "{cfg} let {} leak on {} of 10 seeds under the {} router: {:?}",
+                h.name(),
+                alone.leaked,
+                router.name(),
+                alone.invariants
+            );
+        }
         let without = isolation::cell("no defense", none, h, 10).unwrap();
         assert!(
             without.leaked > 0,
@@ -39,15 +43,19 @@ fn a_configuration_that_only_adds_defenses_never_looks_worse() {
     let m = isolation::run(5, |_| {}).unwrap();
     let breaches = m.monotonicity_breaches();
     assert!(breaches.is_empty(), "{}", m.render());
+    assert_eq!(m.routers(), RouterPolicy::ALL.to_vec());
     for h in isolation::hazards() {
-        let all = m.get("all defenses", h).unwrap();
-        if matches!(h, Hazard::Data(_) | Hazard::SlowWriter) {
-            assert!(
-                all.invariants.is_empty(),
-                "{}: {:?}",
-                h.name(),
-                all.invariants
-            );
+        for r in RouterPolicy::ALL {
+            let all = m.get_under("all defenses", r, h).unwrap();
+            if matches!(h, Hazard::Data(_) | Hazard::SlowWriter) {
+                assert!(
+                    all.invariants.is_empty(),
+                    "{} under the {} router: {:?}",
+                    h.name(),
+                    r.name(),
+                    all.invariants
+                );
+            }
         }
     }
     // The comparison can fail: a made-up stronger cell with a new invariant is a breach.

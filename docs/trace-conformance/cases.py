@@ -238,8 +238,12 @@ e=[routed(prompt=70), E("RouterResponse",0,req=0,room=A,status=400,tokens=[])]
 case("s6-over-limit-near-miss", e, near_miss=["S6.over-limit"])
 e=[routed(), E("AbortNoted",1,room=A,side="Prefill"), E("Responded",1,room=A,side="Prefill",status=200)]
 case("s6-prefill-abort", e, findings=[("VIOLATED","S6",last(e))], clause="S6.prefill-abort")
-e=[routed(), E("AbortNoted",2,room=A,side="Decode"), E("Responded",1,room=A,side="Prefill",status=200), E("AbortNoted",1,room=A,side="Prefill"), E("Responded",1,room=A,side="Prefill",status=499)]
-case("s6-abort-near-miss", e, near_miss=["S6.prefill-abort"], note="prefill answered 200 before it saw the abort; its second answer (499) is honest")
+e=[routed(), E("AbortNoted",2,room=A,side="Decode"), E("Responded",1,room=A,side="Prefill",status=200), E("AbortNoted",1,room=A,side="Prefill"), E("Responded",1,room=A,side="Prefill",status=200)]
+case("s6-abort-near-miss", e, near_miss=["S6.prefill-abort","S6.repeat"], note="prefill answered 200 before it saw the abort; seeing the abort it repeats its first answer (200), which is honest")
+e=[routed(), E("Responded",1,room=A,side="Prefill",status=200), E("AbortNoted",1,room=A,side="Prefill"), E("Responded",1,room=A,side="Prefill",status=499)]
+case("s6-repeat", e, findings=[("VIOLATED","S6",last(e))], clause="S6.repeat", note="a half answers once: a repeat (an abort seen again after a lost answer) must carry the first status")
+e=[routed(), E("Responded",2,room=A,side="Decode",status=500), X("fault",fault="crash",node=2,epoch=0,flushed=[]), X("fault",fault="restart",node=2,epoch=1), E("Responded",2,room=A,side="Decode",status=499)]
+case("s6-repeat-near-miss", e, near_miss=["S6.repeat"], note="the second answer comes from a restarted incarnation, which remembers no answer of the dead one")
 e=[routed(), E("TransferReported",2,room=A,**{"from":1},success=False), E("Responded",2,room=A,side="Decode",status=200)]
 case("s6-decode-failed", e, findings=[("VIOLATED","S6",last(e))], clause="S6.decode-failed")
 e=[routed(), E("TransferReported",2,room=A,**{"from":1},success=False), E("Responded",2,room=A,side="Decode",status=500)]

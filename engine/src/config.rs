@@ -47,6 +47,40 @@ impl Default for Defenses {
     }
 }
 
+/// How the router treats a request's two halves ([`crate::router`]).
+#[derive(
+    Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum RouterPolicy {
+    /// A careful operator's router: one attempt per request; any abort, disconnect or
+    /// failure cancels both halves (defense 6); a request timeout answers 500 and keeps
+    /// asking both halves to abort until they answered.
+    #[default]
+    Careful,
+    /// The observable behaviour of SGLang's gateway, `sglang-router` 0.3.2 (its
+    /// `src/routers/http/pd_router.rs` and `src/core/retry.rs`): the same request to
+    /// both halves; a failed half never cancels the other (the router waits for it and
+    /// drops its answer); 408, 429, 500, 502, 503 and 504 are retried, up to five
+    /// attempts in all, each with a new random room while the earlier attempt's halves
+    /// may still be working; a client disconnect closes both upstream connections (each
+    /// node aborts its half); the answer is decode's, or prefill's error when only
+    /// prefill failed. Defense 6 does not exist under it.
+    SglangRouter,
+}
+
+impl RouterPolicy {
+    pub const ALL: [RouterPolicy; 2] = [RouterPolicy::Careful, RouterPolicy::SglangRouter];
+
+    /// The name a scenario and the CLI use.
+    pub fn name(self) -> &'static str {
+        match self {
+            RouterPolicy::Careful => "careful",
+            RouterPolicy::SglangRouter => "sglang-router",
+        }
+    }
+}
+
 /// Timer lengths, in nanoseconds of whatever clock drives the engine. The model
 /// checker ignores the lengths: any set timer may fire at any point.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,6 +159,11 @@ pub struct EngineConfig {
     /// asymmetric pools prefill and decode disagree on the prompt length: exactly the
     /// mismatch that decode's length agreement (defense 2) exists to catch.
     pub allow_auto_truncate: bool,
+    /// The router's policy: `careful` (default) or `sglang-router`.
+    pub router: RouterPolicy,
+    /// The seed of the router's own random draws (the room of each attempt under
+    /// `sglang-router`); the engine holds the generator, no global source is read.
+    pub router_seed: u64,
 }
 
 impl Default for EngineConfig {
@@ -144,6 +183,8 @@ impl Default for EngineConfig {
             bugs: BugSet::NONE,
             allow_unsafe_pool: false,
             allow_auto_truncate: false,
+            router: RouterPolicy::Careful,
+            router_seed: 0,
         }
     }
 }

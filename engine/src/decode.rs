@@ -84,6 +84,10 @@ pub struct DecodeNode<G, P = PagePool> {
     id: NodeId,
     cfg: Cfg,
     router: NodeId,
+    /// The prefill nodes of the deployment (the topology): a start naming any other
+    /// node as the room's writer is refused, since no drain ack could ever come from
+    /// it and a quarantine waiting on it would never end.
+    prefills: Vec<NodeId>,
     pool: P,
     gpu: G,
     requests: BTreeMap<RoomKey, Request>,
@@ -100,9 +104,10 @@ pub struct DecodeNode<G, P = PagePool> {
 }
 
 impl<G: Gpu> DecodeNode<G> {
-    pub fn new(id: NodeId, cfg: Cfg, router: NodeId, gpu: G) -> Self {
+    /// A decode node; `prefills` are the deployment's prefill nodes.
+    pub fn new(id: NodeId, cfg: Cfg, router: NodeId, prefills: Vec<NodeId>, gpu: G) -> Self {
         let pool = PagePool::new(gpu.pages(), gpu.page_size()).journal();
-        Self::with_records(id, cfg, router, gpu, pool)
+        Self::with_records(id, cfg, router, prefills, gpu, pool)
     }
 
     pub fn pool(&self) -> &PagePool {
@@ -111,12 +116,21 @@ impl<G: Gpu> DecodeNode<G> {
 }
 
 impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
-    /// A decode node deciding with `pool`, a fresh and full record of `gpu`'s pages.
-    pub fn with_records(id: NodeId, cfg: Cfg, router: NodeId, gpu: G, pool: P) -> Self {
+    /// A decode node deciding with `pool`, a fresh and full record of `gpu`'s pages;
+    /// `prefills` are the deployment's prefill nodes.
+    pub fn with_records(
+        id: NodeId,
+        cfg: Cfg,
+        router: NodeId,
+        prefills: Vec<NodeId>,
+        gpu: G,
+        pool: P,
+    ) -> Self {
         DecodeNode {
             id,
             cfg,
             router,
+            prefills,
             pool,
             gpu,
             requests: BTreeMap::new(),
@@ -189,6 +203,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 "only the router ({}) starts or aborts rooms",
                 self.router
             )),
+            Msg::DecodeStart { room, prefill, .. } if !self.prefills.contains(prefill) => Err(
+                format!("{room}'s start names {prefill}, which is not a prefill node"),
+            ),
             Msg::KvWrite { id, .. } if id.writer != from => {
                 Err(format!("the write {id} names another writer"))
             }
@@ -243,6 +260,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             id: _,
             cfg: _,
             router: _,
+            prefills: _,
             pool,
             gpu: _,
             requests,
@@ -266,10 +284,6 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     fn is_stale(&self, room: RoomKey) -> bool {
         self.retired.is_stale(room)
-    }
-
-    fn tombstone(&mut self, room: RoomKey) {
-        self.retired.retire(room);
     }
 
     fn kick<E: Env<G::Kv>>(&mut self, env: &mut E) {
@@ -303,7 +317,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                         self.on_start(room, req, prompt.len() as u64, max_new_tokens, prefill, env)
                     }
                     Msg::KvWrite { id, dst, kv, .. } => self.on_kv_write(from, id, dst, kv, env),
-                    Msg::KvDone { room, outcome } => self.on_kv_done(from, room, outcome, env),
+                    // A conclusion about a dead incarnation's page list: not ours.
+                    Msg::KvDone { epoch, .. } if epoch != self.pool.epoch() => {}
+                    Msg::KvDone { room, outcome, .. } => self.on_kv_done(from, room, outcome, env),
                     Msg::Abort { room } => self.on_abort(room, Status::CLIENT_CLOSED, env),
                     Msg::DrainAck { room } => self.on_drain_ack(room, env),
                     _ => {}
@@ -331,8 +347,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
+    /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
+    /// a use already answered) repeats the first status.
     fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        self.tombstone(room);
+        let status = self.retired.answer(room, status);
         env.trace(TraceEvent::Responded {
             node: self.id,
             room,

@@ -335,6 +335,7 @@ impl<G: Gpu> Harness<G> {
         Arriving {
             sender_alive: self.world.epoch(f.from) == f.from_epoch,
             receiver_alive: self.world.epoch(f.to) == f.to_epoch,
+            receiver_restarted: self.world.epoch(f.to) > f.to_epoch,
             receiver_epoch: self
                 .nodes
                 .get(f.to.0 as usize)

@@ -34,7 +34,7 @@ pub mod trace;
 pub mod world;
 
 pub use bugs::{Bug, BugSet};
-pub use config::{ConfigError, Defenses, EngineConfig};
+pub use config::{ConfigError, Defenses, EngineConfig, RouterPolicy};
 pub use counters::Counters;
 pub use env::{Clock, Effect, Env, Input, Network, Outbox, Timer, TimerOp, Trace};
 pub use ids::{

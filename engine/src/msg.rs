@@ -22,8 +22,17 @@ impl Status {
     pub const CLIENT_CLOSED: Status = Status(499);
     /// The engine failed the request (transfer failure, verification failure, timeout).
     pub const INTERNAL: Status = Status(500);
+    /// An upstream half failed at the HTTP level (SGLang's gateway, for a half whose
+    /// connection broke or timed out).
+    pub const BAD_GATEWAY: Status = Status(502);
     /// No capacity to take the request now (queue or room table full).
     pub const UNAVAILABLE: Status = Status(503);
+
+    /// The statuses SGLang's gateway retries (`is_retryable_status`: 408, 429, 500,
+    /// 502, 503, 504).
+    pub fn is_retryable(self) -> bool {
+        matches!(self.0, 408 | 429 | 500 | 502 | 503 | 504)
+    }
 
     pub fn is_ok(self) -> bool {
         self == Status::OK
@@ -118,6 +127,10 @@ pub enum Msg<K> {
     KvDone {
         room: RoomKey,
         outcome: TransferOutcome,
+        /// The incarnation of decode whose page list the transfer served (the epoch of
+        /// the page tags decode handed out): a restarted decode ignores a conclusion
+        /// about its dead incarnation's pages.
+        epoch: u32,
     },
     /// Every write for the room has drained (deferred-release ACK, M8).
     DrainAck { room: RoomKey },
@@ -240,7 +253,7 @@ impl<K> Msg<K> {
             Msg::KvWrite { id, src, dst, .. } => {
                 format!("KvWrite {id} src=[{}] dst=[{}]", tags(src), tags(dst))
             }
-            Msg::KvDone { room, outcome } => format!("KvDone {room} {outcome:?}"),
+            Msg::KvDone { room, outcome, .. } => format!("KvDone {room} {outcome:?}"),
             Msg::DrainAck { room } => format!("DrainAck {room}"),
             Msg::PrefillFinished { room, status } => {
                 format!("PrefillFinished {room} status={status}")

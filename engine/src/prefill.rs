@@ -27,7 +27,7 @@ use crate::msg::{Msg, Status, TransferOutcome};
 use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Where a prefill request is.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -71,6 +71,13 @@ pub enum PrefillPhase {
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Meta {
     dst: Vec<PageTag>,
+}
+
+impl Meta {
+    /// The incarnation of decode that handed out the page list (its tags' epoch).
+    fn epoch(&self) -> u32 {
+        self.dst.first().map_or(0, |t| t.gen.epoch())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -121,6 +128,12 @@ pub struct PrefillNode<G> {
     /// per room and sender: the start names the room's decode node, and only its list
     /// is used, so a list from another node can neither stand in for it nor evict it.
     early_meta: BTreeMap<(RoomKey, NodeId), Vec<PageTag>>,
+    /// Drain requests that arrived before their `PrefillStart`, bounded, one per room
+    /// and sender. Each was acked at once (this node has no write for the room), but
+    /// the room is retired only when the start names the sender as its decode node: a
+    /// request from any other node is refused then, so a forged one cannot retire the
+    /// room and leave the real request hanging.
+    early_drain: BTreeSet<(RoomKey, NodeId)>,
     /// A `Compute` timer is pending (so new work does not postpone it).
     compute_armed: bool,
     counters: Counters,
@@ -142,6 +155,7 @@ impl<G: Gpu> PrefillNode<G> {
             outstanding: BTreeMap::new(),
             retired: RetiredRooms::default(),
             early_meta: BTreeMap::new(),
+            early_drain: BTreeSet::new(),
             compute_armed: false,
             counters: Counters::default(),
         }
@@ -171,6 +185,7 @@ impl<G: Gpu> PrefillNode<G> {
             outstanding,
             retired,
             early_meta,
+            early_drain,
             compute_armed,
             counters: _,
         } = self;
@@ -180,6 +195,7 @@ impl<G: Gpu> PrefillNode<G> {
         outstanding.clear();
         retired.clear();
         early_meta.clear();
+        early_drain.clear();
         *compute_armed = false;
     }
 
@@ -190,6 +206,7 @@ impl<G: Gpu> PrefillNode<G> {
     fn tombstone(&mut self, room: RoomKey) {
         self.retired.retire(room);
         self.early_meta.retain(|(r, _), _| *r != room);
+        self.early_drain.retain(|(r, _)| *r != room);
     }
 
     pub fn id(&self) -> NodeId {
@@ -337,6 +354,9 @@ impl<G: Gpu> PrefillNode<G> {
         if self.requests.contains_key(&room) || self.is_stale(room) {
             return; // duplicate or late delivery of a room use this node already answered
         }
+        if self.drained_before_start(room, decode, env) {
+            return;
+        }
         let len = prompt.len() as u64;
         let reject = |this: &mut Self, env: &mut E, status: Status, reason: String| {
             this.tombstone(room);
@@ -347,13 +367,7 @@ impl<G: Gpu> PrefillNode<G> {
                 status,
                 reason,
             });
-            env.trace(TraceEvent::Responded {
-                node: this.id,
-                room,
-                side: Side::Prefill,
-                status,
-            });
-            env.send(this.router, Msg::PrefillFinished { room, status });
+            this.answer(room, status, env);
         };
         if self.requests.len() >= self.cfg.max_queue as usize {
             reject(self, env, Status::UNAVAILABLE, "prefill queue full".into());
@@ -430,6 +444,33 @@ impl<G: Gpu> PrefillNode<G> {
                     .refuse_peer(env, id, from, Some(room), "KvMeta", reason);
             }
         }
+    }
+
+    /// The drain requests that arrived before this start: those from a node that is not
+    /// the room's decode are refused now; one from the room's decode retires the room
+    /// (decode gave it up before the start arrived, and was told no write will come).
+    fn drained_before_start<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        decode: NodeId,
+        env: &mut E,
+    ) -> bool {
+        let early: Vec<NodeId> = self
+            .early_drain
+            .range((room, NodeId(0))..=(room, NodeId(u16::MAX)))
+            .map(|(_, from)| *from)
+            .collect();
+        self.early_drain.retain(|(r, _)| *r != room);
+        for &from in early.iter().filter(|&&f| f != decode) {
+            let (id, reason) = (self.id, format!("{room}'s decode node is {decode}"));
+            self.counters
+                .refuse_peer(env, id, from, Some(room), "DrainRequest", reason);
+        }
+        if early.contains(&decode) {
+            self.tombstone(room);
+            return true;
+        }
+        false
     }
 
     fn on_meta<E: Env<G::Kv>>(
@@ -670,7 +711,15 @@ impl<G: Gpu> PrefillNode<G> {
                 pages,
                 outcome: outcome.clone(),
             };
-            env.send(decode, Msg::KvDone { room, outcome });
+            let epoch = req.meta.as_ref().map_or(0, Meta::epoch);
+            env.send(
+                decode,
+                Msg::KvDone {
+                    room,
+                    outcome,
+                    epoch,
+                },
+            );
             self.kick(env);
         }
     }
@@ -774,7 +823,18 @@ impl<G: Gpu> PrefillNode<G> {
                 Phase::Inflight { .. } => {}
             }
         }
-        if !self.requests.contains_key(&room) {
+        let unknown = !self.requests.contains_key(&room)
+            && !self.outstanding.contains_key(&room)
+            && !self.is_stale(room);
+        if unknown {
+            // Kept, not believed: the start names the room's decode node. Acked now
+            // (there is no write of this node for the room), unless the bound is
+            // reached; then decode asks again later.
+            if self.early_drain.len() >= self.cfg.max_queue as usize {
+                return;
+            }
+            self.early_drain.insert((room, from));
+        } else if !self.requests.contains_key(&room) {
             self.tombstone(room);
         }
         self.outstanding
@@ -791,10 +851,10 @@ impl<G: Gpu> PrefillNode<G> {
     fn on_abort<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
         let Some(req) = self.requests.get_mut(&room) else {
             // Unknown: the start message is late or lost, or we already answered. Either
-            // way answer (again); the router ignores duplicates, and the tombstone makes
-            // a late start message harmless.
+            // way answer (again, with the first answer's status); the router ignores
+            // duplicates, and the tombstone makes a late start message harmless.
             self.tombstone(room);
-            env.send(self.router, Msg::PrefillFinished { room, status });
+            self.answer(room, status, env);
             return;
         };
         env.trace(TraceEvent::AbortNoted {
@@ -856,6 +916,7 @@ impl<G: Gpu> PrefillNode<G> {
                 Msg::KvDone {
                     room,
                     outcome: TransferOutcome::Failed,
+                    epoch: req.meta.as_ref().map_or(0, Meta::epoch),
                 },
             );
         }
@@ -945,6 +1006,14 @@ impl<G: Gpu> PrefillNode<G> {
         }
         self.tombstone(room);
         env.cancel_timer(Timer::Bootstrap(room));
+        self.answer(room, status, env);
+        self.maybe_ack_drain(room, env);
+    }
+
+    /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
+    /// a use already answered) repeats the first status.
+    fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+        let status = self.retired.answer(room, status);
         env.trace(TraceEvent::Responded {
             node: self.id,
             room,
@@ -952,7 +1021,6 @@ impl<G: Gpu> PrefillNode<G> {
             status,
         });
         env.send(self.router, Msg::PrefillFinished { room, status });
-        self.maybe_ack_drain(room, env);
     }
 
     /// S1/S8 on the pool, and every page owned by a live request or draining.

@@ -10,10 +10,20 @@
 //! Room numbers come from a bounded table and are reused LIFO; each reuse bumps the
 //! room's generation, so a late message for an earlier use is recognisably stale.
 //!
+//! Two policies ([`RouterPolicy`]): the careful one above, and `sglang-router`, the
+//! observable behaviour of SGLang's gateway 0.3.2 (`src/routers/http/pd_router.rs`,
+//! `src/core/retry.rs` of sgl-project/sglang): no cancel of the other half, up to
+//! five attempts on a retryable status, each in a new room drawn at random from the
+//! free rooms with the router's own seeded generator (the real router draws a random
+//! room in 0..2^63; a table keeps the nodes' per-room memory bounded), decode's answer
+//! or prefill's error. An attempt the router gave up (its request timeout closed the
+//! connections) stays in the table, abandoned, until both its halves answered.
+//!
 //! Invariant: every request the router accepted gets exactly one `Response`; a room is
 //! reused only after both halves reported a terminal status for it.
 
 use crate::bugs::Bug;
+use crate::config::RouterPolicy;
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::ids::{Generation, NodeId, RequestId, RoomId, RoomKey, TenantId, Token};
@@ -37,7 +47,36 @@ struct RoomUse {
     /// the stream still in flight, or lost) is an error, never a shorter reply.
     max_new_tokens: u32,
     tokens: Vec<Option<Token>>,
+    /// `sglang-router`: which attempt of the request this is (1 to 5), and what a
+    /// retry needs to send the request again.
+    attempt: u32,
+    retry: Option<Retry>,
+    /// `sglang-router`: the router gave this attempt up (its timeout closed the
+    /// connections); no answer of it reaches the client.
+    abandoned: bool,
 }
+
+/// What a new attempt of a request needs (kept only under `sglang-router`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct Retry {
+    tenant: TenantId,
+    prompt: Vec<Token>,
+}
+
+/// One attempt of a request, as the router sends it.
+struct Attempt {
+    client: NodeId,
+    req: RequestId,
+    tenant: TenantId,
+    prompt: Vec<Token>,
+    max_new_tokens: u32,
+    /// 1 for the first attempt.
+    number: u32,
+}
+
+/// The most attempts `sglang-router` makes for one request (`max_retries` 5, counted
+/// as attempts in all by `RetryExecutor::execute_response_with_retry`).
+pub const SGLANG_MAX_ATTEMPTS: u32 = 5;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct RoomSlot {
@@ -76,7 +115,52 @@ pub struct Router {
     by_req: BTreeMap<RequestId, RoomKey>,
     /// Round-robin cursor over the prefill and decode lists.
     next_pair: u32,
+    /// The state of the router's own generator (splitmix64, seeded by
+    /// `router_seed`): the random room of each `sglang-router` attempt.
+    rng: u64,
     counters: Counters,
+}
+
+/// splitmix64: one step of the router's seeded generator.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Record a half's terminal status; `false` for a duplicate.
+fn record_half(u: &mut RoomUse, status: Status, prefill_half: bool) -> bool {
+    let mine = if prefill_half {
+        &mut u.prefill_status
+    } else {
+        &mut u.decode_status
+    };
+    if mine.is_some() {
+        return false;
+    }
+    *mine = Some(status);
+    true
+}
+
+/// The client's answer when a half answers `status`: an error as it is; a 200 with
+/// every token of the reply, or 500 when a token is missing (a gap in the stream, or
+/// fewer than asked), never a silently shorter reply.
+fn reply(u: &RoomUse, status: Status) -> (Status, Vec<Token>) {
+    if !status.is_ok() {
+        return (status, Vec::new());
+    }
+    let tokens: Vec<Token> = if u.tokens.iter().all(Option::is_some) {
+        u.tokens.iter().map(|t| t.unwrap_or(0)).collect()
+    } else {
+        Vec::new()
+    };
+    if tokens.len() == u.tokens.len() && tokens.len() == u.max_new_tokens as usize {
+        (status, tokens)
+    } else {
+        (Status::INTERNAL, Vec::new())
+    }
 }
 
 impl Router {
@@ -93,6 +177,7 @@ impl Router {
             .collect();
         // Room 0 would look like SGLang's "not ready" aux value; start at 1.
         let free_rooms = (1..=cfg.max_rooms).rev().map(RoomId).collect();
+        let rng = cfg.router_seed;
         Router {
             id,
             cfg,
@@ -102,6 +187,7 @@ impl Router {
             free_rooms,
             by_req: BTreeMap::new(),
             next_pair: 0,
+            rng,
             counters: Counters::default(),
         }
     }
@@ -147,6 +233,15 @@ impl Router {
     /// Rooms currently in use.
     pub fn live_rooms(&self) -> usize {
         self.rooms.iter().filter(|r| r.live.is_some()).count()
+    }
+
+    /// Rooms of attempts the router gave up (`sglang-router`) whose halves have not
+    /// both answered yet.
+    pub fn abandoned_rooms(&self) -> usize {
+        self.rooms
+            .iter()
+            .filter(|r| r.live.as_ref().is_some_and(|u| u.abandoned))
+            .count()
     }
 
     fn slot(&mut self, key: RoomKey) -> Option<&mut RoomUse> {
@@ -249,9 +344,39 @@ impl Router {
             self.respond(env, client, req, None, Status::BAD_REQUEST, Vec::new());
             return;
         }
-        let Some(room) = self.free_rooms.pop() else {
+        let first = Attempt {
+            client,
+            req,
+            tenant,
+            prompt,
+            max_new_tokens,
+            number: 1,
+        };
+        if !self.start_attempt(first, env) {
             self.respond(env, client, req, None, Status::UNAVAILABLE, Vec::new());
-            return;
+        }
+    }
+
+    /// A free room for a new attempt: the last freed one (careful), or one drawn at
+    /// random from the free rooms (`sglang-router`: a new random room every attempt).
+    fn take_room(&mut self) -> Option<RoomId> {
+        match self.cfg.router {
+            RouterPolicy::Careful => self.free_rooms.pop(),
+            RouterPolicy::SglangRouter => {
+                if self.free_rooms.is_empty() {
+                    return None;
+                }
+                let i = splitmix(&mut self.rng) % self.free_rooms.len() as u64;
+                Some(self.free_rooms.remove(i as usize))
+            }
+        }
+    }
+
+    /// Send one attempt of a request to a pair of halves in a new room; `false` when
+    /// the room table is full.
+    fn start_attempt<K, E: Env<K>>(&mut self, a: Attempt, env: &mut E) -> bool {
+        let Some(room) = self.take_room() else {
+            return false;
         };
         let pick = self.next_pair as usize;
         self.next_pair = self.next_pair.wrapping_add(1);
@@ -263,35 +388,42 @@ impl Router {
             room,
             gen: slot.gen,
         };
+        let retry = (self.cfg.router == RouterPolicy::SglangRouter).then(|| Retry {
+            tenant: a.tenant,
+            prompt: a.prompt.clone(),
+        });
         slot.live = Some(RoomUse {
-            req,
-            client,
+            req: a.req,
+            client: a.client,
             prefill,
             decode,
             answered: false,
             prefill_status: None,
             decode_status: None,
-            max_new_tokens,
+            max_new_tokens: a.max_new_tokens,
             tokens: Vec::new(),
+            attempt: a.number,
+            retry,
+            abandoned: false,
         });
-        self.by_req.insert(req, key);
+        self.by_req.insert(a.req, key);
         env.trace(TraceEvent::Routed {
             node: self.id,
-            req,
-            tenant,
+            req: a.req,
+            tenant: a.tenant,
             room: key,
             prefill,
             decode,
-            prompt_len: prompt.len() as u64,
-            max_new_tokens,
+            prompt_len: a.prompt.len() as u64,
+            max_new_tokens: a.max_new_tokens,
         });
         env.send(
             decode,
             Msg::DecodeStart {
                 room: key,
-                req,
-                prompt: prompt.clone(),
-                max_new_tokens,
+                req: a.req,
+                prompt: a.prompt.clone(),
+                max_new_tokens: a.max_new_tokens,
                 prefill,
             },
         );
@@ -299,12 +431,13 @@ impl Router {
             prefill,
             Msg::PrefillStart {
                 room: key,
-                req,
-                prompt,
+                req: a.req,
+                prompt: a.prompt,
                 decode,
             },
         );
         env.set_timer(Timer::Request(key), self.cfg.timeouts.request_ns);
+        true
     }
 
     fn on_cancel<K, E: Env<K>>(&mut self, req: RequestId, env: &mut E) {
@@ -343,39 +476,19 @@ impl Router {
         prefill_half: bool,
         env: &mut E,
     ) {
+        if self.cfg.router == RouterPolicy::SglangRouter {
+            return self.sglang_on_half(key, status, prefill_half, env);
+        }
         let propagate =
             self.cfg.defenses.router_cancels_both && !self.cfg.bugs.has(Bug::RouterCancelsOneHalf);
         let Some(u) = self.slot(key) else { return };
-        let mine = if prefill_half {
-            &mut u.prefill_status
-        } else {
-            &mut u.decode_status
-        };
-        if mine.is_some() {
+        if !record_half(u, status, prefill_half) {
             return; // duplicate
         }
-        *mine = Some(status);
         let mut answer = None;
         if !u.answered && (!status.is_ok() || !prefill_half) {
             u.answered = true;
-            let tokens = if status.is_ok() {
-                // A gap in the stream (a token message still in flight) is an error,
-                // never a silently shorter reply.
-                if u.tokens.iter().all(Option::is_some) {
-                    u.tokens.iter().map(|t| t.unwrap_or(0)).collect()
-                } else {
-                    Vec::new()
-                }
-            } else {
-                Vec::new()
-            };
-            let complete =
-                tokens.len() == u.tokens.len() && tokens.len() == u.max_new_tokens as usize;
-            let status = if status.is_ok() && !complete {
-                Status::INTERNAL
-            } else {
-                status
-            };
+            let (status, tokens) = reply(u, status);
             answer = Some((u.client, u.req, status, tokens));
         }
         let other_open = if prefill_half {
@@ -397,17 +510,98 @@ impl Router {
         }
     }
 
+    /// `sglang-router`: wait for both halves, never cancel one; then answer with
+    /// decode's reply (prefill's error when only prefill failed), or retry a retryable
+    /// status in a new room while attempts are left.
+    fn sglang_on_half<K, E: Env<K>>(
+        &mut self,
+        key: RoomKey,
+        status: Status,
+        prefill_half: bool,
+        env: &mut E,
+    ) {
+        let Some(u) = self.slot(key) else { return };
+        if !record_half(u, status, prefill_half) {
+            return; // duplicate
+        }
+        let (Some(p), Some(d)) = (u.prefill_status, u.decode_status) else {
+            return;
+        };
+        let decided = !u.answered && !u.abandoned;
+        u.answered = true;
+        let (answer, tokens) = match (p.is_ok(), d.is_ok()) {
+            (_, false) => (d, Vec::new()),
+            (false, true) => (p, Vec::new()),
+            (true, true) => reply(u, d),
+        };
+        let (client, req) = (u.client, u.req);
+        let next = self
+            .next_attempt(key)
+            .filter(|_| decided && answer.is_retryable());
+        // The answer names its room, so it goes out before the room is cleared.
+        if decided && next.is_none() {
+            self.respond(env, client, req, Some(key), answer, tokens);
+        }
+        self.clear(key, env);
+        if let Some(a) = next {
+            self.retry(key, answer, a, env);
+        }
+    }
+
+    /// The next attempt of the request `key` serves, if it has one left.
+    fn next_attempt(&self, key: RoomKey) -> Option<Attempt> {
+        let slot = self.rooms.get((key.room.0 as usize).checked_sub(1)?)?;
+        let u = slot.live.as_ref()?;
+        let r = u.retry.as_ref()?;
+        (u.attempt < SGLANG_MAX_ATTEMPTS).then(|| Attempt {
+            client: u.client,
+            req: u.req,
+            tenant: r.tenant,
+            prompt: r.prompt.clone(),
+            max_new_tokens: u.max_new_tokens,
+            number: u.attempt + 1,
+        })
+    }
+
+    /// Give up the attempt in `key` (answered `status`) and start `next`; a full room
+    /// table answers the client 503.
+    fn retry<K, E: Env<K>>(&mut self, key: RoomKey, status: Status, next: Attempt, env: &mut E) {
+        env.trace(TraceEvent::RouterRetried {
+            node: self.id,
+            req: next.req,
+            room: key,
+            status,
+            attempt: next.number,
+        });
+        if self.by_req.get(&next.req) == Some(&key) {
+            self.by_req.remove(&next.req);
+        }
+        let (client, req) = (next.client, next.req);
+        if !self.start_attempt(next, env) {
+            self.respond(env, client, req, Some(key), Status::UNAVAILABLE, Vec::new());
+        }
+    }
+
     fn on_request_timeout<K, E: Env<K>>(&mut self, key: RoomKey, env: &mut E) {
         let request_ns = self.cfg.timeouts.request_ns;
+        let sglang = self.cfg.router == RouterPolicy::SglangRouter;
         let Some(u) = self.slot(key) else { return };
-        let first = !u.answered;
-        u.answered = true;
+        let first = !u.answered && !u.abandoned;
+        // `sglang-router`: the attempt's HTTP requests time out, which closes both
+        // connections (each node aborts its half) and is retried as a 502.
+        let give_up = first && sglang;
+        if give_up {
+            u.abandoned = true;
+        } else {
+            u.answered = true;
+        }
         let (client, req, prefill, decode) = (u.client, u.req, u.prefill, u.decode);
         let (p_open, d_open) = (u.prefill_status.is_none(), u.decode_status.is_none());
-        if first {
+        if first && !sglang {
             self.respond(env, client, req, Some(key), Status::INTERNAL, Vec::new());
         }
-        // Keep asking until both halves have answered: an abort may have been lost.
+        // Keep asking until both halves have answered: an abort may have been lost (a
+        // closed connection is noticed, however late).
         if p_open {
             env.send(prefill, Msg::Abort { room: key });
         }
@@ -415,12 +609,24 @@ impl Router {
             env.send(decode, Msg::Abort { room: key });
         }
         env.set_timer(Timer::Request(key), request_ns);
+        if give_up {
+            match self.next_attempt(key) {
+                Some(a) => self.retry(key, Status::BAD_GATEWAY, a, env),
+                None => {
+                    self.by_req.remove(&req);
+                    self.respond(env, client, req, Some(key), Status::BAD_GATEWAY, Vec::new());
+                }
+            }
+        }
     }
 
     fn clear<K, E: Env<K>>(&mut self, key: RoomKey, env: &mut E) {
         let idx = key.room.0 as usize - 1;
         if let Some(u) = self.rooms[idx].live.take() {
-            self.by_req.remove(&u.req);
+            // An abandoned attempt's request may be served by a newer one.
+            if self.by_req.get(&u.req) == Some(&key) {
+                self.by_req.remove(&u.req);
+            }
         }
         self.free_rooms.push(key.room);
         env.cancel_timer(Timer::Request(key));
@@ -441,7 +647,12 @@ impl Router {
             }
         }
         let live = self.live_rooms();
-        if live + self.free_rooms.len() != self.rooms.len() || self.by_req.len() != live {
+        let indexed = self
+            .rooms
+            .iter()
+            .filter(|r| r.live.as_ref().is_some_and(|u| !u.abandoned))
+            .count();
+        if live + self.free_rooms.len() != self.rooms.len() || self.by_req.len() != indexed {
             return Err(Violation::new(
                 Invariant::L2,
                 format!(

@@ -336,6 +336,17 @@ pub enum TraceEvent {
     },
     /// The router cleared a room (both halves answered).
     RoomCleared { node: NodeId, room: RoomKey },
+    /// The router gave up an attempt of a request and starts attempt `attempt` (2 to
+    /// 5) in a new room (`sglang-router` policy): `room` is the attempt given up,
+    /// `status` the answer that made it retry (502 when its request timeout closed
+    /// the connections; its halves may still be working).
+    RouterRetried {
+        node: NodeId,
+        req: RequestId,
+        room: RoomKey,
+        status: Status,
+        attempt: u32,
+    },
     /// Prefill acked a drain request.
     DrainAcked { node: NodeId, room: RoomKey },
     /// The node refused a message about a room from a node that is not that room's
@@ -378,6 +389,7 @@ impl TraceEvent {
             | AbortNoted { room, .. }
             | Responded { room, .. }
             | RoomCleared { room, .. }
+            | RouterRetried { room, .. }
             | DrainAcked { room, .. } => Some(*room),
             KvSent { write, .. }
             | KvLanded { write, .. }
@@ -423,6 +435,7 @@ impl TraceEvent {
             | Responded { node, .. }
             | RouterResponse { node, .. }
             | RoomCleared { node, .. }
+            | RouterRetried { node, .. }
             | DrainAcked { node, .. }
             | PeerRefused { node, .. }
             | Fault { node, .. } => *node,
@@ -463,6 +476,7 @@ impl TraceEvent {
             Responded { .. } => "Responded",
             RouterResponse { .. } => "RouterResponse",
             RoomCleared { .. } => "RoomCleared",
+            RouterRetried { .. } => "RouterRetried",
             DrainAcked { .. } => "DrainAcked",
             PeerRefused { .. } => "PeerRefused",
             Fault { .. } => "Fault",
@@ -470,7 +484,7 @@ impl TraceEvent {
     }
 
     /// Every event name, for the schema and its tests.
-    pub const NAMES: [&'static str; 33] = [
+    pub const NAMES: [&'static str; 34] = [
         "Routed",
         "Admitted",
         "Rejected",
@@ -501,6 +515,7 @@ impl TraceEvent {
         "Responded",
         "RouterResponse",
         "RoomCleared",
+        "RouterRetried",
         "DrainAcked",
         "PeerRefused",
         "Fault",

@@ -12,9 +12,10 @@
 //! one failed completion to its writer, never silently lost or duplicated; a
 //! completion is the writer NIC's own report and no partition loses it) and an
 //! unreliable network for control messages (lost, duplicated, delayed, reordered).
-//! A crashed node's incarnation dies with its timers, its connections (messages to it
-//! are lost, writes to it fail back) and its NIC's queue (its own writes are flushed,
-//! never applied); a write addressed with page tags of an earlier incarnation of its
+//! A crashed node's incarnation dies with its timers, its memory registrations (KV
+//! writes to it fail back; control messages and completions to it reach its restarted
+//! incarnation late, which must ignore what belongs to the dead one) and its NIC's
+//! queue (its own writes are flushed, never applied); a write addressed with page tags of an earlier incarnation of its
 //! receiver fails, because the memory registration it names is gone.
 
 use crate::config::EngineConfig;
@@ -119,6 +120,7 @@ impl Topology {
                 *id,
                 cfg.clone(),
                 ROUTER,
+                prefills.clone(),
                 make_gpu(pages, cfg.page_size),
             )));
         }
@@ -203,6 +205,9 @@ pub struct Arriving {
     pub sender_alive: bool,
     /// The receiver is up and is the incarnation the message was sent to.
     pub receiver_alive: bool,
+    /// The receiver is up in a later incarnation than the one the message was sent to
+    /// (it crashed and restarted while the message was on its way).
+    pub receiver_restarted: bool,
     /// The receiver's current incarnation (its pool's epoch).
     pub receiver_epoch: u32,
     /// The sender and the receiver are partitioned right now.
@@ -472,11 +477,19 @@ pub fn arrival<K>(msg: &Msg<K>, at: &Arriving) -> Arrival<K> {
                 None => Arrival::Deliver,
             }
         }
-        // A completion is the sender NIC's own report: a partition cannot lose it, but
-        // the incarnation that posted the write may be gone.
+        // A completion is the sender NIC's own report: a partition cannot lose it. The
+        // incarnation that posted the write may be gone: a restarted one still gets
+        // it (and must know it is not its own, by the write id's epoch).
+        Msg::WriteDone { .. } if at.receiver_restarted => Arrival::Deliver,
         Msg::WriteDone { .. } if !at.receiver_alive => Arrival::Drop(DropReason::ReceiverGone),
         Msg::WriteDone { .. } => Arrival::Deliver,
-        _ if !at.receiver_alive => Arrival::Drop(DropReason::ReceiverGone),
+        // A control message sent to an earlier incarnation reaches the restarted one
+        // (a message queue that reconnects delivers what it held, as ZeroMQ, which
+        // SGLang's disaggregation uses for its control messages, does): the receiver
+        // must ignore what belongs to its earlier incarnation.
+        _ if !at.receiver_alive && !at.receiver_restarted => {
+            Arrival::Drop(DropReason::ReceiverGone)
+        }
         _ if at.partitioned => Arrival::Drop(DropReason::Partitioned),
         _ => Arrival::Deliver,
     }
@@ -505,11 +518,17 @@ pub enum CrashFate<K> {
     Flush,
 }
 
+/// One rule for every driver: a KV write to the dead incarnation fails back (its
+/// memory registration is gone); any other message to it stays on its way and reaches
+/// the restarted incarnation late, if it is up by then ([`arrival`]), as a completion
+/// of a write the dead one posted does; the dead incarnation's own KV writes are
+/// flushed; its control messages travel on.
 pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Msg<K>) -> CrashFate<K> {
     if to == crashed {
         match failed_completion(msg) {
             Some(done) if from != crashed => CrashFate::FailBack(done),
-            _ => CrashFate::Lose,
+            Some(_) => CrashFate::Lose,
+            None => CrashFate::Keep,
         }
     } else if from == crashed && matches!(msg, Msg::KvWrite { .. }) {
         CrashFate::Flush
@@ -656,6 +675,7 @@ mod tests {
         let alive = Arriving {
             sender_alive: true,
             receiver_alive: true,
+            receiver_restarted: false,
             receiver_epoch: 0,
             partitioned: false,
             injected_failure: false,
@@ -721,6 +741,49 @@ mod tests {
                 &cut
             ),
             Arrival::Drop(DropReason::Partitioned)
+        );
+    }
+
+    #[test]
+    fn what_was_on_its_way_to_a_crashed_node_reaches_its_next_incarnation() {
+        let (p, d) = (NodeId(1), NodeId(2));
+        let room = RoomKey::new(1, 1);
+        let abort = Msg::<()>::Abort { room };
+        let done: Msg<()> = failed_completion(&write(0)).unwrap();
+        // At the crash of d: a write to it fails back, anything else to it travels on.
+        assert!(matches!(
+            crash_fate(d, p, d, &write(0)),
+            CrashFate::FailBack(_)
+        ));
+        assert_eq!(crash_fate(d, NodeId(0), d, &abort), CrashFate::Keep);
+        assert_eq!(crash_fate(p, d, p, &done), CrashFate::Keep);
+        assert_eq!(crash_fate(p, p, d, &write(0)), CrashFate::Flush);
+        // Arriving at the restarted incarnation: delivered; at a node still down: lost.
+        let restarted = Arriving {
+            sender_alive: true,
+            receiver_alive: false,
+            receiver_restarted: true,
+            receiver_epoch: 1,
+            partitioned: false,
+            injected_failure: false,
+        };
+        assert_eq!(arrival(&abort, &restarted), Arrival::Deliver);
+        assert_eq!(arrival(&done, &restarted), Arrival::Deliver);
+        assert!(matches!(
+            arrival(&write(0), &restarted),
+            Arrival::Fail { .. }
+        ));
+        let down = Arriving {
+            receiver_restarted: false,
+            ..restarted
+        };
+        assert_eq!(
+            arrival(&abort, &down),
+            Arrival::Drop(DropReason::ReceiverGone)
+        );
+        assert_eq!(
+            arrival(&done, &down),
+            Arrival::Drop(DropReason::ReceiverGone)
         );
     }
 
@@ -859,7 +922,7 @@ mod tests {
     }
 
     #[test]
-    fn a_crash_loses_fails_back_or_flushes() {
+    fn a_crash_keeps_fails_back_or_flushes() {
         let (p, d, r) = (NodeId(1), NodeId(2), NodeId(0));
         assert!(matches!(
             crash_fate(d, p, d, &write(0)),
@@ -869,7 +932,8 @@ mod tests {
         let abort = Msg::<()>::Abort {
             room: RoomKey::new(1, 1),
         };
-        assert_eq!(crash_fate(d, r, d, &abort), CrashFate::Lose);
+        // To the dead incarnation: it reaches the restarted one (it used to be lost).
+        assert_eq!(crash_fate(d, r, d, &abort), CrashFate::Keep);
         assert_eq!(crash_fate(d, r, p, &abort), CrashFate::Keep);
     }
 

@@ -319,6 +319,7 @@ fn message(h: &H, seen: &Seen, to: NodeId, f: &Forged) -> Msg<SymbolicPage> {
                     checksum,
                 },
             },
+            epoch: 0,
         },
         Forged::DrainAck(r) => Msg::DrainAck { room: room(r) },
         Forged::PrefillFinished(r, s) => Msg::PrefillFinished {

@@ -354,6 +354,7 @@ fn a_success_that_fails_verification_is_refused_and_quarantined() {
             pages: 3,
             checksum: 0,
         },
+        epoch: 0,
     };
     quarantining(
         &mut h,
@@ -371,6 +372,7 @@ fn a_reported_failure_fails_the_room_and_quarantines_its_pages() {
     let failed = Msg::KvDone {
         room,
         outcome: TransferOutcome::Failed,
+        epoch: 0,
     };
     quarantining(
         &mut h,
@@ -429,6 +431,7 @@ fn a_step_over_pages_without_the_readers_tag_is_refused() {
     let failed = Msg::KvDone {
         room,
         outcome: TransferOutcome::Failed,
+        epoch: 0,
     };
     handled(h.inject(P, D, failed).unwrap());
     assert_eq!(
@@ -821,4 +824,18 @@ fn zero_on_free_blanks_every_page_decode_frees() {
             assert!(holding > 0, "the request's KV never reached decode's pages");
         }
     }
+}
+
+/// Finding (fixed): an abort seen after decode answered 500 (the transfer timed out)
+/// was answered 499: two answers with different statuses. A repeat now repeats the
+/// first.
+#[test]
+fn an_abort_after_the_answer_repeats_the_first_status() {
+    let mut h = harness();
+    let room = decode_transferring(&mut h);
+    h.fire(D, Timer::WaitingForKv(room)).unwrap();
+    for _ in 0..2 {
+        handled(h.inject(R, D, Msg::Abort { room }).unwrap());
+    }
+    assert_eq!(finished(&h), vec![Status::INTERNAL; 3]);
 }

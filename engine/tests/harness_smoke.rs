@@ -91,18 +91,20 @@ fn a_crash_fails_writes_back_and_restarts_the_node_in_a_new_epoch() {
 }
 
 #[test]
-fn messages_to_a_crashed_node_are_lost_and_its_timers_die() {
+fn messages_to_a_crashed_node_reach_its_next_incarnation_and_its_timers_die() {
     let mut h = harness();
     let room = bootstrapping(&mut h);
     handled(h.deliver_kind("DecodeStart", D).unwrap());
     assert_eq!(h.count_kind("KvMeta"), 1);
     assert_eq!(h.timers_of(P), vec![Timer::Bootstrap(room)]);
     h.crash_restart(P).unwrap();
-    assert_eq!(h.count_kind("KvMeta"), 0, "lost with the dead incarnation");
+    assert_eq!(h.count_kind("KvMeta"), 1, "still on its way");
     assert!(h.timers_of(P).is_empty());
     assert!(h.prefill_phase(P, room).is_none());
-    // Only the router's request timer can end it now.
-    assert_eq!(h.settle(100).unwrap(), 0);
+    // The new incarnation keeps it as the page list of a start it has not seen (the
+    // start went to the dead one). Only the router's request timer can end it now.
+    assert_eq!(h.settle(100).unwrap(), 1);
+    assert_eq!(h.prefill(P).unwrap().early_meta_from(room), vec![D]);
     h.fire(R, Timer::Request(room)).unwrap();
     h.settle(100).unwrap();
     assert_eq!(h.response(1).unwrap().status, Status::INTERNAL);

@@ -219,7 +219,11 @@ fn a_kv_done_from_a_node_that_is_not_the_rooms_prefill_is_refused() {
     ] {
         let mut h = h2();
         let room = sending(&mut h);
-        let done = Msg::KvDone { room, outcome };
+        let done = Msg::KvDone {
+            room,
+            outcome,
+            epoch: 0,
+        };
         let why = refused(&mut h, D1, P2, send(P2, D1, done));
         assert!(why.contains("prefill node is"), "{why}");
         completes(&mut h, &tokens);
@@ -268,6 +272,36 @@ fn a_start_from_a_node_that_is_not_the_router_is_refused() {
     };
     refused(&mut h, D1, P2, send(P2, D1, start));
     assert!(h.in_flight().is_empty(), "nothing was started");
+}
+
+/// Finding (fixed): decode believed the start's `prefill` field. A start naming a node
+/// that is not a prefill node reserved pages and sent the page list there; after an
+/// abort those pages waited for a drain ack that node can never send, and the drain
+/// retries never gave up on it. Decode now refuses such a start (it knows the
+/// deployment's prefill nodes): nothing is reserved, and the router's abort is
+/// answered as for any room decode does not know.
+#[test]
+fn a_start_naming_a_node_that_is_not_a_prefill_is_refused() {
+    for named in [D2, R, STRANGER, D1] {
+        let mut h = h2();
+        let room = RoomKey::new(5, 1);
+        let start = Msg::DecodeStart {
+            room,
+            req: RequestId(9),
+            prompt: prompt(LEN),
+            max_new_tokens: NEW,
+            prefill: named,
+        };
+        let why = refused(&mut h, D1, R, send(R, D1, start));
+        assert!(why.contains("not a prefill node"), "{why}");
+        assert!(h.in_flight().is_empty(), "no page list was sent");
+        assert_eq!(h.decode_phase(D1, room), None);
+        // An abort for it quarantines nothing and leaves no retry behind.
+        handled(h.inject(R, D1, Msg::Abort { room }).unwrap());
+        h.settle(200).unwrap();
+        assert_eq!(h.free_pages(D1), 8);
+        assert!(h.timers_of(D1).is_empty(), "{named}");
+    }
 }
 
 /// Two uses of room 1 on one decode node, both quarantined: the first (room1.g1)
@@ -527,15 +561,36 @@ fn a_forged_early_page_list_does_not_evict_the_real_one() {
     completes(&mut h, &tokens);
 }
 
-/// Finding: a drain request for a room prefill does not know yet is believed from
-/// any node (there is no recorded peer); it retires the room, so the real start is
-/// then ignored as stale, and the request hangs until the router's request timeout.
+/// Finding (fixed): a drain request for a room prefill did not know yet was believed
+/// from any node (there is no recorded peer); it retired the room, so the real start
+/// was then ignored as stale, and the request hung until the router's request
+/// timeout. Now prefill keeps it (acked: it has no write for the room) and believes
+/// it only when the start names its sender as the room's decode node.
 #[test]
-#[ignore = "finding: a forged drain request before the start retires the room at prefill"]
 fn a_forged_drain_request_before_the_start_does_not_retire_the_room() {
     let tokens = reference();
     let mut h = h2();
     let room = start(&mut h);
     handled(h.inject(D2, P1, Msg::DrainRequest { room }).unwrap());
+    assert!(!h.prefill(P1).unwrap().is_retired(room));
+    // Refused when the start arrives naming D1.
+    refused(&mut h, P1, D2, |h| {
+        handled(h.deliver_kind("PrefillStart", P1).unwrap())
+    });
     completes(&mut h, &tokens);
+}
+
+/// The room's own decode node asking to drain before the start still retires the
+/// room when the start arrives: decode was told no write would come, so none may.
+#[test]
+fn the_decodes_drain_request_before_the_start_retires_the_room() {
+    let mut h = h2();
+    let room = start(&mut h);
+    let m = h.mark();
+    handled(h.inject(D1, P1, Msg::DrainRequest { room }).unwrap());
+    assert_eq!(h.send_kinds_since(m), vec![(P1, "DrainAck", D1)]);
+    handled(h.deliver_kind("PrefillStart", P1).unwrap());
+    assert!(h.prefill(P1).unwrap().is_retired(room));
+    assert_eq!(h.prefill_phase(P1, room), None);
+    assert_eq!(h.peer_refused(P1), 0);
 }

@@ -574,7 +574,7 @@ fn abort_for_an_unknown_room_answers_and_retires_it() {
         abort,
         Want {
             phase: None,
-            events: &[],
+            events: &["Responded"],
             sends: &[("PrefillFinished", R)],
             timers: vec![],
             pages: &[],
@@ -753,4 +753,17 @@ fn the_bootstrap_timer_is_cancelled_once_the_page_list_came() {
     let room = waiting(&mut h);
     assert!(!h.timer_pending(P, Timer::Bootstrap(room)));
     assert!(h.fire(P, Timer::Bootstrap(room)).is_err());
+}
+
+/// Finding (fixed): an abort seen after prefill answered (its answer lost, the router
+/// asking again) was answered 499, a second answer with another status than the first
+/// (400). A repeated answer now repeats the first.
+#[test]
+fn an_abort_after_the_answer_repeats_the_first_status() {
+    let (mut h, room) = start_with(cfg(), 33);
+    deliver("PrefillStart")(&mut h);
+    for _ in 0..2 {
+        handled(h.inject(R, P, Msg::Abort { room }).unwrap());
+    }
+    assert_eq!(finished(&h), vec![Status::BAD_REQUEST; 3]);
 }

@@ -258,6 +258,7 @@ impl HandoffModel {
             DECODE,
             self.cfg.clone(),
             ROUTER,
+            vec![PREFILL],
             SymbolicGpu::new(self.spec.decode_pages, ps),
         );
         State {
@@ -425,6 +426,7 @@ impl HandoffModel {
         Arriving {
             sender_alive: true,
             receiver_alive: true,
+            receiver_restarted: false,
             receiver_epoch: match to {
                 PREFILL => s.prefill.get().pool().epoch(),
                 DECODE => s.decode.get().pool().epoch(),
@@ -899,6 +901,7 @@ const BIT_STOPPED: u32 = 26;
 const BIT_ALTERED: u32 = 27;
 const BIT_REFIRED: u32 = 28;
 const BIT_UNCAUSED: u32 = 29;
+const BIT_RETRIED_LIVE: u32 = 30;
 
 fn quiescence_holds(m: &HandoffModel, s: &State) -> bool {
     latched(m, BIT_QUIESCENCE)
@@ -979,6 +982,16 @@ fn write_altered(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_ALTERED) && s.faults().data_faults > 0 && latch_first(m, BIT_ALTERED)
 }
 
+/// The router started another attempt of a request while an attempt it gave up still
+/// has a half working (`sglang-router`).
+fn retried_while_live(m: &HandoffModel, s: &State) -> bool {
+    let r = s.router.get();
+    !latched(m, BIT_RETRIED_LIVE)
+        && r.abandoned_rooms() > 0
+        && r.live_rooms() > r.abandoned_rooms()
+        && latch_first(m, BIT_RETRIED_LIVE)
+}
+
 /// A spent timer was delivered again.
 fn timer_refired(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_REFIRED) && s.faults().timer_refires > 0 && latch_first(m, BIT_REFIRED)
@@ -1011,6 +1024,7 @@ pub mod names {
     pub const ALTERED: &str = "a KV write lands altered by a data fault";
     pub const REFIRED: &str = "a spent timer is delivered again";
     pub const CAUSED: &str = "an error answer has a cause";
+    pub const RETRIED_LIVE: &str = "a request is retried while a given-up attempt's half is live";
 }
 
 impl Model for HandoffModel {
@@ -1137,7 +1151,8 @@ impl Model for HandoffModel {
             Property::always(names::QUIESCENCE, quiescence_holds),
             Property::always(names::CAUSED, error_has_cause),
         ];
-        let sometimes: [(&'static str, Condition); 8] = [
+        let sometimes: [(&'static str, Condition); 9] = [
+            (names::RETRIED_LIVE, retried_while_live),
             (names::STOPPED, defense_stops),
             (names::ALTERED, write_altered),
             (names::REFIRED, timer_refired),

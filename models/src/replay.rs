@@ -104,6 +104,7 @@ impl Replayer<'_> {
         let at = Arriving {
             sender_alive: true,
             receiver_alive: true,
+            receiver_restarted: false,
             receiver_epoch: self.nodes[to.0 as usize].pool().map_or(0, |p| p.epoch()),
             partitioned: false,
             injected_failure: fail,
@@ -154,6 +155,7 @@ impl Replayer<'_> {
         let at = Arriving {
             sender_alive: true,
             receiver_alive: true,
+            receiver_restarted: false,
             receiver_epoch: pool.epoch(),
             partitioned: false,
             injected_failure: false,

@@ -7,7 +7,7 @@
 
 use crate::model::names;
 use kvsim_engine::bugs::BugSet;
-use kvsim_engine::config::{ConfigError, EngineConfig, Timeouts};
+use kvsim_engine::config::{ConfigError, EngineConfig, RouterPolicy, Timeouts};
 
 /// What one client does: submit one request, and perhaps cancel it later.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -140,7 +140,7 @@ pub fn model_engine() -> EngineConfig {
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 15] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -154,6 +154,8 @@ impl ModelSpec {
         "data-fault-small",
         "timer-refire-small",
         "stale-control-small",
+        "retry-race",
+        "retry-race-small",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -447,6 +449,47 @@ impl ModelSpec {
         }
     }
 
+    /// `retry-race`: the real router's policy (`sglang-router`, SGLang's gateway 0.3.2):
+    /// no cancel of the other half, a retryable answer or a request timeout starts a new
+    /// attempt in a new room (up to five). Decode's pool (2 pages) holds one request at a
+    /// time, so a retry's decode half waits for the pages the first attempt's half still
+    /// holds; the client may disconnect at any step (both halves of its current attempt
+    /// are told to abort). One premature timeout (so the router gives an attempt up while
+    /// its halves are live) and one duplicated control message.
+    pub fn retry_race() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.router = RouterPolicy::SglangRouter;
+        ModelSpec {
+            name: "retry-race".into(),
+            about: "sglang-router policy; 1 prefill (2 pages), 1 decode (2 pages: one request \
+                    at a time), context 16; one 3-token request whose client may disconnect at \
+                    any point, retried in a new room while the first attempt's halves are live; \
+                    at most 1 premature timeout and 1 duplicated control message"
+                .into(),
+            engine,
+            prefill_pages: 2,
+            decode_pages: 2,
+            clients: vec![ClientSpec::normal(1, 3).aborting()],
+            faults: FaultBounds {
+                early_timeouts: 1,
+                duplicates: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES, names::ABORT_RACE, names::RETRIED_LIVE],
+            detections_hold: false,
+        }
+    }
+
+    /// `retry-race-small`: `retry-race` with the prompt in one KV write and no duplicate.
+    pub fn retry_race_small() -> ModelSpec {
+        let mut spec = ModelSpec::retry_race();
+        spec.name = "retry-race-small".into();
+        spec.about = "retry-race with the prompt in one KV write and no duplicated message".into();
+        spec.engine.chunk_pages = 2;
+        spec.faults.duplicates = 0;
+        spec
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -463,6 +506,8 @@ impl ModelSpec {
             "timer-refire-small" => Ok(ModelSpec::timer_refire_small()),
             "stale-control" => Ok(ModelSpec::stale_control()),
             "stale-control-small" => Ok(ModelSpec::stale_control_small()),
+            "retry-race" => Ok(ModelSpec::retry_race()),
+            "retry-race-small" => Ok(ModelSpec::retry_race_small()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

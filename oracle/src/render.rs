@@ -101,6 +101,13 @@ pub fn describe_event(ev: &TraceEvent) -> String {
             format!("{node} answers the client for {req}{room}: {status}, {} tokens", tokens.len())
         }
         RoomCleared { node, room } => format!("{node} clears {room}"),
+        RouterRetried {
+            node,
+            req,
+            room,
+            status,
+            attempt,
+        } => format!("{node} gives up {room} of {req} ({status}) and starts attempt {attempt}"),
         DrainAcked { node, room } => format!("{node} acks the drain of {room}"),
         PeerRefused { node, from, room, msg, reason } => {
             let room = room.map_or(String::new(), |r| format!(" about {r}"));

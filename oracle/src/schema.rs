@@ -258,6 +258,10 @@ pub enum MsgView {
     KvDone {
         room: RoomKey,
         outcome: TransferOutcome,
+        /// The decode incarnation whose page list the transfer served (absent in traces
+        /// written before schema version 2 had it: read as 0).
+        #[serde(default)]
+        epoch: u32,
     },
     DrainAck {
         room: RoomKey,
@@ -342,9 +346,14 @@ impl MsgView {
                 src: src.clone(),
                 dst: dst.clone(),
             },
-            Msg::KvDone { room, outcome } => MsgView::KvDone {
+            Msg::KvDone {
+                room,
+                outcome,
+                epoch,
+            } => MsgView::KvDone {
                 room: *room,
                 outcome: outcome.clone(),
+                epoch: *epoch,
             },
             Msg::DrainAck { room } => MsgView::DrainAck { room: *room },
             Msg::PrefillFinished { room, status } => MsgView::PrefillFinished {
@@ -425,7 +434,7 @@ impl MsgView {
             KvWrite { id, src, dst } => {
                 format!("KvWrite {id} src=[{}] dst=[{}]", tags(src), tags(dst))
             }
-            KvDone { room, outcome } => format!("KvDone {room} {outcome:?}"),
+            KvDone { room, outcome, .. } => format!("KvDone {room} {outcome:?}"),
             DrainAck { room } => format!("DrainAck {room}"),
             PrefillFinished { room, status } => format!("PrefillFinished {room} status={status}"),
             TokenOut { room, index, token } => format!("TokenOut {room} #{index} token={token:#x}"),

@@ -154,6 +154,9 @@ pub struct RoomFacts {
     pub prompt_len: u64,
     pub max_new_tokens: u32,
     pub flags: u8,
+    /// The first status each half answered (prefill, decode): a half's answer is one
+    /// answer, so a repeat must carry the same status (S6).
+    pub answered: [Option<kvsim_engine::msg::Status>; 2],
 }
 
 /// Room-use flags (see [`RoomFacts::flags`]).
@@ -706,6 +709,7 @@ impl OracleState {
                     b.open.clear();
                     b.quarantined.clear();
                 }
+                self.forget_answers(*node);
             }
             Record::Fault(FaultEvent::Restart { node, epoch }) => {
                 if let Some(mut b) = self.book_mut(*node) {
@@ -747,6 +751,7 @@ impl OracleState {
                     prompt_len: *prompt_len,
                     max_new_tokens: *max_new_tokens,
                     flags: 0,
+                    answered: [None; 2],
                 };
                 match self.rooms.get().binary_search_by_key(room, |(k, _)| *k) {
                     Ok(i) => self.rooms.edit()[i].1 = facts,
@@ -1123,7 +1128,10 @@ impl OracleState {
                     });
                 }
             }
-            WriteCompleted { .. } | PeerRefused { .. } | TransferFailed { .. } => {}
+            WriteCompleted { .. }
+            | PeerRefused { .. }
+            | TransferFailed { .. }
+            | RouterRetried { .. } => {}
             TransferReported { room, success, .. } => {
                 if !success {
                     self.flag(*room, flag::TRANSFER_FAILED);
@@ -1226,6 +1234,9 @@ impl OracleState {
                 side,
                 status,
             } => {
+                if self.repeated_answer(*node, *room, *side, *status, out) {
+                    return;
+                }
                 if let Some(mut b) = self.book_mut(*node) {
                     if let Ok(i) = b.open.binary_search(room) {
                         b.open.remove(i);
@@ -1333,6 +1344,61 @@ impl OracleState {
                         b.stopped = true;
                     }
                 }
+            }
+        }
+    }
+
+    /// S6 for a half's answers: the first answer of each half is recorded, and a repeat
+    /// (the node answering an abort again, after a lost answer) must carry the first
+    /// status; a repeat is judged only for this and changes nothing else. Returns
+    /// whether `status` repeats an earlier answer of `side`.
+    fn repeated_answer(
+        &mut self,
+        node: NodeId,
+        room: RoomKey,
+        side: Side,
+        status: kvsim_engine::msg::Status,
+        out: &mut Drafts,
+    ) -> bool {
+        let Ok(i) = self.rooms.get().binary_search_by_key(&room, |(k, _)| *k) else {
+            return false;
+        };
+        let half = usize::from(side == Side::Decode);
+        match self.rooms.get()[i].1.answered[half] {
+            None => {
+                self.rooms.edit()[i].1.answered[half] = Some(status);
+                false
+            }
+            Some(first) => {
+                if first != status {
+                    let what = self.describe(room);
+                    out.push(draft(
+                        Invariant::S6,
+                        Some(room),
+                        format!("{node} answered {status} for {what} after answering {first}"),
+                    ));
+                }
+                true
+            }
+        }
+    }
+
+    /// A crashed node's restarted incarnation remembers no answer of the dead one: what
+    /// it answers for a room use the dead one answered is its own first answer.
+    fn forget_answers(&mut self, node: NodeId) {
+        let hit = |f: &RoomFacts| {
+            (f.prefill == node && f.answered[0].is_some())
+                || (f.decode == node && f.answered[1].is_some())
+        };
+        if !self.rooms.get().iter().any(|(_, f)| hit(f)) {
+            return;
+        }
+        for (_, f) in self.rooms.edit().iter_mut() {
+            if f.prefill == node {
+                f.answered[0] = None;
+            }
+            if f.decode == node {
+                f.answered[1] = None;
             }
         }
     }
@@ -1700,6 +1766,56 @@ mod tests {
         }
         assert_eq!(s.answered.get(), &vec![(0, 5), (9, 9)]);
         assert!(!s.is_answered(RequestId(7)));
+    }
+
+    #[test]
+    fn a_half_answering_again_with_another_status_is_s6() {
+        use crate::schema::ClockKind;
+        use kvsim_engine::msg::Status;
+        use kvsim_engine::world::Topology;
+        let topo = Topology {
+            prefill_pools: vec![8],
+            decode_pools: vec![8],
+        };
+        let h = RunHeader::new("test", ClockKind::Simulated, &Default::default(), &topo);
+        let mut s = OracleState::new(&h);
+        let room = RoomKey::new(1, 1);
+        let mut out = Drafts::new();
+        s.observe_event(
+            &h,
+            &TraceEvent::Routed {
+                node: NodeId(0),
+                req: RequestId(1),
+                tenant: TenantId(0),
+                room,
+                prefill: NodeId(1),
+                decode: NodeId(2),
+                prompt_len: 4,
+                max_new_tokens: 1,
+            },
+            &mut out,
+        );
+        let answer = |status| TraceEvent::Responded {
+            node: NodeId(2),
+            room,
+            side: Side::Decode,
+            status,
+        };
+        for status in [Status::INTERNAL, Status::INTERNAL] {
+            s.observe_event(&h, &answer(status), &mut out);
+        }
+        assert!(
+            out.is_empty(),
+            "the same answer again is not a second one: {out:?}"
+        );
+        s.observe_event(&h, &answer(Status::CLIENT_CLOSED), &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].invariant, Invariant::S6);
+        assert!(
+            out[0].detail.contains("after answering 500"),
+            "{}",
+            out[0].detail
+        );
     }
 
     #[test]

@@ -239,6 +239,13 @@ fn events() -> Vec<TraceEvent> {
             tokens: vec![65536, 65539],
         },
         RoomCleared { node, room },
+        RouterRetried {
+            node,
+            req,
+            room,
+            status: Status(502),
+            attempt: 2,
+        },
         DrainAcked { node, room },
         PeerRefused {
             node,
@@ -329,6 +336,7 @@ fn messages() -> Vec<Msg<u8>> {
                 pages: 11,
                 checksum: 42,
             },
+            epoch: 3,
         },
         Msg::DrainAck { room },
         Msg::PrefillFinished {

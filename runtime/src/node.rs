@@ -315,6 +315,7 @@ impl<K: Clone> Io<K> {
         let at = Arriving {
             sender_alive: true,
             receiver_alive: false,
+            receiver_restarted: false,
             receiver_epoch: 0,
             partitioned: false,
             injected_failure: false,
@@ -944,6 +945,7 @@ pub fn transfer_thread<G: Gpu>(
             // queue (or one its live sender fails back itself): never applied.
             sender_alive: conn_alive.load(std::sync::atomic::Ordering::Acquire),
             receiver_alive: true,
+            receiver_restarted: false,
             receiver_epoch: epoch,
             partitioned: false,
             injected_failure: false,

@@ -366,6 +366,7 @@ where
                         id,
                         cfg.clone(),
                         ROUTER,
+                        topo.prefill_ids(),
                         gpu,
                         SharedRecord::new(pool),
                     ))

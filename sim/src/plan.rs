@@ -17,7 +17,7 @@ use crate::scenario::{
     Cancel, CancelAt, CancelHow, PlannedRequest, ReqPhase, Scenario, ScenarioError,
 };
 use kvsim_engine::bugs::BugSet;
-use kvsim_engine::config::EngineConfig;
+use kvsim_engine::config::{EngineConfig, RouterPolicy};
 use kvsim_engine::ids::{NodeId, RequestId, TenantId};
 use rand::RngExt;
 use std::collections::BTreeSet;
@@ -289,6 +289,18 @@ impl Plan {
         let mut engine = sc.engine.clone();
         if let Some(b) = bugs {
             engine.bugs = b;
+        }
+        // The router policy and its seed: two draws, always.
+        let mut r = rng::stream(seed, Component::Router);
+        let pick = r.random_range(0..1024u32) as usize;
+        engine.router_seed = r.random::<u64>();
+        let routers: &[RouterPolicy] = match (&sc.swarm, sc.routers.is_empty()) {
+            (_, false) => &sc.routers,
+            (Some(_), true) => &RouterPolicy::ALL,
+            (None, true) => &[],
+        };
+        if !routers.is_empty() {
+            engine.router = routers[pick % routers.len()];
         }
 
         // Topology and engine limits.
@@ -740,7 +752,11 @@ impl Plan {
         let t = &e.timeouts;
         let _ = writeln!(
             out,
-            "  engine:   chunk {} pages, {} writes in flight, {} rooms, batch {}; timeouts bootstrap {}, waiting {}, request {}, drain retry {} x{}; bugs {}",
+            "  engine:   {}chunk {} pages, {} writes in flight, {} rooms, batch {}; timeouts bootstrap {}, waiting {}, request {}, drain retry {} x{}; bugs {}",
+            match e.router {
+                RouterPolicy::Careful => String::new(),
+                other => format!("router {}; ", other.name()),
+            },
             e.chunk_pages,
             e.max_inflight_chunks,
             e.max_rooms,

@@ -34,6 +34,8 @@ pub enum Component {
     Timeouts = 7,
     /// Which prefill node is the slow writer.
     SlowWriter = 8,
+    /// The router policy and the router's own seed.
+    Router = 9,
     /// Per control message: held back.
     NetDelay = 16,
     /// Per control message: lost.

@@ -48,6 +48,10 @@ pub struct Scenario {
     /// Limits on a run.
     #[serde(default)]
     pub run: RunLimits,
+    /// The router policies the seeds are drawn among (each seed draws one from its own
+    /// stream). Empty: `engine.router` as written, or, under `[swarm]`, every policy.
+    #[serde(default)]
+    pub routers: Vec<kvsim_engine::RouterPolicy>,
 }
 
 /// A workload generated per seed (`[workload]`).
@@ -720,6 +724,15 @@ impl Scenario {
                     format!("{v}{unit}: at most {max}{unit} (30 days of simulated time)"),
                 ));
             }
+        }
+        let mut routers = self.routers.clone();
+        routers.sort();
+        routers.dedup();
+        if routers.len() != self.routers.len() {
+            return Err(Self::invalid(
+                "routers",
+                "lists a router policy twice (each seed draws one of them)",
+            ));
         }
         if self.run.max_time_ms == 0 {
             return Err(Self::invalid(

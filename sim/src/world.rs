@@ -738,6 +738,7 @@ impl<G: Gpu> World<G> {
         let at = Arriving {
             sender_alive: self.epochs[fi] == from_epoch,
             receiver_alive: !self.down[ti] && self.epochs[ti] == to_epoch,
+            receiver_restarted: !self.down[ti] && self.epochs[ti] > to_epoch,
             receiver_epoch: self.epochs[ti],
             partitioned: self.partitioned(from, to),
             injected_failure: doomed,
@@ -837,6 +838,7 @@ impl<G: Gpu> World<G> {
         let at = Arriving {
             sender_alive: self.epochs[fi] == from_epoch,
             receiver_alive: !self.down[ti] && self.epochs[ti] == to_epoch,
+            receiver_restarted: !self.down[ti] && self.epochs[ti] > to_epoch,
             receiver_epoch: self.epochs[ti],
             partitioned: self.partitioned(from, to),
             injected_failure: false,
@@ -945,9 +947,10 @@ impl<G: Gpu> World<G> {
         }
     }
 
-    /// A crash: the node's incarnation dies with its timers and connections (messages
-    /// to it are lost, KV writes to it fail back to their writers) and its NIC's queue
-    /// (its own writes are flushed, never applied). The world's rules
+    /// A crash: the node's incarnation dies with its timers and memory registrations
+    /// (KV writes to it fail back to their writers; other messages to it reach the
+    /// restarted incarnation late) and its NIC's queue (its own writes are flushed,
+    /// never applied). The world's rules
     /// ([`env_world::crash_fate`]) decide each message in flight.
     fn crash(&mut self, node: NodeId, restart_ns: u64) {
         let i = node.0 as usize;
@@ -964,7 +967,8 @@ impl<G: Gpu> World<G> {
         let mut failed = Vec::new();
         let mut lost = Vec::new();
         let queue = std::mem::take(&mut self.queue);
-        for Reverse(q) in queue.into_vec() {
+        for Reverse(mut q) in queue.into_vec() {
+            let mut late = false;
             let keep = match &q.ev {
                 // A stale duplicate to or from the dead incarnation is lost with its
                 // connection (its writer expects no completion for it).
@@ -989,7 +993,10 @@ impl<G: Gpu> World<G> {
                     || (*from == node && *from_epoch == dead) =>
                 {
                     match env_world::crash_fate(node, *from, *to, msg) {
-                        CrashFate::Keep => true,
+                        CrashFate::Keep => {
+                            late = *to == node;
+                            true
+                        }
                         CrashFate::Lose => {
                             lost.push((*from, *to, MsgView::of(msg)));
                             false
@@ -1008,6 +1015,13 @@ impl<G: Gpu> World<G> {
                 }
                 _ => true,
             };
+            if late {
+                // On its way to the dead incarnation: it reaches the restarted one,
+                // its remaining delay counted from the restart (late, and reordered
+                // with what is sent after the restart).
+                let left = q.at_ns.saturating_sub(self.now_ns);
+                q.at_ns = restart_ns.max(self.now_ns) + 1 + left;
+            }
             if keep {
                 self.queue.push(Reverse(q));
             }

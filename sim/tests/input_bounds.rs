@@ -311,3 +311,39 @@ fn extra_range_elements_are_refused_not_ignored() {
         assert!(e.contains("expected exactly 2 values"), "{key}: {e}");
     }
 }
+
+/// The router policy is validated where it is read: an unknown name is refused naming
+/// the field and the policies there are, a policy listed twice in `routers` is refused
+/// naming `routers`, and a listed policy is what the seeds draw.
+#[test]
+fn a_router_policy_is_a_known_name_and_routers_lists_each_once() {
+    let e = err(&with("", "[engine]\nrouter = \"nginx\""));
+    assert!(
+        e.contains("router") && e.contains("careful") && e.contains("sglang-router"),
+        "{e}"
+    );
+    let e = err(&with("routers = [\"careful\", \"nope\"]", ""));
+    assert!(e.contains("routers") && e.contains("sglang-router"), "{e}");
+    let e = err(&with("routers = [\"careful\", \"careful\"]", ""));
+    assert!(e.contains("`routers`") && e.contains("twice"), "{e}");
+    let fits = "[engine]\ncontext_len = 2048";
+    let sc = Scenario::parse(&with("routers = [\"sglang-router\"]", fits), "t.toml").unwrap();
+    for seed in 0..4 {
+        let plan = Plan::build(&sc, seed, None, &Reduction::default()).unwrap();
+        assert_eq!(plan.engine.router, kvsim_engine::RouterPolicy::SglangRouter);
+    }
+    let both = Scenario::parse(
+        &with("routers = [\"careful\", \"sglang-router\"]", fits),
+        "t.toml",
+    )
+    .unwrap();
+    let drawn: std::collections::BTreeSet<_> = (0..16)
+        .map(|s| {
+            Plan::build(&both, s, None, &Reduction::default())
+                .unwrap()
+                .engine
+                .router
+        })
+        .collect();
+    assert_eq!(drawn.len(), 2, "the seeds draw both");
+}

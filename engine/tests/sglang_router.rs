@@ -1,0 +1,226 @@
+//! The `sglang-router` policy: the observable behaviour of SGLang's gateway 0.3.2
+//! (`src/routers/http/pd_router.rs`, `src/core/retry.rs` of sgl-project/sglang), one
+//! hand-stepped input at a time, and end to end on the default topology.
+//!
+//! Not a test of prefill or decode: where a half's report is the point it is injected
+//! from the right node. Invariant checked: every request gets exactly one answer, a
+//! failed half never cancels the other, a retryable answer starts a new attempt in a
+//! new room while attempts are left (five in all), and every room an attempt took is
+//! cleared only when both its halves answered.
+
+mod common;
+use common::*;
+use kvsim_engine::config::RouterPolicy;
+use kvsim_engine::harness::Harness;
+use kvsim_engine::ids::RoomKey;
+use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::trace::TraceEvent;
+use kvsim_engine::{EngineConfig, Timer};
+
+fn sglang(seed: u64) -> EngineConfig {
+    EngineConfig {
+        router: RouterPolicy::SglangRouter,
+        router_seed: seed,
+        ..cfg()
+    }
+}
+
+fn h(seed: u64) -> H {
+    Harness::new(sglang(seed)).unwrap()
+}
+
+fn report(h: &mut H, from: kvsim_engine::ids::NodeId, msg: Msg<kvsim_engine::gpu::SymbolicPage>) {
+    handled(h.inject(from, R, msg).unwrap());
+}
+
+/// The rooms routed so far, in order (one per attempt).
+fn routed(h: &H) -> Vec<RoomKey> {
+    h.events()
+        .iter()
+        .filter_map(|(_, e)| match e {
+            TraceEvent::Routed { room, .. } => Some(*room),
+            _ => None,
+        })
+        .collect()
+}
+
+fn aborts_since(h: &H, m: kvsim_engine::harness::Mark) -> usize {
+    h.sends_since(m)
+        .iter()
+        .filter(|s| matches!(s.msg, Msg::Abort { .. }))
+        .count()
+}
+
+#[test]
+fn a_failed_half_cancels_nothing_and_the_router_waits_for_the_other() {
+    let mut h = h(7);
+    let room = submit(&mut h, 1);
+    let m = h.mark();
+    report(
+        &mut h,
+        D,
+        Msg::DecodeFinished {
+            room,
+            status: Status::BAD_REQUEST,
+        },
+    );
+    assert_eq!(aborts_since(&h, m), 0, "no cancel of prefill");
+    assert!(h.responses().is_empty(), "it waits for prefill");
+    assert!(h.router_room(room).is_some());
+    report(
+        &mut h,
+        P,
+        Msg::PrefillFinished {
+            room,
+            status: Status::OK,
+        },
+    );
+    // 400 is not retried: decode's answer goes to the client, the room is cleared.
+    assert_eq!(h.response(1).unwrap().status, Status::BAD_REQUEST);
+    assert!(h.router_room(room).is_none());
+    assert_eq!(routed(&h).len(), 1);
+}
+
+#[test]
+fn prefills_error_is_the_answer_when_only_prefill_failed() {
+    let mut h = h(7);
+    let room = submit(&mut h, 1);
+    report(
+        &mut h,
+        P,
+        Msg::PrefillFinished {
+            room,
+            status: Status::BAD_REQUEST,
+        },
+    );
+    for index in 0..NEW {
+        report(
+            &mut h,
+            D,
+            Msg::TokenOut {
+                room,
+                index,
+                token: 1,
+            },
+        );
+    }
+    let m = h.mark();
+    report(
+        &mut h,
+        D,
+        Msg::DecodeFinished {
+            room,
+            status: Status::OK,
+        },
+    );
+    assert_eq!(aborts_since(&h, m), 0);
+    let r = h.response(1).unwrap();
+    assert_eq!((r.status, r.tokens.len()), (Status::BAD_REQUEST, 0));
+}
+
+#[test]
+fn a_retryable_answer_starts_a_new_attempt_in_a_new_room() {
+    let mut h = h(7);
+    let first = submit(&mut h, 1);
+    report(
+        &mut h,
+        P,
+        Msg::PrefillFinished {
+            room: first,
+            status: Status::OK,
+        },
+    );
+    let m = h.mark();
+    report(
+        &mut h,
+        D,
+        Msg::DecodeFinished {
+            room: first,
+            status: Status::INTERNAL,
+        },
+    );
+    assert!(h.responses().is_empty(), "500 is retried, not answered");
+    assert!(
+        h.router_room(first).is_none(),
+        "both halves answered: cleared"
+    );
+    let second = h.room_of(1).unwrap();
+    assert_ne!(second, first);
+    assert_eq!(routed(&h), vec![first, second]);
+    let retried = h.events_since(m).iter().any(|(_, e)| {
+        matches!(e, TraceEvent::RouterRetried { room, status, attempt: 2, .. }
+            if *room == first && *status == Status::INTERNAL)
+    });
+    assert!(retried, "{:?}", h.event_names_since(m));
+    // The new attempt runs to its answer.
+    h.settle(300).unwrap();
+    assert_eq!(h.response(1).unwrap().status, Status::OK);
+    assert_eq!(h.responses().len(), 1);
+}
+
+#[test]
+fn a_timed_out_attempt_is_given_up_while_its_halves_still_work_and_five_attempts_end_it() {
+    let mut h = h(3);
+    let mut rooms = vec![submit(&mut h, 1)];
+    for attempt in 1..=5 {
+        let room = *rooms.last().unwrap();
+        let m = h.mark();
+        h.fire(R, Timer::Request(room)).unwrap();
+        // The connections close: each half of the given-up attempt is told to abort.
+        assert_eq!(aborts_since(&h, m), 2, "attempt {attempt}");
+        let live = h.router_room(room).unwrap();
+        assert!(live.prefill_status.is_none() && live.decode_status.is_none());
+        if attempt < 5 {
+            assert!(h.responses().is_empty());
+            rooms.push(h.room_of(1).unwrap());
+        }
+    }
+    assert_eq!(routed(&h), rooms);
+    let mut distinct = rooms.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 5, "a new room each attempt");
+    assert_eq!(h.response(1).unwrap().status, Status::BAD_GATEWAY);
+    assert_eq!(h.responses().len(), 1);
+    // Every attempt's halves answer their aborts; every room is cleared, every pool full.
+    h.settle(500).unwrap();
+    for room in rooms {
+        assert!(h.router_room(room).is_none(), "{room}");
+    }
+    assert_eq!(h.router().unwrap().live_rooms(), 0);
+    assert_eq!((h.free_pages(P), h.free_pages(D)), (8, 8));
+    assert_eq!(h.responses().len(), 1);
+    h.invariants().unwrap();
+}
+
+#[test]
+fn a_client_disconnect_closes_both_halves_mid_transfer() {
+    let mut h = h(7);
+    let room = sending(&mut h);
+    let m = h.mark();
+    handled(h.cancel(1).unwrap());
+    assert_eq!(aborts_since(&h, m), 2);
+    assert_eq!(h.response(1).unwrap().status, Status::CLIENT_CLOSED);
+    h.settle(300).unwrap();
+    assert!(h.router_room(room).is_none());
+    assert_eq!(routed(&h).len(), 1, "a disconnect is never retried");
+    assert_eq!((h.free_pages(P), h.free_pages(D)), (8, 8));
+}
+
+#[test]
+fn the_room_of_each_attempt_comes_from_the_routers_seed() {
+    let rooms = |seed| {
+        let mut h = h(seed);
+        let mut rooms = vec![submit(&mut h, 1)];
+        for _ in 0..4 {
+            let room = *rooms.last().unwrap();
+            h.fire(R, Timer::Request(room)).unwrap();
+            if let Some(r) = h.room_of(1) {
+                rooms.push(r);
+            }
+        }
+        rooms
+    };
+    assert_eq!(rooms(11), rooms(11), "same seed, same rooms");
+    assert_ne!(rooms(11), rooms(12), "another seed, other rooms");
+}
