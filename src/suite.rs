@@ -254,7 +254,7 @@ pub fn audit_agrees() -> Result<Row> {
     })
 }
 
-/// The model checker on the full `handoff` standard model (1.36 M states, a few
+/// The model checker on the full `handoff` standard model (1.79 M states, a few
 /// seconds in release on two threads): exhaustive and clean on the defended engine,
 /// and with the incident's bug pair on its reduced bounds it finds S5, S4 and S3, the
 /// S3 counterexample (shortest: one thread, breadth-first) replaying through the
