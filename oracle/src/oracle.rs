@@ -58,6 +58,14 @@ impl Finding {
     }
 }
 
+/// The one verdict rule of every command (`kvsim run`, `sweep`, `replay`, `merge`,
+/// `audit`, the suite's rows, the bug matrix): a run fails only on a violation (it
+/// happened). A detection (a defense stopped the hazard, nothing leaked) is counted and
+/// shown, never a failure.
+pub fn fails(findings: &[Finding]) -> bool {
+    findings.iter().any(Finding::violated)
+}
+
 /// A leaked token found in a reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Leak {
