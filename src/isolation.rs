@@ -143,6 +143,7 @@ pub fn no_defenses() -> Defenses {
         verify_on_completion: false,
         deferred_release: false,
         page_tags: false,
+        landing_gate: false,
         preflight: false,
         router_cancels_both: false,
         zero_on_free: false,

@@ -481,7 +481,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let landing = land(
             &self.pool,
             &mut self.gpu,
-            self.cfg.defenses.page_tags,
+            crate::world::landing_gated(&self.cfg),
             id.room,
             &dst,
             &kv,

@@ -266,6 +266,7 @@ fn undefended(mut spec: ModelSpec) -> ModelSpec {
         verify_on_completion: false,
         deferred_release: false,
         page_tags: false,
+        landing_gate: false,
         preflight: false,
         router_cancels_both: false,
         zero_on_free: false,
