@@ -16,12 +16,17 @@
 //!
 //! Pre-flight (a start-up rule, no runtime hazard) and zero-on-free (it blanks stale
 //! pages, it refuses nothing: a read of zeroed slots is still S3) are not rows.
+//!
+//! The transport is a dimension: every cell runs on one-sided RDMA (the default, where
+//! no landing gate exists) and on two-sided (where the landing gate is a defense of its
+//! own). [`expected`] holds on both.
 
 use crate::matrix::{load, scenario_for};
 use anyhow::Result;
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::config::Defenses;
 use kvsim_engine::invariant::Invariant;
+use kvsim_engine::world::KvTransport;
 use kvsim_sim::plan::{Plan, Reduction};
 use kvsim_sim::scenario::Scenario;
 use kvsim_sim::{run_plan, Backend};
@@ -170,6 +175,8 @@ pub fn configurations() -> Vec<(&'static str, Defenses)> {
             only(|d| d.deferred_release = true),
         ),
         ("page tags alone", only(|d| d.page_tags = true)),
+        // Only on two-sided does it exist; on one-sided this row is "no defense".
+        ("landing gate alone", only(|d| d.landing_gate = true)),
         // Cancelling the other half makes decode let go of its pages at once, which is
         // safe only with deferred release (measured: alone, it leaks under
         // double-free-on-finish and admit-beyond-pool where no defense did not).
@@ -229,9 +236,13 @@ pub fn configuration(name: &str) -> Option<Defenses> {
         .map(|(_, d)| d)
 }
 
-/// One cell: a configuration against a hazard.
+/// The transports every configuration runs on (default first).
+pub const TRANSPORTS: [KvTransport; 2] = [KvTransport::OneSided, KvTransport::TwoSided];
+
+/// One cell: a configuration against a hazard, on a transport.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cell {
+    pub transport: KvTransport,
     pub config: &'static str,
     pub hazard: Hazard,
     pub seeds: u64,
@@ -245,13 +256,27 @@ pub struct Cell {
     pub detected: Vec<Invariant>,
 }
 
-/// Run one configuration against one hazard on seeds `0..seeds`.
+/// Run one configuration against one hazard on seeds `0..seeds`, on the default
+/// (one-sided) transport.
 pub fn cell(config: &'static str, d: Defenses, hazard: Hazard, seeds: u64) -> Result<Cell> {
+    cell_on(KvTransport::default(), config, d, hazard, seeds)
+}
+
+/// [`cell`] on `transport`.
+pub fn cell_on(
+    transport: KvTransport,
+    config: &'static str,
+    d: Defenses,
+    hazard: Hazard,
+    seeds: u64,
+) -> Result<Cell> {
     let (_, mut sc) = hazard.scenario()?;
     sc.engine.defenses = d;
+    sc.engine.transport = transport;
     // A defense that is off cannot be asked to pass its start-up rule.
     sc.engine.allow_unsafe_pool = sc.engine.allow_unsafe_pool || !d.preflight;
     let mut c = Cell {
+        transport,
         config,
         hazard,
         seeds,
@@ -290,21 +315,29 @@ pub struct Isolation {
 }
 
 impl Isolation {
+    /// The cell on the default (one-sided) transport.
     pub fn get(&self, config: &str, hazard: Hazard) -> Option<&Cell> {
-        self.cells
-            .iter()
-            .find(|c| c.config == config && c.hazard == hazard)
+        self.get_on(KvTransport::default(), config, hazard)
     }
 
-    /// The expected stops that leaked: (configuration, hazard, leaking seeds).
+    pub fn get_on(&self, t: KvTransport, config: &str, hazard: Hazard) -> Option<&Cell> {
+        self.cells
+            .iter()
+            .find(|c| c.transport == t && c.config == config && c.hazard == hazard)
+    }
+
+    /// The expected stops that leaked, on any transport: (configuration, hazard,
+    /// leaking seeds).
     pub fn misses(&self) -> Vec<(&'static str, Hazard, u64)> {
-        expected()
-            .into_iter()
-            .filter_map(|(cfg, h)| {
-                let c = self.get(cfg, h)?;
-                (c.leaked > 0).then_some((cfg, h, c.leaked))
-            })
-            .collect()
+        let mut out = Vec::new();
+        for t in TRANSPORTS {
+            for (cfg, h) in expected() {
+                if let Some(c) = self.get_on(t, cfg, h).filter(|c| c.leaked > 0) {
+                    out.push((cfg, h, c.leaked));
+                }
+            }
+        }
+        out
     }
 
     /// Monotonicity: for each hazard, a configuration that only adds defenses to
@@ -319,6 +352,18 @@ impl Isolation {
     pub fn monotonicity_breaches(
         &self,
     ) -> Vec<(&'static str, &'static str, Hazard, Vec<Invariant>)> {
+        let mut out = Vec::new();
+        for t in TRANSPORTS {
+            out.extend(self.breaches_on(t));
+        }
+        out
+    }
+
+    /// [`Isolation::monotonicity_breaches`] on one transport.
+    fn breaches_on(
+        &self,
+        t: KvTransport,
+    ) -> Vec<(&'static str, &'static str, Hazard, Vec<Invariant>)> {
         let configs = configurations();
         let mut out = Vec::new();
         for h in hazards() {
@@ -331,7 +376,8 @@ impl Isolation {
                     if h.reached_only_with().is_some_and(|reach| !reach(wd)) {
                         continue;
                     }
-                    let (Some(w), Some(s)) = (self.get(weak, h), self.get(strong, h)) else {
+                    let (Some(w), Some(s)) = (self.get_on(t, weak, h), self.get_on(t, strong, h))
+                    else {
                         continue;
                     };
                     let same_schedule = Defenses {
@@ -381,11 +427,26 @@ impl Isolation {
         }
         let _ = writeln!(s);
         let exp = expected();
+        for t in TRANSPORTS {
+            let _ = writeln!(s, "  {}:", t.name());
+            self.render_rows(&mut s, t, &hz, &exp);
+        }
+        self.render_summary(&mut s, &exp);
+        s
+    }
+
+    fn render_rows(
+        &self,
+        s: &mut String,
+        t: KvTransport,
+        hz: &[Hazard],
+        exp: &[(&'static str, Hazard)],
+    ) {
         for (cfg, _) in configurations() {
             let _ = write!(s, "  {cfg:<31}");
-            for h in &hz {
+            for h in hz {
                 let mark = if exp.contains(&(cfg, *h)) { "*" } else { "" };
-                let v = match self.get(cfg, *h) {
+                let v = match self.get_on(t, cfg, *h) {
                     Some(c) if c.leaked == 0 => format!("-{mark}"),
                     Some(c) => format!("{}{mark}", c.leaked),
                     None => "?".into(),
@@ -394,12 +455,15 @@ impl Isolation {
             }
             let _ = writeln!(s);
         }
+    }
+
+    fn render_summary(&self, s: &mut String, exp: &[(&'static str, Hazard)]) {
         let misses = self.misses();
         let _ = writeln!(
             s,
-            "  expected stops: {} of {} held{}",
-            exp.len() - misses.len(),
-            exp.len(),
+            "  expected stops: {} of {} held (on both transports){}",
+            exp.len() * TRANSPORTS.len() - misses.len(),
+            exp.len() * TRANSPORTS.len(),
             if misses.is_empty() {
                 String::new()
             } else {
@@ -432,7 +496,6 @@ impl Isolation {
                 );
             }
         }
-        s
     }
 }
 
@@ -444,6 +507,7 @@ pub fn adds_only(weak: Defenses, strong: Defenses) -> bool {
             d.verify_on_completion,
             d.deferred_release,
             d.page_tags,
+            d.landing_gate,
             d.preflight,
             d.router_cancels_both,
             d.zero_on_free,
@@ -455,10 +519,12 @@ pub fn adds_only(weak: Defenses, strong: Defenses) -> bool {
 /// Run the matrix on `seeds` seeds per cell (`progress` hears each configuration).
 pub fn run(seeds: u64, mut progress: impl FnMut(&str)) -> Result<Isolation> {
     let mut cells = Vec::new();
-    for (cfg, d) in configurations() {
-        progress(cfg);
-        for h in hazards() {
-            cells.push(cell(cfg, d, h, seeds)?);
+    for t in TRANSPORTS {
+        for (cfg, d) in configurations() {
+            progress(cfg);
+            for h in hazards() {
+                cells.push(cell_on(t, cfg, d, h, seeds)?);
+            }
         }
     }
     Ok(Isolation { seeds, cells })

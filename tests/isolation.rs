@@ -14,15 +14,18 @@ fn each_defense_alone_stops_the_hazards_it_exists_to_stop() {
     let none = isolation::no_defenses();
     for (cfg, h) in isolation::expected() {
         let d = isolation::configuration(cfg).unwrap();
-        let alone = isolation::cell(cfg, d, h, 10).unwrap();
-        assert_eq!(
-            alone.leaked,
-            0,
-            "{cfg} let {} leak on {} of 10 seeds: {:?}",
-            h.name(),
-            alone.leaked,
-            alone.invariants
-        );
+        for t in isolation::TRANSPORTS {
+            let alone = isolation::cell_on(t, cfg, d, h, 10).unwrap();
+            assert_eq!(
+                alone.leaked,
+                0,
+                "{cfg} on {} let {} leak on {} of 10 seeds: {:?}",
+                t.name(),
+                h.name(),
+                alone.leaked,
+                alone.invariants
+            );
+        }
         let without = isolation::cell("no defense", none, h, 10).unwrap();
         assert!(
             without.leaked > 0,
@@ -40,14 +43,17 @@ fn a_configuration_that_only_adds_defenses_never_looks_worse() {
     let breaches = m.monotonicity_breaches();
     assert!(breaches.is_empty(), "{}", m.render());
     for h in isolation::hazards() {
-        let all = m.get("all defenses", h).unwrap();
-        if matches!(h, Hazard::Data(_) | Hazard::SlowWriter) {
-            assert!(
-                all.invariants.is_empty(),
-                "{}: {:?}",
-                h.name(),
-                all.invariants
-            );
+        for t in isolation::TRANSPORTS {
+            let all = m.get_on(t, "all defenses", h).unwrap();
+            if matches!(h, Hazard::Data(_) | Hazard::SlowWriter) {
+                assert!(
+                    all.invariants.is_empty(),
+                    "{} on {}: {:?}",
+                    h.name(),
+                    t.name(),
+                    all.invariants
+                );
+            }
         }
     }
     // The comparison can fail: a made-up stronger cell with a new invariant is a breach.
