@@ -17,16 +17,19 @@
 //! Pre-flight (a start-up rule, no runtime hazard) and zero-on-free (it blanks stale
 //! pages, it refuses nothing: a read of zeroed slots is still S3) are not rows.
 //!
-//! The router policy is a dimension: every configuration runs under the careful router
-//! and under `sglang-router` (the real gateway's behaviour: no cancel, retries in new
-//! rooms), where the router's cancel of both halves does not exist and its row is
-//! left out. Each expected stop must hold under both.
+//! Two dimensions more: the router policy (every configuration runs under the careful
+//! router and under `sglang-router`, the real gateway's behaviour: no cancel, retries
+//! in new rooms, where the router's cancel of both halves does not exist and its row is
+//! left out) and the transport (one-sided RDMA, the default, where no landing gate
+//! exists, and two-sided, where the landing gate is a defense of its own). Each expected
+//! stop must hold under both routers on both transports.
 
 use crate::matrix::{load, scenario_for};
 use anyhow::Result;
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::config::{Defenses, RouterPolicy};
 use kvsim_engine::invariant::Invariant;
+use kvsim_engine::world::KvTransport;
 use kvsim_sim::plan::{Plan, Reduction};
 use kvsim_sim::scenario::Scenario;
 use kvsim_sim::{run_plan, Backend};
@@ -148,6 +151,7 @@ pub fn no_defenses() -> Defenses {
         verify_on_completion: false,
         deferred_release: false,
         page_tags: false,
+        landing_gate: false,
         preflight: false,
         router_cancels_both: false,
         zero_on_free: false,
@@ -174,6 +178,8 @@ pub fn configurations() -> Vec<(&'static str, Defenses)> {
             only(|d| d.deferred_release = true),
         ),
         ("page tags alone", only(|d| d.page_tags = true)),
+        // Only on two-sided does it exist; on one-sided this row is "no defense".
+        ("landing gate alone", only(|d| d.landing_gate = true)),
         // Cancelling the other half makes decode let go of its pages at once, which is
         // safe only with deferred release (measured: alone, it leaks under
         // double-free-on-finish and admit-beyond-pool where no defense did not).
@@ -245,9 +251,17 @@ pub fn configurations_under(router: RouterPolicy) -> Vec<(&'static str, Defenses
         .collect()
 }
 
-/// One cell: a configuration against a hazard, under a router policy.
+/// The transports every configuration runs on (default first).
+pub const TRANSPORTS: [KvTransport; 2] = [KvTransport::OneSided, KvTransport::TwoSided];
+
+/// An expected stop that leaked: (configuration, transport, router, hazard, leaking
+/// seeds).
+pub type Miss = (&'static str, KvTransport, RouterPolicy, Hazard, u64);
+
+/// One cell: a configuration against a hazard, on a transport, under a router policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cell {
+    pub transport: KvTransport,
     pub config: &'static str,
     pub router: RouterPolicy,
     pub hazard: Hazard,
@@ -262,13 +276,31 @@ pub struct Cell {
     pub detected: Vec<Invariant>,
 }
 
-/// Run one configuration against one hazard on seeds `0..seeds`, under the careful
-/// router.
+/// Run one configuration against one hazard on seeds `0..seeds`, on the default
+/// (one-sided) transport under the careful router.
 pub fn cell(config: &'static str, d: Defenses, hazard: Hazard, seeds: u64) -> Result<Cell> {
-    cell_under(config, d, RouterPolicy::Careful, hazard, seeds)
+    cell_in(
+        KvTransport::default(),
+        RouterPolicy::Careful,
+        config,
+        d,
+        hazard,
+        seeds,
+    )
 }
 
-/// Run one configuration against one hazard on seeds `0..seeds` under `router`.
+/// [`cell`] on `transport`.
+pub fn cell_on(
+    transport: KvTransport,
+    config: &'static str,
+    d: Defenses,
+    hazard: Hazard,
+    seeds: u64,
+) -> Result<Cell> {
+    cell_in(transport, RouterPolicy::Careful, config, d, hazard, seeds)
+}
+
+/// [`cell`] under `router`.
 pub fn cell_under(
     config: &'static str,
     d: Defenses,
@@ -276,13 +308,27 @@ pub fn cell_under(
     hazard: Hazard,
     seeds: u64,
 ) -> Result<Cell> {
+    cell_in(KvTransport::default(), router, config, d, hazard, seeds)
+}
+
+/// [`cell`] on `transport` under `router`.
+pub fn cell_in(
+    transport: KvTransport,
+    router: RouterPolicy,
+    config: &'static str,
+    d: Defenses,
+    hazard: Hazard,
+    seeds: u64,
+) -> Result<Cell> {
     let (_, mut sc) = hazard.scenario()?;
     sc.engine.defenses = d;
     sc.engine.router = router;
     sc.routers = vec![router];
+    sc.engine.transport = transport;
     // A defense that is off cannot be asked to pass its start-up rule.
     sc.engine.allow_unsafe_pool = sc.engine.allow_unsafe_pool || !d.preflight;
     let mut c = Cell {
+        transport,
         config,
         router,
         hazard,
@@ -322,15 +368,37 @@ pub struct Isolation {
 }
 
 impl Isolation {
-    /// The cell under the careful router.
+    /// The cell on the default (one-sided) transport under the careful router.
     pub fn get(&self, config: &str, hazard: Hazard) -> Option<&Cell> {
-        self.get_under(config, RouterPolicy::Careful, hazard)
+        self.get_in(
+            KvTransport::default(),
+            RouterPolicy::Careful,
+            config,
+            hazard,
+        )
     }
 
+    /// The cell on `t` under the careful router.
+    pub fn get_on(&self, t: KvTransport, config: &str, hazard: Hazard) -> Option<&Cell> {
+        self.get_in(t, RouterPolicy::Careful, config, hazard)
+    }
+
+    /// The cell on the default transport under `router`.
     pub fn get_under(&self, config: &str, router: RouterPolicy, hazard: Hazard) -> Option<&Cell> {
-        self.cells
-            .iter()
-            .find(|c| c.config == config && c.router == router && c.hazard == hazard)
+        self.get_in(KvTransport::default(), router, config, hazard)
+    }
+
+    /// The cell on `t` under `router`.
+    pub fn get_in(
+        &self,
+        t: KvTransport,
+        router: RouterPolicy,
+        config: &str,
+        hazard: Hazard,
+    ) -> Option<&Cell> {
+        self.cells.iter().find(|c| {
+            c.transport == t && c.router == router && c.config == config && c.hazard == hazard
+        })
     }
 
     /// The router policies the matrix ran under.
@@ -341,15 +409,14 @@ impl Isolation {
         r
     }
 
-    /// The expected stops that leaked under some router: (configuration, router,
-    /// hazard, leaking seeds).
-    pub fn misses(&self) -> Vec<(&'static str, RouterPolicy, Hazard, u64)> {
+    /// The expected stops that leaked on some transport under some router.
+    pub fn misses(&self) -> Vec<Miss> {
         let mut out = Vec::new();
-        for r in self.routers() {
-            for (cfg, h) in expected() {
-                if let Some(c) = self.get_under(cfg, r, h) {
-                    if c.leaked > 0 {
-                        out.push((cfg, r, h, c.leaked));
+        for t in TRANSPORTS {
+            for r in self.routers() {
+                for (cfg, h) in expected() {
+                    if let Some(c) = self.get_in(t, r, cfg, h).filter(|c| c.leaked > 0) {
+                        out.push((cfg, t, r, h, c.leaked));
                     }
                 }
             }
@@ -370,14 +437,18 @@ impl Isolation {
         &self,
     ) -> Vec<(&'static str, &'static str, Hazard, Vec<Invariant>)> {
         let mut out = Vec::new();
-        for r in self.routers() {
-            out.extend(self.breaches_under(r));
+        for t in TRANSPORTS {
+            for r in self.routers() {
+                out.extend(self.breaches_in(t, r));
+            }
         }
         out
     }
 
-    fn breaches_under(
+    /// [`Isolation::monotonicity_breaches`] on one transport under one router.
+    fn breaches_in(
         &self,
+        t: KvTransport,
         router: RouterPolicy,
     ) -> Vec<(&'static str, &'static str, Hazard, Vec<Invariant>)> {
         let configs = configurations_under(router);
@@ -393,8 +464,8 @@ impl Isolation {
                         continue;
                     }
                     let (Some(w), Some(s)) = (
-                        self.get_under(weak, router, h),
-                        self.get_under(strong, router, h),
+                        self.get_in(t, router, weak, h),
+                        self.get_in(t, router, strong, h),
                     ) else {
                         continue;
                     };
@@ -445,27 +516,45 @@ impl Isolation {
         }
         let _ = writeln!(s);
         let exp = expected();
-        for r in self.routers() {
-            let _ = writeln!(s, "  router policy {}:", r.name());
-            for (cfg, _) in configurations_under(r) {
-                let _ = write!(s, "  {cfg:<31}");
-                for h in &hz {
-                    let mark = if exp.contains(&(cfg, *h)) { "*" } else { "" };
-                    let v = match self.get_under(cfg, r, *h) {
-                        Some(c) if c.leaked == 0 => format!("-{mark}"),
-                        Some(c) => format!("{}{mark}", c.leaked),
-                        None => "?".into(),
-                    };
-                    let _ = write!(s, " {v:>5}");
-                }
-                let _ = writeln!(s);
+        for t in TRANSPORTS {
+            for r in self.routers() {
+                let _ = writeln!(s, "  {}, router policy {}:", t.name(), r.name());
+                self.render_rows(&mut s, t, r, &hz, &exp);
             }
         }
+        self.render_summary(&mut s, &exp);
+        s
+    }
+
+    fn render_rows(
+        &self,
+        s: &mut String,
+        t: KvTransport,
+        r: RouterPolicy,
+        hz: &[Hazard],
+        exp: &[(&'static str, Hazard)],
+    ) {
+        for (cfg, _) in configurations_under(r) {
+            let _ = write!(s, "  {cfg:<31}");
+            for h in hz {
+                let mark = if exp.contains(&(cfg, *h)) { "*" } else { "" };
+                let v = match self.get_in(t, r, cfg, *h) {
+                    Some(c) if c.leaked == 0 => format!("-{mark}"),
+                    Some(c) => format!("{}{mark}", c.leaked),
+                    None => "?".into(),
+                };
+                let _ = write!(s, " {v:>5}");
+            }
+            let _ = writeln!(s);
+        }
+    }
+
+    fn render_summary(&self, s: &mut String, exp: &[(&'static str, Hazard)]) {
         let misses = self.misses();
-        let all = exp.len() * self.routers().len();
+        let all = exp.len() * TRANSPORTS.len() * self.routers().len();
         let _ = writeln!(
             s,
-            "  expected stops: {} of {} held{}",
+            "  expected stops: {} of {} held (both transports, every router){}",
             all - misses.len(),
             all,
             if misses.is_empty() {
@@ -475,8 +564,13 @@ impl Isolation {
                     "; MISSED: {}",
                     misses
                         .iter()
-                        .map(|(c, r, h, n)| {
-                            format!("{c} vs {} under {} ({n} seeds)", h.name(), r.name())
+                        .map(|(c, t, r, h, n)| {
+                            format!(
+                                "{c} vs {} on {} under {} ({n} seeds)",
+                                h.name(),
+                                t.name(),
+                                r.name()
+                            )
                         })
                         .collect::<Vec<_>>()
                         .join(", ")
@@ -502,7 +596,6 @@ impl Isolation {
                 );
             }
         }
-        s
     }
 }
 
@@ -514,6 +607,7 @@ pub fn adds_only(weak: Defenses, strong: Defenses) -> bool {
             d.verify_on_completion,
             d.deferred_release,
             d.page_tags,
+            d.landing_gate,
             d.preflight,
             d.router_cancels_both,
             d.zero_on_free,
@@ -535,11 +629,13 @@ pub fn run_under(
     mut progress: impl FnMut(&str),
 ) -> Result<Isolation> {
     let mut cells = Vec::new();
-    for &r in routers {
-        for (cfg, d) in configurations_under(r) {
-            progress(&format!("{cfg} ({} router)", r.name()));
-            for h in hazards() {
-                cells.push(cell_under(cfg, d, r, h, seeds)?);
+    for t in TRANSPORTS {
+        for &r in routers {
+            for (cfg, d) in configurations_under(r) {
+                progress(&format!("{cfg} ({}, {} router)", t.name(), r.name()));
+                for h in hazards() {
+                    cells.push(cell_in(t, r, cfg, d, h, seeds)?);
+                }
             }
         }
     }

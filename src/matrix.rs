@@ -186,6 +186,7 @@ pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Resu
         },
         bugs: Some(bugs),
         stop_at_first: !bugs.is_empty(),
+        stop_on_detection: true,
         ..SweepOptions::default()
     };
     let s = run_sweep(&sc, path, &opts)?;
@@ -200,15 +201,17 @@ pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Resu
             stop_at_first: false,
             ..opts.clone()
         };
-        run_sweep(&sc, path, &base)?
-            .failures
+        let b = run_sweep(&sc, path, &base)?;
+        b.failures
             .iter()
+            .chain(&b.detected)
             .flat_map(|f| f.invariants.clone())
             .collect()
     };
     let first = s
         .failures
         .iter()
+        .chain(&s.detected)
         .filter_map(|f| {
             f.invariants
                 .iter()
@@ -334,7 +337,7 @@ fn reported(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<D
     };
     let s = run_sweep(&sc, path, &opts)?;
     let mut inv: Vec<String> = Vec::new();
-    for f in &s.failures {
+    for f in s.failures.iter().chain(&s.detected) {
         for i in &f.invariants {
             if !inv.contains(i) {
                 inv.push(i.clone());
@@ -348,6 +351,7 @@ fn reported(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<D
         scenario: path.to_string(),
         invariants: inv,
         failing_seeds: s.failing_seeds,
+        detected_seeds: s.detected_seeds,
         seeds_run: s.seeds_run,
     })
 }

@@ -63,7 +63,10 @@ pub struct DefenseRow {
     pub bugs: String,
     pub scenario: String,
     pub invariants: Vec<String>,
+    /// Seeds with a violation (the one verdict rule, `kvsim_oracle::fails`).
     pub failing_seeds: u64,
+    /// Seeds with detections and no violation (they pass).
+    pub detected_seeds: u64,
     pub seeds_run: u64,
 }
 
@@ -129,9 +132,9 @@ pub fn markdown(m: &Matrix) -> String {
         let _ = writeln!(s, "Each defense turned off alone, and the page-tag check on and off under each switch: the invariants the harness still reports (simulator sweep, same budget).\n");
         let _ = writeln!(
             s,
-            "| configuration | bugs | scenario | invariants reported | failing seeds |"
+            "| configuration | bugs | scenario | invariants reported | failing seeds (a violation) | seeds with detections only |"
         );
-        let _ = writeln!(s, "|---|---|---|---|---|");
+        let _ = writeln!(s, "|---|---|---|---|---|---|");
         for d in &m.defenses {
             let inv = if d.invariants.is_empty() {
                 "none".to_string()
@@ -140,8 +143,8 @@ pub fn markdown(m: &Matrix) -> String {
             };
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} of {} |",
-                d.config, d.bugs, d.scenario, inv, d.failing_seeds, d.seeds_run
+                "| {} | {} | {} | {} | {} of {} | {} |",
+                d.config, d.bugs, d.scenario, inv, d.failing_seeds, d.seeds_run, d.detected_seeds
             );
         }
     }

@@ -350,20 +350,24 @@ pub fn isolation_matrix() -> Result<Row> {
     let t = Instant::now();
     let m = crate::isolation::run(5, |_| {})?;
     let wall_s = t.elapsed().as_secs_f64();
-    let expected = crate::isolation::expected().len() * m.routers().len();
+    let expected =
+        crate::isolation::expected().len() * crate::isolation::TRANSPORTS.len() * m.routers().len();
     let misses = m.misses().len();
     let breaches = m.monotonicity_breaches().len();
     let data_clean = crate::isolation::hazards()
         .into_iter()
         .filter(|h| matches!(h, crate::isolation::Hazard::Data(_)))
         .all(|h| {
-            m.routers().into_iter().all(|r| {
-                m.get_under("all defenses", r, h)
-                    .is_some_and(|c| c.invariants.is_empty())
+            crate::isolation::TRANSPORTS.iter().all(|t| {
+                m.routers().into_iter().all(|r| {
+                    m.get_in(*t, r, "all defenses", h)
+                        .is_some_and(|c| c.invariants.is_empty())
+                })
             })
         });
     Ok(Row {
-        check: "defense isolation: each defense alone, data faults, both routers".into(),
+        check: "defense isolation: each defense alone, data faults, both transports and routers"
+            .into(),
         expected: "every expected stop holds, none looks worse, defended clean".into(),
         observed: format!(
             "{}/{expected} stops held, {breaches} monotonicity breaches, defended engine {} under data faults; full: kvsim bugs",

@@ -223,3 +223,47 @@ fn a_sweep_ends_with_its_coverage_and_warns_about_what_it_never_reached() {
         "{t}"
     );
 }
+
+/// One verdict rule (`kvsim_oracle::fails`) in every command: a seed fails only on a
+/// violation; detections are counted and shown. On the defended engine `data-faults`
+/// seed 0 has only detections: `run`, `replay`, `sweep`, `merge` and `audit` all exit 0
+/// and say so (before, `sweep` printed `FAIL seed 0: S4 detected` and exited 1 while
+/// `run` exited 0).
+#[test]
+fn a_detection_is_not_a_failure_in_any_command() {
+    const DATA: &str = "scenarios/data-faults.toml";
+    let run = kvsim(&["run", DATA, "--seed", "0"]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    assert!(text(&run).contains("DETECTED"), "{}", text(&run));
+    let (json, trace) = (tmp("det-sweep.json"), tmp("det-trace.jsonl"));
+    let sweep = kvsim(&[
+        "sweep",
+        DATA,
+        "--seeds",
+        "0..3",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let t = text(&sweep);
+    assert_eq!(sweep.status.code(), Some(0), "{t}");
+    assert!(!t.contains("FAIL seed"), "{t}");
+    assert!(t.contains("violations      none"), "{t}");
+    assert!(t.contains("seeds with detections only"), "{t}");
+    let merge = kvsim(&["merge", json.to_str().unwrap()]);
+    assert_eq!(merge.status.code(), Some(0), "{}", text(&merge));
+    assert!(text(&merge).contains("seeds with detections only"));
+    let replay = kvsim(&[
+        "replay",
+        DATA,
+        "--seed",
+        "0",
+        "--brief",
+        "--trace-json",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(replay.status.code(), Some(0), "{}", text(&replay));
+    let audit = kvsim(&["audit", trace.to_str().unwrap()]);
+    assert_eq!(audit.status.code(), Some(0), "{}", text(&audit));
+    assert!(text(&audit).contains("DETECTED"), "{}", text(&audit));
+}

@@ -6,21 +6,31 @@
 
 use kvsim::isolation::{self, Hazard};
 use kvsim_engine::invariant::Invariant;
+use kvsim_engine::world::KvTransport;
 use kvsim_engine::RouterPolicy;
 
-/// Every expected stop holds on 10 seeds under each router policy, and is
+/// Every transport with every router policy.
+fn transports_and_routers() -> Vec<(KvTransport, RouterPolicy)> {
+    isolation::TRANSPORTS
+        .into_iter()
+        .flat_map(|t| RouterPolicy::ALL.map(|r| (t, r)))
+        .collect()
+}
+
+/// Every expected stop holds on 10 seeds on each transport under each router policy, and is
 /// load-bearing: with no defense the same hazard leaks on some of those seeds.
 #[test]
 fn each_defense_alone_stops_the_hazards_it_exists_to_stop() {
     let none = isolation::no_defenses();
     for (cfg, h) in isolation::expected() {
         let d = isolation::configuration(cfg).unwrap();
-        for router in RouterPolicy::ALL {
-            let alone = isolation::cell_under(cfg, d, router, h, 10).unwrap();
+        for (t, router) in transports_and_routers() {
+            let alone = isolation::cell_in(t, router, cfg, d, h, 10).unwrap();
             assert_eq!(
                 alone.leaked,
                 0,
-                "{cfg} let {} leak on {} of 10 seeds under the {} router: {:?}",
+                "{cfg} on {} let {} leak on {} of 10 seeds under the {} router: {:?}",
+                t.name(),
                 h.name(),
                 alone.leaked,
                 router.name(),
@@ -45,13 +55,14 @@ fn a_configuration_that_only_adds_defenses_never_looks_worse() {
     assert!(breaches.is_empty(), "{}", m.render());
     assert_eq!(m.routers(), RouterPolicy::ALL.to_vec());
     for h in isolation::hazards() {
-        for r in RouterPolicy::ALL {
-            let all = m.get_under("all defenses", r, h).unwrap();
+        for (t, r) in transports_and_routers() {
+            let all = m.get_in(t, r, "all defenses", h).unwrap();
             if matches!(h, Hazard::Data(_) | Hazard::SlowWriter) {
                 assert!(
                     all.invariants.is_empty(),
-                    "{} under the {} router: {:?}",
+                    "{} on {} under the {} router: {:?}",
                     h.name(),
+                    t.name(),
                     r.name(),
                     all.invariants
                 );

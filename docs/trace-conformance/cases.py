@@ -10,7 +10,7 @@ def W(room,c=0,writer=1,epoch=0): return {"writer":writer,"epoch":epoch,"room":r
 A=R(1); B=R(2); C=R(3)
 BASEH={"type":"header","schema_version":2,"source":"hand-written","clock":"simulated","page_size":4,"context_len":64,
  "allow_auto_truncate":False,"chunk_pages":4,"max_inflight_chunks":2,
- "defenses":{"admission_check":True,"verify_on_completion":True,"deferred_release":True,"page_tags":True,"preflight":True,"router_cancels_both":True,"zero_on_free":False},
+ "defenses":{"admission_check":True,"verify_on_completion":True,"deferred_release":True,"page_tags":True,"landing_gate":True,"preflight":True,"router_cancels_both":True,"zero_on_free":False},
  "bugs":[],"nodes":[{"id":0,"role":"Router"},{"id":1,"role":"Prefill","pool_pages":16},{"id":2,"role":"Decode","pool_pages":8}],
  "client":3,"canary_tokens":False,"echo_replies":False}
 def hdr(**kw):
@@ -98,7 +98,7 @@ b=base(drop=("rel_d",)); i=[x[1].get('event') for x in b].index('RouterResponse'
 case("l4-stopped-node-near-miss", b, near_miss=["L4.pages"], note="decode quarantined the room's pages and stopped loudly: it may keep them (no L3, no L4)")
 # several files
 b=base()
-case("several-files", b, points=[11], files=True, note="the clean run written as two files (router and prefill; decode), each with its header and its own end, merged by at_ns", near_miss=["S2.land"])
+case("several-files", b, points=[11], files=True, note="the clean run written as two files (router and prefill; decode), each with its header and its own end, merged by at_ns", near_miss=["S2.stray-read"])
 # ---------- S1 ----------
 e=[routed(), reserve(2,A,[D1]), routed(B,req=1), reserve(2,B,[T(1,2)])]
 case("s1-reserve-busy", e, findings=[("VIOLATED","S1",last(e))], clause="S1.reserve-busy")
@@ -123,14 +123,28 @@ case("s1-hold-free-page", e, findings=[("VIOLATED","S1",last(e))], clause="S1.ho
 e=[routed(), reserve(1,A,[P1]), E("PagesHeld",1,pages=[P1])]
 case("s1-hold-near-miss", e, near_miss=["S1.hold"])
 # ---------- S2 ----------
-e=[routed(), reserve(2,A,[D1]), E("PagesExpectWrite",2,room=A,pages=[D1]), release(2,A,[D1]), landed(A,[D1])]
-case("s2-land-after-free", e, findings=[("VIOLATED","S2",last(e))], clause="S2.land", note="the send is not in the trace: the landing is judged alone")
+# A stray landing (a KvLanded into a page its write's room does not own) is no finding
+# by itself: on a one-sided transport nothing could check it. It is judged by its effect.
+stray=[routed(), reserve(2,A,[D1]), E("PagesExpectWrite",2,room=A,pages=[D1]), release(2,A,[D1]), landed(A,[D1])]
+e=stray+[]
+case("s2-stray-unread-near-miss", e, near_miss=["S2.stray-read"], note="A's write landed in its page after decode freed it (the send is not in the trace) and nothing reads the page: no finding (on a one-sided transport no receiver could have checked it)")
 e=[routed(), reserve(2,A,[D1]), E("PagesExpectWrite",2,room=A,pages=[D1]), landed(A,[D1]), release(2,A,[D1])]
-case("s2-land-near-miss", e, near_miss=["S2.land"])
+case("s2-land-near-miss", e, near_miss=["S2.stray-read"], note="a landing in a page its room owns is no stray landing")
 e=[routed(), reserve(2,A,[D1]), E("Quarantined",2,room=A,pages=[D1]), landed(A,[D1])]
-case("s2-land-quarantined-near-miss", e, near_miss=["S2.land"], note="a quarantined page takes its room's writes")
+case("s2-land-quarantined-near-miss", e, near_miss=["S2.stray-read"], note="a quarantined page takes its room's writes")
+reuse=[routed(B,req=1,prompt=4), reserve(2,B,[T(1,2)]), E("PagesExpectWrite",2,room=B,pages=[T(1,2)])]
+e=stray+reuse+[attend(B,0,4,[T(1,2)])]
+case("s2-stray-read", e, findings=[("VIOLATED","S2",last(e)),("VIOLATED","S3",last(e))], clause="S2.stray-read", note="B reads the page that holds A's stray bytes: S2 (the stray landing had its effect) and S3 (slots B never wrote)")
+e=stray+reuse+[written(2,B,[T(1,2)],0,4), attend(B,0,4,[T(1,2)])]
+case("s2-stray-overwritten-near-miss", e, near_miss=["S2.stray-read","S3.attend"], note="B's own KV overwrote the stray bytes before it read them: no finding")
+e=stray+reuse+[E("TagMismatch",2,room=B,step=0,seq_len=4,pages=[T(1,2)],tag=T(1,2),current=1)]
+case("s2-stray-tag", e, findings=[("DETECTED","S2",last(e)),("DETECTED","S3",last(e))], clause="S2.stray-tag", note="the read-time tag check (the stray write stamped its own, stale, tag) refused B's read of the stray bytes: detected by page_tags")
+e=stray+reuse+[written(2,B,[T(1,2)],0,4), E("TagMismatch",2,room=B,step=0,seq_len=4,pages=[T(1,2)],tag=T(1,2),current=1)]
+case("s2-stray-tag-near-miss", e, near_miss=["S2.stray-tag","S3.tag"], note="B's own KV overwrote the stray bytes before the tag check refused its read: no finding")
+e=stray+reuse+[E("TransferRefused",2,room=B,**{"from":1},prompt_len=4,reserved_pages=1,sent_tokens=4,sent_pages=1,fully_written=True,reason="checksum over the reserved prompt differs")]
+case("s2-stray-verify", e, findings=[("DETECTED","S2",last(e)),("DETECTED","S4",last(e))], clause="S2.stray-verify", note="verification refused B's transfer over the page holding the stray bytes: detected by verify_on_completion")
 e=[routed(), reserve(2,A,[D1]), reserve(1,A,[P1]), written(1,A,[P1],0,4), sent(A,[P1],[D1]), release(2,A,[D1]), E("KvRefused",2,write=W(A),tag=D1,reason="owned by None")]
-case("s2-refuse", e, findings=[("DETECTED","S2",last(e))], clause="S2.refuse", note="the tag check refused a write aimed at a page its room lost: detected by page_tags")
+case("s2-refuse", e, findings=[("DETECTED","S2",last(e))], clause="S2.refuse", note="the landing gate (two-sided transports only) refused a write aimed at a page its room lost: detected by landing_gate")
 e=[routed(), reserve(2,A,[D1]), reserve(1,A,[P1]), written(1,A,[P1],0,4), sent(A,[P1],[D1]), landed(A,[D1]), E("PagesReady",2,room=A,pages=[D1]), X("fault",fault="data_fault",**{"from":1},to=2,write=W(A),kind="stale_duplicate",meant=D1,landed=D1), E("KvRefused",2,write=W(A),tag=D1,reason="page is Ready")]
 case("s2-refuse-stale-duplicate-ready", e, near_miss=["S2.refuse"], points=[13], note="a stale duplicate of the room's own write refused at a Ready page its room still owns: no finding")
 e=[routed(), E("KvRefused",2,write=W(A),tag=None,reason="payload and page list differ in length")]
@@ -316,7 +330,7 @@ e=[routed(), reserve(2,A,[D1]), E("RouterResponse",0,req=0,room=A,status=500,tok
 case("l6-quarantined-near-miss", e, header=LH, near_miss=["L6.cleanup"], note="quarantined pages are let go")
 # ---------- misdirect (point 10) ----------
 e=[routed(), routed(B,req=1), reserve(2,A,[D1]), reserve(2,B,[D2]), reserve(1,A,[P1]), written(1,A,[P1],0,4), sent(A,[P1],[D1]), X("fault",fault="data_fault",**{"from":1},to=2,write=W(A),kind="misdirect",meant=D1,landed=D2), landed(A,[D1])]
-case("misdirect-judged-by-address", e, near_miss=["S2.land"], points=[10], note="a misdirected landing is judged by the tag it was addressed to (owned by its room): no finding, though it hit room B's page")
+case("misdirect-judged-by-address", e, near_miss=["S2.stray-read"], points=[10], note="a misdirected landing is judged by the tag it was addressed to (owned by its room): no finding, though it hit room B's page")
 # ---------- unusable ----------
 un=[]
 def unusable(name, lines, line, field, points=(), note=""):

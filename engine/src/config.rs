@@ -22,9 +22,17 @@ pub struct Defenses {
     /// 3. Deferred release: aborted pages stay quarantined until the writer acks that
     ///    its writes drained; prefill keeps source pages until its sends completed.
     pub deferred_release: bool,
-    /// 4. Page tags: KV writes and attention reads carry the (page, generation) pairs
-    ///    the request expects; a mismatch is refused and fails that request.
+    /// 4a. Page tags, checked at read time: every KV write stamps each page it lands in
+    ///    with the tag its writer meant (the tag bytes travel with the write), and
+    ///    decode compares every page's tag with the (room use, generation) it expects
+    ///    before each step; a mismatch fails that request. Real on either transport.
     pub page_tags: bool,
+    /// 4b. The landing gate: the receiver's software checks a KV write's destination
+    ///    tags against its page record before any byte lands, and refuses a write into
+    ///    a page that is stale, another room use's or already `Ready`. It exists only on
+    ///    a two-sided transport ([`crate::world::KvTransport`]); on one-sided RDMA no
+    ///    receiver software sees a write before it lands, so the switch does nothing.
+    pub landing_gate: bool,
     /// 5. Pre-flight: a node refuses to start when its pool cannot hold its context.
     pub preflight: bool,
     /// 6. The router cancels both halves of a pair on any abort or failure.
@@ -40,6 +48,7 @@ impl Default for Defenses {
             verify_on_completion: true,
             deferred_release: true,
             page_tags: true,
+            landing_gate: true,
             preflight: true,
             router_cancels_both: true,
             zero_on_free: false,
@@ -151,6 +160,10 @@ pub struct EngineConfig {
     pub timeouts: Timeouts,
     pub latencies: Latencies,
     pub defenses: Defenses,
+    /// How KV writes reach decode's memory: `one-sided` (RDMA WRITE, the default: the
+    /// deployments the incident ran on) or `two-sided` (a receive a thread copies, as
+    /// kvsim's runtime over TCP). See [`crate::world::KvTransport`].
+    pub transport: crate::world::KvTransport,
     pub bugs: BugSet,
     /// Start even though a pool cannot hold the context (the incident configuration).
     pub allow_unsafe_pool: bool,
@@ -180,6 +193,7 @@ impl Default for EngineConfig {
             timeouts: Timeouts::default(),
             latencies: Latencies::default(),
             defenses: Defenses::default(),
+            transport: crate::world::KvTransport::default(),
             bugs: BugSet::NONE,
             allow_unsafe_pool: false,
             allow_auto_truncate: false,

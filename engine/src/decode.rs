@@ -485,9 +485,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// The receiver applying one chunk write: [`land`] (the gate and the memory write,
     /// the one landing function every driver uses), then [`DecodeNode::landed`]. With
-    /// page tags on, a destination that is not this room use's (stale generation,
-    /// another owner, freed) refuses the whole chunk; without them the write lands
-    /// wherever it points, as RDMA would.
+    /// the landing gate (two-sided only, `world::landing_gated`), a destination that is
+    /// not this room use's (stale generation, another owner, freed, `Ready`) refuses the
+    /// whole chunk; on one-sided RDMA the write lands wherever it points.
     fn on_kv_write<E: Env<G::Kv>>(
         &mut self,
         from: NodeId,
@@ -499,7 +499,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let landing = land(
             &self.pool,
             &mut self.gpu,
-            self.cfg.defenses.page_tags,
+            crate::world::landing_gated(&self.cfg),
             id.room,
             &dst,
             &kv,

@@ -19,6 +19,7 @@
 use crate::bugs::Bug;
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
+use crate::gpu::KvPayload;
 use crate::gpu::{ids, write_traced, Gpu};
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
@@ -637,6 +638,7 @@ impl<G: Gpu> PrefillNode<G> {
     fn pump<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
         let chunk_pages = self.cfg.chunk_pages as usize;
         let max_in_flight = self.cfg.max_inflight_chunks;
+        let ps = u64::from(self.cfg.page_size).max(1);
         let hold = !self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain)
             && self.cfg.defenses.deferred_release;
         let epoch = self.pool.epoch();
@@ -671,7 +673,18 @@ impl<G: Gpu> PrefillNode<G> {
                     env.trace(c.into_event(self.id, None));
                 }
             }
-            let kv = src.iter().map(|t| self.gpu.read_page(t.page)).collect();
+            let mut kv: Vec<G::Kv> = src.iter().map(|t| self.gpu.read_page(t.page)).collect();
+            // The prompt's last page, when partial, is sent as the slots it holds: a
+            // one-sided write places the bytes it carries, so decode's generated KV in
+            // the rest of that page is out of reach of this write and of any late copy
+            // of it (docs/ARCHITECTURE.md, "Two transports").
+            let tail = (req.prompt.len() as u64 % ps) as usize;
+            let last = pages.len().checked_sub(1);
+            if tail != 0 && last.is_some_and(|l| (*next_page..end).contains(&l)) {
+                if let Some(k) = last.and_then(|l| kv.get_mut(l - *next_page)) {
+                    k.keep_slots(tail);
+                }
+            }
             let out = self.outstanding.entry(room).or_insert_with(|| Outstanding {
                 to: decode,
                 ..Outstanding::default()

@@ -32,6 +32,50 @@ use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 
+/// How a KV write reaches the receiver's memory. The two transports the deployments
+/// use, stated once (docs/ARCHITECTURE.md, "Two transports").
+#[derive(
+    Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvTransport {
+    /// RDMA WRITE (Mooncake, NIXL): the writer's NIC places the byte range at the
+    /// address it names inside the receiver's registered memory; no receiver software
+    /// runs before the bytes land, so nothing there can refuse them. The completion
+    /// goes to the writer only; the receiver learns that a transfer finished from a
+    /// separate notification (`KvDone`), a control message like any other (lost, late,
+    /// duplicated, reordered with respect to the writes). The page tag travels with the
+    /// write's bytes, so a write that lands where it should not carries the tag its
+    /// writer meant, and only the read-time check can notice it.
+    #[default]
+    OneSided,
+    /// A receive that the receiver's thread copies into place (kvsim's runtime over
+    /// TCP): the receiver's software sees each write before it lands and can refuse it
+    /// (the landing gate, `Defenses::landing_gate`).
+    TwoSided,
+}
+
+impl KvTransport {
+    /// Does receiver software see a KV write before its bytes land?
+    pub fn receiver_sees_writes(self) -> bool {
+        matches!(self, KvTransport::TwoSided)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvTransport::OneSided => "one-sided",
+            KvTransport::TwoSided => "two-sided",
+        }
+    }
+}
+
+/// Is a KV write checked against the receiver's page record before it lands? Only on
+/// a two-sided transport, and only with the landing gate on. The one statement of it,
+/// for every driver.
+pub fn landing_gated(cfg: &EngineConfig) -> bool {
+    cfg.transport.receiver_sees_writes() && cfg.defenses.landing_gate
+}
+
 /// The router, in every topology.
 pub const ROUTER: NodeId = NodeId(0);
 

@@ -229,7 +229,7 @@ fn refused_write(h: &mut H, room: RoomKey, msg: Msg<kvsim_engine::gpu::SymbolicP
 
 #[test]
 fn a_write_with_a_stale_tag_is_refused_whole() {
-    let mut h = harness();
+    let mut h = two_sided();
     let room = sending(&mut h);
     let stale = vec![
         PageTag {
@@ -247,7 +247,7 @@ fn a_write_with_a_stale_tag_is_refused_whole() {
 
 #[test]
 fn a_write_into_another_rooms_page_is_refused() {
-    let mut h = harness();
+    let mut h = two_sided();
     let room = sending(&mut h);
     // A second room owns pages 5 and 6 (generation 1) on decode.
     handled(h.submit(2, prompt(4), 1).unwrap());
@@ -271,6 +271,36 @@ fn a_write_into_another_rooms_page_is_refused() {
     ));
     assert!(h.decode(D).unwrap().gpu().page_tag(PageId(5)).is_none());
     assert_eq!(h.decode_phase(D, room), Some(transferring(3)));
+}
+
+/// The landing gate exists only where the receiver's software sees a write before it
+/// lands: on two-sided (these refusal tests), not on one-sided RDMA.
+fn two_sided() -> H {
+    let mut c = cfg();
+    c.transport = kvsim_engine::world::KvTransport::TwoSided;
+    Harness::new(c).unwrap()
+}
+
+/// On one-sided (the default) the same write lands where it points, unchecked, and
+/// stamps the tag its writer meant: the other room's page now carries the writer's
+/// room use, which that room's read-time tag check refuses.
+#[test]
+fn a_one_sided_write_into_another_rooms_page_lands_with_its_writers_tag() {
+    let mut h = harness();
+    let room = sending(&mut h);
+    handled(h.submit(2, prompt(4), 1).unwrap());
+    handled(h.deliver_kind("DecodeStart", D).unwrap());
+    let theirs = vec![PageTag {
+        page: PageId(5),
+        gen: Generation(1),
+    }];
+    let msg = forged_write(&h, theirs, 1);
+    let m = h.mark();
+    handled(h.inject(P, D, msg).unwrap());
+    assert_eq!(h.event_names_since(m), vec!["KvLanded"]);
+    let tag = h.decode(D).unwrap().gpu().page_tag(PageId(5)).unwrap();
+    assert_eq!(tag.room, room, "the write stamps its own room use");
+    assert_eq!(h.decode(D).unwrap().counters().writes_refused, 0);
 }
 
 #[test]

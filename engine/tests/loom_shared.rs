@@ -465,6 +465,7 @@ impl KvPayload for LoomPage {
     fn tear(&mut self) {
         unreachable!("the loom models inject no data fault")
     }
+    fn keep_slots(&mut self, _: usize) {}
 }
 
 impl Gpu for LoomGpu {

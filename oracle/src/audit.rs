@@ -86,9 +86,9 @@ pub struct AuditReport {
 }
 
 impl AuditReport {
-    /// Any invariant violated (detections do not count).
+    /// Any invariant violated (detections do not count: [`crate::fails`]).
     pub fn violated(&self) -> bool {
-        self.findings.iter().any(Finding::violated)
+        crate::fails(&self.findings)
     }
 }
 

@@ -18,6 +18,6 @@ pub mod schema;
 pub mod shared;
 pub mod state;
 
-pub use oracle::{Finding, Leak, Oracle};
+pub use oracle::{fails, Finding, Leak, Oracle};
 pub use schema::{Entry, Line, Record, RunHeader, SCHEMA_VERSION};
 pub use state::{Draft, OracleState};

@@ -58,6 +58,14 @@ impl Finding {
     }
 }
 
+/// The one verdict rule of every command (`kvsim run`, `sweep`, `replay`, `merge`,
+/// `audit`, the suite's rows, the bug matrix): a run fails only on a violation (it
+/// happened). A detection (a defense stopped the hazard, nothing leaked) is counted and
+/// shown, never a failure.
+pub fn fails(findings: &[Finding]) -> bool {
+    findings.iter().any(Finding::violated)
+}
+
 /// A leaked token found in a reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Leak {
@@ -133,8 +141,17 @@ impl Oracle {
         self.check_cleanup(e, &mut drafts);
         self.track_duplicates(&e.rec);
         self.state.observe(&self.header, &e.rec, &mut drafts);
-        if let (Some(bound), Record::Engine(TraceEvent::RouterResponse { room: Some(r), .. })) =
-            (self.header.cleanup_bound_ns, &e.rec)
+        // L6's clock starts when the router has moved on from a room use: it answered
+        // the request, or it let go of the room use without an answer (an abandoned
+        // attempt: `RoomCleared`). Either way every half it started must end within the
+        // bound.
+        if let (
+            Some(bound),
+            Record::Engine(
+                TraceEvent::RouterResponse { room: Some(r), .. }
+                | TraceEvent::RoomCleared { room: r, .. },
+            ),
+        ) = (self.header.cleanup_bound_ns, &e.rec)
         {
             self.cleanup.insert((e.at_ns.saturating_add(bound), *r));
         }

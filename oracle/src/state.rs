@@ -66,6 +66,23 @@ impl Provenance {
         }
     }
 
+    /// The provenance after a KV write of provenance `landed` lands over this page: a
+    /// write places only the slots it carries, so a landing of the same writer over
+    /// slots that writer already holds (a late copy of its own write) keeps the rest
+    /// of its range; any other landing takes the page's provenance.
+    pub fn after_landing(self, landed: Provenance) -> Provenance {
+        let overlaps = landed.lo <= self.hi && self.lo <= landed.hi;
+        if landed.writer.is_some() && landed.writer == self.writer && overlaps {
+            Provenance {
+                writer: self.writer,
+                lo: self.lo.min(landed.lo),
+                hi: self.hi.max(landed.hi),
+            }
+        } else {
+            landed
+        }
+    }
+
     /// Did `writer` write slots `0..need`?
     pub fn covers(&self, writer: RoomKey, need: u32) -> bool {
         self.writer == Some(writer) && self.lo == 0 && self.hi >= need
@@ -80,6 +97,12 @@ pub struct PageFact {
     pub owner: Option<RoomKey>,
     pub holders: u16,
     pub prov: Provenance,
+    /// The page holds bytes of a KV write that landed unchecked (no landing gate: a
+    /// one-sided transport, or the gate off) when the page was not its room use's (a
+    /// stray landing). S2 is then judged by its effect: violated when a read accepts
+    /// those bytes, detected when the read-time tag check or verification refuses
+    /// them; cleared without a finding when they are overwritten or zeroed unread.
+    pub stray: bool,
 }
 
 /// Written by hand: the model checker hashes these on every transition, so each page
@@ -92,7 +115,7 @@ impl std::hash::Hash for PageFact {
         let (writer_room, writer_gen) = room(self.prov.writer);
         h.write_u64(self.state as u64 | u64::from(self.holders) << 8 | owner_room << 24);
         h.write_u64(self.gen.0 ^ owner_gen.rotate_left(32));
-        h.write_u64(writer_room | u64::from(self.prov.lo) << 40);
+        h.write_u64(writer_room | u64::from(self.stray) << 32 | u64::from(self.prov.lo) << 40);
         h.write_u64(writer_gen ^ u64::from(self.prov.hi).rotate_left(48));
     }
 }
@@ -120,6 +143,7 @@ impl NodeBook {
             owner: None,
             holders: 0,
             prov: Provenance::default(),
+            stray: false,
         };
         NodeBook {
             role,
@@ -610,6 +634,53 @@ impl OracleState {
         });
     }
 
+    /// S2 judged by its effect: `room` on `node` reads (`detected_by` `None`), or a
+    /// defense refuses (the read-time tag check, verification), `pages`, and one of them
+    /// holds stray bytes (a write that landed unchecked when the page was not its
+    /// room's, `PageFact::stray`). A read that accepts them is the violation; a refusal
+    /// is the detection. Either way the bytes have had their one effect: the flag clears.
+    fn stray_effect(
+        &mut self,
+        node: NodeId,
+        room: RoomKey,
+        pages: &[PageTag],
+        detected_by: Option<&'static str>,
+        out: &mut Drafts,
+    ) {
+        let Some(mut b) = self.book_mut(node) else {
+            return;
+        };
+        let mut hit = None;
+        for t in pages {
+            if let Some(p) = b.page_mut(t.page) {
+                if p.stray && p.prov.writer != Some(room) {
+                    hit.get_or_insert((*t, p.prov.writer));
+                }
+                p.stray = false;
+            }
+        }
+        drop(b);
+        let Some((t, writer)) = hit else {
+            return;
+        };
+        let whose = writer.map_or("an unknown room use".to_string(), |w| self.describe(w));
+        let what = match detected_by {
+            None => format!("decode {node} read it for {}", self.describe(room)),
+            Some(d) => format!(
+                "{d} refused it for {} before any of it was read",
+                self.describe(room)
+            ),
+        };
+        out.push(Draft {
+            detected_by,
+            related: writer.into_iter().collect(),
+            pages: vec![(node, t.page)],
+            ..draft(Invariant::S2, Some(room), format!(
+                "a KV write of {whose} landed unchecked in decode {node} page {t} after the page left that room (no landing gate), and {what}"
+            ))
+        });
+    }
+
     /// S2 on a write's destination: the first page that no longer belongs to its room.
     fn write_target_breach(
         &self,
@@ -1003,6 +1074,7 @@ impl OracleState {
                         };
                         if let Some(p) = b.page_mut(t.page) {
                             p.prov = p.prov.after_write(*room, (pos % ps) as u32);
+                            p.stray &= p.prov.writer != Some(*room);
                         }
                     }
                 }
@@ -1012,6 +1084,7 @@ impl OracleState {
                     for &pg in pages {
                         if let Some(p) = b.page_mut(pg) {
                             p.prov = Provenance::default();
+                            p.stray = false;
                         }
                     }
                 }
@@ -1078,20 +1151,14 @@ impl OracleState {
             KvLanded { node, write, dst } => {
                 let room = write.room;
                 let facts = self.take_write(*write);
-                if let Some((t, now)) = self.write_target_breach(*node, room, dst) {
-                    let holder = self
-                        .book(*node)
-                        .and_then(|b| b.page(t.page))
-                        .and_then(|p| p.owner);
-                    out.push(Draft {
-                        related: holder.filter(|o| *o != room).into_iter().collect(),
-                        pages: vec![(*node, t.page)],
-                        ..draft(Invariant::S2, Some(room), format!(
-                            "the KV write {write} for {} landed in decode {node} page {t} after the page left the room (it is {now})",
-                            self.describe(room)
-                        ))
-                    });
-                }
+                // Pages the write reached although they are not its room use's: nothing
+                // checked it before it landed (a one-sided transport, or no landing
+                // gate). Judged by its effect (`PageFact::stray`).
+                let strays: Vec<PageTag> = dst
+                    .iter()
+                    .filter(|t| self.write_target_breach(*node, room, &[**t]).is_some())
+                    .copied()
+                    .collect();
                 let ps = h.page_size;
                 if let Some(mut b) = self.book_mut(*node) {
                     for (i, t) in dst.iter().enumerate() {
@@ -1108,7 +1175,9 @@ impl OracleState {
                                 },
                             );
                         if let Some(p) = b.page_mut(t.page) {
-                            p.prov = prov;
+                            p.prov = p.prov.after_landing(prov);
+                            p.stray =
+                                strays.contains(t) || (p.stray && p.prov.writer != Some(room));
                         }
                     }
                 }
@@ -1119,7 +1188,7 @@ impl OracleState {
                 let dst = facts.map(|f| f.dst).unwrap_or_default();
                 if let Some((t, now)) = self.write_target_breach(*node, room, &dst) {
                     out.push(Draft {
-                        detected_by: Some("page_tags"),
+                        detected_by: Some("landing_gate"),
                         pages: vec![(*node, t.page)],
                         ..draft(Invariant::S2, Some(room), format!(
                             "decode {node}'s landing-time tag check refused the KV write {write} for {} aimed at page {t} (it is {now}): nothing landed",
@@ -1198,6 +1267,18 @@ impl OracleState {
                     *fully_written,
                 )
                 .unwrap_or_else(|| reason.clone());
+                let mine: Vec<PageTag> = self.book(*node).map_or(Vec::new(), |b| {
+                    b.pages
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, p)| p.owner == Some(*room))
+                        .map(|(i, p)| PageTag {
+                            page: PageId(i as u32),
+                            gen: p.gen,
+                        })
+                        .collect()
+                });
+                self.stray_effect(*node, *room, &mine, Some("verify_on_completion"), out);
                 out.push(Draft {
                     detected_by: Some("verify_on_completion"),
                     ..draft(Invariant::S4, Some(*room), format!(
@@ -1215,14 +1296,20 @@ impl OracleState {
                 seq_len,
                 pages,
                 ..
-            } => self.s3(h, *node, *room, *seq_len, pages, None, out),
+            } => {
+                self.stray_effect(*node, *room, pages, None, out);
+                self.s3(h, *node, *room, *seq_len, pages, None, out)
+            }
             TagMismatch {
                 node,
                 room,
                 seq_len,
                 pages,
                 ..
-            } => self.s3(h, *node, *room, *seq_len, pages, Some("page_tags"), out),
+            } => {
+                self.stray_effect(*node, *room, pages, Some("page_tags"), out);
+                self.s3(h, *node, *room, *seq_len, pages, Some("page_tags"), out)
+            }
             AbortNoted { room, side, .. } => {
                 if *side == Side::Prefill {
                     self.flag(*room, flag::PREFILL_ABORTED);

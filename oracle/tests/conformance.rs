@@ -175,12 +175,14 @@ fn every_clause_has_a_trace_that_flags_it_alone_and_a_near_miss() {
         .filter(|c| !flagged.contains(c.as_str()))
         .collect();
     assert!(lacking.is_empty(), "clauses no trace flags: {lacking:?}");
-    // L1.bound and L3.quarantine have near misses of their own; every other clause too.
+    // Every clause has a clean near miss, but three that cannot: L1.bound is the end
+    // itself, and S4.refused and S2.stray-verify are judged on a TransferRefused, which
+    // is always S4 detected (S7.peer's near miss is every clean run).
     let no_near: Vec<&String> = clauses
         .iter()
         .filter(|c| {
             !missed.contains(c.as_str())
-                && !["L1.bound", "S4.refused", "S7.peer"].contains(&c.as_str())
+                && !["L1.bound", "S4.refused", "S2.stray-verify", "S7.peer"].contains(&c.as_str())
         })
         .collect();
     assert!(no_near.is_empty(), "clauses with no near miss: {no_near:?}");

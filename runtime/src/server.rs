@@ -357,7 +357,10 @@ where
                     let gpu = SharedGpu::new(make_gpu(pages, cfg.page_size));
                     let (ttx, trx) = channel();
                     let (p, g, to_loop) = (pool.clone(), gpu.clone(), tx.clone());
-                    let (epoch, tags) = (plan.epoch, cfg.defenses.page_tags);
+                    // The runtime's KV writes ride TCP, a two-sided transport: the
+                    // transfer thread copies each one, so the landing gate exists here
+                    // whatever the scenario's `transport` says.
+                    let (epoch, tags) = (plan.epoch, cfg.defenses.landing_gate);
                     thread::Builder::new()
                         .name(format!("{id}-transfer"))
                         .spawn(move || transfer_thread(epoch, trx, p, g, tags, to_loop))?;

@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 
 /// The engine paths a sweep reports: the events of the defensive and error paths
 /// (the happy path's events happen in every run that serves a request).
-pub const PATHS: [&str; 15] = [
+pub const PATHS: [&str; 16] = [
     "Rejected",
     "Truncated",
     "RejectedLegacy",
@@ -33,6 +33,8 @@ pub const PATHS: [&str; 15] = [
     "DrainAcked",
     "PeerRefused",
     "Fault",
+    // The `sglang-router` policy retried an attempt in a new room.
+    "RouterRetried",
 ];
 
 /// The index of `ev` in [`PATHS`], or `None` for an event of the happy path.
@@ -54,6 +56,7 @@ pub fn path_index(ev: &TraceEvent) -> Option<usize> {
         DrainAcked { .. } => 12,
         PeerRefused { .. } => 13,
         Fault { .. } => 14,
+        RouterRetried { .. } => 15,
         _ => return None,
     })
 }

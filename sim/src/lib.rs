@@ -70,7 +70,7 @@ pub struct RunOutcome {
 impl RunOutcome {
     /// No invariant violated (a defense that fired is a detection, not a violation).
     pub fn clean(&self) -> bool {
-        !self.findings.iter().any(Finding::violated)
+        !kvsim_oracle::fails(&self.findings)
     }
     /// The invariants violated, in order of first violation.
     pub fn broken(&self) -> Vec<Invariant> {

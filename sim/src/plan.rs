@@ -138,6 +138,50 @@ pub struct NetParams {
     pub stale_duplicate_write_permille: u32,
 }
 
+/// The bound within which, after the router answered a request, every half it started
+/// has answered and let the room's pages go (freed or quarantined), derived from the
+/// run's timeouts and network (docs/DETECTION.md, "Bounded cleanup (L6)"):
+/// - a control message's longest trip `m` = latency + reorder jitter + the longest
+///   injected delay; a KV write's `w` = latency + jitter + the longest slow or late
+///   write + the slow writer's lateness;
+/// - a start message may still reach a half up to `m` after the answer, and the abort
+///   may be lost: a half that hears nothing more ends on its own timer, at the latest
+///   the longest of `bootstrap`, `waiting` and the router's `request` timer (which asks
+///   the open halves to abort again), then finishes the compute it started (one
+///   forward, at most `max_new_tokens_limit` decode steps);
+/// - prefill keeps its source pages until its last write completes (`w`, then `m` for
+///   the completion's trip).
+///
+/// So `2m + max(bootstrap, waiting, request) + forward + steps + w`. Quarantine counts
+/// as let go: a drain ack may take longer (defense 3 waits for it, and a node that
+/// never gets one stops loudly).
+pub fn derived_cleanup_bound_ns(
+    engine: &kvsim_engine::config::EngineConfig,
+    net: &NetParams,
+    slow_writer_ns: u64,
+) -> u64 {
+    let t = &engine.timeouts;
+    let l = &engine.latencies;
+    let m = net
+        .latency_ns
+        .saturating_add(net.jitter_ns)
+        .saturating_add(net.delay_max_ns);
+    let w = net
+        .latency_ns
+        .saturating_add(net.jitter_ns)
+        .saturating_add(net.slow_write_max_ns.max(net.late_write_max_ns))
+        .saturating_add(slow_writer_ns);
+    let timer = t.bootstrap_ns.max(t.waiting_ns).max(t.request_ns);
+    let steps = l
+        .decode_step_ns
+        .saturating_mul(u64::from(engine.max_new_tokens_limit));
+    m.saturating_mul(2)
+        .saturating_add(timer)
+        .saturating_add(l.prefill_forward_ns)
+        .saturating_add(steps)
+        .saturating_add(w)
+}
+
 /// A window in which a prefill and a decode node cannot reach each other.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Partition {
@@ -264,7 +308,9 @@ pub struct Plan {
     pub heal_at_ns: Option<u64>,
     /// Everything must have drained by this instant.
     pub deadline_ns: u64,
-    /// The bounded-cleanup bound (L6), when the scenario states one.
+    /// The bounded-cleanup bound (L6): the scenario's `run.cleanup_bound_ms`, or,
+    /// when it states none, [`derived_cleanup_bound_ns`] of the seed's timeouts and
+    /// network. Always set: L6 is judged in every run.
     pub cleanup_bound_ns: Option<u64>,
     pub max_events: u64,
     /// The fault kinds that are on, with their level (per mille of the scenario's
@@ -678,6 +724,11 @@ impl Plan {
             max_time_ns
         };
         engine.validate()?;
+        let cleanup_bound_ns = if sc.run.cleanup_bound_ms > 0 {
+            sc.run.cleanup_bound_ms.saturating_mul(1_000_000)
+        } else {
+            derived_cleanup_bound_ns(&engine, &net, slow_writer.map_or(0, |(_, d)| d))
+        };
         Ok(Plan {
             scenario: sc.name.clone(),
             seed,
@@ -691,8 +742,7 @@ impl Plan {
             requests,
             heal_at_ns: any_fault.then_some(heal_at),
             deadline_ns,
-            cleanup_bound_ns: (sc.run.cleanup_bound_ms > 0)
-                .then(|| sc.run.cleanup_bound_ms.saturating_mul(1_000_000)),
+            cleanup_bound_ns: Some(cleanup_bound_ns),
             max_events: sc.run.max_events,
             levels,
             swarm: sc.swarm.is_some(),

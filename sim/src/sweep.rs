@@ -152,6 +152,10 @@ pub struct SweepOptions {
     pub keep_failures: usize,
     /// Stop after the first failing seed (in seed order among those run).
     pub stop_at_first: bool,
+    /// With `stop_at_first`, a seed with a detection and no violation stops the sweep
+    /// too (the bug matrix: a switch counts as caught when a defense had to stop its
+    /// hazard). It changes only where the sweep stops, never which seed fails.
+    pub stop_on_detection: bool,
     /// Also export each seed's trace and audit it (`kvsim audit`'s oracle, fed only
     /// the JSON lines); a seed whose audit verdict differs from the in-process one is
     /// reported.
@@ -173,6 +177,7 @@ impl Default for SweepOptions {
             check_determinism: false,
             keep_failures: 20,
             stop_at_first: false,
+            stop_on_detection: false,
             audit: false,
             time_budget: None,
             interrupt: None,
@@ -180,12 +185,14 @@ impl Default for SweepOptions {
     }
 }
 
-/// One failing seed.
+/// One seed with a finding: a failing seed (a violation), or, in
+/// [`SweepSummary::detected`], a seed whose every finding a defense stopped.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Failure {
     pub seed: u64,
-    /// The first invariant found: `S3` when violated, `S3 detected` when a defense
-    /// stopped the hazard (nothing leaked).
+    /// The first violation (`S3`) of a failing seed; for a seed with detections only,
+    /// the first detection (`S3 detected`: a defense stopped the hazard, nothing
+    /// leaked).
     pub invariant: String,
     pub detail: String,
     pub at_ns: u64,
@@ -217,11 +224,22 @@ pub struct SweepSummary {
     pub wall_s: f64,
     /// Worker threads (the largest over merged shards).
     pub jobs: usize,
+    /// Seeds with a violation ([`kvsim_oracle::fails`]): only these fail.
     pub failing_seeds: u64,
     /// Seeds whose first violation is each invariant.
     pub violations: BTreeMap<String, u64>,
     /// The earliest failing seeds.
     pub failures: Vec<Failure>,
+    /// Seeds with a detection and no violation (they pass: a defense stopped every
+    /// hazard they met).
+    #[serde(default)]
+    pub detected_seeds: u64,
+    /// Seeds (failing or not) in which a defense detected each invariant.
+    #[serde(default)]
+    pub detections: BTreeMap<String, u64>,
+    /// The earliest seeds with a detection and no violation.
+    #[serde(default)]
+    pub detected: Vec<Failure>,
     /// Seeds whose two runs differed (with `--check-determinism`).
     pub nondeterministic: Vec<u64>,
     /// Seeds whose exported trace, audited alone, got another verdict than the run
@@ -355,6 +373,7 @@ impl SweepSummary {
                 let _ = writeln!(s, "      {}", f.replay);
             }
         }
+        self.render_detections(&mut s);
         if !self.nondeterministic.is_empty() {
             let _ = writeln!(
                 s,
@@ -390,6 +409,36 @@ impl SweepSummary {
         s
     }
 
+    /// The detections line: how many seeds a defense had to act in (they pass), by
+    /// invariant, and the first of them.
+    fn render_detections(&self, s: &mut String) {
+        if self.detections.is_empty() {
+            let _ = writeln!(s, "  detections      none");
+            return;
+        }
+        let by: Vec<String> = self
+            .detections
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  detections      {} seeds with detections only (a defense stopped every hazard, nothing leaked: they pass); seeds detecting each invariant: {}",
+            self.detected_seeds,
+            by.join(", ")
+        );
+        if let Some(f) = self.detected.first() {
+            let _ = writeln!(
+                s,
+                "    first: seed {}: {} ({}) {}",
+                f.seed,
+                f.invariant,
+                f.invariants.join(","),
+                f.detail
+            );
+        }
+    }
+
     /// Add up shard summaries of the same sweep (same scenario, bugs and seed range).
     pub fn merge(parts: &[SweepSummary]) -> Result<SweepSummary, UsageError> {
         let Some(first) = parts.first() else {
@@ -406,6 +455,9 @@ impl SweepSummary {
             failing_seeds: 0,
             violations: BTreeMap::new(),
             failures: Vec::new(),
+            detected_seeds: 0,
+            detections: BTreeMap::new(),
+            detected: Vec::new(),
             nondeterministic: Vec::new(),
             audit_mismatches: Vec::new(),
             audited: 0,
@@ -471,6 +523,12 @@ impl SweepSummary {
                 *e = e.saturating_add(*v);
             }
             out.failures.extend(p.failures.iter().cloned());
+            out.detected_seeds = out.detected_seeds.saturating_add(p.detected_seeds);
+            for (k, v) in &p.detections {
+                let e = out.detections.entry(k.clone()).or_insert(0);
+                *e = e.saturating_add(*v);
+            }
+            out.detected.extend(p.detected.iter().cloned());
             out.nondeterministic
                 .extend(p.nondeterministic.iter().copied());
             out.audit_mismatches
@@ -489,6 +547,9 @@ impl SweepSummary {
         out.failures.sort_by_key(|f| f.seed);
         out.failures.dedup_by_key(|f| f.seed);
         out.failures.truncate(first.failures.len().max(20));
+        out.detected.sort_by_key(|f| f.seed);
+        out.detected.dedup_by_key(|f| f.seed);
+        out.detected.truncate(first.detected.len().max(20));
         out.nondeterministic.sort();
         Ok(out)
     }
@@ -499,7 +560,11 @@ struct SeedResult {
     seed: u64,
     events: u64,
     sim_ns: u64,
-    failure: Option<Failure>,
+    /// The seed's findings, when it has any; `failed` by [`kvsim_oracle::fails`].
+    finding: Option<Failure>,
+    failed: bool,
+    /// The invariants a defense detected in it.
+    detected: Vec<String>,
     nondeterministic: bool,
     /// `Some(agreed)` when audited.
     audit: Option<bool>,
@@ -517,7 +582,8 @@ pub fn finding_name(f: &kvsim_oracle::Finding) -> String {
     }
 }
 
-/// A seed fails on its first finding: a violation, or a hazard a defense had to stop.
+/// The record of a seed with findings: its first violation, or its first detection
+/// when it has none. Whether the seed fails is [`kvsim_oracle::fails`]'s rule alone.
 fn failure_of(out: &RunOutcome, path: &str) -> Option<Failure> {
     let f = out.first().or_else(|| out.first_finding())?;
     let mut invariants: Vec<String> = Vec::new();
@@ -607,6 +673,9 @@ pub fn run_sweep_streaming(
         failing_seeds: 0,
         violations: BTreeMap::new(),
         failures: Vec::new(),
+        detected_seeds: 0,
+        detections: BTreeMap::new(),
+        detected: Vec::new(),
         nondeterministic: Vec::new(),
         audit_mismatches: Vec::new(),
         audited: 0,
@@ -651,8 +720,10 @@ pub fn run_sweep_streaming(
             let again = run_plan(&plan, Backend::Symbolic, false);
             again.trace_hash != out.trace_hash || again.findings != out.findings
         };
-        let failure = failure_of(&out, path);
-        if failure.is_some() {
+        let finding = failure_of(&out, path);
+        let failed = kvsim_oracle::fails(&out.findings);
+        let detected: Vec<String> = out.detected().iter().map(|i| i.to_string()).collect();
+        if failed || (opts.stop_on_detection && finding.is_some()) {
             stop.fetch_min(seed, Ordering::Relaxed);
             bar.set_message(format!(
                 "(first failure: seed {})",
@@ -664,7 +735,9 @@ pub fn run_sweep_streaming(
             seed,
             events: out.events,
             sim_ns: out.sim_ns,
-            failure,
+            finding,
+            failed,
+            detected,
             nondeterministic,
             audit,
             levels: plan.levels.clone(),
@@ -704,7 +777,10 @@ pub fn run_sweep_streaming(
             return Err(e);
         }
         results.sort_by_key(|r| r.seed);
-        let first_failure = results.iter().find(|r| r.failure.is_some()).map(|r| r.seed);
+        let first_failure = results
+            .iter()
+            .find(|r| r.failed || (opts.stop_on_detection && r.finding.is_some()))
+            .map(|r| r.seed);
         if opts.stop_at_first {
             if let Some(f) = first_failure {
                 results.retain(|r| r.seed <= f);
@@ -735,16 +811,28 @@ pub fn run_sweep_streaming(
                     s.audit_mismatches.push(r.seed);
                 }
             }
-            if let Some(f) = r.failure {
-                s.failing_seeds += 1;
-                *s.violations.entry(f.invariant.clone()).or_insert(0) += 1;
-                if printed < opts.keep_failures {
-                    on_failure(&f);
-                    printed += 1;
+            for d in &r.detected {
+                *s.detections.entry(d.clone()).or_insert(0) += 1;
+            }
+            match r.finding {
+                Some(f) if r.failed => {
+                    s.failing_seeds += 1;
+                    *s.violations.entry(f.invariant.clone()).or_insert(0) += 1;
+                    if printed < opts.keep_failures {
+                        on_failure(&f);
+                        printed += 1;
+                    }
+                    if s.failures.len() < opts.keep_failures {
+                        s.failures.push(f);
+                    }
                 }
-                if s.failures.len() < opts.keep_failures {
-                    s.failures.push(f);
+                Some(f) => {
+                    s.detected_seeds += 1;
+                    if s.detected.len() < opts.keep_failures {
+                        s.detected.push(f);
+                    }
                 }
+                None => {}
             }
         }
         let reason = if opts.stop_at_first && first_failure.is_some() {
@@ -849,6 +937,9 @@ mod tests {
             failing_seeds: 0,
             violations: BTreeMap::new(),
             failures: Vec::new(),
+            detected_seeds: 0,
+            detections: BTreeMap::new(),
+            detected: Vec::new(),
             nondeterministic: Vec::new(),
             audit_mismatches: Vec::new(),
             audited: 0,

@@ -156,7 +156,9 @@ impl TraceSink for Vec<String> {
 }
 
 /// A room number's latest use and its control messages as sent (from, to, message).
-type LastUse<K> = (RoomKey, Vec<(NodeId, NodeId, Msg<K>)>);
+/// A room use's remembered control messages: sender, receiver, the pair's incarnations
+/// at the send, the message.
+type LastUse<K> = (RoomKey, Vec<(NodeId, NodeId, (u32, u32), Msg<K>)>);
 
 /// The driver of one run.
 pub struct World<G: Gpu> {
@@ -523,6 +525,7 @@ impl<G: Gpu> World<G> {
     /// Keep a control message of a room use for a stale replay at the number's reuse.
     fn remember_control(&mut self, from: NodeId, to: NodeId, msg: &Msg<G::Kv>) {
         let Some(room) = msg.room() else { return };
+        let sent = (from, to, self.pair_epochs(from, to), msg.clone());
         let e = self
             .last_use
             .entry(room.room.0)
@@ -531,21 +534,27 @@ impl<G: Gpu> World<G> {
             if room.gen < e.0.gen {
                 return;
             }
-            let old = std::mem::replace(e, (room, Vec::new()));
+            let old = std::mem::replace(e, (room, vec![sent]));
             self.prev_use.insert(room.room.0, old);
-            let Some(e) = self.last_use.get_mut(&room.room.0) else {
-                return;
-            };
-            e.1.push((from, to, msg.clone()));
             return;
         }
         if e.1.len() < 8 {
-            e.1.push((from, to, msg.clone()));
+            e.1.push(sent);
         }
     }
 
+    /// The current incarnations of a sender and a receiver.
+    fn pair_epochs(&self, from: NodeId, to: NodeId) -> (u32, u32) {
+        let epoch = |n: NodeId| self.epochs.get(n.0 as usize).copied().unwrap_or(0);
+        (epoch(from), epoch(to))
+    }
+
     /// A room number's new use was routed: maybe redeliver its previous use's control
-    /// messages right now, as stale duplicates.
+    /// messages right now, as stale duplicates. A copy is a duplicate on the connection
+    /// the message was first sent on, so it is replayed only while both ends are still
+    /// the incarnations that sent and received it: a connection (TCP, or a ZMQ socket
+    /// whose queue delivered the message) does not outlive either end, and no transport
+    /// hands an already delivered message to the process that restarted at an address.
     fn stale_replay(&mut self, room: RoomKey) {
         // The latest use before `room`: the last one remembered, or the one before it
         // when `room` itself already sent control messages.
@@ -560,7 +569,10 @@ impl<G: Gpu> World<G> {
             return;
         }
         let msgs = msgs.clone();
-        for (from, to, msg) in msgs {
+        for (from, to, epochs, msg) in msgs {
+            if epochs != self.pair_epochs(from, to) {
+                continue;
+            }
             self.stats.duplicated += 1;
             self.stats.stale_replayed += 1;
             let at = self.now_ns + self.net.latency_ns();

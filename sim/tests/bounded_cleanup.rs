@@ -8,7 +8,7 @@ mod common;
 
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::invariant::Invariant;
-use kvsim_sim::plan::{Plan, Reduction};
+use kvsim_sim::plan::{derived_cleanup_bound_ns, Plan, Reduction};
 use kvsim_sim::scenario::Scenario;
 use kvsim_sim::{run_plan, Backend, RunOutcome};
 
@@ -54,9 +54,17 @@ fn a_half_left_working_after_the_answer_is_l6_naming_the_bound() {
         "{:?}",
         out.broken()
     );
-    // Without a stated bound, the same run reports no L6.
-    let unbounded = run(0, bug, 0);
-    assert!(!unbounded.found().contains(&Invariant::L6));
+    // Without a stated bound, the bound is derived from the timeouts and the network
+    // (`plan::derived_cleanup_bound_ns`: here 600.3403 s, the scenario's 600 s request
+    // timer dominating), L6 is still judged, and the left-behind half still breaks it.
+    let derived = run(0, bug, 0);
+    let plan = &derived.plan;
+    let want = derived_cleanup_bound_ns(&plan.engine, &plan.net, 0);
+    assert_eq!(derived.header.cleanup_bound_ns, Some(want));
+    assert_eq!(want, 600_340_300_000);
+    assert_eq!(derived.broken().first(), Some(&Invariant::L6));
+    // And the defended engine meets it.
+    assert!(run(0, BugSet::NONE, 0).clean());
 }
 
 /// The bound the defended engine meets under every fault kind: seeds of

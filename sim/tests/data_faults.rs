@@ -65,6 +65,7 @@ fn none() -> Defenses {
         verify_on_completion: false,
         deferred_release: false,
         page_tags: false,
+        landing_gate: false,
         preflight: false,
         router_cancels_both: false,
         zero_on_free: false,
@@ -166,6 +167,44 @@ fn the_defended_engine_is_clean_under_every_data_fault() {
     assert!(struck > 100, "{struck} faults struck");
     assert!(stale > 0, "no stale duplicate among {struck} faults");
     assert_eq!(bad, 0, "{found:?}");
+}
+
+/// On both transports the defended engine is clean; on one-sided (the default) no write
+/// is refused at landing (no receiver software sees it) and the stray pages are
+/// detected where their effect would be (the read-time tag check, verification), on
+/// two-sided the landing gate refuses them. Before the one-sided fixes, with the gate
+/// gone, 20 of 300 seeds read another write's slots (S3) and 130 showed S2.
+#[test]
+fn both_transports_are_clean_and_only_two_sided_refuses_at_landing() {
+    use kvsim_engine::world::KvTransport;
+    for t in [KvTransport::OneSided, KvTransport::TwoSided] {
+        let mut sc = Scenario::parse(DATA_FAULTS, "scenarios/data-faults.toml").unwrap();
+        sc.engine.transport = t;
+        let (mut refused, mut stray_detected) = (0, 0);
+        for seed in 0..60 {
+            let plan = Plan::build(&sc, seed, Some(BugSet::NONE), &Reduction::default()).unwrap();
+            let out = run_plan(&plan, Backend::Symbolic, false);
+            assert!(out.clean(), "{} seed {seed}: {:?}", t.name(), out.broken());
+            for f in out
+                .findings
+                .iter()
+                .filter(|f| f.violation.invariant == Invariant::S2)
+            {
+                match f.detected_by {
+                    Some("landing_gate") => refused += 1,
+                    Some(_) => stray_detected += 1,
+                    None => {}
+                }
+            }
+        }
+        match t {
+            KvTransport::OneSided => {
+                assert_eq!(refused, 0, "a one-sided write was refused at landing");
+                assert!(stray_detected > 0, "no stray landing was ever stopped");
+            }
+            KvTransport::TwoSided => assert!(refused > 0, "the landing gate never refused"),
+        }
+    }
 }
 
 /// The table behind docs/DETECTION.md:

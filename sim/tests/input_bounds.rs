@@ -271,6 +271,9 @@ fn merged_counters_saturate() {
         failing_seeds: 1,
         violations: BTreeMap::from([("S3".to_string(), u64::MAX)]),
         failures: Vec::new(),
+        detected_seeds: 1,
+        detections: BTreeMap::from([("S4".to_string(), u64::MAX)]),
+        detected: Vec::new(),
         nondeterministic: Vec::new(),
         audit_mismatches: Vec::new(),
         audited: 0,
@@ -282,6 +285,7 @@ fn merged_counters_saturate() {
     assert_eq!(m.events, u64::MAX);
     assert_eq!(m.sim_ns, u64::MAX);
     assert_eq!(m.violations["S3"], u64::MAX);
+    assert_eq!(m.detections["S4"], u64::MAX);
     let _ = m.render();
 }
 

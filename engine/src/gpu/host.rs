@@ -37,6 +37,12 @@ impl KvPayload for Vec<u32> {
             self.truncate(slots / 2 * sf);
         }
     }
+
+    fn keep_slots(&mut self, slots: usize) {
+        if let Some((all, sf)) = host_slots(self.len()) {
+            self.truncate(slots.min(all) * sf);
+        }
+    }
 }
 
 /// `(slots, floats per slot)` of a host page payload of `len` floats: the largest

@@ -191,12 +191,18 @@ pub trait KvPayload {
     /// Keep only the leading half of the slots (rounded down): the DMA stopped part
     /// way, and the destination keeps its old contents in the rest.
     fn tear(&mut self);
+    /// Keep only the leading `slots` slots: the byte range the writer means to place
+    /// (the filled slots of a prompt's last, partial page). A one-sided write places
+    /// exactly the bytes it carries, so the rest of the destination page (decode's own
+    /// generated KV) is out of its reach, late or not.
+    fn keep_slots(&mut self, slots: usize);
 }
 
 /// The world tests' payload-free writes.
 impl KvPayload for () {
     fn corrupt(&mut self, _: u64) {}
     fn tear(&mut self) {}
+    fn keep_slots(&mut self, _: usize) {}
 }
 
 /// One request of a batched decode step ([`Gpu::attend_batch`]).

@@ -34,6 +34,10 @@ impl KvPayload for SymbolicPage {
     fn tear(&mut self) {
         self.tokens.truncate(self.tokens.len() / 2);
     }
+
+    fn keep_slots(&mut self, slots: usize) {
+        self.tokens.truncate(slots);
+    }
 }
 
 /// KV memory of one node as tokens and tags.

@@ -18,8 +18,9 @@
 //! the world) would overwrite it. Quarantine accepts its room's writes:
 //! it is the state that exists because those writes may still land, and it ends only
 //! on the writer's drain ack, after the last completion (docs/ARCHITECTURE.md, "Writes
-//! into quarantined pages"). With page tags off, a write lands wherever it points, as
-//! RDMA into a registered region would.
+//! into quarantined pages"). The gate exists only on a two-sided transport with
+//! `landing_gate` on (`world::landing_gated`); otherwise (one-sided RDMA, the default)
+//! a write lands wherever it points inside the registered pool, as RDMA WRITE does.
 
 use super::pool::PagePool;
 use super::records::SharedRecord;
