@@ -217,12 +217,12 @@ fn generate_echoes_markers_streams_and_serves_sglang_endpoints() {
         "{last}"
     );
     assert_eq!(last["text"].as_str().unwrap().split(' ').count(), 3);
-    // Over the pool (512 tokens): the engine's admission check refuses it with 400
-    // and names the limit.
+    // Over prefill's pool (512 tokens): its admission check refuses it with 400, and
+    // the client reads the engine's words (prefill's reason, through the router).
     let (st, body) = post(&h, &format!(r#"{{"text":"{}"}}"#, words(700)));
     assert_eq!(st, 400, "{body}");
     assert!(
-        body.contains("700 tokens") && body.contains("context length 1024"),
+        body.contains("prompt of 700 tokens exceeds the admission limit of 512"),
         "{body}"
     );
     s.wait_quiescent();
@@ -290,14 +290,15 @@ fn bad_requests_get_4xx_naming_the_field_and_leak_no_page() {
             r#"{"text":"a","model":3}"#.into(),
             "model: must be a string",
         ),
-        // Over the context and over the pool: the engine refuses, naming the limit.
+        // Over the context and over the pool: the engine refuses, and its reason (the
+        // refusing half's, carried by the router's answer) names the limit.
         (
             format!(r#"{{"text":"{}"}}"#, words(5000)),
-            "context length 1024",
+            "prompt of 5000 tokens",
         ),
         (
             format!(r#"{{"text":"{}"}}"#, words(513)),
-            "The input (513 tokens) is longer than the server admits (512 tokens",
+            "prompt of 513 tokens",
         ),
     ];
     for (body, want) in &cases {
@@ -308,6 +309,12 @@ fn bad_requests_get_4xx_naming_the_field_and_leak_no_page() {
             "{body:.80}: want `{want}` in {answer}"
         );
         assert!(answer.contains("\"error\""), "{answer}");
+        if want.starts_with("prompt of") {
+            assert!(
+                answer.contains("exceeds the admission limit of"),
+                "the engine's words, not the front's: {answer}"
+            );
+        }
     }
     // Malformed HTTP: a body over the limit, a bad request line, chunked bodies.
     let big = raw(
@@ -903,6 +910,24 @@ fn the_openai_python_client_gets_completions_chats_and_streams() {
     .unwrap();
     assert!(
         r.text().contains("prompt: a prompt is required"),
+        "{}",
+        r.text()
+    );
+    // The engine's reason for an error (the refusing half's, through the router's
+    // answer), in OpenAI's error shape and in a stream's error event.
+    let long = format!(r#"{{"prompt":"{}","max_tokens":2}}"#, words(513));
+    let r = fetch(&h, "POST", "/v1/completions", Some(long.as_bytes()), T).unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    let e: Value = serde_json::from_slice(&r.body).unwrap();
+    let msg = e["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("prompt of 513 tokens") && msg.contains("admission limit of 512"),
+        "{e}"
+    );
+    let long = format!(r#"{{"text":"{}","stream":true}}"#, words(513));
+    let r = fetch(&h, "POST", "/generate", Some(long.as_bytes()), T).unwrap();
+    assert!(
+        r.text().contains("exceeds the admission limit of 512"),
         "{}",
         r.text()
     );

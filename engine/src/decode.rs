@@ -24,7 +24,7 @@ use crate::gpu::{ids, query_position, write_traced, Gpu};
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
-use crate::msg::{Msg, Status, TransferOutcome};
+use crate::msg::{Msg, Status, TransferOutcome, Why};
 use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
@@ -339,7 +339,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                         room,
                         reason: "waiting timeout".into(),
                     });
-                    self.fail(room, Status::INTERNAL, env);
+                    self.fail_why(room, Status::INTERNAL, Some(Why::TransferFailed), env);
                 }
             }
             Input::Timer(Timer::DrainRetry(room, arming)) => self.on_drain_retry(room, arming, env),
@@ -350,14 +350,26 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
     /// a use already answered) repeats the first status.
     fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        let status = self.retired.answer(room, status);
+        self.answer_why(room, status, None, env);
+    }
+
+    /// [`Self::answer`] with the engine's reason for `status` (a repeated answer
+    /// repeats the first one's reason too).
+    fn answer_why<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+        env: &mut E,
+    ) {
+        let (status, why) = self.retired.answer(room, status, why);
         env.trace(TraceEvent::Responded {
             node: self.id,
             room,
             side: Side::Decode,
             status,
         });
-        env.send(self.router, Msg::DecodeFinished { room, status });
+        env.send(self.router, Msg::DecodeFinished { room, status, why });
     }
 
     fn on_start<E: Env<G::Kv>>(
@@ -372,7 +384,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         if self.requests.contains_key(&room) || self.is_stale(room) {
             return;
         }
-        let reject = |this: &mut Self, env: &mut E, status: Status, reason: String| {
+        let reject = |this: &mut Self, env: &mut E, status: Status, why: Why, reason: String| {
             env.trace(TraceEvent::Rejected {
                 node: this.id,
                 room,
@@ -380,15 +392,17 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 status,
                 reason,
             });
-            this.answer(room, status, env);
+            this.answer_why(room, status, Some(why), env);
         };
         if let Some(reason) = &self.fatal {
             let reason = format!("node stopped: {reason}");
-            reject(self, env, Status::UNAVAILABLE, reason);
+            let why = Why::NodeStopped { side: Side::Decode };
+            reject(self, env, Status::UNAVAILABLE, why, reason);
             return;
         }
         if self.requests.len() >= self.cfg.max_queue as usize {
-            reject(self, env, Status::UNAVAILABLE, "decode queue full".into());
+            let why = Why::QueueFull { side: Side::Decode };
+            reject(self, env, Status::UNAVAILABLE, why, why.to_string());
             return;
         }
         let mut prompt_len = prompt_len;
@@ -405,10 +419,12 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     });
                     prompt_len = 1;
                 } else {
-                    let reason = format!(
-                        "prompt of {prompt_len} tokens plus {max_new_tokens} new exceeds the admission limit of {limit}"
-                    );
-                    reject(self, env, Status::BAD_REQUEST, reason);
+                    let why = Why::ReplyTooLong {
+                        tokens: prompt_len,
+                        new_tokens: max_new_tokens,
+                        limit,
+                    };
+                    reject(self, env, Status::BAD_REQUEST, why, why.to_string());
                     return;
                 }
             }
@@ -635,7 +651,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     fully_written,
                     reason,
                 });
-                self.fail(room, Status::INTERNAL, env);
+                self.fail_why(room, Status::INTERNAL, Some(Why::TransferRefused), env);
             }
             (Err(reason), TransferOutcome::Failed) => {
                 self.counters.transfers_failed += 1;
@@ -644,7 +660,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     room,
                     reason,
                 });
-                self.fail(room, Status::INTERNAL, env);
+                self.fail_why(room, Status::INTERNAL, Some(Why::TransferFailed), env);
             }
             (Ok((sent_tokens, sent_pages)), _) => {
                 let dst_tags = req.pages[..req.dst_pages].to_vec();
@@ -854,6 +870,17 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// The request failed (transfer failure, verification, timeout, abort): answer,
     /// and hand its pages to quarantine if a write may still land in them.
     fn fail<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+        self.fail_why(room, status, None, env);
+    }
+
+    /// [`Self::fail`] with the engine's reason for `status`.
+    fn fail_why<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+        env: &mut E,
+    ) {
         let Some(req) = self.requests.remove(&room) else {
             return;
         };
@@ -902,7 +929,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 }
             }
         }
-        self.answer(room, status, env);
+        self.answer_why(room, status, why, env);
     }
 
     fn on_abort<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {

@@ -23,7 +23,7 @@ use crate::gpu::{ids, write_traced, Gpu};
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
-use crate::msg::{Msg, Status, TransferOutcome};
+use crate::msg::{Msg, Status, TransferOutcome, Why};
 use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
@@ -358,19 +358,22 @@ impl<G: Gpu> PrefillNode<G> {
             return;
         }
         let len = prompt.len() as u64;
-        let reject = |this: &mut Self, env: &mut E, status: Status, reason: String| {
+        let reject = |this: &mut Self, env: &mut E, status: Status, why: Why| {
             this.tombstone(room);
             env.trace(TraceEvent::Rejected {
                 node: this.id,
                 room,
                 side: Side::Prefill,
                 status,
-                reason,
+                reason: why.to_string(),
             });
-            this.answer(room, status, env);
+            this.answer_why(room, status, Some(why), env);
         };
         if self.requests.len() >= self.cfg.max_queue as usize {
-            reject(self, env, Status::UNAVAILABLE, "prefill queue full".into());
+            let why = Why::QueueFull {
+                side: Side::Prefill,
+            };
+            reject(self, env, Status::UNAVAILABLE, why);
             return;
         }
         let mut req = Request {
@@ -404,9 +407,8 @@ impl<G: Gpu> PrefillNode<G> {
                         prompt_len: len,
                     });
                 } else {
-                    let reason =
-                        format!("prompt of {len} tokens exceeds the admission limit of {limit}");
-                    reject(self, env, Status::BAD_REQUEST, reason);
+                    let why = Why::PromptTooLong { tokens: len, limit };
+                    reject(self, env, Status::BAD_REQUEST, why);
                     return;
                 }
             }
@@ -417,7 +419,7 @@ impl<G: Gpu> PrefillNode<G> {
                 .to_finish
                 .or(req.finished_reason)
                 .unwrap_or(Status::BAD_REQUEST);
-            reject(self, env, status, "rejected at intake".into());
+            reject(self, env, status, Why::RejectedAtIntake);
             return;
         }
         env.trace(TraceEvent::Admitted {
@@ -1013,14 +1015,26 @@ impl<G: Gpu> PrefillNode<G> {
     /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
     /// a use already answered) repeats the first status.
     fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        let status = self.retired.answer(room, status);
+        self.answer_why(room, status, None, env);
+    }
+
+    /// [`Self::answer`] with the engine's reason for `status` (a repeated answer
+    /// repeats the first one's reason too).
+    fn answer_why<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+        env: &mut E,
+    ) {
+        let (status, why) = self.retired.answer(room, status, why);
         env.trace(TraceEvent::Responded {
             node: self.id,
             room,
             side: Side::Prefill,
             status,
         });
-        env.send(self.router, Msg::PrefillFinished { room, status });
+        env.send(self.router, Msg::PrefillFinished { room, status, why });
     }
 
     /// S1/S8 on the pool, and every page owned by a live request or draining.

@@ -10,11 +10,14 @@
 //! filter for live rooms.
 
 use crate::ids::{Generation, RoomId, RoomKey};
-use crate::msg::Status;
+use crate::msg::{Status, Why};
 use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
-pub struct RetiredRooms(BTreeMap<RoomId, (Generation, Option<Status>)>);
+pub struct RetiredRooms(BTreeMap<RoomId, (Generation, Option<Answer>)>);
+
+/// The first answer a node gave for a room use: its status and the engine's reason.
+type Answer = (Status, Option<Why>);
 
 impl RetiredRooms {
     /// Has this node already retired `room` (this generation or a newer one)?
@@ -30,21 +33,22 @@ impl RetiredRooms {
         }
     }
 
-    /// The status to answer for `room` when this node would answer `status`: the
-    /// status it answered first for this use, if it answered before (recording
-    /// `status` as that first answer otherwise). A use older than the newest it retired
-    /// is answered `status` (its first answer is not kept: the router cleared that use
-    /// before it handed out the newer one, so no answer of it is still awaited, and the
-    /// node still says it let the use go).
-    pub fn answer(&mut self, room: RoomKey, status: Status) -> Status {
+    /// The answer to give for `room` when this node would answer `status` for the
+    /// reason `why`: the status and reason it answered first for this use, if it
+    /// answered before (recording this answer as that first one otherwise), so that a
+    /// repeated answer is the first one again, reason included. A use older than the
+    /// newest it retired is answered `status` (its first answer is not kept: the router
+    /// cleared that use before it handed out the newer one, so no answer of it is still
+    /// awaited, and the node still says it let the use go).
+    pub fn answer(&mut self, room: RoomKey, status: Status, why: Option<Why>) -> Answer {
         let e = self.0.entry(room.room).or_insert((room.gen, None));
         if e.0 > room.gen {
-            return status;
+            return (status, why);
         }
         if e.0 < room.gen {
             *e = (room.gen, None);
         }
-        *e.1.get_or_insert(status)
+        *e.1.get_or_insert((status, why))
     }
 
     pub fn clear(&mut self) {

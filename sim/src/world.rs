@@ -878,6 +878,7 @@ impl<G: Gpu> World<G> {
             req,
             status,
             tokens,
+            ..
         } = msg
         {
             (self.now_ns, req, status, &tokens).hash(&mut self.hash);

@@ -216,10 +216,7 @@ pub async fn serve<K: Send + 'static>(sh: &Arc<Shared<K>>, path: &str, b: &[u8])
     };
     sh.count_status(reply.status);
     if reply.status != 200 {
-        return error(
-            reply.status,
-            &sh.engine_error(reply.status, c.job.ids.len()),
-        );
+        return error(reply.status, &sh.engine_error(&reply, c.job.ids.len()));
     }
     let text = sh.render(&reply.tokens);
     json_reply(200, &answer(&c, &id, &text, reply.tokens.len()))
