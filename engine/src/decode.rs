@@ -21,11 +21,11 @@ use crate::bugs::Bug;
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::{ids, query_position, write_traced, Gpu};
-use crate::ids::{NodeId, PageTag, RequestId, RoomKey, WriteId};
+use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
 use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::retired::RetiredRooms;
+use crate::retired::{holds, RetiredRooms};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
 use std::collections::{BTreeMap, VecDeque};
@@ -126,6 +126,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         gpu: G,
         pool: P,
     ) -> Self {
+        let retired = RetiredRooms::new(cfg.max_rooms);
         DecodeNode {
             id,
             cfg,
@@ -136,7 +137,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             requests: BTreeMap::new(),
             prealloc: VecDeque::new(),
             quarantine: BTreeMap::new(),
-            retired: RetiredRooms::default(),
+            retired,
             finished_pages: VecDeque::new(),
             compute_armed: false,
             fatal: None,
@@ -144,6 +145,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
+    /// The room uses this node retired (bounded: [`RetiredRooms::bound`]).
+    pub fn retired(&self) -> &RetiredRooms {
+        &self.retired
+    }
     pub fn id(&self) -> NodeId {
         self.id
     }
@@ -362,7 +367,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         why: Option<Why>,
         env: &mut E,
     ) {
-        let (status, why) = self.retired.answer(room, status, why);
+        let q = &self.quarantine;
+        let held = |n: RoomId| holds(q, n);
+        let (status, why) = self.retired.answer(room, status, why, &held);
         env.trace(TraceEvent::Responded {
             node: self.id,
             room,

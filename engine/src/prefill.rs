@@ -20,11 +20,11 @@ use crate::bugs::Bug;
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::{ids, write_traced, Gpu};
-use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
+use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
 use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::retired::RetiredRooms;
+use crate::retired::{holds, RetiredRooms};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -144,6 +144,7 @@ impl<G: Gpu> PrefillNode<G> {
     /// ([`crate::config::EngineConfig::preflight`]).
     pub fn new(id: NodeId, cfg: Cfg, router: NodeId, gpu: G) -> Self {
         let pool = PagePool::new(gpu.pages(), gpu.page_size()).journal();
+        let retired = RetiredRooms::new(cfg.max_rooms);
         PrefillNode {
             id,
             cfg,
@@ -153,7 +154,7 @@ impl<G: Gpu> PrefillNode<G> {
             requests: BTreeMap::new(),
             waiting: VecDeque::new(),
             outstanding: BTreeMap::new(),
-            retired: RetiredRooms::default(),
+            retired,
             early_meta: BTreeMap::new(),
             early_drain: BTreeSet::new(),
             compute_armed: false,
@@ -204,11 +205,16 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     fn tombstone(&mut self, room: RoomKey) {
-        self.retired.retire(room);
+        let out = &self.outstanding;
+        self.retired.retire(room, &|n| holds(out, n));
         self.early_meta.retain(|(r, _), _| *r != room);
         self.early_drain.retain(|(r, _)| *r != room);
     }
 
+    /// The room uses this node retired (bounded: [`RetiredRooms::bound`]).
+    pub fn retired(&self) -> &RetiredRooms {
+        &self.retired
+    }
     pub fn id(&self) -> NodeId {
         self.id
     }
@@ -1027,7 +1033,9 @@ impl<G: Gpu> PrefillNode<G> {
         why: Option<Why>,
         env: &mut E,
     ) {
-        let (status, why) = self.retired.answer(room, status, why);
+        let out = &self.outstanding;
+        let held = |n: RoomId| holds(out, n);
+        let (status, why) = self.retired.answer(room, status, why, &held);
         env.trace(TraceEvent::Responded {
             node: self.id,
             room,
