@@ -163,3 +163,24 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// The Python with `sglang_router`, or `None` (SKIPPED) where it is missing.
+pub fn router_python() -> Option<String> {
+    let py = std::env::var("KVSIM_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&py)
+        .args(["-c", "import sglang_router"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Some(py);
+    }
+    let why = format!("`{py}` cannot import `sglang_router` (set KVSIM_PYTHON to a venv with sglang-router==0.3.2)");
+    assert!(
+        std::env::var("KVSIM_REQUIRE_PY_CLIENTS").as_deref() != Ok("1"),
+        "KVSIM_REQUIRE_PY_CLIENTS=1 but {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    None
+}
