@@ -988,3 +988,37 @@ fn the_openai_python_client_gets_completions_chats_and_streams() {
     s.wait_quiescent();
     s.stop();
 }
+
+/// `kvsim bench-http` drives the front with its own raw client and with ureq, JSON
+/// and streamed: every request answered 200, counted.
+#[test]
+fn bench_http_drives_the_front_with_either_client() {
+    let s = HttpServed::start(&[LOOPBACK]);
+    let modes: [&[&str]; 4] = [
+        &[],
+        &["--stream"],
+        &["--client", "ureq"],
+        &["--client", "ureq", "--stream"],
+    ];
+    for extra in modes {
+        let mut args = vec![
+            "bench-http",
+            &s.http,
+            "--concurrency",
+            "2",
+            "--requests",
+            "5",
+            "--prompt-len",
+            "8",
+        ];
+        args.extend(extra);
+        let o = kvsim(&args);
+        let out = text(&o);
+        assert!(
+            o.status.success() && out.contains("10 requests") && out.contains("not 200: []"),
+            "{extra:?}: {out}"
+        );
+    }
+    s.wait_quiescent();
+    s.stop();
+}

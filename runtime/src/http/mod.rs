@@ -619,12 +619,19 @@ pub fn submit<K: Send + 'static>(sh: &Arc<Shared<K>>, job: &Job) -> Result<Pendi
         job.ids.clone()
     };
     let (tx, rx) = mpsc::unbounded_channel();
+    // A reply that is not streamed needs only its terminal answer (it has every
+    // token): each token passed on would wake the request's task for nothing.
+    let stream = job.stream;
+    let sink = ReplySink::new(move |ev| match ev {
+        ReplyEv::Token { .. } if !stream => !tx.is_closed(),
+        ev => tx.send(ev).is_ok(),
+    });
     let sent = sh.router.send(Ev::Submit {
         req: RequestId(id),
         tenant: TenantId(0),
         prompt,
         max_new_tokens: job.max_new_tokens,
-        reply: ReplySink::new(move |ev| tx.send(ev).is_ok()),
+        reply: sink,
     });
     if sent.is_err() {
         return Err("server is shutting down".into());
