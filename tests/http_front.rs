@@ -4,7 +4,7 @@
 
 mod cli;
 
-use cli::{kvsim, root, text, tmp_in, Served};
+use cli::{kvsim, python_with, root, text, tmp_in, Served};
 use kvsim_runtime::http_client::fetch;
 use kvsim_runtime::Client;
 use serde_json::Value;
@@ -854,29 +854,6 @@ fn the_writeups_scripts_run_unmodified() {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("LEAK:"), "{}", text(&o));
     s.stop();
-}
-
-/// The Python that has the pinned client packages (`.ci/run` makes a virtual
-/// environment and names it in `KVSIM_PYTHON`), or `None` with why. Under
-/// `KVSIM_REQUIRE_PY_CLIENTS=1` (set by `.ci/run`) a missing one fails the test.
-fn python_with(module: &str) -> Option<String> {
-    let py = std::env::var("KVSIM_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&py)
-        .args(["-c", &format!("import {module}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(py);
-    }
-    let why = format!("`{py}` cannot import `{module}` (set KVSIM_PYTHON to a venv with it)");
-    assert!(
-        std::env::var("KVSIM_REQUIRE_PY_CLIENTS").as_deref() != Ok("1"),
-        "KVSIM_REQUIRE_PY_CLIENTS=1 but {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    None
 }
 
 #[test]

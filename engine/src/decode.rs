@@ -25,7 +25,7 @@ use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
 use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::retired::{holds, RetiredRooms};
+use crate::retired::{holds, send_answer, RetiredRooms};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
 use std::collections::{BTreeMap, VecDeque};
@@ -369,14 +369,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     ) {
         let q = &self.quarantine;
         let held = |n: RoomId| holds(q, n);
-        let (status, why) = self.retired.answer(room, status, why, &held);
-        env.trace(TraceEvent::Responded {
-            node: self.id,
-            room,
-            side: Side::Decode,
-            status,
-        });
-        env.send(self.router, Msg::DecodeFinished { room, status, why });
+        let answer = self.retired.answer(room, status, why, &held);
+        send_answer(env, (self.id, self.router, Side::Decode), room, answer);
     }
 
     fn on_start<E: Env<G::Kv>>(

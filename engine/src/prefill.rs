@@ -24,7 +24,7 @@ use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
 use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::retired::{holds, RetiredRooms};
+use crate::retired::{holds, send_answer, RetiredRooms};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -1035,14 +1035,8 @@ impl<G: Gpu> PrefillNode<G> {
     ) {
         let out = &self.outstanding;
         let held = |n: RoomId| holds(out, n);
-        let (status, why) = self.retired.answer(room, status, why, &held);
-        env.trace(TraceEvent::Responded {
-            node: self.id,
-            room,
-            side: Side::Prefill,
-            status,
-        });
-        env.send(self.router, Msg::PrefillFinished { room, status, why });
+        let answer = self.retired.answer(room, status, why, &held);
+        send_answer(env, (self.id, self.router, Side::Prefill), room, answer);
     }
 
     /// S1/S8 on the pool, and every page owned by a live request or draining.

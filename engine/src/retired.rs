@@ -19,8 +19,10 @@
 //! unbounded table's); behind SGLang's router (worker mode), where every request has a
 //! room number of its own, the table stops growing at the bound.
 
-use crate::ids::{Generation, RoomId, RoomKey};
-use crate::msg::{Status, Why};
+use crate::env::Env;
+use crate::ids::{Generation, NodeId, RoomId, RoomKey};
+use crate::msg::{Msg, Status, Why};
+use crate::trace::{Side, TraceEvent};
 use std::collections::BTreeMap;
 
 /// The smallest generation a node's retired table keeps (room numbers): behind
@@ -109,7 +111,28 @@ pub fn holds<V>(map: &BTreeMap<RoomKey, V>, n: RoomId) -> bool {
 }
 
 /// The first answer a node gave for a room use: its status and the engine's reason.
-type Answer = (Status, Option<Why>);
+pub type Answer = (Status, Option<Why>);
+
+/// A half's answer for `room` to its router (`PrefillFinished` or `DecodeFinished`),
+/// traced first as `Responded`: the one way both halves answer.
+pub fn send_answer<K, E: Env<K>>(
+    env: &mut E,
+    (node, router, side): (NodeId, NodeId, Side),
+    room: RoomKey,
+    (status, why): Answer,
+) {
+    env.trace(TraceEvent::Responded {
+        node,
+        room,
+        side,
+        status,
+    });
+    let msg = match side {
+        Side::Prefill => Msg::PrefillFinished { room, status, why },
+        Side::Decode => Msg::DecodeFinished { room, status, why },
+    };
+    env.send(router, msg);
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct RetiredRooms(GenTable<Option<Answer>>);
