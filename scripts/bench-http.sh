@@ -12,25 +12,45 @@
 # Benchmarks only: nothing here asserts a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-KV=target/release/kvsim
+KV=${KV:-target/release/kvsim}
 PY=${PY:-target/pyclients/bin/python}
-SC=tests/serve/loopback.toml
 TMP=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$TMP"' EXIT
-N() { echo $(( $1 == 1 ? 2000 : ($1 == 8 ? 400 : 50) )); }
+# The loopback scenario with a room table of 256 (its default, 64, is C=64's whole
+# table: the router then sheds with 503 whichever front is faster at reusing a room, so
+# the two fronts would not run the same accepted load). Every row reports what was
+# not 200; the figures compare like with like only where both are 0.
+SC=$TMP/bench.toml
+sed 's/^\[engine\]$/[engine]\nmax_rooms = 256/' tests/serve/loopback.toml > "$SC"
+# Requests per client (BENCH_N scales them: 1 is 2,000 at C=1, 400 at C=8, 50 at C=64).
+N() { echo $(( (${BENCH_N:-1} * ($1 == 1 ? 2000 : ($1 == 8 ? 400 : 50))) / ${BENCH_DIV:-1} )); }
 
 echo "machine: $(nproc) cores, $(uname -srm); $(date -u +%F)"
 "$KV" serve "$SC" --http 127.0.0.1:0 > "$TMP/out" 2>&1 &
+SPID=$!
+# The server's CPU time (user + system, from /proc) per request of the run `row` times.
+ticks() { awk '{print $14 + $15}' "/proc/$SPID/stat"; }
+row() { # LABEL REQUESTS COMMAND...
+    local label=$1 n=$2 a b; shift 2
+    a=$(ticks); printf '%-22s ' "$label"; "$@" | tr -d '\n'; b=$(ticks)
+    echo "; server cpu $(( (b - a) * 10000 / n )) us per request (10 ms ticks)"
+}
 for _ in $(seq 100); do grep -q "http on" "$TMP/out" && break; sleep 0.05; done
 line=$(sed -n 's/^kvsim serve: client endpoint on //p' "$TMP/out")
 http=http://$(sed -n 's/^kvsim serve: http on //p' "$TMP/out")
 for c in 1 8 64; do
-    printf '%-22s ' "line endpoint"; "$KV" bench-client "$line" --concurrency "$c" --requests "$(N $c)" --prompt-len 64 --max-new-tokens 4
-    printf '%-22s ' "http front"; "$KV" bench-http "$http" --concurrency "$c" --requests "$(N $c)" --prompt-len 64 --max-new-tokens 4
-    printf '%-22s ' "http front, stream"; "$KV" bench-http "$http" --concurrency "$c" --requests "$(N $c)" --prompt-len 64 --max-new-tokens 4 --stream
+    n=$(( c * $(N $c) ))
+    for rep in $(seq "${BENCH_REPS:-1}"); do
+        row "line endpoint" "$n" "$KV" bench-client "$line" --concurrency "$c" --requests "$(N $c)" --prompt-len 64 --max-new-tokens 4
+        row "http front" "$n" "$KV" bench-http "$http" --concurrency "$c" --requests "$(N $c)" --prompt-len 64 --max-new-tokens 4
+    done
+    row "http front, stream" "$n" "$KV" bench-http "$http" --concurrency "$c" --requests "$(N $c)" --prompt-len 64 --max-new-tokens 4 --stream
+    row "http front, ureq" "$n" "$KV" bench-http "$http" --concurrency "$c" --requests "$(N $c)" --prompt-len 64 --max-new-tokens 4 --client ureq
 done
 
-# The real router (PD mode) in front of a prefill and a decode process.
+# The real router (PD mode) in front of a prefill and a decode process (BENCH_ROUTER=0
+# leaves it out).
+[ "${BENCH_ROUTER:-1}" = 1 ] || exit 0
 if ! "$PY" -c 'import sglang_router' 2>/dev/null; then
     echo "SKIPPED: $PY has no sglang_router"; exit 0
 fi

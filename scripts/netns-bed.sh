@@ -7,7 +7,16 @@
 # (mid-transfer under load) with a restart at a new epoch. Afterwards: `kvsim audit` over every node's trace, and every pool's pages at
 # exit.
 #
-#   scripts/netns-bed.sh SEED [--bugs LIST] [--scenario FILE]
+# With `--router PY`: the PD topology behind SGLang's real router (`sglang-router`,
+# from PY's environment): prefill and decode in worker mode (`--worker-http`, prefill's
+# bootstrap endpoint) in their namespaces, the router in PD mode in its own, and
+# `kvsim canary` (with client disconnects) through the router from the host. The faults
+# are on the links (loss on the router's and on decode's link, one- and two-way
+# partitions between prefill and decode and between the router and decode, a slow
+# link, a link down and up) and a paused prefill; no process is killed (a worker
+# restarted behind the router is not built).
+#
+#   scripts/netns-bed.sh SEED [--bugs LIST] [--scenario FILE] [--router PY]
 #
 # Environment: KVSIM (the kvsim binary; default target/debug/kvsim), BED_DIR (where
 # traces and logs go; default a temporary folder, kept), BED_SECONDS (canary load,
@@ -19,10 +28,12 @@ SEED=${1:?usage: netns-bed.sh SEED [--bugs LIST] [--scenario FILE]}
 shift
 BUGS=""
 SC=tests/serve/loopback.toml
+ROUTER_PY=""
 while [ $# -gt 0 ]; do
     case $1 in
         --bugs) BUGS=$2; shift 2 ;;
         --scenario) SC=$2; shift 2 ;;
+        --router) ROUTER_PY=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -36,6 +47,10 @@ command -v nft >/dev/null || skip "no \`nft\` command (package nftables)"
 command -v tc >/dev/null || skip "no \`tc\` command (package iproute2)"
 ip netns add "kvprobe$$" 2>/dev/null || skip "cannot create a network namespace here"
 ip netns del "kvprobe$$"
+if [ -n "$ROUTER_PY" ]; then
+    "$ROUTER_PY" -c 'import sglang_router' 2>/dev/null \
+        || skip "\`$ROUTER_PY\` cannot import sglang_router (pip install sglang-router==0.3.2)"
+fi
 
 ID=$$
 DIR=${BED_DIR:-$(mktemp -d /tmp/kvsim-bed.XXXXXX)}
@@ -68,27 +83,56 @@ for k in r p d; do
     ip netns exec "$ns" nft add table inet bed
     ip netns exec "$ns" nft add chain inet bed out '{ type filter hook output priority 0; }'
 done
-cat > "$DIR/peers" <<PEERS
+if [ -n "$ROUTER_PY" ]; then
+    cat > "$DIR/peers" <<PEERS
+n1 ${IP[p]}:7001
+n2 ${IP[d]}:7002
+bootstrap n1 ${IP[p]}:8998
+PEERS
+else
+    cat > "$DIR/peers" <<PEERS
 n0 ${IP[r]}:7000
 n1 ${IP[p]}:7001
 n2 ${IP[d]}:7002
 client ${IP[r]}:7100
 PEERS
+fi
+declare -A HTTP=([p]=${IP[p]}:30001 [d]=${IP[d]}:30002)
+ROUTER_URL=http://${IP[r]}:30000
 
 start() { # KEY NODE EPOCH
-    local bugs=()
-    [ -n "$BUGS" ] && bugs=(--bugs "$BUGS")
-    ip netns exec "${NS[$1]}" "$KVSIM" serve "$SC" --node "$2" --peers "$DIR/peers" --prompts canary \
-        --epoch "$3" --trace-json "$DIR/traces" --drain-secs 20 "${bugs[@]}" \
+    local more=()
+    [ -n "$BUGS" ] && more=(--bugs "$BUGS")
+    if [ -n "$ROUTER_PY" ]; then more+=(--worker-http "${HTTP[$1]}"); else more+=(--prompts canary); fi
+    ip netns exec "${NS[$1]}" "$KVSIM" serve "$SC" --node "$2" --peers "$DIR/peers" \
+        --epoch "$3" --trace-json "$DIR/traces" --drain-secs 20 "${more[@]}" \
         > "$DIR/$2-e$3.out" 2>&1 &
     PID[$1]=$!
+}
+start_router() { # the real router, PD mode, in its own namespace
+    ip netns exec "${NS[r]}" "$ROUTER_PY" -m sglang_router.launch_router --host "${IP[r]}" --port 30000 \
+        --pd-disaggregation --prefill "http://${HTTP[p]}" 8998 --decode "http://${HTTP[d]}" \
+        --policy round_robin --prometheus-host "${IP[r]}" --prometheus-port 29000 \
+        > "$DIR/router.out" 2>&1 &
+    PID[r]=$!
+    for _ in $(seq 300); do
+        curl -s --max-time 1 "$ROUTER_URL/workers" 2>/dev/null | grep -q '"decode_count":1' && return 0
+        sleep 0.1
+    done
+    echo "the router never listed both workers"; cat "$DIR/router.out"; return 1
 }
 wait_line() { # FILE TEXT
     for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
     echo "timeout waiting for '$2' in $1"; cat "$1"; return 1
 }
-start r n0 0; start p n1 0; start d n2 0
-for f in n0-e0 n1-e0 n2-e0; do wait_line "$DIR/$f.out" "connected to every peer" || exit 1; done
+if [ -n "$ROUTER_PY" ]; then
+    start p n1 0; start d n2 0
+    for f in n1-e0 n2-e0; do wait_line "$DIR/$f.out" "worker http on" || exit 1; done
+    start_router || exit 1
+else
+    start r n0 0; start p n1 0; start d n2 0
+    for f in n0-e0 n1-e0 n2-e0; do wait_line "$DIR/$f.out" "connected to every peer" || exit 1; done
+fi
 
 # The fault schedule, drawn from the seed and printed so a failing run can be repeated.
 ms() { echo $(( $1 + RANDOM % $2 )); }
@@ -102,6 +146,19 @@ SCHEDULE=(
     "kill d $(ms 200 400)"
     "kill p $(ms 200 400)"
 )
+if [ -n "$ROUTER_PY" ]; then
+    SCHEDULE=(
+        "loss r $(( 10 + RANDOM % 30 )) $(ms 600 900)"
+        "loss d $(( 10 + RANDOM % 30 )) $(ms 600 900)"
+        "partition-oneway p d $(ms 400 800)"
+        "partition-oneway d p $(ms 400 800)"
+        "partition r d $(ms 400 800)"
+        "slow d $(ms 500 800)"
+        "partition p d $(ms 400 800)"
+        "linkdown p $(ms 300 600)"
+        "pause p $(ms 300 700)"
+    )
+fi
 # Shuffle the order by the seed.
 for (( i=${#SCHEDULE[@]}-1; i>0; i-- )); do
     j=$(( RANDOM % (i + 1) )); t=${SCHEDULE[$i]}; SCHEDULE[$i]=${SCHEDULE[$j]}; SCHEDULE[$j]=$t
@@ -110,8 +167,14 @@ echo "bed seed $SEED, scenario $SC, bugs '${BUGS:-none}', dir $DIR"
 printf 'schedule: %s\n' "${SCHEDULE[@]}"
 
 ip netns exec "${NS[r]}" true
-"$KVSIM" canary-client "${IP[r]}:7100" --seconds "$SECONDS_LOAD" --seed "$SEED" --concurrency 4 \
-    > "$DIR/canary.out" 2>&1 &
+if [ -n "$ROUTER_PY" ]; then
+    "$KVSIM" canary --url "$ROUTER_URL" --duration "$SECONDS_LOAD" --seed "$SEED" --concurrency 4 \
+        --requests 16 --over-length 2 --disconnect-rate 0.1 --timeout 30 --quiet \
+        --json "$DIR/canary.json" > "$DIR/canary.out" 2>&1 &
+else
+    "$KVSIM" canary-client "${IP[r]}:7100" --seconds "$SECONDS_LOAD" --seed "$SEED" --concurrency 4 \
+        > "$DIR/canary.out" 2>&1 &
+fi
 CANARY=$!
 sleep 0.5
 nexec() { ip netns exec "${NS[$1]}" "${@:2}"; }
@@ -143,9 +206,23 @@ done
 wait "$CANARY"; CANARY_RC=$?
 cat "$DIR/canary.out"
 sleep 1
-for k in r p d; do kill -TERM "${PID[$k]}" 2>/dev/null; done
+if [ -n "$ROUTER_PY" ]; then
+    # The workers must be whole before they stop: nothing live, no page held.
+    for k in p d; do
+        for _ in $(seq 200); do
+            m=$(curl -s --max-time 2 "http://${HTTP[$k]}/metrics")
+            echo "$m" | grep -q '^kvsim_pool_pages_held{.* 0$' && echo "$m" | grep -q '^kvsim_live_requests{.* 0$' && break
+            sleep 0.1
+        done
+        echo "$m" | grep -E '^kvsim_(pool_pages_(free|held|quarantined)|live_requests)\{' | sed "s/^/$k metrics: /"
+    done
+    kill -TERM "${PID[r]}" 2>/dev/null; wait "${PID[r]}" 2>/dev/null; PID[r]=""
+    echo "router log (tail):"; tail -3 "$DIR/router.out"
+fi
+for k in r p d; do [ -n "${PID[$k]}" ] && kill -TERM "${PID[$k]}" 2>/dev/null; done
 DRAINED=1
 for k in r p d; do
+    [ -n "${PID[$k]}" ] || continue
     wait "${PID[$k]}" || DRAINED=0
     PID[$k]=""
 done

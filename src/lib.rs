@@ -12,6 +12,7 @@ pub mod isolation;
 pub mod matrix;
 pub mod matrix_report;
 pub mod preflight;
+pub mod raw_http;
 pub mod render;
 pub mod serve;
 pub mod suite;

@@ -468,6 +468,17 @@ pub struct BenchHttpArgs {
     /// Stream (SSE) and measure the time to the first event.
     #[arg(long)]
     pub stream: bool,
+    /// The load generator's client: `raw` (its own minimal HTTP/1.1, about as cheap as
+    /// the line endpoint's client) or `ureq` (the operator tools' client, several times
+    /// the CPU per request, which on shared cores is taken from the server).
+    #[arg(long, value_enum, default_value_t = BenchClient::Raw)]
+    pub client: BenchClient,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BenchClient {
+    Raw,
+    Ureq,
 }
 
 /// One HTTP request: (latency, time to first byte of the body, status).
@@ -502,16 +513,28 @@ pub fn bench_http(a: &BenchHttpArgs) -> Result<ExitCode> {
     let body = serde_json::json!({"text": prompt, "stream": a.stream,
         "sampling_params": {"max_new_tokens": a.max_new_tokens}})
     .to_string();
+    let host = a
+        .url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let raw = crate::raw_http::post_request(&host, "/generate", &body);
     let t0 = Instant::now();
     let results: Vec<Result<Vec<(Duration, Duration, u16)>>> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..a.concurrency.max(1))
             .map(|_| {
-                let (url, body) = (&url, &body);
-                s.spawn(move || {
-                    let agent = kvsim_runtime::http_client::agent(Duration::from_secs(30));
-                    (0..a.requests)
-                        .map(|_| http_once(&agent, url, body))
-                        .collect()
+                let (url, body, host, raw) = (&url, &body, &host, &raw);
+                s.spawn(move || match a.client {
+                    BenchClient::Ureq => {
+                        let agent = kvsim_runtime::http_client::agent(Duration::from_secs(30));
+                        (0..a.requests)
+                            .map(|_| http_once(&agent, url, body))
+                            .collect()
+                    }
+                    BenchClient::Raw => {
+                        let mut c = crate::raw_http::RawClient::connect(host)?;
+                        (0..a.requests).map(|_| c.send(raw)).collect()
+                    }
                 })
             })
             .collect();
@@ -528,7 +551,11 @@ pub fn bench_http(a: &BenchHttpArgs) -> Result<ExitCode> {
     for r in results {
         all.extend(r?);
     }
-    let not_ok = all.iter().filter(|(_, _, s)| *s != 200).count();
+    let mut counts: BTreeMap<u16, usize> = BTreeMap::new();
+    for (_, _, s) in all.iter().filter(|(_, _, s)| *s != 200) {
+        *counts.entry(*s).or_default() += 1;
+    }
+    let not_ok: Vec<String> = counts.iter().map(|(s, n)| format!("{n} x {s}")).collect();
     let mut lat: Vec<Duration> = all.iter().map(|x| x.0).collect();
     let mut first: Vec<Duration> = all.iter().map(|x| x.1).collect();
     lat.sort();
@@ -539,7 +566,7 @@ pub fn bench_http(a: &BenchHttpArgs) -> Result<ExitCode> {
     };
     println!(
         "concurrency {}: {} requests in {wall:.2} s = {:.0} req/s, p50 {:.2} ms, p99 {:.2} ms, \
-         first byte p50 {:.2} ms p99 {:.2} ms, not 200: {not_ok}",
+         first byte p50 {:.2} ms p99 {:.2} ms, not 200: [{}]",
         a.concurrency,
         all.len(),
         all.len() as f64 / wall,
@@ -547,6 +574,7 @@ pub fn bench_http(a: &BenchHttpArgs) -> Result<ExitCode> {
         pct(&lat, 0.99),
         pct(&first, 0.5),
         pct(&first, 0.99),
+        not_ok.join(" ")
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,7 @@
 
 mod cli;
 
-use cli::{kvsim, root, text, tmp_in, Served};
+use cli::{kvsim, python_with, root, text, tmp_in, Served};
 use kvsim_runtime::http_client::fetch;
 use kvsim_runtime::Client;
 use serde_json::Value;
@@ -217,12 +217,12 @@ fn generate_echoes_markers_streams_and_serves_sglang_endpoints() {
         "{last}"
     );
     assert_eq!(last["text"].as_str().unwrap().split(' ').count(), 3);
-    // Over the pool (512 tokens): the engine's admission check refuses it with 400
-    // and names the limit.
+    // Over prefill's pool (512 tokens): its admission check refuses it with 400, and
+    // the client reads the engine's words (prefill's reason, through the router).
     let (st, body) = post(&h, &format!(r#"{{"text":"{}"}}"#, words(700)));
     assert_eq!(st, 400, "{body}");
     assert!(
-        body.contains("700 tokens") && body.contains("context length 1024"),
+        body.contains("prompt of 700 tokens exceeds the admission limit of 512"),
         "{body}"
     );
     s.wait_quiescent();
@@ -290,14 +290,15 @@ fn bad_requests_get_4xx_naming_the_field_and_leak_no_page() {
             r#"{"text":"a","model":3}"#.into(),
             "model: must be a string",
         ),
-        // Over the context and over the pool: the engine refuses, naming the limit.
+        // Over the context and over the pool: the engine refuses, and its reason (the
+        // refusing half's, carried by the router's answer) names the limit.
         (
             format!(r#"{{"text":"{}"}}"#, words(5000)),
-            "context length 1024",
+            "prompt of 5000 tokens",
         ),
         (
             format!(r#"{{"text":"{}"}}"#, words(513)),
-            "The input (513 tokens) is longer than the server admits (512 tokens",
+            "prompt of 513 tokens",
         ),
     ];
     for (body, want) in &cases {
@@ -308,6 +309,12 @@ fn bad_requests_get_4xx_naming_the_field_and_leak_no_page() {
             "{body:.80}: want `{want}` in {answer}"
         );
         assert!(answer.contains("\"error\""), "{answer}");
+        if want.starts_with("prompt of") {
+            assert!(
+                answer.contains("exceeds the admission limit of"),
+                "the engine's words, not the front's: {answer}"
+            );
+        }
     }
     // Malformed HTTP: a body over the limit, a bad request line, chunked bodies.
     let big = raw(
@@ -849,29 +856,6 @@ fn the_writeups_scripts_run_unmodified() {
     s.stop();
 }
 
-/// The Python that has the pinned client packages (`.ci/run` makes a virtual
-/// environment and names it in `KVSIM_PYTHON`), or `None` with why. Under
-/// `KVSIM_REQUIRE_PY_CLIENTS=1` (set by `.ci/run`) a missing one fails the test.
-fn python_with(module: &str) -> Option<String> {
-    let py = std::env::var("KVSIM_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&py)
-        .args(["-c", &format!("import {module}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(py);
-    }
-    let why = format!("`{py}` cannot import `{module}` (set KVSIM_PYTHON to a venv with it)");
-    assert!(
-        std::env::var("KVSIM_REQUIRE_PY_CLIENTS").as_deref() != Ok("1"),
-        "KVSIM_REQUIRE_PY_CLIENTS=1 but {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    None
-}
-
 #[test]
 fn the_openai_python_client_gets_completions_chats_and_streams() {
     let s = HttpServed::start(&[LOOPBACK]);
@@ -903,6 +887,24 @@ fn the_openai_python_client_gets_completions_chats_and_streams() {
     .unwrap();
     assert!(
         r.text().contains("prompt: a prompt is required"),
+        "{}",
+        r.text()
+    );
+    // The engine's reason for an error (the refusing half's, through the router's
+    // answer), in OpenAI's error shape and in a stream's error event.
+    let long = format!(r#"{{"prompt":"{}","max_tokens":2}}"#, words(513));
+    let r = fetch(&h, "POST", "/v1/completions", Some(long.as_bytes()), T).unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    let e: Value = serde_json::from_slice(&r.body).unwrap();
+    let msg = e["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("prompt of 513 tokens") && msg.contains("admission limit of 512"),
+        "{e}"
+    );
+    let long = format!(r#"{{"text":"{}","stream":true}}"#, words(513));
+    let r = fetch(&h, "POST", "/generate", Some(long.as_bytes()), T).unwrap();
+    assert!(
+        r.text().contains("exceeds the admission limit of 512"),
         "{}",
         r.text()
     );
@@ -960,6 +962,40 @@ fn the_openai_python_client_gets_completions_chats_and_streams() {
     let e = &checks["error"];
     assert_eq!(e["status"], 400);
     assert_eq!(e["param"], "max_tokens", "{e}");
+    s.wait_quiescent();
+    s.stop();
+}
+
+/// `kvsim bench-http` drives the front with its own raw client and with ureq, JSON
+/// and streamed: every request answered 200, counted.
+#[test]
+fn bench_http_drives_the_front_with_either_client() {
+    let s = HttpServed::start(&[LOOPBACK]);
+    let modes: [&[&str]; 4] = [
+        &[],
+        &["--stream"],
+        &["--client", "ureq"],
+        &["--client", "ureq", "--stream"],
+    ];
+    for extra in modes {
+        let mut args = vec![
+            "bench-http",
+            &s.http,
+            "--concurrency",
+            "2",
+            "--requests",
+            "5",
+            "--prompt-len",
+            "8",
+        ];
+        args.extend(extra);
+        let o = kvsim(&args);
+        let out = text(&o);
+        assert!(
+            o.status.success() && out.contains("10 requests") && out.contains("not 200: []"),
+            "{extra:?}: {out}"
+        );
+    }
     s.wait_quiescent();
     s.stop();
 }

@@ -6,8 +6,20 @@
 //! node's trace with liveness judged, and every pool full at the end; the incident's
 //! bug switches must show the leak to the canary (a foreign marker in a 200 reply) and
 //! the audit must name it. Where namespaces are not available (not root, no `ip`, no
-//! `nft`), each test prints SKIPPED and the reason.
+//! `nft`), each test prints SKIPPED and the reason; under `KVSIM_REQUIRE_NETNS=1` (set by
+//! `.ci/run` when it runs as root) a skip fails the test instead.
+//!
+//! The same bed with SGLang's real router (`--router PY`): prefill and decode in
+//! worker mode in their namespaces, `sglang-router` 0.3.2 in PD mode in its own, faults
+//! on every link (loss on the router's and decode's, partitions between prefill and
+//! decode and between the router and decode, a slow link, a link down) and a paused
+//! prefill, `kvsim canary` through the router with client disconnects; then the audit
+//! of both nodes' traces and both pools whole. The router comes from `KVSIM_PYTHON`'s
+//! environment (SKIPPED without it, failing under `KVSIM_REQUIRE_PY_CLIENTS=1`).
 
+mod cli;
+
+use cli::router_python;
 use std::path::Path;
 use std::process::Command;
 
@@ -34,6 +46,11 @@ fn bed(seed: u64, extra: &[&str], name: &str) -> Option<(i32, String)> {
     );
     let code = out.status.code().unwrap_or(-1);
     if code == 77 {
+        assert!(
+            std::env::var("KVSIM_REQUIRE_NETNS").as_deref() != Ok("1"),
+            "KVSIM_REQUIRE_NETNS=1 but the bed skipped: {}",
+            text.trim()
+        );
         println!("{}", text.trim());
         eprintln!("{}", text.trim());
         return None;
@@ -93,6 +110,61 @@ fn netns_bed_incident_bugs_leak_and_audit_names_it() {
     assert!(
         canary_count(&text, "foreign_marker") > 0,
         "the canary must see another request's marker in a 200 reply:\n{text}"
+    );
+    assert!(text.contains("audit rc 1"), "{text}");
+    assert!(text.contains("VIOLATED S3"), "{text}");
+}
+
+#[test]
+fn netns_bed_real_router_drives_prefill_and_decode_through_link_faults() {
+    let Some(py) = router_python() else { return };
+    let Some((code, text)) = bed(21, &["--router", &py], "router") else {
+        return;
+    };
+    assert!(text.contains("schedule: "), "{text}");
+    for fault in [
+        "fault: loss r ",
+        "fault: partition r d ",
+        "fault: partition p d ",
+    ] {
+        assert!(text.contains(fault), "{fault} was applied:\n{text}");
+    }
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("bed result: canary rc 0, audit rc 0, drained 1"),
+        "{text}"
+    );
+    assert!(text.contains("canary: PASS"), "{text}");
+    assert!(
+        text.contains("400: "),
+        "over-length prompts refused: {text}"
+    );
+    assert!(
+        text.contains("run end: drained (liveness judged)"),
+        "{text}"
+    );
+    assert!(text.contains("32 of 32 pages free"), "{text}");
+    assert!(text.contains("128 of 128 pages free"), "{text}");
+}
+
+#[test]
+fn netns_bed_real_router_incident_bugs_leak_and_audit_names_it() {
+    let Some(py) = router_python() else { return };
+    let args = [
+        "--router",
+        &py,
+        "--bugs",
+        "gate-checks-finished-only,no-length-agreement",
+        "--scenario",
+        "tests/serve/incident.toml",
+    ];
+    let Some((code, text)) = bed(22, &args, "router-bugs") else {
+        return;
+    };
+    assert_ne!(code, 0, "{text}");
+    assert!(
+        text.contains("LEAK: reply to request"),
+        "the canary must see another request's marker through the router:\n{text}"
     );
     assert!(text.contains("audit rc 1"), "{text}");
     assert!(text.contains("VIOLATED S3"), "{text}");

@@ -13,7 +13,7 @@
 
 mod cli;
 
-use cli::{kvsim, text, tmp_in, Served};
+use cli::{kvsim, router_python, text, tmp_in, Served};
 use kvsim_runtime::http_client::fetch;
 use serde_json::Value;
 use std::net::TcpListener;
@@ -25,27 +25,6 @@ const LOOPBACK: &str = "tests/serve/loopback.toml";
 const INCIDENT_SC: &str = "tests/serve/incident.toml";
 const BUGS: &str = "gate-checks-finished-only,no-length-agreement";
 const T: Duration = cli::SERVE_WAIT;
-
-/// The Python with `sglang_router`, or `None` (SKIPPED) where it is missing.
-fn router_python() -> Option<String> {
-    let py = std::env::var("KVSIM_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&py)
-        .args(["-c", "import sglang_router"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(py);
-    }
-    let why = format!("`{py}` cannot import `sglang_router` (set KVSIM_PYTHON to a venv with sglang-router==0.3.2)");
-    assert!(
-        std::env::var("KVSIM_REQUIRE_PY_CLIENTS").as_deref() != Ok("1"),
-        "KVSIM_REQUIRE_PY_CLIENTS=1 but {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    None
-}
 
 /// A free loopback port (bound and released: the processes bind it next).
 fn port() -> u16 {

@@ -21,11 +21,11 @@ use crate::bugs::Bug;
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::{ids, query_position, write_traced, Gpu};
-use crate::ids::{NodeId, PageTag, RequestId, RoomKey, WriteId};
+use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
-use crate::msg::{Msg, Status, TransferOutcome};
-use crate::retired::RetiredRooms;
+use crate::msg::{Msg, Status, TransferOutcome, Why};
+use crate::retired::{holds, send_answer, RetiredRooms};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
 use std::collections::{BTreeMap, VecDeque};
@@ -126,6 +126,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         gpu: G,
         pool: P,
     ) -> Self {
+        let retired = RetiredRooms::new(cfg.max_rooms);
         DecodeNode {
             id,
             cfg,
@@ -136,7 +137,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             requests: BTreeMap::new(),
             prealloc: VecDeque::new(),
             quarantine: BTreeMap::new(),
-            retired: RetiredRooms::default(),
+            retired,
             finished_pages: VecDeque::new(),
             compute_armed: false,
             fatal: None,
@@ -144,6 +145,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
+    /// The room uses this node retired (bounded: [`RetiredRooms::bound`]).
+    pub fn retired(&self) -> &RetiredRooms {
+        &self.retired
+    }
     pub fn id(&self) -> NodeId {
         self.id
     }
@@ -339,7 +344,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                         room,
                         reason: "waiting timeout".into(),
                     });
-                    self.fail(room, Status::INTERNAL, env);
+                    self.fail_why(room, Status::INTERNAL, Some(Why::TransferFailed), env);
                 }
             }
             Input::Timer(Timer::DrainRetry(room, arming)) => self.on_drain_retry(room, arming, env),
@@ -350,14 +355,22 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
     /// a use already answered) repeats the first status.
     fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        let status = self.retired.answer(room, status);
-        env.trace(TraceEvent::Responded {
-            node: self.id,
-            room,
-            side: Side::Decode,
-            status,
-        });
-        env.send(self.router, Msg::DecodeFinished { room, status });
+        self.answer_why(room, status, None, env);
+    }
+
+    /// [`Self::answer`] with the engine's reason for `status` (a repeated answer
+    /// repeats the first one's reason too).
+    fn answer_why<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+        env: &mut E,
+    ) {
+        let q = &self.quarantine;
+        let held = |n: RoomId| holds(q, n);
+        let answer = self.retired.answer(room, status, why, &held);
+        send_answer(env, (self.id, self.router, Side::Decode), room, answer);
     }
 
     fn on_start<E: Env<G::Kv>>(
@@ -372,7 +385,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         if self.requests.contains_key(&room) || self.is_stale(room) {
             return;
         }
-        let reject = |this: &mut Self, env: &mut E, status: Status, reason: String| {
+        let reject = |this: &mut Self, env: &mut E, status: Status, why: Why, reason: String| {
             env.trace(TraceEvent::Rejected {
                 node: this.id,
                 room,
@@ -380,15 +393,17 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 status,
                 reason,
             });
-            this.answer(room, status, env);
+            this.answer_why(room, status, Some(why), env);
         };
         if let Some(reason) = &self.fatal {
             let reason = format!("node stopped: {reason}");
-            reject(self, env, Status::UNAVAILABLE, reason);
+            let why = Why::NodeStopped { side: Side::Decode };
+            reject(self, env, Status::UNAVAILABLE, why, reason);
             return;
         }
         if self.requests.len() >= self.cfg.max_queue as usize {
-            reject(self, env, Status::UNAVAILABLE, "decode queue full".into());
+            let why = Why::QueueFull { side: Side::Decode };
+            reject(self, env, Status::UNAVAILABLE, why, why.to_string());
             return;
         }
         let mut prompt_len = prompt_len;
@@ -405,10 +420,12 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     });
                     prompt_len = 1;
                 } else {
-                    let reason = format!(
-                        "prompt of {prompt_len} tokens plus {max_new_tokens} new exceeds the admission limit of {limit}"
-                    );
-                    reject(self, env, Status::BAD_REQUEST, reason);
+                    let why = Why::ReplyTooLong {
+                        tokens: prompt_len,
+                        new_tokens: max_new_tokens,
+                        limit,
+                    };
+                    reject(self, env, Status::BAD_REQUEST, why, why.to_string());
                     return;
                 }
             }
@@ -635,7 +652,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     fully_written,
                     reason,
                 });
-                self.fail(room, Status::INTERNAL, env);
+                self.fail_why(room, Status::INTERNAL, Some(Why::TransferRefused), env);
             }
             (Err(reason), TransferOutcome::Failed) => {
                 self.counters.transfers_failed += 1;
@@ -644,7 +661,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     room,
                     reason,
                 });
-                self.fail(room, Status::INTERNAL, env);
+                self.fail_why(room, Status::INTERNAL, Some(Why::TransferFailed), env);
             }
             (Ok((sent_tokens, sent_pages)), _) => {
                 let dst_tags = req.pages[..req.dst_pages].to_vec();
@@ -854,6 +871,17 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// The request failed (transfer failure, verification, timeout, abort): answer,
     /// and hand its pages to quarantine if a write may still land in them.
     fn fail<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+        self.fail_why(room, status, None, env);
+    }
+
+    /// [`Self::fail`] with the engine's reason for `status`.
+    fn fail_why<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+        env: &mut E,
+    ) {
         let Some(req) = self.requests.remove(&room) else {
             return;
         };
@@ -902,7 +930,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 }
             }
         }
-        self.answer(room, status, env);
+        self.answer_why(room, status, why, env);
     }
 
     fn on_abort<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {

@@ -27,7 +27,7 @@ use crate::gpu::{Gpu, SymbolicGpu};
 use crate::ids::{NodeId, PageId, RequestId, RoomKey, TenantId, Token};
 use crate::invariant::Violation;
 use crate::kv::PageRecord;
-use crate::msg::{Msg, Status};
+use crate::msg::{Msg, Status, Why};
 use crate::node::{Node, Role};
 use crate::prefill::{PrefillNode, PrefillPhase};
 use crate::router::{Router, RouterRoomState};
@@ -67,6 +67,8 @@ pub struct ClientResponse {
     pub req: RequestId,
     pub status: Status,
     pub tokens: Vec<Token>,
+    /// The engine's reason for a status that is not 200, where it has one.
+    pub why: Option<Why>,
 }
 
 /// What became of a message the test delivered.
@@ -149,12 +151,14 @@ impl<K: Clone> World<K> {
                 req,
                 status,
                 tokens,
+                why,
             } = msg
             {
                 self.responses.push(ClientResponse {
                     req,
                     status,
                     tokens,
+                    why,
                 });
             }
             return;

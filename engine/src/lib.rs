@@ -41,7 +41,7 @@ pub use ids::{
     Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, Token, WriteId,
 };
 pub use invariant::{Invariant, Violation};
-pub use msg::{Msg, Status, TransferOutcome};
+pub use msg::{Msg, Status, TransferOutcome, Why};
 pub use node::{Node, Role};
 pub use shared_cfg::Cfg;
 pub use trace::TraceEvent;

@@ -6,6 +6,7 @@
 //! the [`RoomKey`] (room and generation) it belongs to.
 
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
+use crate::trace::Side;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -45,6 +46,80 @@ impl fmt::Display for Status {
     }
 }
 
+/// Why a half or the router answered with an error: the engine's own reason, typed,
+/// carried with the status from the node that decided to the router's `Response`, so a
+/// front tells its client what the engine decided instead of guessing from the status.
+/// `None` where the engine gives no reason of its own (an abort, a lost answer, a
+/// failure found after admission on prefill).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+/// Serialized externally tagged (as `TransferOutcome`), which the wire's bincode reads.
+pub enum Why {
+    /// Prefill's admission: the prompt is longer than the node admits.
+    PromptTooLong { tokens: u64, limit: u64 },
+    /// Decode's admission: the prompt plus the new tokens exceed what the node admits.
+    ReplyTooLong {
+        tokens: u64,
+        new_tokens: u32,
+        limit: u64,
+    },
+    /// The half's queue was full at intake.
+    QueueFull { side: Side },
+    /// The node stopped itself after a fault it cannot recover from.
+    NodeStopped { side: Side },
+    /// Prefill's request was already finished with an error at intake (the legacy
+    /// abort path: `to_finish` set, read by the bootstrap-queue gate).
+    RejectedAtIntake,
+    /// Decode refused prefill's completed transfer (verification: lengths, pages or
+    /// checksum disagree).
+    TransferRefused,
+    /// The KV transfer failed or did not arrive in time.
+    TransferFailed,
+    /// The router refused the request: no prompt, or `max_new_tokens` outside
+    /// `1..=limit`.
+    InvalidRequest { max_new_tokens_limit: u32 },
+    /// The router's room table was full.
+    NoRoom,
+    /// The router's request timeout passed before both halves answered.
+    Timeout,
+}
+
+impl fmt::Display for Why {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let side = |s: &Side| match s {
+            Side::Prefill => "prefill",
+            Side::Decode => "decode",
+        };
+        match self {
+            Why::PromptTooLong { tokens, limit } => {
+                write!(f, "prompt of {tokens} tokens exceeds the admission limit of {limit}")
+            }
+            Why::ReplyTooLong {
+                tokens,
+                new_tokens,
+                limit,
+            } => write!(
+                f,
+                "prompt of {tokens} tokens plus {new_tokens} new exceeds the admission limit of {limit}"
+            ),
+            Why::QueueFull { side: s } => write!(f, "{} queue full", side(s)),
+            Why::NodeStopped { side: s } => write!(f, "{} node stopped", side(s)),
+            Why::RejectedAtIntake => f.write_str("rejected at intake"),
+            Why::TransferRefused => {
+                f.write_str("decode refused the KV transfer at verification")
+            }
+            Why::TransferFailed => f.write_str("the KV transfer failed or timed out"),
+            Why::InvalidRequest {
+                max_new_tokens_limit,
+            } => write!(
+                f,
+                "empty prompt, or max_new_tokens outside 1..={max_new_tokens_limit}"
+            ),
+            Why::NoRoom => f.write_str("the router's room table is full"),
+            Why::Timeout => f.write_str("the request timed out before both halves answered"),
+        }
+    }
+}
+
 /// What prefill reports to decode when a room's transfer concludes (SGLang's M7 plus
 /// the aux row).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -80,6 +155,8 @@ pub enum Msg<K> {
         req: RequestId,
         status: Status,
         tokens: Vec<Token>,
+        /// The engine's reason for a status that is not 200, where it has one.
+        why: Option<Why>,
     },
 
     // Router -> nodes.
@@ -137,7 +214,12 @@ pub enum Msg<K> {
 
     // Nodes -> router.
     /// The prefill half's terminal status.
-    PrefillFinished { room: RoomKey, status: Status },
+    PrefillFinished {
+        room: RoomKey,
+        status: Status,
+        /// Prefill's reason for a status that is not 200, where it has one.
+        why: Option<Why>,
+    },
     /// Generated token number `index`, streamed.
     TokenOut {
         room: RoomKey,
@@ -145,7 +227,12 @@ pub enum Msg<K> {
         token: Token,
     },
     /// The decode half's terminal status.
-    DecodeFinished { room: RoomKey, status: Status },
+    DecodeFinished {
+        room: RoomKey,
+        status: Status,
+        /// Decode's reason for a status that is not 200, where it has one.
+        why: Option<Why>,
+    },
 }
 
 impl<K> Msg<K> {
@@ -216,6 +303,7 @@ impl<K> Msg<K> {
                 req,
                 status,
                 tokens,
+                ..
             } => {
                 format!("Response {req} status={status} tokens={}", tokens.len())
             }
@@ -255,13 +343,13 @@ impl<K> Msg<K> {
             }
             Msg::KvDone { room, outcome, .. } => format!("KvDone {room} {outcome:?}"),
             Msg::DrainAck { room } => format!("DrainAck {room}"),
-            Msg::PrefillFinished { room, status } => {
+            Msg::PrefillFinished { room, status, .. } => {
                 format!("PrefillFinished {room} status={status}")
             }
             Msg::TokenOut { room, index, token } => {
                 format!("TokenOut {room} #{index} token={token:#x}")
             }
-            Msg::DecodeFinished { room, status } => {
+            Msg::DecodeFinished { room, status, .. } => {
                 format!("DecodeFinished {room} status={status}")
             }
         }

@@ -21,11 +21,11 @@ use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::KvPayload;
 use crate::gpu::{ids, write_traced, Gpu};
-use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
+use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
-use crate::msg::{Msg, Status, TransferOutcome};
-use crate::retired::RetiredRooms;
+use crate::msg::{Msg, Status, TransferOutcome, Why};
+use crate::retired::{holds, send_answer, RetiredRooms};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -145,6 +145,7 @@ impl<G: Gpu> PrefillNode<G> {
     /// ([`crate::config::EngineConfig::preflight`]).
     pub fn new(id: NodeId, cfg: Cfg, router: NodeId, gpu: G) -> Self {
         let pool = PagePool::new(gpu.pages(), gpu.page_size()).journal();
+        let retired = RetiredRooms::new(cfg.max_rooms);
         PrefillNode {
             id,
             cfg,
@@ -154,7 +155,7 @@ impl<G: Gpu> PrefillNode<G> {
             requests: BTreeMap::new(),
             waiting: VecDeque::new(),
             outstanding: BTreeMap::new(),
-            retired: RetiredRooms::default(),
+            retired,
             early_meta: BTreeMap::new(),
             early_drain: BTreeSet::new(),
             compute_armed: false,
@@ -205,11 +206,16 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     fn tombstone(&mut self, room: RoomKey) {
-        self.retired.retire(room);
+        let out = &self.outstanding;
+        self.retired.retire(room, &|n| holds(out, n));
         self.early_meta.retain(|(r, _), _| *r != room);
         self.early_drain.retain(|(r, _)| *r != room);
     }
 
+    /// The room uses this node retired (bounded: [`RetiredRooms::bound`]).
+    pub fn retired(&self) -> &RetiredRooms {
+        &self.retired
+    }
     pub fn id(&self) -> NodeId {
         self.id
     }
@@ -359,19 +365,22 @@ impl<G: Gpu> PrefillNode<G> {
             return;
         }
         let len = prompt.len() as u64;
-        let reject = |this: &mut Self, env: &mut E, status: Status, reason: String| {
+        let reject = |this: &mut Self, env: &mut E, status: Status, why: Why| {
             this.tombstone(room);
             env.trace(TraceEvent::Rejected {
                 node: this.id,
                 room,
                 side: Side::Prefill,
                 status,
-                reason,
+                reason: why.to_string(),
             });
-            this.answer(room, status, env);
+            this.answer_why(room, status, Some(why), env);
         };
         if self.requests.len() >= self.cfg.max_queue as usize {
-            reject(self, env, Status::UNAVAILABLE, "prefill queue full".into());
+            let why = Why::QueueFull {
+                side: Side::Prefill,
+            };
+            reject(self, env, Status::UNAVAILABLE, why);
             return;
         }
         let mut req = Request {
@@ -405,9 +414,8 @@ impl<G: Gpu> PrefillNode<G> {
                         prompt_len: len,
                     });
                 } else {
-                    let reason =
-                        format!("prompt of {len} tokens exceeds the admission limit of {limit}");
-                    reject(self, env, Status::BAD_REQUEST, reason);
+                    let why = Why::PromptTooLong { tokens: len, limit };
+                    reject(self, env, Status::BAD_REQUEST, why);
                     return;
                 }
             }
@@ -418,7 +426,7 @@ impl<G: Gpu> PrefillNode<G> {
                 .to_finish
                 .or(req.finished_reason)
                 .unwrap_or(Status::BAD_REQUEST);
-            reject(self, env, status, "rejected at intake".into());
+            reject(self, env, status, Why::RejectedAtIntake);
             return;
         }
         env.trace(TraceEvent::Admitted {
@@ -1026,14 +1034,22 @@ impl<G: Gpu> PrefillNode<G> {
     /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
     /// a use already answered) repeats the first status.
     fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        let status = self.retired.answer(room, status);
-        env.trace(TraceEvent::Responded {
-            node: self.id,
-            room,
-            side: Side::Prefill,
-            status,
-        });
-        env.send(self.router, Msg::PrefillFinished { room, status });
+        self.answer_why(room, status, None, env);
+    }
+
+    /// [`Self::answer`] with the engine's reason for `status` (a repeated answer
+    /// repeats the first one's reason too).
+    fn answer_why<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+        env: &mut E,
+    ) {
+        let out = &self.outstanding;
+        let held = |n: RoomId| holds(out, n);
+        let answer = self.retired.answer(room, status, why, &held);
+        send_answer(env, (self.id, self.router, Side::Prefill), room, answer);
     }
 
     /// S1/S8 on the pool, and every page owned by a live request or draining.

@@ -28,7 +28,7 @@ use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::ids::{Generation, NodeId, RequestId, RoomId, RoomKey, TenantId, Token};
 use crate::invariant::{Invariant, Violation};
-use crate::msg::{Msg, Status};
+use crate::msg::{Msg, Status, Why};
 use crate::shared_cfg::Cfg;
 use crate::trace::TraceEvent;
 use std::collections::BTreeMap;
@@ -43,6 +43,10 @@ struct RoomUse {
     answered: bool,
     prefill_status: Option<Status>,
     decode_status: Option<Status>,
+    /// `sglang-router`: each half's reason for its error, as it reported it, kept
+    /// until both halves answered (the careful router answers the first error at once).
+    prefill_why: Option<Why>,
+    decode_why: Option<Why>,
     /// The reply length the request asked for: a 200 with fewer tokens (the tail of
     /// the stream still in flight, or lost) is an error, never a shorter reply.
     max_new_tokens: u32,
@@ -144,12 +148,30 @@ fn record_half(u: &mut RoomUse, status: Status, prefill_half: bool) -> bool {
     true
 }
 
-/// The client's answer when a half answers `status`: an error as it is; a 200 with
-/// every token of the reply, or 500 when a token is missing (a gap in the stream, or
-/// fewer than asked), never a silently shorter reply.
-fn reply(u: &RoomUse, status: Status) -> (Status, Vec<Token>) {
+/// The client's one answer: its status, the reply's tokens (a 200) and the engine's
+/// reason (an error, where the engine has one).
+struct Answer {
+    status: Status,
+    tokens: Vec<Token>,
+    why: Option<Why>,
+}
+
+impl Answer {
+    fn error(status: Status, why: Option<Why>) -> Self {
+        Answer {
+            status,
+            tokens: Vec::new(),
+            why,
+        }
+    }
+}
+
+/// The client's answer when a half answers `status` (for the reason `why`): an error
+/// as it is; a 200 with every token of the reply, or 500 when a token is missing (a gap
+/// in the stream, or fewer than asked), never a silently shorter reply.
+fn reply(u: &RoomUse, status: Status, why: Option<Why>) -> Answer {
     if !status.is_ok() {
-        return (status, Vec::new());
+        return Answer::error(status, why);
     }
     let tokens: Vec<Token> = if u.tokens.iter().all(Option::is_some) {
         u.tokens.iter().map(|t| t.unwrap_or(0)).collect()
@@ -157,9 +179,13 @@ fn reply(u: &RoomUse, status: Status) -> (Status, Vec<Token>) {
         Vec::new()
     };
     if tokens.len() == u.tokens.len() && tokens.len() == u.max_new_tokens as usize {
-        (status, tokens)
+        Answer {
+            status,
+            tokens,
+            why: None,
+        }
     } else {
-        (Status::INTERNAL, Vec::new())
+        Answer::error(Status::INTERNAL, None)
     }
 }
 
@@ -279,8 +305,12 @@ impl Router {
                     max_new_tokens,
                 } => self.on_submit(from, req, tenant, prompt, max_new_tokens, env),
                 Msg::Cancel { req } => self.on_cancel(req, env),
-                Msg::PrefillFinished { room, status } => self.on_half(room, status, true, env),
-                Msg::DecodeFinished { room, status } => self.on_half(room, status, false, env),
+                Msg::PrefillFinished { room, status, why } => {
+                    self.on_half(room, status, why, true, env)
+                }
+                Msg::DecodeFinished { room, status, why } => {
+                    self.on_half(room, status, why, false, env)
+                }
                 Msg::TokenOut { room, index, token } => {
                     let limit = self.cfg.max_new_tokens_limit as usize;
                     if let Some(u) = self.slot(room) {
@@ -305,9 +335,13 @@ impl Router {
         client: NodeId,
         req: RequestId,
         room: Option<RoomKey>,
-        status: Status,
-        tokens: Vec<Token>,
+        answer: Answer,
     ) {
+        let Answer {
+            status,
+            tokens,
+            why,
+        } = answer;
         env.trace(TraceEvent::RouterResponse {
             node: self.id,
             req,
@@ -321,6 +355,7 @@ impl Router {
                 req,
                 status,
                 tokens,
+                why,
             },
         );
     }
@@ -341,7 +376,11 @@ impl Router {
             || max_new_tokens > self.cfg.max_new_tokens_limit
             || prompt.is_empty()
         {
-            self.respond(env, client, req, None, Status::BAD_REQUEST, Vec::new());
+            let why = Why::InvalidRequest {
+                max_new_tokens_limit: self.cfg.max_new_tokens_limit,
+            };
+            let answer = Answer::error(Status::BAD_REQUEST, Some(why));
+            self.respond(env, client, req, None, answer);
             return;
         }
         let first = Attempt {
@@ -353,7 +392,8 @@ impl Router {
             number: 1,
         };
         if !self.start_attempt(first, env) {
-            self.respond(env, client, req, None, Status::UNAVAILABLE, Vec::new());
+            let answer = Answer::error(Status::UNAVAILABLE, Some(Why::NoRoom));
+            self.respond(env, client, req, None, answer);
         }
     }
 
@@ -400,6 +440,8 @@ impl Router {
             answered: false,
             prefill_status: None,
             decode_status: None,
+            prefill_why: None,
+            decode_why: None,
             max_new_tokens: a.max_new_tokens,
             tokens: Vec::new(),
             attempt: a.number,
@@ -457,8 +499,7 @@ impl Router {
             client,
             req,
             Some(key),
-            Status::CLIENT_CLOSED,
-            Vec::new(),
+            Answer::error(Status::CLIENT_CLOSED, None),
         );
         if p_open {
             env.send(prefill, Msg::Abort { room: key });
@@ -473,11 +514,12 @@ impl Router {
         &mut self,
         key: RoomKey,
         status: Status,
+        why: Option<Why>,
         prefill_half: bool,
         env: &mut E,
     ) {
         if self.cfg.router == RouterPolicy::SglangRouter {
-            return self.sglang_on_half(key, status, prefill_half, env);
+            return self.sglang_on_half(key, status, why, prefill_half, env);
         }
         let propagate =
             self.cfg.defenses.router_cancels_both && !self.cfg.bugs.has(Bug::RouterCancelsOneHalf);
@@ -488,8 +530,7 @@ impl Router {
         let mut answer = None;
         if !u.answered && (!status.is_ok() || !prefill_half) {
             u.answered = true;
-            let (status, tokens) = reply(u, status);
-            answer = Some((u.client, u.req, status, tokens));
+            answer = Some((u.client, u.req, reply(u, status, why)));
         }
         let other_open = if prefill_half {
             u.decode_status.is_none()
@@ -498,8 +539,8 @@ impl Router {
         };
         let other = if prefill_half { u.decode } else { u.prefill };
         let both_done = u.prefill_status.is_some() && u.decode_status.is_some();
-        if let Some((client, req, st, tokens)) = answer {
-            self.respond(env, client, req, Some(key), st, tokens);
+        if let Some((client, req, a)) = answer {
+            self.respond(env, client, req, Some(key), a);
         }
         let failed = !status.is_ok() || self.cfg.bugs.has(Bug::AbortAfterSuccess);
         if failed && other_open && propagate {
@@ -517,6 +558,7 @@ impl Router {
         &mut self,
         key: RoomKey,
         status: Status,
+        why: Option<Why>,
         prefill_half: bool,
         env: &mut E,
     ) {
@@ -524,27 +566,34 @@ impl Router {
         if !record_half(u, status, prefill_half) {
             return; // duplicate
         }
+        if !status.is_ok() {
+            *(if prefill_half {
+                &mut u.prefill_why
+            } else {
+                &mut u.decode_why
+            }) = why;
+        }
         let (Some(p), Some(d)) = (u.prefill_status, u.decode_status) else {
             return;
         };
         let decided = !u.answered && !u.abandoned;
         u.answered = true;
-        let (answer, tokens) = match (p.is_ok(), d.is_ok()) {
-            (_, false) => (d, Vec::new()),
-            (false, true) => (p, Vec::new()),
-            (true, true) => reply(u, d),
+        let answer = match (p.is_ok(), d.is_ok()) {
+            (_, false) => Answer::error(d, u.decode_why),
+            (false, true) => Answer::error(p, u.prefill_why),
+            (true, true) => reply(u, d, None),
         };
-        let (client, req) = (u.client, u.req);
+        let (client, req, status) = (u.client, u.req, answer.status);
         let next = self
             .next_attempt(key)
-            .filter(|_| decided && answer.is_retryable());
+            .filter(|_| decided && status.is_retryable());
         // The answer names its room, so it goes out before the room is cleared.
         if decided && next.is_none() {
-            self.respond(env, client, req, Some(key), answer, tokens);
+            self.respond(env, client, req, Some(key), answer);
         }
         self.clear(key, env);
         if let Some(a) = next {
-            self.retry(key, answer, a, env);
+            self.retry(key, status, a, env);
         }
     }
 
@@ -578,7 +627,8 @@ impl Router {
         }
         let (client, req) = (next.client, next.req);
         if !self.start_attempt(next, env) {
-            self.respond(env, client, req, Some(key), Status::UNAVAILABLE, Vec::new());
+            let answer = Answer::error(Status::UNAVAILABLE, Some(Why::NoRoom));
+            self.respond(env, client, req, Some(key), answer);
         }
     }
 
@@ -598,7 +648,8 @@ impl Router {
         let (client, req, prefill, decode) = (u.client, u.req, u.prefill, u.decode);
         let (p_open, d_open) = (u.prefill_status.is_none(), u.decode_status.is_none());
         if first && !sglang {
-            self.respond(env, client, req, Some(key), Status::INTERNAL, Vec::new());
+            let answer = Answer::error(Status::INTERNAL, Some(Why::Timeout));
+            self.respond(env, client, req, Some(key), answer);
         }
         // Keep asking until both halves have answered: an abort may have been lost (a
         // closed connection is noticed, however late).
@@ -614,7 +665,8 @@ impl Router {
                 Some(a) => self.retry(key, Status::BAD_GATEWAY, a, env),
                 None => {
                     self.by_req.remove(&req);
-                    self.respond(env, client, req, Some(key), Status::BAD_GATEWAY, Vec::new());
+                    let answer = Answer::error(Status::BAD_GATEWAY, Some(Why::Timeout));
+                    self.respond(env, client, req, Some(key), answer);
                 }
             }
         }

@@ -325,6 +325,7 @@ fn message(h: &H, seen: &Seen, to: NodeId, f: &Forged) -> Msg<SymbolicPage> {
         Forged::PrefillFinished(r, s) => Msg::PrefillFinished {
             room: room(r),
             status: Status(*s),
+            why: None,
         },
         Forged::TokenOut(r, i, t) => Msg::TokenOut {
             room: room(r),
@@ -334,6 +335,7 @@ fn message(h: &H, seen: &Seen, to: NodeId, f: &Forged) -> Msg<SymbolicPage> {
         Forged::DecodeFinished(r, s) => Msg::DecodeFinished {
             room: room(r),
             status: Status(*s),
+            why: None,
         },
         Forged::Submit(q, len, n) => Msg::Submit {
             req: RequestId(*q),
@@ -346,6 +348,7 @@ fn message(h: &H, seen: &Seen, to: NodeId, f: &Forged) -> Msg<SymbolicPage> {
             req: RequestId(*q),
             status: Status::OK,
             tokens: vec![1],
+            why: None,
         },
     }
 }

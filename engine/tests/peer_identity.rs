@@ -482,6 +482,7 @@ fn half_reports_and_tokens_from_the_wrong_node_are_refused_at_the_router() {
             Msg::PrefillFinished {
                 room,
                 status: Status::INTERNAL,
+                why: None,
             },
         ),
         (
@@ -489,6 +490,7 @@ fn half_reports_and_tokens_from_the_wrong_node_are_refused_at_the_router() {
             Msg::PrefillFinished {
                 room,
                 status: Status::OK,
+                why: None,
             },
         ),
         (
@@ -496,6 +498,7 @@ fn half_reports_and_tokens_from_the_wrong_node_are_refused_at_the_router() {
             Msg::DecodeFinished {
                 room,
                 status: Status::OK,
+                why: None,
             },
         ),
         (
@@ -503,6 +506,7 @@ fn half_reports_and_tokens_from_the_wrong_node_are_refused_at_the_router() {
             Msg::DecodeFinished {
                 room,
                 status: Status::INTERNAL,
+                why: None,
             },
         ),
         (

@@ -186,6 +186,7 @@ fn cancel_aborts_only_the_halves_still_open() {
         Msg::PrefillFinished {
             room,
             status: Status::OK,
+            why: None,
         },
     )(&mut h);
     check(
@@ -257,6 +258,7 @@ fn prefill_ok_is_recorded_and_answers_nobody() {
             Msg::PrefillFinished {
                 room,
                 status: Status::OK,
+                why: None,
             },
         ),
         Want {
@@ -280,11 +282,13 @@ fn a_half_failing_answers_the_error_and_aborts_the_other_half() {
             Msg::PrefillFinished {
                 room,
                 status: Status::INTERNAL,
+                why: None,
             }
         } else {
             Msg::DecodeFinished {
                 room,
                 status: Status::INTERNAL,
+                why: None,
             }
         };
         let (other, state) = if is_prefill {
@@ -363,6 +367,7 @@ fn decode_ok_answers_with_the_tokens_and_both_reports_clear_the_room() {
         Msg::PrefillFinished {
             room,
             status: Status::OK,
+            why: None,
         },
     )(&mut h);
     for i in 0..NEW {
@@ -376,6 +381,7 @@ fn decode_ok_answers_with_the_tokens_and_both_reports_clear_the_room() {
             Msg::DecodeFinished {
                 room,
                 status: Status::OK,
+                why: None,
             },
         ),
         Want {
@@ -418,6 +424,7 @@ fn decode_ok_first_answers_and_the_room_waits_for_prefill() {
             Msg::DecodeFinished {
                 room,
                 status: Status::OK,
+                why: None,
             },
         ),
         Want {
@@ -436,6 +443,7 @@ fn decode_ok_first_answers_and_the_room_waits_for_prefill() {
             Msg::PrefillFinished {
                 room,
                 status: Status::OK,
+                why: None,
             },
         ),
         Want {
@@ -459,6 +467,7 @@ fn a_gap_in_the_token_stream_is_an_error_never_a_shorter_reply() {
         Msg::DecodeFinished {
             room,
             status: Status::OK,
+            why: None,
         },
     )(&mut h);
     let r = h.response(1).unwrap();
@@ -490,6 +499,7 @@ fn the_request_timeout_answers_once_and_keeps_aborting_open_halves() {
         Msg::PrefillFinished {
             room,
             status: Status::CLIENT_CLOSED,
+            why: None,
         },
     )(&mut h);
     check(
@@ -512,6 +522,7 @@ fn the_request_timeout_answers_once_and_keeps_aborting_open_halves() {
             Msg::DecodeFinished {
                 room,
                 status: Status::CLIENT_CLOSED,
+                why: None,
             },
         ),
         Want {
@@ -538,6 +549,7 @@ fn a_report_for_an_earlier_use_of_the_room_is_ignored() {
             Msg::PrefillFinished {
                 room: earlier,
                 status: Status::INTERNAL,
+                why: None,
             },
         ),
         Want {

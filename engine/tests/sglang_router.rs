@@ -62,6 +62,7 @@ fn a_failed_half_cancels_nothing_and_the_router_waits_for_the_other() {
         Msg::DecodeFinished {
             room,
             status: Status::BAD_REQUEST,
+            why: None,
         },
     );
     assert_eq!(aborts_since(&h, m), 0, "no cancel of prefill");
@@ -73,6 +74,7 @@ fn a_failed_half_cancels_nothing_and_the_router_waits_for_the_other() {
         Msg::PrefillFinished {
             room,
             status: Status::OK,
+            why: None,
         },
     );
     // 400 is not retried: decode's answer goes to the client, the room is cleared.
@@ -91,6 +93,7 @@ fn prefills_error_is_the_answer_when_only_prefill_failed() {
         Msg::PrefillFinished {
             room,
             status: Status::BAD_REQUEST,
+            why: None,
         },
     );
     for index in 0..NEW {
@@ -111,6 +114,7 @@ fn prefills_error_is_the_answer_when_only_prefill_failed() {
         Msg::DecodeFinished {
             room,
             status: Status::OK,
+            why: None,
         },
     );
     assert_eq!(aborts_since(&h, m), 0);
@@ -128,6 +132,7 @@ fn a_retryable_answer_starts_a_new_attempt_in_a_new_room() {
         Msg::PrefillFinished {
             room: first,
             status: Status::OK,
+            why: None,
         },
     );
     let m = h.mark();
@@ -137,6 +142,7 @@ fn a_retryable_answer_starts_a_new_attempt_in_a_new_room() {
         Msg::DecodeFinished {
             room: first,
             status: Status::INTERNAL,
+            why: None,
         },
     );
     assert!(h.responses().is_empty(), "500 is retried, not answered");

@@ -790,6 +790,7 @@ impl Tx<'_> {
             req,
             status,
             ref tokens,
+            ..
         } = msg
         else {
             return;

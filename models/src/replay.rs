@@ -237,6 +237,7 @@ impl Driver<Msg<SymbolicPage>> for Replayer<'_> {
                 req,
                 status,
                 tokens,
+                ..
             } = &msg
             {
                 self.log.push(format!(

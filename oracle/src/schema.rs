@@ -18,7 +18,7 @@ use kvsim_engine::config::{Defenses, EngineConfig};
 use kvsim_engine::env::Timer;
 use kvsim_engine::ids::{NodeId, PageId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::invariant::Violation;
-use kvsim_engine::msg::{Msg, Status, TransferOutcome};
+use kvsim_engine::msg::{Msg, Status, TransferOutcome, Why};
 use kvsim_engine::node::Role;
 use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::world::{DataFault, DropReason, Topology, WriteFailure};
@@ -221,6 +221,10 @@ pub enum MsgView {
         req: RequestId,
         status: Status,
         tokens: Vec<Token>,
+        /// The engine's reason for a status that is not 200, where it has one (`null`
+        /// otherwise; absent in traces written before it was added: read as `null`).
+        #[serde(default)]
+        why: Option<Why>,
     },
     PrefillStart {
         room: RoomKey,
@@ -269,6 +273,10 @@ pub enum MsgView {
     PrefillFinished {
         room: RoomKey,
         status: Status,
+        /// The engine's reason for a status that is not 200, where it has one (`null`
+        /// otherwise; absent in traces written before it was added: read as `null`).
+        #[serde(default)]
+        why: Option<Why>,
     },
     TokenOut {
         room: RoomKey,
@@ -278,6 +286,10 @@ pub enum MsgView {
     DecodeFinished {
         room: RoomKey,
         status: Status,
+        /// The engine's reason for a status that is not 200, where it has one (`null`
+        /// otherwise; absent in traces written before it was added: read as `null`).
+        #[serde(default)]
+        why: Option<Why>,
     },
 }
 
@@ -300,10 +312,12 @@ impl MsgView {
                 req,
                 status,
                 tokens,
+                why,
             } => MsgView::Response {
                 req: *req,
                 status: *status,
                 tokens: tokens.clone(),
+                why: *why,
             },
             Msg::PrefillStart {
                 room,
@@ -356,18 +370,20 @@ impl MsgView {
                 epoch: *epoch,
             },
             Msg::DrainAck { room } => MsgView::DrainAck { room: *room },
-            Msg::PrefillFinished { room, status } => MsgView::PrefillFinished {
+            Msg::PrefillFinished { room, status, why } => MsgView::PrefillFinished {
                 room: *room,
                 status: *status,
+                why: *why,
             },
             Msg::TokenOut { room, index, token } => MsgView::TokenOut {
                 room: *room,
                 index: *index,
                 token: *token,
             },
-            Msg::DecodeFinished { room, status } => MsgView::DecodeFinished {
+            Msg::DecodeFinished { room, status, why } => MsgView::DecodeFinished {
                 room: *room,
                 status: *status,
+                why: *why,
             },
         }
     }
@@ -407,6 +423,7 @@ impl MsgView {
                 req,
                 status,
                 tokens,
+                ..
             } => format!("Response {req} status={status} tokens={}", tokens.len()),
             PrefillStart {
                 room,
@@ -436,9 +453,9 @@ impl MsgView {
             }
             KvDone { room, outcome, .. } => format!("KvDone {room} {outcome:?}"),
             DrainAck { room } => format!("DrainAck {room}"),
-            PrefillFinished { room, status } => format!("PrefillFinished {room} status={status}"),
+            PrefillFinished { room, status, .. } => format!("PrefillFinished {room} status={status}"),
             TokenOut { room, index, token } => format!("TokenOut {room} #{index} token={token:#x}"),
-            DecodeFinished { room, status } => format!("DecodeFinished {room} status={status}"),
+            DecodeFinished { room, status, .. } => format!("DecodeFinished {room} status={status}"),
         }
     }
 }

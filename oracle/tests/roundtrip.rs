@@ -12,7 +12,7 @@ use kvsim_engine::ids::{
     Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, WriteId,
 };
 use kvsim_engine::invariant::{Invariant, Violation};
-use kvsim_engine::msg::{Msg, Status, TransferOutcome};
+use kvsim_engine::msg::{Msg, Status, TransferOutcome, Why};
 use kvsim_engine::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
 use kvsim_engine::world::{DataFault, DropReason, WriteFailure};
 use kvsim_oracle::schema::{
@@ -298,6 +298,11 @@ fn messages() -> Vec<Msg<u8>> {
             req,
             status: Status::CLIENT_CLOSED,
             tokens: vec![5, 6],
+            why: Some(Why::ReplyTooLong {
+                tokens: 700,
+                new_tokens: 9,
+                limit: 512,
+            }),
         },
         Msg::PrefillStart {
             room,
@@ -342,6 +347,10 @@ fn messages() -> Vec<Msg<u8>> {
         Msg::PrefillFinished {
             room,
             status: Status::INTERNAL,
+            why: Some(Why::PromptTooLong {
+                tokens: 700,
+                limit: 512,
+            }),
         },
         Msg::TokenOut {
             room,
@@ -351,6 +360,7 @@ fn messages() -> Vec<Msg<u8>> {
         Msg::DecodeFinished {
             room,
             status: Status::UNAVAILABLE,
+            why: Some(Why::QueueFull { side: Side::Decode }),
         },
     ]
 }
@@ -621,4 +631,112 @@ fn the_schemas_closed_sets_are_the_engines() {
     let invs = strings(&violation["properties"]["violation"]["properties"]["invariant"]["enum"]);
     let want: BTreeSet<String> = Invariant::ALL.iter().map(|i| i.to_string()).collect();
     assert_eq!(invs, want, "violation.invariant");
+}
+
+/// One of every reason (exhaustive: a new variant must be added here and to the schema).
+fn whys() -> Vec<Why> {
+    let side = Side::Prefill;
+    let all = vec![
+        Why::PromptTooLong {
+            tokens: 700,
+            limit: 512,
+        },
+        Why::ReplyTooLong {
+            tokens: 700,
+            new_tokens: 9,
+            limit: 512,
+        },
+        Why::QueueFull { side },
+        Why::NodeStopped { side },
+        Why::RejectedAtIntake,
+        Why::TransferRefused,
+        Why::TransferFailed,
+        Why::InvalidRequest {
+            max_new_tokens_limit: 64,
+        },
+        Why::NoRoom,
+        Why::Timeout,
+    ];
+    for w in &all {
+        match w {
+            Why::PromptTooLong { .. }
+            | Why::ReplyTooLong { .. }
+            | Why::QueueFull { .. }
+            | Why::NodeStopped { .. }
+            | Why::RejectedAtIntake
+            | Why::TransferRefused
+            | Why::TransferFailed
+            | Why::InvalidRequest { .. }
+            | Why::NoRoom
+            | Why::Timeout => {}
+        }
+    }
+    all
+}
+
+/// The keys of `v`'s object, and the keys a schema variant lists.
+fn keys(v: &serde_json::Value) -> BTreeSet<String> {
+    v.as_object().expect("an object").keys().cloned().collect()
+}
+
+/// Every message view and every reason a view carries has exactly the fields
+/// `docs/trace.schema.json` lists for it, every one of them required; a view written
+/// without the reason (a trace from before it) reads as one without a reason.
+#[test]
+fn every_message_view_and_reason_has_exactly_the_fields_the_schema_lists() {
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("../../docs/trace.schema.json")).expect("schema");
+    let listed = |defs: &str, tag: &str, name: &str| -> (BTreeSet<String>, BTreeSet<String>) {
+        let v = schema["$defs"][defs]["oneOf"]
+            .as_array()
+            .expect("oneOf")
+            .iter()
+            .find(|v| v["properties"][tag]["const"] == name)
+            .unwrap_or_else(|| panic!("the schema's {defs} lacks {name}"));
+        let required = v["required"]
+            .as_array()
+            .expect("required")
+            .iter()
+            .map(|k| k.as_str().expect("a name").to_string())
+            .collect();
+        (keys(&v["properties"]), required)
+    };
+    for m in messages() {
+        let view = serde_json::to_value(MsgView::of(&m)).expect("json");
+        let (props, required) = listed("msg", "kind", msg_name(&m));
+        assert_eq!(keys(&view), props, "{}", msg_name(&m));
+        assert_eq!(props, required, "{}: every field required", msg_name(&m));
+    }
+    let variants = schema["$defs"]["why"]["oneOf"].as_array().expect("oneOf");
+    assert_eq!(
+        variants.len(),
+        whys().len(),
+        "one schema variant per reason"
+    );
+    for w in whys() {
+        let v = serde_json::to_value(w).expect("json");
+        // A reason without fields is its name; one with fields, `{name: {fields}}`.
+        let found = match &v {
+            serde_json::Value::String(name) => variants.iter().any(|s| s["const"] == *name),
+            serde_json::Value::Object(o) => {
+                let (name, fields) = o.iter().next().expect("tagged");
+                variants.iter().any(|s| {
+                    let inner = &s["properties"][name];
+                    inner.is_object()
+                        && keys(&inner["properties"]) == keys(fields)
+                        && inner["required"].as_array().map(Vec::len) == Some(keys(fields).len())
+                })
+            }
+            other => panic!("{other}"),
+        };
+        assert!(found, "the schema lists {v} with exactly its fields");
+        let back: Why = serde_json::from_value(v).expect("reads back");
+        assert_eq!(back, w);
+        assert!(!w.to_string().is_empty());
+    }
+    let old = r#"{"kind":"DecodeFinished","room":{"room":3,"gen":11},"status":500}"#;
+    match serde_json::from_str::<MsgView>(old).expect("an old view reads") {
+        MsgView::DecodeFinished { why, .. } => assert_eq!(why, None),
+        other => panic!("{other:?}"),
+    }
 }

@@ -6,7 +6,8 @@
 //! pool and rooms) as one JSON line.
 //! The server assigns the request id and sends a canary prompt (token `i` of request
 //! `r` is `((r + 1) << 16) | i`), so a reply token names the prompt it came from.
-//! The reply line: `{"req": R, "status": S, "tokens": [...]}`; a line that is not a
+//! The reply line: `{"req": R, "status": S, "tokens": [...]}`, with `"reason"` (the
+//! engine's words) when the status is not 200 and the engine gave one; a line that is not a
 //! request gets `{"error": "..."}` naming the field and the reason. A client that
 //! closes its connection before the reply cancels its request (the router then
 //! cancels both halves).

@@ -53,8 +53,11 @@ pub struct Reply {
     pub req: u64,
     pub status: u16,
     pub tokens: Vec<u32>,
-    /// The engine's reason for a status that is not 200, where the node that gave it
-    /// is the one answering (worker mode: the half's own refusal or failure).
+    /// The engine's reason for a status that is not 200, where it gave one: through
+    /// the engine's router, the typed reason the refusing node sent with its status
+    /// (`msg::Why`, carried by the router's `Response`); in worker mode, where the node
+    /// that refused is the one answering, the text of its own refusal or failure event
+    /// (the same words for a refusal at intake, more detail for a failed transfer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -385,7 +388,7 @@ impl<K: Clone> Io<K> {
                     h.sink.send(ReplyEv::Token { index, token });
                 }
             }
-            Msg::PrefillFinished { room, status } => {
+            Msg::PrefillFinished { room, status, .. } => {
                 if let Some(mut h) = self.halves.remove(&room) {
                     h.sink.send(ReplyEv::Done(Reply {
                         req: room.gen.0,
@@ -395,7 +398,7 @@ impl<K: Clone> Io<K> {
                     }));
                 }
             }
-            Msg::DecodeFinished { room, status } => {
+            Msg::DecodeFinished { room, status, .. } => {
                 self.half_done(room, 1);
                 if let Some(mut h) = self.halves.remove(&room) {
                     self.answered(room, status, h.tokens.clone());
@@ -455,6 +458,7 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
                 req,
                 status,
                 tokens,
+                why,
             } = msg
             {
                 self.trace(|| Record::Response {
@@ -467,7 +471,7 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
                         req: req.0,
                         status: status.0,
                         tokens,
-                        reason: None,
+                        reason: why.map(|w| w.to_string()),
                     }));
                 }
             }

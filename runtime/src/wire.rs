@@ -134,4 +134,46 @@ mod tests {
         let err = read_frame::<Vec<u32>, _>(&mut &junk[..]).unwrap_err();
         assert!(err.to_string().contains("does not parse"), "{err}");
     }
+
+    /// Every reason the engine gives travels in a frame (bincode reads only
+    /// self-describing-free forms: an internally tagged enum would not parse).
+    #[test]
+    fn every_reason_travels_in_a_frame() {
+        use kvsim_engine::msg::{Status, Why};
+        use kvsim_engine::trace::Side;
+        let whys = [
+            Why::PromptTooLong {
+                tokens: 700,
+                limit: 512,
+            },
+            Why::ReplyTooLong {
+                tokens: 700,
+                new_tokens: 4,
+                limit: 512,
+            },
+            Why::QueueFull { side: Side::Decode },
+            Why::NodeStopped {
+                side: Side::Prefill,
+            },
+            Why::RejectedAtIntake,
+            Why::TransferRefused,
+            Why::TransferFailed,
+            Why::InvalidRequest {
+                max_new_tokens_limit: 8,
+            },
+            Why::NoRoom,
+            Why::Timeout,
+        ];
+        for why in whys {
+            let msg: Msg<Vec<u32>> = Msg::DecodeFinished {
+                room: RoomKey::new(3, 1),
+                status: Status::BAD_REQUEST,
+                why: Some(why),
+            };
+            let mut buf = Vec::new();
+            write_frame(&mut buf, NodeId(2), &msg).unwrap();
+            let back: Frame<Vec<u32>> = read_frame(&mut &buf[..]).unwrap().unwrap();
+            assert_eq!(back.msg, msg, "{why}");
+        }
+    }
 }

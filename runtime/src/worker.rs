@@ -38,9 +38,10 @@ use crate::tokenizer::Vocab;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response};
 use kvsim_engine::config::EngineConfig;
-use kvsim_engine::ids::{NodeId, RequestId, RoomKey};
+use kvsim_engine::ids::{Generation, NodeId, RequestId, RoomId, RoomKey};
 use kvsim_engine::msg::Msg;
 use kvsim_engine::node::Role;
+use kvsim_engine::retired::{GenTable, RETIRED_MIN_HALF};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
@@ -75,11 +76,21 @@ pub struct WorkerParts<K> {
 }
 
 /// The rooms this node was given.
-#[derive(Default)]
 struct Rooms {
     live: BTreeSet<u64>,
-    /// The newest generation given per engine room number.
-    newest: BTreeMap<u32, u64>,
+    /// The newest generation given per engine room number, bounded by the engine's own
+    /// rule for its retired rooms (the same table, the same bound: a number this front
+    /// lets go of, the node's engine lets go of after as many rooms).
+    newest: GenTable<()>,
+}
+
+impl Rooms {
+    fn new(cfg: &EngineConfig) -> Self {
+        Rooms {
+            live: BTreeSet::new(),
+            newest: GenTable::new((cfg.max_rooms as usize).max(RETIRED_MIN_HALF)),
+        }
+    }
 }
 
 /// The engine's room key of a router room.
@@ -122,13 +133,14 @@ pub fn spawn_worker<K: Send + 'static>(
     std::thread::Builder::new()
         .name(format!("{}-done", p.id))
         .spawn(move || tell_decode(done_rx))?;
+    let rooms = Mutex::new(Rooms::new(&p.cfg));
     let w = Arc::new(Worker {
         done_tx: Mutex::new(done_tx),
         gone: Mutex::new(BTreeMap::new()),
         fail_first: std::sync::atomic::AtomicU64::new(p.fail_first),
         p,
         vocab: Mutex::new(Vocab::new()),
-        rooms: Mutex::new(Rooms::default()),
+        rooms,
         registered: Mutex::new(BTreeMap::new()),
         registered_changed: Notify::new(),
         counters: FrontCounters::default(),
@@ -402,7 +414,8 @@ fn take_room<K>(w: &Worker<K>, r: u64) -> Result<(), (u16, String)> {
     if rooms.live.contains(&r) {
         return Err((400, format!("bootstrap_room {r} is already in use here")));
     }
-    if rooms.newest.get(&key.room.0).is_some_and(|g| *g >= r) {
+    let rooms = &mut *rooms;
+    if rooms.newest.get(key.room).is_some_and(|(g, _)| g.0 >= r) {
         return Err((
             503,
             format!(
@@ -413,7 +426,9 @@ fn take_room<K>(w: &Worker<K>, r: u64) -> Result<(), (u16, String)> {
         ));
     }
     rooms.live.insert(r);
-    rooms.newest.insert(key.room.0, r);
+    let live = &rooms.live;
+    let held = |n: RoomId| live.iter().any(|&l| room_key(l).room == n);
+    *rooms.newest.entry(key.room, || (Generation(r), ()), &held) = (Generation(r), ());
     Ok(())
 }
 
@@ -992,7 +1007,7 @@ mod tests {
                 fail_first: 0,
             },
             vocab: Mutex::new(Vocab::new()),
-            rooms: Mutex::new(Rooms::default()),
+            rooms: Mutex::new(Rooms::new(&EngineConfig::default())),
             registered: Mutex::new(BTreeMap::new()),
             registered_changed: Notify::new(),
             done_tx: Mutex::new(std::sync::mpsc::channel().0),
@@ -1018,5 +1033,29 @@ mod tests {
         assert_eq!(take_room(&w, 5).map_err(|e| e.0), Err(503));
         assert!(take_room(&w, 6).is_ok());
         assert_eq!(room_key(0).room.0, 1, "room number 0 is never used");
+    }
+
+    /// The front's table of room numbers is bounded as the engine's retired rooms are:
+    /// more distinct rooms than the bound leave at most the bound, a recent number is
+    /// still refused as stale, and a live room is never let go.
+    #[test]
+    fn the_room_table_stays_within_its_bound() {
+        let w = worker();
+        let live = u64::from(u32::MAX) + 9; // room number 9, kept live throughout
+        assert!(take_room(&w, live).is_ok());
+        let n = 3 * RETIRED_MIN_HALF as u64;
+        for r in 1000..1000 + n {
+            assert!(take_room(&w, r).is_ok(), "{r}");
+            release_room(&w, r);
+            let rooms = w.rooms.lock().unwrap();
+            assert!(rooms.newest.len() <= rooms.newest.bound() + 1, "{r}");
+        }
+        assert_eq!(take_room(&w, live).map_err(|e| e.0), Err(400), "still live");
+        assert_eq!(take_room(&w, 9).map_err(|e| e.0), Err(503), "still known");
+        let last = 1000 + n - 1;
+        let stale = last + u64::from(u32::MAX); // a later generation of its number
+        assert!(take_room(&w, stale).is_ok());
+        release_room(&w, stale);
+        assert_eq!(take_room(&w, last).map_err(|e| e.0), Err(503));
     }
 }

@@ -890,6 +890,7 @@ impl<G: Gpu> World<G> {
             req,
             status,
             tokens,
+            ..
         } = msg
         {
             (self.now_ns, req, status, &tokens).hash(&mut self.hash);

@@ -163,3 +163,32 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// The Python that has the pinned client packages (`.ci/run` makes a virtual
+/// environment and names it in `KVSIM_PYTHON`), or `None` with why. Under
+/// `KVSIM_REQUIRE_PY_CLIENTS=1` (set by `.ci/run`) a missing one fails the test.
+pub fn python_with(module: &str) -> Option<String> {
+    let py = std::env::var("KVSIM_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&py)
+        .args(["-c", &format!("import {module}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Some(py);
+    }
+    let why = format!("`{py}` cannot import `{module}` (set KVSIM_PYTHON to a venv with it)");
+    assert!(
+        std::env::var("KVSIM_REQUIRE_PY_CLIENTS").as_deref() != Ok("1"),
+        "KVSIM_REQUIRE_PY_CLIENTS=1 but {why}"
+    );
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+/// The Python with `sglang_router` (SGLang's router, `sglang-router==0.3.2`), or `None`
+/// (SKIPPED) where it is missing.
+pub fn router_python() -> Option<String> {
+    python_with("sglang_router")
+}

@@ -524,9 +524,13 @@ impl<K> Shared<K> {
             .join(" ")
     }
 
-    /// Why the engine did not answer 200, for the client.
-    pub fn engine_error(&self, status: u16, prompt_len: usize) -> String {
-        match status {
+    /// Why the engine did not answer 200, for the client: the engine's own reason
+    /// where it gave one (`Reply::reason`), else what the status says.
+    pub fn engine_error(&self, reply: &Reply, prompt_len: usize) -> String {
+        if let Some(why) = &reply.reason {
+            return why.clone();
+        }
+        match reply.status {
             400 => format!(
                 "The input ({prompt_len} tokens) is longer than the server admits ({} tokens: \
                  the smaller of the context length {} and the smallest KV pool {}); rejected \
@@ -615,12 +619,19 @@ pub fn submit<K: Send + 'static>(sh: &Arc<Shared<K>>, job: &Job) -> Result<Pendi
         job.ids.clone()
     };
     let (tx, rx) = mpsc::unbounded_channel();
+    // A reply that is not streamed needs only its terminal answer (it has every
+    // token): each token passed on would wake the request's task for nothing.
+    let stream = job.stream;
+    let sink = ReplySink::new(move |ev| match ev {
+        ReplyEv::Token { .. } if !stream => !tx.is_closed(),
+        ev => tx.send(ev).is_ok(),
+    });
     let sent = sh.router.send(Ev::Submit {
         req: RequestId(id),
         tenant: TenantId(0),
         prompt,
         max_new_tokens: job.max_new_tokens,
-        reply: ReplySink::new(move |ev| tx.send(ev).is_ok()),
+        reply: sink,
     });
     if sent.is_err() {
         return Err("server is shutting down".into());
@@ -809,7 +820,7 @@ async fn generate<K: Send + 'static>(sh: &Arc<Shared<K>>, body: &[u8]) -> Respon
         };
         sh.count_status(reply.status);
         if reply.status != 200 {
-            return error(reply.status, &sh.engine_error(reply.status, prompt_len));
+            return error(reply.status, &sh.engine_error(&reply, prompt_len));
         }
         let text = sh.render(&reply.tokens);
         return json_reply(
@@ -862,11 +873,7 @@ pub fn stream_reply<K: Send + 'static, S: Streamer>(
             sent = reply.tokens.len();
             s.finish(&reply, &mut out);
         } else {
-            s.failed(
-                reply.status,
-                &sh.engine_error(reply.status, prompt_len),
-                &mut out,
-            );
+            s.failed(reply.status, &sh.engine_error(&reply, prompt_len), &mut out);
         }
         out.extend_from_slice(b"data: [DONE]\n\n");
         Bytes::from(out)

@@ -108,19 +108,42 @@ fn check_completion(k: &Checks<'_>, b: CompletionBody) -> Result<Checked, String
         return Err(field_err("prompt", "the prompt is empty (no tokens)"));
     }
     let max_new = (k.max_new)("max_tokens", b.max_tokens)?;
-    Ok(Checked {
+    let stream = Streaming {
+        model: b.model,
+        stream: b.stream,
+        options: b.stream_options,
+    };
+    Ok(checked(k, Kind::Completion, ids, max_new, stream))
+}
+
+/// The fields both endpoints share: the model named and how to stream.
+struct Streaming {
+    model: Option<body::Str>,
+    stream: Option<body::Flag>,
+    options: Option<body::Obj<body::StreamOptions>>,
+}
+
+/// A checked request of either endpoint (`max_new`: the reply length asked for).
+fn checked(
+    k: &Checks<'_>,
+    kind: Kind,
+    ids: Vec<u32>,
+    max_new: Option<u32>,
+    s: Streaming,
+) -> Checked {
+    Checked {
         job: Job {
             ids,
             max_new_tokens: max_new.unwrap_or(k.default_max),
-            stream: b.stream.is_some_and(|f| f.0),
+            stream: s.stream.is_some_and(|f| f.0),
         },
-        kind: Kind::Completion,
-        model: b.model.map(|m| m.0).unwrap_or_else(|| k.model.to_string()),
-        include_usage: b
-            .stream_options
+        kind,
+        model: s.model.map(|m| m.0).unwrap_or_else(|| k.model.to_string()),
+        include_usage: s
+            .options
             .and_then(|o| o.0.include_usage)
             .is_some_and(|f| f.0),
-    })
+    }
 }
 
 /// The plain chat template: `role: content` per message, then `assistant:`.
@@ -152,19 +175,12 @@ fn check_chat(k: &Checks<'_>, b: ChatBody) -> Result<Checked, String> {
     if let Some(n) = (k.max_new)("max_completion_tokens", b.max_completion_tokens)? {
         max_new = Some(n);
     }
-    Ok(Checked {
-        job: Job {
-            ids,
-            max_new_tokens: max_new.unwrap_or(k.default_max),
-            stream: b.stream.is_some_and(|f| f.0),
-        },
-        kind: Kind::Chat,
-        model: b.model.map(|m| m.0).unwrap_or_else(|| k.model.to_string()),
-        include_usage: b
-            .stream_options
-            .and_then(|o| o.0.include_usage)
-            .is_some_and(|f| f.0),
-    })
+    let stream = Streaming {
+        model: b.model,
+        stream: b.stream,
+        options: b.stream_options,
+    };
+    Ok(checked(k, Kind::Chat, ids, max_new, stream))
 }
 
 fn finish_reason(n: usize, max_new: u32) -> &'static str {
@@ -216,10 +232,7 @@ pub async fn serve<K: Send + 'static>(sh: &Arc<Shared<K>>, path: &str, b: &[u8])
     };
     sh.count_status(reply.status);
     if reply.status != 200 {
-        return error(
-            reply.status,
-            &sh.engine_error(reply.status, c.job.ids.len()),
-        );
+        return error(reply.status, &sh.engine_error(&reply, c.job.ids.len()));
     }
     let text = sh.render(&reply.tokens);
     json_reply(200, &answer(&c, &id, &text, reply.tokens.len()))
