@@ -12,6 +12,7 @@
 
 pub mod audit;
 pub mod canary;
+pub mod check;
 pub mod oracle;
 pub mod render;
 pub mod schema;
