@@ -8,9 +8,10 @@
 //! - [`rooms`]: the room uses the router routed and has not cleared (request, tenant,
 //!   true size, nodes, flags, each half's first answer): the registry every checker
 //!   reads to name and size a room use. It judges nothing.
-//! - [`pages`]: per node, every page's lifecycle, generation, owner, holders and
-//!   provenance, and the node's open halves and quarantines: S1, S2 (writes into
-//!   lost pages, frees under a hold, stray landings judged by their effect), S3, S8.
+//! - [`pages`]: the node books ([`book`]: per node, every page's lifecycle,
+//!   generation, owner, holders and provenance, and the node's open halves and
+//!   quarantines): S1, S2 (writes into lost pages, frees under a hold, stray landings
+//!   judged by their effect), S3, S8.
 //! - [`writes`]: the KV writes in flight and where they point: S2 (a source page freed
 //!   under a write still reading it) and S9.
 //! - [`transfer`]: transfer completions accepted or refused: S4, S7 (no state of its
@@ -23,6 +24,7 @@
 //! checker keeps the oracle in its states.
 
 pub mod answers;
+pub mod book;
 pub mod liveness;
 pub mod pages;
 pub mod rooms;
