@@ -1,0 +1,171 @@
+//! The room-use registry: what the router's `Routed` event says about each room use
+//! (request, tenant, true prompt length, its two nodes), kept until the router clears
+//! the room, with the flags other checkers set on it and each half's first answer.
+//!
+//! It judges nothing; every checker reads it to name a room use in a finding and to
+//! know its true size. Invariant: sorted by room key, one entry per key.
+
+use crate::shared::Shared;
+use kvsim_engine::ids::{NodeId, RequestId, RoomKey, TenantId};
+use kvsim_engine::msg::Status;
+
+/// What the oracle remembers about a room use, from the router's `Routed` event until
+/// the router clears the room.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct RoomFacts {
+    pub req: RequestId,
+    pub tenant: TenantId,
+    pub prefill: NodeId,
+    pub decode: NodeId,
+    pub prompt_len: u64,
+    pub max_new_tokens: u32,
+    pub flags: u8,
+    /// The first status each half answered (prefill, decode): a half's answer is one
+    /// answer, so a repeat must carry the same status (S6).
+    pub answered: [Option<Status>; 2],
+}
+
+/// Room-use flags (see [`RoomFacts::flags`]).
+pub mod flag {
+    /// Prefill saw the abort: a later 200 from prefill is dishonest (S6).
+    pub const PREFILL_ABORTED: u8 = 1;
+    /// Decode heard that the transfer failed: a later 200 from decode is dishonest (S6).
+    pub const TRANSFER_FAILED: u8 = 2;
+    /// Prefill flagged it with a legacy rejection (to_finish set, still live).
+    pub const FLAGGED_PREFILL: u8 = 4;
+    /// Decode flagged it with a legacy rejection.
+    pub const FLAGGED_DECODE: u8 = 8;
+    /// Prefill acked decode's drain request: every later send is a violation (S9).
+    pub const DRAIN_ACKED: u8 = 16;
+    /// Every flag.
+    pub const ALL: u8 = 31;
+}
+
+/// Routed room uses not yet cleared, sorted by key. Shared and hashed as one part.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct Rooms {
+    pub rooms: Shared<Vec<(RoomKey, RoomFacts)>>,
+}
+
+impl Default for Rooms {
+    fn default() -> Self {
+        Rooms {
+            rooms: Shared::new(Vec::new()),
+        }
+    }
+}
+
+impl Rooms {
+    fn index(&self, room: RoomKey) -> Result<usize, usize> {
+        self.rooms.get().binary_search_by_key(&room, |(k, _)| *k)
+    }
+
+    /// The facts of a routed room use not yet cleared.
+    pub fn get(&self, room: RoomKey) -> Option<&RoomFacts> {
+        self.index(room).ok().map(|i| &self.rooms.get()[i].1)
+    }
+
+    /// Every room use, sorted by key.
+    pub fn all(&self) -> &[(RoomKey, RoomFacts)] {
+        self.rooms.get()
+    }
+
+    /// The room use serving `req`, if it is still open.
+    pub fn of_request(&self, req: RequestId) -> Option<RoomKey> {
+        self.all()
+            .iter()
+            .find(|(_, f)| f.req == req)
+            .map(|(k, _)| *k)
+    }
+
+    /// The router routed `room`: its facts replace any earlier ones.
+    pub fn routed(&mut self, room: RoomKey, facts: RoomFacts) {
+        match self.index(room) {
+            Ok(i) => self.rooms.edit()[i].1 = facts,
+            Err(i) => self.rooms.edit().insert(i, (room, facts)),
+        }
+        self.check();
+    }
+
+    /// The router cleared `room`.
+    pub fn cleared(&mut self, room: RoomKey) {
+        if let Ok(i) = self.index(room) {
+            self.rooms.edit().remove(i);
+        }
+        self.check();
+    }
+
+    /// Change a room's flags (no copy when nothing changes).
+    pub fn set_flags(&mut self, room: RoomKey, f: impl Fn(u8) -> u8) {
+        let Ok(i) = self.index(room) else {
+            return;
+        };
+        let new = f(self.rooms.get()[i].1.flags);
+        debug_assert_eq!(new & !flag::ALL, 0, "{room}: unknown flag bits {new:#x}");
+        if new != self.rooms.get()[i].1.flags {
+            self.rooms.edit()[i].1.flags = new;
+        }
+    }
+
+    pub fn flag(&mut self, room: RoomKey, f: u8) {
+        self.set_flags(room, |x| x | f);
+    }
+
+    pub fn has(&self, room: RoomKey, f: u8) -> bool {
+        self.get(room).is_some_and(|r| r.flags & f != 0)
+    }
+
+    /// The first status half `half` (0 prefill, 1 decode) of `room` answered, or
+    /// `Some(None)` while it has not answered; `None` when the room is unknown.
+    pub fn first_answer(&self, room: RoomKey, half: usize) -> Option<Option<Status>> {
+        self.get(room).map(|f| f.answered[half])
+    }
+
+    /// Record the first answer of half `half` of `room`.
+    pub fn set_first_answer(&mut self, room: RoomKey, half: usize, status: Status) {
+        if let Ok(i) = self.index(room) {
+            debug_assert!(self.rooms.get()[i].1.answered[half].is_none());
+            self.rooms.edit()[i].1.answered[half] = Some(status);
+        }
+    }
+
+    /// A crashed node's restarted incarnation remembers no answer of the dead one: what
+    /// it answers for a room use the dead one answered is its own first answer.
+    pub fn forget_answers(&mut self, node: NodeId) {
+        let hit = |f: &RoomFacts| {
+            (f.prefill == node && f.answered[0].is_some())
+                || (f.decode == node && f.answered[1].is_some())
+        };
+        if !self.all().iter().any(|(_, f)| hit(f)) {
+            return;
+        }
+        for (_, f) in self.rooms.edit().iter_mut() {
+            if f.prefill == node {
+                f.answered[0] = None;
+            }
+            if f.decode == node {
+                f.answered[1] = None;
+            }
+        }
+        debug_assert!(!self.all().iter().any(|(_, f)| hit(f)));
+    }
+
+    /// A room use for humans: `room2.g4 (req7 of t2, prompt 700 tokens)`.
+    pub fn describe(&self, room: RoomKey) -> String {
+        match self.get(room) {
+            Some(f) => format!(
+                "{room} ({} of {}, prompt {} tokens)",
+                f.req, f.tenant, f.prompt_len
+            ),
+            None => room.to_string(),
+        }
+    }
+
+    /// What must hold after every change: sorted by key, one entry per key.
+    fn check(&self) {
+        debug_assert!(
+            self.all().windows(2).all(|w| w[0].0 < w[1].0),
+            "the room registry is sorted by key, one entry per key"
+        );
+    }
+}
