@@ -371,7 +371,7 @@ fn data_fault_small_is_clean_with_a_pinned_state_count() {
     pinned(&r, DATA_FAULT_SMALL);
 }
 
-const DATA_FAULT_SMALL: usize = 1_229_552;
+const DATA_FAULT_SMALL: usize = 1_229_696;
 
 /// Every kind of data fault the world defines is a step of the model: on the first
 /// KV write in flight, each kind is enabled (the stale duplicate as keeping a copy,
@@ -840,7 +840,7 @@ fn data_fault_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 8_180_838);
+    pinned(&r, 8_228_049);
 }
 
 /// The full `timer-refire` model (two premature timeouts, a failed write and one
