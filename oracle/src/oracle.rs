@@ -16,6 +16,7 @@ use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::world::{DataFault, DUPLICATE_WINDOW};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 /// A broken invariant, or a hazard a defense stopped, with where and when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -81,8 +82,9 @@ pub struct Oracle {
     findings: Vec<Finding>,
     seen: BTreeSet<(Invariant, bool, Option<RoomKey>)>,
     pub leaks: Vec<Leak>,
-    /// Per page, the last entry that wrote it (bounded by the pools).
-    last_write: BTreeMap<(NodeId, PageId), String>,
+    /// Per page, the last entry that wrote it (bounded by the pools), shared by the
+    /// pages of one write and described only when a finding cites it.
+    last_write: BTreeMap<(NodeId, PageId), Arc<WriteEntry>>,
     drafts: Vec<Draft>,
     /// Bounded cleanup (L6): answered room uses by the time every node must be done
     /// with them, in order.
@@ -260,7 +262,7 @@ impl Oracle {
             .pages
             .iter()
             .filter_map(|k| self.last_write.get(k))
-            .cloned()
+            .map(|w| w.line())
             .collect();
         self.findings.push(Finding {
             violation: Violation::new(d.invariant, d.detail),
@@ -283,14 +285,34 @@ impl Oracle {
             } => (*node, pages),
             _ => return,
         };
-        let line = format!(
-            "[{} #{}] {}",
-            crate::render::secs(e.at_ns),
-            e.seq,
-            crate::render::describe_event(ev)
-        );
+        let entry = Arc::new(WriteEntry {
+            at_ns: e.at_ns,
+            seq: e.seq,
+            event: ev.clone(),
+        });
         for t in pages {
-            self.last_write.insert((node, t.page), line.clone());
+            self.last_write.insert((node, t.page), Arc::clone(&entry));
         }
+    }
+}
+
+/// The trace entry that last wrote a page, kept as it came: the evidence line is text
+/// only for the few pages a finding cites, not for every page of every write.
+#[derive(Debug)]
+struct WriteEntry {
+    at_ns: u64,
+    seq: u64,
+    event: TraceEvent,
+}
+
+impl WriteEntry {
+    /// The evidence line: `[time #seq] what the event says`.
+    fn line(&self) -> String {
+        format!(
+            "[{} #{}] {}",
+            crate::render::secs(self.at_ns),
+            self.seq,
+            crate::render::describe_event(&self.event)
+        )
     }
 }
