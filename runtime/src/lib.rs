@@ -17,6 +17,7 @@ pub mod http;
 pub mod http_client;
 pub mod net;
 pub mod node;
+pub mod seam;
 pub mod server;
 pub mod tokenizer;
 pub mod trace;

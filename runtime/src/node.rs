@@ -1,10 +1,13 @@
 //! One node's event loop, and the decode node's transfer thread.
 //!
-//! The loop owns the node (an unchanged engine state machine), its timers, its trace
-//! and its links to peers. It takes one [`Ev`] at a time from its channel (a message
-//! read off a connection, a fired timer, a landing reported by the transfer thread, a
-//! send that failed, a client's request) and feeds the node one input, then carries
-//! out the node's effects in the order issued through [`kvsim_engine::world::apply`].
+//! The loop owns the node (an unchanged engine state machine, the engine's own
+//! [`Node`]), its timers and the loop's own rules. It takes one [`NodeEvent`] at a
+//! time from its runtime (a message read off a connection, a fired timer, a landing
+//! reported by the transfer thread, a send that failed, a client's request) and feeds
+//! the node one input, then carries out the node's effects in the order issued through
+//! [`kvsim_engine::world::apply`]. Channels, the clock, the links to peers and the
+//! trace file are behind [`NodeRuntime`] ([`crate::seam`]), so the loop also runs in
+//! process.
 //! What a failed send means (a KV write fails back with one failed completion, any
 //! other message is lost) is [`kvsim_engine::world::arrival`]'s rule, as in every
 //! driver.
@@ -14,27 +17,23 @@
 //! (the [`SharedPool`] its loop decides with), concurrently with the loop, and reports
 //! each landing to the loop, where the node traces it and completes the write.
 
-use crate::clock::{wall_ns, Clock, TimerHeap};
+use crate::clock::{wall_ns, TimerHeap};
 use crate::gpu::SharedGpu;
-use crate::trace::Tracer;
-use kvsim_engine::decode::DecodeNode;
+use crate::seam::{Next, NodeRuntime};
 use kvsim_engine::env::{Input, Outbox, TimerOp};
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::{land, PageRecords, Refusal, SharedRecord};
 use kvsim_engine::msg::{Msg, Status};
-use kvsim_engine::node::Role;
-use kvsim_engine::prefill::PrefillNode;
-use kvsim_engine::router::Router;
+use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
 use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure};
 use kvsim_oracle::schema::{CancelHow, EndOutcome, MsgView, Record};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
-use std::time::Duration;
 
 /// A worker-mode half: where its answers go, its tokens so far, the engine's reason
 /// for its failure (from its node's own events).
@@ -136,7 +135,7 @@ impl NodeStatus {
 
 /// One thing for a node's loop to do.
 #[derive(Debug)]
-pub enum Ev<K> {
+pub enum NodeEvent<K> {
     /// A message read off a connection.
     Msg {
         from: NodeId,
@@ -218,44 +217,20 @@ pub enum Ev<K> {
     },
 }
 
-/// The node a loop runs: the engine's state machines, unchanged; the decode node
-/// decides with the shared record its transfer thread gates writes with.
-pub enum RtNode<G: Gpu> {
-    Router(Router),
-    Prefill(PrefillNode<G>),
-    Decode(DecodeNode<SharedGpu<G>, SharedRecord>),
-}
+/// The node a loop runs: the engine's own [`Node`], its state machines unchanged. Its
+/// memory is shared with the decode node's transfer thread, and the decode node decides
+/// with the shared record that thread gates landings with.
+pub type RuntimeNode<G> = Node<SharedGpu<G>, SharedRecord>;
 
-impl<G: Gpu> RtNode<G> {
-    fn handle(&mut self, input: Input<G::Kv>, env: &mut Outbox<G::Kv>) {
-        match self {
-            RtNode::Router(n) => n.handle(input, env),
-            RtNode::Prefill(n) => n.handle(input, env),
-            RtNode::Decode(n) => n.handle(input, env),
-        }
-    }
-
-    fn role(&self) -> Role {
-        match self {
-            RtNode::Router(_) => Role::Router,
-            RtNode::Prefill(_) => Role::Prefill,
-            RtNode::Decode(_) => Role::Decode,
-        }
-    }
-}
-
-/// Everything of a loop but the node: what carries out the node's effects.
-pub struct Io<K> {
+/// Everything of a loop but the node: what carries out the node's effects, over the
+/// loop's runtime `R`.
+pub struct Io<R: NodeRuntime> {
     pub id: NodeId,
     pub epoch: u32,
     pub client: NodeId,
-    pub clock: Clock,
+    /// The loop's inputs and outputs (its clock, its links, its trace).
+    pub rt: R,
     pub timers: TimerHeap,
-    pub tracer: Option<Tracer>,
-    /// The queue of the connection to each peer.
-    pub peers: BTreeMap<NodeId, Sender<Msg<K>>>,
-    /// This loop's own channel (completions that fail back are delivered through it).
-    pub me: Sender<Ev<K>>,
     /// KV writes posted to each peer and not completed yet.
     inflight: BTreeMap<NodeId, BTreeSet<WriteId>>,
     clients: BTreeMap<RequestId, ReplySink>,
@@ -276,24 +251,14 @@ pub struct Io<K> {
     counts: NodeCounts,
 }
 
-impl<K: Clone> Io<K> {
-    pub fn new(
-        id: NodeId,
-        epoch: u32,
-        client: NodeId,
-        tracer: Option<Tracer>,
-        peers: BTreeMap<NodeId, Sender<Msg<K>>>,
-        me: Sender<Ev<K>>,
-    ) -> Self {
+impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
+    pub fn new(id: NodeId, epoch: u32, client: NodeId, rt: R) -> Self {
         Io {
             id,
             epoch,
             client,
-            clock: Clock::default(),
+            rt,
             timers: TimerHeap::new(),
-            tracer,
-            peers,
-            me,
             inflight: BTreeMap::new(),
             clients: BTreeMap::new(),
             worker_router: None,
@@ -307,8 +272,8 @@ impl<K: Clone> Io<K> {
     }
 
     fn trace(&mut self, rec: impl FnOnce() -> Record) {
-        if let Some(t) = &mut self.tracer {
-            t.write(rec());
+        if self.rt.tracing() {
+            self.rt.trace(rec());
         }
     }
 
@@ -355,7 +320,7 @@ impl<K: Clone> Io<K> {
             write: id,
             reason,
         });
-        let _ = self.me.send(Ev::FailedBack {
+        self.rt.to_self(NodeEvent::FailedBack {
             from: to,
             msg: completion,
         });
@@ -374,7 +339,7 @@ impl<K: Clone> Io<K> {
     }
 }
 
-impl<K: Clone> Io<K> {
+impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
     /// A half's message to the router, in worker mode: to the worker front's half. A
     /// decode half's finish is the client's answer (SGLang's router returns decode's):
     /// traced as the engine router traces its response, so the audit closes the room.
@@ -447,7 +412,7 @@ impl<K: Clone> Io<K> {
     }
 }
 
-impl<K: Clone> Driver<Msg<K>> for Io<K> {
+impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg<K>> for Io<R> {
     fn send(&mut self, _from: NodeId, to: NodeId, msg: Msg<K>) {
         if self.worker_router == Some(to) {
             self.for_half(msg);
@@ -483,20 +448,14 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
         // Write-ahead: the node's events reach the file (the kernel's, which a killed
         // process does not lose) before a message they caused leaves the node, so no
         // other node's trace can show an effect whose cause this trace lost.
-        if let Some(t) = &mut self.tracer {
-            t.flush();
-        }
-        let undelivered = match self.peers.get(&to) {
-            Some(link) => link.send(msg).err().map(|e| e.0),
-            None => Some(msg),
-        };
-        if let Some(msg) = undelivered {
+        self.rt.flush_trace();
+        if let Err(msg) = self.rt.send(to, msg) {
             self.undeliverable(to, msg);
         }
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {
-        let now = self.clock.now_ns();
+        let now = self.rt.now_ns();
         self.timers.apply(node, op, now);
     }
 
@@ -531,28 +490,26 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
     }
 }
 
-/// A node's loop: the node and its [`Io`].
-pub struct NodeLoop<G: Gpu> {
-    pub node: RtNode<G>,
-    pub io: Io<G::Kv>,
-    pub rx: Receiver<Ev<G::Kv>>,
+/// A node's loop: the node and its [`Io`], over the runtime `R`.
+pub struct NodeLoop<G: Gpu, R: NodeRuntime<Kv = G::Kv>> {
+    pub node: RuntimeNode<G>,
+    pub io: Io<R>,
     outbox: Outbox<G::Kv>,
     intake_open: bool,
 }
 
-impl<G: Gpu> NodeLoop<G> {
-    pub fn new(node: RtNode<G>, io: Io<G::Kv>, rx: Receiver<Ev<G::Kv>>) -> Self {
+impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
+    pub fn new(node: RuntimeNode<G>, io: Io<R>) -> Self {
         NodeLoop {
             node,
             io,
-            rx,
             outbox: Outbox::new(0),
             intake_open: true,
         }
     }
 
     fn dispatch(&mut self, input: Input<G::Kv>) {
-        self.outbox.reset(self.io.clock.now_ns());
+        self.outbox.reset(self.io.rt.now_ns());
         self.node.handle(input, &mut self.outbox);
         let mut effects = std::mem::take(&mut self.outbox.effects);
         world::apply(self.io.id, effects.drain(..), &mut self.io);
@@ -561,15 +518,15 @@ impl<G: Gpu> NodeLoop<G> {
 
     fn status(&self) -> NodeStatus {
         let (free, cap, live, quarantined, quarantined_pages) = match &self.node {
-            RtNode::Router(r) => (None, None, r.live_rooms(), 0, 0),
-            RtNode::Prefill(p) => (
+            Node::Router(r) => (None, None, r.live_rooms(), 0, 0),
+            Node::Prefill(p) => (
                 Some(p.pool().free_count()),
                 Some(p.pool().capacity()),
                 p.requests(),
                 0,
                 0,
             ),
-            RtNode::Decode(d) => (
+            Node::Decode(d) => (
                 Some(d.records().shared().free_count()),
                 Some(d.records().capacity()),
                 d.requests(),
@@ -591,42 +548,26 @@ impl<G: Gpu> NodeLoop<G> {
         }
     }
 
-    /// Run until [`Ev::Stop`] (or every sender is gone).
+    /// Run until [`NodeEvent::Stop`] (or nothing can come any more).
     pub fn run(mut self) {
         let id = self.io.id;
         loop {
-            let now = self.io.clock.now_ns();
+            let now = self.io.rt.now_ns();
             if let Some(timer) = self.io.timers.due(id, now) {
                 self.dispatch(Input::Timer(timer));
                 continue;
             }
-            let wait = self
-                .io
-                .timers
-                .wait(id, now)
-                .unwrap_or(Duration::from_millis(200));
-            let ev = match self.rx.try_recv() {
-                Ok(ev) => ev,
-                Err(_) => {
-                    // Idle: the trace reaches the file before the loop waits, so a
-                    // node killed while idle leaves a complete trace.
-                    if let Some(t) = &mut self.io.tracer {
-                        t.flush();
-                    }
-                    match self.rx.recv_timeout(wait) {
-                        Ok(ev) => ev,
-                        Err(RecvTimeoutError::Timeout) => continue,
-                        Err(RecvTimeoutError::Disconnected) => break,
-                    }
-                }
+            let wait = self.io.timers.wait(id, now);
+            let ev = match self.io.rt.next_event(wait) {
+                Next::Event(ev) => ev,
+                Next::Idle => continue,
+                Next::Closed => break,
             };
             if !self.handle(ev) {
                 break;
             }
         }
-        if let Some(t) = &mut self.io.tracer {
-            t.flush();
-        }
+        self.io.rt.flush_trace();
     }
 
     /// A token decode produced, to its client's stream as it is made: only a token the
@@ -634,7 +575,7 @@ impl<G: Gpu> NodeLoop<G> {
     /// held at its index) is passed on, read from the router's state after it handled
     /// the message; the terminal answer still comes from the router alone.
     fn stream_token(&mut self, from: NodeId, room: RoomKey, index: u32, token: Token) {
-        let RtNode::Router(r) = &self.node else {
+        let Node::Router(r) = &self.node else {
             return;
         };
         let Some(st) = r.room_state(room) else {
@@ -693,7 +634,7 @@ impl<G: Gpu> NodeLoop<G> {
             }
         }
         let token = match (&self.node, &msg) {
-            (RtNode::Router(_), Msg::TokenOut { room, index, token }) => {
+            (Node::Router(_), Msg::TokenOut { room, index, token }) => {
                 Some((*room, *index, *token))
             }
             _ => None,
@@ -756,7 +697,7 @@ impl<G: Gpu> NodeLoop<G> {
         self.prefill_done(room, status, reason);
     }
 
-    /// Worker mode: start a half the worker front was given (`Ev::StartHalf`).
+    /// Worker mode: start a half the worker front was given (`NodeEvent::StartHalf`).
     fn start_half(
         &mut self,
         room: RoomKey,
@@ -812,7 +753,7 @@ impl<G: Gpu> NodeLoop<G> {
         }
     }
 
-    /// Worker mode: the worker front's client of `room` went away (`Ev::AbortHalf`).
+    /// Worker mode: the worker front's client of `room` went away (`NodeEvent::AbortHalf`).
     fn abort_half(&mut self, room: RoomKey) {
         let Some(router) = self.io.worker_router else {
             return;
@@ -822,7 +763,7 @@ impl<G: Gpu> NodeLoop<G> {
         }
         // A prefill half keeps its answer's sink until the half is terminal (its finish
         // still tells decode); a decode half's client is answered now.
-        if matches!(self.node, RtNode::Decode(_)) {
+        if matches!(self.node, Node::Decode(_)) {
             self.io.halves.remove(&room);
             // The client's answer is decode's: it went away.
             let req = RequestId(room.gen.0);
@@ -840,25 +781,25 @@ impl<G: Gpu> NodeLoop<G> {
     }
 
     /// Handle one event; `false` to stop.
-    fn handle(&mut self, ev: Ev<G::Kv>) -> bool {
+    pub fn handle(&mut self, ev: NodeEvent<G::Kv>) -> bool {
         match ev {
-            Ev::Msg { from, msg } => self.on_msg(from, msg),
-            Ev::FailedBack { from, msg } => self.dispatch(Input::Message { from, msg }),
-            Ev::Landed {
+            NodeEvent::Msg { from, msg } => self.on_msg(from, msg),
+            NodeEvent::FailedBack { from, msg } => self.dispatch(Input::Message { from, msg }),
+            NodeEvent::Landed {
                 from,
                 id,
                 dst,
                 landing,
             } => {
-                if let RtNode::Decode(d) = &mut self.node {
-                    self.outbox.reset(self.io.clock.now_ns());
+                if let Node::Decode(d) = &mut self.node {
+                    self.outbox.reset(self.io.rt.now_ns());
                     d.landed(from, id, dst, landing, &mut self.outbox);
                     let mut effects = std::mem::take(&mut self.outbox.effects);
                     world::apply(self.io.id, effects.drain(..), &mut self.io);
                     self.outbox.effects = effects;
                 }
             }
-            Ev::WriteFailedHere {
+            NodeEvent::WriteFailedHere {
                 from,
                 id,
                 reason,
@@ -871,20 +812,19 @@ impl<G: Gpu> NodeLoop<G> {
                     write: id,
                     reason,
                 });
-                if let Some(link) = self.io.peers.get(&from) {
-                    let _ = link.send(completion);
-                }
+                // The writer's completion, on its link (lost with the link).
+                let _ = self.io.rt.send(from, completion);
             }
-            Ev::SendFailed { to, msg } => self.io.undeliverable(to, msg),
-            Ev::PeerLost { peer } => self.io.peer_lost(peer),
-            Ev::Submit {
+            NodeEvent::SendFailed { to, msg } => self.io.undeliverable(to, msg),
+            NodeEvent::PeerLost { peer } => self.io.peer_lost(peer),
+            NodeEvent::Submit {
                 req,
                 tenant,
                 prompt,
                 max_new_tokens,
                 reply,
             } => self.submit(req, tenant, prompt, max_new_tokens, reply),
-            Ev::Cancel { req } => {
+            NodeEvent::Cancel { req } => {
                 if self.io.clients.remove(&req).is_some() {
                     self.io.trace(|| Record::ClientCancel {
                         req,
@@ -898,23 +838,23 @@ impl<G: Gpu> NodeLoop<G> {
                     });
                 }
             }
-            Ev::StartHalf {
+            NodeEvent::StartHalf {
                 room,
                 msg,
                 max_new_tokens,
                 reply,
             } => self.start_half(room, msg, max_new_tokens, reply),
-            Ev::AbortHalf { room } => self.abort_half(room),
-            Ev::PeerHalfDone {
+            NodeEvent::AbortHalf { room } => self.abort_half(room),
+            NodeEvent::PeerHalfDone {
                 room,
                 status,
                 reason,
             } => self.peer_half_done(room, status, reason),
-            Ev::Status(tx) => {
+            NodeEvent::Status(tx) => {
                 let _ = tx.send(self.status());
             }
-            Ev::CloseIntake => self.intake_open = false,
-            Ev::Stop { outcome, detail } => {
+            NodeEvent::CloseIntake => self.intake_open = false,
+            NodeEvent::Stop { outcome, detail } => {
                 self.io.trace(|| Record::End { outcome, detail });
                 return false;
             }
@@ -936,12 +876,12 @@ pub fn transfer_thread<G: Gpu>(
     pool: Arc<SharedPool>,
     mut gpu: SharedGpu<G>,
     page_tags: bool,
-    to_loop: Sender<Ev<G::Kv>>,
+    to_loop: Sender<NodeEvent<G::Kv>>,
 ) {
     for (from, msg, conn_alive) in rx {
         let writer_ok = matches!(&msg, Msg::KvWrite { id, .. } if id.writer == from);
         if !writer_ok {
-            let _ = to_loop.send(Ev::Msg { from, msg });
+            let _ = to_loop.send(NodeEvent::Msg { from, msg });
             continue;
         }
         let at = Arriving {
@@ -956,7 +896,7 @@ pub fn transfer_thread<G: Gpu>(
         };
         let ev = match world::arrival(&msg, &at) {
             Arrival::Fail { reason, completion } => match msg.write_id() {
-                Some(id) => Ev::WriteFailedHere {
+                Some(id) => NodeEvent::WriteFailedHere {
                     from,
                     id,
                     reason,
@@ -968,7 +908,7 @@ pub fn transfer_thread<G: Gpu>(
             Arrival::Deliver => match msg {
                 Msg::KvWrite { id, dst, kv, .. } => {
                     let landing = land(&*pool, &mut gpu, page_tags, id.room, &dst, &kv);
-                    Ev::Landed {
+                    NodeEvent::Landed {
                         from,
                         id,
                         dst,
@@ -992,8 +932,10 @@ pub fn now_wall_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seam::Threads;
     use kvsim_engine::config::EngineConfig;
     use kvsim_engine::gpu::SymbolicGpu;
+    use kvsim_engine::router::Router;
     use kvsim_engine::shared_cfg::Cfg;
     use std::sync::mpsc::channel;
 
@@ -1004,14 +946,15 @@ mod tests {
     fn tokens_reach_the_client_as_decode_makes_them() {
         let (router, p, d, client) = (NodeId(0), NodeId(1), NodeId(2), NodeId(3));
         let cfg = Cfg::new(EngineConfig::default());
-        let node = RtNode::<SymbolicGpu>::Router(Router::new(router, cfg, vec![p], vec![d]));
+        let node = RuntimeNode::<SymbolicGpu>::Router(Router::new(router, cfg, vec![p], vec![d]));
         let (me, rx) = channel();
         let (ptx, _prx) = channel();
         let (dtx, drx) = channel();
         let peers = BTreeMap::from([(p, ptx), (d, dtx)]);
-        let mut lp = NodeLoop::new(node, Io::new(router, 0, client, None, peers, me), rx);
+        let rt = Threads::new(None, peers, me, rx);
+        let mut lp = NodeLoop::new(node, Io::new(router, 0, client, rt));
         let (tx, answers) = channel();
-        lp.handle(Ev::Submit {
+        lp.handle(NodeEvent::Submit {
             req: RequestId(7),
             tenant: TenantId(0),
             prompt: vec![1, 2, 3, 4],
@@ -1023,7 +966,7 @@ mod tests {
             other => panic!("decode was not started: {other:?}"),
         };
         let out = |index, token| Msg::TokenOut { room, index, token };
-        lp.handle(Ev::Msg {
+        lp.handle(NodeEvent::Msg {
             from: p,
             msg: out(0, 99),
         });
@@ -1031,7 +974,7 @@ mod tests {
             answers.try_recv().is_err(),
             "a token from prefill is not decode's"
         );
-        lp.handle(Ev::Msg {
+        lp.handle(NodeEvent::Msg {
             from: d,
             msg: out(0, 5),
         });
@@ -1039,7 +982,7 @@ mod tests {
             answers.try_recv().ok(),
             Some(ReplyEv::Token { index: 0, token: 5 })
         );
-        lp.handle(Ev::Msg {
+        lp.handle(NodeEvent::Msg {
             from: d,
             msg: out(1, 6),
         });

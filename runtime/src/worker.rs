@@ -33,7 +33,7 @@ use crate::http::{
     self, check_generate, error, full, json_reply, model_info, read_body, CancelGuard, EventBody,
     FrontCounters, FrontInfo, FrontLimits, Handler, Job, NodesFn, Out, Pending, Streamer,
 };
-use crate::node::{Ev, ReplyEv, ReplySink};
+use crate::node::{NodeEvent, ReplyEv, ReplySink};
 use crate::tokenizer::Vocab;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response};
@@ -61,7 +61,7 @@ pub struct WorkerParts<K> {
     /// prefill says when its half of a room is done).
     pub url: String,
     pub role: Role,
-    pub node: Sender<Ev<K>>,
+    pub node: Sender<NodeEvent<K>>,
     pub nodes: NodesFn,
     pub info: FrontInfo,
     pub cfg: EngineConfig,
@@ -692,7 +692,7 @@ fn start<K: Send + 'static>(
         }
         tx.send(ev).is_ok()
     });
-    let sent = w.p.node.send(Ev::StartHalf {
+    let sent = w.p.node.send(NodeEvent::StartHalf {
         room: key,
         msg,
         max_new_tokens: job.max_new_tokens,
@@ -708,7 +708,7 @@ fn start<K: Send + 'static>(
         rx,
         guard: CancelGuard::new(move || {
             w2.counters.disconnects.fetch_add(1, Ordering::Relaxed);
-            let _ = node.send(Ev::AbortHalf { room: key });
+            let _ = node.send(NodeEvent::AbortHalf { room: key });
         }),
     })
 }
@@ -966,7 +966,7 @@ fn prefill_done<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
             reason,
         }) if r >= 0 => {
             let st = status.map_or(500, |s| u16::try_from(s.0).unwrap_or(500));
-            let _ = w.p.node.send(Ev::PeerHalfDone {
+            let _ = w.p.node.send(NodeEvent::PeerHalfDone {
                 room: room_key(r as u64),
                 status: kvsim_engine::msg::Status(st),
                 reason: reason.map(|r| r.0.chars().take(1000).collect()),
