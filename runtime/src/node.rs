@@ -550,24 +550,33 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
 
     /// Run until [`NodeEvent::Stop`] (or nothing can come any more).
     pub fn run(mut self) {
-        let id = self.io.id;
-        loop {
-            let now = self.io.rt.now_ns();
-            if let Some(timer) = self.io.timers.due(id, now) {
-                self.dispatch(Input::Timer(timer));
-                continue;
-            }
-            let wait = self.io.timers.wait(id, now);
-            let ev = match self.io.rt.next_event(wait) {
-                Next::Event(ev) => ev,
-                Next::Idle => continue,
-                Next::Closed => break,
-            };
-            if !self.handle(ev) {
-                break;
-            }
-        }
+        while self.turn() {}
         self.io.rt.flush_trace();
+    }
+
+    /// One turn of the loop: the next due timer fires, or the next event (waiting for
+    /// one at most until the next deadline) is handled. `false`: the loop ends.
+    pub fn turn(&mut self) -> bool {
+        let id = self.io.id;
+        let now = self.io.rt.now_ns();
+        if let Some(timer) = self.io.timers.due(id, now) {
+            self.dispatch(Input::Timer(timer));
+            return true;
+        }
+        let wait = self.io.timers.wait(id, now);
+        match self.io.rt.next_event(wait) {
+            Next::Event(ev) => self.handle(ev),
+            Next::Idle => true,
+            Next::Closed => false,
+        }
+    }
+
+    /// The KV writes this node posted and has not seen complete, by receiver.
+    pub fn writes_in_flight(&self) -> Vec<(NodeId, WriteId)> {
+        let by_peer = self.io.inflight.iter();
+        by_peer
+            .flat_map(|(to, ids)| ids.iter().map(move |id| (*to, *id)))
+            .collect()
     }
 
     /// A token decode produced, to its client's stream as it is made: only a token the
