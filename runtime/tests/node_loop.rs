@@ -38,10 +38,11 @@ const PROMPT: usize = 12;
 const TURNS: usize = 10_000;
 
 fn cfg() -> Cfg {
-    let mut c = EngineConfig::default();
-    c.page_size = PAGE;
-    c.chunk_pages = 1;
-    Cfg::new(c)
+    Cfg::new(EngineConfig {
+        page_size: PAGE,
+        chunk_pages: 1,
+        ..EngineConfig::default()
+    })
 }
 
 fn room() -> RoomKey {
