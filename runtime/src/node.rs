@@ -28,10 +28,10 @@ use kvsim_engine::kv::{land, PageRecords, Refusal, SharedRecord};
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure};
+use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure, WritesInFlight};
 use kvsim_oracle::schema::{CancelHow, EndOutcome, MsgView, Record};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
@@ -232,7 +232,7 @@ pub struct Io<R: NodeRuntime> {
     pub rt: R,
     pub timers: TimerHeap,
     /// KV writes posted to each peer and not completed yet.
-    inflight: BTreeMap<NodeId, BTreeSet<WriteId>>,
+    writes: WritesInFlight,
     clients: BTreeMap<RequestId, ReplySink>,
     /// Worker mode: the router's id, whose messages go to the worker front's halves.
     pub worker_router: Option<NodeId>,
@@ -259,7 +259,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
             client,
             rt,
             timers: TimerHeap::new(),
-            inflight: BTreeMap::new(),
+            writes: WritesInFlight::new(),
             clients: BTreeMap::new(),
             worker_router: None,
             worker_cancels_both: false,
@@ -310,9 +310,18 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
     /// A write this node posted to `to` failed: trace it and deliver its one failed
     /// completion to this node (once: a write no longer in flight is not failed twice).
     fn fail_back(&mut self, to: NodeId, id: WriteId, reason: WriteFailure, completion: Msg<K>) {
-        if !self.inflight.get_mut(&to).is_some_and(|s| s.remove(&id)) {
-            return;
+        if self.writes.fail(to, id) {
+            self.failed_back(to, id, reason, completion);
         }
+    }
+
+    /// Trace the failure of a write taken out of flight, and deliver its one failed
+    /// completion to this node.
+    fn failed_back(&mut self, to: NodeId, id: WriteId, reason: WriteFailure, completion: Msg<K>) {
+        debug_assert!(
+            matches!(completion, Msg::WriteDone { id: c, ok: false } if c == id),
+            "a failed write's completion is its own, failed"
+        );
         let from = self.id;
         self.trace(|| Record::WriteFailed {
             from,
@@ -326,15 +335,11 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
         });
     }
 
+    /// The connection to `peer` broke: every write posted on it fails back.
     fn peer_lost(&mut self, peer: NodeId) {
-        let ids: Vec<WriteId> = self
-            .inflight
-            .get(&peer)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
-        for id in ids {
+        for id in self.writes.peer_lost(peer) {
             let done = Msg::WriteDone { id, ok: false };
-            self.fail_back(peer, id, WriteFailure::ReceiverGone, done);
+            self.failed_back(peer, id, WriteFailure::ReceiverGone, done);
         }
     }
 }
@@ -442,9 +447,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg<K>> for Io<R> {
             }
             return;
         }
-        if let Msg::KvWrite { id, .. } = &msg {
-            self.inflight.entry(to).or_default().insert(*id);
-        }
+        self.writes.post(to, &msg);
         // Write-ahead: the node's events reach the file (the kernel's, which a killed
         // process does not lose) before a message they caused leaves the node, so no
         // other node's trace can show an effect whose cause this trace lost.
@@ -573,10 +576,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
 
     /// The KV writes this node posted and has not seen complete, by receiver.
     pub fn writes_in_flight(&self) -> Vec<(NodeId, WriteId)> {
-        let by_peer = self.io.inflight.iter();
-        by_peer
-            .flat_map(|(to, ids)| ids.iter().map(move |id| (*to, *id)))
-            .collect()
+        self.io.writes.iter().collect()
     }
 
     /// A token decode produced, to its client's stream as it is made: only a token the
@@ -633,12 +633,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         if let Msg::WriteDone { id, .. } = &msg {
             // Exactly one completion per write: one already failed back (its connection
             // broke) is not completed again.
-            let posted = self
-                .io
-                .inflight
-                .get_mut(&from)
-                .is_some_and(|s| s.remove(id));
-            if !posted {
+            if !self.io.writes.complete(from, *id) {
                 return;
             }
         }
