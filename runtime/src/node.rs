@@ -497,6 +497,9 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg<K>> for Io<R> {
 pub struct NodeLoop<G: Gpu, R: NodeRuntime<Kv = G::Kv>> {
     pub node: RuntimeNode<G>,
     pub io: Io<R>,
+    /// Check the node's own invariants ([`Node::invariants`]) after every input (on
+    /// unless `kvsim serve --no-invariants`); off after the first violation.
+    pub check_invariants: bool,
     outbox: Outbox<G::Kv>,
     intake_open: bool,
 }
@@ -506,6 +509,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         NodeLoop {
             node,
             io,
+            check_invariants: true,
             outbox: Outbox::new(0),
             intake_open: true,
         }
@@ -517,6 +521,33 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         let mut effects = std::mem::take(&mut self.outbox.effects);
         world::apply(self.io.id, effects.drain(..), &mut self.io);
         self.outbox.effects = effects;
+        self.check_node();
+    }
+
+    /// The node's own invariants, after an input. The first violation is reported
+    /// loudly (stderr, a `violation` record in the node's trace, its status's fault)
+    /// and checking stops: the node's state is wrong from here on.
+    fn check_node(&mut self) {
+        if !self.check_invariants {
+            return;
+        }
+        let Err(violation) = self.node.invariants() else {
+            return;
+        };
+        self.check_invariants = false;
+        let what = format!(
+            "invariant {} broken: {}",
+            violation.invariant, violation.detail
+        );
+        eprintln!("kvsim serve: node {} {what}", self.io.id);
+        self.io.fault = Some(what);
+        self.io.trace(|| Record::Violation {
+            violation,
+            detected_by: Some("the node's own invariants, checked by kvsim serve".into()),
+            room: None,
+            related: Vec::new(),
+            pages: Vec::new(),
+        });
     }
 
     fn status(&self) -> NodeStatus {
@@ -801,6 +832,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                     let mut effects = std::mem::take(&mut self.outbox.effects);
                     world::apply(self.io.id, effects.drain(..), &mut self.io);
                     self.outbox.effects = effects;
+                    self.check_node();
                 }
             }
             NodeEvent::WriteFailedHere {

@@ -64,6 +64,8 @@ pub struct ServeOptions {
     /// Worker mode: no engine router runs; each prefill and decode node serves SGLang's
     /// worker API ([`crate::worker`]) and the worker front starts and aborts its halves.
     pub worker: bool,
+    /// Check each node's own invariants after every input (`--no-invariants`: off).
+    pub node_invariants: bool,
 }
 
 /// What prompts the fronts submit to the engine.
@@ -390,7 +392,8 @@ where
                 server.client_addr = Some(cl.local_addr()?);
                 client_endpoint = Some((cl, tx.clone()));
             }
-            let lp = NodeLoop::new(node, io);
+            let mut lp = NodeLoop::new(node, io);
+            lp.check_invariants = opts.node_invariants;
             let thread = thread::Builder::new()
                 .name(format!("{id}-loop"))
                 .spawn(move || lp.run())?;
