@@ -9,7 +9,7 @@
 
 use crate::gpu::SharedGpu;
 use crate::net::{spawn_listener, Inbound};
-use crate::node::{transfer_thread, NodeEvent};
+use crate::node::{transfer_thread, LandingRecord, NodeEvent};
 use crate::wire::write_frame_with;
 use kvsim_engine::gpu::{Gpu, HostGpu};
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
@@ -55,7 +55,7 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
     let (loop_tx, loop_rx) = channel::<NodeEvent<Vec<u32>>>();
     let (ttx, trx) = channel();
     let (p, g, l) = (pool.clone(), gpu.clone(), loop_tx.clone());
-    thread::spawn(move || transfer_thread(0, trx, p, g, true, l));
+    thread::spawn(move || transfer_thread(trx, LandingRecord::new(p), g, true, l));
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     spawn_listener(

@@ -29,11 +29,11 @@ use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
 use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure, WritesInFlight};
-use kvsim_oracle::schema::{CancelHow, EndOutcome, MsgView, Record};
+use kvsim_oracle::schema::{CancelHow, EndOutcome, FaultEvent, MsgView, Record};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 /// A worker-mode half: where its answers go, its tokens so far, the engine's reason
 /// for its failure (from its node's own events).
@@ -109,7 +109,8 @@ pub struct NodeStatus {
     pub quarantined: usize,
     /// Pages those quarantined rooms hold (decode).
     pub quarantined_pages: usize,
-    /// Set when the node stopped itself or asked to be restarted.
+    /// Set when the node stopped itself, was restarted in process, or broke one of
+    /// its own invariants.
     pub fault: Option<String>,
     /// Counts of this node's refusals and failures since it started.
     pub counts: NodeCounts,
@@ -141,7 +142,8 @@ pub enum NodeEvent<K> {
         from: NodeId,
         msg: Msg<K>,
     },
-    /// The transfer thread landed (or refused) a KV write of `from`.
+    /// The transfer thread landed (or refused) a KV write of `from` (one of a dead
+    /// incarnation fails back instead, [`NodeLoop::handle`]).
     Landed {
         from: NodeId,
         id: WriteId,
@@ -248,6 +250,8 @@ pub struct Io<R: NodeRuntime> {
     /// decode's half started (at most [`EARLY_DONE`], the oldest dropped).
     early_done: std::collections::VecDeque<(RoomKey, Status, Option<String>)>,
     fault: Option<String>,
+    /// The node asked to be restarted (a fault whose action is a restart).
+    restart_asked: bool,
     counts: NodeCounts,
 }
 
@@ -267,6 +271,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
             clearing: BTreeMap::new(),
             early_done: std::collections::VecDeque::new(),
             fault: None,
+            restart_asked: false,
             counts: NodeCounts::default(),
         }
     }
@@ -481,13 +486,14 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg<K>> for Io<R> {
         if let TraceEvent::Fault { fault, .. } = &ev {
             let what = match fault.action() {
                 FaultAction::Stop => "STOPPED ITSELF",
-                FaultAction::Restart => "ASKS TO BE RESTARTED with a new epoch",
+                FaultAction::Restart => "RESTARTS in process with a new epoch",
                 FaultAction::Report => "reports",
             };
             eprintln!("kvsim serve: node {node} {what}: {fault}");
             if fault.action() != FaultAction::Report {
                 self.fault = Some(fault.to_string());
             }
+            self.restart_asked |= fault.action() == FaultAction::Restart;
         }
         self.trace(|| Record::Engine(ev));
     }
@@ -500,6 +506,8 @@ pub struct NodeLoop<G: Gpu, R: NodeRuntime<Kv = G::Kv>> {
     /// Check the node's own invariants ([`Node::invariants`]) after every input (on
     /// unless `kvsim serve --no-invariants`); off after the first violation.
     pub check_invariants: bool,
+    /// A decode node's transfer thread's record, replaced when the node restarts.
+    pub landing: Option<Arc<LandingRecord>>,
     outbox: Outbox<G::Kv>,
     intake_open: bool,
 }
@@ -510,6 +518,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
             node,
             io,
             check_invariants: true,
+            landing: None,
             outbox: Outbox::new(0),
             intake_open: true,
         }
@@ -521,7 +530,42 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         let mut effects = std::mem::take(&mut self.outbox.effects);
         world::apply(self.io.id, effects.drain(..), &mut self.io);
         self.outbox.effects = effects;
+        if std::mem::take(&mut self.io.restart_asked) {
+            self.restart();
+        }
         self.check_node();
+    }
+
+    /// The node asked to be restarted: its incarnation dies as a crash does in every
+    /// driver and it restarts as the next epoch, in process. Its timers die, the writes
+    /// it posted are flushed with its NIC's queue (listed in the `crash` record; what
+    /// comes for one later is not its completion), and the node is re-created by the
+    /// engine's one restart ([`Node::restart`]); a decode node's transfer thread lands
+    /// every later write with the new incarnation's record (a landing the dead one
+    /// finished fails back, [`NodeEvent::Landed`]). The router is never restarted.
+    fn restart(&mut self) {
+        if self.node.role() == Role::Router {
+            return;
+        }
+        let (node, dead) = (self.io.id, self.io.epoch);
+        let epoch = dead + 1;
+        self.io.timers.crash(node);
+        let flushed = self.io.writes.crash();
+        self.io.trace(|| {
+            Record::Fault(FaultEvent::Crash {
+                node,
+                epoch: dead,
+                flushed,
+            })
+        });
+        self.node.restart(epoch);
+        if let (Node::Decode(d), Some(landing)) = (&self.node, &self.landing) {
+            landing.replace(d.records().shared().clone());
+        }
+        self.io.epoch = epoch;
+        self.io
+            .trace(|| Record::Fault(FaultEvent::Restart { node, epoch }));
+        debug_assert!(self.io.writes.is_empty() && self.io.timers.pending() == 0);
     }
 
     /// The node's own invariants, after an input. The first violation is reported
@@ -815,8 +859,31 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         });
     }
 
+    /// A landing the transfer thread finished on a dead incarnation's record (its
+    /// pages' tags are of an earlier epoch, which the arrival rule admits only for that
+    /// incarnation) is a write to the dead incarnation: it fails back to its writer, as
+    /// a write in flight to a crashed node does in every driver
+    /// ([`world::crash_fate`]).
+    fn of_this_incarnation(&self, ev: NodeEvent<G::Kv>) -> NodeEvent<G::Kv> {
+        let epoch = self.io.epoch;
+        match ev {
+            NodeEvent::Landed { from, id, dst, .. }
+                if dst.iter().any(|t| t.gen.epoch() != epoch) =>
+            {
+                NodeEvent::WriteFailedHere {
+                    from,
+                    id,
+                    reason: WriteFailure::ReceiverGone,
+                    completion: Msg::WriteDone { id, ok: false },
+                }
+            }
+            ev => ev,
+        }
+    }
+
     /// Handle one event; `false` to stop.
     pub fn handle(&mut self, ev: NodeEvent<G::Kv>) -> bool {
+        let ev = self.of_this_incarnation(ev);
         match ev {
             NodeEvent::Msg { from, msg } => self.on_msg(from, msg),
             NodeEvent::FailedBack { from, msg } => self.dispatch(Input::Message { from, msg }),
@@ -899,17 +966,52 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
     }
 }
 
+/// The record a decode node's transfer thread lands writes with: the [`SharedPool`] of
+/// the node's current incarnation, replaced when the node restarts in process. A
+/// landing holds it from the arrival rule to the memory write, so a restart waits for
+/// the landing in progress, and every later write is judged by the new incarnation's
+/// record and epoch.
+#[derive(Debug)]
+pub struct LandingRecord(RwLock<Arc<SharedPool>>);
+
+impl LandingRecord {
+    pub fn new(pool: Arc<SharedPool>) -> Arc<Self> {
+        Arc::new(LandingRecord(RwLock::new(pool)))
+    }
+
+    /// The current incarnation's record, held until the guard goes.
+    pub fn current(&self) -> RwLockReadGuard<'_, Arc<SharedPool>> {
+        // Nothing panics while holding it but a landing on a broken record, after
+        // which no landing may go on.
+        self.0
+            .read()
+            .expect("landing record poisoned: a landing panicked")
+    }
+
+    /// The node restarted with `pool`: waits for the landing in progress.
+    fn replace(&self, pool: Arc<SharedPool>) {
+        let mut cur = self
+            .0
+            .write()
+            .expect("landing record poisoned: a landing panicked");
+        assert!(
+            pool.epoch() > cur.epoch(),
+            "a restarted incarnation's record has a higher epoch"
+        );
+        *cur = pool;
+    }
+}
+
 /// The decode node's transfer thread: every KV write that arrives for this node is
-/// judged by the world's arrival rule (a tag of an earlier incarnation fails; a write
-/// whose connection closed before it was taken is flushed), then
-/// landed by the engine's [`land`] on the node's shared record and memory, and reported
-/// to the node's loop. A write whose id names another writer than its sender goes to
-/// the loop as a message, where the node refuses it by peer identity.
-#[allow(clippy::too_many_arguments)]
+/// judged by the world's arrival rule against the current incarnation (a tag of an
+/// earlier incarnation fails; a write whose connection closed before it was taken is
+/// flushed), then landed by the engine's [`land`] on that incarnation's shared record
+/// and memory, and reported to the node's loop. A write whose id names another writer
+/// than its sender goes to the loop as a message, where the node refuses it by peer
+/// identity.
 pub fn transfer_thread<G: Gpu>(
-    epoch: u32,
     rx: Receiver<crate::net::Incoming<G::Kv>>,
-    pool: Arc<SharedPool>,
+    record: Arc<LandingRecord>,
     mut gpu: SharedGpu<G>,
     page_tags: bool,
     to_loop: Sender<NodeEvent<G::Kv>>,
@@ -920,43 +1022,58 @@ pub fn transfer_thread<G: Gpu>(
             let _ = to_loop.send(NodeEvent::Msg { from, msg });
             continue;
         }
-        let at = Arriving {
-            // A write still queued when its connection closed is the dead sender's NIC
-            // queue (or one its live sender fails back itself): never applied.
-            sender_alive: conn_alive.load(std::sync::atomic::Ordering::Acquire),
-            receiver_alive: true,
-            receiver_restarted: false,
-            receiver_epoch: epoch,
-            partitioned: false,
-            injected_failure: false,
+        // A write still queued when its connection closed is the dead sender's NIC
+        // queue (or one its live sender fails back itself): never applied.
+        let sender_alive = conn_alive.load(std::sync::atomic::Ordering::Acquire);
+        let pool = record.current();
+        let Some(ev) = take_write(from, msg, sender_alive, &pool, &mut gpu, page_tags) else {
+            continue;
         };
-        let ev = match world::arrival(&msg, &at) {
-            Arrival::Fail { reason, completion } => match msg.write_id() {
-                Some(id) => NodeEvent::WriteFailedHere {
-                    from,
-                    id,
-                    reason,
-                    completion,
-                },
-                None => continue,
-            },
-            Arrival::Drop(_) => continue,
-            Arrival::Deliver => match msg {
-                Msg::KvWrite { id, dst, kv, .. } => {
-                    let landing = land(&*pool, &mut gpu, page_tags, id.room, &dst, &kv);
-                    NodeEvent::Landed {
-                        from,
-                        id,
-                        dst,
-                        landing,
-                    }
-                }
-                _ => continue,
-            },
-        };
+        drop(pool);
         if to_loop.send(ev).is_err() {
             return;
         }
+    }
+}
+
+/// One KV write of `from`, judged by the world's arrival rule on `pool`'s incarnation
+/// and landed: what the loop hears of it (`None`: nothing, it is dropped).
+fn take_write<G: Gpu>(
+    from: NodeId,
+    msg: Msg<G::Kv>,
+    sender_alive: bool,
+    pool: &SharedPool,
+    gpu: &mut SharedGpu<G>,
+    page_tags: bool,
+) -> Option<NodeEvent<G::Kv>> {
+    let at = Arriving {
+        sender_alive,
+        receiver_alive: true,
+        receiver_restarted: false,
+        receiver_epoch: pool.epoch(),
+        partitioned: false,
+        injected_failure: false,
+    };
+    match world::arrival(&msg, &at) {
+        Arrival::Fail { reason, completion } => Some(NodeEvent::WriteFailedHere {
+            from,
+            id: msg.write_id()?,
+            reason,
+            completion,
+        }),
+        Arrival::Drop(_) => None,
+        Arrival::Deliver => match msg {
+            Msg::KvWrite { id, dst, kv, .. } => {
+                let landing = land(pool, gpu, page_tags, id.room, &dst, &kv);
+                Some(NodeEvent::Landed {
+                    from,
+                    id,
+                    dst,
+                    landing,
+                })
+            }
+            _ => None,
+        },
     }
 }
 

@@ -4,7 +4,7 @@
 use crate::client::{spawn_client_endpoint, StatusFn};
 use crate::gpu::SharedGpu;
 use crate::net::{spawn_listener, spawn_peer, Inbound};
-use crate::node::{transfer_thread, Io, NodeEvent, NodeLoop, NodeStatus};
+use crate::node::{transfer_thread, Io, LandingRecord, NodeEvent, NodeLoop, NodeStatus};
 use crate::seam::Threads;
 use crate::trace::Tracer;
 use kvsim_engine::config::EngineConfig;
@@ -360,15 +360,16 @@ where
                     let pool = Arc::new(SharedPool::with_epoch(pages, cfg.page_size, plan.epoch));
                     let gpu = SharedGpu::new(make_gpu(pages, cfg.page_size));
                     let (ttx, trx) = channel();
-                    let (p, g, to_loop) = (pool.clone(), gpu.clone(), tx.clone());
+                    let record = LandingRecord::new(pool.clone());
+                    let (r, g, to_loop) = (record.clone(), gpu.clone(), tx.clone());
                     // The runtime's KV writes ride TCP, a two-sided transport: the
                     // transfer thread copies each one, so the landing gate exists here
                     // whatever the scenario's `transport` says.
-                    let (epoch, tags) = (plan.epoch, cfg.defenses.landing_gate);
+                    let tags = cfg.defenses.landing_gate;
                     thread::Builder::new()
                         .name(format!("{id}-transfer"))
-                        .spawn(move || transfer_thread(epoch, trx, p, g, tags, to_loop))?;
-                    transfer = Some(ttx);
+                        .spawn(move || transfer_thread(trx, r, g, tags, to_loop))?;
+                    transfer = Some((ttx, record));
                     Node::Decode(DecodeNode::with_records(
                         id,
                         cfg.clone(),
@@ -384,7 +385,7 @@ where
                 plan.listener,
                 Inbound {
                     to_loop: tx.clone(),
-                    transfer,
+                    transfer: transfer.as_ref().map(|(ttx, _)| ttx.clone()),
                 },
                 stop.clone(),
             )?;
@@ -394,6 +395,7 @@ where
             }
             let mut lp = NodeLoop::new(node, io);
             lp.check_invariants = opts.node_invariants;
+            lp.landing = transfer.map(|(_, record)| record);
             let thread = thread::Builder::new()
                 .name(format!("{id}-loop"))
                 .spawn(move || lp.run())?;

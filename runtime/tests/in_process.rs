@@ -4,24 +4,26 @@
 //! `kvsim serve` runs; only the threads, sockets, clock and files are replaced.
 //!
 //! What it checks: a request is answered end to end; each node's own invariants are
-//! checked after every input (and not with the check off).
+//! checked after every input (and not with the check off); a node that asks to be
+//! restarted is restarted in its loop.
 
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::config::EngineConfig;
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::gpu::SymbolicGpu;
-use kvsim_engine::ids::{NodeId, RequestId, RoomKey, TenantId};
+use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
-use kvsim_engine::kv::SharedRecord;
-use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::kv::{PageRecords, SharedRecord};
+use kvsim_engine::msg::{Msg, Status, TransferOutcome};
 use kvsim_engine::node::Node;
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::shared_cfg::Cfg;
 use kvsim_engine::trace::TraceEvent;
-use kvsim_oracle::schema::Record;
+use kvsim_engine::world::WriteFailure;
+use kvsim_oracle::schema::{FaultEvent, Record};
 use kvsim_runtime::gpu::SharedGpu;
-use kvsim_runtime::node::{Io, NodeEvent, NodeLoop, ReplyEv, ReplySink};
+use kvsim_runtime::node::{Io, LandingRecord, NodeEvent, NodeLoop, ReplyEv, ReplySink};
 use kvsim_runtime::seam::InMemory;
 use kvsim_runtime::Reply;
 use std::sync::mpsc::{channel, Receiver};
@@ -245,4 +247,128 @@ fn double_free(dep: &mut Deployment) {
     };
     dep.node(DECODE).io.rt.events.push_back(abort);
     dep.settle();
+}
+
+/// A decode node's loop alone, deciding with `pool` (its transfer thread's record is
+/// `landing`, on the same pool).
+fn decode_loop(bugs: BugSet, pool: Arc<SharedPool>) -> (Loop, Arc<LandingRecord>) {
+    let gpu = SharedGpu::new(SymbolicGpu::new(PAGES, PAGE));
+    let record = SharedRecord::new(pool.clone());
+    let node = DecodeNode::with_records(DECODE, cfg(bugs), ROUTER, vec![PREFILL], gpu, record);
+    let mut lp = NodeLoop::new(
+        Node::Decode(node),
+        Io::new(DECODE, 0, CLIENT, InMemory::new()),
+    );
+    let landing = LandingRecord::new(pool);
+    lp.landing = Some(landing.clone());
+    (lp, landing)
+}
+
+/// Start decode's half of `room` and turn its loop until it sent prefill the room's
+/// page list: the pages.
+fn start_decode(lp: &mut Loop, room: RoomKey) -> Vec<PageTag> {
+    let start = Msg::DecodeStart {
+        room,
+        req: RequestId(room.gen.0),
+        prompt: (1..=8).collect(),
+        max_new_tokens: 2,
+        prefill: PREFILL,
+    };
+    lp.io.rt.events.push_back(NodeEvent::Msg {
+        from: ROUTER,
+        msg: start,
+    });
+    for _ in 0..TURNS {
+        let meta = lp.io.rt.sent.iter().find_map(|(_, m)| match m {
+            Msg::KvMeta { room: r, dst, .. } if *r == room => Some(dst.clone()),
+            _ => None,
+        });
+        if let Some(dst) = meta {
+            return dst;
+        }
+        assert!(lp.turn(), "the decode loop ended");
+    }
+    panic!("decode sent no page list in {TURNS} turns");
+}
+
+fn faults(lp: &Loop) -> Vec<String> {
+    let recs = lp.io.rt.records.iter();
+    recs.filter_map(|r| match r {
+        Record::Fault(FaultEvent::Crash { node, epoch, .. }) => {
+            Some(format!("crash {node} e{epoch}"))
+        }
+        Record::Fault(FaultEvent::Restart { node, epoch }) => {
+            Some(format!("restart {node} e{epoch}"))
+        }
+        _ => None,
+    })
+    .collect()
+}
+
+/// A node whose own page record refuses what its logic asks (`PageRecordRefused`, a
+/// fault whose action is a restart) is restarted in its loop as the next epoch, as the
+/// simulator's crash and restart have it: the engine's restart re-creates its state,
+/// the transfer thread's record follows, a landing the dead incarnation finished fails
+/// back, and the new incarnation serves with tags of its own epoch.
+#[test]
+fn a_node_that_asks_to_be_restarted_restarts_in_process() {
+    let mut bugs = BugSet::default();
+    bugs.insert(Bug::FailOpenOnRecvError);
+    let pool = Arc::new(SharedPool::new(PAGES, PAGE));
+    let (mut lp, landing) = decode_loop(bugs, pool.clone());
+    let room = RoomKey::new(1, 1);
+    let dst = start_decode(&mut lp, room);
+    // The record is corrupted behind the node's back: its pages are free again, so
+    // marking them ready (fail-open takes a failed transfer as done) is refused.
+    pool.free_unchecked(&dst);
+    let done = Msg::KvDone {
+        room,
+        outcome: TransferOutcome::Failed,
+        epoch: 0,
+    };
+    assert!(lp.handle(NodeEvent::Msg {
+        from: PREFILL,
+        msg: done,
+    }));
+    assert_eq!(faults(&lp), vec!["crash n2 e0", "restart n2 e1"]);
+    assert_eq!(lp.io.epoch, 1);
+    let d = lp.node.as_decode().expect("a decode node");
+    assert_eq!(d.requests(), 0, "the dead incarnation's requests are gone");
+    assert_eq!(d.records().epoch(), 1);
+    assert!(
+        Arc::ptr_eq(&landing.current(), d.records().shared()),
+        "the transfer thread lands with the new incarnation's record"
+    );
+    assert_eq!(
+        lp.io.timers.pending(),
+        0,
+        "the dead incarnation's timers died"
+    );
+    assert!(lp.node.invariants().is_ok());
+
+    // A landing the dead incarnation's record admitted fails back to its writer.
+    let id = WriteId {
+        writer: PREFILL,
+        epoch: 0,
+        room,
+        chunk: 0,
+    };
+    lp.io.rt.take_sent();
+    assert!(lp.handle(NodeEvent::Landed {
+        from: PREFILL,
+        id,
+        dst: dst.clone(),
+        landing: Ok(()),
+    }));
+    let failed = lp.io.rt.records.iter().any(|r| {
+        matches!(r, Record::WriteFailed { write, reason: WriteFailure::ReceiverGone, .. } if *write == id)
+    });
+    assert!(failed, "the dead incarnation's landing fails back");
+    let back = lp.io.rt.take_sent();
+    assert_eq!(back, vec![(PREFILL, Msg::WriteDone { id, ok: false })]);
+
+    // The new incarnation serves, with tags of its own epoch.
+    let fresh = start_decode(&mut lp, RoomKey::new(2, 2));
+    assert!(!fresh.is_empty() && fresh.iter().all(|t| t.gen.epoch() == 1));
+    assert_eq!(faults(&lp).len(), 2, "one restart");
 }
