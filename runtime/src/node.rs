@@ -543,7 +543,8 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
     /// engine's one restart ([`Node::restart`]); a decode node's transfer thread lands
     /// every later write with the new incarnation's record (a landing the dead one
     /// finished fails back, [`NodeEvent::Landed`]). The router is never restarted.
-    fn restart(&mut self) {
+    /// The loop does this when its node asks; a test may ask directly.
+    pub fn restart(&mut self) {
         if self.node.role() == Role::Router {
             return;
         }
