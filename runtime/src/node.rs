@@ -340,6 +340,19 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
         });
     }
 
+    /// The transfer thread failed a KV write of `from` on arrival: traced, and its one
+    /// failed completion goes back on the writer's link (lost with the link).
+    fn failed_here(&mut self, from: NodeId, id: WriteId, reason: WriteFailure, completion: Msg<K>) {
+        let me = self.id;
+        self.trace(|| Record::WriteFailed {
+            from,
+            to: me,
+            write: id,
+            reason,
+        });
+        let _ = self.rt.send(from, completion);
+    }
+
     /// The connection to `peer` broke: every write posted on it fails back.
     fn peer_lost(&mut self, peer: NodeId) {
         for id in self.writes.peer_lost(peer) {
@@ -860,6 +873,24 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         });
     }
 
+    /// The client of `req` went away (router): traced, and cancelled at the router as
+    /// from the client.
+    fn cancel(&mut self, req: RequestId) {
+        if self.io.clients.remove(&req).is_none() {
+            return;
+        }
+        self.io.trace(|| Record::ClientCancel {
+            req,
+            how: CancelHow::Disconnect,
+            plan: "the client closed its connection".into(),
+        });
+        let client = self.io.client;
+        self.dispatch(Input::Message {
+            from: client,
+            msg: Msg::Cancel { req },
+        });
+    }
+
     /// A landing the transfer thread finished on a dead incarnation's record (its
     /// pages' tags are of an earlier epoch, which the arrival rule admits only for that
     /// incarnation) is a write to the dead incarnation: it fails back to its writer, as
@@ -908,17 +939,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 id,
                 reason,
                 completion,
-            } => {
-                let me = self.io.id;
-                self.io.trace(|| Record::WriteFailed {
-                    from,
-                    to: me,
-                    write: id,
-                    reason,
-                });
-                // The writer's completion, on its link (lost with the link).
-                let _ = self.io.rt.send(from, completion);
-            }
+            } => self.io.failed_here(from, id, reason, completion),
             NodeEvent::SendFailed { to, msg } => self.io.undeliverable(to, msg),
             NodeEvent::PeerLost { peer } => self.io.peer_lost(peer),
             NodeEvent::Submit {
@@ -928,20 +949,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 max_new_tokens,
                 reply,
             } => self.submit(req, tenant, prompt, max_new_tokens, reply),
-            NodeEvent::Cancel { req } => {
-                if self.io.clients.remove(&req).is_some() {
-                    self.io.trace(|| Record::ClientCancel {
-                        req,
-                        how: CancelHow::Disconnect,
-                        plan: "the client closed its connection".into(),
-                    });
-                    let client = self.io.client;
-                    self.dispatch(Input::Message {
-                        from: client,
-                        msg: Msg::Cancel { req },
-                    });
-                }
-            }
+            NodeEvent::Cancel { req } => self.cancel(req),
             NodeEvent::StartHalf {
                 room,
                 msg,
