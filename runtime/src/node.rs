@@ -579,6 +579,12 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         self.io.epoch = epoch;
         self.io
             .trace(|| Record::Fault(FaultEvent::Restart { node, epoch }));
+        // Epochs name incarnations once: a later process of this node must start above.
+        eprintln!(
+            "kvsim serve: node {node} restarted in process as incarnation {epoch}; a later \
+             process for it needs --epoch {} or higher",
+            epoch + 1
+        );
         debug_assert!(self.io.writes.is_empty() && self.io.timers.pending() == 0);
     }
 
