@@ -78,6 +78,11 @@ pub struct ServeArgs {
     /// them (a half that fails: the router retries with a new room). For tests.
     #[arg(long, value_name = "N", default_value_t = 0, requires = "worker_http")]
     pub worker_fail_first: u64,
+    /// Do not check each node's own invariants (pool partition, ownership bookkeeping)
+    /// after every input; checked by default, a violation is reported on stderr, in the
+    /// trace and in the node's status.
+    #[arg(long)]
+    pub no_invariants: bool,
 }
 
 /// `--prompts`.
@@ -202,6 +207,7 @@ pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
             Prompts::Canary => kvsim_runtime::PromptMode::Canary,
         },
         worker: a.worker_http.is_some(),
+        node_invariants: !a.no_invariants,
     };
     if let Some(dir) = &opts.trace_dir {
         std::fs::create_dir_all(dir)

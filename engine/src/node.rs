@@ -2,13 +2,16 @@
 //!
 //! Drivers (simulator, model checker, hardware runtime) hold a topology of nodes and
 //! feed each one inputs; this enum lets them do so without knowing which is which.
+//! `P` is the decode node's form of its ownership record: a [`PagePool`] for every
+//! driver but the hardware runtime, whose decode node decides with the
+//! [`crate::kv::SharedRecord`] its transfer thread gates landings with.
 
 use crate::decode::DecodeNode;
 use crate::env::{Env, Input};
 use crate::gpu::Gpu;
 use crate::ids::NodeId;
 use crate::invariant::Violation;
-use crate::kv::PagePool;
+use crate::kv::{PagePool, PageRecords};
 use crate::prefill::PrefillNode;
 use crate::router::Router;
 
@@ -23,13 +26,13 @@ pub enum Role {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub enum Node<G> {
+pub enum Node<G, P = PagePool> {
     Router(Router),
     Prefill(PrefillNode<G>),
-    Decode(DecodeNode<G>),
+    Decode(DecodeNode<G, P>),
 }
 
-impl<G: Gpu> Node<G> {
+impl<G: Gpu, P: PageRecords> Node<G, P> {
     pub fn id(&self) -> NodeId {
         match self {
             Node::Router(n) => n.id(),
@@ -79,14 +82,6 @@ impl<G: Gpu> Node<G> {
         }
     }
 
-    pub fn pool(&self) -> Option<&PagePool> {
-        match self {
-            Node::Router(_) => None,
-            Node::Prefill(n) => Some(n.pool()),
-            Node::Decode(n) => Some(n.pool()),
-        }
-    }
-
     pub fn gpu(&self) -> Option<&G> {
         match self {
             Node::Router(_) => None,
@@ -102,10 +97,20 @@ impl<G: Gpu> Node<G> {
         }
     }
 
-    pub fn as_decode(&self) -> Option<&DecodeNode<G>> {
+    pub fn as_decode(&self) -> Option<&DecodeNode<G, P>> {
         match self {
             Node::Decode(n) => Some(n),
             _ => None,
+        }
+    }
+}
+
+impl<G: Gpu> Node<G> {
+    pub fn pool(&self) -> Option<&PagePool> {
+        match self {
+            Node::Router(_) => None,
+            Node::Prefill(n) => Some(n.pool()),
+            Node::Decode(n) => Some(n.pool()),
         }
     }
 }

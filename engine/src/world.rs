@@ -30,7 +30,7 @@ use crate::router::Router;
 use crate::shared_cfg::Cfg;
 use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// How a KV write reaches the receiver's memory. The two transports the deployments
 /// use, stated once (docs/ARCHITECTURE.md, "Two transports").
@@ -581,6 +581,94 @@ pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Msg<K>) ->
     }
 }
 
+/// The KV writes one writer posted and has not seen complete, by receiver: the rule
+/// "exactly one completion per write" for a driver whose writes leave its hands (the
+/// hardware runtime's ride TCP, where a broken connection, not the network model, is
+/// what fails them). A write enters at [`post`](Self::post) and leaves once: at its
+/// completion ([`complete`](Self::complete)), when it fails
+/// ([`fail`](Self::fail), [`peer_lost`](Self::peer_lost)) or when its writer crashes
+/// ([`crash`](Self::crash)); whatever comes for it afterwards is not its completion.
+/// (The simulator, the model checker and the hand-stepped driver hold the messages
+/// themselves, so a write's fate there is the fate of its one message.)
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct WritesInFlight {
+    posted: BTreeMap<NodeId, BTreeSet<WriteId>>,
+}
+
+impl WritesInFlight {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `msg` leaves for `to`: a KV write is in flight from now on (any other message
+    /// is ignored).
+    pub fn post<K>(&mut self, to: NodeId, msg: &Msg<K>) {
+        let Msg::KvWrite { id, .. } = msg else {
+            return;
+        };
+        let fresh = self.posted.entry(to).or_default().insert(*id);
+        debug_assert!(fresh, "a write id is posted once ({id} to {to})");
+    }
+
+    /// A completion of `id` came from `from`: `true` the one time it is the write's
+    /// completion (the write leaves flight); `false` when `id` is not in flight to
+    /// `from` (completed or failed already, or never posted to it): not a completion.
+    pub fn complete(&mut self, from: NodeId, id: WriteId) -> bool {
+        self.take(from, id)
+    }
+
+    /// The write `id` to `to` failed: `true` the one time it fails (it leaves flight,
+    /// and its writer gets one failed completion); `false` when it is not in flight.
+    pub fn fail(&mut self, to: NodeId, id: WriteId) -> bool {
+        self.take(to, id)
+    }
+
+    /// The link to `peer` broke: every write posted on it fails. Taken out of flight
+    /// and returned in id order, each for its one failed completion.
+    pub fn peer_lost(&mut self, peer: NodeId) -> Vec<WriteId> {
+        let lost: Vec<WriteId> = self.posted.remove(&peer).into_iter().flatten().collect();
+        debug_assert!(!self.posted.contains_key(&peer));
+        lost
+    }
+
+    /// The writer crashed: its NIC's queue is flushed with it and its new incarnation
+    /// awaits no completion of the dead one's writes. Every write in flight leaves,
+    /// returned in (receiver, id) order: the crash record's `flushed` list.
+    pub fn crash(&mut self) -> Vec<WriteId> {
+        let flushed: Vec<WriteId> = std::mem::take(&mut self.posted)
+            .into_values()
+            .flatten()
+            .collect();
+        debug_assert!(self.is_empty());
+        flushed
+    }
+
+    /// Every write in flight, as (receiver, write), in that order.
+    pub fn iter(&self) -> impl Iterator<Item = (NodeId, WriteId)> + '_ {
+        let by_peer = self.posted.iter();
+        by_peer.flat_map(|(to, ids)| ids.iter().map(move |id| (*to, *id)))
+    }
+
+    pub fn len(&self) -> usize {
+        self.posted.values().map(BTreeSet::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.posted.values().all(BTreeSet::is_empty)
+    }
+
+    fn take(&mut self, to: NodeId, id: WriteId) -> bool {
+        let Some(ids) = self.posted.get_mut(&to) else {
+            return false;
+        };
+        let taken = ids.remove(&id);
+        if ids.is_empty() {
+            self.posted.remove(&to);
+        }
+        taken
+    }
+}
+
 /// Pending timers of every node, with a driver's token each (`()` when the driver
 /// needs none). Setting a timer replaces a pending one of the same value; a crash
 /// kills all of a node's timers. Sorted by (node, timer), so equal sets are equal
@@ -1003,5 +1091,58 @@ mod tests {
         assert_eq!(t.take(NodeId(2), Timer::Compute), None);
         t.crash(NodeId(1));
         assert!(t.is_empty());
+    }
+
+    fn posted(chunk: u32) -> (WriteId, Msg<()>) {
+        let id = WriteId {
+            writer: NodeId(1),
+            epoch: 0,
+            room: RoomKey::new(1, 1),
+            chunk,
+        };
+        let msg = Msg::KvWrite {
+            id,
+            src: vec![],
+            dst: vec![],
+            kv: vec![],
+        };
+        (id, msg)
+    }
+
+    #[test]
+    fn a_write_in_flight_leaves_once() {
+        let (a, b, c) = (posted(0), posted(1), posted(2));
+        let (d1, d2) = (NodeId(2), NodeId(3));
+        let mut w = WritesInFlight::new();
+        w.post(d1, &a.1);
+        w.post(d1, &b.1);
+        w.post(d2, &c.1);
+        w.post(d1, &Msg::<()>::DrainAck { room: a.0.room });
+        assert_eq!(w.len(), 3, "only KV writes are in flight");
+        assert!(
+            !w.complete(d2, a.0),
+            "a completion from another node is not a's"
+        );
+        assert!(w.complete(d1, a.0));
+        assert!(!w.complete(d1, a.0), "a write completes once");
+        assert!(!w.fail(d1, a.0), "a completed write does not fail");
+        assert_eq!(
+            w.peer_lost(d1),
+            vec![b.0],
+            "the writes still in flight to d1"
+        );
+        assert!(
+            !w.complete(d1, b.0),
+            "a write failed back does not complete"
+        );
+        assert_eq!(w.peer_lost(d1), Vec::<WriteId>::new());
+        assert_eq!(w.iter().collect::<Vec<_>>(), vec![(d2, c.0)]);
+        assert_eq!(
+            w.crash(),
+            vec![c.0],
+            "a crash flushes every write in flight"
+        );
+        assert!(w.is_empty());
+        assert!(!w.fail(d2, c.0), "a flushed write does not fail back");
     }
 }

@@ -9,7 +9,7 @@
 
 use crate::gpu::SharedGpu;
 use crate::net::{spawn_listener, Inbound};
-use crate::node::{transfer_thread, Ev};
+use crate::node::{transfer_thread, LandingRecord, NodeEvent};
 use crate::wire::write_frame_with;
 use kvsim_engine::gpu::{Gpu, HostGpu};
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
@@ -52,10 +52,10 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
 
     // The transfer path.
     let stop = Arc::new(AtomicBool::new(false));
-    let (loop_tx, loop_rx) = channel::<Ev<Vec<u32>>>();
+    let (loop_tx, loop_rx) = channel::<NodeEvent<Vec<u32>>>();
     let (ttx, trx) = channel();
     let (p, g, l) = (pool.clone(), gpu.clone(), loop_tx.clone());
-    thread::spawn(move || transfer_thread(0, trx, p, g, true, l));
+    thread::spawn(move || transfer_thread(trx, LandingRecord::new(p), g, true, l));
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     spawn_listener(
@@ -91,7 +91,7 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
     let mut landed = 0u32;
     while landed < writes {
         match loop_rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ev::Landed { landing, .. }) => {
+            Ok(NodeEvent::Landed { landing, .. }) => {
                 landing.map_err(|r| std::io::Error::other(r.reason))?;
                 landed += 1;
             }

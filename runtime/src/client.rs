@@ -12,7 +12,7 @@
 //! closes its connection before the reply cancels its request (the router then
 //! cancels both halves).
 
-use crate::node::{Ev, Reply, ReplyEv, ReplySink};
+use crate::node::{NodeEvent, Reply, ReplyEv, ReplySink};
 use crate::server::PromptMode;
 use kvsim_engine::ids::{RequestId, TenantId};
 use serde::{Deserialize, Serialize};
@@ -40,7 +40,7 @@ pub type StatusFn = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
 /// Serve clients on `listener` until `stop`, submitting to the router's loop.
 pub fn spawn_client_endpoint<K: Send + 'static>(
     listener: TcpListener,
-    router: Sender<Ev<K>>,
+    router: Sender<NodeEvent<K>>,
     status: StatusFn,
     next: Arc<AtomicU64>,
     prompts: PromptMode,
@@ -74,7 +74,7 @@ fn error_line(msg: &str) -> String {
 
 fn serve_client<K>(
     stream: TcpStream,
-    router: Sender<Ev<K>>,
+    router: Sender<NodeEvent<K>>,
     next: Arc<AtomicU64>,
     status: StatusFn,
     prompts: PromptMode,
@@ -135,7 +135,7 @@ fn serve_client<K>(
         // A request of a length: the canary sequence of its id (under `own` prompts
         // the id wraps past 65,535, and no oracle reads the tokens as names).
         let named = RequestId(id % kvsim_oracle::canary::MAX_REQUESTS as u64);
-        let submitted = router.send(Ev::Submit {
+        let submitted = router.send(NodeEvent::Submit {
             req: RequestId(id),
             tenant: TenantId(req.tenant),
             prompt: kvsim_oracle::canary::prompt(named, req.prompt_len),
@@ -162,7 +162,7 @@ fn serve_client<K>(
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     if closed(&out) {
-                        let _ = router.send(Ev::Cancel { req: RequestId(id) });
+                        let _ = router.send(NodeEvent::Cancel { req: RequestId(id) });
                         return;
                     }
                 }

@@ -94,6 +94,12 @@ impl TimerHeap {
         None
     }
 
+    /// `node`'s incarnation died: none of its timers fires (each stays in the heap
+    /// until its deadline, recognised by its token as every replaced one is).
+    pub fn crash(&mut self, node: NodeId) {
+        self.timers.crash(node);
+    }
+
     pub fn pending(&self) -> usize {
         self.timers.len()
     }

@@ -1,7 +1,8 @@
 //! kvsim-runtime: the engine's unchanged nodes on operating-system threads, a
 //! monotonic clock and TCP.
 //!
-//! One event loop per node ([`node::NodeLoop`]), a transfer thread per decode node
+//! One event loop per node ([`node::NodeLoop`], over the seam of its inputs and outputs,
+//! [`seam::NodeRuntime`], so it also runs in process), a transfer thread per decode node
 //! that lands KV writes through the node's shared ownership record, TCP between nodes
 //! with length-prefixed frames of the engine's own serde messages ([`wire`], [`net`]),
 //! a line-delimited JSON client endpoint ([`client`]), and per-node trace files in the
@@ -17,6 +18,7 @@ pub mod http;
 pub mod http_client;
 pub mod net;
 pub mod node;
+pub mod seam;
 pub mod server;
 pub mod tokenizer;
 pub mod trace;

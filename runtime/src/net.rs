@@ -4,10 +4,10 @@
 //!
 //! Loss is what it is on real hardware: a message that cannot be written (no
 //! connection, or the connection broke under it) is reported to the loop as
-//! [`Ev::SendFailed`], and a broken connection as [`Ev::PeerLost`]; the loop applies
+//! [`NodeEvent::SendFailed`], and a broken connection as [`NodeEvent::PeerLost`]; the loop applies
 //! the engine's rule (lost, or a failed completion for a KV write).
 
-use crate::node::Ev;
+use crate::node::NodeEvent;
 use crate::wire::{read_frame_with, write_frame_with};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
@@ -32,7 +32,7 @@ pub type Incoming<K> = (NodeId, Msg<K>, Arc<AtomicBool>);
 
 /// Where a node's incoming messages go.
 pub struct Inbound<K> {
-    pub to_loop: Sender<Ev<K>>,
+    pub to_loop: Sender<NodeEvent<K>>,
     /// A decode node's transfer thread (KV writes go there, with their connection's
     /// liveness: a write still queued when its connection closed is not applied).
     pub transfer: Option<Sender<Incoming<K>>>,
@@ -116,7 +116,7 @@ fn read_frames<K: DeserializeOwned>(
                     }
                     _ => inbound
                         .to_loop
-                        .send(Ev::Msg {
+                        .send(NodeEvent::Msg {
                             from: f.from,
                             msg: f.msg,
                         })
@@ -143,7 +143,7 @@ pub fn spawn_peer<K>(
     peer: NodeId,
     addr: SocketAddr,
     rx: Receiver<Msg<K>>,
-    to_loop: Sender<Ev<K>>,
+    to_loop: Sender<NodeEvent<K>>,
     connected: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<thread::JoinHandle<()>>
@@ -183,16 +183,16 @@ where
                 }
                 if !link.ensure() {
                     for msg in batch {
-                        let _ = to_loop.send(Ev::SendFailed { to: peer, msg });
+                        let _ = to_loop.send(NodeEvent::SendFailed { to: peer, msg });
                     }
                     continue;
                 }
                 let ok = link.write(me, &batch);
                 if !ok {
                     for msg in batch {
-                        let _ = to_loop.send(Ev::SendFailed { to: peer, msg });
+                        let _ = to_loop.send(NodeEvent::SendFailed { to: peer, msg });
                     }
-                    let _ = to_loop.send(Ev::PeerLost { peer });
+                    let _ = to_loop.send(NodeEvent::PeerLost { peer });
                 }
             }
         })
@@ -208,7 +208,7 @@ struct Link<K> {
     connected: Arc<AtomicBool>,
     /// Set by the connection's watcher when the peer closed it.
     dead: Arc<AtomicBool>,
-    to_loop: Sender<Ev<K>>,
+    to_loop: Sender<NodeEvent<K>>,
     /// The frame encoding buffer, kept from frame to frame.
     buf: Vec<u8>,
 }
@@ -243,7 +243,7 @@ impl<K: Send + 'static> Link<K> {
                                 }
                             }
                             d.store(true, Ordering::Relaxed);
-                            let _ = tx.send(Ev::PeerLost { peer });
+                            let _ = tx.send(NodeEvent::PeerLost { peer });
                         });
                 }
                 self.dead = dead;

@@ -1,10 +1,13 @@
 //! One node's event loop, and the decode node's transfer thread.
 //!
-//! The loop owns the node (an unchanged engine state machine), its timers, its trace
-//! and its links to peers. It takes one [`Ev`] at a time from its channel (a message
-//! read off a connection, a fired timer, a landing reported by the transfer thread, a
-//! send that failed, a client's request) and feeds the node one input, then carries
-//! out the node's effects in the order issued through [`kvsim_engine::world::apply`].
+//! The loop owns the node (an unchanged engine state machine, the engine's own
+//! [`Node`]), its timers and the loop's own rules. It takes one [`NodeEvent`] at a
+//! time from its runtime (a message read off a connection, a fired timer, a landing
+//! reported by the transfer thread, a send that failed, a client's request) and feeds
+//! the node one input, then carries out the node's effects in the order issued through
+//! [`kvsim_engine::world::apply`]. Channels, the clock, the links to peers and the
+//! trace file are behind [`NodeRuntime`] ([`crate::seam`]), so the loop also runs in
+//! process.
 //! What a failed send means (a KV write fails back with one failed completion, any
 //! other message is lost) is [`kvsim_engine::world::arrival`]'s rule, as in every
 //! driver.
@@ -14,27 +17,23 @@
 //! (the [`SharedPool`] its loop decides with), concurrently with the loop, and reports
 //! each landing to the loop, where the node traces it and completes the write.
 
-use crate::clock::{wall_ns, Clock, TimerHeap};
+use crate::clock::{wall_ns, TimerHeap};
 use crate::gpu::SharedGpu;
-use crate::trace::Tracer;
-use kvsim_engine::decode::DecodeNode;
+use crate::seam::{Next, NodeRuntime};
 use kvsim_engine::env::{Input, Outbox, TimerOp};
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::{land, PageRecords, Refusal, SharedRecord};
 use kvsim_engine::msg::{Msg, Status};
-use kvsim_engine::node::Role;
-use kvsim_engine::prefill::PrefillNode;
-use kvsim_engine::router::Router;
+use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure};
-use kvsim_oracle::schema::{CancelHow, EndOutcome, MsgView, Record};
+use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure, WritesInFlight};
+use kvsim_oracle::schema::{CancelHow, EndOutcome, FaultEvent, MsgView, Record};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 /// A worker-mode half: where its answers go, its tokens so far, the engine's reason
 /// for its failure (from its node's own events).
@@ -110,7 +109,8 @@ pub struct NodeStatus {
     pub quarantined: usize,
     /// Pages those quarantined rooms hold (decode).
     pub quarantined_pages: usize,
-    /// Set when the node stopped itself or asked to be restarted.
+    /// Set when the node stopped itself, was restarted in process, or broke one of
+    /// its own invariants.
     pub fault: Option<String>,
     /// Counts of this node's refusals and failures since it started.
     pub counts: NodeCounts,
@@ -136,13 +136,14 @@ impl NodeStatus {
 
 /// One thing for a node's loop to do.
 #[derive(Debug)]
-pub enum Ev<K> {
+pub enum NodeEvent<K> {
     /// A message read off a connection.
     Msg {
         from: NodeId,
         msg: Msg<K>,
     },
-    /// The transfer thread landed (or refused) a KV write of `from`.
+    /// The transfer thread landed (or refused) a KV write of `from` (one of a dead
+    /// incarnation fails back instead, [`NodeLoop::handle`]).
     Landed {
         from: NodeId,
         id: WriteId,
@@ -218,46 +219,22 @@ pub enum Ev<K> {
     },
 }
 
-/// The node a loop runs: the engine's state machines, unchanged; the decode node
-/// decides with the shared record its transfer thread gates writes with.
-pub enum RtNode<G: Gpu> {
-    Router(Router),
-    Prefill(PrefillNode<G>),
-    Decode(DecodeNode<SharedGpu<G>, SharedRecord>),
-}
+/// The node a loop runs: the engine's own [`Node`], its state machines unchanged. Its
+/// memory is shared with the decode node's transfer thread, and the decode node decides
+/// with the shared record that thread gates landings with.
+pub type RuntimeNode<G> = Node<SharedGpu<G>, SharedRecord>;
 
-impl<G: Gpu> RtNode<G> {
-    fn handle(&mut self, input: Input<G::Kv>, env: &mut Outbox<G::Kv>) {
-        match self {
-            RtNode::Router(n) => n.handle(input, env),
-            RtNode::Prefill(n) => n.handle(input, env),
-            RtNode::Decode(n) => n.handle(input, env),
-        }
-    }
-
-    fn role(&self) -> Role {
-        match self {
-            RtNode::Router(_) => Role::Router,
-            RtNode::Prefill(_) => Role::Prefill,
-            RtNode::Decode(_) => Role::Decode,
-        }
-    }
-}
-
-/// Everything of a loop but the node: what carries out the node's effects.
-pub struct Io<K> {
+/// Everything of a loop but the node: what carries out the node's effects, over the
+/// loop's runtime `R`.
+pub struct Io<R: NodeRuntime> {
     pub id: NodeId,
     pub epoch: u32,
     pub client: NodeId,
-    pub clock: Clock,
+    /// The loop's inputs and outputs (its clock, its links, its trace).
+    pub rt: R,
     pub timers: TimerHeap,
-    pub tracer: Option<Tracer>,
-    /// The queue of the connection to each peer.
-    pub peers: BTreeMap<NodeId, Sender<Msg<K>>>,
-    /// This loop's own channel (completions that fail back are delivered through it).
-    pub me: Sender<Ev<K>>,
     /// KV writes posted to each peer and not completed yet.
-    inflight: BTreeMap<NodeId, BTreeSet<WriteId>>,
+    writes: WritesInFlight,
     clients: BTreeMap<RequestId, ReplySink>,
     /// Worker mode: the router's id, whose messages go to the worker front's halves.
     pub worker_router: Option<NodeId>,
@@ -273,28 +250,20 @@ pub struct Io<K> {
     /// decode's half started (at most [`EARLY_DONE`], the oldest dropped).
     early_done: std::collections::VecDeque<(RoomKey, Status, Option<String>)>,
     fault: Option<String>,
+    /// The node asked to be restarted (a fault whose action is a restart).
+    restart_asked: bool,
     counts: NodeCounts,
 }
 
-impl<K: Clone> Io<K> {
-    pub fn new(
-        id: NodeId,
-        epoch: u32,
-        client: NodeId,
-        tracer: Option<Tracer>,
-        peers: BTreeMap<NodeId, Sender<Msg<K>>>,
-        me: Sender<Ev<K>>,
-    ) -> Self {
+impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
+    pub fn new(id: NodeId, epoch: u32, client: NodeId, rt: R) -> Self {
         Io {
             id,
             epoch,
             client,
-            clock: Clock::default(),
+            rt,
             timers: TimerHeap::new(),
-            tracer,
-            peers,
-            me,
-            inflight: BTreeMap::new(),
+            writes: WritesInFlight::new(),
             clients: BTreeMap::new(),
             worker_router: None,
             worker_cancels_both: false,
@@ -302,13 +271,14 @@ impl<K: Clone> Io<K> {
             clearing: BTreeMap::new(),
             early_done: std::collections::VecDeque::new(),
             fault: None,
+            restart_asked: false,
             counts: NodeCounts::default(),
         }
     }
 
     fn trace(&mut self, rec: impl FnOnce() -> Record) {
-        if let Some(t) = &mut self.tracer {
-            t.write(rec());
+        if self.rt.tracing() {
+            self.rt.trace(rec());
         }
     }
 
@@ -345,9 +315,18 @@ impl<K: Clone> Io<K> {
     /// A write this node posted to `to` failed: trace it and deliver its one failed
     /// completion to this node (once: a write no longer in flight is not failed twice).
     fn fail_back(&mut self, to: NodeId, id: WriteId, reason: WriteFailure, completion: Msg<K>) {
-        if !self.inflight.get_mut(&to).is_some_and(|s| s.remove(&id)) {
-            return;
+        if self.writes.fail(to, id) {
+            self.failed_back(to, id, reason, completion);
         }
+    }
+
+    /// Trace the failure of a write taken out of flight, and deliver its one failed
+    /// completion to this node.
+    fn failed_back(&mut self, to: NodeId, id: WriteId, reason: WriteFailure, completion: Msg<K>) {
+        debug_assert!(
+            matches!(completion, Msg::WriteDone { id: c, ok: false } if c == id),
+            "a failed write's completion is its own, failed"
+        );
         let from = self.id;
         self.trace(|| Record::WriteFailed {
             from,
@@ -355,26 +334,35 @@ impl<K: Clone> Io<K> {
             write: id,
             reason,
         });
-        let _ = self.me.send(Ev::FailedBack {
+        self.rt.to_self(NodeEvent::FailedBack {
             from: to,
             msg: completion,
         });
     }
 
+    /// The transfer thread failed a KV write of `from` on arrival: traced, and its one
+    /// failed completion goes back on the writer's link (lost with the link).
+    fn failed_here(&mut self, from: NodeId, id: WriteId, reason: WriteFailure, completion: Msg<K>) {
+        let me = self.id;
+        self.trace(|| Record::WriteFailed {
+            from,
+            to: me,
+            write: id,
+            reason,
+        });
+        let _ = self.rt.send(from, completion);
+    }
+
+    /// The connection to `peer` broke: every write posted on it fails back.
     fn peer_lost(&mut self, peer: NodeId) {
-        let ids: Vec<WriteId> = self
-            .inflight
-            .get(&peer)
-            .map(|s| s.iter().copied().collect())
-            .unwrap_or_default();
-        for id in ids {
+        for id in self.writes.peer_lost(peer) {
             let done = Msg::WriteDone { id, ok: false };
-            self.fail_back(peer, id, WriteFailure::ReceiverGone, done);
+            self.failed_back(peer, id, WriteFailure::ReceiverGone, done);
         }
     }
 }
 
-impl<K: Clone> Io<K> {
+impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
     /// A half's message to the router, in worker mode: to the worker front's half. A
     /// decode half's finish is the client's answer (SGLang's router returns decode's):
     /// traced as the engine router traces its response, so the audit closes the room.
@@ -447,7 +435,7 @@ impl<K: Clone> Io<K> {
     }
 }
 
-impl<K: Clone> Driver<Msg<K>> for Io<K> {
+impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg<K>> for Io<R> {
     fn send(&mut self, _from: NodeId, to: NodeId, msg: Msg<K>) {
         if self.worker_router == Some(to) {
             self.for_half(msg);
@@ -477,26 +465,18 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
             }
             return;
         }
-        if let Msg::KvWrite { id, .. } = &msg {
-            self.inflight.entry(to).or_default().insert(*id);
-        }
+        self.writes.post(to, &msg);
         // Write-ahead: the node's events reach the file (the kernel's, which a killed
         // process does not lose) before a message they caused leaves the node, so no
         // other node's trace can show an effect whose cause this trace lost.
-        if let Some(t) = &mut self.tracer {
-            t.flush();
-        }
-        let undelivered = match self.peers.get(&to) {
-            Some(link) => link.send(msg).err().map(|e| e.0),
-            None => Some(msg),
-        };
-        if let Some(msg) = undelivered {
+        self.rt.flush_trace();
+        if let Err(msg) = self.rt.send(to, msg) {
             self.undeliverable(to, msg);
         }
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {
-        let now = self.clock.now_ns();
+        let now = self.rt.now_ns();
         self.timers.apply(node, op, now);
     }
 
@@ -519,57 +499,132 @@ impl<K: Clone> Driver<Msg<K>> for Io<K> {
         if let TraceEvent::Fault { fault, .. } = &ev {
             let what = match fault.action() {
                 FaultAction::Stop => "STOPPED ITSELF",
-                FaultAction::Restart => "ASKS TO BE RESTARTED with a new epoch",
+                FaultAction::Restart => "RESTARTS in process with a new epoch",
                 FaultAction::Report => "reports",
             };
             eprintln!("kvsim serve: node {node} {what}: {fault}");
             if fault.action() != FaultAction::Report {
                 self.fault = Some(fault.to_string());
             }
+            self.restart_asked |= fault.action() == FaultAction::Restart;
         }
         self.trace(|| Record::Engine(ev));
     }
 }
 
-/// A node's loop: the node and its [`Io`].
-pub struct NodeLoop<G: Gpu> {
-    pub node: RtNode<G>,
-    pub io: Io<G::Kv>,
-    pub rx: Receiver<Ev<G::Kv>>,
+/// A node's loop: the node and its [`Io`], over the runtime `R`.
+pub struct NodeLoop<G: Gpu, R: NodeRuntime<Kv = G::Kv>> {
+    pub node: RuntimeNode<G>,
+    pub io: Io<R>,
+    /// Check the node's own invariants ([`Node::invariants`]) after every input (on
+    /// unless `kvsim serve --no-invariants`); off after the first violation.
+    pub check_invariants: bool,
+    /// A decode node's transfer thread's record, replaced when the node restarts.
+    pub landing: Option<Arc<LandingRecord>>,
     outbox: Outbox<G::Kv>,
     intake_open: bool,
 }
 
-impl<G: Gpu> NodeLoop<G> {
-    pub fn new(node: RtNode<G>, io: Io<G::Kv>, rx: Receiver<Ev<G::Kv>>) -> Self {
+impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
+    pub fn new(node: RuntimeNode<G>, io: Io<R>) -> Self {
         NodeLoop {
             node,
             io,
-            rx,
+            check_invariants: true,
+            landing: None,
             outbox: Outbox::new(0),
             intake_open: true,
         }
     }
 
     fn dispatch(&mut self, input: Input<G::Kv>) {
-        self.outbox.reset(self.io.clock.now_ns());
+        self.outbox.reset(self.io.rt.now_ns());
         self.node.handle(input, &mut self.outbox);
         let mut effects = std::mem::take(&mut self.outbox.effects);
         world::apply(self.io.id, effects.drain(..), &mut self.io);
         self.outbox.effects = effects;
+        if std::mem::take(&mut self.io.restart_asked) {
+            self.restart();
+        }
+        self.check_node();
+    }
+
+    /// The node asked to be restarted: its incarnation dies as a crash does in every
+    /// driver and it restarts as the next epoch, in process. Its timers die, the writes
+    /// it posted are flushed with its NIC's queue (listed in the `crash` record; what
+    /// comes for one later is not its completion), and the node is re-created by the
+    /// engine's one restart ([`Node::restart`]); a decode node's transfer thread lands
+    /// every later write with the new incarnation's record (a landing the dead one
+    /// finished fails back, [`NodeEvent::Landed`]). The router is never restarted.
+    /// The loop does this when its node asks; a test may ask directly.
+    pub fn restart(&mut self) {
+        if self.node.role() == Role::Router {
+            return;
+        }
+        let (node, dead) = (self.io.id, self.io.epoch);
+        let epoch = dead + 1;
+        self.io.timers.crash(node);
+        let flushed = self.io.writes.crash();
+        self.io.trace(|| {
+            Record::Fault(FaultEvent::Crash {
+                node,
+                epoch: dead,
+                flushed,
+            })
+        });
+        self.node.restart(epoch);
+        if let (Node::Decode(d), Some(landing)) = (&self.node, &self.landing) {
+            landing.replace(d.records().shared().clone());
+        }
+        self.io.epoch = epoch;
+        self.io
+            .trace(|| Record::Fault(FaultEvent::Restart { node, epoch }));
+        // Epochs name incarnations once: a later process of this node must start above.
+        eprintln!(
+            "kvsim serve: node {node} restarted in process as incarnation {epoch}; a later \
+             process for it needs --epoch {} or higher",
+            epoch + 1
+        );
+        debug_assert!(self.io.writes.is_empty() && self.io.timers.pending() == 0);
+    }
+
+    /// The node's own invariants, after an input. The first violation is reported
+    /// loudly (stderr, a `violation` record in the node's trace, its status's fault)
+    /// and checking stops: the node's state is wrong from here on.
+    fn check_node(&mut self) {
+        if !self.check_invariants {
+            return;
+        }
+        let Err(violation) = self.node.invariants() else {
+            return;
+        };
+        self.check_invariants = false;
+        let what = format!(
+            "invariant {} broken: {}",
+            violation.invariant, violation.detail
+        );
+        eprintln!("kvsim serve: node {} {what}", self.io.id);
+        self.io.fault = Some(what);
+        self.io.trace(|| Record::Violation {
+            violation,
+            detected_by: Some("the node's own invariants, checked by kvsim serve".into()),
+            room: None,
+            related: Vec::new(),
+            pages: Vec::new(),
+        });
     }
 
     fn status(&self) -> NodeStatus {
         let (free, cap, live, quarantined, quarantined_pages) = match &self.node {
-            RtNode::Router(r) => (None, None, r.live_rooms(), 0, 0),
-            RtNode::Prefill(p) => (
+            Node::Router(r) => (None, None, r.live_rooms(), 0, 0),
+            Node::Prefill(p) => (
                 Some(p.pool().free_count()),
                 Some(p.pool().capacity()),
                 p.requests(),
                 0,
                 0,
             ),
-            RtNode::Decode(d) => (
+            Node::Decode(d) => (
                 Some(d.records().shared().free_count()),
                 Some(d.records().capacity()),
                 d.requests(),
@@ -591,42 +646,32 @@ impl<G: Gpu> NodeLoop<G> {
         }
     }
 
-    /// Run until [`Ev::Stop`] (or every sender is gone).
+    /// Run until [`NodeEvent::Stop`] (or nothing can come any more).
     pub fn run(mut self) {
+        while self.turn() {}
+        self.io.rt.flush_trace();
+    }
+
+    /// One turn of the loop: the next due timer fires, or the next event (waiting for
+    /// one at most until the next deadline) is handled. `false`: the loop ends.
+    pub fn turn(&mut self) -> bool {
         let id = self.io.id;
-        loop {
-            let now = self.io.clock.now_ns();
-            if let Some(timer) = self.io.timers.due(id, now) {
-                self.dispatch(Input::Timer(timer));
-                continue;
-            }
-            let wait = self
-                .io
-                .timers
-                .wait(id, now)
-                .unwrap_or(Duration::from_millis(200));
-            let ev = match self.rx.try_recv() {
-                Ok(ev) => ev,
-                Err(_) => {
-                    // Idle: the trace reaches the file before the loop waits, so a
-                    // node killed while idle leaves a complete trace.
-                    if let Some(t) = &mut self.io.tracer {
-                        t.flush();
-                    }
-                    match self.rx.recv_timeout(wait) {
-                        Ok(ev) => ev,
-                        Err(RecvTimeoutError::Timeout) => continue,
-                        Err(RecvTimeoutError::Disconnected) => break,
-                    }
-                }
-            };
-            if !self.handle(ev) {
-                break;
-            }
+        let now = self.io.rt.now_ns();
+        if let Some(timer) = self.io.timers.due(id, now) {
+            self.dispatch(Input::Timer(timer));
+            return true;
         }
-        if let Some(t) = &mut self.io.tracer {
-            t.flush();
+        let wait = self.io.timers.wait(id, now);
+        match self.io.rt.next_event(wait) {
+            Next::Event(ev) => self.handle(ev),
+            Next::Idle => true,
+            Next::Closed => false,
         }
+    }
+
+    /// The KV writes this node posted and has not seen complete, by receiver.
+    pub fn writes_in_flight(&self) -> Vec<(NodeId, WriteId)> {
+        self.io.writes.iter().collect()
     }
 
     /// A token decode produced, to its client's stream as it is made: only a token the
@@ -634,7 +679,7 @@ impl<G: Gpu> NodeLoop<G> {
     /// held at its index) is passed on, read from the router's state after it handled
     /// the message; the terminal answer still comes from the router alone.
     fn stream_token(&mut self, from: NodeId, room: RoomKey, index: u32, token: Token) {
-        let RtNode::Router(r) = &self.node else {
+        let Node::Router(r) = &self.node else {
             return;
         };
         let Some(st) = r.room_state(room) else {
@@ -683,17 +728,12 @@ impl<G: Gpu> NodeLoop<G> {
         if let Msg::WriteDone { id, .. } = &msg {
             // Exactly one completion per write: one already failed back (its connection
             // broke) is not completed again.
-            let posted = self
-                .io
-                .inflight
-                .get_mut(&from)
-                .is_some_and(|s| s.remove(id));
-            if !posted {
+            if !self.io.writes.complete(from, *id) {
                 return;
             }
         }
         let token = match (&self.node, &msg) {
-            (RtNode::Router(_), Msg::TokenOut { room, index, token }) => {
+            (Node::Router(_), Msg::TokenOut { room, index, token }) => {
                 Some((*room, *index, *token))
             }
             _ => None,
@@ -756,7 +796,7 @@ impl<G: Gpu> NodeLoop<G> {
         self.prefill_done(room, status, reason);
     }
 
-    /// Worker mode: start a half the worker front was given (`Ev::StartHalf`).
+    /// Worker mode: start a half the worker front was given (`NodeEvent::StartHalf`).
     fn start_half(
         &mut self,
         room: RoomKey,
@@ -812,7 +852,7 @@ impl<G: Gpu> NodeLoop<G> {
         }
     }
 
-    /// Worker mode: the worker front's client of `room` went away (`Ev::AbortHalf`).
+    /// Worker mode: the worker front's client of `room` went away (`NodeEvent::AbortHalf`).
     fn abort_half(&mut self, room: RoomKey) {
         let Some(router) = self.io.worker_router else {
             return;
@@ -822,7 +862,7 @@ impl<G: Gpu> NodeLoop<G> {
         }
         // A prefill half keeps its answer's sink until the half is terminal (its finish
         // still tells decode); a decode half's client is answered now.
-        if matches!(self.node, RtNode::Decode(_)) {
+        if matches!(self.node, Node::Decode(_)) {
             self.io.halves.remove(&room);
             // The client's answer is decode's: it went away.
             let req = RequestId(room.gen.0);
@@ -839,82 +879,100 @@ impl<G: Gpu> NodeLoop<G> {
         });
     }
 
-    /// Handle one event; `false` to stop.
-    fn handle(&mut self, ev: Ev<G::Kv>) -> bool {
+    /// The client of `req` went away (router): traced, and cancelled at the router as
+    /// from the client.
+    fn cancel(&mut self, req: RequestId) {
+        if self.io.clients.remove(&req).is_none() {
+            return;
+        }
+        self.io.trace(|| Record::ClientCancel {
+            req,
+            how: CancelHow::Disconnect,
+            plan: "the client closed its connection".into(),
+        });
+        let client = self.io.client;
+        self.dispatch(Input::Message {
+            from: client,
+            msg: Msg::Cancel { req },
+        });
+    }
+
+    /// A landing the transfer thread finished on a dead incarnation's record (its
+    /// pages' tags are of an earlier epoch, which the arrival rule admits only for that
+    /// incarnation) is a write to the dead incarnation: it fails back to its writer, as
+    /// a write in flight to a crashed node does in every driver
+    /// ([`world::crash_fate`]).
+    fn of_this_incarnation(&self, ev: NodeEvent<G::Kv>) -> NodeEvent<G::Kv> {
+        let epoch = self.io.epoch;
         match ev {
-            Ev::Msg { from, msg } => self.on_msg(from, msg),
-            Ev::FailedBack { from, msg } => self.dispatch(Input::Message { from, msg }),
-            Ev::Landed {
+            NodeEvent::Landed { from, id, dst, .. }
+                if dst.iter().any(|t| t.gen.epoch() != epoch) =>
+            {
+                NodeEvent::WriteFailedHere {
+                    from,
+                    id,
+                    reason: WriteFailure::ReceiverGone,
+                    completion: Msg::WriteDone { id, ok: false },
+                }
+            }
+            ev => ev,
+        }
+    }
+
+    /// Handle one event; `false` to stop.
+    pub fn handle(&mut self, ev: NodeEvent<G::Kv>) -> bool {
+        let ev = self.of_this_incarnation(ev);
+        match ev {
+            NodeEvent::Msg { from, msg } => self.on_msg(from, msg),
+            NodeEvent::FailedBack { from, msg } => self.dispatch(Input::Message { from, msg }),
+            NodeEvent::Landed {
                 from,
                 id,
                 dst,
                 landing,
             } => {
-                if let RtNode::Decode(d) = &mut self.node {
-                    self.outbox.reset(self.io.clock.now_ns());
+                if let Node::Decode(d) = &mut self.node {
+                    self.outbox.reset(self.io.rt.now_ns());
                     d.landed(from, id, dst, landing, &mut self.outbox);
                     let mut effects = std::mem::take(&mut self.outbox.effects);
                     world::apply(self.io.id, effects.drain(..), &mut self.io);
                     self.outbox.effects = effects;
+                    self.check_node();
                 }
             }
-            Ev::WriteFailedHere {
+            NodeEvent::WriteFailedHere {
                 from,
                 id,
                 reason,
                 completion,
-            } => {
-                let me = self.io.id;
-                self.io.trace(|| Record::WriteFailed {
-                    from,
-                    to: me,
-                    write: id,
-                    reason,
-                });
-                if let Some(link) = self.io.peers.get(&from) {
-                    let _ = link.send(completion);
-                }
-            }
-            Ev::SendFailed { to, msg } => self.io.undeliverable(to, msg),
-            Ev::PeerLost { peer } => self.io.peer_lost(peer),
-            Ev::Submit {
+            } => self.io.failed_here(from, id, reason, completion),
+            NodeEvent::SendFailed { to, msg } => self.io.undeliverable(to, msg),
+            NodeEvent::PeerLost { peer } => self.io.peer_lost(peer),
+            NodeEvent::Submit {
                 req,
                 tenant,
                 prompt,
                 max_new_tokens,
                 reply,
             } => self.submit(req, tenant, prompt, max_new_tokens, reply),
-            Ev::Cancel { req } => {
-                if self.io.clients.remove(&req).is_some() {
-                    self.io.trace(|| Record::ClientCancel {
-                        req,
-                        how: CancelHow::Disconnect,
-                        plan: "the client closed its connection".into(),
-                    });
-                    let client = self.io.client;
-                    self.dispatch(Input::Message {
-                        from: client,
-                        msg: Msg::Cancel { req },
-                    });
-                }
-            }
-            Ev::StartHalf {
+            NodeEvent::Cancel { req } => self.cancel(req),
+            NodeEvent::StartHalf {
                 room,
                 msg,
                 max_new_tokens,
                 reply,
             } => self.start_half(room, msg, max_new_tokens, reply),
-            Ev::AbortHalf { room } => self.abort_half(room),
-            Ev::PeerHalfDone {
+            NodeEvent::AbortHalf { room } => self.abort_half(room),
+            NodeEvent::PeerHalfDone {
                 room,
                 status,
                 reason,
             } => self.peer_half_done(room, status, reason),
-            Ev::Status(tx) => {
+            NodeEvent::Status(tx) => {
                 let _ = tx.send(self.status());
             }
-            Ev::CloseIntake => self.intake_open = false,
-            Ev::Stop { outcome, detail } => {
+            NodeEvent::CloseIntake => self.intake_open = false,
+            NodeEvent::Stop { outcome, detail } => {
                 self.io.trace(|| Record::End { outcome, detail });
                 return false;
             }
@@ -923,64 +981,114 @@ impl<G: Gpu> NodeLoop<G> {
     }
 }
 
+/// The record a decode node's transfer thread lands writes with: the [`SharedPool`] of
+/// the node's current incarnation, replaced when the node restarts in process. A
+/// landing holds it from the arrival rule to the memory write, so a restart waits for
+/// the landing in progress, and every later write is judged by the new incarnation's
+/// record and epoch.
+#[derive(Debug)]
+pub struct LandingRecord(RwLock<Arc<SharedPool>>);
+
+impl LandingRecord {
+    pub fn new(pool: Arc<SharedPool>) -> Arc<Self> {
+        Arc::new(LandingRecord(RwLock::new(pool)))
+    }
+
+    /// The current incarnation's record, held until the guard goes.
+    pub fn current(&self) -> RwLockReadGuard<'_, Arc<SharedPool>> {
+        // Nothing panics while holding it but a landing on a broken record, after
+        // which no landing may go on.
+        self.0
+            .read()
+            .expect("landing record poisoned: a landing panicked")
+    }
+
+    /// The node restarted with `pool`: waits for the landing in progress.
+    fn replace(&self, pool: Arc<SharedPool>) {
+        let mut cur = self
+            .0
+            .write()
+            .expect("landing record poisoned: a landing panicked");
+        assert!(
+            pool.epoch() > cur.epoch(),
+            "a restarted incarnation's record has a higher epoch"
+        );
+        *cur = pool;
+    }
+}
+
 /// The decode node's transfer thread: every KV write that arrives for this node is
-/// judged by the world's arrival rule (a tag of an earlier incarnation fails; a write
-/// whose connection closed before it was taken is flushed), then
-/// landed by the engine's [`land`] on the node's shared record and memory, and reported
-/// to the node's loop. A write whose id names another writer than its sender goes to
-/// the loop as a message, where the node refuses it by peer identity.
-#[allow(clippy::too_many_arguments)]
+/// judged by the world's arrival rule against the current incarnation (a tag of an
+/// earlier incarnation fails; a write whose connection closed before it was taken is
+/// flushed), then landed by the engine's [`land`] on that incarnation's shared record
+/// and memory, and reported to the node's loop. A write whose id names another writer
+/// than its sender goes to the loop as a message, where the node refuses it by peer
+/// identity.
 pub fn transfer_thread<G: Gpu>(
-    epoch: u32,
     rx: Receiver<crate::net::Incoming<G::Kv>>,
-    pool: Arc<SharedPool>,
+    record: Arc<LandingRecord>,
     mut gpu: SharedGpu<G>,
     page_tags: bool,
-    to_loop: Sender<Ev<G::Kv>>,
+    to_loop: Sender<NodeEvent<G::Kv>>,
 ) {
     for (from, msg, conn_alive) in rx {
         let writer_ok = matches!(&msg, Msg::KvWrite { id, .. } if id.writer == from);
         if !writer_ok {
-            let _ = to_loop.send(Ev::Msg { from, msg });
+            let _ = to_loop.send(NodeEvent::Msg { from, msg });
             continue;
         }
-        let at = Arriving {
-            // A write still queued when its connection closed is the dead sender's NIC
-            // queue (or one its live sender fails back itself): never applied.
-            sender_alive: conn_alive.load(std::sync::atomic::Ordering::Acquire),
-            receiver_alive: true,
-            receiver_restarted: false,
-            receiver_epoch: epoch,
-            partitioned: false,
-            injected_failure: false,
+        // A write still queued when its connection closed is the dead sender's NIC
+        // queue (or one its live sender fails back itself): never applied.
+        let sender_alive = conn_alive.load(std::sync::atomic::Ordering::Acquire);
+        let pool = record.current();
+        let Some(ev) = take_write(from, msg, sender_alive, &pool, &mut gpu, page_tags) else {
+            continue;
         };
-        let ev = match world::arrival(&msg, &at) {
-            Arrival::Fail { reason, completion } => match msg.write_id() {
-                Some(id) => Ev::WriteFailedHere {
-                    from,
-                    id,
-                    reason,
-                    completion,
-                },
-                None => continue,
-            },
-            Arrival::Drop(_) => continue,
-            Arrival::Deliver => match msg {
-                Msg::KvWrite { id, dst, kv, .. } => {
-                    let landing = land(&*pool, &mut gpu, page_tags, id.room, &dst, &kv);
-                    Ev::Landed {
-                        from,
-                        id,
-                        dst,
-                        landing,
-                    }
-                }
-                _ => continue,
-            },
-        };
+        drop(pool);
         if to_loop.send(ev).is_err() {
             return;
         }
+    }
+}
+
+/// One KV write of `from`, judged by the world's arrival rule on `pool`'s incarnation
+/// and landed: what the loop hears of it (`None`: nothing, it is dropped).
+fn take_write<G: Gpu>(
+    from: NodeId,
+    msg: Msg<G::Kv>,
+    sender_alive: bool,
+    pool: &SharedPool,
+    gpu: &mut SharedGpu<G>,
+    page_tags: bool,
+) -> Option<NodeEvent<G::Kv>> {
+    let at = Arriving {
+        sender_alive,
+        receiver_alive: true,
+        receiver_restarted: false,
+        receiver_epoch: pool.epoch(),
+        partitioned: false,
+        injected_failure: false,
+    };
+    match world::arrival(&msg, &at) {
+        Arrival::Fail { reason, completion } => Some(NodeEvent::WriteFailedHere {
+            from,
+            id: msg.write_id()?,
+            reason,
+            completion,
+        }),
+        Arrival::Drop(_) => None,
+        Arrival::Deliver => match msg {
+            Msg::KvWrite { id, dst, kv, .. } => {
+                let landing = land(pool, gpu, page_tags, id.room, &dst, &kv);
+                Some(NodeEvent::Landed {
+                    from,
+                    id,
+                    dst,
+                    landing,
+                })
+            }
+            _ => None,
+        },
     }
 }
 
@@ -992,8 +1100,10 @@ pub fn now_wall_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seam::Threads;
     use kvsim_engine::config::EngineConfig;
     use kvsim_engine::gpu::SymbolicGpu;
+    use kvsim_engine::router::Router;
     use kvsim_engine::shared_cfg::Cfg;
     use std::sync::mpsc::channel;
 
@@ -1004,14 +1114,15 @@ mod tests {
     fn tokens_reach_the_client_as_decode_makes_them() {
         let (router, p, d, client) = (NodeId(0), NodeId(1), NodeId(2), NodeId(3));
         let cfg = Cfg::new(EngineConfig::default());
-        let node = RtNode::<SymbolicGpu>::Router(Router::new(router, cfg, vec![p], vec![d]));
+        let node = RuntimeNode::<SymbolicGpu>::Router(Router::new(router, cfg, vec![p], vec![d]));
         let (me, rx) = channel();
         let (ptx, _prx) = channel();
         let (dtx, drx) = channel();
         let peers = BTreeMap::from([(p, ptx), (d, dtx)]);
-        let mut lp = NodeLoop::new(node, Io::new(router, 0, client, None, peers, me), rx);
+        let rt = Threads::new(None, peers, me, rx);
+        let mut lp = NodeLoop::new(node, Io::new(router, 0, client, rt));
         let (tx, answers) = channel();
-        lp.handle(Ev::Submit {
+        lp.handle(NodeEvent::Submit {
             req: RequestId(7),
             tenant: TenantId(0),
             prompt: vec![1, 2, 3, 4],
@@ -1023,7 +1134,7 @@ mod tests {
             other => panic!("decode was not started: {other:?}"),
         };
         let out = |index, token| Msg::TokenOut { room, index, token };
-        lp.handle(Ev::Msg {
+        lp.handle(NodeEvent::Msg {
             from: p,
             msg: out(0, 99),
         });
@@ -1031,7 +1142,7 @@ mod tests {
             answers.try_recv().is_err(),
             "a token from prefill is not decode's"
         );
-        lp.handle(Ev::Msg {
+        lp.handle(NodeEvent::Msg {
             from: d,
             msg: out(0, 5),
         });
@@ -1039,7 +1150,7 @@ mod tests {
             answers.try_recv().ok(),
             Some(ReplyEv::Token { index: 0, token: 5 })
         );
-        lp.handle(Ev::Msg {
+        lp.handle(NodeEvent::Msg {
             from: d,
             msg: out(1, 6),
         });

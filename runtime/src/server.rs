@@ -4,7 +4,8 @@
 use crate::client::{spawn_client_endpoint, StatusFn};
 use crate::gpu::SharedGpu;
 use crate::net::{spawn_listener, spawn_peer, Inbound};
-use crate::node::{transfer_thread, Ev, Io, NodeLoop, NodeStatus, RtNode};
+use crate::node::{transfer_thread, Io, LandingRecord, NodeEvent, NodeLoop, NodeStatus};
+use crate::seam::Threads;
 use crate::trace::Tracer;
 use kvsim_engine::config::EngineConfig;
 use kvsim_engine::decode::DecodeNode;
@@ -12,7 +13,7 @@ use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::SharedRecord;
-use kvsim_engine::node::Role;
+use kvsim_engine::node::{Node, Role};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::trace::TraceEvent;
@@ -63,6 +64,8 @@ pub struct ServeOptions {
     /// Worker mode: no engine router runs; each prefill and decode node serves SGLang's
     /// worker API ([`crate::worker`]) and the worker front starts and aborts its halves.
     pub worker: bool,
+    /// Check each node's own invariants after every input (`--no-invariants`: off).
+    pub node_invariants: bool,
 }
 
 /// What prompts the fronts submit to the engine.
@@ -91,7 +94,7 @@ impl ServeOptions {
 
 struct Handle<K> {
     id: NodeId,
-    tx: Sender<Ev<K>>,
+    tx: Sender<NodeEvent<K>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -102,7 +105,7 @@ pub struct Server<K> {
     stop: Arc<AtomicBool>,
     connected: Vec<(NodeId, NodeId, Arc<AtomicBool>)>,
     /// The router's loop, its status and the request ids (the HTTP front shares them).
-    front: Option<(Sender<Ev<K>>, StatusFn, crate::http::NodesFn)>,
+    front: Option<(Sender<NodeEvent<K>>, StatusFn, crate::http::NodesFn)>,
     next: Arc<std::sync::atomic::AtomicU64>,
     opts: ServeOptions,
 }
@@ -159,11 +162,11 @@ fn end_killed_incarnation(dir: &std::path::Path, id: NodeId, epoch: u32) -> Vec<
 
 /// Ask every loop for its status (one that does not answer within a second is left
 /// out).
-fn statuses<K>(txs: &[Sender<Ev<K>>]) -> Vec<NodeStatus> {
+fn statuses<K>(txs: &[Sender<NodeEvent<K>>]) -> Vec<NodeStatus> {
     txs.iter()
         .filter_map(|tx| {
             let (stx, srx) = channel();
-            tx.send(Ev::Status(stx)).ok()?;
+            tx.send(NodeEvent::Status(stx)).ok()?;
             srx.recv_timeout(Duration::from_secs(1)).ok()
         })
         .collect()
@@ -288,7 +291,7 @@ where
             let role = topo
                 .role(id)
                 .ok_or(ServeError::NoSuchNode(id, topo.client().0 - 1))?;
-            let (tx, rx) = channel::<Ev<K>>();
+            let (tx, rx) = channel::<NodeEvent<K>>();
             // Links to every other node of the topology.
             let mut peers = BTreeMap::new();
             for (peer, _, _) in topo.nodes() {
@@ -332,40 +335,42 @@ where
                 }
                 None => None,
             };
-            let mut io = Io::new(id, plan.epoch, topo.client(), tracer, peers, tx.clone());
+            let rt = Threads::new(tracer, peers, tx.clone(), rx);
+            let mut io = Io::new(id, plan.epoch, topo.client(), rt);
             io.worker_router = opts.worker.then_some(ROUTER);
             io.worker_cancels_both = opts.cfg.defenses.router_cancels_both;
             let pages = topo.pool(id).unwrap_or(0);
             let mut transfer = None;
             let node = match role {
-                Role::Router => RtNode::Router(Router::new(
+                Role::Router => Node::Router(Router::new(
                     ROUTER,
                     cfg.clone(),
                     topo.prefill_ids(),
                     topo.decode_ids(),
                 )),
                 Role::Prefill => {
-                    let mut p =
-                        PrefillNode::new(id, cfg.clone(), ROUTER, make_gpu(pages, cfg.page_size));
+                    let gpu = SharedGpu::new(make_gpu(pages, cfg.page_size));
+                    let mut p = PrefillNode::new(id, cfg.clone(), ROUTER, gpu);
                     if plan.epoch > 0 {
                         p.restart(plan.epoch);
                     }
-                    RtNode::Prefill(p)
+                    Node::Prefill(p)
                 }
                 Role::Decode => {
                     let pool = Arc::new(SharedPool::with_epoch(pages, cfg.page_size, plan.epoch));
                     let gpu = SharedGpu::new(make_gpu(pages, cfg.page_size));
                     let (ttx, trx) = channel();
-                    let (p, g, to_loop) = (pool.clone(), gpu.clone(), tx.clone());
+                    let record = LandingRecord::new(pool.clone());
+                    let (r, g, to_loop) = (record.clone(), gpu.clone(), tx.clone());
                     // The runtime's KV writes ride TCP, a two-sided transport: the
                     // transfer thread copies each one, so the landing gate exists here
                     // whatever the scenario's `transport` says.
-                    let (epoch, tags) = (plan.epoch, cfg.defenses.landing_gate);
+                    let tags = cfg.defenses.landing_gate;
                     thread::Builder::new()
                         .name(format!("{id}-transfer"))
-                        .spawn(move || transfer_thread(epoch, trx, p, g, tags, to_loop))?;
-                    transfer = Some(ttx);
-                    RtNode::Decode(DecodeNode::with_records(
+                        .spawn(move || transfer_thread(trx, r, g, tags, to_loop))?;
+                    transfer = Some((ttx, record));
+                    Node::Decode(DecodeNode::with_records(
                         id,
                         cfg.clone(),
                         ROUTER,
@@ -380,7 +385,7 @@ where
                 plan.listener,
                 Inbound {
                     to_loop: tx.clone(),
-                    transfer,
+                    transfer: transfer.as_ref().map(|(ttx, _)| ttx.clone()),
                 },
                 stop.clone(),
             )?;
@@ -388,7 +393,9 @@ where
                 server.client_addr = Some(cl.local_addr()?);
                 client_endpoint = Some((cl, tx.clone()));
             }
-            let lp = NodeLoop::new(node, io, rx);
+            let mut lp = NodeLoop::new(node, io);
+            lp.check_invariants = opts.node_invariants;
+            lp.landing = transfer.map(|(_, record)| record);
             let thread = thread::Builder::new()
                 .name(format!("{id}-loop"))
                 .spawn(move || lp.run())?;
@@ -399,7 +406,8 @@ where
             });
         }
         if let Some((cl, router)) = client_endpoint {
-            let txs: Vec<Sender<Ev<K>>> = server.nodes.iter().map(|h| h.tx.clone()).collect();
+            let txs: Vec<Sender<NodeEvent<K>>> =
+                server.nodes.iter().map(|h| h.tx.clone()).collect();
             let bugs: Vec<&'static str> = opts.cfg.bugs.iter().map(|b| b.name()).collect();
             let nodes_fn: crate::http::NodesFn = Arc::new(move || statuses(&txs));
             let of_nodes = nodes_fn.clone();
@@ -520,7 +528,7 @@ where
 
     /// Every node's status (a node that does not answer within a second is left out).
     pub fn status(&self) -> Vec<NodeStatus> {
-        let txs: Vec<Sender<Ev<K>>> = self.nodes.iter().map(|h| h.tx.clone()).collect();
+        let txs: Vec<Sender<NodeEvent<K>>> = self.nodes.iter().map(|h| h.tx.clone()).collect();
         statuses(&txs)
     }
 
@@ -528,7 +536,7 @@ where
     /// node's trace and report the pages each pool holds.
     pub fn shutdown(mut self, drain: Duration) -> ExitReport {
         for h in &self.nodes {
-            let _ = h.tx.send(Ev::CloseIntake);
+            let _ = h.tx.send(NodeEvent::CloseIntake);
         }
         let end = Instant::now() + drain;
         let mut status = self.status();
@@ -547,7 +555,7 @@ where
             )
         };
         for h in &self.nodes {
-            let _ = h.tx.send(Ev::Stop {
+            let _ = h.tx.send(NodeEvent::Stop {
                 outcome,
                 detail: detail.clone(),
             });

@@ -33,7 +33,7 @@ use crate::http::{
     self, check_generate, error, full, json_reply, model_info, read_body, CancelGuard, EventBody,
     FrontCounters, FrontInfo, FrontLimits, Handler, Job, NodesFn, Out, Pending, Streamer,
 };
-use crate::node::{Ev, ReplyEv, ReplySink};
+use crate::node::{NodeEvent, ReplyEv, ReplySink};
 use crate::tokenizer::Vocab;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response};
@@ -61,7 +61,7 @@ pub struct WorkerParts<K> {
     /// prefill says when its half of a room is done).
     pub url: String,
     pub role: Role,
-    pub node: Sender<Ev<K>>,
+    pub node: Sender<NodeEvent<K>>,
     pub nodes: NodesFn,
     pub info: FrontInfo,
     pub cfg: EngineConfig,
@@ -329,16 +329,7 @@ fn check_halves<K>(w: &Worker<K>, path: &str, body: &[u8]) -> Result<(Vec<Half>,
             .map_err(|_| "tokenizer unavailable")?
             .encode(t))
     };
-    let max_new = |name: &str, v: Option<body::Int>| -> Result<Option<u32>, String> {
-        match v {
-            None => Ok(None),
-            Some(body::Int(n)) if (1..=i64::from(limit)).contains(&n) => Ok(Some(n as u32)),
-            Some(body::Int(n)) => Err(body::field_err(
-                name,
-                format!("{n} is outside 1..={limit} (the server's max_new_tokens limit)"),
-            )),
-        }
-    };
+    let max_new = |name: &str, v: Option<body::Int>| max_new_tokens(limit, name, v);
     let half = |job: Job, openai, i: usize| -> Result<Half, String> {
         let (room, bootstrap) = boot.of(i)?;
         Ok(Half {
@@ -359,25 +350,9 @@ fn check_halves<K>(w: &Worker<K>, path: &str, body: &[u8]) -> Result<(Vec<Half>,
         return Ok((vec![half(c.job.clone(), Some(c), 0)?], false));
     }
     let g = body::parse::<GenerateBody>(body)?;
-    let elements: Vec<GenerateBody> = match (&g.text, &g.input_ids) {
-        (Some(body::Text::Batch(texts)), None) => texts
-            .iter()
-            .map(|t| GenerateBody {
-                text: Some(body::Text::One(t.clone())),
-                ..g.clone()
-            })
-            .collect(),
-        (None, Some(body::Ids::Batch(lists))) => lists
-            .iter()
-            .map(|l| GenerateBody {
-                input_ids: Some(body::Ids::One(l.clone())),
-                ..g.clone()
-            })
-            .collect(),
-        _ => {
-            let job = check_generate(&tokenize, &max_new, limit.min(128), g)?;
-            return Ok((vec![half(job, None, 0)?], false));
-        }
+    let Some(elements) = batch_elements(&g) else {
+        let job = check_generate(&tokenize, &max_new, limit.min(128), g)?;
+        return Ok((vec![half(job, None, 0)?], false));
     };
     if g.stream.is_some_and(|f| f.0) {
         return Err(body::field_err("stream", "a batch is not streamed here"));
@@ -393,6 +368,50 @@ fn check_halves<K>(w: &Worker<K>, path: &str, body: &[u8]) -> Result<(Vec<Half>,
             )
         })
         .collect::<Result<Vec<Half>, String>>()?;
+    distinct_rooms(&halves)?;
+    Ok((halves, true))
+}
+
+/// A request's `max_new_tokens` (field `name`), within the server's `limit`.
+fn max_new_tokens(limit: u32, name: &str, v: Option<body::Int>) -> Result<Option<u32>, String> {
+    match v {
+        None => Ok(None),
+        Some(body::Int(n)) if (1..=i64::from(limit)).contains(&n) => Ok(Some(n as u32)),
+        Some(body::Int(n)) => Err(body::field_err(
+            name,
+            format!("{n} is outside 1..={limit} (the server's max_new_tokens limit)"),
+        )),
+    }
+}
+
+/// The elements of SGLang's batch form (`text` or `input_ids` a list), each a body of
+/// its own; `None` for a single request.
+fn batch_elements(g: &GenerateBody) -> Option<Vec<GenerateBody>> {
+    match (&g.text, &g.input_ids) {
+        (Some(body::Text::Batch(texts)), None) => Some(
+            texts
+                .iter()
+                .map(|t| GenerateBody {
+                    text: Some(body::Text::One(t.clone())),
+                    ..g.clone()
+                })
+                .collect(),
+        ),
+        (None, Some(body::Ids::Batch(lists))) => Some(
+            lists
+                .iter()
+                .map(|l| GenerateBody {
+                    input_ids: Some(body::Ids::One(l.clone())),
+                    ..g.clone()
+                })
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// A batch names each room once.
+fn distinct_rooms(halves: &[Half]) -> Result<(), String> {
     let mut rooms: Vec<u64> = halves.iter().map(|h| h.room).collect();
     rooms.sort_unstable();
     if rooms.windows(2).any(|p| p[0] == p[1]) {
@@ -401,7 +420,7 @@ fn check_halves<K>(w: &Worker<K>, path: &str, body: &[u8]) -> Result<(Vec<Half>,
             "a batch names a room twice",
         ));
     }
-    Ok((halves, true))
+    Ok(())
 }
 
 /// Take room `r` for a half here, or say why not (status, message).
@@ -604,24 +623,13 @@ async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<
             &format!("room {r}: this prefill fails its first halves (--worker-fail-first)"),
         );
     }
-    let wait = bootstrap_wait(w);
-    let end = tokio::time::Instant::now() + wait;
-    let decode = loop {
-        let notified = w.registered_changed.notified();
-        let got = w.registered.lock().ok().and_then(|mut m| m.remove(&r));
-        if let Some((d, url, _)) = got {
-            break (d, url);
-        }
-        if tokio::time::timeout_at(end, notified).await.is_err() {
-            let msg = format!(
-                "no decode node registered bootstrap_room {r} within {} ms",
-                wait.as_millis()
-            );
+    let (decode, decode_url) = match registered_decode(w, r).await {
+        Ok(d) => d,
+        Err(msg) => {
             not_started.status = Some(504);
             return fail(w, 504, &msg);
         }
     };
-    let (decode, decode_url) = decode;
     not_started.status = None;
     let key = room_key(r);
     let msg = Msg::PrefillStart {
@@ -647,6 +655,32 @@ async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<
             &format!("the prefill half of room {r} got no answer in time"),
         );
     };
+    prefill_answer(w, &half, reply)
+}
+
+/// The decode node that registered room `r` at this prefill's bootstrap (its id and
+/// URL), waited for up to the bootstrap bound; the error says it never came.
+async fn registered_decode<K>(w: &Worker<K>, r: u64) -> Result<(NodeId, String), String> {
+    let wait = bootstrap_wait(w);
+    let end = tokio::time::Instant::now() + wait;
+    loop {
+        let notified = w.registered_changed.notified();
+        let got = w.registered.lock().ok().and_then(|mut m| m.remove(&r));
+        if let Some((d, url, _)) = got {
+            return Ok((d, url));
+        }
+        if tokio::time::timeout_at(end, notified).await.is_err() {
+            return Err(format!(
+                "no decode node registered bootstrap_room {r} within {} ms",
+                wait.as_millis()
+            ));
+        }
+    }
+}
+
+/// The HTTP answer of a prefill half that ended with `reply`.
+fn prefill_answer<K>(w: &Worker<K>, half: &Half, reply: crate::node::Reply) -> Response<Out> {
+    let r = half.room;
     count(w, reply.status);
     if reply.status != 200 {
         let why = reply.reason.clone();
@@ -692,7 +726,7 @@ fn start<K: Send + 'static>(
         }
         tx.send(ev).is_ok()
     });
-    let sent = w.p.node.send(Ev::StartHalf {
+    let sent = w.p.node.send(NodeEvent::StartHalf {
         room: key,
         msg,
         max_new_tokens: job.max_new_tokens,
@@ -708,7 +742,7 @@ fn start<K: Send + 'static>(
         rx,
         guard: CancelGuard::new(move || {
             w2.counters.disconnects.fetch_add(1, Ordering::Relaxed);
-            let _ = node.send(Ev::AbortHalf { room: key });
+            let _ = node.send(NodeEvent::AbortHalf { room: key });
         }),
     })
 }
@@ -751,22 +785,8 @@ async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<O
             ),
         );
     };
-    let url = format!("http://{}", half.bootstrap);
-    let (me, my_url) = (w.p.id.0, w.p.url.clone());
-    let registered = tokio::task::spawn_blocking(move || {
-        let body = json!({"room": r, "decode": me, "notify": my_url}).to_string();
-        let a = crate::http_client::agent(Duration::from_secs(5));
-        crate::http_client::fetch_with(&a, &url, "POST", "/kvsim/bootstrap", Some(body.as_bytes()))
-    })
-    .await;
-    match registered {
-        Ok(Ok(rep)) if rep.status == 200 => {}
-        Ok(Ok(rep)) => {
-            let msg = format!("prefill's bootstrap refused room {r}: {}", rep.text());
-            return fail(w, 502, &msg);
-        }
-        Ok(Err(e)) => return fail(w, 502, &format!("prefill's bootstrap: {e}")),
-        Err(e) => return fail(w, 500, &format!("bootstrap registration: {e}")),
+    if let Err((status, msg)) = register_at_prefill(w, r, &half.bootstrap).await {
+        return fail(w, status, &msg);
     }
     let key = room_key(r);
     let msg = Msg::DecodeStart {
@@ -791,6 +811,43 @@ async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<O
             &format!("the decode half of room {r} got no answer in time"),
         );
     };
+    decode_answer(w, &half, reply, tokens)
+}
+
+/// Register room `r` at the prefill node's bootstrap (`host:port` as the router sent
+/// it), naming this decode node and its URL; the error is the HTTP status and why.
+async fn register_at_prefill<K>(
+    w: &Worker<K>,
+    r: u64,
+    bootstrap: &str,
+) -> Result<(), (u16, String)> {
+    let url = format!("http://{bootstrap}");
+    let (me, my_url) = (w.p.id.0, w.p.url.clone());
+    let registered = tokio::task::spawn_blocking(move || {
+        let body = json!({"room": r, "decode": me, "notify": my_url}).to_string();
+        let a = crate::http_client::agent(Duration::from_secs(5));
+        crate::http_client::fetch_with(&a, &url, "POST", "/kvsim/bootstrap", Some(body.as_bytes()))
+    })
+    .await;
+    match registered {
+        Ok(Ok(rep)) if rep.status == 200 => Ok(()),
+        Ok(Ok(rep)) => Err((
+            502,
+            format!("prefill's bootstrap refused room {r}: {}", rep.text()),
+        )),
+        Ok(Err(e)) => Err((502, format!("prefill's bootstrap: {e}"))),
+        Err(e) => Err((500, format!("bootstrap registration: {e}"))),
+    }
+}
+
+/// The HTTP answer of a decode half that ended with `reply` and `tokens`.
+fn decode_answer<K>(
+    w: &Worker<K>,
+    half: &Half,
+    reply: crate::node::Reply,
+    tokens: Vec<u32>,
+) -> Response<Out> {
+    let r = half.room;
     count(w, reply.status);
     if reply.status != 200 {
         let why = reply.reason.clone();
@@ -966,7 +1023,7 @@ fn prefill_done<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
             reason,
         }) if r >= 0 => {
             let st = status.map_or(500, |s| u16::try_from(s.0).unwrap_or(500));
-            let _ = w.p.node.send(Ev::PeerHalfDone {
+            let _ = w.p.node.send(NodeEvent::PeerHalfDone {
                 room: room_key(r as u64),
                 status: kvsim_engine::msg::Status(st),
                 reason: reason.map(|r| r.0.chars().take(1000).collect()),

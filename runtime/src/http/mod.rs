@@ -22,7 +22,7 @@
 //!
 //! A client that closes its connection before its answer cancels its request: hyper
 //! drops the request's future (or its streaming body), whose [`CancelGuard`] sends
-//! `Ev::Cancel` to the router's loop. Nothing polls.
+//! `NodeEvent::Cancel` to the router's loop. Nothing polls.
 //!
 //! Text: the front tokenizes with [`crate::tokenizer`] and submits the prompt's length;
 //! the engine sends the canary prompt (`kvsim_oracle::canary`), whose token names the
@@ -36,7 +36,7 @@ pub mod metrics;
 pub mod openai;
 
 use crate::client::StatusFn;
-use crate::node::{Ev, NodeStatus, Reply, ReplyEv, ReplySink};
+use crate::node::{NodeEvent, NodeStatus, Reply, ReplyEv, ReplySink};
 use crate::tokenizer::Vocab;
 use body::{field_err, GenerateBody, Ids, Text};
 use http_body_util::combinators::UnsyncBoxBody;
@@ -145,7 +145,7 @@ pub type NodesFn = Arc<dyn Fn() -> Vec<NodeStatus> + Send + Sync>;
 
 /// What the front's handlers share.
 pub struct Shared<K> {
-    router: Sender<Ev<K>>,
+    router: Sender<NodeEvent<K>>,
     status: StatusFn,
     nodes: NodesFn,
     next: Arc<AtomicU64>,
@@ -160,7 +160,7 @@ pub struct Shared<K> {
 
 /// What the router process gives the front.
 pub struct FrontParts<K> {
-    pub router: Sender<Ev<K>>,
+    pub router: Sender<NodeEvent<K>>,
     pub status: StatusFn,
     pub nodes: NodesFn,
     /// Request ids (shared with the line-JSON endpoint).
@@ -626,7 +626,7 @@ pub fn submit<K: Send + 'static>(sh: &Arc<Shared<K>>, job: &Job) -> Result<Pendi
         ReplyEv::Token { .. } if !stream => !tx.is_closed(),
         ev => tx.send(ev).is_ok(),
     });
-    let sent = sh.router.send(Ev::Submit {
+    let sent = sh.router.send(NodeEvent::Submit {
         req: RequestId(id),
         tenant: TenantId(0),
         prompt,
@@ -643,7 +643,7 @@ pub fn submit<K: Send + 'static>(sh: &Arc<Shared<K>>, job: &Job) -> Result<Pendi
         rx,
         guard: CancelGuard::new(move || {
             sh2.counters.disconnects.fetch_add(1, Ordering::Relaxed);
-            let _ = sh2.router.send(Ev::Cancel { req: RequestId(id) });
+            let _ = sh2.router.send(NodeEvent::Cancel { req: RequestId(id) });
         }),
     })
 }

@@ -1,0 +1,217 @@
+//! The seam of a node's loop: everything it reads and writes besides its node.
+//!
+//! A [`crate::node::NodeLoop`] holds the loop's own rules (one completion per write,
+//! the writes in flight and their fail-back when a peer is lost, intake closing, the
+//! worker front's halves). What it takes in and gives out goes through
+//! [`NodeRuntime`]: the next event, a message to a peer, the clock, the trace sink.
+//! A client's answers go through the [`crate::node::ReplySink`] its request came with.
+//!
+//! [`Threads`] is the production runtime (std channels, the process's monotonic clock,
+//! the connection queues of [`crate::net`], a trace file); [`InMemory`] runs the same
+//! loop in process, with a virtual clock, for tests of the loop's rules.
+
+use crate::clock::Clock;
+use crate::node::NodeEvent;
+use crate::trace::Tracer;
+use kvsim_engine::ids::NodeId;
+use kvsim_engine::msg::Msg;
+use kvsim_oracle::schema::Record;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::Duration;
+
+/// What [`NodeRuntime::next_event`] found.
+#[derive(Debug)]
+pub enum Next<K> {
+    Event(NodeEvent<K>),
+    /// Nothing came within the wait (a timer may be due).
+    Idle,
+    /// Nothing can come any more: the loop ends.
+    Closed,
+}
+
+/// A node loop's inputs and outputs.
+pub trait NodeRuntime {
+    /// The KV payload of the messages it carries.
+    type Kv;
+    /// Monotonic nanoseconds (the node's timers run on this clock).
+    fn now_ns(&self) -> u64;
+    /// The next event, waiting at most `wait` (`None`: no timer is pending).
+    fn next_event(&mut self, wait: Option<Duration>) -> Next<Self::Kv>;
+    /// Put `msg` on the link to `to`; it comes back when there is no such link.
+    fn send(&mut self, to: NodeId, msg: Msg<Self::Kv>) -> Result<(), Msg<Self::Kv>>;
+    /// An event for this loop itself, after the ones already queued (a write's failed
+    /// completion, delivered back to its writer).
+    fn to_self(&mut self, ev: NodeEvent<Self::Kv>);
+    /// Whether records are kept (a record is built only when they are).
+    fn tracing(&self) -> bool;
+    fn trace(&mut self, rec: Record);
+    /// What was traced reaches storage a killed process does not lose.
+    fn flush_trace(&mut self);
+}
+
+/// The production runtime: the loop's channel, the connection queue of each peer, the
+/// process's monotonic clock and an optional trace file.
+pub struct Threads<K> {
+    clock: Clock,
+    tracer: Option<Tracer>,
+    peers: BTreeMap<NodeId, Sender<Msg<K>>>,
+    me: Sender<NodeEvent<K>>,
+    rx: Receiver<NodeEvent<K>>,
+}
+
+/// How long an idle loop with no timer waits before it looks again.
+const IDLE_WAIT: Duration = Duration::from_millis(200);
+
+impl<K> Threads<K> {
+    /// `me` and `rx` are the two ends of the loop's channel.
+    pub fn new(
+        tracer: Option<Tracer>,
+        peers: BTreeMap<NodeId, Sender<Msg<K>>>,
+        me: Sender<NodeEvent<K>>,
+        rx: Receiver<NodeEvent<K>>,
+    ) -> Self {
+        Threads {
+            clock: Clock::default(),
+            tracer,
+            peers,
+            me,
+            rx,
+        }
+    }
+}
+
+impl<K> NodeRuntime for Threads<K> {
+    type Kv = K;
+
+    fn now_ns(&self) -> u64 {
+        self.clock.now_ns()
+    }
+
+    fn next_event(&mut self, wait: Option<Duration>) -> Next<K> {
+        if let Ok(ev) = self.rx.try_recv() {
+            return Next::Event(ev);
+        }
+        // Idle: the trace reaches the file before the loop waits, so a node killed
+        // while idle leaves a complete trace.
+        self.flush_trace();
+        match self.rx.recv_timeout(wait.unwrap_or(IDLE_WAIT)) {
+            Ok(ev) => Next::Event(ev),
+            Err(RecvTimeoutError::Timeout) => Next::Idle,
+            Err(RecvTimeoutError::Disconnected) => Next::Closed,
+        }
+    }
+
+    fn send(&mut self, to: NodeId, msg: Msg<K>) -> Result<(), Msg<K>> {
+        match self.peers.get(&to) {
+            Some(link) => link.send(msg).map_err(|e| e.0),
+            None => Err(msg),
+        }
+    }
+
+    fn to_self(&mut self, ev: NodeEvent<K>) {
+        // The receiver is this loop's own: it is gone only once the loop ended.
+        let _ = self.me.send(ev);
+    }
+
+    fn tracing(&self) -> bool {
+        self.tracer.is_some()
+    }
+
+    fn trace(&mut self, rec: Record) {
+        if let Some(t) = &mut self.tracer {
+            t.write(rec);
+        }
+    }
+
+    fn flush_trace(&mut self) {
+        if let Some(t) = &mut self.tracer {
+            t.flush();
+        }
+    }
+}
+
+/// The loop in process: events queued by the test, a virtual clock that an idle wait
+/// advances to the next timer, every message sent and every record kept in order.
+/// Peers in `unreachable` have no link (a send to them comes back).
+#[derive(Debug)]
+pub struct InMemory<K> {
+    pub now_ns: u64,
+    pub events: VecDeque<NodeEvent<K>>,
+    pub sent: Vec<(NodeId, Msg<K>)>,
+    pub records: Vec<Record>,
+    pub unreachable: BTreeSet<NodeId>,
+    /// How many times the trace was flushed.
+    pub flushes: u64,
+}
+
+impl<K> Default for InMemory<K> {
+    fn default() -> Self {
+        InMemory {
+            now_ns: 0,
+            events: VecDeque::new(),
+            sent: Vec::new(),
+            records: Vec::new(),
+            unreachable: BTreeSet::new(),
+            flushes: 0,
+        }
+    }
+}
+
+impl<K> InMemory<K> {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The messages sent since the last call, taken out.
+    pub fn take_sent(&mut self) -> Vec<(NodeId, Msg<K>)> {
+        std::mem::take(&mut self.sent)
+    }
+}
+
+impl<K> NodeRuntime for InMemory<K> {
+    type Kv = K;
+
+    fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+
+    fn next_event(&mut self, wait: Option<Duration>) -> Next<K> {
+        if let Some(ev) = self.events.pop_front() {
+            return Next::Event(ev);
+        }
+        match wait {
+            // Nothing queued and no timer: nothing will ever come.
+            None => Next::Closed,
+            Some(d) => {
+                let d = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+                self.now_ns = self.now_ns.saturating_add(d);
+                Next::Idle
+            }
+        }
+    }
+
+    fn send(&mut self, to: NodeId, msg: Msg<K>) -> Result<(), Msg<K>> {
+        if self.unreachable.contains(&to) {
+            return Err(msg);
+        }
+        self.sent.push((to, msg));
+        Ok(())
+    }
+
+    fn to_self(&mut self, ev: NodeEvent<K>) {
+        self.events.push_back(ev);
+    }
+
+    fn tracing(&self) -> bool {
+        true
+    }
+
+    fn trace(&mut self, rec: Record) {
+        self.records.push(rec);
+    }
+
+    fn flush_trace(&mut self) {
+        self.flushes += 1;
+    }
+}
