@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use kvsim_cuda::cuda::{CudaDevice, CudaGpu};
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
 use kvsim_engine::ids::NodeId;
@@ -37,7 +38,8 @@ pub struct ServeArgs {
     /// Seed: draws the scenario's ranges (pool sizes, limits), as `kvsim run` does.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// KV backend: symbolic or host (real f32 arithmetic).
+    /// KV backend: symbolic, host (real f32 arithmetic) or cuda (host's arithmetic on
+    /// CUDA device 0, kvsim-cuda; refused with the reason where there is no device).
     #[arg(long, default_value = "symbolic")]
     pub gpu: String,
     /// Write every node's trace (the documented schema) to DIR/n<ID>-e<EPOCH>.jsonl.
@@ -169,13 +171,51 @@ pub fn parse_bootstraps(text: &str) -> Result<BTreeMap<NodeId, SocketAddr>> {
     Ok(out)
 }
 
+/// `--gpu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Symbolic,
+    Host,
+    Cuda,
+}
+
+impl Backend {
+    fn parse(name: &str) -> Result<Backend> {
+        match name {
+            "symbolic" => Ok(Backend::Symbolic),
+            "host" => Ok(Backend::Host),
+            "cuda" => Ok(Backend::Cuda),
+            other => bail!("unknown --gpu `{other}` (known: symbolic, host, cuda)"),
+        }
+    }
+
+    /// Real f32 pages (the memory check counts their bytes).
+    fn real(self) -> bool {
+        self != Backend::Symbolic
+    }
+}
+
+/// CUDA device 0 with the kernels loaded, or why not: the probe's reason (no driver
+/// library, no device) or the kernel module's (every PTX it tried).
+fn open_cuda() -> Result<CudaDevice> {
+    let dev = CudaDevice::open(0)
+        .map_err(|e| anyhow::anyhow!("--gpu cuda: cannot use the CUDA backend: {e}"))?;
+    println!(
+        "kvsim serve: CUDA device 0 ({}), kernels from {:?}",
+        dev.name(),
+        dev.ptx_origin()
+    );
+    Ok(dev)
+}
+
 pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
-    let host = match a.gpu.as_str() {
-        "symbolic" => false,
-        "host" => true,
-        other => bail!("unknown --gpu `{other}` (known: symbolic, host)"),
+    let backend = Backend::parse(&a.gpu)?;
+    // Probe before anything starts: no device is a clear refusal, not a late panic.
+    let cuda = match backend {
+        Backend::Cuda => Some(open_cuda()?),
+        _ => None,
     };
-    let sc = crate::cmd_sim::load_to_run(&a.scenario, host, true)?;
+    let sc = crate::cmd_sim::load_to_run(&a.scenario, backend.real(), true)?;
     let bugs = a
         .bugs
         .as_deref()
@@ -216,14 +256,20 @@ pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
         eprintln!("{line}");
         println!("{line}");
     }
-    if host {
-        run::<HostGpu>(a, &opts, HostGpu::new)
-    } else {
-        run::<SymbolicGpu>(a, &opts, SymbolicGpu::new)
+    match (backend, cuda) {
+        (Backend::Cuda, Some(dev)) => run::<CudaGpu>(a, &opts, move |pages, page_size| {
+            dev.gpu(pages, page_size).map_err(|e| e.to_string())
+        }),
+        (Backend::Host, _) => run::<HostGpu>(a, &opts, |p, s| Ok(HostGpu::new(p, s))),
+        _ => run::<SymbolicGpu>(a, &opts, |p, s| Ok(SymbolicGpu::new(p, s))),
     }
 }
 
-fn run<G>(a: &ServeArgs, opts: &ServeOptions, make_gpu: fn(u32, u32) -> G) -> Result<ExitCode>
+fn run<G>(
+    a: &ServeArgs,
+    opts: &ServeOptions,
+    make_gpu: impl Fn(u32, u32) -> Result<G, String>,
+) -> Result<ExitCode>
 where
     G: Gpu + Send + 'static,
     G::Kv: Serialize + DeserializeOwned + Send + Sync,

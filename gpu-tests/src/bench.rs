@@ -11,9 +11,9 @@
 //! docs/PERFORMANCE.md by hand. It is not a model of real attention's arithmetic
 //! intensity: echo attention reads one page per request.
 
-use crate::cuda::{CudaDevice, HostBatch};
-use crate::GpuError;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
+use kvsim_cuda::cuda::{CudaDevice, HostBatch};
+use kvsim_cuda::GpuError;
 use kvsim_engine::gpu::{key_width, layout};
 use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey, Token};
 

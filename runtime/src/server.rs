@@ -46,6 +46,13 @@ pub enum ServeError {
     },
     #[error("network: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{node}: cannot make its KV memory ({pages} pages of {page_size} slots): {reason}")]
+    Gpu {
+        node: NodeId,
+        pages: u32,
+        page_size: u32,
+        reason: String,
+    },
 }
 
 /// What a server runs.
@@ -224,11 +231,13 @@ where
     K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
 {
     /// Every node of the topology in this process, on loopback (ephemeral ports), and
-    /// the client endpoint on `client`.
+    /// the client endpoint on `client`. `make_gpu(pages, page_size)` makes each
+    /// prefill and decode node's KV memory; a backend that cannot (a device allocation
+    /// that fails) fails the start with [`ServeError::Gpu`] and its reason.
     pub fn start_all<G>(
         opts: &ServeOptions,
         client: TcpListener,
-        make_gpu: impl Fn(u32, u32) -> G,
+        make_gpu: impl Fn(u32, u32) -> Result<G, String>,
     ) -> Result<Self, ServeError>
     where
         G: Gpu<Kv = K> + Send + 'static,
@@ -263,7 +272,7 @@ where
     pub fn start<G>(
         opts: &ServeOptions,
         plans: Vec<NodePlan>,
-        make_gpu: impl Fn(u32, u32) -> G,
+        make_gpu: impl Fn(u32, u32) -> Result<G, String>,
     ) -> Result<Self, ServeError>
     where
         G: Gpu<Kv = K> + Send + 'static,
@@ -336,6 +345,14 @@ where
             io.worker_router = opts.worker.then_some(ROUTER);
             io.worker_cancels_both = opts.cfg.defenses.router_cancels_both;
             let pages = topo.pool(id).unwrap_or(0);
+            let node_gpu = || {
+                make_gpu(pages, cfg.page_size).map_err(|reason| ServeError::Gpu {
+                    node: id,
+                    pages,
+                    page_size: cfg.page_size,
+                    reason,
+                })
+            };
             let mut transfer = None;
             let node = match role {
                 Role::Router => RtNode::Router(Router::new(
@@ -345,8 +362,7 @@ where
                     topo.decode_ids(),
                 )),
                 Role::Prefill => {
-                    let mut p =
-                        PrefillNode::new(id, cfg.clone(), ROUTER, make_gpu(pages, cfg.page_size));
+                    let mut p = PrefillNode::new(id, cfg.clone(), ROUTER, node_gpu()?);
                     if plan.epoch > 0 {
                         p.restart(plan.epoch);
                     }
@@ -354,7 +370,7 @@ where
                 }
                 Role::Decode => {
                     let pool = Arc::new(SharedPool::with_epoch(pages, cfg.page_size, plan.epoch));
-                    let gpu = SharedGpu::new(make_gpu(pages, cfg.page_size));
+                    let gpu = SharedGpu::new(node_gpu()?);
                     let (ttx, trx) = channel();
                     let (p, g, to_loop) = (pool.clone(), gpu.clone(), tx.clone());
                     // The runtime's KV writes ride TCP, a two-sided transport: the
