@@ -3,7 +3,7 @@
 
 use crate::client::{spawn_client_endpoint, StatusFn};
 use crate::gpu::SharedGpu;
-use crate::net::{spawn_listener, spawn_peer, Inbound};
+use crate::net::{spawn_listener, spawn_peer, Inbound, Incoming};
 use crate::node::{transfer_thread, Ev, Io, NodeLoop, NodeStatus, RtNode};
 use crate::trace::Tracer;
 use kvsim_engine::config::EngineConfig;
@@ -12,6 +12,7 @@ use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::SharedRecord;
+use kvsim_engine::msg::Msg;
 use kvsim_engine::node::Role;
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
@@ -226,6 +227,99 @@ pub struct NodePlan {
     pub client: Option<TcpListener>,
 }
 
+/// Node `id`'s trace file under `--trace-json` (none without it). A restarted
+/// incarnation (`epoch > 0`) first records the previous one's end: it is gone
+/// (killed), its open writes flushed, and every tag it handed out is stale.
+fn open_tracer(opts: &ServeOptions, id: NodeId, epoch: u32) -> Result<Option<Tracer>, ServeError> {
+    let Some(dir) = &opts.trace_dir else {
+        return Ok(None);
+    };
+    let path = dir.join(format!("n{}-e{}.jsonl", id.0, epoch));
+    let mut t = Tracer::create(&path, &opts.header()).map_err(|source| ServeError::Trace {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if epoch > 0 {
+        let flushed = end_killed_incarnation(dir, id, epoch - 1);
+        t.write(Record::Fault(FaultEvent::Crash {
+            node: id,
+            epoch: epoch - 1,
+            flushed,
+        }));
+        t.write(Record::Fault(FaultEvent::Restart { node: id, epoch }));
+    }
+    Ok(Some(t))
+}
+
+/// Where a decode node's listener hands the KV writes that arrive (its transfer thread).
+type TransferSender<K> = Sender<Incoming<K>>;
+
+/// The engine node of `role`, and for a decode node the sender of its transfer
+/// thread (started here), which lands the KV writes that arrive on its listener.
+fn build_node<K, G>(
+    role: Role,
+    id: NodeId,
+    epoch: u32,
+    topo: &Topology,
+    cfg: &Cfg,
+    make_gpu: &impl Fn(u32, u32) -> Result<G, String>,
+    to_loop: &Sender<Ev<K>>,
+) -> Result<(RtNode<G>, Option<TransferSender<K>>), ServeError>
+where
+    K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
+    G: Gpu<Kv = K> + Send + 'static,
+{
+    let pages = topo.pool(id).unwrap_or(0);
+    let node_gpu = || {
+        make_gpu(pages, cfg.page_size).map_err(|reason| ServeError::Gpu {
+            node: id,
+            pages,
+            page_size: cfg.page_size,
+            reason,
+        })
+    };
+    Ok(match role {
+        Role::Router => (
+            RtNode::Router(Router::new(
+                ROUTER,
+                cfg.clone(),
+                topo.prefill_ids(),
+                topo.decode_ids(),
+            )),
+            None,
+        ),
+        Role::Prefill => {
+            let mut p = PrefillNode::new(id, cfg.clone(), ROUTER, node_gpu()?);
+            if epoch > 0 {
+                p.restart(epoch);
+            }
+            (RtNode::Prefill(p), None)
+        }
+        Role::Decode => {
+            let pool = Arc::new(SharedPool::with_epoch(pages, cfg.page_size, epoch));
+            let gpu = SharedGpu::new(node_gpu()?);
+            let (ttx, trx) = channel();
+            let (p, g, to_loop) = (pool.clone(), gpu.clone(), to_loop.clone());
+            // The runtime's KV writes ride TCP, a two-sided transport: the
+            // transfer thread copies each one, so the landing gate exists here
+            // whatever the scenario's `transport` says.
+            let tags = cfg.defenses.landing_gate;
+            thread::Builder::new()
+                .name(format!("{id}-transfer"))
+                .spawn(move || transfer_thread(epoch, trx, p, g, tags, to_loop))?;
+            let node = DecodeNode::with_records(
+                id,
+                cfg.clone(),
+                ROUTER,
+                topo.prefill_ids(),
+                gpu,
+                SharedRecord::new(pool),
+            );
+            (RtNode::Decode(node), Some(ttx))
+        }
+    })
+}
+
 impl<K> Server<K>
 where
     K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
@@ -280,7 +374,6 @@ where
         opts.topology.preflight(&opts.cfg)?;
         let cfg = Cfg::new(opts.cfg.clone());
         let topo = &opts.topology;
-        let header = opts.header();
         let stop = Arc::new(AtomicBool::new(false));
         let mut server = Server {
             nodes: Vec::new(),
@@ -298,99 +391,12 @@ where
                 .role(id)
                 .ok_or(ServeError::NoSuchNode(id, topo.client().0 - 1))?;
             let (tx, rx) = channel::<Ev<K>>();
-            // Links to every other node of the topology.
-            let mut peers = BTreeMap::new();
-            for (peer, _, _) in topo.nodes() {
-                if peer == id || (opts.worker && peer == ROUTER) {
-                    continue;
-                }
-                let addr = *plan.peers.get(&peer).ok_or(ServeError::NoPeer(peer))?;
-                let (ptx, prx) = channel();
-                let flag = Arc::new(AtomicBool::new(false));
-                spawn_peer(id, peer, addr, prx, tx.clone(), flag.clone(), stop.clone())?;
-                server.connected.push((id, peer, flag));
-                peers.insert(peer, ptx);
-            }
-            let tracer = match &opts.trace_dir {
-                Some(dir) => {
-                    let path = dir.join(format!("n{}-e{}.jsonl", id.0, plan.epoch));
-                    let mut t =
-                        Tracer::create(&path, &header).map_err(|source| ServeError::Trace {
-                            path: path.display().to_string(),
-                            source,
-                        })?;
-                    let flushed = if plan.epoch > 0 {
-                        end_killed_incarnation(dir, id, plan.epoch - 1)
-                    } else {
-                        Vec::new()
-                    };
-                    if plan.epoch > 0 {
-                        // A restarted incarnation: the previous one is gone (killed),
-                        // and every tag it handed out is stale in this epoch.
-                        t.write(Record::Fault(FaultEvent::Crash {
-                            node: id,
-                            epoch: plan.epoch - 1,
-                            flushed,
-                        }));
-                        t.write(Record::Fault(FaultEvent::Restart {
-                            node: id,
-                            epoch: plan.epoch,
-                        }));
-                    }
-                    Some(t)
-                }
-                None => None,
-            };
+            let peers = server.link_peers(&plan, &tx)?;
+            let tracer = open_tracer(opts, id, plan.epoch)?;
             let mut io = Io::new(id, plan.epoch, topo.client(), tracer, peers, tx.clone());
             io.worker_router = opts.worker.then_some(ROUTER);
             io.worker_cancels_both = opts.cfg.defenses.router_cancels_both;
-            let pages = topo.pool(id).unwrap_or(0);
-            let node_gpu = || {
-                make_gpu(pages, cfg.page_size).map_err(|reason| ServeError::Gpu {
-                    node: id,
-                    pages,
-                    page_size: cfg.page_size,
-                    reason,
-                })
-            };
-            let mut transfer = None;
-            let node = match role {
-                Role::Router => RtNode::Router(Router::new(
-                    ROUTER,
-                    cfg.clone(),
-                    topo.prefill_ids(),
-                    topo.decode_ids(),
-                )),
-                Role::Prefill => {
-                    let mut p = PrefillNode::new(id, cfg.clone(), ROUTER, node_gpu()?);
-                    if plan.epoch > 0 {
-                        p.restart(plan.epoch);
-                    }
-                    RtNode::Prefill(p)
-                }
-                Role::Decode => {
-                    let pool = Arc::new(SharedPool::with_epoch(pages, cfg.page_size, plan.epoch));
-                    let gpu = SharedGpu::new(node_gpu()?);
-                    let (ttx, trx) = channel();
-                    let (p, g, to_loop) = (pool.clone(), gpu.clone(), tx.clone());
-                    // The runtime's KV writes ride TCP, a two-sided transport: the
-                    // transfer thread copies each one, so the landing gate exists here
-                    // whatever the scenario's `transport` says.
-                    let (epoch, tags) = (plan.epoch, cfg.defenses.landing_gate);
-                    thread::Builder::new()
-                        .name(format!("{id}-transfer"))
-                        .spawn(move || transfer_thread(epoch, trx, p, g, tags, to_loop))?;
-                    transfer = Some(ttx);
-                    RtNode::Decode(DecodeNode::with_records(
-                        id,
-                        cfg.clone(),
-                        ROUTER,
-                        topo.prefill_ids(),
-                        gpu,
-                        SharedRecord::new(pool),
-                    ))
-                }
-            };
+            let (node, transfer) = build_node(role, id, plan.epoch, topo, &cfg, &make_gpu, &tx)?;
             spawn_listener(
                 id,
                 plan.listener,
@@ -415,31 +421,73 @@ where
             });
         }
         if let Some((cl, router)) = client_endpoint {
-            let txs: Vec<Sender<Ev<K>>> = server.nodes.iter().map(|h| h.tx.clone()).collect();
-            let bugs: Vec<&'static str> = opts.cfg.bugs.iter().map(|b| b.name()).collect();
-            let nodes_fn: crate::http::NodesFn = Arc::new(move || statuses(&txs));
-            let of_nodes = nodes_fn.clone();
-            let status: StatusFn = Arc::new(move || {
-                let nodes = of_nodes();
-                serde_json::json!({
-                    "bugs": bugs,
-                    "warning": if bugs.is_empty() { None } else {
-                        Some(format!("BUG SWITCHES ON: {}", bugs.join(",")))
-                    },
-                    "nodes": nodes,
-                })
-            });
-            server.front = Some((router.clone(), status.clone(), nodes_fn));
-            spawn_client_endpoint(
-                cl,
-                router,
-                status,
-                server.next.clone(),
-                opts.prompts,
-                stop.clone(),
-            )?;
+            server.start_client_endpoint(cl, router)?;
         }
         Ok(server)
+    }
+
+    /// A link from node `plan.id` to every other node of the topology (in worker mode,
+    /// none to the engine router), each on its own thread delivering to `to_loop`.
+    fn link_peers(
+        &mut self,
+        plan: &NodePlan,
+        to_loop: &Sender<Ev<K>>,
+    ) -> Result<BTreeMap<NodeId, Sender<Msg<K>>>, ServeError> {
+        let id = plan.id;
+        let mut peers = BTreeMap::new();
+        for (peer, _, _) in self.opts.topology.nodes() {
+            if peer == id || (self.opts.worker && peer == ROUTER) {
+                continue;
+            }
+            let addr = *plan.peers.get(&peer).ok_or(ServeError::NoPeer(peer))?;
+            let (ptx, prx) = channel();
+            let flag = Arc::new(AtomicBool::new(false));
+            spawn_peer(
+                id,
+                peer,
+                addr,
+                prx,
+                to_loop.clone(),
+                flag.clone(),
+                self.stop.clone(),
+            )?;
+            self.connected.push((id, peer, flag));
+            peers.insert(peer, ptx);
+        }
+        Ok(peers)
+    }
+
+    /// The client endpoint on `cl` (the router's process), its status and node
+    /// listings, kept for the HTTP front.
+    fn start_client_endpoint(
+        &mut self,
+        cl: TcpListener,
+        router: Sender<Ev<K>>,
+    ) -> Result<(), ServeError> {
+        let txs: Vec<Sender<Ev<K>>> = self.nodes.iter().map(|h| h.tx.clone()).collect();
+        let bugs: Vec<&'static str> = self.opts.cfg.bugs.iter().map(|b| b.name()).collect();
+        let nodes_fn: crate::http::NodesFn = Arc::new(move || statuses(&txs));
+        let of_nodes = nodes_fn.clone();
+        let status: StatusFn = Arc::new(move || {
+            let nodes = of_nodes();
+            serde_json::json!({
+                "bugs": bugs,
+                "warning": if bugs.is_empty() { None } else {
+                    Some(format!("BUG SWITCHES ON: {}", bugs.join(",")))
+                },
+                "nodes": nodes,
+            })
+        });
+        self.front = Some((router.clone(), status.clone(), nodes_fn));
+        spawn_client_endpoint(
+            cl,
+            router,
+            status,
+            self.next.clone(),
+            self.opts.prompts,
+            self.stop.clone(),
+        )?;
+        Ok(())
     }
 
     /// Serve the SGLang-compatible HTTP front on `listener` (the router's process only).
