@@ -250,16 +250,25 @@ fn one(
     }
 }
 
-/// Run planned requests on `concurrency` workers, each with its own connection state
-/// (`connect()`), sending through `send`.
+/// How a phase's workers connect and send.
+struct Transport<'a, C> {
+    /// One worker's connection state.
+    connect: &'a (dyn Fn() -> C + Sync),
+    send: &'a (dyn Fn(&mut C, &Planned) -> Outcome + Sync),
+    /// No request starts after this instant (the rest of the phase is not sent).
+    until: Option<Instant>,
+}
+
+/// Run planned requests on `concurrency` workers, each with its own connection state,
+/// reporting the count done to `progress` (when given) every 100 ms.
 fn run_phase<C>(
     plans: Vec<Planned>,
     concurrency: usize,
-    connect: &(dyn Fn() -> C + Sync),
-    send: &(dyn Fn(&mut C, &Planned) -> Outcome + Sync),
-    progress: &dyn Fn(usize),
+    transport: &Transport<'_, C>,
+    progress: Option<&dyn Fn(usize)>,
 ) -> Vec<Outcome> {
     let count = plans.len();
+    let (connect, send, until) = (transport.connect, transport.send, transport.until);
     let queue = Arc::new(Mutex::new(plans.into_iter().rev().collect::<Vec<_>>()));
     let out = Arc::new(Mutex::new(Vec::new()));
     let done = Arc::new(AtomicUsize::new(0));
@@ -269,6 +278,12 @@ fn run_phase<C>(
             s.spawn(move || {
                 let mut client = connect();
                 loop {
+                    if until.is_some_and(|t| Instant::now() >= t) {
+                        // Past the deadline: what is left is not sent.
+                        let left = queue.lock().map(|mut q| q.drain(..).count()).unwrap_or(0);
+                        done.fetch_add(left, Ordering::Relaxed);
+                        return;
+                    }
                     let next = queue.lock().ok().and_then(|mut q| q.pop());
                     let Some(p) = next else { return };
                     let o = send(&mut client, &p);
@@ -279,13 +294,15 @@ fn run_phase<C>(
                 }
             });
         }
-        loop {
-            let d = done.load(Ordering::Relaxed);
-            progress(d);
-            if d >= count {
-                break;
+        if let Some(progress) = progress {
+            loop {
+                let d = done.load(Ordering::Relaxed);
+                progress(d);
+                if d >= count {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
             }
-            std::thread::sleep(Duration::from_millis(100));
         }
     });
     let mut v = Arc::try_unwrap(out)
@@ -344,6 +361,11 @@ fn http_rounds(a: &CanaryArgs, target: &Target, limits: &Limits) -> (Vec<Outcome
     let send = |client: &mut ureq::Agent, p: &Planned| {
         one(&a.url, target, client, p, a.max_new_tokens, timeout)
     };
+    let transport = Transport {
+        connect: &connect,
+        send: &send,
+        until: None,
+    };
     let (mut all, mut n, mut round) = (Vec::new(), 0usize, 0u64);
     loop {
         let plan = Round {
@@ -359,11 +381,11 @@ fn http_rounds(a: &CanaryArgs, target: &Target, limits: &Limits) -> (Vec<Outcome
                 show_progress(d, total, round);
             }
         };
-        let s = run_phase(short, a.concurrency, &connect, &send, &bar);
+        let s = run_phase(short, a.concurrency, &transport, Some(&bar));
         let done_short = s.len();
         all.extend(s);
         let bar2 = |d: usize| bar(done_short + d);
-        all.extend(run_phase(long, a.concurrency, &connect, &send, &bar2));
+        all.extend(run_phase(long, a.concurrency, &transport, Some(&bar2)));
         round += 1;
         if !a.duration.is_some_and(|d| t0.elapsed().as_secs_f64() < d) {
             break;
@@ -708,7 +730,11 @@ fn one_line(addr: SocketAddr, client: &mut Option<Client>, p: &Planned) -> Outco
         Some(c) => c,
         None => match Client::connect(addr, Duration::from_secs(30)) {
             Ok(c) => client.insert(c),
-            Err(_) => return done(1, Vec::new()),
+            Err(_) => {
+                // No endpoint (a partition, a restart): back off before the next try.
+                std::thread::sleep(Duration::from_millis(50));
+                return done(1, Vec::new());
+            }
         },
     };
     match c.request(p.tokens as u64, max_new) {
@@ -751,6 +777,11 @@ pub fn run_line(a: &LineCanaryArgs) -> Result<ExitCode> {
     let send = |client: &mut Option<Client>, p: &Planned| one_line(a.addr, client, p);
     let concurrency = usize::try_from(a.concurrency).unwrap_or(usize::MAX);
     let end = Instant::now() + Duration::from_secs(a.seconds);
+    let transport = Transport {
+        connect: &connect,
+        send: &send,
+        until: Some(end),
+    };
     let (mut all, mut n, mut round) = (Vec::new(), 0usize, 0u64);
     while Instant::now() < end {
         let plan = Round {
@@ -760,8 +791,8 @@ pub fn run_line(a: &LineCanaryArgs) -> Result<ExitCode> {
             tokens: &tokens,
         };
         let (short, long) = plan.plans(&mut n, LINE_SHORT, LINE_LONG);
-        all.extend(run_phase(short, concurrency, &connect, &send, &|_| {}));
-        all.extend(run_phase(long, concurrency, &connect, &send, &|_| {}));
+        all.extend(run_phase(short, concurrency, &transport, None));
+        all.extend(run_phase(long, concurrency, &transport, None));
         round += 1;
     }
     let total = CanaryReport::of(&all);
