@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared script for a lent GPU machine (CUDA backend of kvsim, gpu-tests/).
+# The one prepared script for a lent GPU machine (CUDA backend of kvsim: kvsim-cuda in cuda/, its checks in gpu-tests/).
 #
 # A lent machine has no network and receives at most 64 MiB of untracked files, so
 # nothing is built there: build the release binaries here, carry gpu-tests/bin/ (an
@@ -29,7 +29,7 @@ CARRY_LIMIT=$((64 * 1024 * 1024))
 die() { echo "run-on-device: $*" >&2; exit 1; }
 
 sources_hash() {
-    cat gpu-tests/kernels/kv.cu gpu-tests/kernels/kv.ptx | sha256sum | cut -d' ' -f1
+    cat cuda/kernels/kv.cu cuda/kernels/kv.ptx | sha256sum | cut -d' ' -f1
 }
 
 build() {
@@ -75,8 +75,8 @@ check_present() {
     [ -f "$BIN/BUILD-INFO" ] || die "$BIN/BUILD-INFO missing: rebuild with --build"
     grep -q "^kernels $(sources_hash)$" "$BIN/BUILD-INFO" ||
         die "kv.cu or kv.ptx changed since the binaries were built: rebuild with --build"
-    [ -f gpu-tests/kernels/kv.ptx ] || die "gpu-tests/kernels/kv.ptx missing"
-    grep -q '^.target sm_90' gpu-tests/kernels/kv.ptx || die "kv.ptx does not target sm_90"
+    [ -f cuda/kernels/kv.ptx ] || die "cuda/kernels/kv.ptx missing"
+    grep -q '^.target sm_90' cuda/kernels/kv.ptx || die "kv.ptx does not target sm_90"
     [ -f "$SCENARIO" ] || die "$SCENARIO missing"
     local size
     size=$(du -sb "$BIN" | cut -f1)

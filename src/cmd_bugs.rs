@@ -1,10 +1,9 @@
 //! `kvsim bugs`: argument parsing and file output for the bug-detection matrix.
-//! The runs are `matrix.rs`; the formatting is `matrix_report.rs`.
+//! The runs are `kvsim_lab::matrix`; the formatting is `kvsim_lab::matrix_report`.
 
-use crate::isolation;
-use crate::matrix::{self, Budget};
-use crate::matrix_report;
 use anyhow::{Context, Result};
+use kvsim_lab::matrix::{self, Budget};
+use kvsim_lab::{isolation, matrix_report};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -8,7 +8,9 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kvsim_engine::bugs::BugSet;
-use kvsim_models::{check_with_progress, CheckOptions, MemoMode, ModelSpec, Progress, Verdict};
+use kvsim_models::{
+    check_with_progress, CheckOptions, CheckReport, MemoMode, ModelSpec, Progress, Verdict,
+};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -90,43 +92,59 @@ pub fn progress_line(p: &Progress) -> String {
 pub fn run(args: &CheckArgs) -> Result<ExitCode> {
     validate(args)?;
     if args.model == "all" {
-        let mut worst = ExitCode::SUCCESS;
-        for name in ModelSpec::STANDARD {
-            let one = CheckArgs {
-                model: name.to_string(),
-                ..args.clone()
-            };
-            if run(&one)? != ExitCode::SUCCESS {
-                worst = ExitCode::from(1);
-            }
-            println!();
-        }
-        return Ok(worst);
+        return run_all(args);
     }
     let mut spec = ModelSpec::standard(&args.model)?;
     if let Some(list) = &args.bugs {
         spec = spec.with_bugs(BugSet::parse(list)?);
     }
     if let Some(addr) = &args.explore {
-        let addr: SocketAddr = addr
-            .parse()
-            .with_context(|| format!("--explore expects IP:PORT, got `{addr}`"))?;
-        if !addr.ip().is_loopback() {
-            bail!("--explore serves only on a loopback address (got {addr})");
-        }
-        // The Explorer panics inside stateright on a port it cannot bind; try it
-        // first and report a clear error instead.
-        if let Err(e) = std::net::TcpListener::bind(addr) {
-            bail!("--explore: cannot listen on {addr}: {e} (is another Explorer or server using the port? pick another)");
-        }
-        println!(
-            "Explorer for model {} on http://{addr}/ (Ctrl-C to stop)",
-            spec.name
-        );
-        kvsim_models::check::explore(spec, args.threads, addr)?;
-        return Ok(ExitCode::SUCCESS);
+        return explore(spec, addr, args.threads);
     }
-    let options = CheckOptions {
+    let report = median_run(&spec, args)?;
+    Ok(verdict(&report, args.quiet))
+}
+
+/// `--model all`: the standard models one after another; exit 1 if any fails.
+fn run_all(args: &CheckArgs) -> Result<ExitCode> {
+    let mut worst = ExitCode::SUCCESS;
+    for name in ModelSpec::STANDARD {
+        let one = CheckArgs {
+            model: name.to_string(),
+            ..args.clone()
+        };
+        if run(&one)? != ExitCode::SUCCESS {
+            worst = ExitCode::from(1);
+        }
+        println!();
+    }
+    Ok(worst)
+}
+
+/// `--explore ADDR`: stateright's Explorer on a loopback address, until Ctrl-C.
+fn explore(spec: ModelSpec, addr: &str, threads: usize) -> Result<ExitCode> {
+    let addr: SocketAddr = addr
+        .parse()
+        .with_context(|| format!("--explore expects IP:PORT, got `{addr}`"))?;
+    if !addr.ip().is_loopback() {
+        bail!("--explore serves only on a loopback address (got {addr})");
+    }
+    // The Explorer panics inside stateright on a port it cannot bind; try it
+    // first and report a clear error instead.
+    if let Err(e) = std::net::TcpListener::bind(addr) {
+        bail!("--explore: cannot listen on {addr}: {e} (is another Explorer or server using the port? pick another)");
+    }
+    println!(
+        "Explorer for model {} on http://{addr}/ (Ctrl-C to stop)",
+        spec.name
+    );
+    kvsim_models::check::explore(spec, threads, addr)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The checker's options from the arguments.
+fn options(args: &CheckArgs) -> CheckOptions {
+    CheckOptions {
         threads: args.threads,
         depth: args.depth,
         dfs: args.dfs,
@@ -136,10 +154,13 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
         } else {
             MemoMode::On
         },
-    };
-    if args.repeat == 0 {
-        bail!("--repeat must be at least 1");
     }
+}
+
+/// Check `spec` `--repeat` times (each run's rate printed when more than one), and the
+/// report of the median run, with the median, best and worst rates.
+fn median_run(spec: &ModelSpec, args: &CheckArgs) -> Result<CheckReport> {
+    let options = options(args);
     let mut runs = Vec::with_capacity(args.repeat);
     for i in 0..args.repeat {
         let every = (!args.quiet).then(|| Duration::from_millis(args.progress_ms.max(1)));
@@ -172,8 +193,14 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
             report.states_per_sec() / args.threads.max(1) as f64
         );
     }
+    Ok(report)
+}
+
+/// Print the report (only its summary under `--quiet`) and the verdict line: exit 1 on
+/// a violation or an expected path not reached.
+fn verdict(report: &CheckReport, quiet: bool) -> ExitCode {
     let text = report.render();
-    if args.quiet {
+    if quiet {
         let summary = text.split("\ncounterexample").next().unwrap_or(&text);
         print!("{summary}");
     } else {
@@ -186,10 +213,10 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
             .any(|p| p.verdict == Verdict::NotReached);
     if report.violated() {
         println!("verdict: VIOLATED");
-        Ok(ExitCode::from(1))
+        ExitCode::from(1)
     } else if unreached {
         println!("verdict: an expected path was NOT reached: the model no longer exercises it");
-        Ok(ExitCode::from(1))
+        ExitCode::from(1)
     } else {
         println!(
             "verdict: {}",
@@ -199,6 +226,6 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
                 "no violation within the depth bound"
             }
         );
-        Ok(ExitCode::SUCCESS)
+        ExitCode::SUCCESS
     }
 }

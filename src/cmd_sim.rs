@@ -219,7 +219,9 @@ fn write_json(path: &std::path::Path, s: &SweepSummary) -> Result<()> {
     std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
 }
 
-pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
+/// `--seeds` (1,000 seeds by default, every seed when streaming) and `--shard`; a
+/// shard that holds none of the seeds is refused.
+fn seeds_and_shard(a: &SweepArgs) -> Result<(SeedRange, Shard)> {
     let streaming = a.until_failure || a.time_budget.is_some();
     let seeds = match (&a.seeds, streaming) {
         (Some(s), _) => SeedRange::parse(s)?,
@@ -244,13 +246,38 @@ pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
             seeds.len()
         );
     }
-    let jobs = match a.jobs {
-        Some(0) => return Err(sweep::UsageError::Jobs.into()),
+    Ok((seeds, shard))
+}
+
+/// `--jobs`: 1 to [`MAX_JOBS`] worker threads (none given: the sweep's default).
+fn jobs(a: &SweepArgs) -> Result<Option<usize>> {
+    match a.jobs {
+        Some(0) => Err(sweep::UsageError::Jobs.into()),
         Some(j) if j > MAX_JOBS => {
             anyhow::bail!("--jobs {j}: at most {MAX_JOBS} worker threads")
         }
-        j => j,
-    };
+        j => Ok(j),
+    }
+}
+
+/// A failing seed's line, printed as the sweep finds it, with its replay command.
+fn print_failure(f: &sweep::Failure) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "FAIL seed {}: {} ({}) {}\n  replay: {}",
+        f.seed,
+        f.invariant,
+        f.invariants.join(","),
+        f.detail,
+        crate::render::pasteable(&f.replay)
+    );
+    let _ = out.flush();
+}
+
+pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
+    let (seeds, shard) = seeds_and_shard(a)?;
+    let jobs = jobs(a)?;
     let time_budget = a.time_budget.as_deref().map(parse_duration).transpose()?;
     let sc = load_to_run(&a.scenario, false, a.allow_expensive)?;
     let opts = SweepOptions {
@@ -274,19 +301,7 @@ pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
         seeds,
         shard
     );
-    let summary = sweep::run_sweep_streaming(&sc, &path, &opts, &mut |f| {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(
-            out,
-            "FAIL seed {}: {} ({}) {}\n  replay: {}",
-            f.seed,
-            f.invariant,
-            f.invariants.join(","),
-            f.detail,
-            crate::render::pasteable(&f.replay)
-        );
-        let _ = out.flush();
-    })?;
+    let summary = sweep::run_sweep_streaming(&sc, &path, &opts, &mut print_failure)?;
     print!("{}", crate::render::pasteable(&summary.render()));
     if let Some(j) = &a.json {
         write_json(j, &summary)?;

@@ -3,15 +3,10 @@
 //! Logic that the CLI prints lives here or in the crates below, so tests reach it
 //! directly; `src/main.rs` only parses arguments and prints.
 
-pub mod canary;
 pub mod cmd_audit;
 pub mod cmd_bugs;
 pub mod cmd_check;
 pub mod cmd_sim;
-pub mod isolation;
-pub mod matrix;
-pub mod matrix_report;
-pub mod preflight;
 pub mod raw_http;
 pub mod render;
 pub mod serve;

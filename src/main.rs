@@ -78,12 +78,12 @@ enum Command {
     BenchTransfer(kvsim::serve::BenchTransferArgs),
     /// The write-ups' pre-flight gate against running servers (SGLang's or kvsim
     /// serve's HTTP front), numbers by hand, or a scenario: exit 0 pass, 1 fail, 2 unread.
-    Preflight(kvsim::preflight::PreflightArgs),
+    Preflight(kvsim_ops::preflight::PreflightArgs),
     /// Canary-marker load against SGLang's /generate: exit 1 on a foreign marker or an
     /// over-length prompt answered 200.
-    Canary(kvsim::canary::CanaryArgs),
+    Canary(kvsim_ops::canary::CanaryArgs),
     /// A canary load against a running server: exit 1 when a reply leaks.
-    CanaryClient(kvsim::serve::CanaryArgs),
+    CanaryClient(kvsim_ops::canary::LineCanaryArgs),
     /// List the bug switches, models, invariants or scenarios, one line each.
     List {
         /// bugs, models, invariants or scenarios.
@@ -194,9 +194,11 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => kvsim::serve::serve(&args),
         Some(Command::BenchClient(args)) => kvsim::serve::bench(&args),
         Some(Command::BenchHttp(args)) => kvsim::serve::bench_http(&args),
-        Some(Command::Preflight(args)) => kvsim::preflight::run(&args),
-        Some(Command::Canary(args)) => kvsim::canary::run(&args),
-        Some(Command::CanaryClient(args)) => kvsim::serve::canary(&args),
+        Some(Command::Preflight(args)) => kvsim_ops::preflight::run(&args, &|path| {
+            kvsim::cmd_sim::load_to_run(path, false, true)
+        }),
+        Some(Command::Canary(args)) => kvsim_ops::canary::run(&args),
+        Some(Command::CanaryClient(args)) => kvsim_ops::canary::run_line(&args),
         Some(Command::BenchTransfer(args)) => kvsim::serve::bench_transfer(&args),
         Some(Command::List { what, dir }) => kvsim::render::list(&what, &dir)
             .map(|text| {

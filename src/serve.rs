@@ -3,6 +3,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use kvsim_cuda::cuda::{CudaDevice, CudaGpu};
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
 use kvsim_engine::ids::NodeId;
@@ -37,7 +38,8 @@ pub struct ServeArgs {
     /// Seed: draws the scenario's ranges (pool sizes, limits), as `kvsim run` does.
     #[arg(long)]
     pub seed: Option<u64>,
-    /// KV backend: symbolic or host (real f32 arithmetic).
+    /// KV backend: symbolic, host (real f32 arithmetic) or cuda (host's arithmetic on
+    /// CUDA device 0, kvsim-cuda; refused with the reason where there is no device).
     #[arg(long, default_value = "symbolic")]
     pub gpu: String,
     /// Write every node's trace (the documented schema) to DIR/n<ID>-e<EPOCH>.jsonl.
@@ -174,13 +176,51 @@ pub fn parse_bootstraps(text: &str) -> Result<BTreeMap<NodeId, SocketAddr>> {
     Ok(out)
 }
 
+/// `--gpu`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Symbolic,
+    Host,
+    Cuda,
+}
+
+impl Backend {
+    fn parse(name: &str) -> Result<Backend> {
+        match name {
+            "symbolic" => Ok(Backend::Symbolic),
+            "host" => Ok(Backend::Host),
+            "cuda" => Ok(Backend::Cuda),
+            other => bail!("unknown --gpu `{other}` (known: symbolic, host, cuda)"),
+        }
+    }
+
+    /// Real f32 pages (the memory check counts their bytes).
+    fn real(self) -> bool {
+        self != Backend::Symbolic
+    }
+}
+
+/// CUDA device 0 with the kernels loaded, or why not: the probe's reason (no driver
+/// library, no device) or the kernel module's (every PTX it tried).
+fn open_cuda() -> Result<CudaDevice> {
+    let dev = CudaDevice::open(0)
+        .map_err(|e| anyhow::anyhow!("--gpu cuda: cannot use the CUDA backend: {e}"))?;
+    println!(
+        "kvsim serve: CUDA device 0 ({}), kernels from {:?}",
+        dev.name(),
+        dev.ptx_origin()
+    );
+    Ok(dev)
+}
+
 pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
-    let host = match a.gpu.as_str() {
-        "symbolic" => false,
-        "host" => true,
-        other => bail!("unknown --gpu `{other}` (known: symbolic, host)"),
+    let backend = Backend::parse(&a.gpu)?;
+    // Probe before anything starts: no device is a clear refusal, not a late panic.
+    let cuda = match backend {
+        Backend::Cuda => Some(open_cuda()?),
+        _ => None,
     };
-    let sc = crate::cmd_sim::load_to_run(&a.scenario, host, true)?;
+    let sc = crate::cmd_sim::load_to_run(&a.scenario, backend.real(), true)?;
     let bugs = a
         .bugs
         .as_deref()
@@ -222,14 +262,20 @@ pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
         eprintln!("{line}");
         println!("{line}");
     }
-    if host {
-        run::<HostGpu>(a, &opts, HostGpu::new)
-    } else {
-        run::<SymbolicGpu>(a, &opts, SymbolicGpu::new)
+    match (backend, cuda) {
+        (Backend::Cuda, Some(dev)) => run::<CudaGpu>(a, &opts, move |pages, page_size| {
+            dev.gpu(pages, page_size).map_err(|e| e.to_string())
+        }),
+        (Backend::Host, _) => run::<HostGpu>(a, &opts, |p, s| Ok(HostGpu::new(p, s))),
+        _ => run::<SymbolicGpu>(a, &opts, |p, s| Ok(SymbolicGpu::new(p, s))),
     }
 }
 
-fn run<G>(a: &ServeArgs, opts: &ServeOptions, make_gpu: fn(u32, u32) -> G) -> Result<ExitCode>
+fn run<G>(
+    a: &ServeArgs,
+    opts: &ServeOptions,
+    make_gpu: impl Fn(u32, u32) -> Result<G, String>,
+) -> Result<ExitCode>
 where
     G: Gpu + Send + 'static,
     G::Kv: Serialize + DeserializeOwned + Send + Sync,
@@ -240,40 +286,7 @@ where
                 .with_context(|| format!("--listen {}: cannot bind", a.listen))?;
             Server::start_all(opts, client, make_gpu)?
         }
-        Some(n) => {
-            let id = node_id(n)?;
-            let path = a.peers.as_deref().context("--node needs --peers FILE")?;
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read --peers {}", path.display()))?;
-            let (peers, client) =
-                parse_peers(&text).with_context(|| format!("--peers {}", path.display()))?;
-            let addr = *peers
-                .get(&id)
-                .with_context(|| format!("--peers {}: no line for {id}", path.display()))?;
-            let listener =
-                TcpListener::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
-            let client = match (id == ROUTER, client) {
-                (true, Some(c)) => {
-                    Some(TcpListener::bind(c).with_context(|| format!("cannot bind {c}"))?)
-                }
-                (true, None) => bail!(
-                    "--peers {}: the router needs a `client ADDR` line",
-                    path.display()
-                ),
-                (false, _) => None,
-            };
-            Server::start(
-                opts,
-                vec![NodePlan {
-                    id,
-                    epoch: a.epoch,
-                    listener,
-                    peers,
-                    client,
-                }],
-                make_gpu,
-            )?
-        }
+        Some(n) => Server::start(opts, vec![this_node(a, n)?], make_gpu)?,
     };
     if server.wait_connected(Duration::from_secs(10)) {
         println!("kvsim serve: connected to every peer");
@@ -288,34 +301,7 @@ where
     if let Some(addr) = server.client_addr() {
         println!("kvsim serve: client endpoint on {addr}");
     }
-    if let (Some(h), Some(n), Some(path)) = (&a.worker_http, &a.node, &a.peers) {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read --peers {}", path.display()))?;
-        let boots =
-            parse_bootstraps(&text).with_context(|| format!("--peers {}", path.display()))?;
-        start_worker(&server, h, node_id(n)?, &boots, opts, a.worker_fail_first)?;
-    }
-    if let (Some(list), None) = (&a.worker_http, &a.node) {
-        let boots = match &a.bootstrap {
-            Some(b) => node_list(b).context("--bootstrap")?,
-            None => BTreeMap::new(),
-        };
-        for (id, addr) in node_list(list).context("--worker-http")? {
-            let addr = addr.to_string();
-            start_worker(&server, &addr, id, &boots, opts, a.worker_fail_first)?;
-        }
-    }
-    if let Some(h) = &a.http {
-        let l = TcpListener::bind(h).with_context(|| format!("--http {h}: cannot bind"))?;
-        let limits = kvsim_runtime::http::FrontLimits {
-            max_connections: a.http_max_connections.max(1),
-            ..Default::default()
-        };
-        let addr = server
-            .start_http(l, limits)
-            .with_context(|| format!("--http {h}"))?;
-        println!("kvsim serve: http on {addr}");
-    }
+    start_fronts(&server, a, opts)?;
     let nodes: Vec<String> = server
         .status()
         .iter()
@@ -339,6 +325,73 @@ where
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `--node N --peers FILE`: this process's one node, on its line's address, with the
+/// client endpoint when it is the router.
+fn this_node(a: &ServeArgs, n: &str) -> Result<NodePlan> {
+    let id = node_id(n)?;
+    let path = a.peers.as_deref().context("--node needs --peers FILE")?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --peers {}", path.display()))?;
+    let (peers, client) =
+        parse_peers(&text).with_context(|| format!("--peers {}", path.display()))?;
+    let addr = *peers
+        .get(&id)
+        .with_context(|| format!("--peers {}: no line for {id}", path.display()))?;
+    let listener = TcpListener::bind(addr).with_context(|| format!("cannot bind {addr}"))?;
+    let client = match (id == ROUTER, client) {
+        (true, Some(c)) => Some(TcpListener::bind(c).with_context(|| format!("cannot bind {c}"))?),
+        (true, None) => bail!(
+            "--peers {}: the router needs a `client ADDR` line",
+            path.display()
+        ),
+        (false, _) => None,
+    };
+    Ok(NodePlan {
+        id,
+        epoch: a.epoch,
+        listener,
+        peers,
+        client,
+    })
+}
+
+/// The HTTP fronts asked for: SGLang's worker API per node (`--worker-http`) and the
+/// router's SGLang-compatible front (`--http`).
+fn start_fronts<K>(server: &Server<K>, a: &ServeArgs, opts: &ServeOptions) -> Result<()>
+where
+    K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
+{
+    if let (Some(h), Some(n), Some(path)) = (&a.worker_http, &a.node, &a.peers) {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --peers {}", path.display()))?;
+        let boots =
+            parse_bootstraps(&text).with_context(|| format!("--peers {}", path.display()))?;
+        start_worker(server, h, node_id(n)?, &boots, opts, a.worker_fail_first)?;
+    }
+    if let (Some(list), None) = (&a.worker_http, &a.node) {
+        let boots = match &a.bootstrap {
+            Some(b) => node_list(b).context("--bootstrap")?,
+            None => BTreeMap::new(),
+        };
+        for (id, addr) in node_list(list).context("--worker-http")? {
+            let addr = addr.to_string();
+            start_worker(server, &addr, id, &boots, opts, a.worker_fail_first)?;
+        }
+    }
+    if let Some(h) = &a.http {
+        let l = TcpListener::bind(h).with_context(|| format!("--http {h}: cannot bind"))?;
+        let limits = kvsim_runtime::http::FrontLimits {
+            max_connections: a.http_max_connections.max(1),
+            ..Default::default()
+        };
+        let addr = server
+            .start_http(l, limits)
+            .with_context(|| format!("--http {h}"))?;
+        println!("kvsim serve: http on {addr}");
+    }
+    Ok(())
 }
 
 /// Serve the worker API of node `id` (and a prefill node's bootstrap endpoint).
@@ -511,6 +564,31 @@ fn http_once(a: &ureq::Agent, url: &str, body: &str) -> Result<(Duration, Durati
     Ok((total, first.unwrap_or(total), status))
 }
 
+/// One load connection of `bench-http`: `--requests` requests, one at a time, through
+/// `--client`: (latency, time to first byte, status) each.
+fn bench_connection(
+    a: &BenchHttpArgs,
+    url: &str,
+    body: &str,
+    host: &str,
+    raw: &[u8],
+) -> Result<Vec<(Duration, Duration, u16)>> {
+    match a.client {
+        BenchClient::Ureq => {
+            let agent = kvsim_runtime::http_client::agent(Duration::from_secs(30));
+            (0..a.requests)
+                .map(|_| http_once(&agent, url, body))
+                .collect()
+        }
+        // The load generator's own client, deliberately: about as cheap per request as
+        // the line endpoint's client (`src/raw_http.rs`).
+        BenchClient::Raw => {
+            let mut c = crate::raw_http::RawClient::connect(host)?;
+            (0..a.requests).map(|_| c.send(raw)).collect()
+        }
+    }
+}
+
 /// Requests/s, latency percentiles and time to first byte (the first token's event
 /// when streaming) of an HTTP `/generate` at one concurrency.
 pub fn bench_http(a: &BenchHttpArgs) -> Result<ExitCode> {
@@ -530,18 +608,7 @@ pub fn bench_http(a: &BenchHttpArgs) -> Result<ExitCode> {
         let workers: Vec<_> = (0..a.concurrency.max(1))
             .map(|_| {
                 let (url, body, host, raw) = (&url, &body, &host, &raw);
-                s.spawn(move || match a.client {
-                    BenchClient::Ureq => {
-                        let agent = kvsim_runtime::http_client::agent(Duration::from_secs(30));
-                        (0..a.requests)
-                            .map(|_| http_once(&agent, url, body))
-                            .collect()
-                    }
-                    BenchClient::Raw => {
-                        let mut c = crate::raw_http::RawClient::connect(host)?;
-                        (0..a.requests).map(|_| c.send(raw)).collect()
-                    }
-                })
+                s.spawn(move || bench_connection(a, url, body, host, raw))
             })
             .collect();
         workers
@@ -599,142 +666,6 @@ pub fn endpoint_of(line: &str) -> Option<SocketAddr> {
         .trim()
         .parse()
         .ok()
-}
-
-#[derive(Args, Debug)]
-pub struct CanaryArgs {
-    /// The client endpoint of a running `kvsim serve`.
-    pub addr: SocketAddr,
-    /// How long to keep sending.
-    #[arg(long, default_value_t = 10)]
-    pub seconds: u64,
-    /// Concurrent clients.
-    #[arg(long, default_value_t = 4)]
-    pub concurrency: u64,
-    /// Seed of the workload (prompt lengths, over-length prompts, disconnects).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Prompts longer than this are over-length (the scenario's prefill pool, in
-    /// tokens): they must get 400, never 200.
-    #[arg(long, default_value_t = 512)]
-    pub limit: u64,
-}
-
-/// What a canary load saw.
-#[derive(Debug, Default, serde::Serialize)]
-pub struct CanaryReport {
-    pub requests: u64,
-    pub by_status: BTreeMap<u16, u64>,
-    pub over_length: u64,
-    pub over_length_400: u64,
-    /// Over-length prompts answered 200: the incident.
-    pub over_length_200: u64,
-    /// 200 replies carrying another request's marker: a leak.
-    pub foreign_marker: u64,
-    pub disconnects: u64,
-    pub connection_errors: u64,
-}
-
-/// A canary workload: every prompt's tokens name its request, so a reply carrying a
-/// token of another request's prompt is a leak seen from outside, whatever the
-/// server's own trace says. Over-length prompts and client disconnects are mixed in.
-/// Exit 1 when a leak was seen.
-pub fn canary(a: &CanaryArgs) -> Result<ExitCode> {
-    let end = Instant::now() + Duration::from_secs(a.seconds);
-    let workers: Vec<_> = (0..a.concurrency)
-        .map(|w| {
-            let (addr, limit) = (a.addr, a.limit);
-            let mut rng = a
-                .seed
-                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-                .wrapping_add(w + 1);
-            std::thread::spawn(move || {
-                let mut r = CanaryReport::default();
-                let mut next = move || {
-                    rng = rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                    kvsim_engine::gpu::splitmix64(rng)
-                };
-                let mut client: Option<Client> = None;
-                while Instant::now() < end {
-                    let roll = next() % 100;
-                    let over = roll < 20;
-                    let len = if over {
-                        limit + 1 + next() % 400
-                    } else {
-                        1 + next() % (limit - 16)
-                    };
-                    let max_new = 1 + (next() % 16) as u32;
-                    if roll >= 90 {
-                        // Disconnect after sending, at a drawn point of the request.
-                        if let Ok(mut c) = Client::connect(addr, Duration::from_secs(5)) {
-                            let line =
-                                format!("{{\"prompt_len\": {len}, \"max_new_tokens\": {max_new}}}");
-                            let _ = c.raw_send(&line);
-                            std::thread::sleep(Duration::from_millis(next() % 30));
-                            r.disconnects += 1;
-                        }
-                        continue;
-                    }
-                    let c = match client.as_mut() {
-                        Some(c) => c,
-                        None => match Client::connect(addr, Duration::from_secs(30)) {
-                            Ok(c) => client.insert(c),
-                            Err(_) => {
-                                r.connection_errors += 1;
-                                std::thread::sleep(Duration::from_millis(50));
-                                continue;
-                            }
-                        },
-                    };
-                    let reply = match c.request(len, max_new) {
-                        Ok(Answer::Reply(reply)) => reply,
-                        Ok(Answer::Error(_)) | Err(_) => {
-                            r.connection_errors += 1;
-                            client = None;
-                            continue;
-                        }
-                    };
-                    r.requests += 1;
-                    *r.by_status.entry(reply.status).or_default() += 1;
-                    if over {
-                        r.over_length += 1;
-                        r.over_length_400 += u64::from(reply.status == 400);
-                        r.over_length_200 += u64::from(reply.status == 200);
-                    }
-                    let foreign = reply
-                        .tokens
-                        .iter()
-                        .any(|t| kvsim_oracle::canary::owner(*t).is_some_and(|o| o.0 != reply.req));
-                    if reply.status == 200 && foreign {
-                        r.foreign_marker += 1;
-                    }
-                }
-                r
-            })
-        })
-        .collect();
-    let mut total = CanaryReport::default();
-    for w in workers {
-        let r = w
-            .join()
-            .map_err(|_| anyhow::anyhow!("a canary thread panicked"))?;
-        total.requests += r.requests;
-        for (s, n) in r.by_status {
-            *total.by_status.entry(s).or_default() += n;
-        }
-        total.over_length += r.over_length;
-        total.over_length_400 += r.over_length_400;
-        total.over_length_200 += r.over_length_200;
-        total.foreign_marker += r.foreign_marker;
-        total.disconnects += r.disconnects;
-        total.connection_errors += r.connection_errors;
-    }
-    println!("canary: {}", serde_json::to_string(&total)?);
-    Ok(if total.foreign_marker > 0 || total.over_length_200 > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
 }
 
 #[derive(Args, Debug)]

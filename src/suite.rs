@@ -314,8 +314,8 @@ pub fn model_check_handoff() -> Result<Row> {
 /// seeds each) and the reduced models; each must be caught, the defended engine not.
 pub fn bug_matrix_quick() -> Result<Row> {
     let t = Instant::now();
-    let m = crate::matrix::run(
-        &crate::matrix::Budget::quick(100),
+    let m = kvsim_lab::matrix::run(
+        &kvsim_lab::matrix::Budget::quick(100),
         "kvsim bugs --quick --seeds 100",
         |_| {},
     )?;
@@ -348,17 +348,18 @@ pub fn bug_matrix_quick() -> Result<Row> {
 /// and the defended engine is clean under every data fault (`src/isolation.rs`).
 pub fn isolation_matrix() -> Result<Row> {
     let t = Instant::now();
-    let m = crate::isolation::run(5, |_| {})?;
+    let m = kvsim_lab::isolation::run(5, |_| {})?;
     let wall_s = t.elapsed().as_secs_f64();
-    let expected =
-        crate::isolation::expected().len() * crate::isolation::TRANSPORTS.len() * m.routers().len();
+    let expected = kvsim_lab::isolation::expected().len()
+        * kvsim_lab::isolation::TRANSPORTS.len()
+        * m.routers().len();
     let misses = m.misses().len();
     let breaches = m.monotonicity_breaches().len();
-    let data_clean = crate::isolation::hazards()
+    let data_clean = kvsim_lab::isolation::hazards()
         .into_iter()
-        .filter(|h| matches!(h, crate::isolation::Hazard::Data(_)))
+        .filter(|h| matches!(h, kvsim_lab::isolation::Hazard::Data(_)))
         .all(|h| {
-            crate::isolation::TRANSPORTS.iter().all(|t| {
+            kvsim_lab::isolation::TRANSPORTS.iter().all(|t| {
                 m.routers().into_iter().all(|r| {
                     m.get_in(*t, r, "all defenses", h)
                         .is_some_and(|c| c.invariants.is_empty())

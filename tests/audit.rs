@@ -7,10 +7,10 @@
 
 mod cli;
 
-use kvsim::matrix::{configurations, load, load_for, sim_cell, sim_not_applicable};
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::trace::TraceEvent;
+use kvsim_lab::matrix::{configurations, load, load_for, sim_cell, sim_not_applicable};
 use kvsim_oracle::audit::{audit, audit_readers, render, AuditOptions};
 use kvsim_oracle::schema::{entry_line, header_line, parse_line, Line, Record};
 use kvsim_sim::plan::{Plan, Reduction};

@@ -2,8 +2,8 @@
 //! defended engine is not flagged, within budgets small enough for the default
 //! `cargo test`. The full budgets are `kvsim bugs` (see README).
 
-use kvsim::matrix::{self, Budget};
 use kvsim_engine::bugs::{Bug, BugSet};
+use kvsim_lab::matrix::{self, Budget};
 
 /// Seeds per switch for the simulator (the slowest switch, `ack-ignores-generation`
 /// on `partition`, first fails at seed 76).
@@ -119,9 +119,9 @@ fn the_quick_matrix_is_all_caught_and_renders() {
     for r in &m.rows {
         assert!(r.ok(), "{} not ok: {:?} / {:?}", r.label, r.sim, r.mc);
     }
-    let md = kvsim::matrix_report::markdown(&m);
+    let md = kvsim_lab::matrix_report::markdown(&m);
     assert!(md.contains("| incident pair (gate + length) |"), "{md}");
-    let svg = kvsim::matrix_report::svg(&m).unwrap();
+    let svg = kvsim_lab::matrix_report::svg(&m).unwrap();
     assert!(
         svg.starts_with("<svg") && svg.contains("ack-ignores-generation"),
         "{}",

@@ -4,7 +4,7 @@
 //! lengths, so that both colours and a long bar under the top-right corner (where a
 //! default legend sits) are present.
 
-use kvsim::matrix_report::{self, Matrix, MatrixRow, SimCell, CAUGHT, MISSED};
+use kvsim_lab::matrix_report::{self, Matrix, MatrixRow, SimCell, CAUGHT, MISSED};
 
 fn row(label: &str, seeds_run: u64, caught: bool) -> MatrixRow {
     MatrixRow {

@@ -4,10 +4,10 @@
 //! did not. The full table with more seeds:
 //! `cargo test --release --test isolation -- --ignored --nocapture`.
 
-use kvsim::isolation::{self, Hazard};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::world::KvTransport;
 use kvsim_engine::RouterPolicy;
+use kvsim_lab::isolation::{self, Hazard};
 
 /// Every transport with every router policy.
 fn transports_and_routers() -> Vec<(KvTransport, RouterPolicy)> {

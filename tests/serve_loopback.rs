@@ -278,6 +278,59 @@ fn replies_match_the_simulator(gpu: &str, backend: kvsim_sim::Backend) {
     assert!(served.values().any(|(st, _)| *st == 400));
 }
 
+/// `--gpu cuda` probes CUDA device 0 before anything starts. Without a device (this
+/// CI machine: `KVSIM_EXPECT_NO_GPU=1`) it refuses at once, exit status 2 (an error), with the
+/// probe's reason and nothing served; with one, its replies equal the simulator's host
+/// backend token for token (CudaGpu answers as HostGpu does). Each half prints
+/// `SKIPPED: ...` where the machine cannot run it.
+#[test]
+fn serve_on_cuda_refuses_without_a_device_and_matches_host_with_one() {
+    use kvsim_cuda::probe::{cuda_device, visible, Probe};
+    let expect_none = std::env::var("KVSIM_EXPECT_NO_GPU").as_deref() == Ok("1");
+    match cuda_device() {
+        Probe::Present { devices } => {
+            assert!(
+                !expect_none,
+                "KVSIM_EXPECT_NO_GPU=1 but the probe found {devices} device(s)"
+            );
+            visible("SKIPPED: a CUDA device is present, so the refusal is not run [serve_on_cuda]");
+            replies_match_the_simulator("cuda", kvsim_sim::Backend::Host);
+        }
+        Probe::Absent(why) => {
+            visible(&format!(
+                "SKIPPED: no CUDA device ({why}), so serving on CudaGpu is not run [serve_on_cuda]"
+            ));
+            let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kvsim"))
+                .current_dir(root())
+                .args(["serve", LOOPBACK, "--gpu", "cuda"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("kvsim serve starts");
+            let end = Instant::now() + cli::SERVE_WAIT;
+            while child.try_wait().expect("try_wait").is_none() {
+                if Instant::now() > end {
+                    let _ = child.kill();
+                    panic!("kvsim serve --gpu cuda did not refuse without a device");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let out = child.wait_with_output().expect("its output");
+            let t = text(&out);
+            assert_eq!(out.status.code(), Some(2), "{t}");
+            assert!(
+                t.contains("--gpu cuda: cannot use the CUDA backend: no CUDA device: "),
+                "{t}"
+            );
+            assert!(
+                t.contains(&why),
+                "the probe's reason `{why}` is not named:\n{t}"
+            );
+            assert!(!t.contains("client endpoint"), "it served:\n{t}");
+        }
+    }
+}
+
 /// A free loopback port (bound, then released for the child to bind).
 fn free_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -11,10 +11,10 @@
 //! docs/PERFORMANCE.md by hand. It is not a model of real attention's arithmetic
 //! intensity: echo attention reads one page per request.
 
-use crate::cuda::{CudaDevice, HostBatch};
-use crate::GpuError;
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags};
-use kvsim_engine::gpu::{key_width, layout};
+use kvsim_cuda::cuda::{CudaDevice, CudaGpu, DeviceBatch, HostBatch};
+use kvsim_cuda::GpuError;
+use kvsim_engine::gpu::{key_width, layout, Gpu};
 use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey, Token};
 
 /// H200 SXM's published HBM3e bandwidth, used when the device attributes are absent.
@@ -143,61 +143,13 @@ pub fn run(dev: &CudaDevice, cfg: &BenchConfig) -> Result<BenchResult, GpuError>
     }
     let mut gpu = dev.gpu(pages, ps)?;
     let room = RoomKey::new(1, 1);
-    let table: Vec<PageTag> = (1..=pages)
-        .map(|p| PageTag {
-            page: PageId(p),
-            gen: Generation(1),
-        })
-        .collect();
-    let tokens: Vec<Token> = (0..u64::from(pages) * u64::from(ps))
-        .map(fill_token)
-        .collect();
-    gpu.try_write_tokens(&table, 0, &tokens, room)?;
-    drop(tokens);
-    let mut batch = HostBatch::default();
+    let table = fill_pool(&mut gpu, room)?;
     let seq = cfg.seq_pages;
-    let mut want = Vec::with_capacity(pages as usize);
-    let mut entries = Vec::with_capacity(seq as usize);
-    for r in 0..pages {
-        entries.clear();
-        entries.extend((0..seq).map(|i| table[((r + i) % pages) as usize]));
-        let q = u64::from(r % ps);
-        batch.push(&entries, room, u64::from(seq) * u64::from(ps), q);
-        want.push(fill_token(u64::from(r) * u64::from(ps) + q));
-    }
+    let (batch, want) = echo_batch(&table, seq, ps, room);
     let mut d = gpu.upload_batch(&batch)?;
     drop(batch);
-    let ctx = dev.context();
-    let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-    let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
-    let mut times = [Vec::new(), Vec::new()];
-    for i in 0..(cfg.warmup + cfg.runs) * 2 {
-        let check = i % 2 == 1;
-        start.record(gpu.stream())?;
-        gpu.launch_attend(&mut d, check)?;
-        end.record(gpu.stream())?;
-        end.synchronize()?;
-        let ms = f64::from(start.elapsed_ms(&end)?);
-        if i >= cfg.warmup * 2 {
-            times[usize::from(check)].push(ms);
-            if i >= (cfg.warmup + cfg.runs) * 2 - 2 {
-                let (got, flags) = gpu.batch_results(&d)?;
-                let bad = got
-                    .iter()
-                    .zip(&want)
-                    .zip(&flags)
-                    .filter(|((g, w), f)| g != w || **f != layout::FLAG_OK)
-                    .count();
-                if bad > 0 {
-                    return Err(GpuError::Shape(format!(
-                        "{bad} of {pages} requests did not echo their token (check {check})"
-                    )));
-                }
-            }
-        }
-    }
+    let [nocheck, check] = time_attend(dev, &gpu, &mut d, cfg, &want)?;
     let (hbm, source) = hbm_bandwidth(dev);
-    let [nocheck, check] = times;
     Ok(BenchResult {
         device: dev.name(),
         pool_pages: pages,
@@ -212,6 +164,84 @@ pub fn run(dev: &CudaDevice, cfg: &BenchConfig) -> Result<BenchResult, GpuError>
         hbm_bytes_per_s: hbm,
         hbm_source: source,
     })
+}
+
+/// Write every slot of the pool ([`fill_token`] of its position) under `room`,
+/// generation 1; the page table of the whole pool.
+fn fill_pool(gpu: &mut CudaGpu, room: RoomKey) -> Result<Vec<PageTag>, GpuError> {
+    let (pages, ps) = (gpu.pages(), gpu.page_size());
+    let table: Vec<PageTag> = (1..=pages)
+        .map(|p| PageTag {
+            page: PageId(p),
+            gen: Generation(1),
+        })
+        .collect();
+    let tokens: Vec<Token> = (0..u64::from(pages) * u64::from(ps))
+        .map(fill_token)
+        .collect();
+    gpu.try_write_tokens(&table, 0, &tokens, room)?;
+    Ok(table)
+}
+
+/// One request per page: `seq` pages from it on (wrapping), querying a position of its
+/// first page; and the token each must echo.
+fn echo_batch(table: &[PageTag], seq: u32, ps: u32, room: RoomKey) -> (HostBatch, Vec<Token>) {
+    let pages = table.len() as u32;
+    let mut batch = HostBatch::default();
+    let mut want = Vec::with_capacity(pages as usize);
+    let mut entries = Vec::with_capacity(seq as usize);
+    for r in 0..pages {
+        entries.clear();
+        entries.extend((0..seq).map(|i| table[((r + i) % pages) as usize]));
+        let q = u64::from(r % ps);
+        batch.push(&entries, room, u64::from(seq) * u64::from(ps), q);
+        want.push(fill_token(u64::from(r) * u64::from(ps) + q));
+    }
+    (batch, want)
+}
+
+/// Time the attention launch, alternately without and with the tag check, after
+/// `cfg.warmup` rounds: each run's milliseconds `[without, with]`. The last round's
+/// results must echo `want` with every flag clear.
+fn time_attend(
+    dev: &CudaDevice,
+    gpu: &CudaGpu,
+    d: &mut DeviceBatch,
+    cfg: &BenchConfig,
+    want: &[Token],
+) -> Result<[Vec<f64>; 2], GpuError> {
+    let ctx = dev.context();
+    let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+    let mut times = [Vec::new(), Vec::new()];
+    for i in 0..(cfg.warmup + cfg.runs) * 2 {
+        let check = i % 2 == 1;
+        start.record(gpu.stream())?;
+        gpu.launch_attend(d, check)?;
+        end.record(gpu.stream())?;
+        end.synchronize()?;
+        let ms = f64::from(start.elapsed_ms(&end)?);
+        if i < cfg.warmup * 2 {
+            continue;
+        }
+        times[usize::from(check)].push(ms);
+        if i >= (cfg.warmup + cfg.runs) * 2 - 2 {
+            let (got, flags) = gpu.batch_results(d)?;
+            let bad = got
+                .iter()
+                .zip(want)
+                .zip(&flags)
+                .filter(|((g, w), f)| g != w || **f != layout::FLAG_OK)
+                .count();
+            if bad > 0 {
+                return Err(GpuError::Shape(format!(
+                    "{bad} of {} requests did not echo their token (check {check})",
+                    want.len()
+                )));
+            }
+        }
+    }
+    Ok(times)
 }
 
 /// `Gpu::pages` of the benchmark's pool for a config (what `run` would allocate).

@@ -92,214 +92,305 @@ pub fn compare<A: Gpu, B: Gpu>(
     w: &Workload,
     same_kv: impl Fn(&A::Kv, &B::Kv) -> bool,
 ) -> Result<Stats, Divergence> {
-    let mut rng = ChaCha8Rng::seed_from_u64(w.seed);
-    let p = w.pool_pages;
-    let ps = u64::from(w.page_size);
-    let mut gens = vec![0u64; p as usize + 2];
-    let mut held: Vec<Held> = Vec::new();
-    let mut room_gen = 0u64;
-    let mut st = Stats::default();
+    let mut r = Run {
+        a,
+        b,
+        same_kv,
+        w: *w,
+        rng: ChaCha8Rng::seed_from_u64(w.seed),
+        p: w.pool_pages,
+        ps: u64::from(w.page_size),
+        gens: vec![0u64; w.pool_pages as usize + 2],
+        held: Vec::new(),
+        room_gen: 0,
+        st: Stats::default(),
+        op: 0,
+    };
     for op in 0..w.ops {
-        let fail = |what: String| Divergence {
-            seed: w.seed,
-            op,
-            what,
-        };
-        let kind = rng.random_range(0..100u32);
-        if kind < 25 || held.is_empty() {
-            // Allocate 1..=4 pages under new generations and prefill some of them.
-            let k = rng.random_range(1..=4usize);
-            let mut pages = Vec::with_capacity(k);
-            for _ in 0..k {
-                let page = match rng.random_range(0..100u32) {
-                    0..=2 => p + 1, // beyond the pool
-                    3..=6 if !pages.is_empty() => {
-                        let t: &PageTag = &pages[rng.random_range(0..pages.len())];
-                        t.page.0
-                    }
-                    _ => rng.random_range(1..=p),
-                };
-                gens[page as usize] += 1;
-                pages.push(PageTag {
-                    page: PageId(page),
-                    gen: Generation(gens[page as usize]),
-                });
-            }
-            room_gen += 1;
-            let room = RoomKey::new(rng.random_range(1..=6), room_gen);
-            let cap = k as u64 * ps;
-            let n = rng.random_range(0..=cap + 1);
-            let start = if rng.random_range(0..8u32) == 0 {
-                rng.random_range(0..=cap)
-            } else {
-                0
-            };
-            let tokens: Vec<Token> = (0..n).map(|_| token(&mut rng)).collect();
-            // Both refuse a write past the table (or outside the pool) whole, alike.
-            let ra = a.write_tokens(&pages, start, &tokens, room);
-            let rb = b.write_tokens(&pages, start, &tokens, room);
-            if ra != rb {
-                return Err(fail(format!(
-                    "write_tokens at {start} of {n} over {pages:?}: {ra:?} vs {rb:?}"
-                )));
-            }
-            st.writes += 1;
-            held.push(Held {
-                room,
-                pages,
-                seq_len: (start + n).min(cap),
-            });
-            if held.len() > 24 {
-                held.remove(0);
-            }
+        r.op = op;
+        let kind = r.rng.random_range(0..100u32);
+        if kind < 25 || r.held.is_empty() {
+            r.allocate_and_prefill()?;
         } else if kind < 35 {
-            // A decode step's write: one token at the end of a held sequence.
-            let i = rng.random_range(0..held.len());
-            let h = &mut held[i];
-            let tok = token(&mut rng);
-            let ra = a.write_tokens(&h.pages, h.seq_len, &[tok], h.room);
-            let rb = b.write_tokens(&h.pages, h.seq_len, &[tok], h.room);
-            if ra != rb {
-                return Err(fail(format!(
-                    "decode-step write at {} over {:?}: {ra:?} vs {rb:?}",
-                    h.seq_len, h.pages
-                )));
-            }
-            if ra.is_ok() {
-                h.seq_len += 1;
-            }
-            st.writes += 1;
+            r.decode_step()?;
         } else if kind < 65 {
-            // A batch of attention requests over held (possibly stale) page tables.
-            let n = rng.random_range(1..=8usize);
-            let picks: Vec<(usize, u64, u64, RoomKey)> = (0..n)
-                .map(|_| {
-                    let i = rng.random_range(0..held.len());
-                    let h = &held[i];
-                    let seq = if rng.random_range(0..6u32) == 0 {
-                        rng.random_range(0..=h.pages.len() as u64 * ps)
-                    } else {
-                        h.seq_len
-                    };
-                    let q = rng.random_range(0..=seq + 1);
-                    let room = if rng.random_range(0..10u32) == 0 {
-                        RoomKey::new(h.room.room.0, h.room.gen.0 + 1)
-                    } else {
-                        h.room
-                    };
-                    (i, seq, q, room)
-                })
-                .collect();
-            let batch: Vec<AttendRequest<'_>> = picks
-                .iter()
-                .map(|&(i, seq, q, room)| {
-                    let h = &held[i];
-                    let pages_len = (seq.div_ceil(ps) as usize).min(h.pages.len());
-                    AttendRequest {
-                        pages: &h.pages[..pages_len],
-                        room,
-                        seq_len: seq,
-                        query_pos: q,
-                    }
-                })
-                .collect();
-            let check = rng.random_range(0..3u32) != 0;
-            let ra = a.attend_batch(&batch, check);
-            let rb = b.attend_batch(&batch, check);
-            if ra != rb {
-                return Err(fail(format!(
-                    "attend_batch (check {check}) on {batch:?}: {ra:?} vs {rb:?}"
-                )));
-            }
-            st.attends += batch.len() as u64;
-            st.tag_mismatches += ra.iter().filter(|r| r.is_err()).count() as u64;
-            st.echoed += ra.iter().filter(|r| matches!(r, Ok(t) if *t != 0)).count() as u64;
-            let r0 = &batch[0];
-            let (sa, sb) = (
-                a.attend(&ids(r0.pages), r0.seq_len, r0.query_pos),
-                b.attend(&ids(r0.pages), r0.seq_len, r0.query_pos),
-            );
-            if sa != sb {
-                return Err(fail(format!("attend on {r0:?}: {sa} vs {sb}")));
-            }
-            st.attends += 1;
+            r.attend()?;
         } else if kind < 77 {
-            // A transfer: copy a page out and into a freshly allocated page.
-            let srcs: Vec<PageId> = (0..rng.random_range(1..=3usize))
-                .map(|_| PageId(rng.random_range(0..=p)))
-                .collect();
-            let ka = a.read_pages(&srcs);
-            let kb = b.read_pages(&srcs);
-            if ka.len() != kb.len() || ka.iter().zip(&kb).any(|(x, y)| !same_kv(x, y)) {
-                return Err(fail(format!("read_pages {srcs:?} differ")));
-            }
-            let one_a = a.read_page(srcs[0]);
-            if !same_kv(&one_a, &kb[0]) {
-                return Err(fail(format!("read_page {} differs", srcs[0])));
-            }
-            let dst = rng.random_range(0..=p + 1);
-            gens[dst as usize] += 1;
-            let dst = PageTag {
-                page: PageId(dst),
-                gen: Generation(gens[dst as usize]),
-            };
-            room_gen += 1;
-            let room = RoomKey::new(rng.random_range(1..=6), room_gen);
-            let (ra, rb) = (
-                a.write_page(dst, room, &ka[0]),
-                b.write_page(dst, room, &kb[0]),
-            );
-            if ra != rb {
-                return Err(fail(format!("write_page to {dst}: {ra:?} vs {rb:?}")));
-            }
-            held.push(Held {
-                room,
-                pages: vec![dst],
-                seq_len: ps,
-            });
-            st.transfers += 1;
+            r.transfer()?;
         } else if kind < 82 {
-            let page = PageId(rng.random_range(0..=p + 1));
-            a.zero_page(page);
-            b.zero_page(page);
-            st.zeroed += 1;
+            r.zero();
         } else if kind < 90 {
-            let h = &held[rng.random_range(0..held.len())];
-            let room = if rng.random_range(0..4u32) == 0 {
-                RoomKey::new(rng.random_range(1..=6), rng.random_range(0..=room_gen))
-            } else {
-                h.room
-            };
-            let (ca, cb) = (a.check_tags(&h.pages, room), b.check_tags(&h.pages, room));
-            if ca != cb {
-                return Err(fail(format!(
-                    "check_tags {:?} {room:?}: {ca:?} vs {cb:?}",
-                    h.pages
-                )));
-            }
+            r.check_tags()?;
         } else if kind < 96 {
-            let h = &held[rng.random_range(0..held.len())];
-            let pages = ids(&h.pages);
-            let n = rng.random_range(0..=h.pages.len() as u64 * ps + 1);
-            let (da, db) = (a.digest(&pages, n), b.digest(&pages, n));
-            if da != db {
-                return Err(fail(format!("digest {pages:?} {n}: {da:#x} vs {db:#x}")));
-            }
-            let pos = rng.random_range(0..=n);
-            let (ta, tb) = (a.token_at(&pages, pos), b.token_at(&pages, pos));
-            if ta != tb {
-                return Err(fail(format!("token_at {pages:?} {pos}: {ta} vs {tb}")));
-            }
-            st.digests += 1;
+            r.digest()?;
         } else {
-            let page = PageId(rng.random_range(0..=p + 1));
-            let (ta, tb) = (a.page_tag(page), b.page_tag(page));
-            if ta != tb {
-                return Err(fail(format!("page_tag {page}: {ta:?} vs {tb:?}")));
-            }
+            r.page_tag()?;
         }
     }
-    Ok(st)
+    Ok(r.st)
+}
+
+/// One comparison run in progress: both backends, the draws, and what the workload
+/// holds (page generations, held sequences).
+struct Run<'g, A: Gpu, B: Gpu, F> {
+    a: &'g mut A,
+    b: &'g mut B,
+    same_kv: F,
+    w: Workload,
+    rng: ChaCha8Rng,
+    /// Pool pages and page size.
+    p: u32,
+    ps: u64,
+    /// The latest generation handed out per page id (`0..=p + 1`).
+    gens: Vec<u64>,
+    held: Vec<Held>,
+    room_gen: u64,
+    st: Stats,
+    /// The operation being run.
+    op: u32,
+}
+
+impl<A: Gpu, B: Gpu, F: Fn(&A::Kv, &B::Kv) -> bool> Run<'_, A, B, F> {
+    fn fail(&self, what: String) -> Divergence {
+        Divergence {
+            seed: self.w.seed,
+            op: self.op,
+            what,
+        }
+    }
+
+    /// A fresh page tag for `page`, under its next generation.
+    fn next_tag(&mut self, page: u32) -> PageTag {
+        self.gens[page as usize] += 1;
+        PageTag {
+            page: PageId(page),
+            gen: Generation(self.gens[page as usize]),
+        }
+    }
+
+    /// Allocate 1..=4 pages under new generations and prefill some of them.
+    fn allocate_and_prefill(&mut self) -> Result<(), Divergence> {
+        let (p, ps) = (self.p, self.ps);
+        let k = self.rng.random_range(1..=4usize);
+        let mut pages: Vec<PageTag> = Vec::with_capacity(k);
+        for _ in 0..k {
+            let page = match self.rng.random_range(0..100u32) {
+                0..=2 => p + 1, // beyond the pool
+                3..=6 if !pages.is_empty() => pages[self.rng.random_range(0..pages.len())].page.0,
+                _ => self.rng.random_range(1..=p),
+            };
+            let tag = self.next_tag(page);
+            pages.push(tag);
+        }
+        self.room_gen += 1;
+        let room = RoomKey::new(self.rng.random_range(1..=6), self.room_gen);
+        let cap = k as u64 * ps;
+        let n = self.rng.random_range(0..=cap + 1);
+        let start = if self.rng.random_range(0..8u32) == 0 {
+            self.rng.random_range(0..=cap)
+        } else {
+            0
+        };
+        let tokens: Vec<Token> = (0..n).map(|_| token(&mut self.rng)).collect();
+        // Both refuse a write past the table (or outside the pool) whole, alike.
+        let ra = self.a.write_tokens(&pages, start, &tokens, room);
+        let rb = self.b.write_tokens(&pages, start, &tokens, room);
+        if ra != rb {
+            return Err(self.fail(format!(
+                "write_tokens at {start} of {n} over {pages:?}: {ra:?} vs {rb:?}"
+            )));
+        }
+        self.st.writes += 1;
+        self.held.push(Held {
+            room,
+            pages,
+            seq_len: (start + n).min(cap),
+        });
+        if self.held.len() > 24 {
+            self.held.remove(0);
+        }
+        Ok(())
+    }
+
+    /// A decode step's write: one token at the end of a held sequence.
+    fn decode_step(&mut self) -> Result<(), Divergence> {
+        let i = self.rng.random_range(0..self.held.len());
+        let tok = token(&mut self.rng);
+        let h = &mut self.held[i];
+        let ra = self.a.write_tokens(&h.pages, h.seq_len, &[tok], h.room);
+        let rb = self.b.write_tokens(&h.pages, h.seq_len, &[tok], h.room);
+        if ra != rb {
+            let what = format!(
+                "decode-step write at {} over {:?}: {ra:?} vs {rb:?}",
+                h.seq_len, h.pages
+            );
+            return Err(self.fail(what));
+        }
+        if ra.is_ok() {
+            h.seq_len += 1;
+        }
+        self.st.writes += 1;
+        Ok(())
+    }
+
+    /// The requests of an attention batch over held (possibly stale) page tables:
+    /// (held index, sequence length, query position, reader's room).
+    fn draw_batch(&mut self) -> Vec<(usize, u64, u64, RoomKey)> {
+        let n = self.rng.random_range(1..=8usize);
+        (0..n)
+            .map(|_| {
+                let i = self.rng.random_range(0..self.held.len());
+                let h = &self.held[i];
+                let seq = if self.rng.random_range(0..6u32) == 0 {
+                    self.rng.random_range(0..=h.pages.len() as u64 * self.ps)
+                } else {
+                    h.seq_len
+                };
+                let q = self.rng.random_range(0..=seq + 1);
+                let room = if self.rng.random_range(0..10u32) == 0 {
+                    RoomKey::new(h.room.room.0, h.room.gen.0 + 1)
+                } else {
+                    h.room
+                };
+                (i, seq, q, room)
+            })
+            .collect()
+    }
+
+    /// A batch of attention requests, with or without the tag check, then the first
+    /// request alone.
+    fn attend(&mut self) -> Result<(), Divergence> {
+        let picks = self.draw_batch();
+        let ps = self.ps;
+        let batch: Vec<AttendRequest<'_>> = picks
+            .iter()
+            .map(|&(i, seq, q, room)| {
+                let h = &self.held[i];
+                let pages_len = (seq.div_ceil(ps) as usize).min(h.pages.len());
+                AttendRequest {
+                    pages: &h.pages[..pages_len],
+                    room,
+                    seq_len: seq,
+                    query_pos: q,
+                }
+            })
+            .collect();
+        let check = self.rng.random_range(0..3u32) != 0;
+        let ra = self.a.attend_batch(&batch, check);
+        let rb = self.b.attend_batch(&batch, check);
+        if ra != rb {
+            return Err(self.fail(format!(
+                "attend_batch (check {check}) on {batch:?}: {ra:?} vs {rb:?}"
+            )));
+        }
+        self.st.attends += batch.len() as u64;
+        self.st.tag_mismatches += ra.iter().filter(|r| r.is_err()).count() as u64;
+        self.st.echoed += ra.iter().filter(|r| matches!(r, Ok(t) if *t != 0)).count() as u64;
+        let r0 = &batch[0];
+        let (sa, sb) = (
+            self.a.attend(&ids(r0.pages), r0.seq_len, r0.query_pos),
+            self.b.attend(&ids(r0.pages), r0.seq_len, r0.query_pos),
+        );
+        if sa != sb {
+            return Err(self.fail(format!("attend on {r0:?}: {sa} vs {sb}")));
+        }
+        self.st.attends += 1;
+        Ok(())
+    }
+
+    /// A transfer: copy a page out and into a freshly allocated page.
+    fn transfer(&mut self) -> Result<(), Divergence> {
+        let p = self.p;
+        let srcs: Vec<PageId> = (0..self.rng.random_range(1..=3usize))
+            .map(|_| PageId(self.rng.random_range(0..=p)))
+            .collect();
+        let ka = self.a.read_pages(&srcs);
+        let kb = self.b.read_pages(&srcs);
+        if ka.len() != kb.len() || ka.iter().zip(&kb).any(|(x, y)| !(self.same_kv)(x, y)) {
+            return Err(self.fail(format!("read_pages {srcs:?} differ")));
+        }
+        let one_a = self.a.read_page(srcs[0]);
+        if !(self.same_kv)(&one_a, &kb[0]) {
+            return Err(self.fail(format!("read_page {} differs", srcs[0])));
+        }
+        let dst = self.rng.random_range(0..=p + 1);
+        let dst = self.next_tag(dst);
+        self.room_gen += 1;
+        let room = RoomKey::new(self.rng.random_range(1..=6), self.room_gen);
+        let (ra, rb) = (
+            self.a.write_page(dst, room, &ka[0]),
+            self.b.write_page(dst, room, &kb[0]),
+        );
+        if ra != rb {
+            return Err(self.fail(format!("write_page to {dst}: {ra:?} vs {rb:?}")));
+        }
+        self.held.push(Held {
+            room,
+            pages: vec![dst],
+            seq_len: self.ps,
+        });
+        self.st.transfers += 1;
+        Ok(())
+    }
+
+    fn zero(&mut self) {
+        let page = PageId(self.rng.random_range(0..=self.p + 1));
+        self.a.zero_page(page);
+        self.b.zero_page(page);
+        self.st.zeroed += 1;
+    }
+
+    /// The tag check of a held table, by its own room or a drawn one.
+    fn check_tags(&mut self) -> Result<(), Divergence> {
+        let i = self.rng.random_range(0..self.held.len());
+        let room = if self.rng.random_range(0..4u32) == 0 {
+            RoomKey::new(
+                self.rng.random_range(1..=6),
+                self.rng.random_range(0..=self.room_gen),
+            )
+        } else {
+            self.held[i].room
+        };
+        let h = &self.held[i];
+        let (ca, cb) = (
+            self.a.check_tags(&h.pages, room),
+            self.b.check_tags(&h.pages, room),
+        );
+        if ca != cb {
+            let what = format!("check_tags {:?} {room:?}: {ca:?} vs {cb:?}", h.pages);
+            return Err(self.fail(what));
+        }
+        Ok(())
+    }
+
+    /// A digest of a held sequence's first tokens, and one token of it.
+    fn digest(&mut self) -> Result<(), Divergence> {
+        let i = self.rng.random_range(0..self.held.len());
+        let pages = ids(&self.held[i].pages);
+        let n = self
+            .rng
+            .random_range(0..=self.held[i].pages.len() as u64 * self.ps + 1);
+        let (da, db) = (self.a.digest(&pages, n), self.b.digest(&pages, n));
+        if da != db {
+            return Err(self.fail(format!("digest {pages:?} {n}: {da:#x} vs {db:#x}")));
+        }
+        let pos = self.rng.random_range(0..=n);
+        let (ta, tb) = (self.a.token_at(&pages, pos), self.b.token_at(&pages, pos));
+        if ta != tb {
+            return Err(self.fail(format!("token_at {pages:?} {pos}: {ta} vs {tb}")));
+        }
+        self.st.digests += 1;
+        Ok(())
+    }
+
+    fn page_tag(&mut self) -> Result<(), Divergence> {
+        let page = PageId(self.rng.random_range(0..=self.p + 1));
+        let (ta, tb) = (self.a.page_tag(page), self.b.page_tag(page));
+        if ta != tb {
+            return Err(self.fail(format!("page_tag {page}: {ta:?} vs {tb:?}")));
+        }
+        Ok(())
+    }
 }
 
 /// A token: mostly canary-shaped (`owner << 16 | index`), sometimes any 32 bits.

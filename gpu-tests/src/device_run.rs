@@ -8,8 +8,8 @@
 //! difference or a wrong outcome returns an error, never a report.
 
 use crate::compare::{compare, Divergence, Stats, Workload};
-use crate::cuda::CudaDevice;
-use crate::{kernels, nvrtc, probe, GpuError};
+use kvsim_cuda::cuda::CudaDevice;
+use kvsim_cuda::{kernels, nvrtc, probe, GpuError};
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
 use kvsim_engine::msg::Status;
@@ -56,7 +56,7 @@ pub fn ptx_check() -> Result<Option<String>, RunError> {
         .collect();
     if !missing.is_empty() {
         return Err(RunError::Check(format!(
-            "kernels/kv.ptx lacks {missing:?}: regenerate it (cargo run -p kvsim-gpu-tests --bin gen-ptx)"
+            "kernels/kv.ptx lacks {missing:?}: regenerate it (cargo run -p kvsim-cuda --bin gen-ptx)"
         )));
     }
     if nvrtc::ensure().is_err() {
@@ -68,7 +68,7 @@ pub fn ptx_check() -> Result<Option<String>, RunError> {
     }
     if fresh.ptx.trim_end() != kernels::PTX.trim_end() {
         return Err(RunError::Check(
-            "kernels/kv.ptx is not current: regenerate it (cargo run -p kvsim-gpu-tests --bin gen-ptx)"
+            "kernels/kv.ptx is not current: regenerate it (cargo run -p kvsim-cuda --bin gen-ptx)"
                 .into(),
         ));
     }

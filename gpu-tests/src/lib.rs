@@ -1,36 +1,14 @@
-//! kvsim-gpu-tests: the engine's KV pages in GPU memory through cudarc, and the checks
-//! that keep that backend equal to the CPU reference.
+//! kvsim-gpu-tests: the checks that keep the CUDA backend (`kvsim-cuda`, `CudaGpu`)
+//! equal to the CPU reference, the device run and the attention benchmark.
 //!
-//! [`cuda::CudaGpu`] implements the engine's `Gpu` trait on one CUDA device: the page
-//! pool and the page tags are plain device allocations, and every operation is a
-//! kernel of `kernels/kv.cu` (prefill writes, page gather and scatter for transfers,
-//! per-position token decode for checksums, zeroing, and paged echo attention with the
-//! tag check inside). The kernels mirror `kvsim_engine::gpu::layout` line for line, so
-//! `CudaGpu` answers exactly as `HostGpu` does. This crate is not part of the engine:
-//! nothing in the engine or the simulator depends on it, and it builds and tests on
-//! machines with no CUDA at all: [`probe`] finds the driver without panicking,
-//! [`nvrtc`] finds the NVRTC library (from NVIDIA's PyPI wheel in CI), and every
-//! device test prints `SKIPPED: ...` where there is no device.
+//! [`compare`] runs one random workload on two `Gpu` backends and reports the first
+//! difference; [`device_run`] holds the parts of `gpu-tests/run-on-device.sh` (the
+//! probe, the PTX check, CudaGpu against HostGpu, the incident scenario on a backend);
+//! [`bench`] times the attention kernel with and without the tag check. The backend
+//! itself (kernels, NVRTC, probe) is the `kvsim-cuda` crate. This crate builds and
+//! tests on machines with no CUDA at all: every device test prints `SKIPPED: ...`
+//! where there is no device.
 
 pub mod bench;
 pub mod compare;
-pub mod cuda;
 pub mod device_run;
-pub mod kernels;
-pub mod nvrtc;
-pub mod probe;
-
-/// Everything that can go wrong talking to CUDA.
-#[derive(Debug, thiserror::Error)]
-pub enum GpuError {
-    #[error("CUDA driver call failed: {0}")]
-    Driver(#[from] cudarc::driver::DriverError),
-    #[error("no CUDA device: {0}")]
-    NoDevice(String),
-    #[error("kernel compilation failed: {0}")]
-    Compile(#[from] nvrtc::CompileFailure),
-    #[error("the kernel module does not load: {0}")]
-    Module(String),
-    #[error("unsupported pool shape: {0}")]
-    Shape(String),
-}

@@ -8,13 +8,13 @@
 //! touches a device. Every assertion can fail: each compares against an independent
 //! definition or a committed artifact.
 
+use kvsim_cuda::cuda::CudaDevice;
+use kvsim_cuda::probe::{cuda_device, Probe};
+use kvsim_cuda::{kernels, nvrtc, GpuError};
 use kvsim_engine::gpu::layout::{self, TAG_WORDS};
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu, VALUE_LANES};
 use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey};
 use kvsim_gpu_tests::compare::{compare, Workload};
-use kvsim_gpu_tests::cuda::CudaDevice;
-use kvsim_gpu_tests::probe::{cuda_device, Probe};
-use kvsim_gpu_tests::{kernels, nvrtc, GpuError};
 use proptest::prelude::*;
 
 /// `Some(reason)` when NVRTC is absent and that is allowed here (the test then skips).
@@ -26,7 +26,7 @@ fn nvrtc_skip(test: &str) -> Option<String> {
                 std::env::var("KVSIM_REQUIRE_NVRTC").as_deref() != Ok("1"),
                 "KVSIM_REQUIRE_NVRTC=1 but NVRTC is not available: {why}"
             );
-            kvsim_gpu_tests::probe::visible(&format!("SKIPPED: no NVRTC ({why}) [{test}]"));
+            kvsim_cuda::probe::visible(&format!("SKIPPED: no NVRTC ({why}) [{test}]"));
             Some(why)
         }
     }
@@ -178,7 +178,7 @@ fn committed_ptx_is_current() {
     };
     assert!(
         c.ptx.trim_end() == kernels::PTX.trim_end(),
-        "gpu-tests/kernels/kv.ptx is stale: cargo run -p kvsim-gpu-tests --bin gen-ptx"
+        "cuda/kernels/kv.ptx is stale: cargo run -p kvsim-cuda --bin gen-ptx"
     );
 }
 

@@ -5,11 +5,11 @@
 //! with `KVSIM_GPU_SEEDS` raising the random comparison's size. Nothing here times
 //! anything.
 
+use kvsim_cuda::cuda::CudaDevice;
+use kvsim_cuda::probe::skip_without_device;
 use kvsim_engine::gpu::{ids, AttendRequest, Gpu, HostGpu, WriteTag};
 use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey, Token};
 use kvsim_gpu_tests::compare::{compare, Workload};
-use kvsim_gpu_tests::cuda::CudaDevice;
-use kvsim_gpu_tests::probe::skip_without_device;
 
 fn device(test: &str) -> Option<CudaDevice> {
     if skip_without_device(test).is_some() {

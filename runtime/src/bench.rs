@@ -37,7 +37,6 @@ pub struct TransferFigures {
 /// the same bytes raw.
 pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Result<TransferFigures> {
     let pages = chunk;
-    let (me, writer) = (NodeId(2), NodeId(1));
     let room = RoomKey::new(1, 1);
     let pool = Arc::new(SharedPool::new(pages, page_size));
     let dst = pool
@@ -48,13 +47,31 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
     let src = HostGpu::new(pages, page_size);
     let kv: Vec<Vec<u32>> = dst.iter().map(|t| src.read_page(t.page)).collect();
     let kv_bytes_per_write: u64 = kv.iter().map(|p| p.len() as u64 * 4).sum();
-    let gpu = SharedGpu::new(HostGpu::new(pages, page_size));
+    let path_s = time_transfer_path(pool, room, &dst, &kv, writes)?;
+    let total = kv_bytes_per_write * u64::from(writes);
+    let tcp_s = time_plain_copy(&kv, writes, total)?;
+    Ok(TransferFigures {
+        landed_bytes_per_s: total as f64 / path_s,
+        tcp_bytes_per_s: total as f64 / tcp_s,
+        kv_bytes: total,
+    })
+}
 
-    // The transfer path.
+/// Seconds to land `writes` KV writes of `kv` into `dst` through the transfer path: a
+/// decode node's listener and transfer thread, fed frames over loopback TCP.
+fn time_transfer_path(
+    pool: Arc<SharedPool>,
+    room: RoomKey,
+    dst: &[PageTag],
+    kv: &[Vec<u32>],
+    writes: u32,
+) -> std::io::Result<f64> {
+    let (me, writer) = (NodeId(2), NodeId(1));
+    let gpu = SharedGpu::new(HostGpu::new(dst.len() as u32, pool.page_size()));
     let stop = Arc::new(AtomicBool::new(false));
     let (loop_tx, loop_rx) = channel::<NodeEvent<Vec<u32>>>();
     let (ttx, trx) = channel();
-    let (p, g, l) = (pool.clone(), gpu.clone(), loop_tx.clone());
+    let (p, g, l) = (pool, gpu, loop_tx.clone());
     thread::spawn(move || transfer_thread(trx, LandingRecord::new(p), g, true, l));
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
@@ -76,8 +93,8 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
                 chunk: i,
             },
             src: Vec::<PageTag>::new(),
-            dst: dst.clone(),
-            kv: kv.clone(),
+            dst: dst.to_vec(),
+            kv: kv.to_vec(),
         })
         .collect();
     let t0 = Instant::now();
@@ -101,9 +118,12 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
     }
     let path_s = t0.elapsed().as_secs_f64();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    Ok(path_s)
+}
 
-    // The plain copy of the same bytes.
-    let total = kv_bytes_per_write * u64::from(writes);
+/// Seconds to copy the bytes of `kv`, `writes` times (`total` bytes), raw over
+/// loopback TCP into a reading thread's buffer.
+fn time_plain_copy(kv: &[Vec<u32>], writes: u32, total: u64) -> std::io::Result<f64> {
     let raw = TcpListener::bind("127.0.0.1:0")?;
     let raw_addr = raw.local_addr()?;
     let reader = thread::spawn(move || -> std::io::Result<u64> {
@@ -138,11 +158,7 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
             "copied {got} of {total} bytes"
         )));
     }
-    Ok(TransferFigures {
-        landed_bytes_per_s: total as f64 / path_s,
-        tcp_bytes_per_s: total as f64 / tcp_s,
-        kv_bytes: total,
-    })
+    Ok(tcp_s)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -106,22 +106,13 @@ fn serve_client<K>(
             }
             continue;
         }
-        let req: Request = match serde_json::from_str(line.trim()) {
+        let req = match request_of(&line) {
             Ok(r) => r,
-            Err(e) => {
-                let _ = writeln!(out, "{}", error_line(&format!("bad request: {e}")));
+            Err(msg) => {
+                let _ = writeln!(out, "{}", error_line(&msg));
                 continue;
             }
         };
-        if req.prompt_len > crate::http::MAX_PROMPT_TOKENS as u64 {
-            let msg = format!(
-                "prompt_len: {} is over the limit of {}",
-                req.prompt_len,
-                crate::http::MAX_PROMPT_TOKENS
-            );
-            let _ = writeln!(out, "{}", error_line(&msg));
-            continue;
-        }
         let id = next.fetch_add(1, Ordering::Relaxed);
         if prompts == PromptMode::Canary && id as usize >= kvsim_oracle::canary::MAX_REQUESTS {
             let _ = writeln!(
@@ -146,25 +137,51 @@ fn serve_client<K>(
             let _ = writeln!(out, "{}", error_line("server is shutting down"));
             return;
         }
-        loop {
-            match rx.recv_timeout(Duration::from_millis(20)) {
-                Ok(ReplyEv::Token { .. }) => {}
-                Ok(ReplyEv::Done(reply)) => {
-                    let text = serde_json::to_string(&reply).unwrap_or_default();
-                    if writeln!(out, "{text}").is_err() {
-                        return;
-                    }
-                    break;
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let _ = writeln!(out, "{}", error_line("server is shutting down"));
-                    return;
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if closed(&out) {
-                        let _ = router.send(NodeEvent::Cancel { req: RequestId(id) });
-                        return;
-                    }
+        if !await_reply(&mut out, &rx, &router, RequestId(id)) {
+            return;
+        }
+    }
+}
+
+/// A request line's request, or the error line's message: a line that does not parse,
+/// or a prompt over [`crate::http::MAX_PROMPT_TOKENS`].
+fn request_of(line: &str) -> Result<Request, String> {
+    let req: Request =
+        serde_json::from_str(line.trim()).map_err(|e| format!("bad request: {e}"))?;
+    if req.prompt_len > crate::http::MAX_PROMPT_TOKENS as u64 {
+        return Err(format!(
+            "prompt_len: {} is over the limit of {}",
+            req.prompt_len,
+            crate::http::MAX_PROMPT_TOKENS
+        ));
+    }
+    Ok(req)
+}
+
+/// Wait for `req`'s reply and write it as one line; a client that closed meanwhile
+/// cancels the request. `false` when the connection is done (closed, or the server
+/// shutting down).
+fn await_reply<K>(
+    out: &mut TcpStream,
+    rx: &Receiver<ReplyEv>,
+    router: &Sender<NodeEvent<K>>,
+    req: RequestId,
+) -> bool {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(ReplyEv::Token { .. }) => {}
+            Ok(ReplyEv::Done(reply)) => {
+                let text = serde_json::to_string(&reply).unwrap_or_default();
+                return writeln!(out, "{text}").is_ok();
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let _ = writeln!(out, "{}", error_line("server is shutting down"));
+                return false;
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if closed(out) {
+                    let _ = router.send(NodeEvent::Cancel { req });
+                    return false;
                 }
             }
         }

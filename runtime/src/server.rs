@@ -3,8 +3,10 @@
 
 use crate::client::{spawn_client_endpoint, StatusFn};
 use crate::gpu::SharedGpu;
-use crate::net::{spawn_listener, spawn_peer, Inbound};
-use crate::node::{transfer_thread, Io, LandingRecord, NodeEvent, NodeLoop, NodeStatus};
+use crate::net::{spawn_listener, spawn_peer, Inbound, Incoming};
+use crate::node::{
+    transfer_thread, Io, LandingRecord, NodeEvent, NodeLoop, NodeStatus, RuntimeNode,
+};
 use crate::seam::Threads;
 use crate::trace::Tracer;
 use kvsim_engine::config::EngineConfig;
@@ -13,6 +15,7 @@ use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::SharedRecord;
+use kvsim_engine::msg::Msg;
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
@@ -47,6 +50,13 @@ pub enum ServeError {
     },
     #[error("network: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{node}: cannot make its KV memory ({pages} pages of {page_size} slots): {reason}")]
+    Gpu {
+        node: NodeId,
+        pages: u32,
+        page_size: u32,
+        reason: String,
+    },
 }
 
 /// What a server runs.
@@ -222,16 +232,114 @@ pub struct NodePlan {
     pub client: Option<TcpListener>,
 }
 
+/// Node `id`'s trace file under `--trace-json` (none without it). A restarted
+/// incarnation (`epoch > 0`) first records the previous one's end: it is gone
+/// (killed), its open writes flushed, and every tag it handed out is stale.
+fn open_tracer(opts: &ServeOptions, id: NodeId, epoch: u32) -> Result<Option<Tracer>, ServeError> {
+    let Some(dir) = &opts.trace_dir else {
+        return Ok(None);
+    };
+    let path = dir.join(format!("n{}-e{}.jsonl", id.0, epoch));
+    let mut t = Tracer::create(&path, &opts.header()).map_err(|source| ServeError::Trace {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if epoch > 0 {
+        let flushed = end_killed_incarnation(dir, id, epoch - 1);
+        t.write(Record::Fault(FaultEvent::Crash {
+            node: id,
+            epoch: epoch - 1,
+            flushed,
+        }));
+        t.write(Record::Fault(FaultEvent::Restart { node: id, epoch }));
+    }
+    Ok(Some(t))
+}
+
+/// Where a decode node's listener hands the KV writes that arrive (its transfer
+/// thread), and the record that thread lands them on (replaced at an in-process restart).
+type Transfer<K> = (Sender<Incoming<K>>, Arc<LandingRecord>);
+
+/// The engine node of `role`, and for a decode node the sender of its transfer
+/// thread (started here), which lands the KV writes that arrive on its listener.
+fn build_node<K, G>(
+    role: Role,
+    id: NodeId,
+    epoch: u32,
+    topo: &Topology,
+    cfg: &Cfg,
+    make_gpu: &impl Fn(u32, u32) -> Result<G, String>,
+    to_loop: &Sender<NodeEvent<K>>,
+) -> Result<(RuntimeNode<G>, Option<Transfer<K>>), ServeError>
+where
+    K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
+    G: Gpu<Kv = K> + Send + 'static,
+{
+    let pages = topo.pool(id).unwrap_or(0);
+    let node_gpu = || {
+        make_gpu(pages, cfg.page_size).map_err(|reason| ServeError::Gpu {
+            node: id,
+            pages,
+            page_size: cfg.page_size,
+            reason,
+        })
+    };
+    Ok(match role {
+        Role::Router => (
+            Node::Router(Router::new(
+                ROUTER,
+                cfg.clone(),
+                topo.prefill_ids(),
+                topo.decode_ids(),
+            )),
+            None,
+        ),
+        Role::Prefill => {
+            let gpu = SharedGpu::new(node_gpu()?);
+            let mut p = PrefillNode::new(id, cfg.clone(), ROUTER, gpu);
+            if epoch > 0 {
+                p.restart(epoch);
+            }
+            (Node::Prefill(p), None)
+        }
+        Role::Decode => {
+            let pool = Arc::new(SharedPool::with_epoch(pages, cfg.page_size, epoch));
+            let gpu = SharedGpu::new(node_gpu()?);
+            let (ttx, trx) = channel();
+            let record = LandingRecord::new(pool.clone());
+            let (r, g, to_loop) = (record.clone(), gpu.clone(), to_loop.clone());
+            // The runtime's KV writes ride TCP, a two-sided transport: the
+            // transfer thread copies each one, so the landing gate exists here
+            // whatever the scenario's `transport` says.
+            let tags = cfg.defenses.landing_gate;
+            thread::Builder::new()
+                .name(format!("{id}-transfer"))
+                .spawn(move || transfer_thread(trx, r, g, tags, to_loop))?;
+            let node = DecodeNode::with_records(
+                id,
+                cfg.clone(),
+                ROUTER,
+                topo.prefill_ids(),
+                gpu,
+                SharedRecord::new(pool),
+            );
+            (Node::Decode(node), Some((ttx, record)))
+        }
+    })
+}
+
 impl<K> Server<K>
 where
     K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
 {
     /// Every node of the topology in this process, on loopback (ephemeral ports), and
-    /// the client endpoint on `client`.
+    /// the client endpoint on `client`. `make_gpu(pages, page_size)` makes each
+    /// prefill and decode node's KV memory; a backend that cannot (a device allocation
+    /// that fails) fails the start with [`ServeError::Gpu`] and its reason.
     pub fn start_all<G>(
         opts: &ServeOptions,
         client: TcpListener,
-        make_gpu: impl Fn(u32, u32) -> G,
+        make_gpu: impl Fn(u32, u32) -> Result<G, String>,
     ) -> Result<Self, ServeError>
     where
         G: Gpu<Kv = K> + Send + 'static,
@@ -266,7 +374,7 @@ where
     pub fn start<G>(
         opts: &ServeOptions,
         plans: Vec<NodePlan>,
-        make_gpu: impl Fn(u32, u32) -> G,
+        make_gpu: impl Fn(u32, u32) -> Result<G, String>,
     ) -> Result<Self, ServeError>
     where
         G: Gpu<Kv = K> + Send + 'static,
@@ -274,7 +382,6 @@ where
         opts.topology.preflight(&opts.cfg)?;
         let cfg = Cfg::new(opts.cfg.clone());
         let topo = &opts.topology;
-        let header = opts.header();
         let stop = Arc::new(AtomicBool::new(false));
         let mut server = Server {
             nodes: Vec::new(),
@@ -292,94 +399,13 @@ where
                 .role(id)
                 .ok_or(ServeError::NoSuchNode(id, topo.client().0 - 1))?;
             let (tx, rx) = channel::<NodeEvent<K>>();
-            // Links to every other node of the topology.
-            let mut peers = BTreeMap::new();
-            for (peer, _, _) in topo.nodes() {
-                if peer == id || (opts.worker && peer == ROUTER) {
-                    continue;
-                }
-                let addr = *plan.peers.get(&peer).ok_or(ServeError::NoPeer(peer))?;
-                let (ptx, prx) = channel();
-                let flag = Arc::new(AtomicBool::new(false));
-                spawn_peer(id, peer, addr, prx, tx.clone(), flag.clone(), stop.clone())?;
-                server.connected.push((id, peer, flag));
-                peers.insert(peer, ptx);
-            }
-            let tracer = match &opts.trace_dir {
-                Some(dir) => {
-                    let path = dir.join(format!("n{}-e{}.jsonl", id.0, plan.epoch));
-                    let mut t =
-                        Tracer::create(&path, &header).map_err(|source| ServeError::Trace {
-                            path: path.display().to_string(),
-                            source,
-                        })?;
-                    let flushed = if plan.epoch > 0 {
-                        end_killed_incarnation(dir, id, plan.epoch - 1)
-                    } else {
-                        Vec::new()
-                    };
-                    if plan.epoch > 0 {
-                        // A restarted incarnation: the previous one is gone (killed),
-                        // and every tag it handed out is stale in this epoch.
-                        t.write(Record::Fault(FaultEvent::Crash {
-                            node: id,
-                            epoch: plan.epoch - 1,
-                            flushed,
-                        }));
-                        t.write(Record::Fault(FaultEvent::Restart {
-                            node: id,
-                            epoch: plan.epoch,
-                        }));
-                    }
-                    Some(t)
-                }
-                None => None,
-            };
+            let peers = server.link_peers(&plan, &tx)?;
+            let tracer = open_tracer(opts, id, plan.epoch)?;
             let rt = Threads::new(tracer, peers, tx.clone(), rx);
             let mut io = Io::new(id, plan.epoch, topo.client(), rt);
             io.worker_router = opts.worker.then_some(ROUTER);
             io.worker_cancels_both = opts.cfg.defenses.router_cancels_both;
-            let pages = topo.pool(id).unwrap_or(0);
-            let mut transfer = None;
-            let node = match role {
-                Role::Router => Node::Router(Router::new(
-                    ROUTER,
-                    cfg.clone(),
-                    topo.prefill_ids(),
-                    topo.decode_ids(),
-                )),
-                Role::Prefill => {
-                    let gpu = SharedGpu::new(make_gpu(pages, cfg.page_size));
-                    let mut p = PrefillNode::new(id, cfg.clone(), ROUTER, gpu);
-                    if plan.epoch > 0 {
-                        p.restart(plan.epoch);
-                    }
-                    Node::Prefill(p)
-                }
-                Role::Decode => {
-                    let pool = Arc::new(SharedPool::with_epoch(pages, cfg.page_size, plan.epoch));
-                    let gpu = SharedGpu::new(make_gpu(pages, cfg.page_size));
-                    let (ttx, trx) = channel();
-                    let record = LandingRecord::new(pool.clone());
-                    let (r, g, to_loop) = (record.clone(), gpu.clone(), tx.clone());
-                    // The runtime's KV writes ride TCP, a two-sided transport: the
-                    // transfer thread copies each one, so the landing gate exists here
-                    // whatever the scenario's `transport` says.
-                    let tags = cfg.defenses.landing_gate;
-                    thread::Builder::new()
-                        .name(format!("{id}-transfer"))
-                        .spawn(move || transfer_thread(trx, r, g, tags, to_loop))?;
-                    transfer = Some((ttx, record));
-                    Node::Decode(DecodeNode::with_records(
-                        id,
-                        cfg.clone(),
-                        ROUTER,
-                        topo.prefill_ids(),
-                        gpu,
-                        SharedRecord::new(pool),
-                    ))
-                }
-            };
+            let (node, transfer) = build_node(role, id, plan.epoch, topo, &cfg, &make_gpu, &tx)?;
             spawn_listener(
                 id,
                 plan.listener,
@@ -406,32 +432,73 @@ where
             });
         }
         if let Some((cl, router)) = client_endpoint {
-            let txs: Vec<Sender<NodeEvent<K>>> =
-                server.nodes.iter().map(|h| h.tx.clone()).collect();
-            let bugs: Vec<&'static str> = opts.cfg.bugs.iter().map(|b| b.name()).collect();
-            let nodes_fn: crate::http::NodesFn = Arc::new(move || statuses(&txs));
-            let of_nodes = nodes_fn.clone();
-            let status: StatusFn = Arc::new(move || {
-                let nodes = of_nodes();
-                serde_json::json!({
-                    "bugs": bugs,
-                    "warning": if bugs.is_empty() { None } else {
-                        Some(format!("BUG SWITCHES ON: {}", bugs.join(",")))
-                    },
-                    "nodes": nodes,
-                })
-            });
-            server.front = Some((router.clone(), status.clone(), nodes_fn));
-            spawn_client_endpoint(
-                cl,
-                router,
-                status,
-                server.next.clone(),
-                opts.prompts,
-                stop.clone(),
-            )?;
+            server.start_client_endpoint(cl, router)?;
         }
         Ok(server)
+    }
+
+    /// A link from node `plan.id` to every other node of the topology (in worker mode,
+    /// none to the engine router), each on its own thread delivering to `to_loop`.
+    fn link_peers(
+        &mut self,
+        plan: &NodePlan,
+        to_loop: &Sender<NodeEvent<K>>,
+    ) -> Result<BTreeMap<NodeId, Sender<Msg<K>>>, ServeError> {
+        let id = plan.id;
+        let mut peers = BTreeMap::new();
+        for (peer, _, _) in self.opts.topology.nodes() {
+            if peer == id || (self.opts.worker && peer == ROUTER) {
+                continue;
+            }
+            let addr = *plan.peers.get(&peer).ok_or(ServeError::NoPeer(peer))?;
+            let (ptx, prx) = channel();
+            let flag = Arc::new(AtomicBool::new(false));
+            spawn_peer(
+                id,
+                peer,
+                addr,
+                prx,
+                to_loop.clone(),
+                flag.clone(),
+                self.stop.clone(),
+            )?;
+            self.connected.push((id, peer, flag));
+            peers.insert(peer, ptx);
+        }
+        Ok(peers)
+    }
+
+    /// The client endpoint on `cl` (the router's process), its status and node
+    /// listings, kept for the HTTP front.
+    fn start_client_endpoint(
+        &mut self,
+        cl: TcpListener,
+        router: Sender<NodeEvent<K>>,
+    ) -> Result<(), ServeError> {
+        let txs: Vec<Sender<NodeEvent<K>>> = self.nodes.iter().map(|h| h.tx.clone()).collect();
+        let bugs: Vec<&'static str> = self.opts.cfg.bugs.iter().map(|b| b.name()).collect();
+        let nodes_fn: crate::http::NodesFn = Arc::new(move || statuses(&txs));
+        let of_nodes = nodes_fn.clone();
+        let status: StatusFn = Arc::new(move || {
+            let nodes = of_nodes();
+            serde_json::json!({
+                "bugs": bugs,
+                "warning": if bugs.is_empty() { None } else {
+                    Some(format!("BUG SWITCHES ON: {}", bugs.join(",")))
+                },
+                "nodes": nodes,
+            })
+        });
+        self.front = Some((router.clone(), status.clone(), nodes_fn));
+        spawn_client_endpoint(
+            cl,
+            router,
+            status,
+            self.next.clone(),
+            self.opts.prompts,
+            self.stop.clone(),
+        )?;
+        Ok(())
     }
 
     /// Serve the SGLang-compatible HTTP front on `listener` (the router's process only).

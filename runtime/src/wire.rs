@@ -1,11 +1,14 @@
-//! Frames between nodes: a 4-byte big-endian length, then one [`Frame`] in bincode
-//! (the engine's own serde form of the message, encoded compactly: little-endian
-//! fixed-width integers, so a KV payload of `u32` words costs four bytes a word). A
-//! frame over [`MAX_FRAME`] or one that does not parse ends the connection with an
-//! error naming the reason. JSON was the first encoding; it held the transfer path to
-//! about 6% of a plain TCP copy (docs/PERFORMANCE.md).
+//! Frames between nodes: a 4-byte big-endian length, then one [`Frame`] in postcard
+//! (the engine's own serde form of the message, encoded compactly: integers as
+//! variable-length LEB128, so a KV payload of `u32` words costs one to five bytes a
+//! word). A frame over [`MAX_FRAME`], one that does not parse, or one with bytes left
+//! after its message ends the connection with an error naming the reason. JSON was the
+//! first encoding (about 6% of a plain TCP copy), then bincode 1.3 (fixed-width
+//! integers), replaced because it is unmaintained (a RustSec advisory); figures in
+//! docs/PERFORMANCE.md. A hostile length prefix inside a frame cannot make the reader
+//! allocate much past the frame: postcard reads every byte from the frame itself, and
+//! serde preallocates at most 1 MiB for a sequence whatever length it claims.
 
-use bincode::Options;
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
 use serde::de::DeserializeOwned;
@@ -30,7 +33,9 @@ pub enum WireError {
     #[error("frame length {0} exceeds the limit of {MAX_FRAME} bytes")]
     TooLong(u32),
     #[error("frame does not parse: {0}")]
-    Parse(#[from] bincode::Error),
+    Parse(#[from] postcard::Error),
+    #[error("frame does not parse: {0} bytes left after its message")]
+    Trailing(usize),
 }
 
 #[derive(Serialize)]
@@ -58,7 +63,7 @@ pub fn write_frame_with<K: Serialize, W: Write>(
     buf: &mut Vec<u8>,
 ) -> Result<(), WireError> {
     buf.clear();
-    codec().serialize_into(&mut *buf, &FrameRef { from, msg })?;
+    *buf = postcard::to_extend(&FrameRef { from, msg }, std::mem::take(buf))?;
     let len = u32::try_from(buf.len()).map_err(|_| WireError::TooLong(u32::MAX))?;
     if len > MAX_FRAME {
         return Err(WireError::TooLong(len));
@@ -91,17 +96,11 @@ pub fn read_frame_with<K: DeserializeOwned, R: Read>(
     }
     buf.resize(len as usize, 0);
     r.read_exact(buf)?;
-    Ok(Some(codec().deserialize(buf)?))
-}
-
-/// The frame codec: bincode with fixed-width integers, no trailing bytes, and a limit
-/// on what a frame may make the reader allocate (a hostile length prefix inside a
-/// frame cannot ask for more than the frame's own size).
-fn codec() -> impl bincode::Options + Copy {
-    bincode::DefaultOptions::new()
-        .with_fixint_encoding()
-        .reject_trailing_bytes()
-        .with_limit(u64::from(MAX_FRAME))
+    let (frame, rest) = postcard::take_from_bytes(buf)?;
+    if !rest.is_empty() {
+        return Err(WireError::Trailing(rest.len()));
+    }
+    Ok(Some(frame))
 }
 
 #[cfg(test)]
@@ -135,7 +134,44 @@ mod tests {
         assert!(err.to_string().contains("does not parse"), "{err}");
     }
 
-    /// Every reason the engine gives travels in a frame (bincode reads only
+    /// A frame whose message ends before its length does is refused (postcard reads
+    /// a message from the front of its bytes; the rest must be empty), and a KV write
+    /// of real pages round-trips word for word.
+    #[test]
+    fn trailing_bytes_are_refused_and_kv_words_round_trip() {
+        use kvsim_engine::ids::{Generation, PageId, PageTag, WriteId};
+        let room = RoomKey::new(3, 1);
+        let kv = vec![vec![0u32, 1, u32::MAX, 0x3f80_0000, 0xdead_beef]];
+        let msg: Msg<Vec<u32>> = Msg::KvWrite {
+            id: WriteId {
+                writer: NodeId(1),
+                epoch: 0,
+                room,
+                chunk: 0,
+            },
+            src: Vec::new(),
+            dst: vec![PageTag {
+                page: PageId(4),
+                gen: Generation(2),
+            }],
+            kv,
+        };
+        let mut buf = Vec::new();
+        write_frame(&mut buf, NodeId(1), &msg).unwrap();
+        let back: Frame<Vec<u32>> = read_frame(&mut &buf[..]).unwrap().unwrap();
+        assert_eq!(back.msg, msg);
+        let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+        let mut padded = (len + 1).to_be_bytes().to_vec();
+        padded.extend(&buf[4..]);
+        padded.push(0);
+        let err = read_frame::<Vec<u32>, _>(&mut &padded[..]).unwrap_err();
+        assert!(
+            err.to_string().contains("1 bytes left after its message"),
+            "{err}"
+        );
+    }
+
+    /// Every reason the engine gives travels in a frame (postcard reads only
     /// self-describing-free forms: an internally tagged enum would not parse).
     #[test]
     fn every_reason_travels_in_a_frame() {

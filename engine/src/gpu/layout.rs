@@ -2,7 +2,7 @@
 //! the echo-attention arithmetic, written once for the CPU.
 //!
 //! [`HostGpu`](super::HostGpu) runs these functions; the CUDA kernels in
-//! `gpu-tests/kernels/kv.cu` mirror them line for line, with the same constants as
+//! `cuda/kernels/kv.cu` mirror them line for line, with the same constants as
 //! `#define`s (a test in `gpu-tests` parses the `.cu` file and compares them). This
 //! module is not a backend and holds no state. Its invariant: every float operation
 //! here is a plain IEEE-754 single-precision `+ - * /`, `floor` or comparison, in a

@@ -9,11 +9,11 @@
 //! Exit status: 0 passed, 1 failed, 2 no CUDA device for a device part. It is not a
 //! test harness: the CUDA tests are the `cuda` test binary.
 
+use kvsim_cuda::cuda::CudaDevice;
+use kvsim_cuda::probe::{self, Probe};
 use kvsim_engine::gpu::HostGpu;
 use kvsim_gpu_tests::bench::{self, BenchConfig};
-use kvsim_gpu_tests::cuda::CudaDevice;
 use kvsim_gpu_tests::device_run::{self, RunError};
-use kvsim_gpu_tests::probe::{self, Probe};
 use std::path::PathBuf;
 use std::process::ExitCode;
 

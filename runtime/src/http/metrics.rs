@@ -86,47 +86,59 @@ fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
     reg.register(name, help, c);
 }
 
-/// The scrape's text.
+/// The scrape's text: the pools' gauges, the nodes' counters, then the front's.
 pub fn render(page_size: u64, c: &FrontCounters, nodes: &[NodeStatus]) -> String {
-    let page = page_size.max(1);
     let mut reg = Registry::default();
+    register_pools(&mut reg, nodes, page_size.max(1));
+    register_node_counts(&mut reg, nodes);
+    register_front(&mut reg, c);
+    let mut out = String::new();
+    if encode(&mut out, &reg).is_err() {
+        out = "# the metrics could not be encoded\n".into();
+    }
+    out
+}
+
+/// Each node's pool (SGLang's pool size in tokens, free, held and quarantined pages,
+/// quarantined rooms) and its live requests.
+fn register_pools(reg: &mut Registry, nodes: &[NodeStatus], page: u64) {
     pool_gauge(
-        &mut reg,
+        reg,
         nodes,
         "sglang:max_total_num_tokens",
         "KV pool size in tokens",
         |_, cap, _| cap * page,
     );
     pool_gauge(
-        &mut reg,
+        reg,
         nodes,
         "kvsim_pool_pages_free",
         "Free KV pages",
         |_, _, f| f,
     );
     pool_gauge(
-        &mut reg,
+        reg,
         nodes,
         "kvsim_pool_pages_held",
         "KV pages held (allocated, in flight or quarantined)",
         |_, c, f| c.saturating_sub(f),
     );
     pool_gauge(
-        &mut reg,
+        reg,
         nodes,
         "kvsim_pool_pages_quarantined",
         "KV pages quarantined until their writer's drain ack (part of held)",
         |n, _, _| n.quarantined_pages as u64,
     );
     pool_gauge(
-        &mut reg,
+        reg,
         nodes,
         "kvsim_quarantined_rooms",
         "Rooms whose pages are quarantined until the writer's drain ack",
         |n, _, _| n.quarantined as u64,
     );
     pool_gauge(
-        &mut reg,
+        reg,
         nodes,
         "kvsim_drain_acks_outstanding",
         "Quarantined room uses waiting for the writer's drain ack",
@@ -137,42 +149,52 @@ pub fn render(page_size: u64, c: &FrontCounters, nodes: &[NodeStatus]) -> String
         live.get_or_create(&labels(n)).set(to_i64(n.live as u64));
     }
     reg.register("kvsim_live_requests", "Requests in flight per node", live);
+}
+
+/// Each node's refusals and failures: tag mismatches, refused KV writes, failed
+/// transfers.
+fn register_node_counts(reg: &mut Registry, nodes: &[NodeStatus]) {
     pool_counter(
-        &mut reg,
+        reg,
         nodes,
         "kvsim_tag_mismatches_refused",
         "Decode reads refused because a page's tag did not match",
         |n| n.counts.tag_mismatches,
     );
     pool_counter(
-        &mut reg,
+        reg,
         nodes,
         "kvsim_kv_writes_refused",
         "KV writes the receiving node refused",
         |n| n.counts.kv_refused,
     );
     pool_counter(
-        &mut reg,
+        reg,
         nodes,
         "kvsim_transfers_failed",
         "KV writes whose completion reported failure (writer side)",
         |n| n.counts.transfers_failed,
     );
+}
+
+/// The HTTP front's own counters: requests, refusals at the front, disconnects and
+/// replies by status.
+fn register_front(reg: &mut Registry, c: &FrontCounters) {
     let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     counter(
-        &mut reg,
+        reg,
         "kvsim_http_requests",
         "Generation requests (/generate and the OpenAI API)",
         load(&c.requests),
     );
     counter(
-        &mut reg,
+        reg,
         "kvsim_http_rejected_by_front",
         "Bodies refused by the front (400) before reaching the engine",
         load(&c.rejected_by_front),
     );
     counter(
-        &mut reg,
+        reg,
         "kvsim_http_disconnects",
         "Clients that closed before their reply (request cancelled)",
         load(&c.disconnects),
@@ -187,9 +209,4 @@ pub fn render(page_size: u64, c: &FrontCounters, nodes: &[NodeStatus]) -> String
         }
     }
     reg.register("kvsim_http_responses", "Replies by status", by);
-    let mut out = String::new();
-    if encode(&mut out, &reg).is_err() {
-        out = "# the metrics could not be encoded\n".into();
-    }
-    out
 }

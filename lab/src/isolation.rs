@@ -25,7 +25,7 @@
 //! stop must hold under both routers on both transports.
 
 use crate::matrix::{load, scenario_for};
-use anyhow::Result;
+use crate::LabError;
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::config::{Defenses, RouterPolicy};
 use kvsim_engine::invariant::Invariant;
@@ -81,7 +81,7 @@ impl Hazard {
     }
 
     /// The scenario that exercises it.
-    pub fn scenario(self) -> Result<(&'static str, Scenario)> {
+    pub fn scenario(self) -> Result<(&'static str, Scenario), LabError> {
         match self {
             Hazard::Bugs(b) => {
                 let path = scenario_for(b);
@@ -278,7 +278,12 @@ pub struct Cell {
 
 /// Run one configuration against one hazard on seeds `0..seeds`, on the default
 /// (one-sided) transport under the careful router.
-pub fn cell(config: &'static str, d: Defenses, hazard: Hazard, seeds: u64) -> Result<Cell> {
+pub fn cell(
+    config: &'static str,
+    d: Defenses,
+    hazard: Hazard,
+    seeds: u64,
+) -> Result<Cell, LabError> {
     cell_in(
         KvTransport::default(),
         RouterPolicy::Careful,
@@ -296,7 +301,7 @@ pub fn cell_on(
     d: Defenses,
     hazard: Hazard,
     seeds: u64,
-) -> Result<Cell> {
+) -> Result<Cell, LabError> {
     cell_in(transport, RouterPolicy::Careful, config, d, hazard, seeds)
 }
 
@@ -307,7 +312,7 @@ pub fn cell_under(
     router: RouterPolicy,
     hazard: Hazard,
     seeds: u64,
-) -> Result<Cell> {
+) -> Result<Cell, LabError> {
     cell_in(KvTransport::default(), router, config, d, hazard, seeds)
 }
 
@@ -319,7 +324,7 @@ pub fn cell_in(
     d: Defenses,
     hazard: Hazard,
     seeds: u64,
-) -> Result<Cell> {
+) -> Result<Cell, LabError> {
     let (_, mut sc) = hazard.scenario()?;
     sc.engine.defenses = d;
     sc.engine.router = router;
@@ -618,7 +623,7 @@ pub fn adds_only(weak: Defenses, strong: Defenses) -> bool {
 
 /// Run the matrix on `seeds` seeds per cell under every router policy (`progress`
 /// hears each configuration).
-pub fn run(seeds: u64, progress: impl FnMut(&str)) -> Result<Isolation> {
+pub fn run(seeds: u64, progress: impl FnMut(&str)) -> Result<Isolation, LabError> {
     run_under(&RouterPolicy::ALL, seeds, progress)
 }
 
@@ -627,7 +632,7 @@ pub fn run_under(
     routers: &[RouterPolicy],
     seeds: u64,
     mut progress: impl FnMut(&str),
-) -> Result<Isolation> {
+) -> Result<Isolation, LabError> {
     let mut cells = Vec::new();
     for t in TRANSPORTS {
         for &r in routers {

@@ -9,7 +9,7 @@
 //! This module runs things and collects numbers; `matrix_report.rs` formats them.
 
 use crate::matrix_report::{DefenseRow, Matrix, MatrixRow, McCell, SimCell};
-use anyhow::{Context, Result};
+use crate::LabError;
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::config::Defenses;
 use kvsim_models::{check, CheckOptions, ModelSpec, Verdict};
@@ -21,39 +21,39 @@ use std::time::Instant;
 pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "scenarios/mixed-faults.toml",
-        include_str!("../scenarios/mixed-faults.toml"),
+        include_str!("../../scenarios/mixed-faults.toml"),
     ),
     (
         "scenarios/abort-storm.toml",
-        include_str!("../scenarios/abort-storm.toml"),
+        include_str!("../../scenarios/abort-storm.toml"),
     ),
     (
         "scenarios/disconnect-mid-transfer.toml",
-        include_str!("../scenarios/disconnect-mid-transfer.toml"),
+        include_str!("../../scenarios/disconnect-mid-transfer.toml"),
     ),
     (
         "scenarios/transfer-failures.toml",
-        include_str!("../scenarios/transfer-failures.toml"),
+        include_str!("../../scenarios/transfer-failures.toml"),
     ),
     (
         "scenarios/partition.toml",
-        include_str!("../scenarios/partition.toml"),
+        include_str!("../../scenarios/partition.toml"),
     ),
     (
         "scenarios/client-disconnects.toml",
-        include_str!("../scenarios/client-disconnects.toml"),
+        include_str!("../../scenarios/client-disconnects.toml"),
     ),
     (
         "scenarios/glm53-incident.toml",
-        include_str!("../scenarios/glm53-incident.toml"),
+        include_str!("../../scenarios/glm53-incident.toml"),
     ),
     (
         "scenarios/glm53-truncate.toml",
-        include_str!("../scenarios/glm53-truncate.toml"),
+        include_str!("../../scenarios/glm53-truncate.toml"),
     ),
     (
         "scenarios/data-faults.toml",
-        include_str!("../scenarios/data-faults.toml"),
+        include_str!("../../scenarios/data-faults.toml"),
     ),
 ];
 
@@ -87,7 +87,7 @@ pub fn scenario_for(bugs: BugSet) -> &'static str {
 /// `sglang-router` draws a random free room (the real gateway's 63-bit rooms never
 /// reuse one), where it is found on far fewer seeds. It is swept under the careful
 /// router; `partition.toml` draws both for everything else.
-pub fn load_for(bugs: BugSet) -> Result<Scenario> {
+pub fn load_for(bugs: BugSet) -> Result<Scenario, LabError> {
     let mut sc = load(scenario_for(bugs))?;
     if bugs == BugSet::NONE.with(Bug::AckIgnoresGeneration) {
         sc.routers = vec![kvsim_engine::RouterPolicy::Careful];
@@ -116,12 +116,12 @@ pub fn mc_not_applicable(bugs: BugSet) -> Option<&'static str> {
     }
 }
 
-pub fn load(path: &str) -> Result<Scenario> {
+pub fn load(path: &str) -> Result<Scenario, LabError> {
     let text = SCENARIOS
         .iter()
         .find(|(p, _)| *p == path)
         .map(|(_, t)| *t)
-        .with_context(|| format!("no compiled-in scenario {path}"))?;
+        .ok_or_else(|| LabError::NoScenario(path.to_string()))?;
     Ok(Scenario::parse(text, path)?)
 }
 
@@ -158,24 +158,17 @@ impl Budget {
 }
 
 /// The sim column: sweep until the first violation (or the budget).
-pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<SimCell> {
+pub fn sim_cell(
+    bugs: BugSet,
+    seeds: u64,
+    tweak: impl Fn(&mut Scenario),
+) -> Result<SimCell, LabError> {
     let path = scenario_for(bugs);
     let mut sc = load_for(bugs)?;
     tweak(&mut sc);
     let t = Instant::now();
     if bugs.has(Bug::SkipPreflight) {
-        // The pre-flight rule is checked where it lives: start the incident's unsafe
-        // pool without asking for it. The defended engine must refuse to start.
-        sc.engine.allow_unsafe_pool = false;
-        sc.engine.bugs = bugs;
-        let started = kvsim_sim::run_scenario(&sc, &kvsim_sim::RunOptions::default()).is_ok();
-        return Ok(SimCell {
-            scenario: format!("{path} (allow_unsafe_pool = false)"),
-            seeds_run: 1,
-            first_seed: started.then_some(sc.seed),
-            invariant: started.then(|| "pre-flight".to_string()),
-            wall_s: t.elapsed().as_secs_f64(),
-        });
+        return Ok(preflight_cell(sc, bugs, path, t));
     }
     // A scenario with an explicit workload runs the same way under every seed.
     let seeds = if path.contains("glm53") { 1 } else { seeds };
@@ -190,24 +183,7 @@ pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Resu
         ..SweepOptions::default()
     };
     let s = run_sweep(&sc, path, &opts)?;
-    // A scenario whose defended run already reports a detected violation (the
-    // engine refusing a mismatch it cannot prevent) credits a switch only with what
-    // the defended engine does not show.
-    let baseline: Vec<String> = if bugs.is_empty() || !path.contains("truncate") {
-        Vec::new()
-    } else {
-        let base = SweepOptions {
-            bugs: Some(BugSet::NONE),
-            stop_at_first: false,
-            ..opts.clone()
-        };
-        let b = run_sweep(&sc, path, &base)?;
-        b.failures
-            .iter()
-            .chain(&b.detected)
-            .flat_map(|f| f.invariants.clone())
-            .collect()
-    };
+    let baseline = defended_baseline(&sc, path, bugs, &opts)?;
     let first = s
         .failures
         .iter()
@@ -232,8 +208,49 @@ pub fn sim_cell(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Resu
     })
 }
 
+/// `skip-preflight`: the pre-flight rule is checked where it lives: start the
+/// incident's unsafe pool without asking for it. The defended engine must refuse to
+/// start.
+fn preflight_cell(mut sc: Scenario, bugs: BugSet, path: &str, t: Instant) -> SimCell {
+    sc.engine.allow_unsafe_pool = false;
+    sc.engine.bugs = bugs;
+    let started = kvsim_sim::run_scenario(&sc, &kvsim_sim::RunOptions::default()).is_ok();
+    SimCell {
+        scenario: format!("{path} (allow_unsafe_pool = false)"),
+        seeds_run: 1,
+        first_seed: started.then_some(sc.seed),
+        invariant: started.then(|| "pre-flight".to_string()),
+        wall_s: t.elapsed().as_secs_f64(),
+    }
+}
+
+/// The invariants the defended engine already reports on a truncate scenario (the
+/// engine refusing a mismatch it cannot prevent): a switch is credited only with what
+/// the defended engine does not show. Empty elsewhere.
+fn defended_baseline(
+    sc: &Scenario,
+    path: &str,
+    bugs: BugSet,
+    opts: &SweepOptions,
+) -> Result<Vec<String>, LabError> {
+    if bugs.is_empty() || !path.contains("truncate") {
+        return Ok(Vec::new());
+    }
+    let base = SweepOptions {
+        bugs: Some(BugSet::NONE),
+        stop_at_first: false,
+        ..opts.clone()
+    };
+    let b = run_sweep(sc, path, &base)?;
+    Ok(b.failures
+        .iter()
+        .chain(&b.detected)
+        .flat_map(|f| f.invariants.clone())
+        .collect())
+}
+
 /// The model-checker column: the first standard model that breaks.
-pub fn mc_cell(bugs: BugSet, budget: &Budget) -> Result<Result<McCell, String>> {
+pub fn mc_cell(bugs: BugSet, budget: &Budget) -> Result<Result<McCell, String>, LabError> {
     if let Some(why) = mc_not_applicable(bugs) {
         return Ok(Err(why.to_string()));
     }
@@ -321,7 +338,11 @@ fn defense_names() -> Vec<(&'static str, DefenseToggle)> {
 }
 
 /// What the harness reports for one configuration: every invariant any seed broke.
-fn reported(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<DefenseRow> {
+fn reported(
+    bugs: BugSet,
+    seeds: u64,
+    tweak: impl Fn(&mut Scenario),
+) -> Result<DefenseRow, LabError> {
     let path = scenario_for(bugs);
     let seeds = if path.contains("glm53") { 1 } else { seeds };
     let mut sc = load_for(bugs)?;
@@ -357,7 +378,7 @@ fn reported(bugs: BugSet, seeds: u64, tweak: impl Fn(&mut Scenario)) -> Result<D
 }
 
 /// The defenses table.
-pub fn defenses_table(seeds: u64) -> Result<Vec<DefenseRow>> {
+pub fn defenses_table(seeds: u64) -> Result<Vec<DefenseRow>, LabError> {
     let mut rows = Vec::new();
     for (name, f) in defense_names() {
         let mut r = reported(BugSet::NONE, seeds, |sc| f(&mut sc.engine.defenses))?;
@@ -379,7 +400,11 @@ pub fn defenses_table(seeds: u64) -> Result<Vec<DefenseRow>> {
 }
 
 /// Run the whole matrix.
-pub fn run(budget: &Budget, command: &str, mut progress: impl FnMut(&str)) -> Result<Matrix> {
+pub fn run(
+    budget: &Budget,
+    command: &str,
+    mut progress: impl FnMut(&str),
+) -> Result<Matrix, LabError> {
     let mut rows = Vec::new();
     for (label, bugs, baseline) in configurations() {
         progress(&label);

@@ -3,7 +3,7 @@
 //! `kernels/kv.cu` is the only CUDA C; `kernels/kv.ptx` is its NVRTC output with
 //! [`crate::nvrtc::OPTIONS`], committed so that a GPU machine without NVRTC (the lent
 //! machines have no network) can load it with `Ptx::from_src`. Regenerate it with
-//! `cargo run -p kvsim-gpu-tests --bin gen-ptx`; a test compiles the source again and
+//! `cargo run -p kvsim-cuda --bin gen-ptx`; a test compiles the source again and
 //! fails if the committed PTX differs. This module launches nothing. Invariant: the
 //! kernels a backend loads are exactly [`KERNELS`], from this source.
 
@@ -83,14 +83,16 @@ pub fn with_ptx_version(ptx: &str, version: &str) -> String {
 /// wrote it). The error lists why each failed.
 pub fn load(ctx: &Arc<CudaContext>) -> Result<(Arc<CudaModule>, PtxOrigin), GpuError> {
     let mut why = Vec::new();
-    if nvrtc::ensure().is_ok() {
-        match nvrtc::compile(SOURCE, PROGRAM) {
+    match nvrtc::ensure() {
+        Ok(_) => match nvrtc::compile(SOURCE, PROGRAM) {
             Ok(c) => match ctx.load_module(Ptx::from_src(c.ptx)) {
                 Ok(m) => return Ok((m, PtxOrigin::Nvrtc)),
                 Err(e) => why.push(format!("NVRTC's PTX: {e}")),
             },
             Err(e) => why.push(format!("NVRTC: {e}")),
-        }
+        },
+        // No NVRTC is no refusal: the committed PTX is next.
+        Err(e) => why.push(format!("no NVRTC ({e})")),
     }
     match ctx.load_module(Ptx::from_src(PTX)) {
         Ok(m) => return Ok((m, PtxOrigin::Committed)),

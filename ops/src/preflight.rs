@@ -212,7 +212,32 @@ pub fn read_server(url: &str, timeout: Duration) -> Result<Vec<NodeFacts>> {
     if pools.is_empty() {
         bail!("{url}/metrics: no sglang:max_total_num_tokens metric");
     }
-    let facts = |o: &Value, name: String, mode: String, pool: u64| NodeFacts {
+    match info.get("nodes").and_then(Value::as_array) {
+        // kvsim serve's router: one entry per node, pools per node in the metric.
+        Some(nodes) => nodes
+            .iter()
+            .map(|n| node_of_kvsim(url, n, &pools, context))
+            .collect(),
+        // One SGLang server: one pool.
+        None => {
+            let pool = pools.iter().map(|(_, v)| *v).min().unwrap_or(0);
+            let (name, mode) = (url.to_string(), mode_of(&info));
+            Ok(vec![facts_of(&info, name, mode, pool, context)])
+        }
+    }
+}
+
+/// A server-info object's `disaggregation_mode` (`null` when absent).
+fn mode_of(o: &Value) -> String {
+    o.get("disaggregation_mode")
+        .and_then(Value::as_str)
+        .unwrap_or("null")
+        .to_string()
+}
+
+/// One node's facts from its server-info object (SGLang's flag names, and kvsim's).
+fn facts_of(o: &Value, name: String, mode: String, pool: u64, context: u64) -> NodeFacts {
+    NodeFacts {
         name,
         mode,
         pool,
@@ -227,48 +252,37 @@ pub fn read_server(url: &str, timeout: Duration) -> Result<Vec<NodeFacts>> {
                     .and_then(Value::as_u64)
             }),
         kv_checksum: flag(o, "disaggregation_enable_kv_checksum"),
-    };
-    match info.get("nodes").and_then(Value::as_array) {
-        // kvsim serve's router: one entry per node, pools per node in the metric.
-        Some(nodes) => nodes
-            .iter()
-            .map(|n| {
-                let id = n
-                    .get("node")
-                    .and_then(Value::as_str)
-                    .with_context(|| format!("{url}/get_server_info: a node without `node`"))?;
-                let mode = n
-                    .get("disaggregation_mode")
-                    .and_then(Value::as_str)
-                    .unwrap_or("null")
-                    .to_string();
-                let num = id.trim_start_matches('n');
-                let pool = pools
-                    .iter()
-                    .find(|(l, _)| label(l, "node").as_deref() == Some(num))
-                    .map(|(_, v)| *v)
-                    .with_context(|| {
-                        format!("{url}/metrics: no sglang:max_total_num_tokens for node {id}")
-                    })?;
-                Ok(facts(n, format!("{url} {id}"), mode, pool))
-            })
-            .collect(),
-        // One SGLang server: one pool.
-        None => {
-            let mode = info
-                .get("disaggregation_mode")
-                .and_then(Value::as_str)
-                .unwrap_or("null")
-                .to_string();
-            let pool = pools.iter().map(|(_, v)| *v).min().unwrap_or(0);
-            Ok(vec![facts(&info, url.to_string(), mode, pool)])
-        }
     }
 }
 
+/// One node of `kvsim serve`'s `/get_server_info` `nodes`, its pool from the metric
+/// labelled with its number.
+fn node_of_kvsim(url: &str, n: &Value, pools: &[(String, u64)], context: u64) -> Result<NodeFacts> {
+    let id = n
+        .get("node")
+        .and_then(Value::as_str)
+        .with_context(|| format!("{url}/get_server_info: a node without `node`"))?;
+    let num = id.trim_start_matches('n');
+    let pool = pools
+        .iter()
+        .find(|(l, _)| label(l, "node").as_deref() == Some(num))
+        .map(|(_, v)| *v)
+        .with_context(|| format!("{url}/metrics: no sglang:max_total_num_tokens for node {id}"))?;
+    Ok(facts_of(
+        n,
+        format!("{url} {id}"),
+        mode_of(n),
+        pool,
+        context,
+    ))
+}
+
+/// Loads a scenario file as `kvsim run` does (the CLI's loader).
+pub type LoadScenario<'a> = &'a dyn Fn(&std::path::Path) -> Result<kvsim_sim::scenario::Scenario>;
+
 /// A scenario's nodes, as the server would start them.
-pub fn scenario_facts(path: &std::path::Path) -> Result<Vec<NodeFacts>> {
-    let sc = crate::cmd_sim::load_to_run(path, false, true)?;
+pub fn scenario_facts(path: &std::path::Path, load: LoadScenario) -> Result<Vec<NodeFacts>> {
+    let sc = load(path)?;
     let plan =
         kvsim_sim::plan::Plan::build(&sc, sc.seed, None, &kvsim_sim::plan::Reduction::default())?;
     let cfg = &plan.engine;
@@ -295,7 +309,7 @@ pub fn scenario_facts(path: &std::path::Path) -> Result<Vec<NodeFacts>> {
         .collect())
 }
 
-pub fn run(a: &PreflightArgs) -> Result<ExitCode> {
+pub fn run(a: &PreflightArgs, load: LoadScenario) -> Result<ExitCode> {
     if a.url.is_empty() && a.router.is_empty() && a.pool.is_none() && a.scenario.is_none() {
         bail!(
             "give --url URL (one or more), --router URL, --pool N --context N, or --scenario FILE"
@@ -314,7 +328,7 @@ pub fn run(a: &PreflightArgs) -> Result<ExitCode> {
         });
     }
     if let Some(path) = &a.scenario {
-        verdicts.extend(judge(&scenario_facts(path)?, a.batch_max));
+        verdicts.extend(judge(&scenario_facts(path, load)?, a.batch_max));
     }
     let mut unreachable = Vec::new();
     let mut urls = a.url.clone();

@@ -1,11 +1,11 @@
-//! Regenerates `gpu-tests/kernels/kv.ptx` from `kernels/kv.cu` with NVRTC and the
-//! backend's options (`cargo run -p kvsim-gpu-tests --bin gen-ptx`).
+//! Regenerates `cuda/kernels/kv.ptx` from `kernels/kv.cu` with NVRTC and the
+//! backend's options (`cargo run -p kvsim-cuda --bin gen-ptx`).
 //!
 //! It is the only writer of the committed PTX; it needs NVRTC (the
 //! `nvidia-cuda-nvrtc-cu12` wheel or `KVSIM_NVRTC_DIR`) and no GPU. It refuses to
 //! write PTX from a compilation that printed warnings.
 
-use kvsim_gpu_tests::{kernels, nvrtc};
+use kvsim_cuda::{kernels, nvrtc};
 use std::path::Path;
 use std::process::ExitCode;
 
