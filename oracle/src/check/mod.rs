@@ -61,3 +61,29 @@ pub(crate) fn draft(inv: Invariant, room: Option<RoomKey>, detail: String) -> Dr
         detail,
     }
 }
+
+impl Draft {
+    /// The finding names page `page` of `node` too.
+    pub(crate) fn on_page(mut self, node: NodeId, page: PageId) -> Draft {
+        self.pages.push((node, page));
+        self
+    }
+
+    /// The finding names these pages too.
+    pub(crate) fn on_pages(mut self, pages: impl IntoIterator<Item = (NodeId, PageId)>) -> Draft {
+        self.pages.extend(pages);
+        self
+    }
+
+    /// The finding names these other rooms too.
+    pub(crate) fn with_related(mut self, rooms: impl IntoIterator<Item = RoomKey>) -> Draft {
+        self.related.extend(rooms);
+        self
+    }
+
+    /// `Some(defense)`: the defense stopped the hazard (a detection, nothing leaked).
+    pub(crate) fn detected(mut self, by: Option<&'static str>) -> Draft {
+        self.detected_by = by;
+        self
+    }
+}
