@@ -9,10 +9,10 @@
 
 use crate::memo::MemoStats;
 use crate::model::{representative, HandoffModel, StepLog};
+use crate::model_state::{Action, State};
 use crate::replay::{replay, ReplayOutcome};
 use crate::schedule::{step_of, Schedule};
 use crate::spec::{ModelSpec, SpecError};
-use crate::state::{Action, State};
 use kvsim_engine::invariant::Invariant;
 use stateright::{Checker, Expectation, Model, Path};
 use std::fmt::Write;

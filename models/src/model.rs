@@ -21,12 +21,12 @@
 //! state where nothing is left to do.
 
 use crate::memo::{self, Cause, Effect, Machine, Routed};
-use crate::shared::Shared;
-use crate::spec::{ClientSpec, ModelSpec, SpecError};
-use crate::state::{
+use crate::model_state::{
     altered, note, stale_landing, Action, Book, Client, Envelope, FaultsUsed, StaleCopy, State,
     CLIENT, DECODE, PREFILL, ROUTER,
 };
+use crate::shared::Shared;
+use crate::spec::{ClientSpec, ModelSpec, SpecError};
 use kvsim_engine::decode::{DecodeNode, DecodePhase};
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
@@ -41,9 +41,9 @@ use kvsim_engine::world::{
     self, Arrival, Arriving, CrashFate, DataFault, Driver, Timers, Topology, WriteFailure,
 };
 use kvsim_engine::{Cfg, Timer};
+use kvsim_oracle::oracle_state::{must_reject, Draft, WriteFacts};
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::{ClockKind, EndOutcome, FaultEvent, Record, RunHeader};
-use kvsim_oracle::state::{must_reject, Draft, WriteFacts};
 use kvsim_oracle::OracleState;
 use smallvec::SmallVec;
 use stateright::{Model, Property};
@@ -598,7 +598,7 @@ impl Tx<'_> {
         self.event_text(|| {
             format!(
                 "{node}'s spent timer {} is delivered again",
-                crate::state::timer_text(timer)
+                crate::model_state::timer_text(timer)
             )
         });
         self.fire(node, timer);
@@ -749,7 +749,7 @@ impl Tx<'_> {
 
     /// A message arrives; the world's rules ([`world::arrival`]) decide what follows.
     /// `fail`: the environment fails this KV write on the wire; `fault`: a KV write
-    /// that is delivered lands altered by this data fault ([`crate::state::altered`]).
+    /// that is delivered lands altered by this data fault ([`crate::model_state::altered`]).
     fn deliver(&mut self, shared: &Shared<Envelope>, fail: bool, fault: Option<DataFault>) {
         let env = shared.get();
         let at = self.m.arriving(&self.s, env.to, fail);

@@ -11,7 +11,7 @@
 //! the KV payload): the replayer picks the message in flight that matches.
 
 use crate::model::HandoffModel;
-use crate::state::{Action, State};
+use crate::model_state::{Action, State};
 use kvsim_engine::env::Timer;
 use kvsim_engine::ids::{NodeId, RequestId, RoomKey};
 use kvsim_engine::world::DataFault;
@@ -115,10 +115,14 @@ impl fmt::Display for Step {
                 summary,
             } => write!(f, "{} {from} -> {to} | {summary}", how.word()),
             Step::Fire { node, timer } => {
-                write!(f, "fire {node} {}", crate::state::timer_text(*timer))
+                write!(f, "fire {node} {}", crate::model_state::timer_text(*timer))
             }
             Step::Refire { node, timer } => {
-                write!(f, "refire {node} {}", crate::state::timer_text(*timer))
+                write!(
+                    f,
+                    "refire {node} {}",
+                    crate::model_state::timer_text(*timer)
+                )
             }
             Step::Crash { node } => write!(f, "crash {node}"),
         }
@@ -275,7 +279,7 @@ impl Schedule {
 
 /// The schedule step of one action taken from state `s`.
 pub fn step_of(model: &HandoffModel, s: &State, a: &Action) -> Step {
-    let message = |how, e: &crate::shared::Shared<crate::state::Envelope>| Step::Message {
+    let message = |how, e: &crate::shared::Shared<crate::model_state::Envelope>| Step::Message {
         how,
         from: e.get().from,
         to: e.get().to,

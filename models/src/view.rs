@@ -3,7 +3,7 @@
 //! decode see it, the pages each pool holds, the messages in flight and the
 //! pending timers, in the trace's notation (`room1.g1`, `p2@g3`, `n1`).
 
-use crate::state::{State, DECODE, PREFILL, ROUTER};
+use crate::model_state::{State, DECODE, PREFILL, ROUTER};
 use kvsim_engine::ids::RoomKey;
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::kv::{PagePool, PageState};

@@ -660,7 +660,7 @@ struct SeedResult {
     audit: Option<bool>,
     /// The plan's fault kinds and what the run counted, for the coverage summary.
     levels: Vec<(crate::plan::FaultKind, u32)>,
-    stats: crate::world::FaultStats,
+    stats: crate::simulator::FaultStats,
 }
 
 /// A finding as a sweep names it: `S3`, or `S3 detected` for a defense that fired.

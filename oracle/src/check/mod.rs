@@ -1,6 +1,6 @@
 //! The oracle's checkers: each owns one part of the oracle's model of a run, keeps
 //! its own invariants (debug assertions after every change) and judges the
-//! invariants whose evidence that part holds. [`crate::state::OracleState`] holds one
+//! invariants whose evidence that part holds. [`crate::oracle_state::OracleState`] holds one
 //! of each and is the dispatch: it hands every record to the checkers that judge it,
 //! in a fixed order, so findings come out in the order of the one definition of each
 //! invariant.

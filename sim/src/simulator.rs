@@ -1,4 +1,4 @@
-//! `World`: the seeded discrete-event simulator of one run.
+//! `Simulator`: the seeded discrete-event simulator of one run.
 //!
 //! It owns the engine's nodes, a virtual clock, an event queue ordered by (virtual
 //! time, sequence number), the faulty network ([`crate::net`]), the fault schedule of
@@ -227,7 +227,7 @@ impl TraceSink for Vec<String> {
 type LastUse<K> = (RoomKey, Vec<(NodeId, NodeId, (u32, u32), Msg<K>)>);
 
 /// The driver of one run.
-pub struct World<G: Gpu> {
+pub struct Simulator<G: Gpu> {
     now_ns: u64,
     seq: u64,
     events: u64,
@@ -272,11 +272,11 @@ pub struct World<G: Gpu> {
     stats: FaultStats,
 }
 
-impl<G: Gpu> World<G> {
+impl<G: Gpu> Simulator<G> {
     /// Build the topology of `plan` (router 0, prefill nodes, decode nodes, then the
     /// client endpoint) and schedule its workload and faults. `make_gpu(pages,
     /// page_size)` builds each node's KV memory. With `trace`, every entry is also kept
-    /// in memory ([`World::take_log`]).
+    /// in memory ([`Simulator::take_log`]).
     pub fn new(plan: &Plan, make_gpu: impl Fn(u32, u32) -> G, trace: bool) -> Self {
         let cfg = Cfg::new(plan.engine.clone());
         let topology = Topology {
@@ -293,7 +293,7 @@ impl<G: Gpu> World<G> {
         header.cleanup_bound_ns = plan.cleanup_bound_ns;
         let oracle = Oracle::new(header.clone());
         let n = nodes.len() + 1;
-        let mut w = World {
+        let mut w = Simulator {
             now_ns: 0,
             seq: 0,
             events: 0,
@@ -1185,9 +1185,9 @@ impl<G: Gpu> World<G> {
 /// timers onto its queue (a replaced or cancelled timer is recognised by its token),
 /// events to the oracle and the trace, and a fault that asks for a restart crashes the
 /// node now and brings it back at once.
-impl<G: Gpu> Driver<Msg<G::Kv>> for World<G> {
+impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
     fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) {
-        World::send(self, from, to, msg);
+        Simulator::send(self, from, to, msg);
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {
