@@ -258,7 +258,7 @@ impl Replayer<'_> {
     }
 
     /// A client's message, handed to the router at once.
-    fn from_client(&mut self, msg: Msg<SymbolicPage>) -> Result<(), Refused> {
+    fn client_sends(&mut self, msg: Msg<SymbolicPage>) -> Result<(), Refused> {
         let mark = self.h.mark();
         self.h.inject(CLIENT, ROUTER, msg)?;
         self.log_and_judge(mark);
@@ -311,14 +311,14 @@ impl Replayer<'_> {
                     prompt_len: *prompt_len,
                     max_new_tokens: *max_new_tokens,
                 });
-                self.from_client(Msg::Submit {
+                self.client_sends(Msg::Submit {
                     req: *req,
                     tenant: TenantId(*tenant),
                     prompt: kvsim_oracle::canary::prompt(*req, *prompt_len),
                     max_new_tokens: *max_new_tokens,
                 })
             }
-            Step::Cancel { req } => self.from_client(Msg::Cancel { req: *req }),
+            Step::Cancel { req } => self.client_sends(Msg::Cancel { req: *req }),
             Step::Message {
                 how,
                 from,
