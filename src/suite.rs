@@ -345,7 +345,7 @@ pub fn bug_matrix_quick() -> Result<Row> {
 
 /// The defense-isolation matrix (5 seeds per cell): each defense alone stops the
 /// hazards it exists to stop, no configuration that only adds defenses looks worse,
-/// and the defended engine is clean under every data fault (`src/isolation.rs`).
+/// and the defended engine is clean under every data fault (`lab/src/isolation.rs`).
 pub fn isolation_matrix() -> Result<Row> {
     let t = Instant::now();
     let m = kvsim_lab::isolation::run(5, |_| {})?;

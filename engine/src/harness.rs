@@ -24,7 +24,7 @@ use crate::config::{ConfigError, EngineConfig};
 use crate::decode::{DecodeNode, DecodePhase};
 use crate::env::{Input, Outbox, Timer, TimerOp};
 use crate::gpu::{Gpu, SymbolicGpu};
-use crate::ids::{NodeId, PageId, RequestId, RoomKey, TenantId, Token};
+use crate::ids::{NodeId, PageId, RequestId, RoomKey, TenantId, Token, WriteId};
 use crate::invariant::Violation;
 use crate::kv::PageRecord;
 use crate::msg::{Msg, Status, Why};
@@ -88,6 +88,39 @@ pub struct Mark {
     events: usize,
     sends: usize,
     responses: usize,
+    order: usize,
+}
+
+/// One effect of a node's input as the world carried it out, in order (see
+/// [`Harness::happened_since`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Happened<'a, K> {
+    /// A node emitted a trace event.
+    Event(NodeId, &'a TraceEvent),
+    /// A node sent a message (to a node or the client).
+    Sent(&'a Sent<K>),
+    /// The receiver's completion of a stale duplicate was dropped
+    /// ([`Harness::land_duplicate`], [`world::duplicate_completion`]).
+    DuplicateCompletionDropped(NodeId),
+}
+
+/// The kinds of entries of the ordered log, which indexes the event and send logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Logged {
+    Event,
+    Send,
+    DroppedCompletion(NodeId),
+}
+
+/// What a crash did ([`Harness::crash_report`]): the incarnation that died, the one
+/// that replaced it, the dead incarnation's flushed KV writes, and the KV writes to it
+/// that failed back to their writers (writer, crashed node, write).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrashReport {
+    pub dead: u32,
+    pub epoch: u32,
+    pub flushed: Vec<WriteId>,
+    pub failed: Vec<(NodeId, NodeId, WriteId)>,
 }
 
 /// A request of the test the harness cannot carry out.
@@ -126,6 +159,11 @@ struct World<K> {
     responses: Vec<ClientResponse>,
     /// Pairs of nodes cut from each other, each as (lower id, higher id).
     cut: Vec<(NodeId, NodeId)>,
+    /// The events, sends and dropped completions in the order they happened.
+    order: Vec<Logged>,
+    /// The write whose stale duplicate is being delivered: its receiver's completion
+    /// of it is dropped ([`world::duplicate_completion`]).
+    replaying: Option<WriteId>,
 }
 
 fn pair(a: NodeId, b: NodeId) -> (NodeId, NodeId) {
@@ -140,6 +178,7 @@ impl<K: Clone> World<K> {
     /// Put a message on its way; `log` records it as a node's send.
     fn post(&mut self, from: NodeId, to: NodeId, msg: Msg<K>, log: bool) {
         if log {
+            self.order.push(Logged::Send);
             self.sends.push(Sent {
                 from,
                 to,
@@ -178,6 +217,12 @@ impl<K: Clone> World<K> {
 
 impl<K: Clone> Driver<Msg<K>> for World<K> {
     fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<K>) {
+        if let Some(dup) = self.replaying {
+            if world::duplicate_completion(dup, &msg) {
+                self.order.push(Logged::DroppedCompletion(from));
+                return;
+            }
+        }
         self.post(from, to, msg, true);
     }
 
@@ -190,6 +235,7 @@ impl<K: Clone> Driver<Msg<K>> for World<K> {
     }
 
     fn event(&mut self, node: NodeId, event: TraceEvent) {
+        self.order.push(Logged::Event);
         self.events.push((node, event));
     }
 }
@@ -250,6 +296,8 @@ impl<G: Gpu> Harness<G> {
                 sends: Vec::new(),
                 responses: Vec::new(),
                 cut: Vec::new(),
+                order: Vec::new(),
+                replaying: None,
             },
             topo,
             nodes,
@@ -401,6 +449,37 @@ impl<G: Gpu> Harness<G> {
         self.arrive(f, false)
     }
 
+    /// Deliver the message in flight at `index`, but hand its receiver `msg` instead
+    /// if the world delivers it: a data fault the driver decided, applied to what
+    /// lands ([`world::alter`]). What arrives is judged on the message as sent.
+    pub fn deliver_as(&mut self, index: usize, msg: Msg<G::Kv>) -> Result<Delivered, HarnessError> {
+        let mut f = self.take_flight(index)?;
+        if let Arrival::Deliver = world::arrival(&f.msg, &self.arriving(&f, false)) {
+            f.msg = msg;
+        }
+        self.arrive(f, false)
+    }
+
+    /// A stale duplicate `copy` of a KV write that already landed arrives again. The
+    /// world's rule for an arriving write applies; one that would fail is simply gone
+    /// (its writer knows nothing of it: no completion travels back), one that lands is
+    /// handed to its node, whose completion of it is dropped.
+    pub fn land_duplicate(&mut self, copy: Flight<G::Kv>) -> Result<Delivered, HarnessError> {
+        match world::arrival(&copy.msg, &self.arriving(&copy, false)) {
+            Arrival::Deliver => {}
+            Arrival::Drop(why) => return Ok(Delivered::Dropped(why)),
+            Arrival::Fail { reason, .. } => return Ok(Delivered::Failed(reason)),
+        }
+        self.world.replaying = copy.msg.write_id();
+        let input = Input::Message {
+            from: copy.from,
+            msg: copy.msg,
+        };
+        let handled = self.step(copy.to, input);
+        self.world.replaying = None;
+        handled.map(|()| Delivered::Handled)
+    }
+
     /// Deliver the first message in flight that matches.
     pub fn deliver_where(
         &mut self,
@@ -496,32 +575,47 @@ impl<G: Gpu> Harness<G> {
     /// with the next epoch. Returns the new epoch. (A node that stays down is not
     /// modelled here: the restart is immediate.)
     pub fn crash_restart(&mut self, node: NodeId) -> Result<u32, HarnessError> {
-        let old = match self.nodes.get(node.0 as usize) {
+        self.crash_report(node).map(|r| r.epoch)
+    }
+
+    /// [`Harness::crash_restart`], saying what the crash did to the messages in
+    /// flight.
+    pub fn crash_report(&mut self, node: NodeId) -> Result<CrashReport, HarnessError> {
+        let dead = match self.nodes.get(node.0 as usize) {
             Some(n) if n.role() != Role::Router => n.pool().map_or(0, |p| p.epoch()),
             Some(_) => return Err(HarnessError::CannotCrash(node)),
             None => return Err(HarnessError::NoSuchNode(node)),
         };
         let flights = std::mem::take(&mut self.world.flights);
         let mut back = Vec::new();
+        let mut report = CrashReport {
+            dead,
+            epoch: dead + 1,
+            flushed: Vec::new(),
+            failed: Vec::new(),
+        };
         for f in flights {
             match world::crash_fate(node, f.from, f.to, &f.msg) {
                 CrashFate::Keep => self.world.flights.push(f),
-                CrashFate::Lose | CrashFate::Flush => {}
+                CrashFate::Lose => {}
+                CrashFate::Flush => report.flushed.extend(f.msg.write_id()),
                 CrashFate::FailBack(done) => back.push((f.from, f.from_epoch, done)),
             }
         }
         for (writer, epoch, done) in back {
+            if let Some(write) = done.write_id() {
+                report.failed.push((writer, node, write));
+            }
             self.push_completion(node, writer, epoch, done);
         }
         self.world.timers.crash(node);
-        let epoch = old + 1;
         if let Some(n) = self.nodes.get_mut(node.0 as usize) {
-            n.restart(epoch);
+            n.restart(report.epoch);
         }
         if let Some(e) = self.world.epochs.get_mut(node.0 as usize) {
-            *e = epoch;
+            *e = report.epoch;
         }
-        Ok(epoch)
+        Ok(report)
     }
 
     /// Deliver every message in flight, oldest first, and fire `Compute` timers when
@@ -620,6 +714,11 @@ impl<G: Gpu> Harness<G> {
         self.world.timers.of(node).collect()
     }
 
+    /// Is any timer pending, on any node?
+    pub fn any_timer_pending(&self) -> bool {
+        !self.world.timers.is_empty()
+    }
+
     pub fn timer_pending(&self, node: NodeId, timer: Timer) -> bool {
         self.world.timers.get(node, timer).is_some()
     }
@@ -691,7 +790,35 @@ impl<G: Gpu> Harness<G> {
             events: self.world.events.len(),
             sends: self.world.sends.len(),
             responses: self.world.responses.len(),
+            order: self.world.order.len(),
         }
+    }
+
+    /// The events, sends and dropped duplicate completions since `mark`, in the order
+    /// the world carried them out.
+    pub fn happened_since(&self, mark: Mark) -> Vec<Happened<'_, G::Kv>> {
+        let (mut event, mut send) = (mark.events, mark.sends);
+        let mut out = Vec::new();
+        for logged in self.world.order.get(mark.order..).unwrap_or(&[]) {
+            match logged {
+                Logged::Event => {
+                    if let Some((node, ev)) = self.world.events.get(event) {
+                        out.push(Happened::Event(*node, ev));
+                    }
+                    event += 1;
+                }
+                Logged::Send => {
+                    if let Some(sent) = self.world.sends.get(send) {
+                        out.push(Happened::Sent(sent));
+                    }
+                    send += 1;
+                }
+                Logged::DroppedCompletion(node) => {
+                    out.push(Happened::DuplicateCompletionDropped(*node));
+                }
+            }
+        }
+        out
     }
 
     pub fn events_since(&self, mark: Mark) -> &[(NodeId, TraceEvent)] {

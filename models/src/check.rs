@@ -9,10 +9,10 @@
 
 use crate::memo::MemoStats;
 use crate::model::{representative, HandoffModel, StepLog};
+use crate::model_state::{Action, State};
 use crate::replay::{replay, ReplayOutcome};
 use crate::schedule::{step_of, Schedule};
 use crate::spec::{ModelSpec, SpecError};
-use crate::state::{Action, State};
 use kvsim_engine::invariant::Invariant;
 use stateright::{Checker, Expectation, Model, Path};
 use std::fmt::Write;
@@ -181,6 +181,16 @@ impl CheckReport {
                 " (NOT exhaustive: depth bound reached)"
             }
         );
+        self.render_transitions(&mut out);
+        self.render_properties(&mut out);
+        for c in &self.counterexamples {
+            render_counterexample(&mut out, c);
+        }
+        out
+    }
+
+    /// How many node transitions the engine computed and how many the cache reused.
+    fn render_transitions(&self, out: &mut String) {
         let t = self.transitions;
         let total = (t.computed + t.reused).max(1);
         let _ = writeln!(
@@ -190,6 +200,10 @@ impl CheckReport {
             t.reused,
             100.0 * t.reused as f64 / total as f64
         );
+    }
+
+    /// One line per property: its verdict and kind.
+    fn render_properties(&self, out: &mut String) {
         let _ = writeln!(out, "properties:");
         for p in &self.properties {
             let (word, extra) = match p.verdict {
@@ -203,41 +217,42 @@ impl CheckReport {
             let kind = if p.always { "always" } else { "sometimes" };
             let _ = writeln!(out, "  {word:<11} {kind:<9} {}{extra}", p.name);
         }
-        for c in &self.counterexamples {
+    }
+}
+
+/// A counterexample step by step, with what each step did, and its replay's verdict.
+fn render_counterexample(out: &mut String, c: &Counterexample) {
+    let _ = writeln!(
+        out,
+        "\ncounterexample for \"{}\" ({} steps):",
+        c.property,
+        c.steps.len()
+    );
+    for (i, s) in c.steps.iter().enumerate() {
+        let _ = writeln!(out, "{:>3}. {}", i + 1, s.step);
+        for e in &s.log.events {
+            let _ = writeln!(out, "        {e}");
+        }
+        for v in &s.log.violations {
+            let _ = writeln!(out, "        !! {v}");
+        }
+    }
+    match &c.replay {
+        Ok(r) => {
+            let names: Vec<String> = r.broken.iter().map(|i| i.to_string()).collect();
             let _ = writeln!(
                 out,
-                "\ncounterexample for \"{}\" ({} steps):",
-                c.property,
-                c.steps.len()
+                "replayed through the simulator's nodes and oracle: {}",
+                if names.is_empty() {
+                    "no violation".to_string()
+                } else {
+                    format!("violates {}", names.join(", "))
+                }
             );
-            for (i, s) in c.steps.iter().enumerate() {
-                let _ = writeln!(out, "{:>3}. {}", i + 1, s.step);
-                for e in &s.log.events {
-                    let _ = writeln!(out, "        {e}");
-                }
-                for v in &s.log.violations {
-                    let _ = writeln!(out, "        !! {v}");
-                }
-            }
-            match &c.replay {
-                Ok(r) => {
-                    let names: Vec<String> = r.broken.iter().map(|i| i.to_string()).collect();
-                    let _ = writeln!(
-                        out,
-                        "replayed through the simulator's nodes and oracle: {}",
-                        if names.is_empty() {
-                            "no violation".to_string()
-                        } else {
-                            format!("violates {}", names.join(", "))
-                        }
-                    );
-                }
-                Err(e) => {
-                    let _ = writeln!(out, "replay through the simulator failed: {e}");
-                }
-            }
         }
-        out
+        Err(e) => {
+            let _ = writeln!(out, "replay through the simulator failed: {e}");
+        }
     }
 }
 

@@ -16,8 +16,8 @@
 //! nothing else can happen; one that fires while a message is still in flight or a
 //! scheduler tick is pending (a premature timeout: the network was slower than the
 //! timer) is a bounded fault like a lost message, because unbounded premature timeouts
-//! multiply the space a hundredfold. The oracles are the simulator's
-//! (`kvsim_sim::oracle`), evaluated inside each transition.
+//! multiply the space a hundredfold. The oracle is the simulator's (`kvsim_oracle`'s
+//! `OracleState`), evaluated inside each transition.
 //!
 //! Why a hand-written [`stateright::Model`] rather than an `ActorModel`: the engine's
 //! nodes already are actors with their own message and timer vocabulary, and wrapping
@@ -47,14 +47,14 @@ pub mod model;
 pub mod replay;
 pub mod schedule;
 pub use kvsim_oracle::shared;
+pub mod model_state;
 pub mod spec;
-pub mod state;
 pub mod view;
 
 pub use check::{
     check, check_with_progress, CheckOptions, CheckReport, MemoMode, Progress, Verdict,
 };
 pub use model::{names, representative, HandoffModel, StepLog};
+pub use model_state::{Action, Envelope, State};
 pub use schedule::Schedule;
 pub use spec::{ClientSpec, FaultBounds, ModelSpec, SpecError};
-pub use state::{Action, Envelope, State};

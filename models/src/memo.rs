@@ -24,8 +24,8 @@
 //! produces. `HandoffModel::with_memo_check` recomputes every hit and panics on a
 //! difference; the crate's tests run the reduced models that way.
 
+use crate::model_state::Envelope;
 use crate::shared::{hash_of, Shared};
-use crate::state::Envelope;
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::{Effect as Step, Input, Outbox};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
@@ -248,7 +248,7 @@ pub fn compute<N: Machine>(
         .map(|e| match e {
             Step::Send { to, msg } => Step::Send {
                 to,
-                msg: if to == crate::state::CLIENT {
+                msg: if to == crate::model_state::CLIENT {
                     Routed::Client(msg)
                 } else {
                     Routed::Peer(Shared::new(Envelope { from: id, to, msg }))

@@ -21,12 +21,12 @@
 //! state where nothing is left to do.
 
 use crate::memo::{self, Cause, Effect, Machine, Routed};
-use crate::shared::Shared;
-use crate::spec::{ClientSpec, ModelSpec, SpecError};
-use crate::state::{
+use crate::model_state::{
     altered, note, stale_landing, Action, Book, Client, Envelope, FaultsUsed, StaleCopy, State,
     CLIENT, DECODE, PREFILL, ROUTER,
 };
+use crate::shared::Shared;
+use crate::spec::{ClientSpec, ModelSpec, SpecError};
 use kvsim_engine::decode::{DecodeNode, DecodePhase};
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
@@ -41,9 +41,9 @@ use kvsim_engine::world::{
     self, Arrival, Arriving, CrashFate, DataFault, Driver, Timers, Topology, WriteFailure,
 };
 use kvsim_engine::{Cfg, Timer};
+use kvsim_oracle::oracle_state::{must_reject, Draft, WriteFacts};
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::{ClockKind, EndOutcome, FaultEvent, Record, RunHeader};
-use kvsim_oracle::state::{must_reject, Draft, WriteFacts};
 use kvsim_oracle::OracleState;
 use smallvec::SmallVec;
 use stateright::{Model, Property};
@@ -303,39 +303,8 @@ impl HandoffModel {
             replay: None,
         };
         match action {
-            Action::Submit(slot) => {
-                let slot = *slot as usize;
-                let req = RequestId(s.clients().iter().filter(|c| c.req.is_some()).count() as u64);
-                let client = s.clients()[slot];
-                tx.s.book(|b| b.clients[slot].req = Some(req));
-                let spec = self.client_spec(&client);
-                tx.record(&Record::Submit {
-                    req,
-                    tenant: TenantId(spec.tenant),
-                    prompt_len: spec.prompt_len,
-                    max_new_tokens: spec.max_new_tokens,
-                });
-                let msg = Msg::Submit {
-                    req,
-                    tenant: TenantId(spec.tenant),
-                    prompt: self.prompt(&client, req),
-                    max_new_tokens: spec.max_new_tokens,
-                };
-                tx.dispatch(ROUTER, Cause::Input(Input::Message { from: CLIENT, msg }));
-            }
-            Action::Cancel(slot) => {
-                let slot = *slot as usize;
-                tx.s.book(|b| b.clients[slot].cancelled = true);
-                if let Some(req) = s.clients()[slot].req {
-                    tx.dispatch(
-                        ROUTER,
-                        Cause::Input(Input::Message {
-                            from: CLIENT,
-                            msg: Msg::Cancel { req },
-                        }),
-                    );
-                }
-            }
+            Action::Submit(slot) => tx.submit(*slot as usize),
+            Action::Cancel(slot) => tx.cancel(*slot as usize),
             Action::Deliver(e) => {
                 if tx.s.take(e) {
                     tx.deliver(e, false, None);
@@ -357,26 +326,7 @@ impl HandoffModel {
                     tx.deliver(e, false, Some(*fault));
                 }
             }
-            Action::KeepStale(e) => {
-                tx.s.book(|b| b.faults.data_faults += 1);
-                if tx.s.take(e) {
-                    // The oracle's facts of the write as it is in flight now, before
-                    // it lands (the simulator's oracle keeps them at the landing).
-                    let facts = e
-                        .get()
-                        .msg
-                        .write_id()
-                        .and_then(|id| tx.s.oracle.get().write_in_flight(id).cloned());
-                    tx.event_text(|| {
-                        "the network keeps a copy of the KV write, to land again later".into()
-                    });
-                    tx.deliver(e, false, None);
-                    tx.s.keep_stale(StaleCopy {
-                        env: e.get().clone(),
-                        facts,
-                    });
-                }
-            }
+            Action::KeepStale(e) => tx.keep_stale(e),
             Action::LandStale(c) => {
                 if tx.s.take_stale(c) {
                     tx.land_stale(c.get());
@@ -393,29 +343,8 @@ impl HandoffModel {
                 }
             }
             Action::Crash(node) => tx.crash(*node, true),
-            Action::Fire(node, timer) => {
-                if *timer != Timer::Compute && s.timeout_is_early() {
-                    tx.s.book(|b| b.faults.early_timeouts += 1);
-                }
-                if tx.s.timers.take(*node, *timer).is_some() {
-                    tx.spent(*node, *timer);
-                    tx.fire(*node, *timer);
-                }
-            }
-            Action::Refire(node, timer) => {
-                tx.s.book(|b| b.faults.timer_refires += 1);
-                if !tx.refires_left() {
-                    // No further refire can happen: forget them all (merges states).
-                    tx.s.forget_spent(|_, _| false);
-                }
-                tx.event_text(|| {
-                    format!(
-                        "{node}'s spent timer {} is delivered again",
-                        crate::state::timer_text(*timer)
-                    )
-                });
-                tx.fire(*node, *timer);
-            }
+            Action::Fire(node, timer) => tx.fire_timer(*node, *timer),
+            Action::Refire(node, timer) => tx.refire(*node, *timer),
         }
         tx.finish()
     }
@@ -434,6 +363,40 @@ impl HandoffModel {
             },
             partitioned: false,
             injected_failure: fail,
+        }
+    }
+
+    /// The faults the environment may do to the RDMA message `e` at the head of its
+    /// channel: fail a KV write, or land it altered by a data fault (one with
+    /// something to act on) or keep a copy of it to land again.
+    #[inline]
+    fn write_actions(&self, s: &State, e: &Shared<Envelope>, out: &mut Vec<Action>) {
+        let bounds = &self.spec.faults;
+        let used = &s.faults();
+        let is_write = matches!(e.get().msg, Msg::KvWrite { .. });
+        if is_write && used.write_failures < bounds.write_failures {
+            out.push(Action::FailWrite(e.clone()));
+        }
+        if !is_write || used.data_faults >= bounds.data_faults {
+            return;
+        }
+        // Only a write that lands, and a fault with something to act on.
+        let env = e.get();
+        let at = self.arriving(s, env.to, false);
+        if !matches!(world::arrival(&env.msg, &at), Arrival::Deliver) {
+            return;
+        }
+        let kinds = DataFault::ALL
+            .into_iter()
+            .filter(|f| bounds.data_fault_kind.is_none_or(|k| k == *f));
+        for fault in kinds {
+            if altered(&self.spec, env.to, &env.msg, fault).is_some() {
+                out.push(Action::Alter(e.clone(), fault));
+            } else if fault == DataFault::StaleDuplicate {
+                // A second landing, later: the write lands now and a
+                // copy of it stays in the network.
+                out.push(Action::KeepStale(e.clone()));
+            }
         }
     }
 
@@ -552,6 +515,95 @@ impl Tx<'_> {
         }
     }
 
+    /// Client `slot` submits: it is given the next request id, the oracle sees the
+    /// submit, the router gets the request.
+    #[inline]
+    fn submit(&mut self, slot: usize) {
+        let req = RequestId(self.s.clients().iter().filter(|c| c.req.is_some()).count() as u64);
+        let client = self.s.clients()[slot];
+        self.s.book(|b| b.clients[slot].req = Some(req));
+        let spec = self.m.client_spec(&client);
+        self.record(&Record::Submit {
+            req,
+            tenant: TenantId(spec.tenant),
+            prompt_len: spec.prompt_len,
+            max_new_tokens: spec.max_new_tokens,
+        });
+        let msg = Msg::Submit {
+            req,
+            tenant: TenantId(spec.tenant),
+            prompt: self.m.prompt(&client, req),
+            max_new_tokens: spec.max_new_tokens,
+        };
+        self.dispatch(ROUTER, Cause::Input(Input::Message { from: CLIENT, msg }));
+    }
+
+    /// Client `slot` disconnects: the router hears a cancel if it has a request.
+    #[inline]
+    fn cancel(&mut self, slot: usize) {
+        self.s.book(|b| b.clients[slot].cancelled = true);
+        if let Some(req) = self.s.clients()[slot].req {
+            self.dispatch(
+                ROUTER,
+                Cause::Input(Input::Message {
+                    from: CLIENT,
+                    msg: Msg::Cancel { req },
+                }),
+            );
+        }
+    }
+
+    /// A KV write lands and the network keeps a copy of it, to land again later.
+    #[inline]
+    fn keep_stale(&mut self, e: &Shared<Envelope>) {
+        self.s.book(|b| b.faults.data_faults += 1);
+        if !self.s.take(e) {
+            return;
+        }
+        // The oracle's facts of the write as it is in flight now, before
+        // it lands (the simulator's oracle keeps them at the landing).
+        let facts = e
+            .get()
+            .msg
+            .write_id()
+            .and_then(|id| self.s.oracle.get().write_in_flight(id).cloned());
+        self.event_text(|| "the network keeps a copy of the KV write, to land again later".into());
+        self.deliver(e, false, None);
+        self.s.keep_stale(StaleCopy {
+            env: e.get().clone(),
+            facts,
+        });
+    }
+
+    /// A set timer fires (counted as an early timeout when work is still under way).
+    #[inline]
+    fn fire_timer(&mut self, node: NodeId, timer: Timer) {
+        if timer != Timer::Compute && self.s.timeout_is_early() {
+            self.s.book(|b| b.faults.early_timeouts += 1);
+        }
+        if self.s.timers.take(node, timer).is_some() {
+            self.spent(node, timer);
+            self.fire(node, timer);
+        }
+    }
+
+    /// A spent timer is delivered again.
+    #[inline]
+    fn refire(&mut self, node: NodeId, timer: Timer) {
+        self.s.book(|b| b.faults.timer_refires += 1);
+        if !self.refires_left() {
+            // No further refire can happen: forget them all (merges states).
+            self.s.forget_spent(|_, _| false);
+        }
+        self.event_text(|| {
+            format!(
+                "{node}'s spent timer {} is delivered again",
+                crate::model_state::timer_text(timer)
+            )
+        });
+        self.fire(node, timer);
+    }
+
     /// The prefill or decode node crashes and restarts at once into its next
     /// incarnation: the world's rules ([`world::crash_fate`]) decide each message in
     /// flight, its timers die ([`Timers::crash`]). `budget`: an environment fault (it
@@ -579,6 +631,31 @@ impl Tx<'_> {
             _ => self.s.decode.update(|n| n.restart(dead + 1)),
         }
         self.event_text(|| format!("{node} crashes and restarts into a new incarnation"));
+        self.forget_incarnation(node);
+        let (flushed, failed) = self.crash_walk(node);
+        self.record(&Record::Fault(FaultEvent::Crash {
+            node,
+            epoch: dead,
+            flushed,
+        }));
+        self.fail_back(failed);
+        self.record(&Record::Fault(FaultEvent::Restart {
+            node,
+            epoch: dead + 1,
+        }));
+        if node == DECODE {
+            // The new incarnation has no quarantine and no retry count.
+            let rooms: Vec<_> = self.s.book.get().notes.iter().map(|(k, _)| *k).collect();
+            for room in rooms {
+                self.s.unnote(room, note::DRAIN_RETRIED);
+            }
+        }
+    }
+
+    /// What dies with `node`'s incarnation besides its messages: its timers (with its
+    /// timer wheel), its spent timers, and the kept copies of writes to or from it.
+    #[inline]
+    fn forget_incarnation(&mut self, node: NodeId) {
         self.s.timers.crash(node);
         // The dead incarnation's timers are gone with its timer wheel.
         self.s.forget_spent(|n, _| n != node);
@@ -595,6 +672,17 @@ impl Tx<'_> {
                 .stale
                 .retain(|c| c.get().env.from != node && c.get().env.to != node);
         }
+    }
+
+    /// The world's rule ([`world::crash_fate`]) for each message in flight at `node`'s
+    /// crash: the ones kept stay in the network; returns the dead incarnation's
+    /// flushed writes and the writes to it that fail back, with their completions.
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    fn crash_walk(
+        &mut self,
+        node: NodeId,
+    ) -> (Vec<WriteId>, Vec<(NodeId, NodeId, Msg<SymbolicPage>)>) {
         let mut flushed = Vec::new();
         let mut failed = Vec::new();
         let mut kept = Vec::with_capacity(self.s.net.len());
@@ -608,11 +696,13 @@ impl Tx<'_> {
             }
         }
         self.s.net = kept;
-        self.record(&Record::Fault(FaultEvent::Crash {
-            node,
-            epoch: dead,
-            flushed,
-        }));
+        (flushed, failed)
+    }
+
+    /// Writes to a dead incarnation fail: the oracle hears each, and its failed
+    /// completion travels back to its writer.
+    #[inline]
+    fn fail_back(&mut self, failed: Vec<(NodeId, NodeId, Msg<SymbolicPage>)>) {
         for (from, to, done) in failed {
             if let Some(write) = done.write_id() {
                 self.record(&Record::WriteFailed {
@@ -627,17 +717,6 @@ impl Tx<'_> {
                 to: from,
                 msg: done,
             });
-        }
-        self.record(&Record::Fault(FaultEvent::Restart {
-            node,
-            epoch: dead + 1,
-        }));
-        if node == DECODE {
-            // The new incarnation has no quarantine and no retry count.
-            let rooms: Vec<_> = self.s.book.get().notes.iter().map(|(k, _)| *k).collect();
-            for room in rooms {
-                self.s.unnote(room, note::DRAIN_RETRIED);
-            }
         }
     }
 
@@ -670,7 +749,7 @@ impl Tx<'_> {
 
     /// A message arrives; the world's rules ([`world::arrival`]) decide what follows.
     /// `fail`: the environment fails this KV write on the wire; `fault`: a KV write
-    /// that is delivered lands altered by this data fault ([`crate::state::altered`]).
+    /// that is delivered lands altered by this data fault ([`crate::model_state::altered`]).
     fn deliver(&mut self, shared: &Shared<Envelope>, fail: bool, fault: Option<DataFault>) {
         let env = shared.get();
         let at = self.m.arriving(&self.s, env.to, fail);
@@ -1056,29 +1135,7 @@ impl Model for HandoffModel {
             }
             out.push(Action::Deliver(e.clone()));
             if e.get().is_rdma() {
-                let is_write = matches!(e.get().msg, Msg::KvWrite { .. });
-                if is_write && used.write_failures < bounds.write_failures {
-                    out.push(Action::FailWrite(e.clone()));
-                }
-                if is_write && used.data_faults < bounds.data_faults {
-                    // Only a write that lands, and a fault with something to act on.
-                    let env = e.get();
-                    let at = self.arriving(s, env.to, false);
-                    if matches!(world::arrival(&env.msg, &at), Arrival::Deliver) {
-                        let kinds = DataFault::ALL
-                            .into_iter()
-                            .filter(|f| bounds.data_fault_kind.is_none_or(|k| k == *f));
-                        for fault in kinds {
-                            if altered(&self.spec, env.to, &env.msg, fault).is_some() {
-                                out.push(Action::Alter(e.clone(), fault));
-                            } else if fault == DataFault::StaleDuplicate {
-                                // A second landing, later: the write lands now and a
-                                // copy of it stays in the network.
-                                out.push(Action::KeepStale(e.clone()));
-                            }
-                        }
-                    }
-                }
+                self.write_actions(s, e, out);
             } else {
                 if used.losses < bounds.losses {
                     out.push(Action::Lose(e.clone()));

@@ -1,32 +1,30 @@
 //! Replay a [`Schedule`] through the engine's nodes and the simulator's `Oracle`.
 //!
 //! This is the check that a counterexample is the engine's, not the model's: it
-//! rebuilds the topology the simulator builds (`world::Topology`: router `n0`, prefill
-//! `n1`, decode `n2`, `SymbolicGpu` pools), feeds each node the inputs the schedule
-//! forces, in order, carries out their effects through the world module as the
-//! simulator does, and judges the records with the `kvsim_oracle::Oracle` the simulator
-//! feeds. None of the model checker's code runs here: not its state, not its
-//! transition function, not its property checks.
+//! steps the engine's hand-stepped driver, [`Harness`], on the topology the simulator
+//! builds (`world::Topology`: router `n0`, prefill `n1`, decode `n2`, `SymbolicGpu`
+//! pools), forcing the inputs the schedule names, in order; the harness carries out
+//! their effects through the world module as the simulator does, and the replayer
+//! judges the records with the `kvsim_oracle::Oracle` the simulator feeds. None of the
+//! model checker's code runs here: not its state, not its transition function, not
+//! its property checks. The replayer itself only translates steps and records.
 //!
 //! It does not judge whether the schedule was a legal run of the model (fault budgets,
 //! channel order); it only refuses a step that names a message not in flight or a
 //! timer not pending.
 
+use crate::model_state::{altered, stale_landing, CLIENT, ROUTER};
 use crate::schedule::{MessageStep, Schedule, Step};
 use crate::spec::ModelSpec;
-use crate::state::{altered, stale_landing, CLIENT, PREFILL, ROUTER};
 use crate::HandoffModel;
-use kvsim_engine::env::{Input, Outbox, Timer, TimerOp};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
-use kvsim_engine::ids::{NodeId, RequestId, TenantId, WriteId};
+use kvsim_engine::harness::{Delivered, Flight, Happened, Harness, HarnessError, Mark};
+use kvsim_engine::ids::{NodeId, TenantId};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::Msg;
-use kvsim_engine::node::Node;
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{
-    self, Arrival, Arriving, CrashFate, DataFault, Driver, Timers, WriteFailure,
-};
-use kvsim_engine::Cfg;
+use kvsim_engine::world::{Altered, DataFault, WriteFailure};
+use kvsim_engine::Timer;
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::{ClockKind, EndOutcome, Entry, FaultEvent, Record, RunHeader};
 use kvsim_oracle::{Finding, Oracle};
@@ -45,6 +43,8 @@ pub enum ReplayError {
         step: String,
         reason: String,
     },
+    #[error("the model's topology cannot be built: {0}")]
+    Topology(String),
 }
 
 /// What the simulator's oracle found on the forced run.
@@ -59,19 +59,38 @@ pub struct ReplayOutcome {
     pub quiescent: bool,
 }
 
+/// How a message in flight is delivered.
+#[derive(Clone, Copy)]
+enum Landing {
+    /// As it was sent (the world's rules decide what arrives).
+    AsSent,
+    /// A KV write the environment fails on the wire.
+    FailedOnTheWire,
+    /// A KV write that, if the world delivers it, lands altered by this data fault.
+    Altered(DataFault),
+}
+
+/// Why a step could not be applied, before it is named by its index.
+enum Refused {
+    NoSuchMessage,
+    TimerNotPending,
+    Invalid(String),
+}
+
+impl From<HarnessError> for Refused {
+    fn from(e: HarnessError) -> Self {
+        Refused::Invalid(e.to_string())
+    }
+}
+
 struct Replayer<'a> {
     spec: &'a ModelSpec,
-    nodes: Vec<Node<SymbolicGpu>>,
-    net: Vec<(NodeId, NodeId, Msg<SymbolicPage>)>,
+    h: Harness<SymbolicGpu>,
     /// Copies of landed KV writes kept to land again as stale duplicates.
-    stale: Vec<(NodeId, NodeId, Msg<SymbolicPage>)>,
-    /// The write whose stale duplicate is being delivered (its completion is dropped).
-    replaying: Option<WriteId>,
-    timers: Timers<()>,
+    stale: Vec<Flight<SymbolicPage>>,
     oracle: Oracle,
     log: Vec<String>,
     step: u64,
-    restart: Option<NodeId>,
 }
 
 impl Replayer<'_> {
@@ -83,52 +102,79 @@ impl Replayer<'_> {
         });
     }
 
-    /// Feed one input to one node and carry out its effects through the world module.
-    fn dispatch(&mut self, node: NodeId, input: Input<SymbolicPage>) {
-        let mut out = Outbox::new(0);
-        self.nodes[node.0 as usize].handle(input, &mut out);
-        world::apply(node, out.effects, self);
-        if let Some(n) = self.restart.take() {
+    /// Log and judge what the harness's last step did (every engine event, the
+    /// client's answers, dropped duplicate completions, in order), then carry out a
+    /// restart a node asked for.
+    fn log_and_judge(&mut self, mark: Mark) {
+        let mut restart = None;
+        let mut events: Vec<TraceEvent> = Vec::new();
+        for happened in self.h.happened_since(mark) {
+            match happened {
+                Happened::Event(_, ev) => {
+                    self.log.push(format!("    {}", describe_event(ev)));
+                    if let TraceEvent::Fault { node, fault } = ev {
+                        if fault.action() == FaultAction::Restart {
+                            restart = Some(*node);
+                        }
+                    }
+                    events.push(ev.clone());
+                }
+                Happened::Sent(sent) => {
+                    if let (
+                        CLIENT,
+                        Msg::Response {
+                            req,
+                            status,
+                            tokens,
+                            ..
+                        },
+                    ) = (sent.to, &sent.msg)
+                    {
+                        self.log.push(format!(
+                            "    client gets {status} for {req} ({} tokens)",
+                            tokens.len()
+                        ));
+                    }
+                }
+                Happened::DuplicateCompletionDropped(_) => {
+                    self.log
+                        .push("    its completion of the stale duplicate is dropped".into());
+                }
+            }
+        }
+        for ev in events {
+            self.record(Record::Engine(ev));
+        }
+        if let Some(n) = restart {
             self.crash(n).ok();
         }
     }
 
-    fn deliver(
+    /// Carry out what the delivery of a message from `from` to `to` came to: a
+    /// landed write's data fault `fault` is announced before its receiver's events;
+    /// a failed write is recorded (its completion is in flight).
+    fn delivered(
         &mut self,
-        from: NodeId,
-        to: NodeId,
-        msg: Msg<SymbolicPage>,
-        fail: bool,
-        fault: Option<DataFault>,
+        (from, to, msg): (NodeId, NodeId, &Msg<SymbolicPage>),
+        mark: Mark,
+        outcome: Delivered,
+        fault: Option<Altered>,
     ) {
-        let at = Arriving {
-            sender_alive: true,
-            receiver_alive: true,
-            receiver_restarted: false,
-            receiver_epoch: self.nodes[to.0 as usize].pool().map_or(0, |p| p.epoch()),
-            partitioned: false,
-            injected_failure: fail,
-        };
-        match world::arrival(&msg, &at) {
-            Arrival::Deliver => {
-                let changed = fault.and_then(|f| altered(self.spec, to, &msg, f));
-                let msg = match (changed, msg.write_id()) {
-                    (Some((changed, a)), Some(write)) => {
-                        self.log.push(format!(
-                            "    the KV write {write} lands {}: its page meant for {} lands at {}",
-                            a.fault.name(),
-                            a.meant,
-                            a.landed
-                        ));
-                        self.record(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
-                        changed
-                    }
-                    _ => msg,
-                };
-                self.dispatch(to, Input::Message { from, msg })
+        match outcome {
+            Delivered::Handled => {
+                if let (Some(a), Some(write)) = (fault, msg.write_id()) {
+                    self.log.push(format!(
+                        "    the KV write {write} lands {}: its page meant for {} lands at {}",
+                        a.fault.name(),
+                        a.meant,
+                        a.landed
+                    ));
+                    self.record(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
+                }
+                self.log_and_judge(mark);
             }
-            Arrival::Drop(_) => {}
-            Arrival::Fail { reason, completion } => {
+            Delivered::Dropped(_) => {}
+            Delivered::Failed(reason) => {
                 if let Some(write) = msg.write_id() {
                     self.log.push(format!(
                         "    the KV write {write} fails on the wire ({reason:?})"
@@ -140,156 +186,118 @@ impl Replayer<'_> {
                         reason,
                     });
                 }
-                self.net.push((to, from, completion));
             }
         }
+    }
+
+    /// Deliver the message in flight at `i` as `how` says.
+    fn deliver(&mut self, i: usize, how: Landing) -> Result<(), HarnessError> {
+        let Flight { from, to, msg, .. } = self.h.in_flight()[i].clone();
+        let mark = self.h.mark();
+        let (outcome, a) = match how {
+            Landing::AsSent => (self.h.deliver(i)?, None),
+            Landing::FailedOnTheWire => (self.h.fail_write(i)?, None),
+            Landing::Altered(fault) => match altered(self.spec, to, &msg, fault) {
+                Some((changed, a)) => (self.h.deliver_as(i, changed)?, Some(a)),
+                None => (self.h.deliver(i)?, None),
+            },
+        };
+        self.delivered((from, to, &msg), mark, outcome, a);
+        Ok(())
     }
 
     /// A kept copy of a KV write lands again as a stale duplicate, as the simulator
     /// delivers one: by the world's rule for an arriving write (one that would fail is
     /// gone), announced with a `data_fault` record, its receiver's completion dropped.
-    fn land_stale(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>) {
-        let Some(pool) = self.nodes[to.0 as usize].pool() else {
-            return;
+    fn land_stale(&mut self, copy: Flight<SymbolicPage>) -> Result<(), HarnessError> {
+        let Some(pool) = self.h.node(copy.to).and_then(|n| n.pool()) else {
+            return Ok(());
         };
-        let at = Arriving {
-            sender_alive: true,
-            receiver_alive: true,
-            receiver_restarted: false,
-            receiver_epoch: pool.epoch(),
-            partitioned: false,
-            injected_failure: false,
+        let (Some(write), Some(a)) = (copy.msg.write_id(), stale_landing(pool, &copy.msg)) else {
+            return Ok(());
         };
-        if !matches!(world::arrival(&msg, &at), Arrival::Deliver) {
-            return;
+        let (from, to) = (copy.from, copy.to);
+        let mark = self.h.mark();
+        if self.h.land_duplicate(copy)? != Delivered::Handled {
+            return Ok(());
         }
-        let (Some(write), Some(a)) = (msg.write_id(), stale_landing(pool, &msg)) else {
-            return;
-        };
         self.log.push(format!(
             "    a stale duplicate of the KV write {write} lands: its page {} lands over {}",
             a.landed, a.meant
         ));
         self.record(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
-        self.replaying = Some(write);
-        self.dispatch(to, Input::Message { from, msg });
-        self.replaying = None;
+        self.log_and_judge(mark);
+        Ok(())
     }
 
     /// A crash and an immediate restart, by the world's rules.
     fn crash(&mut self, node: NodeId) -> Result<(), String> {
-        let i = node.0 as usize;
-        let dead = match self.nodes.get(i).and_then(|n| n.pool()) {
-            Some(pool) => pool.epoch(),
-            None => return Err("only a prefill or decode node can crash".into()),
-        };
-        self.timers.crash(node);
-        self.stale
-            .retain(|(from, to, _)| *from != node && *to != node);
-        let mut kept = Vec::new();
-        let mut flushed = Vec::new();
-        let mut failed = Vec::new();
-        for (from, to, msg) in std::mem::take(&mut self.net) {
-            match world::crash_fate(node, from, to, &msg) {
-                CrashFate::Keep => kept.push((from, to, msg)),
-                CrashFate::Lose => {}
-                CrashFate::Flush => flushed.extend(msg.write_id()),
-                CrashFate::FailBack(done) => failed.push((from, to, done)),
-            }
-        }
-        self.net = kept;
-        self.nodes[i].restart(dead + 1);
+        let report = self
+            .h
+            .crash_report(node)
+            .map_err(|_| "only a prefill or decode node can crash".to_string())?;
+        self.stale.retain(|f| f.from != node && f.to != node);
         self.record(Record::Fault(FaultEvent::Crash {
             node,
-            epoch: dead,
-            flushed,
+            epoch: report.dead,
+            flushed: report.flushed,
         }));
-        for (from, to, done) in failed {
-            if let Some(write) = done.write_id() {
-                self.record(Record::WriteFailed {
-                    from,
-                    to,
-                    write,
-                    reason: WriteFailure::ReceiverGone,
-                });
-            }
-            self.net.push((to, from, done));
+        for (from, to, write) in report.failed {
+            self.record(Record::WriteFailed {
+                from,
+                to,
+                write,
+                reason: WriteFailure::ReceiverGone,
+            });
         }
         self.record(Record::Fault(FaultEvent::Restart {
             node,
-            epoch: dead + 1,
+            epoch: report.epoch,
         }));
         Ok(())
     }
-}
 
-impl Driver<Msg<SymbolicPage>> for Replayer<'_> {
-    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<SymbolicPage>) {
-        if let Some(dup) = self.replaying {
-            if world::duplicate_completion(dup, &msg) {
-                self.log
-                    .push("    its completion of the stale duplicate is dropped".into());
-                return;
-            }
-        }
-        if to == CLIENT {
-            if let Msg::Response {
-                req,
-                status,
-                tokens,
-                ..
-            } = &msg
-            {
-                self.log.push(format!(
-                    "    client gets {status} for {req} ({} tokens)",
-                    tokens.len()
-                ));
-            }
-        } else {
-            self.net.push((from, to, msg));
-        }
+    /// A client's message, handed to the router at once.
+    fn client_sends(&mut self, msg: Msg<SymbolicPage>) -> Result<(), Refused> {
+        let mark = self.h.mark();
+        self.h.inject(CLIENT, ROUTER, msg)?;
+        self.log_and_judge(mark);
+        Ok(())
     }
 
-    fn timer(&mut self, node: NodeId, op: TimerOp) {
-        self.timers.apply(node, op, ());
+    /// A pending timer of `node` fires.
+    fn fire(&mut self, node: NodeId, timer: Timer) -> Result<(), Refused> {
+        let mark = self.h.mark();
+        let done = self.h.fire(node, timer);
+        self.timer_delivered(mark, done)
     }
 
-    fn event(&mut self, _node: NodeId, ev: TraceEvent) {
-        self.log.push(format!("    {}", describe_event(&ev)));
-        if let TraceEvent::Fault { node, fault } = &ev {
-            if fault.action() == FaultAction::Restart {
-                self.restart = Some(*node);
+    /// A stale delivery of a timer: the node gets the input whether or not one of
+    /// that value is pending (a pending one still fires later).
+    fn refire(&mut self, node: NodeId, timer: Timer) -> Result<(), Refused> {
+        let mark = self.h.mark();
+        let done = self.h.refire(node, timer);
+        self.timer_delivered(mark, done)
+    }
+
+    fn timer_delivered(
+        &mut self,
+        mark: Mark,
+        done: Result<(), HarnessError>,
+    ) -> Result<(), Refused> {
+        match done {
+            Ok(()) => {}
+            Err(HarnessError::NoSuchTimer { .. }) => return Err(Refused::TimerNotPending),
+            Err(HarnessError::NoSuchNode(_)) => {
+                return Err(Refused::Invalid("no such node".into()))
             }
+            Err(e) => return Err(e.into()),
         }
-        self.record(Record::Engine(ev));
+        self.log_and_judge(mark);
+        Ok(())
     }
-}
 
-/// Replay `schedule` on the topology and engine configuration of `spec`.
-pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, ReplayError> {
-    let cfg = Cfg::new(spec.engine.clone());
-    let topology = HandoffModel::topology_of(spec);
-    let header = RunHeader::new(
-        "kvsim-replay",
-        ClockKind::Simulated,
-        &spec.engine,
-        &topology,
-    );
-    let mut r = Replayer {
-        spec,
-        nodes: topology.build(&cfg, SymbolicGpu::new),
-        net: Vec::new(),
-        stale: Vec::new(),
-        replaying: None,
-        timers: Timers::new(),
-        oracle: Oracle::new(header),
-        log: Vec::new(),
-        step: 0,
-        restart: None,
-    };
-    for (index, step) in schedule.0.iter().enumerate() {
-        r.step = index as u64 + 1;
-        r.log.push(format!("{:>3}. {step}", index + 1));
+    fn apply(&mut self, step: &Step) -> Result<(), Refused> {
         match step {
             Step::Submit {
                 req,
@@ -297,137 +305,133 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
                 prompt_len,
                 max_new_tokens,
             } => {
-                r.record(Record::Submit {
+                self.record(Record::Submit {
                     req: *req,
                     tenant: TenantId(*tenant),
                     prompt_len: *prompt_len,
                     max_new_tokens: *max_new_tokens,
                 });
-                let msg = Msg::Submit {
+                self.client_sends(Msg::Submit {
                     req: *req,
                     tenant: TenantId(*tenant),
                     prompt: kvsim_oracle::canary::prompt(*req, *prompt_len),
                     max_new_tokens: *max_new_tokens,
-                };
-                r.dispatch(ROUTER, Input::Message { from: CLIENT, msg });
+                })
             }
-            Step::Cancel { req } => {
-                let msg = Msg::Cancel { req: *req };
-                r.dispatch(ROUTER, Input::Message { from: CLIENT, msg });
-            }
+            Step::Cancel { req } => self.client_sends(Msg::Cancel { req: *req }),
             Step::Message {
                 how,
                 from,
                 to,
                 summary,
-            } => {
-                if *how == MessageStep::Alter(DataFault::StaleDuplicate) {
-                    let Some(i) = r
-                        .stale
-                        .iter()
-                        .position(|(f, t, m)| f == from && t == to && &m.summary() == summary)
-                    else {
-                        return Err(ReplayError::NoSuchMessage {
-                            index,
-                            step: step.to_string(),
-                        });
-                    };
-                    let (f, t, m) = r.stale.remove(i);
-                    r.land_stale(f, t, m);
-                    continue;
-                }
-                let Some(i) = r
-                    .net
-                    .iter()
-                    .position(|(f, t, m)| f == from && t == to && &m.summary() == summary)
-                else {
-                    return Err(ReplayError::NoSuchMessage {
-                        index,
-                        step: step.to_string(),
-                    });
-                };
-                match how {
-                    MessageStep::Deliver | MessageStep::Overtake => {
-                        let (f, t, m) = r.net.remove(i);
-                        r.deliver(f, t, m, false, None);
-                    }
-                    MessageStep::Duplicate => {
-                        let (f, t, m) = r.net[i].clone();
-                        r.deliver(f, t, m, false, None);
-                    }
-                    MessageStep::Alter(fault) => {
-                        if altered(spec, r.net[i].1, &r.net[i].2, *fault).is_none() {
-                            return Err(ReplayError::Invalid {
-                                index,
-                                step: step.to_string(),
-                                reason: format!(
-                                    "the data fault {} has nothing to act on here",
-                                    fault.name()
-                                ),
-                            });
-                        }
-                        let (f, t, m) = r.net.remove(i);
-                        r.deliver(f, t, m, false, Some(*fault));
-                    }
-                    MessageStep::KeepCopy => {
-                        if !matches!(r.net[i].2, Msg::KvWrite { .. }) {
-                            return Err(ReplayError::Invalid {
-                                index,
-                                step: step.to_string(),
-                                reason: "only a KV write is kept to land again".into(),
-                            });
-                        }
-                        let (f, t, m) = r.net.remove(i);
-                        r.stale.push((f, t, m.clone()));
-                        r.deliver(f, t, m, false, None);
-                    }
-                    MessageStep::Lose => {
-                        r.net.remove(i);
-                    }
-                    MessageStep::FailWrite => {
-                        if !matches!(r.net[i].2, Msg::KvWrite { .. }) {
-                            return Err(ReplayError::Invalid {
-                                index,
-                                step: step.to_string(),
-                                reason: "only a KV write can fail on the wire".into(),
-                            });
-                        }
-                        let (f, t, m) = r.net.remove(i);
-                        r.deliver(f, t, m, true, None);
-                    }
-                }
-            }
-            Step::Crash { node } => {
-                r.crash(*node).map_err(|reason| ReplayError::Invalid {
-                    index,
-                    step: step.to_string(),
-                    reason,
-                })?;
-            }
-            Step::Fire { node, timer } => {
-                if r.timers.take(*node, *timer).is_none() {
-                    return Err(ReplayError::TimerNotPending {
-                        index,
-                        step: step.to_string(),
-                    });
-                }
-                r.dispatch(*node, Input::Timer(*timer));
-            }
-            // A stale delivery of a timer: the node gets the input whether or not one
-            // of that value is pending (a pending one still fires later).
-            Step::Refire { node, timer } => {
-                if node.0 as usize >= r.nodes.len() {
-                    return Err(ReplayError::Invalid {
-                        index,
-                        step: step.to_string(),
-                        reason: "no such node".into(),
-                    });
-                }
-                r.dispatch(*node, Input::Timer(*timer));
-            }
+            } => self.message(*how, (*from, *to), summary),
+            Step::Crash { node } => self.crash(*node).map_err(Refused::Invalid),
+            Step::Fire { node, timer } => self.fire(*node, *timer),
+            Step::Refire { node, timer } => self.refire(*node, *timer),
         }
     }
-    let quiescent = r.net.is_empty() && r.timers.is_empty() && r.stale.is_empty();
+
+    /// A step on the message from `from` to `to` that reads `summary`.
+    fn message(
+        &mut self,
+        how: MessageStep,
+        (from, to): (NodeId, NodeId),
+        summary: &str,
+    ) -> Result<(), Refused> {
+        let is =
+            |f: &Flight<SymbolicPage>| f.from == from && f.to == to && f.msg.summary() == summary;
+        if how == MessageStep::Alter(DataFault::StaleDuplicate) {
+            let i = self
+                .stale
+                .iter()
+                .position(is)
+                .ok_or(Refused::NoSuchMessage)?;
+            let copy = self.stale.remove(i);
+            return Ok(self.land_stale(copy)?);
+        }
+        let i = self
+            .h
+            .in_flight()
+            .iter()
+            .position(is)
+            .ok_or(Refused::NoSuchMessage)?;
+        let is_write = matches!(self.h.in_flight()[i].msg, Msg::KvWrite { .. });
+        match how {
+            MessageStep::Deliver | MessageStep::Overtake => self.deliver(i, Landing::AsSent)?,
+            MessageStep::Duplicate => {
+                let copy = self.h.duplicate(i)?;
+                self.deliver(copy, Landing::AsSent)?;
+            }
+            MessageStep::Alter(fault) => {
+                if altered(self.spec, to, &self.h.in_flight()[i].msg, fault).is_none() {
+                    return Err(Refused::Invalid(format!(
+                        "the data fault {} has nothing to act on here",
+                        fault.name()
+                    )));
+                }
+                self.deliver(i, Landing::Altered(fault))?;
+            }
+            MessageStep::KeepCopy => {
+                if !is_write {
+                    return Err(Refused::Invalid(
+                        "only a KV write is kept to land again".into(),
+                    ));
+                }
+                self.stale.push(self.h.in_flight()[i].clone());
+                self.deliver(i, Landing::AsSent)?;
+            }
+            MessageStep::Lose => {
+                self.h.drop_flight(i)?;
+            }
+            MessageStep::FailWrite => {
+                if !is_write {
+                    return Err(Refused::Invalid(
+                        "only a KV write can fail on the wire".into(),
+                    ));
+                }
+                self.deliver(i, Landing::FailedOnTheWire)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Replay `schedule` on the topology and engine configuration of `spec`.
+pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, ReplayError> {
+    let topology = HandoffModel::topology_of(spec);
+    let header = RunHeader::new(
+        "kvsim-replay",
+        ClockKind::Simulated,
+        &spec.engine,
+        &topology,
+    );
+    let h = Harness::with_gpu(spec.engine.clone(), topology, SymbolicGpu::new)
+        .map_err(|e| ReplayError::Topology(e.to_string()))?;
+    let mut r = Replayer {
+        spec,
+        h,
+        stale: Vec::new(),
+        oracle: Oracle::new(header),
+        log: Vec::new(),
+        step: 0,
+    };
+    for (index, step) in schedule.0.iter().enumerate() {
+        r.step = index as u64 + 1;
+        r.log.push(format!("{:>3}. {step}", index + 1));
+        r.apply(step).map_err(|refused| {
+            let step = step.to_string();
+            match refused {
+                Refused::NoSuchMessage => ReplayError::NoSuchMessage { index, step },
+                Refused::TimerNotPending => ReplayError::TimerNotPending { index, step },
+                Refused::Invalid(reason) => ReplayError::Invalid {
+                    index,
+                    step,
+                    reason,
+                },
+            }
+        })?;
+    }
+    let quiescent = r.h.in_flight().is_empty() && !r.h.any_timer_pending() && r.stale.is_empty();
     if quiescent {
         r.step += 1;
         r.record(Record::End {
@@ -442,7 +446,6 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
             broken.push(f.violation.invariant);
         }
     }
-    let _ = (PREFILL, RequestId(0), Timer::Compute);
     Ok(ReplayOutcome {
         broken,
         findings,

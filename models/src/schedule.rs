@@ -11,7 +11,7 @@
 //! the KV payload): the replayer picks the message in flight that matches.
 
 use crate::model::HandoffModel;
-use crate::state::{Action, State};
+use crate::model_state::{Action, State};
 use kvsim_engine::env::Timer;
 use kvsim_engine::ids::{NodeId, RequestId, RoomKey};
 use kvsim_engine::world::DataFault;
@@ -115,10 +115,14 @@ impl fmt::Display for Step {
                 summary,
             } => write!(f, "{} {from} -> {to} | {summary}", how.word()),
             Step::Fire { node, timer } => {
-                write!(f, "fire {node} {}", crate::state::timer_text(*timer))
+                write!(f, "fire {node} {}", crate::model_state::timer_text(*timer))
             }
             Step::Refire { node, timer } => {
-                write!(f, "refire {node} {}", crate::state::timer_text(*timer))
+                write!(
+                    f,
+                    "refire {node} {}",
+                    crate::model_state::timer_text(*timer)
+                )
             }
             Step::Crash { node } => write!(f, "crash {node}"),
         }
@@ -156,43 +160,14 @@ fn parse_step(text: &str) -> Result<Step, String> {
     let mut words = text.split_whitespace();
     let verb = words.next().ok_or("empty line")?;
     let how = match verb {
-        "submit" => {
-            let r = req(words.next().unwrap_or("")).ok_or("expected reqN")?;
-            let tenant = words
-                .next()
-                .and_then(|w| w.strip_prefix('t')?.parse().ok())
-                .ok_or("expected tN")?;
-            let prompt_len = field(words.next(), "prompt").ok_or("expected prompt=N")?;
-            let max_new_tokens = field(words.next(), "max_new").ok_or("expected max_new=N")?;
-            return Ok(Step::Submit {
-                req: r,
-                tenant,
-                prompt_len,
-                max_new_tokens,
-            });
-        }
+        "submit" => return parse_submit(words),
         "cancel" => {
             let r = req(words.next().unwrap_or("")).ok_or("expected reqN")?;
             return Ok(Step::Cancel { req: r });
         }
         "fire" | "refire" => {
             let n = node(words.next().unwrap_or("")).ok_or("expected nN")?;
-            let kind = words.next().ok_or("expected a timer")?;
-            let rk = words.next().map(|w| room(w).ok_or("expected roomR.gG"));
-            let timer = match (kind, rk) {
-                ("Compute", None) => Timer::Compute,
-                ("Bootstrap", Some(r)) => Timer::Bootstrap(r?),
-                ("WaitingForKv", Some(r)) => Timer::WaitingForKv(r?),
-                ("DrainRetry", Some(r)) => {
-                    let arming = words
-                        .next()
-                        .and_then(|w| w.strip_prefix('#')?.parse().ok())
-                        .ok_or("expected #N (the drain retry's arming)")?;
-                    Timer::DrainRetry(r?, arming)
-                }
-                ("Request", Some(r)) => Timer::Request(r?),
-                _ => return Err("unknown timer".into()),
-            };
+            let timer = parse_timer(words)?;
             return Ok(if verb == "fire" {
                 Step::Fire { node: n, timer }
             } else {
@@ -217,6 +192,49 @@ fn parse_step(text: &str) -> Result<Step, String> {
             None => return Err(format!("unknown step `{verb}`")),
         },
     };
+    parse_message(text, how)
+}
+
+/// `submit reqN tN prompt=N max_new=N`, after the verb.
+fn parse_submit<'a>(mut words: impl Iterator<Item = &'a str>) -> Result<Step, String> {
+    let r = req(words.next().unwrap_or("")).ok_or("expected reqN")?;
+    let tenant = words
+        .next()
+        .and_then(|w| w.strip_prefix('t')?.parse().ok())
+        .ok_or("expected tN")?;
+    let prompt_len = field(words.next(), "prompt").ok_or("expected prompt=N")?;
+    let max_new_tokens = field(words.next(), "max_new").ok_or("expected max_new=N")?;
+    Ok(Step::Submit {
+        req: r,
+        tenant,
+        prompt_len,
+        max_new_tokens,
+    })
+}
+
+/// A timer after a `fire nN` / `refire nN`: `Compute`, `Bootstrap roomR.gG`,
+/// `DrainRetry roomR.gG #N`, ...
+fn parse_timer<'a>(mut words: impl Iterator<Item = &'a str>) -> Result<Timer, String> {
+    let kind = words.next().ok_or("expected a timer")?;
+    let rk = words.next().map(|w| room(w).ok_or("expected roomR.gG"));
+    Ok(match (kind, rk) {
+        ("Compute", None) => Timer::Compute,
+        ("Bootstrap", Some(r)) => Timer::Bootstrap(r?),
+        ("WaitingForKv", Some(r)) => Timer::WaitingForKv(r?),
+        ("DrainRetry", Some(r)) => {
+            let arming = words
+                .next()
+                .and_then(|w| w.strip_prefix('#')?.parse().ok())
+                .ok_or("expected #N (the drain retry's arming)")?;
+            Timer::DrainRetry(r?, arming)
+        }
+        ("Request", Some(r)) => Timer::Request(r?),
+        _ => return Err("unknown timer".into()),
+    })
+}
+
+/// `verb nA -> nB | message summary`: a step on a message in flight.
+fn parse_message(text: &str, how: MessageStep) -> Result<Step, String> {
     let (head, summary) = text
         .split_once(" | ")
         .ok_or("expected `from -> to | message`")?;
@@ -261,7 +279,7 @@ impl Schedule {
 
 /// The schedule step of one action taken from state `s`.
 pub fn step_of(model: &HandoffModel, s: &State, a: &Action) -> Step {
-    let message = |how, e: &crate::shared::Shared<crate::state::Envelope>| Step::Message {
+    let message = |how, e: &crate::shared::Shared<crate::model_state::Envelope>| Step::Message {
         how,
         from: e.get().from,
         to: e.get().to,

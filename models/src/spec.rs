@@ -65,7 +65,7 @@ pub struct FaultBounds {
     pub crashes: u8,
     /// KV writes delivered altered by a data fault (each of `world::DataFault::ALL`
     /// that has something to act on), applied by the engine's one definition,
-    /// `world::alter`, with the fixed salt [`crate::state::DATA_FAULT_SALT`]. The
+    /// `world::alter`, with the fixed salt [`crate::model_state::DATA_FAULT_SALT`]. The
     /// writer's completion still reports success. A stale duplicate is a write that
     /// lands and leaves a copy in the network, which lands again at any later point
     /// (`world::stale_landing` describes it, its receiver's completion is dropped as

@@ -3,7 +3,7 @@
 //! decode see it, the pages each pool holds, the messages in flight and the
 //! pending timers, in the trace's notation (`room1.g1`, `p2@g3`, `n1`).
 
-use crate::state::{State, DECODE, PREFILL, ROUTER};
+use crate::model_state::{State, DECODE, PREFILL, ROUTER};
 use kvsim_engine::ids::RoomKey;
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::kv::{PagePool, PageState};
@@ -70,9 +70,31 @@ fn rooms(s: &State) -> Vec<RoomKey> {
 pub fn state_text(model: &str, s: &State) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "model {model}");
-    let book = s.book.get();
+    clients_text(&mut out, s);
+    rooms_text(&mut out, s);
+    nodes_text(&mut out, s);
+    in_flight_text(&mut out, s);
+    let f = &s.book.get().faults;
+    let _ = writeln!(
+        out,
+        "faults used: {} lost, {} duplicated, {} write failures, {} early timeouts, {} overtakes, {} crashes",
+        f.losses, f.duplicates, f.write_failures, f.early_timeouts, f.overtakes, f.crashes
+    );
+    let violated: Vec<String> = Invariant::ALL
+        .iter()
+        .filter(|i| s.violated(**i))
+        .map(|i| i.to_string())
+        .collect();
+    if !violated.is_empty() {
+        let _ = writeln!(out, "VIOLATED so far: {}", violated.join(", "));
+    }
+    out
+}
+
+/// Each client: submitted or not, cancelled, answered.
+fn clients_text(out: &mut String, s: &State) {
     let _ = writeln!(out, "clients:");
-    for (i, c) in book.clients.iter().enumerate() {
+    for (i, c) in s.book.get().clients.iter().enumerate() {
         let _ = writeln!(
             out,
             "  client {i}: {}{}{}",
@@ -84,6 +106,10 @@ pub fn state_text(model: &str, s: &State) -> String {
                 .map_or(String::new(), |st| format!(", answered {st}"))
         );
     }
+}
+
+/// Each room use as the router, prefill and decode see it.
+fn rooms_text(out: &mut String, s: &State) {
     let router = s.router.get();
     let (prefill, decode) = (s.prefill.get(), s.decode.get());
     let _ = writeln!(out, "rooms:");
@@ -116,7 +142,16 @@ pub fn state_text(model: &str, s: &State) -> String {
                 .map_or("-".to_string(), |p| format!("{p:?}"))
         );
     }
-    let _ = writeln!(out, "router {ROUTER}: {} live rooms", router.live_rooms());
+}
+
+/// The router's live rooms, and each node's requests and pages.
+fn nodes_text(out: &mut String, s: &State) {
+    let (prefill, decode) = (s.prefill.get(), s.decode.get());
+    let _ = writeln!(
+        out,
+        "router {ROUTER}: {} live rooms",
+        s.router.get().live_rooms()
+    );
     let _ = writeln!(
         out,
         "prefill {PREFILL}: {} requests; pages {}",
@@ -133,6 +168,10 @@ pub fn state_text(model: &str, s: &State) -> String {
             .map_or(String::new(), |f| format!(", STOPPED: {f}")),
         pages(decode.pool())
     );
+}
+
+/// The messages in flight, the copies kept to land again, the pending timers.
+fn in_flight_text(out: &mut String, s: &State) {
     let _ = writeln!(out, "in flight ({}):", s.net.len());
     for e in &s.net {
         let _ = writeln!(out, "  {}", e.get());
@@ -161,19 +200,4 @@ pub fn state_text(model: &str, s: &State) -> String {
             timers.join(", ")
         }
     );
-    let f = &book.faults;
-    let _ = writeln!(
-        out,
-        "faults used: {} lost, {} duplicated, {} write failures, {} early timeouts, {} overtakes, {} crashes",
-        f.losses, f.duplicates, f.write_failures, f.early_timeouts, f.overtakes, f.crashes
-    );
-    let violated: Vec<String> = Invariant::ALL
-        .iter()
-        .filter(|i| s.violated(**i))
-        .map(|i| i.to_string())
-        .collect();
-    if !violated.is_empty() {
-        let _ = writeln!(out, "VIOLATED so far: {}", violated.join(", "));
-    }
-    out
 }

@@ -15,9 +15,9 @@ use kvsim_engine::msg::Msg;
 use kvsim_engine::world::DataFault;
 use kvsim_engine::Timer;
 use kvsim_models::check::{invariant_of, Verdict};
+use kvsim_models::model_state::{altered, DECODE};
 use kvsim_models::replay::replay;
 use kvsim_models::schedule::{MessageStep, Step};
-use kvsim_models::state::{altered, DECODE};
 use kvsim_models::State;
 use kvsim_models::{
     check, names, Action, CheckOptions, CheckReport, ClientSpec, FaultBounds, HandoffModel,
@@ -35,7 +35,7 @@ fn pinned(r: &CheckReport, want: usize) {
         got == want,
         "state count changed: re-check, then re-pin. {model}: {got} unique states, pinned {want}. \
          A change to the engine or the model's environment moved it: if every property still \
-         holds and the change is meant, explain it in docs/ARCHITECTURE.md (\"count changes\") \
+         holds and the change is meant, explain it in docs/COUNTS.md \
          and update the pin in the same commit; an invariant, not this count, reports a bug \
          (symmetry reduction: {})",
         r.options.symmetry

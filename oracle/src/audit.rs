@@ -353,58 +353,8 @@ fn judge(
 pub fn render(r: &AuditReport) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
-    let h = &r.header;
-    let what = match (&h.scenario, h.seed) {
-        (Some(sc), Some(seed)) => format!(", scenario {sc} seed {seed}"),
-        (Some(sc), None) => format!(", scenario {sc}"),
-        _ => String::new(),
-    };
-    let _ = writeln!(
-        s,
-        "audit: {} entries, {:.1} MB from {}{what}; {} nodes; defenses: {}; bugs: {}",
-        r.entries,
-        r.bytes as f64 / 1e6,
-        h.source,
-        h.nodes.len(),
-        defenses_on(&h.defenses),
-        h.bugs
-    );
-    let _ = writeln!(
-        s,
-        "run end: {}",
-        match r.end {
-            EndOutcome::Drained => "drained (liveness judged)",
-            EndOutcome::LivenessBound => "did not drain within its liveness bound",
-            EndOutcome::EventLimit => "did not drain within its event limit",
-            EndOutcome::Cut => "no end entry: the trace is cut, liveness not judged",
-        }
-    );
-    let names = |v: bool| {
-        let mut out: Vec<String> = Vec::new();
-        for f in r.findings.iter().filter(|f| f.violated() == v) {
-            let n = f.violation.invariant.to_string();
-            if !out.contains(&n) {
-                out.push(n);
-            }
-        }
-        out.join(", ")
-    };
-    let violated = names(true);
-    let detected = names(false);
-    let _ = writeln!(
-        s,
-        "verdict: {}{}",
-        if violated.is_empty() {
-            "CLEAN (no invariant violated)".to_string()
-        } else {
-            format!("VIOLATED {violated}")
-        },
-        if detected.is_empty() {
-            String::new()
-        } else {
-            format!("; DETECTED {detected} (a defense refused it, nothing leaked)")
-        }
-    );
+    render_source(&mut s, r);
+    render_verdict(&mut s, r);
     for f in &r.findings {
         let _ = writeln!(
             s,
@@ -431,6 +381,69 @@ pub fn render(r: &AuditReport) -> String {
         }
     }
     s
+}
+
+/// What was read (entries, size, the run's source, nodes, defenses, bugs) and how the
+/// run ended.
+fn render_source(s: &mut String, r: &AuditReport) {
+    use std::fmt::Write as _;
+    let h = &r.header;
+    let what = match (&h.scenario, h.seed) {
+        (Some(sc), Some(seed)) => format!(", scenario {sc} seed {seed}"),
+        (Some(sc), None) => format!(", scenario {sc}"),
+        _ => String::new(),
+    };
+    let _ = writeln!(
+        s,
+        "audit: {} entries, {:.1} MB from {}{what}; {} nodes; defenses: {}; bugs: {}",
+        r.entries,
+        r.bytes as f64 / 1e6,
+        h.source,
+        h.nodes.len(),
+        defenses_on(&h.defenses),
+        h.bugs
+    );
+    let _ = writeln!(
+        s,
+        "run end: {}",
+        match r.end {
+            EndOutcome::Drained => "drained (liveness judged)",
+            EndOutcome::LivenessBound => "did not drain within its liveness bound",
+            EndOutcome::EventLimit => "did not drain within its event limit",
+            EndOutcome::Cut => "no end entry: the trace is cut, liveness not judged",
+        }
+    );
+}
+
+/// The verdict line: the invariants violated, and those a defense detected.
+fn render_verdict(s: &mut String, r: &AuditReport) {
+    use std::fmt::Write as _;
+    let names = |v: bool| {
+        let mut out: Vec<String> = Vec::new();
+        for f in r.findings.iter().filter(|f| f.violated() == v) {
+            let n = f.violation.invariant.to_string();
+            if !out.contains(&n) {
+                out.push(n);
+            }
+        }
+        out.join(", ")
+    };
+    let violated = names(true);
+    let detected = names(false);
+    let _ = writeln!(
+        s,
+        "verdict: {}{}",
+        if violated.is_empty() {
+            "CLEAN (no invariant violated)".to_string()
+        } else {
+            format!("VIOLATED {violated}")
+        },
+        if detected.is_empty() {
+            String::new()
+        } else {
+            format!("; DETECTED {detected} (a defense refused it, nothing leaked)")
+        }
+    );
 }
 
 fn defenses_on(d: &kvsim_engine::config::Defenses) -> String {

@@ -3,7 +3,7 @@
 //!
 //! A run (the simulator's, the model checker's, a real server's, another engine's) is
 //! a stream of [`schema`] lines (version 2; version 1 is still read): a header, then
-//! entries. [`state::OracleState`] is the one implementation of every invariant
+//! entries. [`oracle_state::OracleState`] is the one implementation of every invariant
 //! (S1-S10 and L1-L5, judged by the checkers of [`check`] behind its dispatch; L6,
 //! which needs the trace's times, is in [`oracle`]), built from those lines only;
 //! [`oracle::Oracle`] adds times, evidence and de-duplication for reports; [`audit`]
@@ -15,11 +15,11 @@ pub mod audit;
 pub mod canary;
 pub mod check;
 pub mod oracle;
+pub mod oracle_state;
 pub mod render;
 pub mod schema;
 pub mod shared;
-pub mod state;
 
 pub use oracle::{fails, Finding, Leak, Oracle};
+pub use oracle_state::{Draft, OracleState};
 pub use schema::{Entry, Line, Record, RunHeader, SCHEMA_VERSION};
-pub use state::{Draft, OracleState};

@@ -8,8 +8,8 @@
 //! simulator feeds it the records it produces, `kvsim audit` the lines it reads; both
 //! get the same verdict from the same records.
 
+use crate::oracle_state::{Draft, OracleState, WriteFacts};
 use crate::schema::{Entry, FaultEvent, Record, RunHeader};
-use crate::state::{Draft, OracleState, WriteFacts};
 use kvsim_engine::ids::{NodeId, PageId, RequestId, RoomKey, Token};
 use kvsim_engine::invariant::{Invariant, Violation};
 use kvsim_engine::trace::TraceEvent;

@@ -34,58 +34,24 @@ pub fn describe_event(ev: &TraceEvent) -> String {
         Truncated { node, room, from, to } => {
             format!("{node} truncates the prompt of {room} from {from} to {to} tokens (allow_auto_truncate)")
         }
-        PagesReserved { node, room, pages } => format!("{node} reserves [{}] for {room}", tags(pages)),
-        PagesExpectWrite { node, room, pages } => {
-            format!("{node} expects KV writes into [{}] of {room}", tags(pages))
-        }
-        PagesReady { node, room, pages } => format!("{node} marks [{}] of {room} ready", tags(pages)),
-        PagesReleased { node, room, pages, how, held } => {
-            let held = if held.is_empty() { String::new() } else { format!(", [{}] still held: draining", tags(held)) };
-            format!("{node} releases [{}] of {room} ({how:?}){held}", tags(pages))
-        }
-        Quarantined { node, room, pages } => format!("{node} quarantines [{}] of {room}", tags(pages)),
-        QuarantineReleased { node, room, pages, acked, held } => {
-            let held = if held.is_empty() { String::new() } else { format!(", [{}] still held: draining", tags(held)) };
-            format!("{node} releases quarantined [{}] of {room} on the ack for {acked}{held}", tags(pages))
-        }
-        PagesHeld { node, pages } => format!("{node} holds [{}] for a send", tags(pages)),
-        PagesUnheld { node, pages, freed } => {
-            let freed = if freed.is_empty() { String::new() } else { format!(", [{}] freed", tags(freed)) };
-            format!("{node} lets go of the hold on [{}]{freed}", tags(pages))
-        }
-        KvWritten { node, room, pages, start, tokens } => format!(
-            "{node} writes {tokens} tokens of {room} at position {start} of [{}]",
-            tags(pages)
-        ),
-        PagesZeroed { node, pages } => format!("{node} zeroes {} pages", pages.len()),
-        KvSent {
-            node,
-            write,
-            src,
-            dst,
-            ..
-        } => {
-            format!("{node} sends {write}: [{}] -> [{}]", tags(src), tags(dst))
-        }
-        KvLanded { node, write, dst } => format!("{node} lands {write} in [{}]", tags(dst)),
-        KvRefused { node, write, tag, reason } => match tag {
-            Some(t) => format!("{node} refuses {write}: page {t} {reason}"),
-            None => format!("{node} refuses {write}: {reason}"),
-        },
-        WriteCompleted { node, write, ok } => {
-            format!("{node} completes {write} ({})", if *ok { "ok" } else { "failed" })
-        }
-        TransferReported { node, room, from, success } => format!(
-            "{node} hears from {from} that the transfer of {room} {}",
-            if *success { "succeeded" } else { "failed" }
-        ),
-        TransferAccepted { node, room, from, prompt_len, reserved_pages, sent_tokens, sent_pages, fully_written } => format!(
-            "{node} accepts the transfer of {room} from {from}: expects {prompt_len} tokens in {reserved_pages} pages, prefill sent {sent_tokens} tokens in {sent_pages} pages, all written: {fully_written}"
-        ),
-        TransferRefused { node, room, reason, .. } => {
-            format!("{node} verification refuses the transfer of {room}: {reason}")
-        }
-        TransferFailed { node, room, reason } => format!("{node} fails the transfer of {room}: {reason}"),
+        PagesReserved { .. }
+        | PagesExpectWrite { .. }
+        | PagesReady { .. }
+        | PagesReleased { .. }
+        | Quarantined { .. }
+        | QuarantineReleased { .. }
+        | PagesHeld { .. }
+        | PagesUnheld { .. }
+        | KvWritten { .. }
+        | PagesZeroed { .. } => describe_page_event(ev),
+        KvSent { .. }
+        | KvLanded { .. }
+        | KvRefused { .. }
+        | WriteCompleted { .. }
+        | TransferReported { .. }
+        | TransferAccepted { .. }
+        | TransferRefused { .. }
+        | TransferFailed { .. } => describe_transfer_event(ev),
         Running { node, room, side } => format!("{node} runs {room} ({side:?})"),
         Attend { node, room, step, query_pos, seq_len, pages } => format!(
             "{node} step {step} of {room} attends over {seq_len} tokens in [{}], query position {query_pos}",
@@ -114,6 +80,108 @@ pub fn describe_event(ev: &TraceEvent) -> String {
             format!("{node} refuses {msg}{room} from {from}: {reason}")
         }
         Fault { node, fault } => format!("{node} FAULT ({:?}): {fault}", fault.action()),
+    }
+}
+
+/// A page event (reserve, write, release, quarantine, hold) as a sentence fragment.
+fn describe_page_event(ev: &TraceEvent) -> String {
+    use TraceEvent::*;
+    match ev {
+        PagesReserved { node, room, pages } => {
+            format!("{node} reserves [{}] for {room}", tags(pages))
+        }
+        PagesExpectWrite { node, room, pages } => {
+            format!("{node} expects KV writes into [{}] of {room}", tags(pages))
+        }
+        PagesReady { node, room, pages } => {
+            format!("{node} marks [{}] of {room} ready", tags(pages))
+        }
+        PagesReleased {
+            node,
+            room,
+            pages,
+            how,
+            held,
+        } => {
+            let held = still_held(held);
+            format!(
+                "{node} releases [{}] of {room} ({how:?}){held}",
+                tags(pages)
+            )
+        }
+        Quarantined { node, room, pages } => {
+            format!("{node} quarantines [{}] of {room}", tags(pages))
+        }
+        QuarantineReleased {
+            node,
+            room,
+            pages,
+            acked,
+            held,
+        } => {
+            let held = still_held(held);
+            format!(
+                "{node} releases quarantined [{}] of {room} on the ack for {acked}{held}",
+                tags(pages)
+            )
+        }
+        PagesHeld { node, pages } => format!("{node} holds [{}] for a send", tags(pages)),
+        PagesUnheld { node, pages, freed } => {
+            let freed = if freed.is_empty() {
+                String::new()
+            } else {
+                format!(", [{}] freed", tags(freed))
+            };
+            format!("{node} lets go of the hold on [{}]{freed}", tags(pages))
+        }
+        KvWritten {
+            node,
+            room,
+            pages,
+            start,
+            tokens,
+        } => format!(
+            "{node} writes {tokens} tokens of {room} at position {start} of [{}]",
+            tags(pages)
+        ),
+        PagesZeroed { node, pages } => format!("{node} zeroes {} pages", pages.len()),
+        _ => String::new(),
+    }
+}
+
+/// A KV transfer event (send, land, complete, verify) as a sentence fragment.
+fn describe_transfer_event(ev: &TraceEvent) -> String {
+    use TraceEvent::*;
+    match ev {
+        KvSent {
+            node,
+            write,
+            src,
+            dst,
+            ..
+        } => {
+            format!("{node} sends {write}: [{}] -> [{}]", tags(src), tags(dst))
+        }
+        KvLanded { node, write, dst } => format!("{node} lands {write} in [{}]", tags(dst)),
+        KvRefused { node, write, tag, reason } => match tag {
+            Some(t) => format!("{node} refuses {write}: page {t} {reason}"),
+            None => format!("{node} refuses {write}: {reason}"),
+        },
+        WriteCompleted { node, write, ok } => {
+            format!("{node} completes {write} ({})", if *ok { "ok" } else { "failed" })
+        }
+        TransferReported { node, room, from, success } => format!(
+            "{node} hears from {from} that the transfer of {room} {}",
+            if *success { "succeeded" } else { "failed" }
+        ),
+        TransferAccepted { node, room, from, prompt_len, reserved_pages, sent_tokens, sent_pages, fully_written } => format!(
+            "{node} accepts the transfer of {room} from {from}: expects {prompt_len} tokens in {reserved_pages} pages, prefill sent {sent_tokens} tokens in {sent_pages} pages, all written: {fully_written}"
+        ),
+        TransferRefused { node, room, reason, .. } => {
+            format!("{node} verification refuses the transfer of {room}: {reason}")
+        }
+        TransferFailed { node, room, reason } => format!("{node} fails the transfer of {room}: {reason}"),
+        _ => String::new(),
     }
 }
 
@@ -267,11 +335,7 @@ impl Entry {
                 "client submits {req} ({tenant}, prompt {prompt_len} tokens, {max_new_tokens} new)"
             ),
             Record::ClientCancel { req, how, plan } => {
-                let how = match how {
-                    CancelHow::Abort => "aborts",
-                    CancelHow::Disconnect => "disconnects",
-                };
-                format!("client {how} {req} ({plan})")
+                format!("client {} {req} ({plan})", cancel_verb(*how))
             }
             Record::Send {
                 from,
@@ -321,64 +385,16 @@ impl Entry {
                 req,
                 status,
                 tokens,
-            } => format!(
-                "client gets {req}: {status}, {} tokens{}",
-                tokens.len(),
-                if tokens.is_empty() {
-                    String::new()
-                } else {
-                    format!(" [{}]", render_tokens(*req, tokens))
-                }
-            ),
-            Record::Fault(f) => match f {
-                FaultEvent::PartitionStart { prefill, decode } => {
-                    format!("FAULT partition {prefill} | {decode} begins")
-                }
-                FaultEvent::PartitionEnd { prefill, decode } => {
-                    format!("FAULT partition {prefill} | {decode} ends")
-                }
-                FaultEvent::Crash {
-                    node,
-                    epoch,
-                    flushed,
-                } => {
-                    let flushed = if flushed.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; {} KV writes flushed", flushed.len())
-                    };
-                    format!("FAULT {node} crashes (incarnation {epoch} dies with its timers, queues and connections{flushed})")
-                }
-                FaultEvent::Restart { node, epoch } => {
-                    format!("FAULT {node} restarts as incarnation {epoch} (empty pool, KV memory not zeroed)")
-                }
-                FaultEvent::DataFault {
-                    from,
-                    to,
-                    write,
-                    kind,
-                    meant,
-                    landed,
-                } => match kind {
-                    kvsim_engine::world::DataFault::StaleDuplicate => format!(
-                        "FAULT a stale duplicate of KV write {write} {from}->{to} lands again: over page {meant} with its old tag {landed} (no second completion)"
-                    ),
-                    _ => format!("FAULT KV write {write} {from}->{to} lands {}: page {meant} landed as {landed}", kind.name()),
-                },
-                FaultEvent::Heal => {
-                    "FAULTS HEAL: liveness phase, everything must drain".to_string()
-                }
+            } => response_text(*req, *status, tokens),
+            Record::Fault(f) => fault_text(f),
+            Record::Violation {
+                violation,
+                detected_by,
+                ..
+            } => match detected_by {
+                None => format!("!! VIOLATION {violation}"),
+                Some(d) => format!("!! DETECTED (refused by {d}, nothing leaked) {violation}"),
             },
-            Record::Violation {
-                violation,
-                detected_by: None,
-                ..
-            } => format!("!! VIOLATION {violation}"),
-            Record::Violation {
-                violation,
-                detected_by: Some(d),
-                ..
-            } => format!("!! DETECTED (refused by {d}, nothing leaked) {violation}"),
             Record::End { outcome, detail } => format!("END {outcome:?}: {detail}"),
         }
     }
@@ -390,6 +406,79 @@ impl Entry {
             Record::Send { duplicate, .. } => *duplicate,
             Record::TimerSet { .. } | Record::TimerCancel { .. } => false,
             _ => true,
+        }
+    }
+}
+
+/// What a client does when it cancels.
+fn cancel_verb(how: CancelHow) -> &'static str {
+    match how {
+        CancelHow::Abort => "aborts",
+        CancelHow::Disconnect => "disconnects",
+    }
+}
+
+/// `, [p1@g2] still held: draining` for pages another path still holds, else nothing.
+fn still_held(held: &[PageTag]) -> String {
+    if held.is_empty() {
+        String::new()
+    } else {
+        format!(", [{}] still held: draining", tags(held))
+    }
+}
+
+/// A reply as the client got it, its canary tokens marked by owner.
+fn response_text(req: RequestId, status: kvsim_engine::msg::Status, tokens: &[u32]) -> String {
+    format!(
+        "client gets {req}: {status}, {} tokens{}",
+        tokens.len(),
+        if tokens.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", render_tokens(req, tokens))
+        }
+    )
+}
+
+/// A fault event as a line of text.
+fn fault_text(f: &FaultEvent) -> String {
+    match f {
+        FaultEvent::PartitionStart { prefill, decode } => {
+            format!("FAULT partition {prefill} | {decode} begins")
+        }
+        FaultEvent::PartitionEnd { prefill, decode } => {
+            format!("FAULT partition {prefill} | {decode} ends")
+        }
+        FaultEvent::Crash {
+            node,
+            epoch,
+            flushed,
+        } => {
+            let flushed = if flushed.is_empty() {
+                String::new()
+            } else {
+                format!("; {} KV writes flushed", flushed.len())
+            };
+            format!("FAULT {node} crashes (incarnation {epoch} dies with its timers, queues and connections{flushed})")
+        }
+        FaultEvent::Restart { node, epoch } => {
+            format!("FAULT {node} restarts as incarnation {epoch} (empty pool, KV memory not zeroed)")
+        }
+        FaultEvent::DataFault {
+            from,
+            to,
+            write,
+            kind,
+            meant,
+            landed,
+        } => match kind {
+            kvsim_engine::world::DataFault::StaleDuplicate => format!(
+                "FAULT a stale duplicate of KV write {write} {from}->{to} lands again: over page {meant} with its old tag {landed} (no second completion)"
+            ),
+            _ => format!("FAULT KV write {write} {from}->{to} lands {}: page {meant} landed as {landed}", kind.name()),
+        },
+        FaultEvent::Heal => {
+            "FAULTS HEAL: liveness phase, everything must drain".to_string()
         }
     }
 }

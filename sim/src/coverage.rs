@@ -9,7 +9,7 @@
 
 use crate::plan::FaultKind;
 use crate::scenario::{Cancel, CancelAt, ReqPhase};
-use crate::world::FaultStats;
+use crate::simulator::FaultStats;
 use kvsim_engine::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

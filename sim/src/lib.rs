@@ -2,7 +2,7 @@
 //!
 //! One `u64` seed and a [`scenario::Scenario`] determine a [`plan::Plan`] (under
 //! `[swarm]` the seed also draws which faults are on, the pools and the workload
-//! mix); [`world::World`] runs it through the engine's own nodes on a virtual clock
+//! mix); [`simulator::Simulator`] runs it through the engine's own nodes on a virtual clock
 //! with faults injected in a safety phase and healed for a liveness phase. Every
 //! record of the run goes to the one oracle (`kvsim_oracle::Oracle`), which judges the
 //! invariants from the trace alone, exactly as `kvsim audit` judges an exported trace.
@@ -21,8 +21,8 @@ pub mod report;
 pub mod rng;
 pub mod scenario;
 pub mod shrink;
+pub mod simulator;
 pub mod sweep;
-pub mod world;
 
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
@@ -32,8 +32,8 @@ use kvsim_oracle::schema::{Entry, RunHeader};
 use kvsim_oracle::{Finding, Leak};
 use plan::{Plan, Reduction};
 use scenario::{PlannedRequest, Scenario, ScenarioError};
+use simulator::{ClientReply, FaultStats, Simulator};
 use std::collections::BTreeMap;
-use world::{ClientReply, FaultStats, World};
 
 /// Which KV backend a run uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -126,21 +126,28 @@ pub fn run_plan_with<G: Gpu>(
     make_gpu: impl Fn(u32, u32) -> G,
     trace: bool,
 ) -> RunOutcome {
-    finish(plan, World::new(plan, make_gpu, trace))
+    finish(plan, Simulator::new(plan, make_gpu, trace))
 }
 
 /// Run one plan, writing its trace (header first) as JSON lines to `sink`.
-pub fn run_plan_json(plan: &Plan, backend: Backend, sink: Box<dyn world::TraceSink>) -> RunOutcome {
+pub fn run_plan_json(
+    plan: &Plan,
+    backend: Backend,
+    sink: Box<dyn simulator::TraceSink>,
+) -> RunOutcome {
     match backend {
         Backend::Symbolic => finish(
             plan,
-            World::new(plan, SymbolicGpu::new, false).with_json(sink),
+            Simulator::new(plan, SymbolicGpu::new, false).with_json(sink),
         ),
-        Backend::Host => finish(plan, World::new(plan, HostGpu::new, false).with_json(sink)),
+        Backend::Host => finish(
+            plan,
+            Simulator::new(plan, HostGpu::new, false).with_json(sink),
+        ),
     }
 }
 
-fn finish<G: Gpu>(plan: &Plan, mut w: World<G>) -> RunOutcome {
+fn finish<G: Gpu>(plan: &Plan, mut w: Simulator<G>) -> RunOutcome {
     w.run();
     RunOutcome {
         scenario: plan.scenario.clone(),
@@ -180,7 +187,7 @@ impl MemoryTrace {
     }
 }
 
-impl world::TraceSink for MemoryTrace {
+impl simulator::TraceSink for MemoryTrace {
     fn line(&mut self, line: &str) {
         let mut b = self.0.borrow_mut();
         b.extend_from_slice(line.as_bytes());
@@ -214,7 +221,7 @@ impl<W: std::io::Write> StreamTrace<W> {
     }
 }
 
-impl<W: std::io::Write> world::TraceSink for StreamTrace<W> {
+impl<W: std::io::Write> simulator::TraceSink for StreamTrace<W> {
     fn line(&mut self, line: &str) {
         if self.error.borrow().is_some() {
             return;

@@ -1,7 +1,7 @@
 //! The network model: per-message fault decisions, drawn from seeded streams.
 //!
 //! It decides, when a node sends, what the network does with the message; the
-//! [`crate::world::World`] carries the decision out. Two classes of traffic, as in a
+//! [`crate::simulator::Simulator`] carries the decision out. Two classes of traffic, as in a
 //! disaggregated deployment:
 //!
 //! - **KV writes** (`Msg::KvWrite`) ride an RDMA reliable connection: a write may be

@@ -14,7 +14,8 @@
 
 use crate::rng::{self, between, between32, chance, log_between, Component};
 use crate::scenario::{
-    Cancel, CancelAt, CancelHow, PlannedRequest, ReqPhase, Scenario, ScenarioError,
+    Cancel, CancelAt, CancelHow, FaultSpec, PlannedRequest, ReqPhase, Scenario, ScenarioError,
+    SwarmSpec, WorkloadSpec,
 };
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::config::{EngineConfig, RouterPolicy};
@@ -105,6 +106,11 @@ impl FaultKind {
             FaultKind::StaleDuplicateWrite => "stale-duplicate-write",
         }
     }
+
+    /// `ALL[NEWER..]` are the newer kinds (the data faults, the slow writer, the stale
+    /// replays), which a plan's description names only when they are on: most
+    /// scenarios never have them.
+    const NEWER: usize = 11;
 
     pub fn parse(s: &str) -> Option<FaultKind> {
         FaultKind::ALL.into_iter().find(|k| k.name() == s.trim())
@@ -322,6 +328,483 @@ pub struct Plan {
     pub reduction: Reduction,
 }
 
+/// The drawn fault levels of one plan: which kinds are on and how hard.
+struct Levels(Vec<(FaultKind, u32)>);
+
+impl Levels {
+    /// The level of `k`, if it is on.
+    fn of(&self, k: FaultKind) -> Option<u32> {
+        self.0.iter().find(|(x, _)| *x == k).map(|(_, l)| *l)
+    }
+
+    /// `max` scaled by the level of `k` (0 when it is off).
+    fn scale(&self, max: u64, k: FaultKind) -> u64 {
+        self.of(k)
+            .map_or(0, |l| max.saturating_mul(u64::from(l)) / 1000)
+    }
+
+    fn scale32(&self, max: u32, k: FaultKind) -> u32 {
+        self.scale(u64::from(max), k) as u32
+    }
+}
+
+/// Whether the scenario gives fault kind `k` anything to inject.
+fn configured(fs: &FaultSpec, k: FaultKind) -> bool {
+    match k {
+        FaultKind::Delay => fs.delay.permille > 0 && fs.delay.max_ms > 0,
+        FaultKind::Loss => fs.loss_permille > 0,
+        FaultKind::Duplicate => fs.duplicate_permille > 0,
+        FaultKind::Reorder => fs.reorder_jitter_us > 0,
+        FaultKind::Partition => fs.partition.count > 0 && fs.partition.max_ms > 0,
+        FaultKind::SlowWrite => fs.slow_write.permille > 0 && fs.slow_write.max_ms > 0,
+        FaultKind::LateWrite => fs.late_write.permille > 0 && fs.late_write.max_ms > 0,
+        FaultKind::WriteFail => fs.write_fail_permille > 0,
+        FaultKind::Crash => fs.crash.count > 0 && fs.crash.max_ms > 0,
+        FaultKind::Cancel => fs.cancel_permille > 0,
+        FaultKind::ShortTimeouts => fs.short_timeouts_min_ms > 0,
+        FaultKind::CorruptWrite => fs.corrupt_write_permille > 0,
+        FaultKind::MisdirectWrite => fs.misdirect_write_permille > 0,
+        FaultKind::TornWrite => fs.torn_write_permille > 0,
+        FaultKind::SlowWriter => fs.slow_writer_ms > 0,
+        FaultKind::StaleReplay => fs.stale_replay_permille > 0,
+        FaultKind::StaleDuplicateWrite => fs.stale_duplicate_write_permille > 0,
+    }
+}
+
+/// The router policy and its seed: two draws, always.
+fn draw_router(sc: &Scenario, seed: u64, engine: &mut EngineConfig) {
+    let mut r = rng::stream(seed, Component::Router);
+    let pick = r.random_range(0..1024u32) as usize;
+    engine.router_seed = r.random::<u64>();
+    let routers: &[RouterPolicy] = match (&sc.swarm, sc.routers.is_empty()) {
+        (_, false) => &sc.routers,
+        (Some(_), true) => &RouterPolicy::ALL,
+        (None, true) => &[],
+    };
+    if !routers.is_empty() {
+        engine.router = routers[pick % routers.len()];
+    }
+}
+
+/// The pool sizes of the prefill and decode nodes, as written or drawn by the swarm
+/// with the engine limits it draws; each pool passes the engine's preflight.
+fn draw_topology(
+    sc: &Scenario,
+    seed: u64,
+    engine: &mut EngineConfig,
+) -> Result<(Vec<u32>, Vec<u32>), ScenarioError> {
+    let (prefill_pools, decode_pools) = match &sc.swarm {
+        None => (
+            sc.topology.prefill_pool_pages.clone(),
+            sc.topology.decode_pool_pages.clone(),
+        ),
+        Some(sw) => draw_swarm_topology(sw, seed, engine),
+    };
+    for (i, &p) in prefill_pools.iter().enumerate() {
+        engine.preflight(&format!("prefill node #{i}"), p)?;
+    }
+    for (i, &p) in decode_pools.iter().enumerate() {
+        engine.preflight(&format!("decode node #{i}"), p)?;
+    }
+    Ok((prefill_pools, decode_pools))
+}
+
+fn draw_swarm_topology(
+    sw: &SwarmSpec,
+    seed: u64,
+    engine: &mut EngineConfig,
+) -> (Vec<u32>, Vec<u32>) {
+    let mut t = rng::stream(seed, Component::Topology);
+    let np = between32(&mut t, sw.prefill_nodes);
+    let nd = between32(&mut t, sw.decode_nodes);
+    let context_pages = engine.pages_for(engine.context_len);
+    let pool = |t: &mut rng::Rng| {
+        let small = chance(t, sw.pool_below_context_permille);
+        let normal = between32(t, sw.pool_pages);
+        let below = between(
+            t,
+            u64::from(sw.small_pool_pages_min),
+            context_pages.saturating_sub(1),
+        ) as u32;
+        if small && u64::from(below) < context_pages {
+            below.max(1)
+        } else {
+            normal
+        }
+    };
+    let p: Vec<u32> = (0..np).map(|_| pool(&mut t)).collect();
+    let d: Vec<u32> = (0..nd).map(|_| pool(&mut t)).collect();
+    engine.chunk_pages = between32(&mut t, sw.chunk_pages);
+    engine.max_inflight_chunks = between32(&mut t, sw.max_inflight_chunks);
+    engine.max_rooms = between32(&mut t, sw.max_rooms);
+    engine.max_batch = between32(&mut t, sw.max_batch);
+    let ps = u64::from(engine.page_size);
+    if p.iter()
+        .chain(&d)
+        .any(|&x| u64::from(x) * ps < engine.context_len)
+    {
+        // The drawn configuration is the unsafe one on purpose.
+        engine.allow_unsafe_pool = true;
+    }
+    (p, d)
+}
+
+/// Which fault kinds are on, and how hard: two draws per kind, always.
+fn draw_levels(sc: &Scenario, seed: u64, reduction: &Reduction) -> Levels {
+    let mut lv = rng::stream(seed, Component::FaultLevels);
+    let mut levels = Vec::new();
+    for k in FaultKind::ALL {
+        let on = lv.random_bool(0.5);
+        let level = between(&mut lv, 0, 1000) as u32;
+        let on = if sc.swarm.is_some() { on } else { true };
+        let level = if sc.swarm.is_some() { level } else { 1000 };
+        if on && configured(&sc.faults, k) && !reduction.off.contains(&k) {
+            levels.push((k, level));
+        }
+    }
+    Levels(levels)
+}
+
+/// Timeouts: each shortened with probability `level`, log-uniformly down to the
+/// minimum. The drain-retry budget (retries x interval) is kept, so a short
+/// interval means more retries, not an earlier fatal stop.
+fn draw_timeouts(fs: &FaultSpec, seed: u64, level: u32, engine: &mut EngineConfig) {
+    let mut t = rng::stream(seed, Component::Timeouts);
+    let min = fs.short_timeouts_min_ms.saturating_mul(1_000_000);
+    let to = &mut engine.timeouts;
+    let budget = to
+        .drain_retry_ns
+        .saturating_mul(u64::from(to.drain_retries));
+    for v in [
+        &mut to.bootstrap_ns,
+        &mut to.waiting_ns,
+        &mut to.request_ns,
+        &mut to.drain_retry_ns,
+    ] {
+        let short = chance(&mut t, level);
+        let drawn = log_between(&mut t, min.min(*v), *v);
+        if short {
+            *v = drawn.max(1);
+        }
+    }
+    // Within the config's bound, so that every drawn plan validates.
+    to.drain_retries = u32::try_from(budget.div_ceil(to.drain_retry_ns))
+        .unwrap_or(u32::MAX)
+        .min(kvsim_engine::config::MAX_DRAIN_RETRIES)
+        .max(to.drain_retries);
+}
+
+/// The generated workload, appended to `requests`; returns its number of tenants.
+fn draw_workload(
+    w: &WorkloadSpec,
+    swarm: bool,
+    seed: u64,
+    engine: &EngineConfig,
+    pools: (&[u32], &[u32]),
+    requests: &mut Vec<PlannedRequest>,
+) -> u32 {
+    let mut r = rng::stream(seed, Component::Workload);
+    let t_drawn = between(&mut r, 1, u64::from(w.tenants)) as u32;
+    let ol_drawn = between(&mut r, 0, u64::from(w.over_length_permille)) as u32;
+    let burst_drawn = between(&mut r, 1, u64::from(w.burst)) as u32;
+    // Dense seeds stress contention (pools, rooms); sparse ones stretch timers.
+    let window_drawn = log_between(&mut r, (w.arrival_ms / 10).max(1), w.arrival_ms.max(1));
+    let n_tenants = if swarm { t_drawn } else { w.tenants };
+    let over_length = if swarm {
+        ol_drawn
+    } else {
+        w.over_length_permille
+    };
+    let burst = if swarm { burst_drawn } else { w.burst };
+    // Admission limits per node: an over-length prompt exceeds the smallest
+    // one and at most a quarter more than the largest, so it is rejected by
+    // some nodes and, with asymmetric pools, accepted by others (the
+    // incident's shape).
+    let ps = u64::from(engine.page_size);
+    let limits: Vec<u64> = pools
+        .0
+        .iter()
+        .chain(pools.1)
+        .map(|&p| engine.context_len.min(u64::from(p) * ps))
+        .collect();
+    let lo = limits.iter().copied().min().unwrap_or(1);
+    let hi = limits.iter().copied().max().unwrap_or(1);
+    let window = if swarm { window_drawn } else { w.arrival_ms }.saturating_mul(1_000_000);
+    // Bursts average (1 + burst) / 2 requests: spread their starts over the window.
+    // Times are bounded by `Scenario::validate`; the arithmetic saturates all the same.
+    let gap_max = window.saturating_mul(1 + u64::from(burst)) / u64::from(w.requests.max(1));
+    let mut at = 0u64;
+    let mut left_in_burst = 0u32;
+    let first = requests.len() as u64;
+    for i in 0..u64::from(w.requests) {
+        // Same number of draws per request whatever the outcome.
+        let gap = between(&mut r, 0, gap_max);
+        let size = between(&mut r, 1, u64::from(burst)) as u32;
+        let tenant = between(&mut r, 1, u64::from(n_tenants)) as u32;
+        let fit = log_between(&mut r, w.prompt_len[0], w.prompt_len[1]);
+        let over = chance(&mut r, over_length);
+        let long = between(&mut r, lo + 1, (hi + hi / 4).max(lo + 1)).min(1 << 24);
+        let new_tokens = between32(&mut r, w.max_new_tokens);
+        if left_in_burst == 0 {
+            at = at.saturating_add(gap).min(window);
+            left_in_burst = size;
+        }
+        left_in_burst -= 1;
+        requests.push(PlannedRequest {
+            req: RequestId(first + i),
+            tenant: TenantId(tenant),
+            prompt_len: if over { long } else { fit },
+            max_new_tokens: new_tokens,
+            at_ns: at,
+            cancel: None,
+        });
+    }
+    n_tenants
+}
+
+/// Client cancels: one fixed set of draws per request, `share` per mille hit.
+fn draw_cancels(fs: &FaultSpec, seed: u64, share: u32, requests: &mut [PlannedRequest]) {
+    let mut c = rng::stream(seed, Component::Cancels);
+    // A scenario may restrict the phases; the draw picks among those by index.
+    let allowed: Vec<ReqPhase> = fs
+        .cancel_phases
+        .iter()
+        .filter_map(|p| ReqPhase::parse(p))
+        .collect();
+    let phase_of = |i: usize| -> Option<ReqPhase> {
+        (!allowed.is_empty()).then(|| allowed[i % allowed.len()])
+    };
+    for r in requests.iter_mut() {
+        let hit = chance(&mut c, share);
+        let abort = c.random_bool(0.5);
+        let timed = chance(&mut c, 250);
+        let after = log_between(&mut c, 1_000, 2_000_000_000);
+        let phase_i = between(&mut c, 0, ReqPhase::ALL.len() as u64 - 1) as usize;
+        let step = between(&mut c, 0, u64::from(r.max_new_tokens.saturating_sub(1)));
+        let immediate = c.random_bool(0.5);
+        let delay = log_between(&mut c, 1_000, 50_000_000);
+        if !hit || r.cancel.is_some() {
+            continue;
+        }
+        let phase = match (phase_of(phase_i), ReqPhase::ALL[phase_i]) {
+            (Some(p), _) => p,
+            (None, ReqPhase::Decoding(_)) => ReqPhase::Decoding(step as u32),
+            (None, p) => p,
+        };
+        let timed = timed && fs.cancel_phases.is_empty();
+        r.cancel = Some(Cancel {
+            how: if abort {
+                CancelHow::Abort
+            } else {
+                CancelHow::Disconnect
+            },
+            at: if timed {
+                CancelAt::AfterNs(after)
+            } else {
+                CancelAt::Phase {
+                    phase,
+                    delay_ns: if immediate { 0 } else { delay },
+                }
+            },
+        });
+    }
+}
+
+/// The slow writer: one prefill node among `np`, its delay scaled by its level.
+fn draw_slow_writer(fs: &FaultSpec, seed: u64, np: u16, levels: &Levels) -> (NodeId, u64) {
+    let mut r = rng::stream(seed, Component::SlowWriter);
+    let i = between(&mut r, 0, u64::from(np) - 1) as u16;
+    let late = levels.scale(
+        fs.slow_writer_ms.saturating_mul(1_000_000),
+        FaultKind::SlowWriter,
+    );
+    (NodeId(1 + i), late.max(1))
+}
+
+/// Partition windows between a prefill and a decode node, inside the safety phase
+/// (`heal_at`); none when the kind is off.
+fn draw_partitions(
+    fs: &FaultSpec,
+    seed: u64,
+    ids: (&[NodeId], &[NodeId]),
+    heal_at: u64,
+    levels: &Levels,
+) -> Vec<Partition> {
+    if levels.of(FaultKind::Partition).is_none() {
+        return Vec::new();
+    }
+    let (prefill_ids, decode_ids) = ids;
+    let safety = heal_at.max(1);
+    let mut p = rng::stream(seed, Component::Partitions);
+    let count = between(&mut p, 1, u64::from(fs.partition.count));
+    let max = levels
+        .scale(
+            fs.partition.max_ms.saturating_mul(1_000_000),
+            FaultKind::Partition,
+        )
+        .max(1_000_000);
+    let mut partitions = Vec::new();
+    for _ in 0..count {
+        let pi = between(&mut p, 0, prefill_ids.len() as u64 - 1) as usize;
+        let di = between(&mut p, 0, decode_ids.len() as u64 - 1) as usize;
+        let from = between(&mut p, 0, safety - 1);
+        let len = log_between(&mut p, 1_000_000, max);
+        partitions.push(Partition {
+            prefill: prefill_ids[pi],
+            decode: decode_ids[di],
+            from_ns: from,
+            until_ns: from.saturating_add(len).min(heal_at),
+        });
+    }
+    partitions.retain(|p| p.from_ns < heal_at);
+    partitions
+}
+
+/// Node crashes with their restarts, inside the safety phase (`heal_at`), in time
+/// order; none when the kind is off.
+fn draw_crashes(
+    fs: &FaultSpec,
+    seed: u64,
+    all: &[NodeId],
+    heal_at: u64,
+    levels: &Levels,
+) -> Vec<CrashPlan> {
+    if levels.of(FaultKind::Crash).is_none() {
+        return Vec::new();
+    }
+    let safety = heal_at.max(1);
+    let mut p = rng::stream(seed, Component::Crashes);
+    let count = between(&mut p, 1, u64::from(fs.crash.count));
+    let max = levels
+        .scale(fs.crash.max_ms.saturating_mul(1_000_000), FaultKind::Crash)
+        .max(1_000_000);
+    let mut crashes = Vec::new();
+    for _ in 0..count {
+        let ni = between(&mut p, 0, all.len() as u64 - 1) as usize;
+        let at = between(&mut p, 0, safety - 1);
+        let down = log_between(&mut p, 1_000_000, max);
+        if at < heal_at {
+            crashes.push(CrashPlan {
+                node: all[ni],
+                at_ns: at,
+                restart_ns: at.saturating_add(down).min(heal_at),
+            });
+        }
+    }
+    crashes.sort_by_key(|c| (c.at_ns, c.node));
+    crashes
+}
+
+/// The network's fault rates: the scenario's, scaled by each kind's level.
+fn net_params(sc: &Scenario, lv: &Levels) -> NetParams {
+    let fs = &sc.faults;
+    NetParams {
+        latency_ns: sc.network.latency_us.saturating_mul(1_000),
+        jitter_ns: lv.scale(
+            fs.reorder_jitter_us.saturating_mul(1_000),
+            FaultKind::Reorder,
+        ),
+        delay_permille: lv.scale32(fs.delay.permille, FaultKind::Delay),
+        delay_max_ns: fs.delay.max_ms.saturating_mul(1_000_000),
+        loss_permille: lv.scale32(fs.loss_permille, FaultKind::Loss),
+        duplicate_permille: lv.scale32(fs.duplicate_permille, FaultKind::Duplicate),
+        stale_replay_permille: lv.scale32(fs.stale_replay_permille, FaultKind::StaleReplay),
+        slow_write_permille: lv.scale32(fs.slow_write.permille, FaultKind::SlowWrite),
+        slow_write_max_ns: fs.slow_write.max_ms.saturating_mul(1_000_000),
+        late_write_permille: lv.scale32(fs.late_write.permille, FaultKind::LateWrite),
+        late_write_max_ns: fs.late_write.max_ms.saturating_mul(1_000_000),
+        write_fail_permille: lv.scale32(fs.write_fail_permille, FaultKind::WriteFail),
+        corrupt_write_permille: lv.scale32(fs.corrupt_write_permille, FaultKind::CorruptWrite),
+        misdirect_write_permille: lv
+            .scale32(fs.misdirect_write_permille, FaultKind::MisdirectWrite),
+        torn_write_permille: lv.scale32(fs.torn_write_permille, FaultKind::TornWrite),
+        stale_duplicate_write_permille: lv.scale32(
+            fs.stale_duplicate_write_permille,
+            FaultKind::StaleDuplicateWrite,
+        ),
+    }
+}
+
+/// The workload: the explicit requests first, then the generated ones; and how many
+/// tenants send them.
+fn workload(
+    sc: &Scenario,
+    seed: u64,
+    engine: &EngineConfig,
+    pools: (&[u32], &[u32]),
+) -> (Vec<PlannedRequest>, u32) {
+    let mut requests = sc.planned_requests();
+    let mut tenants = requests
+        .iter()
+        .map(|r| r.tenant.0)
+        .collect::<BTreeSet<_>>()
+        .len() as u32;
+    if let Some(w) = &sc.workload {
+        let drawn = draw_workload(w, sc.swarm.is_some(), seed, engine, pools, &mut requests);
+        tenants = tenants.max(drawn);
+    }
+    (requests, tenants)
+}
+
+/// The safety phase ends (faults heal) at the configured time, or at the last
+/// submission; a reduction may only bring it forward.
+fn heal_at_ns(sc: &Scenario, reduction: &Reduction, requests: &[PlannedRequest]) -> u64 {
+    let last_arrival = requests.iter().map(|r| r.at_ns).max().unwrap_or(0);
+    let drawn_heal = if sc.phases.safety_ms > 0 {
+        sc.phases.safety_ms.saturating_mul(1_000_000)
+    } else {
+        last_arrival
+    };
+    match reduction.safety_ns {
+        Some(s) => s.min(drawn_heal),
+        None => drawn_heal,
+    }
+}
+
+/// Everything must have drained by the end of the liveness phase after the heal and
+/// the last kept request, within the run's time bound.
+fn deadline_ns(sc: &Scenario, heal_at: u64, requests: &[PlannedRequest]) -> u64 {
+    let max_time_ns = sc.run.max_time_ms.saturating_mul(1_000_000);
+    let last_kept = requests.iter().map(|r| r.at_ns).max().unwrap_or(0);
+    if sc.phases.liveness_ms > 0 {
+        heal_at
+            .max(last_kept)
+            .saturating_add(sc.phases.liveness_ms.saturating_mul(1_000_000))
+            .min(max_time_ns)
+    } else {
+        max_time_ns
+    }
+}
+
+/// Keep only the reduction's requests; a request the seed does not have, or an empty
+/// list, is an error.
+fn keep_requests(
+    keep: &[RequestId],
+    seed: u64,
+    requests: &mut Vec<PlannedRequest>,
+) -> Result<(), ScenarioError> {
+    // A request the seed does not have would be silently dropped, and a plan
+    // with no request checks nothing.
+    if let Some(missing) = keep.iter().find(|k| k.0 >= requests.len() as u64) {
+        return Err(ScenarioError::Invalid {
+            field: "--reduce".into(),
+            reason: format!(
+                "keep={}: seed {seed} has requests 0..{} only",
+                missing.0,
+                requests.len()
+            ),
+        });
+    }
+    if keep.is_empty() {
+        return Err(ScenarioError::Invalid {
+            field: "--reduce".into(),
+            reason: "keep= lists no request: a run of no request checks nothing".into(),
+        });
+    }
+    requests.retain(|r| keep.binary_search(&r.req).is_ok());
+    Ok(())
+}
+
 impl Plan {
     /// Draw the plan of `seed` from `sc`, with `bugs` replacing the scenario's bug
     /// switches when given, then apply `reduction`.
@@ -336,393 +819,38 @@ impl Plan {
         if let Some(b) = bugs {
             engine.bugs = b;
         }
-        // The router policy and its seed: two draws, always.
-        let mut r = rng::stream(seed, Component::Router);
-        let pick = r.random_range(0..1024u32) as usize;
-        engine.router_seed = r.random::<u64>();
-        let routers: &[RouterPolicy] = match (&sc.swarm, sc.routers.is_empty()) {
-            (_, false) => &sc.routers,
-            (Some(_), true) => &RouterPolicy::ALL,
-            (None, true) => &[],
-        };
-        if !routers.is_empty() {
-            engine.router = routers[pick % routers.len()];
-        }
-
-        // Topology and engine limits.
-        let (prefill_pools, decode_pools) = match &sc.swarm {
-            None => (
-                sc.topology.prefill_pool_pages.clone(),
-                sc.topology.decode_pool_pages.clone(),
-            ),
-            Some(sw) => {
-                let mut t = rng::stream(seed, Component::Topology);
-                let np = between32(&mut t, sw.prefill_nodes);
-                let nd = between32(&mut t, sw.decode_nodes);
-                let context_pages = engine.pages_for(engine.context_len);
-                let pool = |t: &mut rng::Rng| {
-                    let small = chance(t, sw.pool_below_context_permille);
-                    let normal = between32(t, sw.pool_pages);
-                    let below = between(
-                        t,
-                        u64::from(sw.small_pool_pages_min),
-                        context_pages.saturating_sub(1),
-                    ) as u32;
-                    if small && u64::from(below) < context_pages {
-                        below.max(1)
-                    } else {
-                        normal
-                    }
-                };
-                let p: Vec<u32> = (0..np).map(|_| pool(&mut t)).collect();
-                let d: Vec<u32> = (0..nd).map(|_| pool(&mut t)).collect();
-                engine.chunk_pages = between32(&mut t, sw.chunk_pages);
-                engine.max_inflight_chunks = between32(&mut t, sw.max_inflight_chunks);
-                engine.max_rooms = between32(&mut t, sw.max_rooms);
-                engine.max_batch = between32(&mut t, sw.max_batch);
-                let ps = u64::from(engine.page_size);
-                if p.iter()
-                    .chain(&d)
-                    .any(|&x| u64::from(x) * ps < engine.context_len)
-                {
-                    // The drawn configuration is the unsafe one on purpose.
-                    engine.allow_unsafe_pool = true;
-                }
-                (p, d)
-            }
-        };
-        for (i, &p) in prefill_pools.iter().enumerate() {
-            engine.preflight(&format!("prefill node #{i}"), p)?;
-        }
-        for (i, &p) in decode_pools.iter().enumerate() {
-            engine.preflight(&format!("decode node #{i}"), p)?;
-        }
+        draw_router(sc, seed, &mut engine);
+        let (prefill_pools, decode_pools) = draw_topology(sc, seed, &mut engine)?;
         let np = prefill_pools.len() as u16;
         let nd = decode_pools.len() as u16;
         let prefill_ids: Vec<NodeId> = (1..=np).map(NodeId).collect();
         let decode_ids: Vec<NodeId> = (np + 1..=np + nd).map(NodeId).collect();
-
-        // Which fault kinds are on, and how hard: two draws per kind, always.
         let fs = &sc.faults;
-        let max_of = |k: FaultKind| -> bool {
-            match k {
-                FaultKind::Delay => fs.delay.permille > 0 && fs.delay.max_ms > 0,
-                FaultKind::Loss => fs.loss_permille > 0,
-                FaultKind::Duplicate => fs.duplicate_permille > 0,
-                FaultKind::Reorder => fs.reorder_jitter_us > 0,
-                FaultKind::Partition => fs.partition.count > 0 && fs.partition.max_ms > 0,
-                FaultKind::SlowWrite => fs.slow_write.permille > 0 && fs.slow_write.max_ms > 0,
-                FaultKind::LateWrite => fs.late_write.permille > 0 && fs.late_write.max_ms > 0,
-                FaultKind::WriteFail => fs.write_fail_permille > 0,
-                FaultKind::Crash => fs.crash.count > 0 && fs.crash.max_ms > 0,
-                FaultKind::Cancel => fs.cancel_permille > 0,
-                FaultKind::ShortTimeouts => fs.short_timeouts_min_ms > 0,
-                FaultKind::CorruptWrite => fs.corrupt_write_permille > 0,
-                FaultKind::MisdirectWrite => fs.misdirect_write_permille > 0,
-                FaultKind::TornWrite => fs.torn_write_permille > 0,
-                FaultKind::SlowWriter => fs.slow_writer_ms > 0,
-                FaultKind::StaleReplay => fs.stale_replay_permille > 0,
-                FaultKind::StaleDuplicateWrite => fs.stale_duplicate_write_permille > 0,
-            }
-        };
-        let mut lv = rng::stream(seed, Component::FaultLevels);
-        let mut levels = Vec::new();
-        for k in FaultKind::ALL {
-            let on = lv.random_bool(0.5);
-            let level = between(&mut lv, 0, 1000) as u32;
-            let on = if sc.swarm.is_some() { on } else { true };
-            let level = if sc.swarm.is_some() { level } else { 1000 };
-            if on && max_of(k) && !reduction.off.contains(&k) {
-                levels.push((k, level));
-            }
-        }
-        let level = |k: FaultKind| levels.iter().find(|(x, _)| *x == k).map(|(_, l)| *l);
-        let scale = |max: u64, k: FaultKind| {
-            level(k).map_or(0, |l| max.saturating_mul(u64::from(l)) / 1000)
-        };
-        let scale32 = |max: u32, k: FaultKind| scale(u64::from(max), k) as u32;
-
-        // Timeouts: each shortened with probability `level`, log-uniformly down to the
-        // minimum. The drain-retry budget (retries x interval) is kept, so a short
-        // interval means more retries, not an earlier fatal stop.
-        if let Some(l) = level(FaultKind::ShortTimeouts) {
-            let mut t = rng::stream(seed, Component::Timeouts);
-            let min = fs.short_timeouts_min_ms.saturating_mul(1_000_000);
-            let to = &mut engine.timeouts;
-            let budget = to
-                .drain_retry_ns
-                .saturating_mul(u64::from(to.drain_retries));
-            for v in [
-                &mut to.bootstrap_ns,
-                &mut to.waiting_ns,
-                &mut to.request_ns,
-                &mut to.drain_retry_ns,
-            ] {
-                let short = chance(&mut t, l);
-                let drawn = log_between(&mut t, min.min(*v), *v);
-                if short {
-                    *v = drawn.max(1);
-                }
-            }
-            // Within the config's bound, so that every drawn plan validates.
-            to.drain_retries = u32::try_from(budget.div_ceil(to.drain_retry_ns))
-                .unwrap_or(u32::MAX)
-                .min(kvsim_engine::config::MAX_DRAIN_RETRIES)
-                .max(to.drain_retries);
+        let levels = draw_levels(sc, seed, reduction);
+        if let Some(l) = levels.of(FaultKind::ShortTimeouts) {
+            draw_timeouts(fs, seed, l, &mut engine);
         }
 
-        // The workload: explicit requests first, then the generated ones.
-        let mut requests = sc.planned_requests();
-        let mut tenants = requests
-            .iter()
-            .map(|r| r.tenant.0)
-            .collect::<BTreeSet<_>>()
-            .len() as u32;
-        if let Some(w) = &sc.workload {
-            let mut r = rng::stream(seed, Component::Workload);
-            let swarm = sc.swarm.is_some();
-            let t_drawn = between(&mut r, 1, u64::from(w.tenants)) as u32;
-            let ol_drawn = between(&mut r, 0, u64::from(w.over_length_permille)) as u32;
-            let burst_drawn = between(&mut r, 1, u64::from(w.burst)) as u32;
-            // Dense seeds stress contention (pools, rooms); sparse ones stretch timers.
-            let window_drawn = log_between(&mut r, (w.arrival_ms / 10).max(1), w.arrival_ms.max(1));
-            let n_tenants = if swarm { t_drawn } else { w.tenants };
-            let over_length = if swarm {
-                ol_drawn
-            } else {
-                w.over_length_permille
-            };
-            let burst = if swarm { burst_drawn } else { w.burst };
-            tenants = tenants.max(n_tenants);
-            // Admission limits per node: an over-length prompt exceeds the smallest
-            // one and at most a quarter more than the largest, so it is rejected by
-            // some nodes and, with asymmetric pools, accepted by others (the
-            // incident's shape).
-            let ps = u64::from(engine.page_size);
-            let limits: Vec<u64> = prefill_pools
-                .iter()
-                .chain(&decode_pools)
-                .map(|&p| engine.context_len.min(u64::from(p) * ps))
-                .collect();
-            let lo = limits.iter().copied().min().unwrap_or(1);
-            let hi = limits.iter().copied().max().unwrap_or(1);
-            let window = if swarm { window_drawn } else { w.arrival_ms }.saturating_mul(1_000_000);
-            // Bursts average (1 + burst) / 2 requests: spread their starts over the window.
-            // Times are bounded by `Scenario::validate`; the arithmetic saturates all the same.
-            let gap_max =
-                window.saturating_mul(1 + u64::from(burst)) / u64::from(w.requests.max(1));
-            let mut at = 0u64;
-            let mut left_in_burst = 0u32;
-            let first = requests.len() as u64;
-            for i in 0..u64::from(w.requests) {
-                // Same number of draws per request whatever the outcome.
-                let gap = between(&mut r, 0, gap_max);
-                let size = between(&mut r, 1, u64::from(burst)) as u32;
-                let tenant = between(&mut r, 1, u64::from(n_tenants)) as u32;
-                let fit = log_between(&mut r, w.prompt_len[0], w.prompt_len[1]);
-                let over = chance(&mut r, over_length);
-                let long = between(&mut r, lo + 1, (hi + hi / 4).max(lo + 1)).min(1 << 24);
-                let new_tokens = between32(&mut r, w.max_new_tokens);
-                if left_in_burst == 0 {
-                    at = at.saturating_add(gap).min(window);
-                    left_in_burst = size;
-                }
-                left_in_burst -= 1;
-                requests.push(PlannedRequest {
-                    req: RequestId(first + i),
-                    tenant: TenantId(tenant),
-                    prompt_len: if over { long } else { fit },
-                    max_new_tokens: new_tokens,
-                    at_ns: at,
-                    cancel: None,
-                });
-            }
+        let pools = (&prefill_pools[..], &decode_pools[..]);
+        let (mut requests, tenants) = workload(sc, seed, &engine, pools);
+        let heal_at = heal_at_ns(sc, reduction, &requests);
+
+        if levels.of(FaultKind::Cancel).is_some() {
+            let share = levels.scale32(fs.cancel_permille, FaultKind::Cancel);
+            draw_cancels(fs, seed, share, &mut requests);
         }
-
-        // The safety phase ends (faults heal) at the configured time, or at the last
-        // submission; a reduction may only bring it forward.
-        let last_arrival = requests.iter().map(|r| r.at_ns).max().unwrap_or(0);
-        let any_fault = !levels.is_empty();
-        let drawn_heal = if sc.phases.safety_ms > 0 {
-            sc.phases.safety_ms.saturating_mul(1_000_000)
-        } else {
-            last_arrival
-        };
-        let heal_at = match reduction.safety_ns {
-            Some(s) => s.min(drawn_heal),
-            None => drawn_heal,
-        };
-
-        // Client cancels: one fixed set of draws per request.
-        if level(FaultKind::Cancel).is_some() {
-            let share = scale32(fs.cancel_permille, FaultKind::Cancel);
-            let mut c = rng::stream(seed, Component::Cancels);
-            // A scenario may restrict the phases; the draw picks among those by index.
-            let allowed: Vec<ReqPhase> = fs
-                .cancel_phases
-                .iter()
-                .filter_map(|p| ReqPhase::parse(p))
-                .collect();
-            let phase_of = |i: usize| -> Option<ReqPhase> {
-                (!allowed.is_empty()).then(|| allowed[i % allowed.len()])
-            };
-            for r in requests.iter_mut() {
-                let hit = chance(&mut c, share);
-                let abort = c.random_bool(0.5);
-                let timed = chance(&mut c, 250);
-                let after = log_between(&mut c, 1_000, 2_000_000_000);
-                let phase_i = between(&mut c, 0, ReqPhase::ALL.len() as u64 - 1) as usize;
-                let step = between(&mut c, 0, u64::from(r.max_new_tokens.saturating_sub(1)));
-                let immediate = c.random_bool(0.5);
-                let delay = log_between(&mut c, 1_000, 50_000_000);
-                if !hit || r.cancel.is_some() {
-                    continue;
-                }
-                let phase = match (phase_of(phase_i), ReqPhase::ALL[phase_i]) {
-                    (Some(p), _) => p,
-                    (None, ReqPhase::Decoding(_)) => ReqPhase::Decoding(step as u32),
-                    (None, p) => p,
-                };
-                let timed = timed && fs.cancel_phases.is_empty();
-                r.cancel = Some(Cancel {
-                    how: if abort {
-                        CancelHow::Abort
-                    } else {
-                        CancelHow::Disconnect
-                    },
-                    at: if timed {
-                        CancelAt::AfterNs(after)
-                    } else {
-                        CancelAt::Phase {
-                            phase,
-                            delay_ns: if immediate { 0 } else { delay },
-                        }
-                    },
-                });
-            }
-        }
-
-        // The slow writer: one prefill node, its delay scaled by its level.
-        let slow_writer = level(FaultKind::SlowWriter).map(|_| {
-            let mut r = rng::stream(seed, Component::SlowWriter);
-            let i = between(&mut r, 0, u64::from(np) - 1) as u16;
-            (
-                NodeId(1 + i),
-                scale(
-                    fs.slow_writer_ms.saturating_mul(1_000_000),
-                    FaultKind::SlowWriter,
-                )
-                .max(1),
-            )
-        });
-
-        // Partitions and crashes, inside the safety phase.
-        let safety = heal_at.max(1);
-        let mut partitions = Vec::new();
-        if level(FaultKind::Partition).is_some() {
-            let mut p = rng::stream(seed, Component::Partitions);
-            let count = between(&mut p, 1, u64::from(fs.partition.count));
-            let max = scale(
-                fs.partition.max_ms.saturating_mul(1_000_000),
-                FaultKind::Partition,
-            )
-            .max(1_000_000);
-            for _ in 0..count {
-                let pi = between(&mut p, 0, u64::from(np) - 1) as usize;
-                let di = between(&mut p, 0, u64::from(nd) - 1) as usize;
-                let from = between(&mut p, 0, safety - 1);
-                let len = log_between(&mut p, 1_000_000, max);
-                partitions.push(Partition {
-                    prefill: prefill_ids[pi],
-                    decode: decode_ids[di],
-                    from_ns: from,
-                    until_ns: from.saturating_add(len).min(heal_at),
-                });
-            }
-        }
-        let mut crashes = Vec::new();
-        if level(FaultKind::Crash).is_some() {
-            let mut p = rng::stream(seed, Component::Crashes);
-            let count = between(&mut p, 1, u64::from(fs.crash.count));
-            let max =
-                scale(fs.crash.max_ms.saturating_mul(1_000_000), FaultKind::Crash).max(1_000_000);
-            let all: Vec<NodeId> = prefill_ids.iter().chain(&decode_ids).copied().collect();
-            for _ in 0..count {
-                let ni = between(&mut p, 0, all.len() as u64 - 1) as usize;
-                let at = between(&mut p, 0, safety - 1);
-                let down = log_between(&mut p, 1_000_000, max);
-                if at < heal_at {
-                    crashes.push(CrashPlan {
-                        node: all[ni],
-                        at_ns: at,
-                        restart_ns: at.saturating_add(down).min(heal_at),
-                    });
-                }
-            }
-            crashes.sort_by_key(|c| (c.at_ns, c.node));
-        }
-        partitions.retain(|p| p.from_ns < heal_at);
-
-        let net = NetParams {
-            latency_ns: sc.network.latency_us.saturating_mul(1_000),
-            jitter_ns: scale(
-                fs.reorder_jitter_us.saturating_mul(1_000),
-                FaultKind::Reorder,
-            ),
-            delay_permille: scale32(fs.delay.permille, FaultKind::Delay),
-            delay_max_ns: fs.delay.max_ms.saturating_mul(1_000_000),
-            loss_permille: scale32(fs.loss_permille, FaultKind::Loss),
-            duplicate_permille: scale32(fs.duplicate_permille, FaultKind::Duplicate),
-            stale_replay_permille: scale32(fs.stale_replay_permille, FaultKind::StaleReplay),
-            slow_write_permille: scale32(fs.slow_write.permille, FaultKind::SlowWrite),
-            slow_write_max_ns: fs.slow_write.max_ms.saturating_mul(1_000_000),
-            late_write_permille: scale32(fs.late_write.permille, FaultKind::LateWrite),
-            late_write_max_ns: fs.late_write.max_ms.saturating_mul(1_000_000),
-            write_fail_permille: scale32(fs.write_fail_permille, FaultKind::WriteFail),
-            corrupt_write_permille: scale32(fs.corrupt_write_permille, FaultKind::CorruptWrite),
-            misdirect_write_permille: scale32(
-                fs.misdirect_write_permille,
-                FaultKind::MisdirectWrite,
-            ),
-            torn_write_permille: scale32(fs.torn_write_permille, FaultKind::TornWrite),
-            stale_duplicate_write_permille: scale32(
-                fs.stale_duplicate_write_permille,
-                FaultKind::StaleDuplicateWrite,
-            ),
-        };
-
+        let slow_writer = levels
+            .of(FaultKind::SlowWriter)
+            .map(|_| draw_slow_writer(fs, seed, np, &levels));
+        let partitions = draw_partitions(fs, seed, (&prefill_ids, &decode_ids), heal_at, &levels);
+        let all: Vec<NodeId> = prefill_ids.iter().chain(&decode_ids).copied().collect();
+        let crashes = draw_crashes(fs, seed, &all, heal_at, &levels);
+        let net = net_params(sc, &levels);
         if let Some(keep) = &reduction.keep {
-            // A request the seed does not have would be silently dropped, and a plan
-            // with no request checks nothing.
-            if let Some(missing) = keep.iter().find(|k| k.0 >= requests.len() as u64) {
-                return Err(ScenarioError::Invalid {
-                    field: "--reduce".into(),
-                    reason: format!(
-                        "keep={}: seed {seed} has requests 0..{} only",
-                        missing.0,
-                        requests.len()
-                    ),
-                });
-            }
-            if keep.is_empty() {
-                return Err(ScenarioError::Invalid {
-                    field: "--reduce".into(),
-                    reason: "keep= lists no request: a run of no request checks nothing".into(),
-                });
-            }
-            requests.retain(|r| keep.binary_search(&r.req).is_ok());
+            keep_requests(keep, seed, &mut requests)?;
         }
 
-        let max_time_ns = sc.run.max_time_ms.saturating_mul(1_000_000);
-        let last_kept = requests.iter().map(|r| r.at_ns).max().unwrap_or(0);
-        let deadline_ns = if sc.phases.liveness_ms > 0 {
-            heal_at
-                .max(last_kept)
-                .saturating_add(sc.phases.liveness_ms.saturating_mul(1_000_000))
-                .min(max_time_ns)
-        } else {
-            max_time_ns
-        };
+        let deadline_ns = deadline_ns(sc, heal_at, &requests);
         engine.validate()?;
         let cleanup_bound_ns = if sc.run.cleanup_bound_ms > 0 {
             sc.run.cleanup_bound_ms.saturating_mul(1_000_000)
@@ -740,11 +868,11 @@ impl Plan {
             slow_writer,
             crashes,
             requests,
-            heal_at_ns: any_fault.then_some(heal_at),
+            heal_at_ns: (!levels.0.is_empty()).then_some(heal_at),
             deadline_ns,
             cleanup_bound_ns: Some(cleanup_bound_ns),
             max_events: sc.run.max_events,
-            levels,
+            levels: levels.0,
             swarm: sc.swarm.is_some(),
             tenants,
             reduction: reduction.clone(),
@@ -770,6 +898,21 @@ impl Plan {
     /// The draw, as the few lines a failure report starts with.
     pub fn describe(&self) -> String {
         let mut out = String::new();
+        let what = if self.swarm { "swarm draw" } else { "plan" };
+        let _ = writeln!(out, "{what} for seed {} of {}:", self.seed, self.scenario);
+        self.describe_topology(&mut out);
+        self.describe_engine(&mut out);
+        self.describe_workload(&mut out);
+        self.describe_faults(&mut out);
+        self.describe_phases(&mut out);
+        if !self.reduction.is_empty() {
+            let _ = writeln!(out, "  reduced:  {}", self.reduction);
+        }
+        out
+    }
+
+    /// The `topology:` line: the pools, a `*` on those below the context.
+    fn describe_topology(&self, out: &mut String) {
         let e = &self.engine;
         let ps = u64::from(e.page_size);
         let pools = |ids: Vec<NodeId>, pools: &[u32]| -> String {
@@ -782,8 +925,6 @@ impl Plan {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let what = if self.swarm { "swarm draw" } else { "plan" };
-        let _ = writeln!(out, "{what} for seed {} of {}:", self.seed, self.scenario);
         let _ = writeln!(
             out,
             "  topology: {} prefill ({}), {} decode ({}); page {} tokens, context {} tokens{}",
@@ -799,6 +940,11 @@ impl Plan {
                 ""
             }
         );
+    }
+
+    /// The `engine:` line: the router, the limits, the timeouts and the bug switches.
+    fn describe_engine(&self, out: &mut String) {
+        let e = &self.engine;
         let t = &e.timeouts;
         let _ = writeln!(
             out,
@@ -818,6 +964,12 @@ impl Plan {
             t.drain_retries,
             e.bugs
         );
+    }
+
+    /// The `workload:` line: how many requests, their sizes, over-length and cancels.
+    fn describe_workload(&self, out: &mut String) {
+        let e = &self.engine;
+        let ps = u64::from(e.page_size);
         let over = self
             .requests
             .iter()
@@ -829,16 +981,12 @@ impl Plan {
                     .any(|&p| need > e.context_len.min(u64::from(p) * ps))
             })
             .count();
-        let aborts = self
-            .requests
-            .iter()
-            .filter(|r| r.cancel.is_some_and(|c| c.how == CancelHow::Abort))
-            .count();
-        let disconnects = self
-            .requests
-            .iter()
-            .filter(|r| r.cancel.is_some_and(|c| c.how == CancelHow::Disconnect))
-            .count();
+        let cancels = |how: CancelHow| {
+            self.requests
+                .iter()
+                .filter(|r| r.cancel.is_some_and(|c| c.how == how))
+                .count()
+        };
         let (plo, phi) = self.requests.iter().fold((u64::MAX, 0), |(lo, hi), r| {
             (lo.min(r.prompt_len), hi.max(r.prompt_len))
         });
@@ -852,65 +1000,22 @@ impl Plan {
             if plo == u64::MAX { 0 } else { plo },
             phi,
             over,
-            aborts,
-            disconnects
+            cancels(CancelHow::Abort),
+            cancels(CancelHow::Disconnect)
         );
-        let n = &self.net;
+    }
+
+    /// The `faults:` line, then one line per partition window and crash.
+    fn describe_faults(&self, out: &mut String) {
         let mut faults = Vec::new();
         for k in FaultKind::ALL {
-            let Some(level) = self.level(k) else {
-                // The newer kinds are named only when on: most scenarios never have them.
-                let data = [
-                    FaultKind::CorruptWrite,
-                    FaultKind::MisdirectWrite,
-                    FaultKind::TornWrite,
-                    FaultKind::SlowWriter,
-                    FaultKind::StaleReplay,
-                    FaultKind::StaleDuplicateWrite,
-                ];
-                if !data.contains(&k) {
-                    faults.push(format!("{k} off"));
+            match self.level(k) {
+                Some(level) => faults.push(self.fault_text(k, level)),
+                None if !FaultKind::ALL[FaultKind::NEWER..].contains(&k) => {
+                    faults.push(format!("{k} off"))
                 }
-                continue;
-            };
-            let s = match k {
-                FaultKind::Delay => {
-                    format!("delay {}‰ up to {}", n.delay_permille, ms(n.delay_max_ns))
-                }
-                FaultKind::Loss => format!("loss {}‰", n.loss_permille),
-                FaultKind::Duplicate => format!("duplicate {}‰", n.duplicate_permille),
-                FaultKind::Reorder => format!("reorder jitter {}", ms(n.jitter_ns)),
-                FaultKind::Partition => format!("partition x{}", self.partitions.len()),
-                FaultKind::SlowWrite => format!(
-                    "slow-write {}‰ up to {}",
-                    n.slow_write_permille,
-                    ms(n.slow_write_max_ns)
-                ),
-                FaultKind::LateWrite => format!(
-                    "late-write {}‰ up to {}",
-                    n.late_write_permille,
-                    ms(n.late_write_max_ns)
-                ),
-                FaultKind::WriteFail => format!("write-fail {}‰", n.write_fail_permille),
-                FaultKind::Crash => format!("crash x{}", self.crashes.len()),
-                FaultKind::Cancel => format!("cancel level {level}‰"),
-                FaultKind::ShortTimeouts => format!("short-timeouts level {level}‰"),
-                FaultKind::CorruptWrite => format!("corrupt-write {}‰", n.corrupt_write_permille),
-                FaultKind::MisdirectWrite => {
-                    format!("misdirect-write {}‰", n.misdirect_write_permille)
-                }
-                FaultKind::TornWrite => format!("torn-write {}‰", n.torn_write_permille),
-                FaultKind::StaleReplay => format!("stale-replay {}‰", n.stale_replay_permille),
-                FaultKind::StaleDuplicateWrite => format!(
-                    "stale-duplicate-write {}‰",
-                    n.stale_duplicate_write_permille
-                ),
-                FaultKind::SlowWriter => match self.slow_writer {
-                    Some((node, ns)) => format!("slow-writer {node} +{}", ms(ns)),
-                    None => "slow-writer off".into(),
-                },
-            };
-            faults.push(s);
+                None => {}
+            }
         }
         let _ = writeln!(out, "  faults:   {}", faults.join(", "));
         for p in &self.partitions {
@@ -932,6 +1037,52 @@ impl Plan {
                 ms(c.restart_ns)
             );
         }
+    }
+
+    /// One fault kind that is on, with its drawn rates.
+    fn fault_text(&self, k: FaultKind, level: u32) -> String {
+        let n = &self.net;
+        match k {
+            FaultKind::Delay => {
+                format!("delay {}‰ up to {}", n.delay_permille, ms(n.delay_max_ns))
+            }
+            FaultKind::Loss => format!("loss {}‰", n.loss_permille),
+            FaultKind::Duplicate => format!("duplicate {}‰", n.duplicate_permille),
+            FaultKind::Reorder => format!("reorder jitter {}", ms(n.jitter_ns)),
+            FaultKind::Partition => format!("partition x{}", self.partitions.len()),
+            FaultKind::SlowWrite => format!(
+                "slow-write {}‰ up to {}",
+                n.slow_write_permille,
+                ms(n.slow_write_max_ns)
+            ),
+            FaultKind::LateWrite => format!(
+                "late-write {}‰ up to {}",
+                n.late_write_permille,
+                ms(n.late_write_max_ns)
+            ),
+            FaultKind::WriteFail => format!("write-fail {}‰", n.write_fail_permille),
+            FaultKind::Crash => format!("crash x{}", self.crashes.len()),
+            FaultKind::Cancel => format!("cancel level {level}‰"),
+            FaultKind::ShortTimeouts => format!("short-timeouts level {level}‰"),
+            FaultKind::CorruptWrite => format!("corrupt-write {}‰", n.corrupt_write_permille),
+            FaultKind::MisdirectWrite => {
+                format!("misdirect-write {}‰", n.misdirect_write_permille)
+            }
+            FaultKind::TornWrite => format!("torn-write {}‰", n.torn_write_permille),
+            FaultKind::StaleReplay => format!("stale-replay {}‰", n.stale_replay_permille),
+            FaultKind::StaleDuplicateWrite => format!(
+                "stale-duplicate-write {}‰",
+                n.stale_duplicate_write_permille
+            ),
+            FaultKind::SlowWriter => match self.slow_writer {
+                Some((node, ns)) => format!("slow-writer {node} +{}", ms(ns)),
+                None => "slow-writer off".into(),
+            },
+        }
+    }
+
+    /// The `phases:` line: when faults heal and when everything must have drained.
+    fn describe_phases(&self, out: &mut String) {
         match self.heal_at_ns {
             Some(h) => {
                 let _ = writeln!(
@@ -949,10 +1100,6 @@ impl Plan {
                 );
             }
         }
-        if !self.reduction.is_empty() {
-            let _ = writeln!(out, "  reduced:  {}", self.reduction);
-        }
-        out
     }
 }
 

@@ -5,7 +5,7 @@
 //! decides anything.
 
 use crate::scenario::PlannedRequest;
-use crate::world::ClientReply;
+use crate::simulator::ClientReply;
 use crate::RunOutcome;
 use kvsim_engine::ids::RequestId;
 use kvsim_engine::invariant::Invariant;
@@ -99,6 +99,17 @@ pub fn failure_report(out: &RunOutcome, path: &str) -> Option<String> {
     for e in &first.evidence {
         let _ = writeln!(s, "  evidence: {e}");
     }
+    write_unfolding(&mut s, out, first);
+    if !out.trace.is_empty() {
+        write_causal_trace(&mut s, out, first);
+    }
+    let _ = writeln!(s, "replay (full trace): {}", replay_command(path, out));
+    Some(s)
+}
+
+/// The findings by invariant, then the first finding of each other invariant, in
+/// order: how the failure unfolded.
+fn write_unfolding(s: &mut String, out: &RunOutcome, first: &Finding) {
     let mut counts: BTreeMap<Invariant, usize> = BTreeMap::new();
     for f in &out.findings {
         *counts.entry(f.violation.invariant).or_insert(0) += 1;
@@ -108,7 +119,6 @@ pub fn failure_report(out: &RunOutcome, path: &str) -> Option<String> {
         .map(|i| format!("{i} x{}", counts[&i]))
         .collect();
     let _ = writeln!(s, "all findings: {}", then.join(", "));
-    // The first finding of each other invariant, in order: how the failure unfolded.
     let mut shown = vec![first.violation.invariant];
     for f in &out.findings {
         if !shown.contains(&f.violation.invariant) {
@@ -123,38 +133,32 @@ pub fn failure_report(out: &RunOutcome, path: &str) -> Option<String> {
             );
         }
     }
-    if !out.trace.is_empty() {
-        let focus = focus_of(&out.trace, first, &out.room_requests);
-        let rooms: Vec<String> = focus.rooms.iter().map(|r| r.to_string()).collect();
-        let reqs: Vec<String> = focus.requests.iter().map(|r| r.to_string()).collect();
-        let pages: Vec<String> = focus
-            .pages
-            .iter()
-            .map(|(n, p)| format!("{n}:{p}"))
-            .collect();
-        let _ = writeln!(
-            s,
-            "causal trace (rooms {}; requests {}{}):",
-            if rooms.is_empty() {
-                "-".into()
-            } else {
-                rooms.join(", ")
-            },
-            if reqs.is_empty() {
-                "-".into()
-            } else {
-                reqs.join(", ")
-            },
-            if pages.is_empty() {
-                String::new()
-            } else {
-                format!("; pages {}", pages.join(", "))
-            }
-        );
-        for l in causal_trace(&out.trace, first, &focus, 60) {
-            let _ = writeln!(s, "  {l}");
+}
+
+/// The trace entries of the rooms, requests and pages the first finding involves.
+fn write_causal_trace(s: &mut String, out: &RunOutcome, first: &Finding) {
+    let focus = focus_of(&out.trace, first, &out.room_requests);
+    let listed = |items: Vec<String>| {
+        if items.is_empty() {
+            "-".to_string()
+        } else {
+            items.join(", ")
         }
+    };
+    let rooms = listed(focus.rooms.iter().map(|r| r.to_string()).collect());
+    let reqs = listed(focus.requests.iter().map(|r| r.to_string()).collect());
+    let pages: Vec<String> = focus
+        .pages
+        .iter()
+        .map(|(n, p)| format!("{n}:{p}"))
+        .collect();
+    let pages = if pages.is_empty() {
+        String::new()
+    } else {
+        format!("; pages {}", pages.join(", "))
+    };
+    let _ = writeln!(s, "causal trace (rooms {rooms}; requests {reqs}{pages}):");
+    for l in causal_trace(&out.trace, first, &focus, 60) {
+        let _ = writeln!(s, "  {l}");
     }
-    let _ = writeln!(s, "replay (full trace): {}", replay_command(path, out));
-    Some(s)
 }

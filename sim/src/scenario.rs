@@ -715,6 +715,33 @@ impl Scenario {
     /// Check every relation the engine config does not cover.
     pub fn validate(&self) -> Result<(), ScenarioError> {
         self.engine.validate()?;
+        self.validate_durations()?;
+        self.validate_routers()?;
+        if self.run.max_time_ms == 0 {
+            return Err(Self::invalid(
+                "run.max_time_ms",
+                "must be at least 1: a run with no time checks nothing",
+            ));
+        }
+        self.validate_topology()?;
+        self.validate_requests()?;
+        if let Some(w) = &self.workload {
+            self.validate_workload(w)?;
+        }
+        self.validate_faults()?;
+        if let Some(sw) = &self.swarm {
+            Self::validate_swarm(sw)?;
+        }
+        self.validate_total()?;
+        if self.run.max_events == 0 {
+            return Err(Self::invalid("run.max_events", "must be at least 1"));
+        }
+        self.check_memory(false)?;
+        Ok(())
+    }
+
+    /// Every duration within the simulated time bound (30 days).
+    fn validate_durations(&self) -> Result<(), ScenarioError> {
         for (field, v, per_ms) in self.durations() {
             let max = MAX_TIME_MS.saturating_mul(1000 / per_ms);
             if v > max {
@@ -725,6 +752,11 @@ impl Scenario {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Each router policy listed once.
+    fn validate_routers(&self) -> Result<(), ScenarioError> {
         let mut routers = self.routers.clone();
         routers.sort();
         routers.dedup();
@@ -734,12 +766,12 @@ impl Scenario {
                 "lists a router policy twice (each seed draws one of them)",
             ));
         }
-        if self.run.max_time_ms == 0 {
-            return Err(Self::invalid(
-                "run.max_time_ms",
-                "must be at least 1: a run with no time checks nothing",
-            ));
-        }
+        Ok(())
+    }
+
+    /// `[topology]`: present exactly when there is no `[swarm]`, 1 to 64 nodes of
+    /// each kind, each pool 1 to 2^24 pages.
+    fn validate_topology(&self) -> Result<(), ScenarioError> {
         let t = &self.topology;
         if self.swarm.is_some()
             && (!t.prefill_pool_pages.is_empty() || !t.decode_pool_pages.is_empty())
@@ -782,7 +814,11 @@ impl Scenario {
                 }
             }
         }
-        let mut total = 0usize;
+        Ok(())
+    }
+
+    /// `[[requests]]`: sizes, repeats, times within the bound, known cancel phases.
+    fn validate_requests(&self) -> Result<(), ScenarioError> {
         for (i, r) in self.requests.iter().enumerate() {
             let f = |name: &str| format!("requests[{i}].{name}");
             if r.prompt_len == 0 || r.prompt_len > 1 << 24 {
@@ -821,45 +857,48 @@ impl Scenario {
                     ));
                 }
             }
-            total += r.repeat as usize;
         }
-        if let Some(w) = &self.workload {
-            let f = |name: &str| format!("workload.{name}");
-            total += w.requests as usize;
-            if w.prompt_len[0] == 0
-                || w.prompt_len[0] > w.prompt_len[1]
-                || w.prompt_len[1] > 1 << 24
-            {
-                return Err(Self::invalid(
-                    f("prompt_len"),
-                    "needs 1 <= low <= high <= 16777216",
-                ));
-            }
-            if w.max_new_tokens[0] == 0 || w.max_new_tokens[0] > w.max_new_tokens[1] {
-                return Err(Self::invalid(f("max_new_tokens"), "needs 1 <= low <= high"));
-            }
-            if w.max_new_tokens[1] > self.engine.max_new_tokens_limit {
-                return Err(Self::invalid(
-                    f("max_new_tokens"),
-                    format!(
-                        "exceeds engine.max_new_tokens_limit ({})",
-                        self.engine.max_new_tokens_limit
-                    ),
-                ));
-            }
-            if w.tenants == 0 || w.tenants > 1 << 16 {
-                return Err(Self::invalid(f("tenants"), "must be 1 to 65536"));
-            }
-            if w.burst == 0 || w.burst > MAX_REQUESTS as u32 {
-                return Err(Self::invalid(
-                    f("burst"),
-                    format!("must be 1 to {MAX_REQUESTS}"),
-                ));
-            }
-            if w.over_length_permille > 1000 {
-                return Err(Self::invalid(f("over_length_permille"), "at most 1000"));
-            }
+        Ok(())
+    }
+
+    /// `[workload]`: ranges ordered and within the engine's limits.
+    fn validate_workload(&self, w: &WorkloadSpec) -> Result<(), ScenarioError> {
+        let f = |name: &str| format!("workload.{name}");
+        if w.prompt_len[0] == 0 || w.prompt_len[0] > w.prompt_len[1] || w.prompt_len[1] > 1 << 24 {
+            return Err(Self::invalid(
+                f("prompt_len"),
+                "needs 1 <= low <= high <= 16777216",
+            ));
         }
+        if w.max_new_tokens[0] == 0 || w.max_new_tokens[0] > w.max_new_tokens[1] {
+            return Err(Self::invalid(f("max_new_tokens"), "needs 1 <= low <= high"));
+        }
+        if w.max_new_tokens[1] > self.engine.max_new_tokens_limit {
+            return Err(Self::invalid(
+                f("max_new_tokens"),
+                format!(
+                    "exceeds engine.max_new_tokens_limit ({})",
+                    self.engine.max_new_tokens_limit
+                ),
+            ));
+        }
+        if w.tenants == 0 || w.tenants > 1 << 16 {
+            return Err(Self::invalid(f("tenants"), "must be 1 to 65536"));
+        }
+        if w.burst == 0 || w.burst > MAX_REQUESTS as u32 {
+            return Err(Self::invalid(
+                f("burst"),
+                format!("must be 1 to {MAX_REQUESTS}"),
+            ));
+        }
+        if w.over_length_permille > 1000 {
+            return Err(Self::invalid(f("over_length_permille"), "at most 1000"));
+        }
+        Ok(())
+    }
+
+    /// `[faults]`: rates per mille, known cancel phases, bounded counts.
+    fn validate_faults(&self) -> Result<(), ScenarioError> {
         let fs = &self.faults;
         for (name, v) in [
             ("delay.permille", fs.delay.permille),
@@ -901,61 +940,71 @@ impl Scenario {
                 "at most 64 partitions and 64 crashes",
             ));
         }
-        if let Some(sw) = &self.swarm {
-            for (name, r) in [
-                ("prefill_nodes", sw.prefill_nodes),
-                ("decode_nodes", sw.decode_nodes),
-                ("pool_pages", sw.pool_pages),
-                ("chunk_pages", sw.chunk_pages),
-                ("max_inflight_chunks", sw.max_inflight_chunks),
-                ("max_rooms", sw.max_rooms),
-                ("max_batch", sw.max_batch),
-            ] {
-                if r[0] == 0 || r[0] > r[1] {
-                    return Err(Self::invalid(
-                        format!("swarm.{name}"),
-                        "needs 1 <= low <= high",
-                    ));
-                }
-            }
-            if sw.prefill_nodes[1] > 64 || sw.decode_nodes[1] > 64 {
+        Ok(())
+    }
+
+    /// `[swarm]`: ranges ordered and within the engine's bounds.
+    fn validate_swarm(sw: &SwarmSpec) -> Result<(), ScenarioError> {
+        for (name, r) in [
+            ("prefill_nodes", sw.prefill_nodes),
+            ("decode_nodes", sw.decode_nodes),
+            ("pool_pages", sw.pool_pages),
+            ("chunk_pages", sw.chunk_pages),
+            ("max_inflight_chunks", sw.max_inflight_chunks),
+            ("max_rooms", sw.max_rooms),
+            ("max_batch", sw.max_batch),
+        ] {
+            if r[0] == 0 || r[0] > r[1] {
                 return Err(Self::invalid(
-                    "swarm",
-                    "at most 64 prefill and 64 decode nodes",
-                ));
-            }
-            if sw.pool_pages[1] > 1 << 24 {
-                return Err(Self::invalid("swarm.pool_pages", "at most 16777216 pages"));
-            }
-            use kvsim_engine::config::{MAX_CHUNK_PAGES, MAX_QUEUE, MAX_ROOMS};
-            for (name, hi, max) in [
-                ("max_rooms", sw.max_rooms[1], MAX_ROOMS),
-                ("chunk_pages", sw.chunk_pages[1], MAX_CHUNK_PAGES),
-                ("max_batch", sw.max_batch[1], MAX_QUEUE),
-            ] {
-                if hi > max {
-                    return Err(Self::invalid(
-                        format!("swarm.{name}"),
-                        format!("{hi}: at most {max} (the engine's bound)"),
-                    ));
-                }
-            }
-            if sw.max_inflight_chunks[1] > 1024 {
-                return Err(Self::invalid("swarm.max_inflight_chunks", "at most 1024"));
-            }
-            if sw.pool_below_context_permille > 1000 {
-                return Err(Self::invalid(
-                    "swarm.pool_below_context_permille",
-                    "at most 1000",
-                ));
-            }
-            if sw.small_pool_pages_min == 0 {
-                return Err(Self::invalid(
-                    "swarm.small_pool_pages_min",
-                    "must be at least 1",
+                    format!("swarm.{name}"),
+                    "needs 1 <= low <= high",
                 ));
             }
         }
+        if sw.prefill_nodes[1] > 64 || sw.decode_nodes[1] > 64 {
+            return Err(Self::invalid(
+                "swarm",
+                "at most 64 prefill and 64 decode nodes",
+            ));
+        }
+        if sw.pool_pages[1] > 1 << 24 {
+            return Err(Self::invalid("swarm.pool_pages", "at most 16777216 pages"));
+        }
+        use kvsim_engine::config::{MAX_CHUNK_PAGES, MAX_QUEUE, MAX_ROOMS};
+        for (name, hi, max) in [
+            ("max_rooms", sw.max_rooms[1], MAX_ROOMS),
+            ("chunk_pages", sw.chunk_pages[1], MAX_CHUNK_PAGES),
+            ("max_batch", sw.max_batch[1], MAX_QUEUE),
+        ] {
+            if hi > max {
+                return Err(Self::invalid(
+                    format!("swarm.{name}"),
+                    format!("{hi}: at most {max} (the engine's bound)"),
+                ));
+            }
+        }
+        if sw.max_inflight_chunks[1] > 1024 {
+            return Err(Self::invalid("swarm.max_inflight_chunks", "at most 1024"));
+        }
+        if sw.pool_below_context_permille > 1000 {
+            return Err(Self::invalid(
+                "swarm.pool_below_context_permille",
+                "at most 1000",
+            ));
+        }
+        if sw.small_pool_pages_min == 0 {
+            return Err(Self::invalid(
+                "swarm.small_pool_pages_min",
+                "must be at least 1",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The scenario submits at least one request and at most [`MAX_REQUESTS`].
+    fn validate_total(&self) -> Result<(), ScenarioError> {
+        let explicit: usize = self.requests.iter().map(|r| r.repeat as usize).sum();
+        let total = explicit + self.workload.as_ref().map_or(0, |w| w.requests as usize);
         if total == 0 {
             return Err(Self::invalid(
                 "requests",
@@ -968,10 +1017,6 @@ impl Scenario {
                 format!("{total} requests; at most {MAX_REQUESTS}"),
             ));
         }
-        if self.run.max_events == 0 {
-            return Err(Self::invalid("run.max_events", "must be at least 1"));
-        }
-        self.check_memory(false)?;
         Ok(())
     }
 

@@ -72,6 +72,92 @@ impl Search<'_> {
             .iter()
             .any(|f| f.violation.invariant == self.target))
     }
+
+    /// Step 1: turn the fault kinds of `base` off, all at once if the seed still
+    /// fails, else one at a time.
+    fn drop_faults(&mut self, base: &Plan, best: &mut Reduction) -> Result<(), ScenarioError> {
+        let on: Vec<FaultKind> = base
+            .levels
+            .iter()
+            .map(|(k, _)| *k)
+            .filter(|k| !best.off.contains(k))
+            .collect();
+        if on.is_empty() {
+            return Ok(());
+        }
+        let mut all_off = best.clone();
+        all_off.off.extend(on.iter().copied());
+        if self.fails(&all_off)? {
+            *best = all_off;
+            return Ok(());
+        }
+        for k in on {
+            let mut c = best.clone();
+            c.off.insert(k);
+            if self.fails(&c)? {
+                *best = c;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 2: halve the safety phase while the seed still fails.
+    fn shorten_safety(&mut self, best: &mut Reduction) -> Result<(), ScenarioError> {
+        let Some(mut heal) = Plan::build(self.sc, self.seed, self.bugs, best)?.heal_at_ns else {
+            return Ok(());
+        };
+        while heal > 1_000_000 {
+            let mut c = best.clone();
+            c.safety_ns = Some(heal / 2);
+            if !self.fails(&c)? {
+                break;
+            }
+            *best = c;
+            heal /= 2;
+        }
+        Ok(())
+    }
+
+    /// Step 3: drop requests by delta debugging (remove one of `n` chunks; on no
+    /// progress, finer chunks).
+    fn drop_requests(&mut self, best: &mut Reduction) -> Result<(), ScenarioError> {
+        let mut reqs: Vec<RequestId> = best.keep.clone().unwrap_or_default();
+        let mut n = 2usize;
+        while reqs.len() >= 2 && self.runs < self.budget {
+            let chunk = reqs.len().div_ceil(n);
+            let mut progressed = false;
+            for i in 0..n {
+                let lo = i * chunk;
+                if lo >= reqs.len() {
+                    break;
+                }
+                let hi = (lo + chunk).min(reqs.len());
+                let rest: Vec<RequestId> = reqs[..lo].iter().chain(&reqs[hi..]).copied().collect();
+                if rest.is_empty() {
+                    continue;
+                }
+                let c = Reduction {
+                    keep: Some(rest.clone()),
+                    ..best.clone()
+                };
+                if self.fails(&c)? {
+                    reqs = rest;
+                    *best = c;
+                    progressed = true;
+                    break;
+                }
+            }
+            if progressed {
+                n = (n - 1).max(2);
+                continue;
+            }
+            if n >= reqs.len() {
+                break;
+            }
+            n = (n * 2).min(reqs.len());
+        }
+        Ok(())
+    }
 }
 
 /// Shrink a failing seed. `target` defaults to the seed's first violated invariant;
@@ -109,77 +195,9 @@ pub fn shrink(
     };
     loop {
         let before = best.clone();
-        // 1. Fault kinds.
-        let on: Vec<FaultKind> = base
-            .levels
-            .iter()
-            .map(|(k, _)| *k)
-            .filter(|k| !best.off.contains(k))
-            .collect();
-        if !on.is_empty() {
-            let mut all_off = best.clone();
-            all_off.off.extend(on.iter().copied());
-            if s.fails(&all_off)? {
-                best = all_off;
-            } else {
-                for k in on {
-                    let mut c = best.clone();
-                    c.off.insert(k);
-                    if s.fails(&c)? {
-                        best = c;
-                    }
-                }
-            }
-        }
-        // 2. The safety phase.
-        if let Some(mut heal) = Plan::build(sc, seed, bugs, &best)?.heal_at_ns {
-            while heal > 1_000_000 {
-                let mut c = best.clone();
-                c.safety_ns = Some(heal / 2);
-                if s.fails(&c)? {
-                    best = c;
-                    heal /= 2;
-                } else {
-                    break;
-                }
-            }
-        }
-        // 3. Requests, by delta debugging.
-        let mut reqs: Vec<RequestId> = best.keep.clone().unwrap_or_default();
-        let mut n = 2usize;
-        while reqs.len() >= 2 && s.runs < s.budget {
-            let chunk = reqs.len().div_ceil(n);
-            let mut progressed = false;
-            for i in 0..n {
-                let lo = i * chunk;
-                if lo >= reqs.len() {
-                    break;
-                }
-                let hi = (lo + chunk).min(reqs.len());
-                let rest: Vec<RequestId> = reqs[..lo].iter().chain(&reqs[hi..]).copied().collect();
-                if rest.is_empty() {
-                    continue;
-                }
-                let c = Reduction {
-                    keep: Some(rest.clone()),
-                    ..best.clone()
-                };
-                if s.fails(&c)? {
-                    reqs = rest;
-                    best = c;
-                    progressed = true;
-                    break;
-                }
-            }
-            if progressed {
-                n = (n - 1).max(2);
-                continue;
-            }
-            if n >= reqs.len() {
-                break;
-            }
-            n = (n * 2).min(reqs.len());
-        }
+        s.drop_faults(&base, &mut best)?;
+        s.shorten_safety(&mut best)?;
+        s.drop_requests(&mut best)?;
         if best == before || s.runs >= s.budget {
             break;
         }

@@ -325,54 +325,10 @@ impl SweepSummary {
         if !self.complete() {
             let _ = writeln!(s, "  coverage        {} (INCOMPLETE)", self.coverage());
         }
-        if let Some(why) = &self.stopped {
-            let resume = match self.resume_from {
-                Some(r) => {
-                    // `r` is a seed of the shard: shard 1/N of `r..end` continues it.
-                    let shard = match self.shards.first() {
-                        Some(x) if x.n > 1 => format!(" --shard 1/{}", x.n),
-                        _ => String::new(),
-                    };
-                    format!(
-                        "; every seed of the shard before {r} ran, resume with --seeds {r}..{}{shard}",
-                        self.seeds.end
-                    )
-                }
-                None => String::new(),
-            };
-            let _ = writeln!(s, "  stopped         {why}{resume}");
-        }
+        self.render_stopped(&mut s);
         let _ = writeln!(s, "  simulated time  {}", secs(self.sim_ns));
         let _ = writeln!(s, "  events          {}", self.events);
-        if self.failing_seeds == 0 && self.complete() {
-            let _ = writeln!(s, "  violations      none");
-        } else if self.failing_seeds == 0 {
-            let _ = writeln!(s, "  violations      none in the seeds run");
-        } else {
-            let by: Vec<String> = self
-                .violations
-                .iter()
-                .map(|(k, v)| format!("{k}: {v}"))
-                .collect();
-            let _ = writeln!(
-                s,
-                "  violations      {} failing seeds; first violation by invariant: {}",
-                self.failing_seeds,
-                by.join(", ")
-            );
-            let _ = writeln!(s, "  first failing seeds:");
-            for f in self.failures.iter().take(5) {
-                let _ = writeln!(
-                    s,
-                    "    seed {}: {} ({}) {}",
-                    f.seed,
-                    f.invariant,
-                    f.invariants.join(","),
-                    f.detail
-                );
-                let _ = writeln!(s, "      {}", f.replay);
-            }
-        }
+        self.render_violations(&mut s);
         self.render_detections(&mut s);
         if !self.nondeterministic.is_empty() {
             let _ = writeln!(
@@ -381,21 +337,7 @@ impl SweepSummary {
                 self.nondeterministic
             );
         }
-        if self.audited > 0 {
-            if self.audit_mismatches.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "  audit           {} traces audited alone: every verdict equals the run's, finding for finding",
-                    self.audited
-                );
-            } else {
-                let _ = writeln!(
-                    s,
-                    "  AUDIT MISMATCH seeds (the trace alone judged otherwise): {:?}",
-                    self.audit_mismatches
-                );
-            }
-        }
+        self.render_audit(&mut s);
         s.push_str(&self.coverage.render());
         let _ = writeln!(
             s,
@@ -409,6 +351,71 @@ impl SweepSummary {
         s
     }
 
+    /// The `stopped` line of a sweep that stopped early: why, and how to resume.
+    fn render_stopped(&self, s: &mut String) {
+        let Some(why) = &self.stopped else {
+            return;
+        };
+        let resume = match self.resume_from {
+            Some(r) => {
+                // `r` is a seed of the shard: shard 1/N of `r..end` continues it.
+                let shard = match self.shards.first() {
+                    Some(x) if x.n > 1 => format!(" --shard 1/{}", x.n),
+                    _ => String::new(),
+                };
+                format!(
+                    "; every seed of the shard before {r} ran, resume with --seeds {r}..{}{shard}",
+                    self.seeds.end
+                )
+            }
+            None => String::new(),
+        };
+        let _ = writeln!(s, "  stopped         {why}{resume}");
+    }
+
+    /// The violations line, and the first failing seeds with their replay commands.
+    fn render_violations(&self, s: &mut String) {
+        if self.failing_seeds == 0 && self.complete() {
+            let _ = writeln!(s, "  violations      none");
+            return;
+        }
+        if self.failing_seeds == 0 {
+            let _ = writeln!(s, "  violations      none in the seeds run");
+            return;
+        }
+        let _ = writeln!(
+            s,
+            "  violations      {} failing seeds; first violation by invariant: {}",
+            self.failing_seeds,
+            by_invariant(&self.violations)
+        );
+        let _ = writeln!(s, "  first failing seeds:");
+        for f in self.failures.iter().take(5) {
+            let _ = writeln!(s, "    {}", f.line());
+            let _ = writeln!(s, "      {}", f.replay);
+        }
+    }
+
+    /// The audit line of a sweep run with `--audit`.
+    fn render_audit(&self, s: &mut String) {
+        if self.audited == 0 {
+            return;
+        }
+        if self.audit_mismatches.is_empty() {
+            let _ = writeln!(
+                s,
+                "  audit           {} traces audited alone: every verdict equals the run's, finding for finding",
+                self.audited
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "  AUDIT MISMATCH seeds (the trace alone judged otherwise): {:?}",
+                self.audit_mismatches
+            );
+        }
+    }
+
     /// The detections line: how many seeds a defense had to act in (they pass), by
     /// invariant, and the first of them.
     fn render_detections(&self, s: &mut String) {
@@ -416,35 +423,29 @@ impl SweepSummary {
             let _ = writeln!(s, "  detections      none");
             return;
         }
-        let by: Vec<String> = self
-            .detections
-            .iter()
-            .map(|(k, v)| format!("{k}: {v}"))
-            .collect();
         let _ = writeln!(
             s,
             "  detections      {} seeds with detections only (a defense stopped every hazard, nothing leaked: they pass); seeds detecting each invariant: {}",
             self.detected_seeds,
-            by.join(", ")
+            by_invariant(&self.detections)
         );
         if let Some(f) = self.detected.first() {
-            let _ = writeln!(
-                s,
-                "    first: seed {}: {} ({}) {}",
-                f.seed,
-                f.invariant,
-                f.invariants.join(","),
-                f.detail
-            );
+            let _ = writeln!(s, "    first: {}", f.line());
         }
     }
 
-    /// Add up shard summaries of the same sweep (same scenario, bugs and seed range).
-    pub fn merge(parts: &[SweepSummary]) -> Result<SweepSummary, UsageError> {
-        let Some(first) = parts.first() else {
-            return Err(UsageError::Merge("no summaries given".into()));
-        };
-        let mut out = SweepSummary {
+    /// A summary of no seed run of `seeds` of a scenario (its name and file).
+    fn empty(
+        (scenario, path): (String, String),
+        bugs: String,
+        seeds: SeedRange,
+        coverage: Coverage,
+    ) -> SweepSummary {
+        SweepSummary {
+            scenario,
+            path,
+            bugs,
+            seeds,
             shards: Vec::new(),
             seeds_planned: 0,
             seeds_run: 0,
@@ -463,53 +464,73 @@ impl SweepSummary {
             audited: 0,
             stopped: None,
             resume_from: None,
-            coverage: Coverage::default(),
-            ..first.clone()
+            coverage,
+        }
+    }
+
+    /// Count one seed's result; `on_failure` hears each failing seed.
+    fn add_seed(
+        &mut self,
+        r: SeedResult,
+        opts: &SweepOptions,
+        on_failure: &mut dyn FnMut(&Failure),
+    ) {
+        let keep = opts.keep_failures;
+        self.seeds_run += 1;
+        self.sim_ns = self.sim_ns.saturating_add(r.sim_ns);
+        self.events = self.events.saturating_add(r.events);
+        self.coverage.add_run(&r.levels, &r.stats);
+        if r.nondeterministic && self.nondeterministic.len() < keep.max(1) {
+            self.nondeterministic.push(r.seed);
+        }
+        if let Some(agreed) = r.audit {
+            self.audited += 1;
+            if !agreed && self.audit_mismatches.len() < keep.max(1) {
+                self.audit_mismatches.push(r.seed);
+            }
+        }
+        for d in &r.detected {
+            *self.detections.entry(d.clone()).or_insert(0) += 1;
+        }
+        match r.finding {
+            Some(f) if r.failed => {
+                self.failing_seeds += 1;
+                *self.violations.entry(f.invariant.clone()).or_insert(0) += 1;
+                on_failure(&f);
+                if self.failures.len() < keep {
+                    self.failures.push(f);
+                }
+            }
+            Some(f) => {
+                self.detected_seeds += 1;
+                if self.detected.len() < keep {
+                    self.detected.push(f);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Add up shard summaries of the same sweep (same scenario, bugs and seed range).
+    pub fn merge(parts: &[SweepSummary]) -> Result<SweepSummary, UsageError> {
+        let Some(first) = parts.first() else {
+            return Err(UsageError::Merge("no summaries given".into()));
         };
+        let mut out = SweepSummary::empty(
+            (first.scenario.clone(), first.path.clone()),
+            first.bugs.clone(),
+            first.seeds,
+            Coverage::default(),
+        );
         let n = first.shards.first().map_or(1, |s| s.n);
         for p in parts {
-            if (p.scenario.as_str(), p.bugs.as_str(), p.seeds)
-                != (first.scenario.as_str(), first.bugs.as_str(), first.seeds)
-            {
-                return Err(UsageError::Merge(format!(
-                    "{} {} {} differs from {} {} {}",
-                    p.scenario, p.bugs, p.seeds, first.scenario, first.bugs, first.seeds
-                )));
-            }
-            if p.seeds.is_empty() {
-                return Err(UsageError::Merge(format!("empty seed range {}", p.seeds)));
-            }
+            p.check_part_of(first, n)?;
             for s in &p.shards {
-                if s.k == 0 || s.n == 0 || s.k > s.n {
-                    return Err(UsageError::Merge(format!(
-                        "shard {s}: expected K/N with 1 <= K <= N"
-                    )));
-                }
-                // Shards of different N overlap (seed 0 is in 1/2 and 1/3): adding
-                // them up would count seeds twice.
-                if s.n != n {
-                    return Err(UsageError::Merge(format!(
-                        "shard {s} is not a shard of {n}: shards of different N overlap; merge the shards of one sweep"
-                    )));
-                }
                 if out.shards.contains(s) {
                     return Err(UsageError::Merge(format!("shard {s} appears twice")));
                 }
                 out.shards.push(*s);
             }
-            out.seeds_planned = out.seeds_planned.saturating_add(p.seeds_planned);
-            out.seeds_run = out.seeds_run.saturating_add(p.seeds_run);
-            out.sim_ns = out.sim_ns.saturating_add(p.sim_ns);
-            out.events = out.events.saturating_add(p.events);
-            if p.stopped.is_some() {
-                out.stopped = Some(format!(
-                    "shard {} stopped early ({})",
-                    p.shards.first().copied().unwrap_or(Shard::WHOLE),
-                    p.stopped.as_deref().unwrap_or("")
-                ));
-            }
-            out.wall_s += p.wall_s;
-            out.jobs = out.jobs.max(p.jobs);
             if p.seeds_run > p.seeds.len() {
                 return Err(UsageError::Merge(format!(
                     "a summary claims {} seeds run of a range of {}",
@@ -517,24 +538,7 @@ impl SweepSummary {
                     p.seeds.len()
                 )));
             }
-            out.failing_seeds = out.failing_seeds.saturating_add(p.failing_seeds);
-            for (k, v) in &p.violations {
-                let e = out.violations.entry(k.clone()).or_insert(0);
-                *e = e.saturating_add(*v);
-            }
-            out.failures.extend(p.failures.iter().cloned());
-            out.detected_seeds = out.detected_seeds.saturating_add(p.detected_seeds);
-            for (k, v) in &p.detections {
-                let e = out.detections.entry(k.clone()).or_insert(0);
-                *e = e.saturating_add(*v);
-            }
-            out.detected.extend(p.detected.iter().cloned());
-            out.nondeterministic
-                .extend(p.nondeterministic.iter().copied());
-            out.audit_mismatches
-                .extend(p.audit_mismatches.iter().copied());
-            out.audited += p.audited;
-            out.coverage.merge(&p.coverage);
+            out.add_part(p);
         }
         out.shards.sort_by_key(|s| (s.n, s.k));
         if out.seeds_run > out.seeds.len() {
@@ -553,6 +557,92 @@ impl SweepSummary {
         out.nondeterministic.sort();
         Ok(out)
     }
+
+    /// Whether this summary is a shard of `first`'s sweep (same scenario, bugs and
+    /// seeds; valid shards, all of `n`).
+    fn check_part_of(&self, first: &SweepSummary, n: u32) -> Result<(), UsageError> {
+        let p = self;
+        if (p.scenario.as_str(), p.bugs.as_str(), p.seeds)
+            != (first.scenario.as_str(), first.bugs.as_str(), first.seeds)
+        {
+            return Err(UsageError::Merge(format!(
+                "{} {} {} differs from {} {} {}",
+                p.scenario, p.bugs, p.seeds, first.scenario, first.bugs, first.seeds
+            )));
+        }
+        if p.seeds.is_empty() {
+            return Err(UsageError::Merge(format!("empty seed range {}", p.seeds)));
+        }
+        for s in &p.shards {
+            if s.k == 0 || s.n == 0 || s.k > s.n {
+                return Err(UsageError::Merge(format!(
+                    "shard {s}: expected K/N with 1 <= K <= N"
+                )));
+            }
+            // Shards of different N overlap (seed 0 is in 1/2 and 1/3): adding
+            // them up would count seeds twice.
+            if s.n != n {
+                return Err(UsageError::Merge(format!(
+                    "shard {s} is not a shard of {n}: shards of different N overlap; merge the shards of one sweep"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Add the counts, findings and coverage of shard summary `p`.
+    fn add_part(&mut self, p: &SweepSummary) {
+        let add = |into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>| {
+            for (k, v) in from {
+                let e = into.entry(k.clone()).or_insert(0);
+                *e = e.saturating_add(*v);
+            }
+        };
+        self.seeds_planned = self.seeds_planned.saturating_add(p.seeds_planned);
+        self.seeds_run = self.seeds_run.saturating_add(p.seeds_run);
+        self.sim_ns = self.sim_ns.saturating_add(p.sim_ns);
+        self.events = self.events.saturating_add(p.events);
+        if p.stopped.is_some() {
+            self.stopped = Some(format!(
+                "shard {} stopped early ({})",
+                p.shards.first().copied().unwrap_or(Shard::WHOLE),
+                p.stopped.as_deref().unwrap_or("")
+            ));
+        }
+        self.wall_s += p.wall_s;
+        self.jobs = self.jobs.max(p.jobs);
+        self.failing_seeds = self.failing_seeds.saturating_add(p.failing_seeds);
+        add(&mut self.violations, &p.violations);
+        self.failures.extend(p.failures.iter().cloned());
+        self.detected_seeds = self.detected_seeds.saturating_add(p.detected_seeds);
+        add(&mut self.detections, &p.detections);
+        self.detected.extend(p.detected.iter().cloned());
+        self.nondeterministic
+            .extend(p.nondeterministic.iter().copied());
+        self.audit_mismatches
+            .extend(p.audit_mismatches.iter().copied());
+        self.audited += p.audited;
+        self.coverage.merge(&p.coverage);
+    }
+}
+
+impl Failure {
+    /// `seed 7: S3 (S3,S9 detected) detail`, as the summary lists a seed.
+    fn line(&self) -> String {
+        format!(
+            "seed {}: {} ({}) {}",
+            self.seed,
+            self.invariant,
+            self.invariants.join(","),
+            self.detail
+        )
+    }
+}
+
+/// Seeds per invariant as `S3: 2, S9: 1`.
+fn by_invariant(counts: &BTreeMap<String, u64>) -> String {
+    let by: Vec<String> = counts.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    by.join(", ")
 }
 
 /// What one seed did.
@@ -570,7 +660,7 @@ struct SeedResult {
     audit: Option<bool>,
     /// The plan's fault kinds and what the run counted, for the coverage summary.
     levels: Vec<(crate::plan::FaultKind, u32)>,
-    stats: crate::world::FaultStats,
+    stats: crate::simulator::FaultStats,
 }
 
 /// A finding as a sweep names it: `S3`, or `S3 detected` for a defense that fired.
@@ -636,75 +726,198 @@ pub fn run_sweep_streaming(
     if let Some(first) = opts.shard.seeds(opts.seeds).next() {
         Plan::build(sc, first, opts.bugs, &Reduction::default())?;
     }
+    let jobs = worker_count(opts, planned);
+    // No threads to be had: the batches run on this one.
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build();
+    let runner = SeedRunner {
+        sc,
+        path,
+        opts,
+        started: Instant::now(),
+        bar: progress_bar(opts.progress, planned),
+        stop: AtomicU64::new(u64::MAX),
+        halt: AtomicBool::new(false),
+        error: Mutex::new(None),
+    };
+    let mut s = SweepSummary::empty(
+        (sc.name.clone(), path.to_string()),
+        opts.bugs.unwrap_or(sc.engine.bugs).to_string(),
+        opts.seeds,
+        Coverage::new(&sc.faults.cancel_phases),
+    );
+    (s.shards, s.seeds_planned, s.jobs) = (vec![opts.shard], planned, jobs);
+    let batch_len = (jobs as u64).saturating_mul(BATCH_PER_JOB);
+    let mut seeds = opts.shard.seeds(opts.seeds).peekable();
+    let mut printed = 0usize;
+    let mut batch: Vec<u64> = Vec::new();
+    while seeds.peek().is_some() {
+        batch.clear();
+        batch.extend(
+            seeds
+                .by_ref()
+                .take(usize::try_from(batch_len).unwrap_or(4096)),
+        );
+        let mut results = runner.run_batch(pool.as_ref().ok(), &batch);
+        if let Some(e) = runner.error.lock().ok().and_then(|mut slot| slot.take()) {
+            runner.bar.finish_and_clear();
+            return Err(e);
+        }
+        let first_failure = in_seed_order(&mut results, opts);
+        let gap = first_not_run(&batch, &results);
+        for r in results {
+            s.add_seed(r, opts, &mut |f| {
+                if printed < opts.keep_failures {
+                    on_failure(f);
+                    printed += 1;
+                }
+            });
+        }
+        if let Some(reason) = runner.stop_reason(first_failure.is_some()) {
+            let next = gap.or_else(|| seeds.next());
+            if next.is_some() || reason == "first failure" {
+                s.stopped = Some(reason.to_string());
+                s.resume_from = next;
+            }
+            break;
+        }
+    }
+    s.wall_s = runner.started.elapsed().as_secs_f64();
+    runner.bar.finish_and_clear();
+    Ok(s)
+}
+
+/// Sort a batch's results by seed; with `stop_at_first`, keep none after its first
+/// failure. Returns that failure's seed.
+fn in_seed_order(results: &mut Vec<SeedResult>, opts: &SweepOptions) -> Option<u64> {
+    results.sort_by_key(|r| r.seed);
+    let first_failure = results
+        .iter()
+        .find(|r| r.failed || (opts.stop_on_detection && r.finding.is_some()))
+        .map(|r| r.seed);
+    if opts.stop_at_first {
+        if let Some(f) = first_failure {
+            results.retain(|r| r.seed <= f);
+        }
+    }
+    first_failure
+}
+
+/// Worker threads: `--jobs`, or one per core; never more than seeds.
+fn worker_count(opts: &SweepOptions, planned: u64) -> usize {
     let jobs = opts
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    // Never more threads than seeds.
-    let jobs = usize::try_from(planned).map_or(jobs, |p| jobs.min(p.max(1)));
-    let bar = if opts.progress {
-        let b = indicatif::ProgressBar::new(planned);
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:40}] {pos}/{len} seeds, {per_sec}, eta {eta} {msg}",
-        ) {
-            b.set_style(style.progress_chars("=> "));
-        }
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .build()
-        .ok();
-    let t = Instant::now();
-    let mut s = SweepSummary {
-        scenario: sc.name.clone(),
-        path: path.to_string(),
-        bugs: opts.bugs.unwrap_or(sc.engine.bugs).to_string(),
-        seeds: opts.seeds,
-        shards: vec![opts.shard],
-        seeds_planned: planned,
-        seeds_run: 0,
-        sim_ns: 0,
-        events: 0,
-        wall_s: 0.0,
-        jobs,
-        failing_seeds: 0,
-        violations: BTreeMap::new(),
-        failures: Vec::new(),
-        detected_seeds: 0,
-        detections: BTreeMap::new(),
-        detected: Vec::new(),
-        nondeterministic: Vec::new(),
-        audit_mismatches: Vec::new(),
-        audited: 0,
-        stopped: None,
-        resume_from: None,
-        coverage: Coverage::new(&sc.faults.cancel_phases),
-    };
-    let stop = AtomicU64::new(u64::MAX);
-    let halt = AtomicBool::new(false);
-    let error: Mutex<Option<ScenarioError>> = Mutex::new(None);
-    let out_of_time = || opts.time_budget.is_some_and(|b| t.elapsed() >= b);
-    let interrupted = || {
-        opts.interrupt
+    usize::try_from(planned).map_or(jobs, |p| jobs.min(p.max(1)))
+}
+
+/// A progress bar on stderr over `planned` seeds, or a hidden one.
+fn progress_bar(show: bool, planned: u64) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let b = indicatif::ProgressBar::new(planned);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:40}] {pos}/{len} seeds, {per_sec}, eta {eta} {msg}",
+    ) {
+        b.set_style(style.progress_chars("=> "));
+    }
+    b
+}
+
+/// The first seed of `batch` (in seed order) that has no result in `results` (sorted).
+fn first_not_run(batch: &[u64], results: &[SeedResult]) -> Option<u64> {
+    batch
+        .iter()
+        .zip(
+            results
+                .iter()
+                .map(|r| r.seed)
+                .chain(std::iter::repeat(u64::MAX)),
+        )
+        .find(|(want, got)| want != &got)
+        .map(|(want, _)| *want)
+}
+
+/// What the sweep's workers share: the scenario and options, and the flags that
+/// stop them (a failure's seed, a bad plan, the clock, Ctrl-C).
+struct SeedRunner<'a> {
+    sc: &'a Scenario,
+    path: &'a str,
+    opts: &'a SweepOptions,
+    started: Instant,
+    bar: indicatif::ProgressBar,
+    /// The lowest failing seed seen: with `stop_at_first`, later seeds do not start.
+    stop: AtomicU64,
+    /// A plan failed to build: no seed starts.
+    halt: AtomicBool,
+    error: Mutex<Option<ScenarioError>>,
+}
+
+impl SeedRunner<'_> {
+    fn out_of_time(&self) -> bool {
+        self.opts
+            .time_budget
+            .is_some_and(|b| self.started.elapsed() >= b)
+    }
+
+    fn interrupted(&self) -> bool {
+        self.opts
+            .interrupt
             .as_ref()
             .is_some_and(|f| f.load(Ordering::Relaxed))
-    };
-    let run_one = |seed: u64| -> Option<SeedResult> {
-        if halt.load(Ordering::Relaxed)
-            || (opts.stop_at_first && seed > stop.load(Ordering::Relaxed))
-            || interrupted()
-            || out_of_time()
+    }
+
+    /// Why the sweep stops after this batch, if it does.
+    fn stop_reason(&self, failed: bool) -> Option<&'static str> {
+        if self.opts.stop_at_first && failed {
+            Some("first failure")
+        } else if self.interrupted() {
+            Some("interrupted")
+        } else if self.out_of_time() {
+            Some("time budget spent")
+        } else {
+            None
+        }
+    }
+
+    /// Run the seeds of `batch` on the pool (or this thread when there is none).
+    /// Workers take the batch's seeds in order, one at a time, so a sweep that stops
+    /// early has run (nearly) a prefix of its seeds.
+    fn run_batch(&self, pool: Option<&rayon::ThreadPool>, batch: &[u64]) -> Vec<SeedResult> {
+        let next = AtomicUsize::new(0);
+        let work = || {
+            let mut mine = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&seed) = batch.get(i) else { break };
+                mine.extend(self.run_one(seed));
+            }
+            mine
+        };
+        match pool {
+            Some(pool) => pool.broadcast(|_| work()).into_iter().flatten().collect(),
+            // No threads to be had: run on this one.
+            None => work(),
+        }
+    }
+
+    /// Run one seed, unless the sweep is stopping; a plan that fails to build halts
+    /// the sweep with its error.
+    fn run_one(&self, seed: u64) -> Option<SeedResult> {
+        let opts = self.opts;
+        if self.halt.load(Ordering::Relaxed)
+            || (opts.stop_at_first && seed > self.stop.load(Ordering::Relaxed))
+            || self.interrupted()
+            || self.out_of_time()
         {
             return None;
         }
-        let plan = match Plan::build(sc, seed, opts.bugs, &Reduction::default()) {
+        let plan = match Plan::build(self.sc, seed, opts.bugs, &Reduction::default()) {
             Ok(p) => p,
             Err(e) => {
-                halt.store(true, Ordering::Relaxed);
-                if let Ok(mut slot) = error.lock() {
+                self.halt.store(true, Ordering::Relaxed);
+                if let Ok(mut slot) = self.error.lock() {
                     slot.get_or_insert(e);
                 }
                 return None;
@@ -720,17 +933,17 @@ pub fn run_sweep_streaming(
             let again = run_plan(&plan, Backend::Symbolic, false);
             again.trace_hash != out.trace_hash || again.findings != out.findings
         };
-        let finding = failure_of(&out, path);
+        let finding = failure_of(&out, self.path);
         let failed = kvsim_oracle::fails(&out.findings);
         let detected: Vec<String> = out.detected().iter().map(|i| i.to_string()).collect();
         if failed || (opts.stop_on_detection && finding.is_some()) {
-            stop.fetch_min(seed, Ordering::Relaxed);
-            bar.set_message(format!(
+            self.stop.fetch_min(seed, Ordering::Relaxed);
+            self.bar.set_message(format!(
                 "(first failure: seed {})",
-                stop.load(Ordering::Relaxed)
+                self.stop.load(Ordering::Relaxed)
             ));
         }
-        bar.inc(1);
+        self.bar.inc(1);
         Some(SeedResult {
             seed,
             events: out.events,
@@ -743,119 +956,7 @@ pub fn run_sweep_streaming(
             levels: plan.levels.clone(),
             stats: out.stats,
         })
-    };
-    let batch_len = (jobs as u64).saturating_mul(BATCH_PER_JOB);
-    let mut seeds = opts.shard.seeds(opts.seeds).peekable();
-    let mut printed = 0usize;
-    let mut batch: Vec<u64> = Vec::new();
-    while seeds.peek().is_some() {
-        batch.clear();
-        batch.extend(
-            seeds
-                .by_ref()
-                .take(usize::try_from(batch_len).unwrap_or(4096)),
-        );
-        // Workers take the batch's seeds in order, one at a time, so a sweep that stops
-        // early has run (nearly) a prefix of its seeds.
-        let next = AtomicUsize::new(0);
-        let work = || {
-            let mut mine = Vec::new();
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(&seed) = batch.get(i) else { break };
-                mine.extend(run_one(seed));
-            }
-            mine
-        };
-        let mut results: Vec<SeedResult> = match &pool {
-            Some(pool) => pool.broadcast(|_| work()).into_iter().flatten().collect(),
-            // No threads to be had: run on this one.
-            None => work(),
-        };
-        if let Some(e) = error.lock().ok().and_then(|mut slot| slot.take()) {
-            bar.finish_and_clear();
-            return Err(e);
-        }
-        results.sort_by_key(|r| r.seed);
-        let first_failure = results
-            .iter()
-            .find(|r| r.failed || (opts.stop_on_detection && r.finding.is_some()))
-            .map(|r| r.seed);
-        if opts.stop_at_first {
-            if let Some(f) = first_failure {
-                results.retain(|r| r.seed <= f);
-            }
-        }
-        // The first seed of this batch that did not run (the batch is in seed order).
-        let gap = batch
-            .iter()
-            .zip(
-                results
-                    .iter()
-                    .map(|r| r.seed)
-                    .chain(std::iter::repeat(u64::MAX)),
-            )
-            .find(|(want, got)| want != &got)
-            .map(|(want, _)| *want);
-        for r in results {
-            s.seeds_run += 1;
-            s.sim_ns = s.sim_ns.saturating_add(r.sim_ns);
-            s.events = s.events.saturating_add(r.events);
-            s.coverage.add_run(&r.levels, &r.stats);
-            if r.nondeterministic && s.nondeterministic.len() < opts.keep_failures.max(1) {
-                s.nondeterministic.push(r.seed);
-            }
-            if let Some(agreed) = r.audit {
-                s.audited += 1;
-                if !agreed && s.audit_mismatches.len() < opts.keep_failures.max(1) {
-                    s.audit_mismatches.push(r.seed);
-                }
-            }
-            for d in &r.detected {
-                *s.detections.entry(d.clone()).or_insert(0) += 1;
-            }
-            match r.finding {
-                Some(f) if r.failed => {
-                    s.failing_seeds += 1;
-                    *s.violations.entry(f.invariant.clone()).or_insert(0) += 1;
-                    if printed < opts.keep_failures {
-                        on_failure(&f);
-                        printed += 1;
-                    }
-                    if s.failures.len() < opts.keep_failures {
-                        s.failures.push(f);
-                    }
-                }
-                Some(f) => {
-                    s.detected_seeds += 1;
-                    if s.detected.len() < opts.keep_failures {
-                        s.detected.push(f);
-                    }
-                }
-                None => {}
-            }
-        }
-        let reason = if opts.stop_at_first && first_failure.is_some() {
-            Some("first failure")
-        } else if interrupted() {
-            Some("interrupted")
-        } else if out_of_time() {
-            Some("time budget spent")
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            let next = gap.or_else(|| seeds.next());
-            if next.is_some() || reason == "first failure" {
-                s.stopped = Some(reason.to_string());
-                s.resume_from = next;
-            }
-            break;
-        }
     }
-    s.wall_s = t.elapsed().as_secs_f64();
-    bar.finish_and_clear();
-    Ok(s)
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 
 use super::pages::Pages;
 use super::rooms::{flag, RoomFacts, Rooms};
-use super::{draft, Draft, Drafts};
+use super::{draft, Drafts};
 use crate::schema::RunHeader;
 use crate::shared::Shared;
 use kvsim_engine::gpu::query_position;
@@ -302,12 +302,9 @@ fn canary(
             .map(|o| (t, o))
     });
     if let Some((t, owner)) = stranger {
-        out.push(Draft {
-            related: rooms.of_request(owner).into_iter().collect(),
-            ..draft(Invariant::S3, room, format!(
+        out.push(draft(Invariant::S3, room, format!(
                 "canary: the {status} reply to {req} echoes token {t:#010x} from the prompt of {owner}"
-            ))
-        });
+            )).with_related(rooms.of_request(owner)));
     }
 }
 

@@ -10,7 +10,7 @@ use super::answers::Answers;
 use super::pages::{NodeBook, PageFact, Pages};
 use super::rooms::Rooms;
 use super::writes::{WriteFacts, Writes};
-use super::{draft, Draft, Drafts};
+use super::{draft, Drafts};
 use crate::schema::EndOutcome;
 use kvsim_engine::ids::{NodeId, PageId, RoomKey};
 use kvsim_engine::invariant::Invariant;
@@ -38,14 +38,14 @@ pub fn at_end(s: Ends<'_>, outcome: EndOutcome, detail: &str, out: &mut Drafts) 
     }
     let rooms = s.rooms.all();
     if outcome != EndOutcome::Drained {
-        out.push(Draft {
-            related: next_two(rooms),
-            ..draft(
+        out.push(
+            draft(
                 Invariant::L1,
                 rooms.first().map(|(k, _)| *k),
                 detail.to_string(),
             )
-        });
+            .with_related(next_two(rooms)),
+        );
     }
     if let Some(p) = s.answers.pending().first() {
         out.push(draft(
@@ -62,9 +62,8 @@ pub fn at_end(s: Ends<'_>, outcome: EndOutcome, detail: &str, out: &mut Drafts) 
         node_at_end(s, node, b, out);
     }
     if let Some((room, _)) = rooms.first() {
-        out.push(Draft {
-            related: next_two(rooms),
-            ..draft(
+        out.push(
+            draft(
                 Invariant::L2,
                 Some(*room),
                 format!(
@@ -73,7 +72,8 @@ pub fn at_end(s: Ends<'_>, outcome: EndOutcome, detail: &str, out: &mut Drafts) 
                     s.rooms.describe(*room)
                 ),
             )
-        });
+            .with_related(next_two(rooms)),
+        );
     }
 }
 
@@ -92,9 +92,8 @@ fn node_at_end(s: Ends<'_>, node: NodeId, b: &NodeBook, out: &mut Drafts) {
             .first()
             .copied()
             .or(flying.first().map(|w| w.id.room));
-        out.push(Draft {
-            related: b.open.iter().skip(1).take(2).copied().collect(),
-            ..draft(
+        out.push(
+            draft(
                 Invariant::L1,
                 room,
                 format!(
@@ -104,12 +103,12 @@ fn node_at_end(s: Ends<'_>, node: NodeId, b: &NodeBook, out: &mut Drafts) {
                     room.map_or("?".into(), |r| s.rooms.describe(r))
                 ),
             )
-        });
+            .with_related(b.open.iter().skip(1).take(2).copied()),
+        );
     }
     if !b.quarantined.is_empty() && !b.stopped {
-        out.push(Draft {
-            related: b.quarantined.iter().skip(1).take(2).copied().collect(),
-            ..draft(
+        out.push(
+            draft(
                 Invariant::L3,
                 b.quarantined.first().copied(),
                 format!(
@@ -118,7 +117,8 @@ fn node_at_end(s: Ends<'_>, node: NodeId, b: &NodeBook, out: &mut Drafts) {
                     s.rooms.describe(b.quarantined[0])
                 ),
             )
-        });
+            .with_related(b.quarantined.iter().skip(1).take(2).copied()),
+        );
     }
     pages_at_end(s.rooms, node, b, out);
 }
@@ -147,8 +147,7 @@ fn pages_at_end(rooms: &Rooms, node: NodeId, b: &NodeBook, out: &mut Drafts) {
         b.pages.len() - 1,
         owner.map_or("none: pages still draining".into(), |r| rooms.describe(r))
     );
-    out.push(Draft {
-        pages: held.iter().take(8).map(|(p, _)| (node, *p)).collect(),
-        ..draft(Invariant::L4, owner, text)
-    });
+    out.push(
+        draft(Invariant::L4, owner, text).on_pages(held.iter().take(8).map(|(p, _)| (node, *p))),
+    );
 }

@@ -1,6 +1,6 @@
 //! The oracle's checkers: each owns one part of the oracle's model of a run, keeps
 //! its own invariants (debug assertions after every change) and judges the
-//! invariants whose evidence that part holds. [`crate::state::OracleState`] holds one
+//! invariants whose evidence that part holds. [`crate::oracle_state::OracleState`] holds one
 //! of each and is the dispatch: it hands every record to the checkers that judge it,
 //! in a fixed order, so findings come out in the order of the one definition of each
 //! invariant.
@@ -59,5 +59,31 @@ pub(crate) fn draft(inv: Invariant, room: Option<RoomKey>, detail: String) -> Dr
         related: Vec::new(),
         pages: Vec::new(),
         detail,
+    }
+}
+
+impl Draft {
+    /// The finding names page `page` of `node` too.
+    pub(crate) fn on_page(mut self, node: NodeId, page: PageId) -> Draft {
+        self.pages.push((node, page));
+        self
+    }
+
+    /// The finding names these pages too.
+    pub(crate) fn on_pages(mut self, pages: impl IntoIterator<Item = (NodeId, PageId)>) -> Draft {
+        self.pages.extend(pages);
+        self
+    }
+
+    /// The finding names these other rooms too.
+    pub(crate) fn with_related(mut self, rooms: impl IntoIterator<Item = RoomKey>) -> Draft {
+        self.related.extend(rooms);
+        self
+    }
+
+    /// `Some(defense)`: the defense stopped the hazard (a detection, nothing leaked).
+    pub(crate) fn detected(mut self, by: Option<&'static str>) -> Draft {
+        self.detected_by = by;
+        self
     }
 }

@@ -12,7 +12,7 @@
 pub use super::book::{NodeBook, PageFact, Provenance};
 use super::rooms::Rooms;
 use super::writes::Writes;
-use super::{draft, Draft, Drafts};
+use super::{draft, Drafts};
 use crate::schema::RunHeader;
 use crate::shared::{Edit, Shared};
 use kvsim_engine::ids::{NodeId, PageId, PageTag, RoomKey};
@@ -216,10 +216,8 @@ impl Pages {
     ) {
         match self.book(node).and_then(|b| b.page(t.page)) {
             Some(p) if p.state == PageState::Free && t.gen > p.gen => {}
-            Some(p) => out.push(Draft {
-                related: p.owner.filter(|o| *o != room).into_iter().collect(),
-                pages: vec![(node, t.page)],
-                ..draft(
+            Some(p) => out.push(
+                draft(
                     Invariant::S1,
                     Some(room),
                     format!(
@@ -230,7 +228,9 @@ impl Pages {
                         p.owner.map_or("nobody".into(), |o| rooms.describe(o))
                     ),
                 )
-            }),
+                .with_related(p.owner.filter(|o| *o != room))
+                .on_page(node, t.page),
+            ),
             None => out.push(draft(
                 Invariant::S1,
                 Some(room),
@@ -287,9 +287,8 @@ impl Pages {
             }
         }
         if let Some((t, why)) = bad {
-            out.push(Draft {
-                pages: vec![(node, t.page)],
-                ..draft(
+            out.push(
+                draft(
                     Invariant::S1,
                     Some(room),
                     format!(
@@ -297,7 +296,8 @@ impl Pages {
                         rooms.describe(room)
                     ),
                 )
-            });
+                .on_page(node, t.page),
+            );
         }
     }
 
@@ -338,16 +338,16 @@ impl Pages {
             }
         }
         if let Some(t) = bad {
-            out.push(Draft {
-                pages: vec![(node, t.page)],
-                ..draft(
+            out.push(
+                draft(
                     Invariant::S1,
                     None,
                     format!(
                         "{node} took a hold on page {t}, which no room use owns at that generation"
                     ),
                 )
-            });
+                .on_page(node, t.page),
+            );
         }
     }
 
@@ -385,16 +385,16 @@ impl Pages {
             .and_then(|b| pages.iter().find(|t| !b.owns(room, t)));
         if let Some(t) = lost {
             let now = rooms.describe(room);
-            out.push(Draft {
-                pages: vec![(node, t.page)],
-                ..draft(
+            out.push(
+                draft(
                     Invariant::S2,
                     Some(room),
                     format!(
                         "{node} wrote KV of {now} into page {t}, which its room no longer owns"
                     ),
                 )
-            });
+                .on_page(node, t.page),
+            );
         }
         let ps = u64::from(h.page_size);
         if let Some(mut b) = self.book_mut(node) {
@@ -433,9 +433,8 @@ impl Pages {
     ) -> Vec<Provenance> {
         let book = self.book(node);
         if let Some(t) = src.iter().find(|t| !book.is_some_and(|b| b.owns(room, t))) {
-            out.push(Draft {
-                pages: vec![(node, t.page)],
-                ..draft(
+            out.push(
+                draft(
                     Invariant::S2,
                     Some(room),
                     format!(
@@ -443,7 +442,8 @@ impl Pages {
                         rooms.describe(room)
                     ),
                 )
-            });
+                .on_page(node, t.page),
+            );
         }
         src.iter()
             .map(|t| {
@@ -525,14 +525,10 @@ impl Pages {
     ) {
         let room = write.room;
         if let Some((t, now)) = self.write_target_breach(node, room, dst) {
-            out.push(Draft {
-                detected_by: Some("landing_gate"),
-                pages: vec![(node, t.page)],
-                ..draft(Invariant::S2, Some(room), format!(
+            out.push(draft(Invariant::S2, Some(room), format!(
                     "decode {node}'s landing-time tag check refused the KV write {write} for {} aimed at page {t} (it is {now}): nothing landed",
                     rooms.describe(room)
-                ))
-            });
+                )).detected(Some("landing_gate")).on_page(node, t.page));
         }
     }
 
@@ -573,14 +569,9 @@ impl Pages {
                 rooms.describe(room)
             ),
         };
-        out.push(Draft {
-            detected_by,
-            related: writer.into_iter().collect(),
-            pages: vec![(node, t.page)],
-            ..draft(Invariant::S2, Some(room), format!(
+        out.push(draft(Invariant::S2, Some(room), format!(
                 "a KV write of {whose} landed unchecked in decode {node} page {t} after the page left that room (no landing gate), and {what}"
-            ))
-        });
+            )).detected(detected_by).with_related(writer).on_page(node, t.page));
     }
 
     /// S3: the first attended page whose slots `0..need` were not all written by
@@ -634,17 +625,16 @@ impl Pages {
         } else {
             "reads"
         };
-        out.push(Draft {
-            invariant: Invariant::S3,
-            detected_by,
-            room: Some(room),
-            related: prov.writer.filter(|w| *w != room).into_iter().collect(),
-            pages: vec![(node, t.page)],
-            detail: format!(
-                "decode {node} {verb} page {t} (positions {start}..{end}) for {} but {whose}",
-                rooms.describe(room)
-            ),
-        });
+        let detail = format!(
+            "decode {node} {verb} page {t} (positions {start}..{end}) for {} but {whose}",
+            rooms.describe(room)
+        );
+        out.push(
+            draft(Invariant::S3, Some(room), detail)
+                .detected(detected_by)
+                .with_related(prov.writer.filter(|w| *w != room))
+                .on_page(node, t.page),
+        );
     }
 }
 
@@ -691,9 +681,8 @@ impl Pages {
             }
             let is_held = held_sorted.binary_search(t).is_ok();
             if !how.unchecked && !is_held && p.holders > 0 {
-                out.push(Draft {
-                    pages: vec![(node, t.page)],
-                    ..draft(
+                out.push(
+                    draft(
                         Invariant::S2,
                         Some(room),
                         format!(
@@ -701,7 +690,8 @@ impl Pages {
                             rooms.describe(room)
                         ),
                     )
-                });
+                    .on_page(node, t.page),
+                );
             }
             let to_free = how.unchecked || !is_held;
             if to_free {
@@ -750,10 +740,8 @@ fn freed_unowned(
             p.owner.map_or("nobody".into(), |o| rooms.describe(o))
         )
     };
-    out.push(Draft {
-        related: p.owner.filter(|o| *o != room).into_iter().collect(),
-        pages: vec![(node, t.page)],
-        ..draft(
+    out.push(
+        draft(
             Invariant::S8,
             Some(room),
             format!(
@@ -761,5 +749,7 @@ fn freed_unowned(
                 rooms.describe(room)
             ),
         )
-    });
+        .with_related(p.owner.filter(|o| *o != room))
+        .on_page(node, t.page),
+    );
 }

@@ -7,7 +7,7 @@
 //! detected by verification: the request failed instead).
 
 use super::rooms::{flag, Rooms};
-use super::{draft, Draft, Drafts};
+use super::{draft, Drafts};
 use kvsim_engine::ids::{NodeId, RoomKey};
 use kvsim_engine::invariant::Invariant;
 
@@ -73,13 +73,10 @@ pub fn accepted(
 
 /// Decode `node`'s verification refused the transfer of `room` for `why`: S4 detected.
 pub fn refused(rooms: &Rooms, (node, room): (NodeId, RoomKey), why: &str, out: &mut Drafts) {
-    out.push(Draft {
-        detected_by: Some("verify_on_completion"),
-        ..draft(Invariant::S4, Some(room), format!(
+    out.push(draft(Invariant::S4, Some(room), format!(
             "decode {node}'s verification refused the transfer of {} that prefill reported complete: {why}; the request failed instead",
             rooms.describe(room)
-        ))
-    });
+        )).detected(Some("verify_on_completion")));
 }
 
 /// S4: why an accepted transfer breaks length agreement, given the request's true

@@ -10,7 +10,7 @@
 
 use super::pages::Provenance;
 use super::rooms::{flag, Rooms};
-use super::{draft, Draft, Drafts};
+use super::{draft, Drafts};
 use crate::shared::Shared;
 use kvsim_engine::ids::{NodeId, PageId, PageTag, RoomKey, WriteId};
 use kvsim_engine::invariant::Invariant;
@@ -172,9 +172,7 @@ impl Writes {
     /// A page of `room` on `node` went back to Free: S2 if a write still reads it.
     pub fn freed(&self, rooms: &Rooms, node: NodeId, room: RoomKey, t: PageTag, out: &mut Drafts) {
         if let Some(w) = self.reading(node, t) {
-            out.push(Draft {
-                pages: vec![(node, t.page)],
-                ..draft(
+            out.push(draft(
                     Invariant::S2,
                     Some(room),
                     format!(
@@ -182,8 +180,7 @@ impl Writes {
                         rooms.describe(room),
                         w.id
                     ),
-                )
-            });
+                ).on_page(node, t.page));
         }
     }
 
@@ -198,15 +195,11 @@ impl Writes {
         out: &mut Drafts,
     ) {
         if let Some(w) = self.aimed_at(node, epoch, t) {
-            out.push(Draft {
-                related: vec![w.id.room],
-                pages: vec![(node, t.page)],
-                ..draft(Invariant::S9, Some(room), format!(
+            out.push(draft(Invariant::S9, Some(room), format!(
                     "{node} handed page {t} to {} while the KV write {} aimed at it was still in flight",
                     rooms.describe(room),
                     w.id
-                ))
-            });
+                )).with_related([w.id.room]).on_page(node, t.page));
         }
     }
 
@@ -249,9 +242,8 @@ impl Writes {
         out: &mut Drafts,
     ) {
         if acked != room {
-            out.push(Draft {
-                related: vec![acked],
-                ..draft(
+            out.push(
+                draft(
                     Invariant::S9,
                     Some(room),
                     format!(
@@ -259,7 +251,8 @@ impl Writes {
                         rooms.describe(room)
                     ),
                 )
-            });
+                .with_related([acked]),
+            );
         }
         let flying: Vec<WriteId> = self
             .all()

@@ -1,4 +1,4 @@
-//! `World`: the seeded discrete-event simulator of one run.
+//! `Simulator`: the seeded discrete-event simulator of one run.
 //!
 //! It owns the engine's nodes, a virtual clock, an event queue ordered by (virtual
 //! time, sequence number), the faulty network ([`crate::net`]), the fault schedule of
@@ -109,6 +109,72 @@ impl<K> Ord for Queued<K> {
     }
 }
 
+/// What becomes of a queued event at a crash.
+enum InFlight {
+    /// Unaffected.
+    Keep,
+    /// A message to the dead incarnation that reaches the restarted one, late.
+    Late,
+    /// Lost, failed back or flushed (recorded in [`CrashLosses`]).
+    Gone,
+}
+
+/// The messages a crash took out of flight: the dead incarnation's flushed writes,
+/// the messages lost, and the writes to it that fail back to their writers (with
+/// their failed completions).
+struct CrashLosses<K> {
+    flushed: Vec<WriteId>,
+    failed: Vec<(NodeId, NodeId, WriteId, Msg<K>)>,
+    lost: Vec<(NodeId, NodeId, MsgView)>,
+}
+
+impl<K> CrashLosses<K> {
+    /// The world's rule ([`env_world::crash_fate`]) for event `ev` when `node`'s
+    /// incarnation `dead` crashes; what it takes out of flight is noted here.
+    fn judge(&mut self, ev: &Pending<K>, node: NodeId, dead: u32) -> InFlight {
+        let Pending::Deliver {
+            from,
+            to,
+            from_epoch,
+            to_epoch,
+            msg,
+            replay,
+            ..
+        } = ev
+        else {
+            return InFlight::Keep;
+        };
+        let (from, to) = (*from, *to);
+        // A stale duplicate to or from the dead incarnation is lost with its
+        // connection (its writer expects no completion for it).
+        if replay.is_some() && (to == node || from == node) {
+            self.lost.push((from, to, MsgView::of(msg)));
+            return InFlight::Gone;
+        }
+        if !((to == node && *to_epoch == dead) || (from == node && *from_epoch == dead)) {
+            return InFlight::Keep;
+        }
+        match env_world::crash_fate(node, from, to, msg) {
+            CrashFate::Keep if to == node => InFlight::Late,
+            CrashFate::Keep => InFlight::Keep,
+            CrashFate::Lose => {
+                self.lost.push((from, to, MsgView::of(msg)));
+                InFlight::Gone
+            }
+            CrashFate::FailBack(done) => {
+                if let Some(id) = msg.write_id() {
+                    self.failed.push((from, to, id, done));
+                }
+                InFlight::Gone
+            }
+            CrashFate::Flush => {
+                self.flushed.extend(msg.write_id());
+                InFlight::Gone
+            }
+        }
+    }
+}
+
 /// A reply as the client received it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ClientReply {
@@ -161,7 +227,7 @@ impl TraceSink for Vec<String> {
 type LastUse<K> = (RoomKey, Vec<(NodeId, NodeId, (u32, u32), Msg<K>)>);
 
 /// The driver of one run.
-pub struct World<G: Gpu> {
+pub struct Simulator<G: Gpu> {
     now_ns: u64,
     seq: u64,
     events: u64,
@@ -206,11 +272,11 @@ pub struct World<G: Gpu> {
     stats: FaultStats,
 }
 
-impl<G: Gpu> World<G> {
+impl<G: Gpu> Simulator<G> {
     /// Build the topology of `plan` (router 0, prefill nodes, decode nodes, then the
     /// client endpoint) and schedule its workload and faults. `make_gpu(pages,
     /// page_size)` builds each node's KV memory. With `trace`, every entry is also kept
-    /// in memory ([`World::take_log`]).
+    /// in memory ([`Simulator::take_log`]).
     pub fn new(plan: &Plan, make_gpu: impl Fn(u32, u32) -> G, trace: bool) -> Self {
         let cfg = Cfg::new(plan.engine.clone());
         let topology = Topology {
@@ -227,7 +293,7 @@ impl<G: Gpu> World<G> {
         header.cleanup_bound_ns = plan.cleanup_bound_ns;
         let oracle = Oracle::new(header.clone());
         let n = nodes.len() + 1;
-        let mut w = World {
+        let mut w = Simulator {
             now_ns: 0,
             seq: 0,
             events: 0,
@@ -260,11 +326,19 @@ impl<G: Gpu> World<G> {
             max_events: plan.max_events,
             stats: FaultStats::default(),
         };
-        for r in &requests {
-            w.push(r.at_ns, Pending::Submit { req: r.req });
+        w.schedule_workload(&requests);
+        w.schedule_faults(plan);
+        w
+    }
+
+    /// Queue each request's submit and its client's cancel: a timed cancel as an
+    /// event, a cancel at a phase armed until the phase is reached.
+    fn schedule_workload(&mut self, requests: &[PlannedRequest]) {
+        for r in requests {
+            self.push(r.at_ns, Pending::Submit { req: r.req });
             if let Some(c) = r.cancel {
                 match c.at {
-                    CancelAt::AfterNs(after) => w.push(
+                    CancelAt::AfterNs(after) => self.push(
                         r.at_ns.saturating_add(after),
                         Pending::Cancel {
                             req: r.req,
@@ -272,17 +346,21 @@ impl<G: Gpu> World<G> {
                         },
                     ),
                     CancelAt::Phase { phase, delay_ns } => {
-                        w.armed.insert(r.req, (phase, delay_ns, c.how));
+                        self.armed.insert(r.req, (phase, delay_ns, c.how));
                     }
                 }
             }
         }
+    }
+
+    /// Queue the plan's partition windows, crashes and the heal.
+    fn schedule_faults(&mut self, plan: &Plan) {
         for p in &plan.partitions {
-            w.push(p.from_ns, Pending::PartitionStart(*p));
-            w.push(p.until_ns, Pending::PartitionEnd(*p));
+            self.push(p.from_ns, Pending::PartitionStart(*p));
+            self.push(p.until_ns, Pending::PartitionEnd(*p));
         }
         for c in &plan.crashes {
-            w.push(
+            self.push(
                 c.at_ns,
                 Pending::Crash {
                     node: c.node,
@@ -291,9 +369,8 @@ impl<G: Gpu> World<G> {
             );
         }
         if let Some(h) = plan.heal_at_ns {
-            w.push(h, Pending::Heal);
+            self.push(h, Pending::Heal);
         }
-        w
     }
 
     /// Also write every entry as a JSON line to `sink`, the header first.
@@ -728,6 +805,28 @@ impl<G: Gpu> World<G> {
         );
     }
 
+    /// What the world knows of a message's arrival from `from`'s incarnation
+    /// `from_epoch` at `to`'s `to_epoch`; `None` for an address outside the topology.
+    fn arriving(
+        &self,
+        (from, from_epoch): (NodeId, u32),
+        (to, to_epoch): (NodeId, u32),
+        injected_failure: bool,
+    ) -> Option<Arriving> {
+        let (ti, fi) = (to.0 as usize, from.0 as usize);
+        if ti >= self.nodes.len() || fi >= self.epochs.len() {
+            return None;
+        }
+        Some(Arriving {
+            sender_alive: self.epochs[fi] == from_epoch,
+            receiver_alive: !self.down[ti] && self.epochs[ti] == to_epoch,
+            receiver_restarted: !self.down[ti] && self.epochs[ti] > to_epoch,
+            receiver_epoch: self.epochs[ti],
+            partitioned: self.partitioned(from, to),
+            injected_failure,
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn deliver(
         &mut self,
@@ -743,17 +842,8 @@ impl<G: Gpu> World<G> {
             self.deliver_to_client(msg);
             return;
         }
-        let (ti, fi) = (to.0 as usize, from.0 as usize);
-        if ti >= self.nodes.len() || fi >= self.epochs.len() {
+        let Some(at) = self.arriving((from, from_epoch), (to, to_epoch), doomed) else {
             return;
-        }
-        let at = Arriving {
-            sender_alive: self.epochs[fi] == from_epoch,
-            receiver_alive: !self.down[ti] && self.epochs[ti] == to_epoch,
-            receiver_restarted: !self.down[ti] && self.epochs[ti] > to_epoch,
-            receiver_epoch: self.epochs[ti],
-            partitioned: self.partitioned(from, to),
-            injected_failure: doomed,
         };
         match env_world::arrival(&msg, &at) {
             Arrival::Deliver => {}
@@ -780,46 +870,12 @@ impl<G: Gpu> World<G> {
         }
         if self.net.params().stale_duplicate_write_permille > 0 {
             if let Some((DataFault::StaleDuplicate, salt)) = data {
-                if let Some((writer, dup, a)) = self.history.duplicate(to, &msg, salt) {
-                    let at = self.now_ns + crate::net::stale_duplicate_delay(salt);
-                    let (from_epoch, to_epoch) = (
-                        dup.write_id().map_or(0, |id| id.epoch),
-                        self.epochs[to.0 as usize],
-                    );
-                    self.log_send(writer, to, &dup, at, true);
-                    self.push(
-                        at,
-                        Pending::Deliver {
-                            from: writer,
-                            to,
-                            from_epoch,
-                            to_epoch,
-                            msg: Box::new(dup),
-                            doomed: false,
-                            data: None,
-                            replay: Some(a),
-                        },
-                    );
-                }
+                self.schedule_stale_duplicate(to, &msg, salt);
             }
             self.history.remember(from, to, &msg);
         }
         if let Some((fault, salt)) = data {
-            let pages = self.header.node(to).and_then(|n| n.pool_pages).unwrap_or(0);
-            if let Some(a) = env_world::alter(&mut msg, fault, pages, salt) {
-                self.stats.data_faults += 1;
-                match a.fault {
-                    DataFault::Corrupt => self.stats.corrupted += 1,
-                    DataFault::Misdirect => self.stats.misdirected += 1,
-                    DataFault::Torn => self.stats.torn += 1,
-                    // `alter` leaves the write itself alone; the copy is counted
-                    // when it lands (`deliver_duplicate`).
-                    DataFault::StaleDuplicate => {}
-                }
-                if let Some(write) = msg.write_id() {
-                    self.emit(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
-                }
-            }
+            self.alter_landing(from, to, &mut msg, fault, salt);
         }
         self.record(|| Record::Deliver {
             from,
@@ -827,6 +883,61 @@ impl<G: Gpu> World<G> {
             msg: MsgView::of(&msg),
         });
         self.dispatch(to, Input::Message { from, msg });
+    }
+
+    /// A KV write landing at `to` drew a stale duplicate: queue a copy of an earlier
+    /// write to `to` ([`WriteHistory::duplicate`]), if it took one.
+    fn schedule_stale_duplicate(&mut self, to: NodeId, msg: &Msg<G::Kv>, salt: u64) {
+        let Some((writer, dup, a)) = self.history.duplicate(to, msg, salt) else {
+            return;
+        };
+        let at = self.now_ns + crate::net::stale_duplicate_delay(salt);
+        let (from_epoch, to_epoch) = (
+            dup.write_id().map_or(0, |id| id.epoch),
+            self.epochs[to.0 as usize],
+        );
+        self.log_send(writer, to, &dup, at, true);
+        self.push(
+            at,
+            Pending::Deliver {
+                from: writer,
+                to,
+                from_epoch,
+                to_epoch,
+                msg: Box::new(dup),
+                doomed: false,
+                data: None,
+                replay: Some(a),
+            },
+        );
+    }
+
+    /// A landing KV write suffers its drawn data fault ([`env_world::alter`]): count
+    /// it and record it for the oracle.
+    fn alter_landing(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        msg: &mut Msg<G::Kv>,
+        fault: DataFault,
+        salt: u64,
+    ) {
+        let pages = self.header.node(to).and_then(|n| n.pool_pages).unwrap_or(0);
+        let Some(a) = env_world::alter(msg, fault, pages, salt) else {
+            return;
+        };
+        self.stats.data_faults += 1;
+        match a.fault {
+            DataFault::Corrupt => self.stats.corrupted += 1,
+            DataFault::Misdirect => self.stats.misdirected += 1,
+            DataFault::Torn => self.stats.torn += 1,
+            // `alter` leaves the write itself alone; the copy is counted
+            // when it lands (`deliver_duplicate`).
+            DataFault::StaleDuplicate => {}
+        }
+        if let Some(write) = msg.write_id() {
+            self.emit(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
+        }
     }
 
     /// A stale duplicate of an earlier KV write arrives. The world's rule for an
@@ -842,18 +953,9 @@ impl<G: Gpu> World<G> {
         msg: Msg<G::Kv>,
         a: Altered,
     ) {
-        let (ti, fi) = (to.0 as usize, from.0 as usize);
         let Some(write) = msg.write_id() else { return };
-        if ti >= self.nodes.len() || fi >= self.epochs.len() {
+        let Some(at) = self.arriving((from, from_epoch), (to, to_epoch), false) else {
             return;
-        }
-        let at = Arriving {
-            sender_alive: self.epochs[fi] == from_epoch,
-            receiver_alive: !self.down[ti] && self.epochs[ti] == to_epoch,
-            receiver_restarted: !self.down[ti] && self.epochs[ti] > to_epoch,
-            receiver_epoch: self.epochs[ti],
-            partitioned: self.partitioned(from, to),
-            injected_failure: false,
         };
         let gone = match env_world::arrival(&msg, &at) {
             Arrival::Deliver => None,
@@ -976,69 +1078,38 @@ impl<G: Gpu> World<G> {
         self.down[i] = true;
         self.timers.crash(node);
         self.history.crash(node);
-        let mut flushed = Vec::new();
-        let mut failed = Vec::new();
-        let mut lost = Vec::new();
+        let mut losses = CrashLosses {
+            flushed: Vec::new(),
+            failed: Vec::new(),
+            lost: Vec::new(),
+        };
         let queue = std::mem::take(&mut self.queue);
         for Reverse(mut q) in queue.into_vec() {
-            let mut late = false;
-            let keep = match &q.ev {
-                // A stale duplicate to or from the dead incarnation is lost with its
-                // connection (its writer expects no completion for it).
-                Pending::Deliver {
-                    from,
-                    to,
-                    msg,
-                    replay: Some(_),
-                    ..
-                } if *to == node || *from == node => {
-                    lost.push((*from, *to, MsgView::of(msg)));
-                    false
+            match losses.judge(&q.ev, node, dead) {
+                InFlight::Keep => self.queue.push(Reverse(q)),
+                InFlight::Late => {
+                    // On its way to the dead incarnation: it reaches the restarted one,
+                    // its remaining delay counted from the restart (late, and reordered
+                    // with what is sent after the restart).
+                    let left = q.at_ns.saturating_sub(self.now_ns);
+                    q.at_ns = restart_ns.max(self.now_ns) + 1 + left;
+                    self.queue.push(Reverse(q));
                 }
-                Pending::Deliver {
-                    from,
-                    to,
-                    from_epoch,
-                    to_epoch,
-                    msg,
-                    ..
-                } if (*to == node && *to_epoch == dead)
-                    || (*from == node && *from_epoch == dead) =>
-                {
-                    match env_world::crash_fate(node, *from, *to, msg) {
-                        CrashFate::Keep => {
-                            late = *to == node;
-                            true
-                        }
-                        CrashFate::Lose => {
-                            lost.push((*from, *to, MsgView::of(msg)));
-                            false
-                        }
-                        CrashFate::FailBack(done) => {
-                            if let Some(id) = msg.write_id() {
-                                failed.push((*from, *to, id, done));
-                            }
-                            false
-                        }
-                        CrashFate::Flush => {
-                            flushed.extend(msg.write_id());
-                            false
-                        }
-                    }
-                }
-                _ => true,
-            };
-            if late {
-                // On its way to the dead incarnation: it reaches the restarted one,
-                // its remaining delay counted from the restart (late, and reordered
-                // with what is sent after the restart).
-                let left = q.at_ns.saturating_sub(self.now_ns);
-                q.at_ns = restart_ns.max(self.now_ns) + 1 + left;
-            }
-            if keep {
-                self.queue.push(Reverse(q));
+                InFlight::Gone => {}
             }
         }
+        self.report_crash(node, dead, losses);
+        self.push(restart_ns.max(self.now_ns), Pending::Restart { node });
+    }
+
+    /// Record a crash of `node`'s incarnation `dead` and carry out what it did to
+    /// the messages in flight: flushed writes, lost messages, failed-back writes.
+    fn report_crash(&mut self, node: NodeId, dead: u32, losses: CrashLosses<G::Kv>) {
+        let CrashLosses {
+            flushed,
+            failed,
+            lost,
+        } = losses;
         self.stats.writes_flushed += flushed.len() as u64;
         self.emit(Record::Fault(FaultEvent::Crash {
             node,
@@ -1057,7 +1128,6 @@ impl<G: Gpu> World<G> {
         for (from, to, id, done) in failed {
             self.write_failed(from, to, id, done, WriteFailure::ReceiverGone);
         }
-        self.push(restart_ns.max(self.now_ns), Pending::Restart { node });
     }
 
     fn restart(&mut self, node: NodeId) {
@@ -1115,9 +1185,9 @@ impl<G: Gpu> World<G> {
 /// timers onto its queue (a replaced or cancelled timer is recognised by its token),
 /// events to the oracle and the trace, and a fault that asks for a restart crashes the
 /// node now and brings it back at once.
-impl<G: Gpu> Driver<Msg<G::Kv>> for World<G> {
+impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
     fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) {
-        World::send(self, from, to, msg);
+        Simulator::send(self, from, to, msg);
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {

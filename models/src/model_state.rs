@@ -22,7 +22,7 @@ use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::world::{self, Altered, DataFault, Timers};
-use kvsim_oracle::state::WriteFacts;
+use kvsim_oracle::oracle_state::WriteFacts;
 use kvsim_oracle::OracleState;
 use smallvec::SmallVec;
 use std::fmt;
