@@ -211,13 +211,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             Msg::DecodeStart { room, prefill, .. } if !self.prefills.contains(prefill) => Err(
                 format!("{room}'s start names {prefill}, which is not a prefill node"),
             ),
-            Msg::KvWrite { id, .. } if id.writer != from => {
-                Err(format!("the write {id} names another writer"))
-            }
-            Msg::KvWrite { id, .. } => match prefill_of(&id.room) {
-                Some(p) if p != from => Err(format!("{}'s prefill node is {p}", id.room)),
-                _ => Ok(()),
-            },
+            Msg::KvWrite { id, .. } => self.check_writer(from, *id),
             Msg::KvDone { room, .. } => match prefill_of(room) {
                 Some(p) if p != from => Err(format!("{room}'s prefill node is {p}")),
                 _ => Ok(()),
@@ -245,6 +239,23 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     Ok(())
                 }
             }
+            _ => Ok(()),
+        }
+    }
+
+    /// The peer rule of a KV write, delivered or landed by the driver's receiver: its
+    /// id names its sender, and a room this node knows is written only by its prefill.
+    fn check_writer(&self, from: NodeId, id: WriteId) -> Result<(), String> {
+        if id.writer != from {
+            return Err(format!("the write {id} names another writer"));
+        }
+        let prefill = self
+            .requests
+            .get(&id.room)
+            .map(|r| r.prefill)
+            .or_else(|| self.quarantine.get(&id.room).map(|q| q.prefill));
+        match prefill {
+            Some(p) if p != from => Err(format!("{}'s prefill node is {p}", id.room)),
             _ => Ok(()),
         }
     }
@@ -349,6 +360,24 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             }
             Input::Timer(Timer::DrainRetry(room, arming)) => self.on_drain_retry(room, arming, env),
             Input::Timer(_) => {}
+            Input::Landed {
+                from,
+                id,
+                dst,
+                landing,
+            } => {
+                if let Err(reason) = self.check_writer(from, id) {
+                    // Refused as the delivered write would be, by the same rule, with
+                    // the one completion the writer is owed.
+                    let node = self.id;
+                    let kind = "KvWrite";
+                    self.counters
+                        .refuse_peer(env, node, from, Some(id.room), kind, reason);
+                    env.send(from, Msg::WriteDone { id, ok: false });
+                    return;
+                }
+                self.landed(from, id, dst, landing, env)
+            }
         }
     }
 
@@ -501,7 +530,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     }
 
     /// The receiver applying one chunk write: [`land`] (the gate and the memory write,
-    /// the one landing function every driver uses), then [`DecodeNode::landed`]. With
+    /// the one landing function every driver uses), then `landed`. With
     /// the landing gate (two-sided only, `world::landing_gated`), a destination that is
     /// not this room use's (stale generation, another owner, freed, `Ready`) refuses the
     /// whole chunk; on one-sided RDMA the write lands wherever it points.
@@ -527,8 +556,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// A KV write of `from` landed in (or was refused by) this node's memory: trace
     /// it, note the written pages, and complete the write (exactly one completion).
     /// The hardware runtime's transfer thread lands writes with [`land`] on the shared
-    /// record and reports each one here, through the node's loop.
-    pub fn landed<E: Env<G::Kv>>(
+    /// record and reports each one here as an [`Input::Landed`], through `handle`.
+    fn landed<E: Env<G::Kv>>(
         &mut self,
         from: NodeId,
         id: WriteId,

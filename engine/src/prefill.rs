@@ -291,6 +291,8 @@ impl<G: Gpu> PrefillNode<G> {
                 }
             }
             Input::Timer(_) => {}
+            // Only a decode node's receiver lands writes.
+            Input::Landed { .. } => {}
         }
     }
 

@@ -292,6 +292,8 @@ impl Router {
             }
             Input::Timer(Timer::Request(room)) => self.on_request_timeout(room, env),
             Input::Timer(_) => {}
+            // Only a decode node's receiver lands writes.
+            Input::Landed { .. } => {}
         }
     }
 

@@ -849,15 +849,12 @@ impl<G: Gpu> NodeLoop<G> {
                 id,
                 dst,
                 landing,
-            } => {
-                if let RtNode::Decode(d) = &mut self.node {
-                    self.outbox.reset(self.io.clock.now_ns());
-                    d.landed(from, id, dst, landing, &mut self.outbox);
-                    let mut effects = std::mem::take(&mut self.outbox.effects);
-                    world::apply(self.io.id, effects.drain(..), &mut self.io);
-                    self.outbox.effects = effects;
-                }
-            }
+            } => self.dispatch(Input::Landed {
+                from,
+                id,
+                dst,
+                landing,
+            }),
             Ev::WriteFailedHere {
                 from,
                 id,
