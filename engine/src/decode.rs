@@ -20,7 +20,10 @@
 use crate::bugs::Bug;
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
-use crate::gpu::{ids, query_position, write_traced, Gpu};
+use crate::gpu::{
+    device_fault, ids, query_position, write_traced, zero_pages, DeviceError, Gpu, TagError,
+    TagMismatch, WriteError,
+};
 use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
@@ -67,6 +70,25 @@ struct Request {
     /// How many of `pages` are the transfer destination.
     dst_pages: usize,
     phase: Phase,
+}
+
+/// Decode's judgement of prefill's conclusion ([`DecodeNode::judge_transfer`]).
+enum Verdict {
+    /// Run the request; prefill's counts as it reported them.
+    Accept { tokens: u64, pages: u32 },
+    /// Fail the room, for this reason.
+    Reject(String),
+    /// The device failed while checking.
+    Device(DeviceError),
+}
+
+/// What both the accepted and the refused transfer state about the room.
+#[derive(Clone, Copy)]
+struct TransferFacts {
+    from: NodeId,
+    prompt_len: u64,
+    reserved_pages: u32,
+    fully_written: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -594,6 +616,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         env.send(from, Msg::WriteDone { id, ok: true });
     }
 
+    /// Prefill concluded the room's transfer: judge it ([`Self::judge_transfer`]), then
+    /// accept it and run the request, or fail the room (refused at verification, a
+    /// reported failure, or this node's device failing the check).
     fn on_kv_done<E: Env<G::Kv>>(
         &mut self,
         from: NodeId,
@@ -613,77 +638,21 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             from,
             success: matches!(outcome, TransferOutcome::Success { .. }),
         });
-        let reported = outcome.clone();
-        let dst = ids(&req.pages[..req.dst_pages]);
-        let verify = self.cfg.defenses.verify_on_completion;
-        let verdict: Result<(u64, u32), String> = match outcome {
-            TransferOutcome::Failed if self.cfg.bugs.has(Bug::FailOpenOnRecvError) => {
-                // vLLM #52234: a receive failure is treated as done; the request runs
-                // on whatever its pages hold.
-                Ok((0, 0))
-            }
-            TransferOutcome::Failed => Err("prefill reported the transfer failed".into()),
-            TransferOutcome::Success {
-                tokens,
-                pages,
-                checksum,
-            } => {
-                if verify && !self.cfg.bugs.has(Bug::NoLengthAgreement) {
-                    if tokens != req.prompt_len {
-                        Err(format!(
-                            "prefill sent {tokens} tokens, decode expects {}",
-                            req.prompt_len
-                        ))
-                    } else if pages as usize != req.dst_pages {
-                        Err(format!(
-                            "prefill sent {pages} pages, decode reserved {}",
-                            req.dst_pages
-                        ))
-                    } else if let Some(i) = written.iter().position(|w| !w) {
-                        Err(format!(
-                            "destination page {} was never written",
-                            req.pages[i]
-                        ))
-                    } else if self.gpu.digest(&dst, req.prompt_len) != checksum {
-                        Err("checksum over the reserved prompt differs".into())
-                    } else {
-                        Ok((tokens, pages))
-                    }
-                } else if verify && self.gpu.digest(&dst, tokens) != checksum {
-                    // The legacy digest covers only what prefill says it sent.
-                    Err("checksum over the sent tokens differs".into())
-                } else {
-                    Ok((tokens, pages))
-                }
-            }
+        let verdict = self.judge_transfer(req, written, &outcome);
+        let facts = TransferFacts {
+            from,
+            prompt_len: req.prompt_len,
+            reserved_pages: req.dst_pages as u32,
+            fully_written: written.iter().all(|w| *w),
         };
-        let fully_written = written.iter().all(|w| *w);
-        let prompt_len = req.prompt_len;
-        let reserved_pages = req.dst_pages as u32;
-        match (verdict, reported) {
-            (
-                Err(reason),
-                TransferOutcome::Success {
-                    tokens: sent_tokens,
-                    pages: sent_pages,
-                    ..
-                },
-            ) => {
-                self.counters.transfers_failed += 1;
-                env.trace(TraceEvent::TransferRefused {
-                    node: self.id,
-                    room,
-                    from,
-                    prompt_len,
-                    reserved_pages,
-                    sent_tokens,
-                    sent_pages,
-                    fully_written,
-                    reason,
-                });
-                self.fail_why(room, Status::INTERNAL, Some(Why::TransferRefused), env);
+        match (verdict, outcome) {
+            (Verdict::Accept { tokens, pages }, _) => {
+                self.accept_transfer(room, facts, tokens, pages, env)
             }
-            (Err(reason), TransferOutcome::Failed) => {
+            (Verdict::Reject(reason), TransferOutcome::Success { tokens, pages, .. }) => {
+                self.refuse_transfer(room, facts, (tokens, pages), reason, env)
+            }
+            (Verdict::Reject(reason), TransferOutcome::Failed) => {
                 self.counters.transfers_failed += 1;
                 env.trace(TraceEvent::TransferFailed {
                     node: self.id,
@@ -692,45 +661,162 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 });
                 self.fail_why(room, Status::INTERNAL, Some(Why::TransferFailed), env);
             }
-            (Ok((sent_tokens, sent_pages)), _) => {
-                let dst_tags = req.pages[..req.dst_pages].to_vec();
-                // The transfer was accepted: the destination pages hold verified KV.
-                // Under fail-open they may be Writing still; mark_ready accepts both.
-                if let Err(e) = self.pool.mark_ready(room, &dst_tags) {
-                    self.fault(
-                        NodeFault::PageRecordRefused {
-                            room: Some(room),
-                            op: "mark-ready".into(),
-                            error: e.to_string(),
-                        },
-                        env,
-                    );
-                }
-                self.flush(env, None);
-                env.trace(TraceEvent::TransferAccepted {
-                    node: self.id,
-                    room,
-                    from,
-                    prompt_len,
-                    reserved_pages,
-                    sent_tokens,
-                    sent_pages,
-                    fully_written,
-                });
-                env.trace(TraceEvent::Running {
-                    node: self.id,
-                    room,
-                    side: Side::Decode,
-                });
-                env.cancel_timer(Timer::WaitingForKv(room));
-                if let Some(r) = self.requests.get_mut(&room) {
-                    r.phase = Phase::Running {
-                        seq_len: prompt_len,
-                        step: 0,
-                    };
-                }
-                self.kick(env);
+            (Verdict::Device(e), _) => {
+                self.counters.transfers_failed += 1;
+                self.device_failed(room, &e, env);
             }
+        }
+    }
+
+    /// Defense 2, verify on completion: do prefill's token and page counts, the written
+    /// marks and the checksum agree with what this node reserved? Reads only.
+    fn judge_transfer(
+        &self,
+        req: &Request,
+        written: &[bool],
+        outcome: &TransferOutcome,
+    ) -> Verdict {
+        let dst = ids(&req.pages[..req.dst_pages]);
+        let verify = self.cfg.defenses.verify_on_completion;
+        let checksum_is = |tokens: u64, want: u64, what: &str| match self.gpu.digest(&dst, tokens) {
+            Err(e) => Err(Verdict::Device(e)),
+            Ok(d) if d != want => Err(Verdict::Reject(format!("checksum over {what} differs"))),
+            Ok(_) => Ok(()),
+        };
+        match *outcome {
+            TransferOutcome::Failed if self.cfg.bugs.has(Bug::FailOpenOnRecvError) => {
+                // vLLM #52234: a receive failure is treated as done; the request runs
+                // on whatever its pages hold.
+                Verdict::Accept {
+                    tokens: 0,
+                    pages: 0,
+                }
+            }
+            TransferOutcome::Failed => {
+                Verdict::Reject("prefill reported the transfer failed".into())
+            }
+            TransferOutcome::Success {
+                tokens,
+                pages,
+                checksum,
+            } => {
+                let checked = if verify && !self.cfg.bugs.has(Bug::NoLengthAgreement) {
+                    if tokens != req.prompt_len {
+                        Err(Verdict::Reject(format!(
+                            "prefill sent {tokens} tokens, decode expects {}",
+                            req.prompt_len
+                        )))
+                    } else if pages as usize != req.dst_pages {
+                        Err(Verdict::Reject(format!(
+                            "prefill sent {pages} pages, decode reserved {}",
+                            req.dst_pages
+                        )))
+                    } else if let Some(i) = written.iter().position(|w| !w) {
+                        Err(Verdict::Reject(format!(
+                            "destination page {} was never written",
+                            req.pages[i]
+                        )))
+                    } else {
+                        checksum_is(req.prompt_len, checksum, "the reserved prompt")
+                    }
+                } else if verify {
+                    // The legacy digest covers only what prefill says it sent.
+                    checksum_is(tokens, checksum, "the sent tokens")
+                } else {
+                    Ok(())
+                };
+                match checked {
+                    Ok(()) => Verdict::Accept { tokens, pages },
+                    Err(v) => v,
+                }
+            }
+        }
+    }
+
+    /// Verification refused prefill's successful transfer: state both sides' counts and
+    /// fail the room (its pages go to quarantine: a write may still land).
+    fn refuse_transfer<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        facts: TransferFacts,
+        (sent_tokens, sent_pages): (u64, u32),
+        reason: String,
+        env: &mut E,
+    ) {
+        self.counters.transfers_failed += 1;
+        env.trace(TraceEvent::TransferRefused {
+            node: self.id,
+            room,
+            from: facts.from,
+            prompt_len: facts.prompt_len,
+            reserved_pages: facts.reserved_pages,
+            sent_tokens,
+            sent_pages,
+            fully_written: facts.fully_written,
+            reason,
+        });
+        self.fail_why(room, Status::INTERNAL, Some(Why::TransferRefused), env);
+    }
+
+    /// The transfer was accepted: the destination pages hold verified KV; the request
+    /// starts generating.
+    fn accept_transfer<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        facts: TransferFacts,
+        sent_tokens: u64,
+        sent_pages: u32,
+        env: &mut E,
+    ) {
+        let Some(req) = self.requests.get(&room) else {
+            return;
+        };
+        let dst_tags = req.pages[..req.dst_pages].to_vec();
+        // Under fail-open they may be Writing still; mark_ready accepts both.
+        if let Err(e) = self.pool.mark_ready(room, &dst_tags) {
+            self.fault(
+                NodeFault::PageRecordRefused {
+                    room: Some(room),
+                    op: "mark-ready".into(),
+                    error: e.to_string(),
+                },
+                env,
+            );
+        }
+        self.flush(env, None);
+        env.trace(TraceEvent::TransferAccepted {
+            node: self.id,
+            room,
+            from: facts.from,
+            prompt_len: facts.prompt_len,
+            reserved_pages: facts.reserved_pages,
+            sent_tokens,
+            sent_pages,
+            fully_written: facts.fully_written,
+        });
+        env.trace(TraceEvent::Running {
+            node: self.id,
+            room,
+            side: Side::Decode,
+        });
+        env.cancel_timer(Timer::WaitingForKv(room));
+        if let Some(r) = self.requests.get_mut(&room) {
+            r.phase = Phase::Running {
+                seq_len: facts.prompt_len,
+                step: 0,
+            };
+        }
+        self.kick(env);
+    }
+
+    /// The device failed serving `room`: state it, and fail the request with its reason
+    /// (its pages released, or quarantined while a write may still land).
+    fn device_failed<E: Env<G::Kv>>(&mut self, room: RoomKey, e: &DeviceError, env: &mut E) {
+        self.fault(device_fault(Some(room), e), env);
+        let why = Some(Why::DeviceFailed { side: Side::Decode });
+        match self.requests.get(&room).map(|r| &r.phase) {
+            Some(Phase::Running { .. }) => self.finish(room, Status::INTERNAL, why, env),
+            _ => self.fail_why(room, Status::INTERNAL, why, env),
         }
     }
 
@@ -755,6 +841,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
+    /// One decode step of `room`: the tag check (defense 4), echo attention, the new
+    /// token's KV into the request's own pages, the token to the router.
     fn step<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
         let Some(req) = self.requests.get(&room) else {
             return;
@@ -767,23 +855,16 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let pages = req.pages[..seq_pages].to_vec();
         let q = query_position(step, req.max_new_tokens, req.prompt_len);
         if self.cfg.defenses.page_tags {
-            if let Err(m) = self.gpu.check_tags(&pages, room) {
-                let current = self
-                    .pool
-                    .page(m.expected.page)
-                    .map_or(m.expected.gen, |r| r.gen);
-                self.counters.tag_mismatches += 1;
-                env.trace(TraceEvent::TagMismatch {
-                    node: self.id,
-                    room,
-                    step,
-                    seq_len,
-                    pages,
-                    tag: m.expected,
-                    current,
-                });
-                self.finish(room, Status::INTERNAL, env);
-                return;
+            match self.gpu.check_tags(&pages, room) {
+                Ok(()) => {}
+                Err(TagError::Mismatch(m)) => {
+                    self.tag_mismatch(room, (step, seq_len), pages, m, env);
+                    return;
+                }
+                Err(TagError::Device(e)) => {
+                    self.device_failed(room, &e, env);
+                    return;
+                }
             }
         }
         env.trace(TraceEvent::Attend {
@@ -795,12 +876,24 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             pages: pages.clone(),
         });
         let page_ids = ids(&pages);
-        let token = self.gpu.attend(&page_ids, seq_len, q);
+        let token = match self.gpu.attend(&page_ids, seq_len, q) {
+            Ok(t) => t,
+            Err(e) => {
+                self.device_failed(room, &e, env);
+                return;
+            }
+        };
         // The generated token's KV goes into the next slot of the request's own pages.
         let all = req.pages.clone();
-        if write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room).is_err() {
-            // Past the request's pages: refused whole and stated; the request fails.
-            self.finish(room, Status::INTERNAL, env);
+        let max_new_tokens = req.max_new_tokens;
+        if let Err(e) = write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room) {
+            // Past the request's pages (refused whole), or the device failed; stated
+            // as a fault. The request fails.
+            let why = match e {
+                WriteError::Refused(_) => None,
+                WriteError::Device(_) => Some(Why::DeviceFailed { side: Side::Decode }),
+            };
+            self.finish(room, Status::INTERNAL, why, env);
             return;
         }
         env.send(
@@ -811,7 +904,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 token,
             },
         );
-        let done = step + 1 >= req.max_new_tokens;
+        let done = step + 1 >= max_new_tokens;
         if let Some(r) = self.requests.get_mut(&room) {
             r.phase = Phase::Running {
                 seq_len: seq_len + 1,
@@ -819,12 +912,46 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             };
         }
         if done {
-            self.finish(room, Status::OK, env);
+            self.finish(room, Status::OK, None, env);
         }
     }
 
-    /// Normal end (or a failed step): release the pages and answer once.
-    fn finish<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+    /// Defense 4 refused a step: a page does not carry the reader's tag. State it (with
+    /// the page's current generation) and fail the request.
+    fn tag_mismatch<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        (step, seq_len): (u32, u64),
+        pages: Vec<PageTag>,
+        m: TagMismatch,
+        env: &mut E,
+    ) {
+        let current = self
+            .pool
+            .page(m.expected.page)
+            .map_or(m.expected.gen, |r| r.gen);
+        self.counters.tag_mismatches += 1;
+        env.trace(TraceEvent::TagMismatch {
+            node: self.id,
+            room,
+            step,
+            seq_len,
+            pages,
+            tag: m.expected,
+            current,
+        });
+        self.finish(room, Status::INTERNAL, None, env);
+    }
+
+    /// Normal end (or a failed step): release the pages and answer once, with the
+    /// engine's reason for an error `status` where it has one.
+    fn finish<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+        env: &mut E,
+    ) {
         let Some(req) = self.requests.remove(&room) else {
             return;
         };
@@ -843,7 +970,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             }
             self.finished_pages.push_back((room, req.pages.clone()));
         }
-        self.answer(room, status, env);
+        self.answer_why(room, status, why, env);
     }
 
     fn release<E: Env<G::Kv>>(
@@ -884,9 +1011,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 })
                 .map(|t| t.page)
                 .collect();
-            for &p in &zeroed {
-                self.gpu.zero_page(p);
-            }
+            let zeroed = zero_pages(&mut self.gpu, &zeroed, &mut |e| {
+                self.counters.fault(env, self.id, device_fault(None, &e))
+            });
             if !zeroed.is_empty() {
                 env.trace(TraceEvent::PagesZeroed {
                     node: self.id,

@@ -20,7 +20,7 @@ use crate::bugs::Bug;
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::KvPayload;
-use crate::gpu::{ids, write_traced, Gpu};
+use crate::gpu::{device_fault, ids, write_traced, zero_pages, DeviceError, Gpu, WriteError};
 use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
@@ -612,11 +612,18 @@ impl<G: Gpu> PrefillNode<G> {
             return;
         }
         let prompt = req.prompt.clone();
-        if write_traced(&mut self.gpu, env, self.id, &pages, 0, &prompt, room).is_err() {
-            // Refused whole (stated as a fault): the request fails like an abort.
+        if let Err(e) = write_traced(&mut self.gpu, env, self.id, &pages, 0, &prompt, room) {
+            // Refused whole or a device failure (stated as a fault): the request fails
+            // like an abort, its pages released.
+            let why = match e {
+                WriteError::Refused(_) => None,
+                WriteError::Device(_) => Some(Why::DeviceFailed {
+                    side: Side::Prefill,
+                }),
+            };
             self.release_source(room, &pages, env);
             self.notify_decode_failed(room, env);
-            self.retire(room, Status::INTERNAL, env);
+            self.retire_why(room, Status::INTERNAL, why, env);
             return;
         }
         if let Err(e) = self.pool.mark_ready(room, &pages) {
@@ -668,10 +675,20 @@ impl<G: Gpu> PrefillNode<G> {
         // Mooncake truncates the source to the destination when decode reserved fewer
         // pages; nothing checks that the counts agree (that is decode's job).
         let to_send = pages.len().min(dst_all.len());
+        let mut device: Option<DeviceError> = None;
         while *in_flight < max_in_flight && *next_page < to_send {
             let end = (*next_page + chunk_pages).min(to_send);
             let src = pages[*next_page..end].to_vec();
             let dst = dst_all[*next_page..end].to_vec();
+            // Read before holding: a device that fails here fails the send with no
+            // hold taken for a write that never leaves.
+            let mut kv = match self.gpu.read_pages(&ids(&src)) {
+                Ok(kv) => kv,
+                Err(e) => {
+                    device = Some(e);
+                    break;
+                }
+            };
             if hold {
                 for &t in &src {
                     // Our own Ready pages: a refusal means the record is corrupt.
@@ -683,7 +700,6 @@ impl<G: Gpu> PrefillNode<G> {
                     env.trace(c.into_event(self.id, None));
                 }
             }
-            let mut kv: Vec<G::Kv> = src.iter().map(|t| self.gpu.read_page(t.page)).collect();
             // The prompt's last page, when partial, is sent as the slots it holds: a
             // one-sided write places the bytes it carries, so decode's generated KV in
             // the rest of that page is out of reach of this write and of any late copy
@@ -719,15 +735,26 @@ impl<G: Gpu> PrefillNode<G> {
             *next_page = end;
             *in_flight += 1;
         }
+        if let Some(e) = device {
+            self.send_failed_on_device(room, &e, env);
+            return;
+        }
         if *in_flight == 0 && *next_page >= to_send {
             let sent_pages = pages[..to_send].to_vec();
             let tokens = req.prompt.len() as u64;
+            let checksum = match self.gpu.digest(&ids(&sent_pages), tokens) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.send_failed_on_device(room, &e, env);
+                    return;
+                }
+            };
             // `is_last_chunk = curr_idx == num_kv_indices`: prefill reports its own
             // page count and token count, whatever decode reserved.
             let outcome = TransferOutcome::Success {
                 tokens,
                 pages: pages.len() as u32,
-                checksum: self.gpu.digest(&ids(&sent_pages), tokens),
+                checksum,
             };
             let pages = pages.clone();
             req.phase = Phase::Inflight {
@@ -932,6 +959,19 @@ impl<G: Gpu> PrefillNode<G> {
         self.kick(env);
     }
 
+    /// The device failed reading the source or its digest: state it and fail the send
+    /// as a failed write does (decode told, the writes in flight still complete, the
+    /// source released when they drained).
+    fn send_failed_on_device<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        e: &DeviceError,
+        env: &mut E,
+    ) {
+        self.fault(device_fault(Some(room), e), env);
+        self.fail_send(room, true, env);
+    }
+
     fn notify_decode_failed<E: Env<G::Kv>>(&self, room: RoomKey, env: &mut E) {
         if let Some(req) = self.requests.get(&room) {
             env.send(
@@ -1006,9 +1046,9 @@ impl<G: Gpu> PrefillNode<G> {
                 })
                 .map(|t| t.page)
                 .collect();
-            for &p in &zeroed {
-                self.gpu.zero_page(p);
-            }
+            let zeroed = zero_pages(&mut self.gpu, &zeroed, &mut |e| {
+                self.counters.fault(env, self.id, device_fault(None, &e))
+            });
             if !zeroed.is_empty() {
                 env.trace(TraceEvent::PagesZeroed {
                     node: self.id,
@@ -1024,12 +1064,23 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// Remove the request and answer the router once.
     fn retire<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+        self.retire_why(room, status, None, env);
+    }
+
+    /// [`Self::retire`] with the engine's reason for `status`.
+    fn retire_why<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+        env: &mut E,
+    ) {
         if self.requests.remove(&room).is_none() {
             return;
         }
         self.tombstone(room);
         env.cancel_timer(Timer::Bootstrap(room));
-        self.answer(room, status, env);
+        self.answer_why(room, status, why, env);
         self.maybe_ack_drain(room, env);
     }
 

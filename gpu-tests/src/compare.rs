@@ -204,8 +204,12 @@ pub fn compare<A: Gpu, B: Gpu>(
                 })
                 .collect();
             let check = rng.random_range(0..3u32) != 0;
-            let ra = a.attend_batch(&batch, check);
-            let rb = b.attend_batch(&batch, check);
+            let ra = a
+                .attend_batch(&batch, check)
+                .map_err(|e| fail(e.to_string()))?;
+            let rb = b
+                .attend_batch(&batch, check)
+                .map_err(|e| fail(e.to_string()))?;
             if ra != rb {
                 return Err(fail(format!(
                     "attend_batch (check {check}) on {batch:?}: {ra:?} vs {rb:?}"
@@ -216,8 +220,10 @@ pub fn compare<A: Gpu, B: Gpu>(
             st.echoed += ra.iter().filter(|r| matches!(r, Ok(t) if *t != 0)).count() as u64;
             let r0 = &batch[0];
             let (sa, sb) = (
-                a.attend(&ids(r0.pages), r0.seq_len, r0.query_pos),
-                b.attend(&ids(r0.pages), r0.seq_len, r0.query_pos),
+                a.attend(&ids(r0.pages), r0.seq_len, r0.query_pos)
+                    .map_err(|e| fail(e.to_string()))?,
+                b.attend(&ids(r0.pages), r0.seq_len, r0.query_pos)
+                    .map_err(|e| fail(e.to_string()))?,
             );
             if sa != sb {
                 return Err(fail(format!("attend on {r0:?}: {sa} vs {sb}")));
@@ -228,12 +234,12 @@ pub fn compare<A: Gpu, B: Gpu>(
             let srcs: Vec<PageId> = (0..rng.random_range(1..=3usize))
                 .map(|_| PageId(rng.random_range(0..=p)))
                 .collect();
-            let ka = a.read_pages(&srcs);
-            let kb = b.read_pages(&srcs);
+            let ka = a.read_pages(&srcs).map_err(|e| fail(e.to_string()))?;
+            let kb = b.read_pages(&srcs).map_err(|e| fail(e.to_string()))?;
             if ka.len() != kb.len() || ka.iter().zip(&kb).any(|(x, y)| !same_kv(x, y)) {
                 return Err(fail(format!("read_pages {srcs:?} differ")));
             }
-            let one_a = a.read_page(srcs[0]);
+            let one_a = a.read_page(srcs[0]).map_err(|e| fail(e.to_string()))?;
             if !same_kv(&one_a, &kb[0]) {
                 return Err(fail(format!("read_page {} differs", srcs[0])));
             }
@@ -260,8 +266,8 @@ pub fn compare<A: Gpu, B: Gpu>(
             st.transfers += 1;
         } else if kind < 82 {
             let page = PageId(rng.random_range(0..=p + 1));
-            a.zero_page(page);
-            b.zero_page(page);
+            a.zero_page(page).map_err(|e| fail(e.to_string()))?;
+            b.zero_page(page).map_err(|e| fail(e.to_string()))?;
             st.zeroed += 1;
         } else if kind < 90 {
             let h = &held[rng.random_range(0..held.len())];
@@ -281,12 +287,18 @@ pub fn compare<A: Gpu, B: Gpu>(
             let h = &held[rng.random_range(0..held.len())];
             let pages = ids(&h.pages);
             let n = rng.random_range(0..=h.pages.len() as u64 * ps + 1);
-            let (da, db) = (a.digest(&pages, n), b.digest(&pages, n));
+            let (da, db) = (
+                a.digest(&pages, n).map_err(|e| fail(e.to_string()))?,
+                b.digest(&pages, n).map_err(|e| fail(e.to_string()))?,
+            );
             if da != db {
                 return Err(fail(format!("digest {pages:?} {n}: {da:#x} vs {db:#x}")));
             }
             let pos = rng.random_range(0..=n);
-            let (ta, tb) = (a.token_at(&pages, pos), b.token_at(&pages, pos));
+            let (ta, tb) = (
+                a.token_at(&pages, pos).map_err(|e| fail(e.to_string()))?,
+                b.token_at(&pages, pos).map_err(|e| fail(e.to_string()))?,
+            );
             if ta != tb {
                 return Err(fail(format!("token_at {pages:?} {pos}: {ta} vs {tb}")));
             }

@@ -144,8 +144,15 @@ pub fn land<W: WriteGate + ?Sized, G: Gpu>(
         }
     }
     for (t, page) in dst.iter().zip(kv) {
-        // Every page was checked to be a pool page above, so this cannot refuse.
-        let _ = gpu.write_page(*t, room, page);
+        // Every page was checked to be a pool page above, so the range check cannot
+        // refuse; a device that fails refuses the write (its writer's completion says
+        // so, and the room's transfer fails), whatever part of it was applied.
+        if let Err(e) = gpu.write_page(*t, room, page) {
+            return Err(Refusal {
+                tag: Some(*t),
+                reason: e.to_string(),
+            });
+        }
     }
     drop(guards);
     Ok(())
