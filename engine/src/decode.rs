@@ -33,14 +33,46 @@ use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
 use std::collections::{BTreeMap, VecDeque};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+/// Each phase holds the pages it owns: none before the reservation; from then on every
+/// page reserved, the prompt's first (the transfer destination), then the pages the
+/// reply will be written into.
 enum Phase {
     /// Receiver created; waiting for pages.
+    #[default]
     Prealloc,
-    /// Pages reserved and announced; KV writes may land.
-    Transferring { written: Vec<bool> },
+    /// Pages reserved and announced; KV writes may land. The first `dst_pages` of
+    /// `pages` are the transfer destination, and `written[i]` says whether destination
+    /// page `i` has been written (`written.len() == dst_pages`).
+    Transferring {
+        pages: Vec<PageTag>,
+        dst_pages: usize,
+        written: Vec<bool>,
+    },
     /// Generating.
-    Running { seq_len: u64, step: u32 },
+    Running {
+        pages: Vec<PageTag>,
+        seq_len: u64,
+        step: u32,
+    },
+}
+
+impl Phase {
+    /// The pages, taking them out of the phase.
+    fn into_pages(self) -> Vec<PageTag> {
+        match self {
+            Phase::Prealloc => Vec::new(),
+            Phase::Transferring { pages, .. } | Phase::Running { pages, .. } => pages,
+        }
+    }
+
+    /// Every page the room use holds in this phase.
+    fn pages(&self) -> &[PageTag] {
+        match self {
+            Phase::Prealloc => &[],
+            Phase::Transferring { pages, .. } | Phase::Running { pages, .. } => pages,
+        }
+    }
 }
 
 /// Where a decode room is, as [`DecodeNode::room_phase`] reports it to tests and
@@ -64,11 +96,6 @@ struct Request {
     prefill: NodeId,
     prompt_len: u64,
     max_new_tokens: u32,
-    /// Every page reserved: the prompt's pages first (the transfer destination), then
-    /// the pages the reply will be written into.
-    pages: Vec<PageTag>,
-    /// How many of `pages` are the transfer destination.
-    dst_pages: usize,
     phase: Phase,
 }
 
@@ -424,6 +451,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         send_answer(env, (self.id, self.router, Side::Decode), room, answer);
     }
 
+    /// The router's start: intake checks (a stopped node, the queue, the length), then
+    /// the room waits in the prealloc queue for its pages.
     fn on_start<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
@@ -436,51 +465,24 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         if self.requests.contains_key(&room) || self.is_stale(room) {
             return;
         }
-        let reject = |this: &mut Self, env: &mut E, status: Status, why: Why, reason: String| {
-            env.trace(TraceEvent::Rejected {
-                node: this.id,
-                room,
-                side: Side::Decode,
-                status,
-                reason,
-            });
-            this.answer_why(room, status, Some(why), env);
-        };
         if let Some(reason) = &self.fatal {
             let reason = format!("node stopped: {reason}");
             let why = Why::NodeStopped { side: Side::Decode };
-            reject(self, env, Status::UNAVAILABLE, why, reason);
+            self.reject_start(room, Status::UNAVAILABLE, why, reason, env);
             return;
         }
         if self.requests.len() >= self.cfg.max_queue as usize {
             let why = Why::QueueFull { side: Side::Decode };
-            reject(self, env, Status::UNAVAILABLE, why, why.to_string());
+            self.reject_start(room, Status::UNAVAILABLE, why, why.to_string(), env);
             return;
         }
-        let mut prompt_len = prompt_len;
-        let need = prompt_len + u64::from(max_new_tokens);
-        if let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) {
-            if need > limit {
-                if self.cfg.bugs.has(Bug::GateChecksFinishedOnly) {
-                    // The same legacy rejection as prefill's: a 1-token placeholder that
-                    // decode's `finished_reason`-only gate lets through.
-                    env.trace(TraceEvent::RejectedLegacy {
-                        node: self.id,
-                        room,
-                        prompt_len,
-                    });
-                    prompt_len = 1;
-                } else {
-                    let why = Why::ReplyTooLong {
-                        tokens: prompt_len,
-                        new_tokens: max_new_tokens,
-                        limit,
-                    };
-                    reject(self, env, Status::BAD_REQUEST, why, why.to_string());
-                    return;
-                }
+        let prompt_len = match self.check_length(room, prompt_len, max_new_tokens, env) {
+            Ok(len) => len,
+            Err(why) => {
+                self.reject_start(room, Status::BAD_REQUEST, why, why.to_string(), env);
+                return;
             }
-        }
+        };
         env.trace(TraceEvent::Admitted {
             node: self.id,
             room,
@@ -494,13 +496,64 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 prefill,
                 prompt_len,
                 max_new_tokens,
-                pages: Vec::new(),
-                dst_pages: 0,
                 phase: Phase::Prealloc,
             },
         );
         self.prealloc.push_back(room);
         self.try_prealloc(env);
+    }
+
+    /// Refuse a start at intake, stating `reason`, and answer once with `why`.
+    fn reject_start<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Why,
+        reason: String,
+        env: &mut E,
+    ) {
+        env.trace(TraceEvent::Rejected {
+            node: self.id,
+            room,
+            side: Side::Decode,
+            status,
+            reason,
+        });
+        self.answer_why(room, status, Some(why), env);
+    }
+
+    /// Decode's own length check: the prompt plus the reply must fit the admission
+    /// limit. Returns the prompt length to reserve for (the legacy rejection, a bug
+    /// switch, lets a 1-token placeholder through), or the reason to refuse.
+    fn check_length<E: Env<G::Kv>>(
+        &self,
+        room: RoomKey,
+        prompt_len: u64,
+        max_new_tokens: u32,
+        env: &mut E,
+    ) -> Result<u64, Why> {
+        let need = prompt_len + u64::from(max_new_tokens);
+        let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) else {
+            return Ok(prompt_len);
+        };
+        if need <= limit {
+            return Ok(prompt_len);
+        }
+        if !self.cfg.bugs.has(Bug::GateChecksFinishedOnly) {
+            return Err(Why::ReplyTooLong {
+                tokens: prompt_len,
+                new_tokens: max_new_tokens,
+                limit,
+            });
+        }
+        // The same legacy rejection as prefill's: a 1-token placeholder that decode's
+        // `finished_reason`-only gate lets through.
+        env.trace(TraceEvent::RejectedLegacy {
+            node: self.id,
+            room,
+            prompt_len,
+        });
+        Ok(1)
     }
 
     /// `pop_preallocated`: reserve pages FIFO and send each room's page list.
@@ -533,9 +586,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             let (prefill, prompt_len) = (req.prefill, req.prompt_len);
             self.flush(env, None);
             if let Some(r) = self.requests.get_mut(&room) {
-                r.pages = pages;
-                r.dst_pages = dst_pages;
+                debug_assert_eq!(r.phase, Phase::Prealloc);
                 r.phase = Phase::Transferring {
+                    pages,
+                    dst_pages,
                     written: vec![false; dst_pages],
                 };
             }
@@ -605,9 +659,14 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             dst: dst.clone(),
         });
         if let Some(req) = self.requests.get_mut(&room) {
-            if let Phase::Transferring { written } = &mut req.phase {
+            if let Phase::Transferring {
+                pages,
+                dst_pages,
+                written,
+            } = &mut req.phase
+            {
                 for t in &dst {
-                    if let Some(i) = req.pages[..req.dst_pages].iter().position(|p| p == t) {
+                    if let Some(i) = pages[..*dst_pages].iter().position(|p| p == t) {
                         written[i] = true;
                     }
                 }
@@ -629,7 +688,12 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
-        let Phase::Transferring { written } = &req.phase else {
+        let Phase::Transferring {
+            pages,
+            dst_pages,
+            written,
+        } = &req.phase
+        else {
             return;
         };
         env.trace(TraceEvent::TransferReported {
@@ -638,11 +702,11 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             from,
             success: matches!(outcome, TransferOutcome::Success { .. }),
         });
-        let verdict = self.judge_transfer(req, written, &outcome);
+        let verdict = self.judge_transfer(req, &pages[..*dst_pages], written, &outcome);
         let facts = TransferFacts {
             from,
             prompt_len: req.prompt_len,
-            reserved_pages: req.dst_pages as u32,
+            reserved_pages: *dst_pages as u32,
             fully_written: written.iter().all(|w| *w),
         };
         match (verdict, outcome) {
@@ -673,10 +737,11 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     fn judge_transfer(
         &self,
         req: &Request,
+        dst_tags: &[PageTag],
         written: &[bool],
         outcome: &TransferOutcome,
     ) -> Verdict {
-        let dst = ids(&req.pages[..req.dst_pages]);
+        let dst = ids(dst_tags);
         let verify = self.cfg.defenses.verify_on_completion;
         let checksum_is = |tokens: u64, want: u64, what: &str| match self.gpu.digest(&dst, tokens) {
             Err(e) => Err(Verdict::Device(e)),
@@ -706,15 +771,15 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                             "prefill sent {tokens} tokens, decode expects {}",
                             req.prompt_len
                         )))
-                    } else if pages as usize != req.dst_pages {
+                    } else if pages as usize != dst_tags.len() {
                         Err(Verdict::Reject(format!(
                             "prefill sent {pages} pages, decode reserved {}",
-                            req.dst_pages
+                            dst_tags.len()
                         )))
                     } else if let Some(i) = written.iter().position(|w| !w) {
                         Err(Verdict::Reject(format!(
                             "destination page {} was never written",
-                            req.pages[i]
+                            dst_tags[i]
                         )))
                     } else {
                         checksum_is(req.prompt_len, checksum, "the reserved prompt")
@@ -768,10 +833,13 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         sent_pages: u32,
         env: &mut E,
     ) {
-        let Some(req) = self.requests.get(&room) else {
+        let Some(Phase::Transferring {
+            pages, dst_pages, ..
+        }) = self.requests.get(&room).map(|r| &r.phase)
+        else {
             return;
         };
-        let dst_tags = req.pages[..req.dst_pages].to_vec();
+        let dst_tags = pages[..*dst_pages].to_vec();
         // Under fail-open they may be Writing still; mark_ready accepts both.
         if let Err(e) = self.pool.mark_ready(room, &dst_tags) {
             self.fault(
@@ -801,7 +869,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         });
         env.cancel_timer(Timer::WaitingForKv(room));
         if let Some(r) = self.requests.get_mut(&room) {
+            let pages = std::mem::take(&mut r.phase).into_pages();
             r.phase = Phase::Running {
+                pages,
                 seq_len: facts.prompt_len,
                 step: 0,
             };
@@ -847,12 +917,18 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
-        let Phase::Running { seq_len, step } = req.phase else {
+        let Phase::Running {
+            pages: all,
+            seq_len,
+            step,
+        } = &req.phase
+        else {
             return;
         };
+        let (seq_len, step) = (*seq_len, *step);
         let ps = u64::from(self.cfg.page_size);
-        let seq_pages = (seq_len.div_ceil(ps) as usize).min(req.pages.len());
-        let pages = req.pages[..seq_pages].to_vec();
+        let seq_pages = (seq_len.div_ceil(ps) as usize).min(all.len());
+        let pages = all[..seq_pages].to_vec();
         let q = query_position(step, req.max_new_tokens, req.prompt_len);
         if self.cfg.defenses.page_tags {
             match self.gpu.check_tags(&pages, room) {
@@ -884,7 +960,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             }
         };
         // The generated token's KV goes into the next slot of the request's own pages.
-        let all = req.pages.clone();
+        let all = all.clone();
         let max_new_tokens = req.max_new_tokens;
         if let Err(e) = write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room) {
             // Past the request's pages (refused whole), or the device failed; stated
@@ -905,11 +981,15 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             },
         );
         let done = step + 1 >= max_new_tokens;
-        if let Some(r) = self.requests.get_mut(&room) {
-            r.phase = Phase::Running {
-                seq_len: seq_len + 1,
-                step: step + 1,
-            };
+        if let Some(Phase::Running {
+            seq_len: len,
+            step: at,
+            ..
+        }) = self.requests.get_mut(&room).map(|r| &mut r.phase)
+        {
+            debug_assert_eq!((*len, *at), (seq_len, step));
+            *len = seq_len + 1;
+            *at = step + 1;
         }
         if done {
             self.finish(room, Status::OK, None, env);
@@ -958,7 +1038,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         // Release only the pages this room still owns: after a tag mismatch some page
         // may belong to someone else now, and only the owner frees (S8).
         let owned: Vec<PageTag> = req
-            .pages
+            .phase
+            .pages()
             .iter()
             .copied()
             .filter(|t| self.pool.owns(room, *t))
@@ -968,7 +1049,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             if self.finished_pages.len() >= self.cfg.max_queue as usize {
                 self.finished_pages.pop_front();
             }
-            self.finished_pages.push_back((room, req.pages.clone()));
+            self.finished_pages
+                .push_back((room, req.phase.into_pages()));
         }
         self.answer_why(room, status, why, env);
     }
@@ -1044,20 +1126,19 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         env.cancel_timer(Timer::WaitingForKv(room));
         match req.phase {
             Phase::Prealloc => self.prealloc.retain(|r| *r != room),
-            Phase::Running { .. } => {
-                let owned: Vec<PageTag> = req
-                    .pages
+            Phase::Running { pages, .. } => {
+                let owned: Vec<PageTag> = pages
                     .iter()
                     .copied()
                     .filter(|t| self.pool.owns(room, *t))
                     .collect();
                 self.release(room, &owned, ReleaseKind::Owner, env);
             }
-            Phase::Transferring { .. } => {
+            Phase::Transferring { pages, .. } => {
                 let deferred = self.cfg.defenses.deferred_release
                     && !self.cfg.bugs.has(Bug::DecodeReleaseImmediate);
                 if deferred {
-                    if let Err(e) = self.pool.quarantine(room, &req.pages) {
+                    if let Err(e) = self.pool.quarantine(room, &pages) {
                         self.fault(
                             NodeFault::PageRecordRefused {
                                 room: Some(room),
@@ -1071,7 +1152,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                         self.quarantine.insert(
                             room,
                             Quarantine {
-                                pages: req.pages,
+                                pages,
                                 prefill: req.prefill,
                                 retries: 0,
                             },
@@ -1082,7 +1163,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 } else {
                     // Free now, while prefill may still be writing (pre-#35049).
                     env.send(req.prefill, Msg::DrainRequest { room });
-                    self.release(room, &req.pages, ReleaseKind::Owner, env);
+                    self.release(room, &pages, ReleaseKind::Owner, env);
                 }
             }
         }
@@ -1191,11 +1272,11 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         pool.invariants()?;
         // holders[i]: 1 + the index in `lists` of the list that holds page i (0: none).
         let mut holders: Vec<u32> = vec![0; pool.capacity() + 1];
-        let lists: Vec<(&RoomKey, &Vec<PageTag>, bool)> = self
+        let lists: Vec<(&RoomKey, &[PageTag], bool)> = self
             .requests
             .iter()
-            .map(|(k, r)| (k, &r.pages, false))
-            .chain(self.quarantine.iter().map(|(k, q)| (k, &q.pages, true)))
+            .map(|(k, r)| (k, r.phase.pages(), false))
+            .chain(self.quarantine.iter().map(|(k, q)| (k, &q.pages[..], true)))
             .collect();
         for (idx, (_, pages, _)) in lists.iter().enumerate() {
             for t in pages.iter() {
@@ -1230,10 +1311,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         if let Some(r) = self.requests.get(&room) {
             return Some(match &r.phase {
                 Phase::Prealloc => DecodePhase::Prealloc,
-                Phase::Transferring { written } => DecodePhase::Transferring {
+                Phase::Transferring { written, .. } => DecodePhase::Transferring {
                     written: written.clone(),
                 },
-                Phase::Running { seq_len, step } => DecodePhase::Running {
+                Phase::Running { seq_len, step, .. } => DecodePhase::Running {
                     step: *step,
                     seq_len: *seq_len,
                 },
@@ -1248,7 +1329,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// its quarantine.
     pub fn room_pages(&self, room: RoomKey) -> Option<Vec<PageTag>> {
         match self.requests.get(&room) {
-            Some(r) => Some(r.pages.clone()),
+            Some(r) => Some(r.phase.pages().to_vec()),
             None => self.quarantine.get(&room).map(|q| q.pages.clone()),
         }
     }

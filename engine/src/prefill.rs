@@ -32,24 +32,46 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Where a prefill request is.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// Every phase after `Bootstrapping` holds decode's page list (`meta`): it arrives
+/// exactly when the room leaves `Bootstrapping`, so no phase has it optionally.
 enum Phase {
     /// Sender created; waiting for decode's page list.
     Bootstrapping,
     /// Page list known; waiting in the queue for source pages.
-    Waiting,
+    Waiting { meta: Meta },
     /// In the running batch; the forward completes at the next scheduler tick.
-    Forward { pages: Vec<PageTag> },
+    Forward { meta: Meta, pages: Vec<PageTag> },
     /// KV is being sent.
     Sending {
+        meta: Meta,
         pages: Vec<PageTag>,
         next_page: usize,
         in_flight: u32,
     },
     /// The transfer concluded; the scheduler polls it at the next tick.
     Inflight {
+        meta: Meta,
         pages: Vec<PageTag>,
         outcome: TransferOutcome,
     },
+}
+
+impl Phase {
+    /// Decode's page list, known from `Waiting` on.
+    fn meta(&self) -> Option<&Meta> {
+        match self {
+            Phase::Bootstrapping => None,
+            Phase::Waiting { meta }
+            | Phase::Forward { meta, .. }
+            | Phase::Sending { meta, .. }
+            | Phase::Inflight { meta, .. } => Some(meta),
+        }
+    }
+
+    /// The incarnation of decode whose page list this is (0 before it is known).
+    fn decode_epoch(&self) -> u32 {
+        self.meta().map_or(0, Meta::epoch)
+    }
 }
 
 /// Where a prefill room is, as [`PrefillNode::room_phase`] reports it to tests and
@@ -66,6 +88,17 @@ pub enum PrefillPhase {
     Sending { next_page: usize, in_flight: u32 },
     /// The transfer concluded (`success` is its outcome); polled at the next tick.
     Inflight { success: bool },
+}
+
+/// One chunk write to issue ([`PrefillNode::next_chunk`]): its source pages and their
+/// destinations, the phase's `next_page` after it, the partial last page it carries
+/// (its index in the chunk, the slots it holds) and the decode node it goes to.
+struct Chunk {
+    src: Vec<PageTag>,
+    dst: Vec<PageTag>,
+    end: usize,
+    tail: Option<(usize, usize)>,
+    to: NodeId,
 }
 
 /// Decode's page list for a room (M5).
@@ -91,8 +124,16 @@ struct Request {
     to_finish: Option<Status>,
     /// The terminal reason once set (SGLang `finished_reason`).
     finished_reason: Option<Status>,
-    meta: Option<Meta>,
     phase: Phase,
+}
+
+impl Request {
+    /// Move to the phase `next` makes of the current one; `next` returns a phase it
+    /// does not move from unchanged.
+    fn advance(&mut self, next: impl FnOnce(Phase) -> Phase) {
+        let now = std::mem::replace(&mut self.phase, Phase::Bootstrapping);
+        self.phase = next(now);
+    }
 }
 
 /// Writes of one room use still in flight, kept after the request retires.
@@ -352,6 +393,8 @@ impl<G: Gpu> PrefillNode<G> {
         }
     }
 
+    /// The router's start (M1): intake checks (queue, length, the bootstrap-queue gate),
+    /// then the room waits for decode's page list (which may have arrived first).
     fn on_start<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
@@ -366,23 +409,11 @@ impl<G: Gpu> PrefillNode<G> {
         if self.drained_before_start(room, decode, env) {
             return;
         }
-        let len = prompt.len() as u64;
-        let reject = |this: &mut Self, env: &mut E, status: Status, why: Why| {
-            this.tombstone(room);
-            env.trace(TraceEvent::Rejected {
-                node: this.id,
-                room,
-                side: Side::Prefill,
-                status,
-                reason: why.to_string(),
-            });
-            this.answer_why(room, status, Some(why), env);
-        };
         if self.requests.len() >= self.cfg.max_queue as usize {
             let why = Why::QueueFull {
                 side: Side::Prefill,
             };
-            reject(self, env, Status::UNAVAILABLE, why);
+            self.reject_start(room, Status::UNAVAILABLE, why, env);
             return;
         }
         let mut req = Request {
@@ -391,36 +422,11 @@ impl<G: Gpu> PrefillNode<G> {
             prompt,
             to_finish: None,
             finished_reason: None,
-            meta: None,
             phase: Phase::Bootstrapping,
         };
-        if let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) {
-            if len > limit && self.cfg.allow_auto_truncate {
-                // `validate_input_length` with truncation on: keep the head of the prompt.
-                req.prompt.truncate(limit as usize);
-                env.trace(TraceEvent::Truncated {
-                    node: self.id,
-                    room,
-                    from: len,
-                    to: limit,
-                });
-            } else if len > limit {
-                if self.cfg.bugs.has(Bug::GateChecksFinishedOnly) {
-                    // SGLang `set_finish_with_abort`: keep the error in `to_finish`,
-                    // swap the prompt for a 1-token placeholder, stay live.
-                    req.prompt = vec![0];
-                    req.to_finish = Some(Status::BAD_REQUEST);
-                    env.trace(TraceEvent::RejectedLegacy {
-                        node: self.id,
-                        room,
-                        prompt_len: len,
-                    });
-                } else {
-                    let why = Why::PromptTooLong { tokens: len, limit };
-                    reject(self, env, Status::BAD_REQUEST, why);
-                    return;
-                }
-            }
+        if let Err(why) = self.check_length(room, &mut req, env) {
+            self.reject_start(room, Status::BAD_REQUEST, why, env);
+            return;
         }
         // The bootstrap-queue gate (`PrefillBootstrapQueue.add`).
         if self.is_aborted(&req) {
@@ -428,7 +434,7 @@ impl<G: Gpu> PrefillNode<G> {
                 .to_finish
                 .or(req.finished_reason)
                 .unwrap_or(Status::BAD_REQUEST);
-            reject(self, env, status, Why::RejectedAtIntake);
+            self.reject_start(room, status, Why::RejectedAtIntake, env);
             return;
         }
         env.trace(TraceEvent::Admitted {
@@ -440,6 +446,73 @@ impl<G: Gpu> PrefillNode<G> {
         });
         self.requests.insert(room, req);
         env.set_timer(Timer::Bootstrap(room), self.cfg.timeouts.bootstrap_ns);
+        self.take_early_meta(room, decode, env);
+    }
+
+    /// Refuse a start at intake: retire the room use and answer once, with the reason.
+    fn reject_start<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Why,
+        env: &mut E,
+    ) {
+        self.tombstone(room);
+        env.trace(TraceEvent::Rejected {
+            node: self.id,
+            room,
+            side: Side::Prefill,
+            status,
+            reason: why.to_string(),
+        });
+        self.answer_why(room, status, Some(why), env);
+    }
+
+    /// `validate_input_length`: a prompt over the admission limit is truncated (with
+    /// auto-truncation on), kept as a 1-token placeholder with the error pending (the
+    /// legacy rejection, a bug switch), or refused with the reason.
+    fn check_length<E: Env<G::Kv>>(
+        &self,
+        room: RoomKey,
+        req: &mut Request,
+        env: &mut E,
+    ) -> Result<(), Why> {
+        let len = req.prompt.len() as u64;
+        let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) else {
+            return Ok(());
+        };
+        if len <= limit {
+            return Ok(());
+        }
+        if self.cfg.allow_auto_truncate {
+            // Truncation on: keep the head of the prompt.
+            req.prompt.truncate(limit as usize);
+            env.trace(TraceEvent::Truncated {
+                node: self.id,
+                room,
+                from: len,
+                to: limit,
+            });
+            return Ok(());
+        }
+        if !self.cfg.bugs.has(Bug::GateChecksFinishedOnly) {
+            return Err(Why::PromptTooLong { tokens: len, limit });
+        }
+        // SGLang `set_finish_with_abort`: keep the error in `to_finish`, swap the
+        // prompt for a 1-token placeholder, stay live.
+        req.prompt = vec![0];
+        req.to_finish = Some(Status::BAD_REQUEST);
+        env.trace(TraceEvent::RejectedLegacy {
+            node: self.id,
+            room,
+            prompt_len: len,
+        });
+        Ok(())
+    }
+
+    /// Page lists that arrived before this start: the room's decode node's is taken
+    /// now, any other node's is refused by peer identity.
+    fn take_early_meta<E: Env<G::Kv>>(&mut self, room: RoomKey, decode: NodeId, env: &mut E) {
         let early: Vec<(NodeId, Vec<PageTag>)> = self
             .early_meta
             .range((room, NodeId(0))..=(room, NodeId(u16::MAX)))
@@ -501,8 +574,7 @@ impl<G: Gpu> PrefillNode<G> {
         if req.phase != Phase::Bootstrapping {
             return;
         }
-        req.meta = Some(Meta { dst });
-        req.phase = Phase::Waiting;
+        req.phase = Phase::Waiting { meta: Meta { dst } };
         self.waiting.push_back(room);
         env.cancel_timer(Timer::Bootstrap(room));
         self.kick(env);
@@ -550,7 +622,7 @@ impl<G: Gpu> PrefillNode<G> {
                 self.waiting.pop_front();
                 continue;
             };
-            if req.phase != Phase::Waiting {
+            if !matches!(req.phase, Phase::Waiting { .. }) {
                 self.waiting.pop_front();
                 continue;
             }
@@ -581,7 +653,11 @@ impl<G: Gpu> PrefillNode<G> {
                 side: Side::Prefill,
             });
             if let Some(r) = self.requests.get_mut(&room) {
-                r.phase = Phase::Forward { pages };
+                r.advance(|now| match now {
+                    Phase::Waiting { meta } => Phase::Forward { meta, pages },
+                    other => other,
+                });
+                debug_assert!(matches!(r.phase, Phase::Forward { .. }));
             }
             batch += 1;
         }
@@ -595,7 +671,7 @@ impl<G: Gpu> PrefillNode<G> {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
-        let Phase::Forward { pages } = &req.phase else {
+        let Phase::Forward { pages, .. } = &req.phase else {
             return;
         };
         let pages = pages.clone();
@@ -642,136 +718,203 @@ impl<G: Gpu> PrefillNode<G> {
         }
         self.flush(env);
         if let Some(r) = self.requests.get_mut(&room) {
-            r.phase = Phase::Sending {
-                pages,
-                next_page: 0,
-                in_flight: 0,
-            };
+            r.advance(|now| match now {
+                Phase::Forward { meta, .. } => Phase::Sending {
+                    meta,
+                    pages,
+                    next_page: 0,
+                    in_flight: 0,
+                },
+                other => other,
+            });
+            debug_assert!(matches!(r.phase, Phase::Sending { .. }));
         }
-        self.pump(room, env);
+        self.send_chunks(room, env);
     }
 
-    /// Issue chunk writes up to the in-flight limit; conclude when all completed.
-    fn pump<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
-        let chunk_pages = self.cfg.chunk_pages as usize;
-        let max_in_flight = self.cfg.max_inflight_chunks;
-        let ps = u64::from(self.cfg.page_size).max(1);
-        let hold = !self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain)
-            && self.cfg.defenses.deferred_release;
-        let epoch = self.pool.epoch();
-        let Some(req) = self.requests.get_mut(&room) else {
-            return;
-        };
-        let decode = req.decode;
-        let dst_all = req.meta.as_ref().map(|m| m.dst.clone()).unwrap_or_default();
+    /// Issue chunk writes up to the in-flight limit ([`Self::next_chunk`],
+    /// [`Self::send_chunk`]); conclude the transfer when every one completed.
+    fn send_chunks<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+        while let Some(chunk) = self.next_chunk(room) {
+            if let Err(e) = self.send_chunk(room, chunk, env) {
+                self.send_failed_on_device(room, &e, env);
+                return;
+            }
+        }
+        self.conclude_send(room, env);
+    }
+
+    /// The next chunk write of a sending room, if the in-flight limit and the pages
+    /// left allow one. Mooncake truncates the source to the destination when decode
+    /// reserved fewer pages; nothing checks that the counts agree (decode's job).
+    fn next_chunk(&self, room: RoomKey) -> Option<Chunk> {
+        let req = self.requests.get(&room)?;
         let Phase::Sending {
+            meta,
             pages,
             next_page,
             in_flight,
-        } = &mut req.phase
+        } = &req.phase
         else {
-            return;
+            return None;
         };
-        // Mooncake truncates the source to the destination when decode reserved fewer
-        // pages; nothing checks that the counts agree (that is decode's job).
-        let to_send = pages.len().min(dst_all.len());
-        let mut device: Option<DeviceError> = None;
-        while *in_flight < max_in_flight && *next_page < to_send {
-            let end = (*next_page + chunk_pages).min(to_send);
-            let src = pages[*next_page..end].to_vec();
-            let dst = dst_all[*next_page..end].to_vec();
-            // Read before holding: a device that fails here fails the send with no
-            // hold taken for a write that never leaves.
-            let mut kv = match self.gpu.read_pages(&ids(&src)) {
-                Ok(kv) => kv,
-                Err(e) => {
-                    device = Some(e);
-                    break;
-                }
-            };
-            if hold {
-                for &t in &src {
-                    // Our own Ready pages: a refusal means the record is corrupt.
-                    self.pool
-                        .hold(t)
-                        .expect("sending room owns its source pages (S1)");
-                }
-                for c in self.pool.take_changes() {
-                    env.trace(c.into_event(self.id, None));
-                }
+        let to_send = pages.len().min(meta.dst.len());
+        if *in_flight >= self.cfg.max_inflight_chunks || *next_page >= to_send {
+            return None;
+        }
+        let end = (*next_page + self.cfg.chunk_pages as usize).min(to_send);
+        // The prompt's last page, when partial, is sent as the slots it holds: a
+        // one-sided write places the bytes it carries, so decode's generated KV in the
+        // rest of that page is out of reach of this write and of any late copy of it
+        // (docs/ARCHITECTURE.md, "Two transports").
+        let ps = u64::from(self.cfg.page_size).max(1);
+        let slots = (req.prompt.len() as u64 % ps) as usize;
+        let tail = match pages.len().checked_sub(1) {
+            Some(last) if slots != 0 && (*next_page..end).contains(&last) => {
+                Some((last - *next_page, slots))
             }
-            // The prompt's last page, when partial, is sent as the slots it holds: a
-            // one-sided write places the bytes it carries, so decode's generated KV in
-            // the rest of that page is out of reach of this write and of any late copy
-            // of it (docs/ARCHITECTURE.md, "Two transports").
-            let tail = (req.prompt.len() as u64 % ps) as usize;
-            let last = pages.len().checked_sub(1);
-            if tail != 0 && last.is_some_and(|l| (*next_page..end).contains(&l)) {
-                if let Some(k) = last.and_then(|l| kv.get_mut(l - *next_page)) {
-                    k.keep_slots(tail);
-                }
+            _ => None,
+        };
+        debug_assert!(*next_page < end && end <= to_send);
+        Some(Chunk {
+            src: pages[*next_page..end].to_vec(),
+            dst: meta.dst[*next_page..end].to_vec(),
+            end,
+            tail,
+            to: req.decode,
+        })
+    }
+
+    /// Send one chunk write: read the source, hold it until the write completes (with
+    /// deferred release), record the write as outstanding, state and send it.
+    fn send_chunk<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        chunk: Chunk,
+        env: &mut E,
+    ) -> Result<(), DeviceError> {
+        let Chunk {
+            src,
+            dst,
+            end,
+            tail,
+            to,
+        } = chunk;
+        assert_eq!(src.len(), dst.len(), "a chunk writes each source page once");
+        // Read before holding: a device that fails here fails the send with no hold
+        // taken for a write that never leaves.
+        let mut kv = self.gpu.read_pages(&ids(&src))?;
+        let hold = !self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain)
+            && self.cfg.defenses.deferred_release;
+        if hold {
+            for &t in &src {
+                // Our own Ready pages: a refusal means the record is corrupt.
+                self.pool
+                    .hold(t)
+                    .expect("sending room owns its source pages (S1)");
             }
-            let out = self.outstanding.entry(room).or_insert_with(|| Outstanding {
-                to: decode,
-                ..Outstanding::default()
-            });
-            let id = WriteId {
-                writer: self.id,
-                epoch,
-                room,
-                chunk: out.next_chunk,
-            };
-            out.next_chunk += 1;
-            out.chunks
-                .insert(id.chunk, if hold { src.clone() } else { Vec::new() });
-            env.trace(TraceEvent::KvSent {
-                node: self.id,
-                write: id,
-                src: src.clone(),
-                dst: dst.clone(),
-                to: Some(decode),
-            });
-            env.send(decode, Msg::KvWrite { id, src, dst, kv });
+            for c in self.pool.take_changes() {
+                env.trace(c.into_event(self.id, None));
+            }
+        }
+        if let Some((i, slots)) = tail {
+            if let Some(k) = kv.get_mut(i) {
+                k.keep_slots(slots);
+            }
+        }
+        let out = self.outstanding.entry(room).or_insert_with(|| Outstanding {
+            to,
+            ..Outstanding::default()
+        });
+        let id = WriteId {
+            writer: self.id,
+            epoch: self.pool.epoch(),
+            room,
+            chunk: out.next_chunk,
+        };
+        out.next_chunk += 1;
+        out.chunks
+            .insert(id.chunk, if hold { src.clone() } else { Vec::new() });
+        env.trace(TraceEvent::KvSent {
+            node: self.id,
+            write: id,
+            src: src.clone(),
+            dst: dst.clone(),
+            to: Some(to),
+        });
+        env.send(to, Msg::KvWrite { id, src, dst, kv });
+        if let Some(Phase::Sending {
+            next_page,
+            in_flight,
+            ..
+        }) = self.requests.get_mut(&room).map(|r| &mut r.phase)
+        {
             *next_page = end;
             *in_flight += 1;
         }
-        if let Some(e) = device {
-            self.send_failed_on_device(room, &e, env);
+        debug_assert!(self
+            .outstanding
+            .get(&room)
+            .is_some_and(|o| o.chunks.contains_key(&id.chunk)));
+        Ok(())
+    }
+
+    /// Every chunk was sent and completed: report the transfer to decode (M7) with
+    /// prefill's own counts and the digest of what it sent.
+    fn conclude_send<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+        let Some(req) = self.requests.get(&room) else {
+            return;
+        };
+        let Phase::Sending {
+            meta,
+            pages,
+            next_page,
+            in_flight,
+        } = &req.phase
+        else {
+            return;
+        };
+        let to_send = pages.len().min(meta.dst.len());
+        if *in_flight != 0 || *next_page < to_send {
             return;
         }
-        if *in_flight == 0 && *next_page >= to_send {
-            let sent_pages = pages[..to_send].to_vec();
-            let tokens = req.prompt.len() as u64;
-            let checksum = match self.gpu.digest(&ids(&sent_pages), tokens) {
-                Ok(c) => c,
-                Err(e) => {
-                    self.send_failed_on_device(room, &e, env);
-                    return;
-                }
-            };
-            // `is_last_chunk = curr_idx == num_kv_indices`: prefill reports its own
-            // page count and token count, whatever decode reserved.
-            let outcome = TransferOutcome::Success {
-                tokens,
-                pages: pages.len() as u32,
-                checksum,
-            };
-            let pages = pages.clone();
-            req.phase = Phase::Inflight {
-                pages,
-                outcome: outcome.clone(),
-            };
-            let epoch = req.meta.as_ref().map_or(0, Meta::epoch);
-            env.send(
-                decode,
-                Msg::KvDone {
-                    room,
-                    outcome,
-                    epoch,
+        let tokens = req.prompt.len() as u64;
+        let checksum = match self.gpu.digest(&ids(&pages[..to_send]), tokens) {
+            Ok(c) => c,
+            Err(e) => {
+                self.send_failed_on_device(room, &e, env);
+                return;
+            }
+        };
+        // `is_last_chunk = curr_idx == num_kv_indices`: prefill reports its own page
+        // count and token count, whatever decode reserved.
+        let outcome = TransferOutcome::Success {
+            tokens,
+            pages: pages.len() as u32,
+            checksum,
+        };
+        let (decode, epoch) = (req.decode, req.phase.decode_epoch());
+        if let Some(r) = self.requests.get_mut(&room) {
+            let reported = outcome.clone();
+            r.advance(|now| match now {
+                Phase::Sending { meta, pages, .. } => Phase::Inflight {
+                    meta,
+                    pages,
+                    outcome: reported,
                 },
-            );
-            self.kick(env);
+                other => other,
+            });
+            debug_assert!(matches!(r.phase, Phase::Inflight { .. }));
         }
+        env.send(
+            decode,
+            Msg::KvDone {
+                room,
+                outcome,
+                epoch,
+            },
+        );
+        self.kick(env);
     }
 
     fn on_write_done<E: Env<G::Kv>>(&mut self, id: WriteId, ok: bool, env: &mut E) {
@@ -818,7 +961,7 @@ impl<G: Gpu> PrefillNode<G> {
                     // One failed write fails the room (M7 Failed, immediately).
                     self.fail_send(room, true, env);
                 } else {
-                    self.pump(room, env);
+                    self.send_chunks(room, env);
                 }
             }
         }
@@ -867,7 +1010,7 @@ impl<G: Gpu> PrefillNode<G> {
                     // Decode asked: it needs no KvDone.
                     self.fail_send(room, false, env);
                 }
-                Phase::Bootstrapping | Phase::Waiting | Phase::Forward { .. } => {
+                Phase::Bootstrapping | Phase::Waiting { .. } | Phase::Forward { .. } => {
                     self.on_abort(room, Status::INTERNAL, env);
                 }
                 Phase::Inflight { .. } => {}
@@ -913,8 +1056,8 @@ impl<G: Gpu> PrefillNode<G> {
             side: Side::Prefill,
         });
         match &req.phase {
-            Phase::Bootstrapping | Phase::Waiting => {
-                let knows_decode = req.meta.is_some();
+            Phase::Bootstrapping | Phase::Waiting { .. } => {
+                let knows_decode = req.phase.meta().is_some();
                 if knows_decode {
                     self.notify_decode_failed(room, env);
                 }
@@ -945,14 +1088,18 @@ impl<G: Gpu> PrefillNode<G> {
         let Some(req) = self.requests.get_mut(&room) else {
             return;
         };
-        let Phase::Sending { pages, .. } = &mut req.phase else {
+        if !matches!(req.phase, Phase::Sending { .. }) {
             return;
-        };
-        let pages = std::mem::take(pages);
-        req.phase = Phase::Inflight {
-            pages,
-            outcome: TransferOutcome::Failed,
-        };
+        }
+        req.advance(|now| match now {
+            Phase::Sending { meta, pages, .. } => Phase::Inflight {
+                meta,
+                pages,
+                outcome: TransferOutcome::Failed,
+            },
+            other => other,
+        });
+        debug_assert!(matches!(req.phase, Phase::Inflight { .. }));
         if tell_decode {
             self.notify_decode_failed(room, env);
         }
@@ -979,7 +1126,7 @@ impl<G: Gpu> PrefillNode<G> {
                 Msg::KvDone {
                     room,
                     outcome: TransferOutcome::Failed,
-                    epoch: req.meta.as_ref().map_or(0, Meta::epoch),
+                    epoch: req.phase.decode_epoch(),
                 },
             );
         }
@@ -990,7 +1137,7 @@ impl<G: Gpu> PrefillNode<G> {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
-        let Phase::Inflight { pages, outcome } = &req.phase else {
+        let Phase::Inflight { pages, outcome, .. } = &req.phase else {
             return;
         };
         let pages = pages.clone();
@@ -1128,8 +1275,8 @@ impl<G: Gpu> PrefillNode<G> {
     pub fn room_phase(&self, room: RoomKey) -> Option<PrefillPhase> {
         Some(match &self.requests.get(&room)?.phase {
             Phase::Bootstrapping => PrefillPhase::Bootstrapping,
-            Phase::Waiting => PrefillPhase::Waiting,
-            Phase::Forward { pages } => PrefillPhase::Forward {
+            Phase::Waiting { .. } => PrefillPhase::Waiting,
+            Phase::Forward { pages, .. } => PrefillPhase::Forward {
                 pages: pages.clone(),
             },
             Phase::Sending {
