@@ -101,6 +101,14 @@ struct Chunk {
     to: NodeId,
 }
 
+/// Does decode still need a `KvDone { Failed }` for a send that fails? Not when decode
+/// asked for the stop itself (its drain request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KvDoneOwed {
+    Yes,
+    No,
+}
+
 /// Decode's page list for a room (M5).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct Meta {
@@ -959,7 +967,7 @@ impl<G: Gpu> PrefillNode<G> {
                 *in_flight = in_flight.saturating_sub(1);
                 if !ok {
                     // One failed write fails the room (M7 Failed, immediately).
-                    self.fail_send(room, true, env);
+                    self.fail_send(room, KvDoneOwed::Yes, env);
                 } else {
                     self.send_chunks(room, env);
                 }
@@ -1008,7 +1016,7 @@ impl<G: Gpu> PrefillNode<G> {
                 Phase::Sending { .. } => {
                     req.finished_reason.get_or_insert(Status::INTERNAL);
                     // Decode asked: it needs no KvDone.
-                    self.fail_send(room, false, env);
+                    self.fail_send(room, KvDoneOwed::No, env);
                 }
                 Phase::Bootstrapping | Phase::Waiting { .. } | Phase::Forward { .. } => {
                     self.on_abort(room, Status::INTERNAL, env);
@@ -1069,7 +1077,7 @@ impl<G: Gpu> PrefillNode<G> {
             }
             Phase::Sending { .. } => {
                 req.finished_reason.get_or_insert(status);
-                self.fail_send(room, true, env);
+                self.fail_send(room, KvDoneOwed::Yes, env);
             }
             // The transfer already concluded; the abort is recorded as the finish
             // reason and the poll decides what the router hears.
@@ -1084,7 +1092,7 @@ impl<G: Gpu> PrefillNode<G> {
     /// scheduler tick polls the room (which releases the source pages once their writes
     /// drained). The three ways a send fails (a write failed, an abort, decode's drain
     /// request) all end here.
-    fn fail_send<E: Env<G::Kv>>(&mut self, room: RoomKey, tell_decode: bool, env: &mut E) {
+    fn fail_send<E: Env<G::Kv>>(&mut self, room: RoomKey, owed: KvDoneOwed, env: &mut E) {
         let Some(req) = self.requests.get_mut(&room) else {
             return;
         };
@@ -1100,7 +1108,7 @@ impl<G: Gpu> PrefillNode<G> {
             other => other,
         });
         debug_assert!(matches!(req.phase, Phase::Inflight { .. }));
-        if tell_decode {
+        if owed == KvDoneOwed::Yes {
             self.notify_decode_failed(room, env);
         }
         self.kick(env);
@@ -1116,7 +1124,7 @@ impl<G: Gpu> PrefillNode<G> {
         env: &mut E,
     ) {
         self.fault(device_fault(Some(room), e), env);
-        self.fail_send(room, true, env);
+        self.fail_send(room, KvDoneOwed::Yes, env);
     }
 
     fn notify_decode_failed<E: Env<G::Kv>>(&self, room: RoomKey, env: &mut E) {
