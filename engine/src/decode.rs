@@ -24,11 +24,11 @@ use crate::gpu::{
     device_fault, ids, query_position, write_traced, zero_pages, DeviceError, Gpu, TagError,
     TagMismatch, WriteError,
 };
-use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, WriteId};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
 use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::retired::{holds, send_answer, RetiredRooms};
+use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
 use std::collections::{BTreeMap, VecDeque};
@@ -404,7 +404,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                         room,
                         reason: "waiting timeout".into(),
                     });
-                    self.fail_why(room, Status::INTERNAL, Some(Why::TransferFailed), env);
+                    self.fail(room, Status::INTERNAL, Some(Why::TransferFailed), env);
                 }
             }
             Input::Timer(Timer::DrainRetry(room, arming)) => self.on_drain_retry(room, arming, env),
@@ -430,25 +430,19 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
-    /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
-    /// a use already answered) repeats the first status.
-    fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        self.answer_why(room, status, None, env);
-    }
-
-    /// [`Self::answer`] with the engine's reason for `status` (a repeated answer
-    /// repeats the first one's reason too).
-    fn answer_why<E: Env<G::Kv>>(
+    /// Answer the router for `room`, once, with the engine's reason for an error
+    /// `status` where it has one: a repeated answer (an abort seen again, for a use
+    /// already answered) repeats the first status and reason.
+    fn answer<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
         status: Status,
         why: Option<Why>,
         env: &mut E,
     ) {
-        let q = &self.quarantine;
-        let held = |n: RoomId| holds(q, n);
-        let answer = self.retired.answer(room, status, why, &held);
-        send_answer(env, (self.id, self.router, Side::Decode), room, answer);
+        let from = (self.id, self.router, Side::Decode);
+        self.retired
+            .answer_once(env, from, room, (status, why), &self.quarantine);
     }
 
     /// The router's start: intake checks (a stopped node, the queue, the length), then
@@ -519,7 +513,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             status,
             reason,
         });
-        self.answer_why(room, status, Some(why), env);
+        self.answer(room, status, Some(why), env);
     }
 
     /// Decode's own length check: the prompt plus the reply must fit the admission
@@ -570,7 +564,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             if need > self.pool.capacity() && !self.cfg.bugs.has(Bug::AdmitBeyondPool) {
                 self.prealloc.pop_front();
                 self.requests.remove(&room);
-                self.answer(room, Status::INTERNAL, env);
+                self.answer(room, Status::INTERNAL, None, env);
                 continue;
             }
             let Ok(pages) = self.pool.alloc(need, room) else {
@@ -723,7 +717,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     room,
                     reason,
                 });
-                self.fail_why(room, Status::INTERNAL, Some(Why::TransferFailed), env);
+                self.fail(room, Status::INTERNAL, Some(Why::TransferFailed), env);
             }
             (Verdict::Device(e), _) => {
                 self.counters.transfers_failed += 1;
@@ -820,7 +814,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             fully_written: facts.fully_written,
             reason,
         });
-        self.fail_why(room, Status::INTERNAL, Some(Why::TransferRefused), env);
+        self.fail(room, Status::INTERNAL, Some(Why::TransferRefused), env);
     }
 
     /// The transfer was accepted: the destination pages hold verified KV; the request
@@ -886,7 +880,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let why = Some(Why::DeviceFailed { side: Side::Decode });
         match self.requests.get(&room).map(|r| &r.phase) {
             Some(Phase::Running { .. }) => self.finish(room, Status::INTERNAL, why, env),
-            _ => self.fail_why(room, Status::INTERNAL, why, env),
+            _ => self.fail(room, Status::INTERNAL, why, env),
         }
     }
 
@@ -1052,7 +1046,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             self.finished_pages
                 .push_back((room, req.phase.into_pages()));
         }
-        self.answer_why(room, status, why, env);
+        self.answer(room, status, why, env);
     }
 
     fn release<E: Env<G::Kv>>(
@@ -1106,14 +1100,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.try_prealloc(env);
     }
 
-    /// The request failed (transfer failure, verification, timeout, abort): answer,
-    /// and hand its pages to quarantine if a write may still land in them.
-    fn fail<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        self.fail_why(room, status, None, env);
-    }
-
-    /// [`Self::fail`] with the engine's reason for `status`.
-    fn fail_why<E: Env<G::Kv>>(
+    /// The request failed (transfer failure, verification, timeout, abort, the device):
+    /// answer with the engine's reason where it has one, and hand its pages to
+    /// quarantine if a write may still land in them.
+    fn fail<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
         status: Status,
@@ -1167,7 +1157,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 }
             }
         }
-        self.answer_why(room, status, why, env);
+        self.answer(room, status, why, env);
     }
 
     fn on_abort<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
@@ -1177,7 +1167,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 room,
                 side: Side::Decode,
             });
-            self.fail(room, status, env);
+            self.fail(room, status, None, env);
             return;
         }
         if self.cfg.bugs.has(Bug::DoubleFreeOnFinish) {
@@ -1191,7 +1181,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
         // Unknown or already answered: answer again (the router ignores duplicates) so
         // that a lost answer or a start message still in flight cannot wedge the room.
-        self.answer(room, status, env);
+        self.answer(room, status, None, env);
     }
 
     fn on_drain_ack<E: Env<G::Kv>>(&mut self, ack: RoomKey, env: &mut E) {

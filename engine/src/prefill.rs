@@ -21,11 +21,11 @@ use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::KvPayload;
 use crate::gpu::{device_fault, ids, write_traced, zero_pages, DeviceError, Gpu, WriteError};
-use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, Token, WriteId};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
 use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::retired::{holds, send_answer, RetiredRooms};
+use crate::retired::{holds, RetiredRooms};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -336,7 +336,7 @@ impl<G: Gpu> PrefillNode<G> {
                     self.requests.get(&room).map(|r| &r.phase),
                     Some(Phase::Bootstrapping)
                 ) {
-                    self.retire(room, Status::INTERNAL, env);
+                    self.retire(room, Status::INTERNAL, None, env);
                 }
             }
             Input::Timer(_) => {}
@@ -473,7 +473,7 @@ impl<G: Gpu> PrefillNode<G> {
             status,
             reason: why.to_string(),
         });
-        self.answer_why(room, status, Some(why), env);
+        self.answer(room, status, Some(why), env);
     }
 
     /// `validate_input_length`: a prompt over the admission limit is truncated (with
@@ -640,14 +640,14 @@ impl<G: Gpu> PrefillNode<G> {
                     .to_finish
                     .or(req.finished_reason)
                     .unwrap_or(Status::INTERNAL);
-                self.retire(room, status, env);
+                self.retire(room, status, None, env);
                 continue;
             }
             let need = self.cfg.pages_for(req.prompt.len() as u64) as usize;
             if need > self.pool.capacity() && !self.cfg.bugs.has(Bug::AdmitBeyondPool) {
                 // Can never fit: fail it now rather than let it block the queue forever.
                 self.waiting.pop_front();
-                self.retire(room, Status::INTERNAL, env);
+                self.retire(room, Status::INTERNAL, None, env);
                 continue;
             }
             let Ok(pages) = self.pool.alloc(need, room) else {
@@ -692,7 +692,7 @@ impl<G: Gpu> PrefillNode<G> {
                 .unwrap_or(Status::INTERNAL);
             self.release_source(room, &pages, env);
             self.notify_decode_failed(room, env);
-            self.retire(room, status, env);
+            self.retire(room, status, None, env);
             return;
         }
         let prompt = req.prompt.clone();
@@ -707,7 +707,7 @@ impl<G: Gpu> PrefillNode<G> {
             };
             self.release_source(room, &pages, env);
             self.notify_decode_failed(room, env);
-            self.retire_why(room, Status::INTERNAL, why, env);
+            self.retire(room, Status::INTERNAL, why, env);
             return;
         }
         if let Err(e) = self.pool.mark_ready(room, &pages) {
@@ -721,7 +721,7 @@ impl<G: Gpu> PrefillNode<G> {
                 },
                 env,
             );
-            self.retire(room, Status::INTERNAL, env);
+            self.retire(room, Status::INTERNAL, None, env);
             return;
         }
         self.flush(env);
@@ -1055,7 +1055,7 @@ impl<G: Gpu> PrefillNode<G> {
             // way answer (again, with the first answer's status); the router ignores
             // duplicates, and the tombstone makes a late start message harmless.
             self.tombstone(room);
-            self.answer(room, status, env);
+            self.answer(room, status, None, env);
             return;
         };
         env.trace(TraceEvent::AbortNoted {
@@ -1069,7 +1069,7 @@ impl<G: Gpu> PrefillNode<G> {
                 if knows_decode {
                     self.notify_decode_failed(room, env);
                 }
-                self.retire(room, status, env);
+                self.retire(room, status, None, env);
             }
             // Abort method 3: the running batch sees it at the next result.
             Phase::Forward { .. } => {
@@ -1170,7 +1170,7 @@ impl<G: Gpu> PrefillNode<G> {
                 .unwrap_or(Status::INTERNAL),
         };
         self.release_source(room, &pages, env);
-        self.retire(room, status, env);
+        self.retire(room, status, None, env);
     }
 
     /// `release_kv_cache` for the source pages. Held pages drain first, unless the
@@ -1217,13 +1217,9 @@ impl<G: Gpu> PrefillNode<G> {
         }
     }
 
-    /// Remove the request and answer the router once.
-    fn retire<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        self.retire_why(room, status, None, env);
-    }
-
-    /// [`Self::retire`] with the engine's reason for `status`.
-    fn retire_why<E: Env<G::Kv>>(
+    /// Remove the request and answer the router once, with the engine's reason for an
+    /// error `status` where it has one.
+    fn retire<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
         status: Status,
@@ -1235,29 +1231,23 @@ impl<G: Gpu> PrefillNode<G> {
         }
         self.tombstone(room);
         env.cancel_timer(Timer::Bootstrap(room));
-        self.answer_why(room, status, why, env);
+        self.answer(room, status, why, env);
         self.maybe_ack_drain(room, env);
     }
 
-    /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
-    /// a use already answered) repeats the first status.
-    fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        self.answer_why(room, status, None, env);
-    }
-
-    /// [`Self::answer`] with the engine's reason for `status` (a repeated answer
-    /// repeats the first one's reason too).
-    fn answer_why<E: Env<G::Kv>>(
+    /// Answer the router for `room`, once, with the engine's reason for an error
+    /// `status` where it has one: a repeated answer (an abort seen again, for a use
+    /// already answered) repeats the first status and reason.
+    fn answer<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
         status: Status,
         why: Option<Why>,
         env: &mut E,
     ) {
-        let out = &self.outstanding;
-        let held = |n: RoomId| holds(out, n);
-        let answer = self.retired.answer(room, status, why, &held);
-        send_answer(env, (self.id, self.router, Side::Prefill), room, answer);
+        let from = (self.id, self.router, Side::Prefill);
+        self.retired
+            .answer_once(env, from, room, (status, why), &self.outstanding);
     }
 
     /// S1/S8 on the pool, and every page owned by a live request or draining.
