@@ -936,6 +936,14 @@ impl<G: Gpu> PrefillNode<G> {
         if !ok {
             out.any_failed = true;
         }
+        debug_assert!(
+            !out.chunks.contains_key(&id.chunk),
+            "one completion per write"
+        );
+        debug_assert!(
+            id.chunk < out.next_chunk,
+            "a completion of a write this room sent"
+        );
         env.trace(TraceEvent::WriteCompleted {
             node: self.id,
             write: id,

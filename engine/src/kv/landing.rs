@@ -154,6 +154,10 @@ pub fn land<W: WriteGate + ?Sized, G: Gpu>(
             });
         }
     }
+    debug_assert!(
+        !check_tags || guards.len() == dst.len(),
+        "every page held while written"
+    );
     drop(guards);
     Ok(())
 }
