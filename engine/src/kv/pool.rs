@@ -579,7 +579,8 @@ impl PagePool {
             self.apply(owner, t, PageOp::Quarantine)?;
         }
         debug_assert!(
-            tags.iter().all(|t| self.owns(owner, *t)),
+            tags.iter()
+                .all(|t| self.record(t.page).is_some_and(|r| r.owner == Some(owner))),
             "still the owner's"
         );
         debug_assert!(tags
