@@ -68,7 +68,7 @@ impl Failing {
         }
         let n = self.calls.get() + 1;
         self.calls.set(n);
-        if n % self.every == 0 {
+        if n.is_multiple_of(self.every) {
             return Err(DeviceError {
                 op: "test",
                 detail: format!("injected failure {n} of {op:?}"),
@@ -179,12 +179,13 @@ fn device_answers(out: &RunOutcome) -> usize {
     out.trace
         .iter()
         .filter(|e| match &e.rec {
-            Record::Send { msg, .. } => match msg {
-                MsgView::PrefillFinished { why, .. }
-                | MsgView::DecodeFinished { why, .. }
-                | MsgView::Response { why, .. } => device(why),
-                _ => false,
-            },
+            Record::Send {
+                msg:
+                    MsgView::PrefillFinished { why, .. }
+                    | MsgView::DecodeFinished { why, .. }
+                    | MsgView::Response { why, .. },
+                ..
+            } => device(why),
             _ => false,
         })
         .count()
