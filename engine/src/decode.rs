@@ -351,7 +351,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.retired.is_stale(room)
     }
 
-    fn kick<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    /// Ask for the scheduler loop's next pass (`Timer::Compute`), unless one is armed.
+    fn arm_compute<E: Env<G::Kv>>(&mut self, env: &mut E) {
         if !self.compute_armed {
             self.compute_armed = true;
             env.set_timer(Timer::Compute, self.cfg.latencies.decode_step_ns);
@@ -875,7 +876,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 step: 0,
             };
         }
-        self.kick(env);
+        self.arm_compute(env);
     }
 
     /// The device failed serving `room`: state it, and fail the request with its reason
@@ -906,7 +907,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             .values()
             .any(|r| matches!(r.phase, Phase::Running { .. }))
         {
-            self.kick(env);
+            self.arm_compute(env);
         }
     }
 

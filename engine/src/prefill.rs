@@ -394,7 +394,8 @@ impl<G: Gpu> PrefillNode<G> {
         self.counters.fault(env, id, fault);
     }
 
-    fn kick<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    /// Ask for the scheduler loop's next pass (`Timer::Compute`), unless one is armed.
+    fn arm_compute<E: Env<G::Kv>>(&mut self, env: &mut E) {
         if !self.compute_armed {
             self.compute_armed = true;
             env.set_timer(Timer::Compute, self.cfg.latencies.prefill_forward_ns);
@@ -585,7 +586,7 @@ impl<G: Gpu> PrefillNode<G> {
         req.phase = Phase::Waiting { meta: Meta { dst } };
         self.waiting.push_back(room);
         env.cancel_timer(Timer::Bootstrap(room));
-        self.kick(env);
+        self.arm_compute(env);
     }
 
     /// One pass of the scheduler loop: poll concluded transfers, finish the forward
@@ -615,7 +616,7 @@ impl<G: Gpu> PrefillNode<G> {
             .values()
             .any(|r| matches!(r.phase, Phase::Forward { .. } | Phase::Inflight { .. }));
         if busy {
-            self.kick(env);
+            self.arm_compute(env);
         }
     }
 
@@ -670,7 +671,7 @@ impl<G: Gpu> PrefillNode<G> {
             batch += 1;
         }
         if batch > 0 {
-            self.kick(env);
+            self.arm_compute(env);
         }
     }
 
@@ -922,7 +923,7 @@ impl<G: Gpu> PrefillNode<G> {
                 epoch,
             },
         );
-        self.kick(env);
+        self.arm_compute(env);
     }
 
     fn on_write_done<E: Env<G::Kv>>(&mut self, id: WriteId, ok: bool, env: &mut E) {
@@ -968,7 +969,7 @@ impl<G: Gpu> PrefillNode<G> {
         // the head of the waiting queue (without this a waiting request sat until a
         // timeout answered it 500, with pages free).
         if self.pool.free_count() > free_before && !self.waiting.is_empty() {
-            self.kick(env);
+            self.arm_compute(env);
         }
         if let Some(req) = self.requests.get_mut(&room) {
             if let Phase::Sending { in_flight, .. } = &mut req.phase {
@@ -1119,7 +1120,7 @@ impl<G: Gpu> PrefillNode<G> {
         if owed == KvDoneOwed::Yes {
             self.notify_decode_failed(room, env);
         }
-        self.kick(env);
+        self.arm_compute(env);
     }
 
     /// The device failed reading the source or its digest: state it and fail the send
@@ -1221,7 +1222,7 @@ impl<G: Gpu> PrefillNode<G> {
         }
         // Freed pages may unblock the head of the waiting queue.
         if !self.waiting.is_empty() {
-            self.kick(env);
+            self.arm_compute(env);
         }
     }
 
