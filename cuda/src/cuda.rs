@@ -7,10 +7,10 @@
 //! It is not a fast attention: it is the engine's toy echo attention on real device
 //! memory, with the tag check where a real kernel would make it.
 //!
-//! Invariant: the `Gpu` trait has no error channel, so a CUDA error inside a trait
-//! method panics with the driver's message (a device that fails is not a state the
-//! engine can go on from); every operation also exists as a `try_*` method that
-//! returns [`GpuError`]. Methods that return data synchronise the stream once per
+//! Invariant: a CUDA error inside a trait method never panics: it returns the engine's
+//! [`DeviceError`] with the driver's message, and the node fails the request it was
+//! serving; every operation also exists as a `try_*` method that returns
+//! [`GpuError`]. Methods that return data synchronise the stream once per
 //! call; [`Gpu::attend_batch`] does one launch and one synchronisation for a whole
 //! decode batch.
 
@@ -21,7 +21,8 @@ use cudarc::driver::{
 };
 use kvsim_engine::gpu::layout::{self, TAG_WORDS};
 use kvsim_engine::gpu::{
-    digest_tokens, key_width, AttendRequest, Gpu, TagMismatch, WriteRefused, WriteTag,
+    digest_tokens, key_width, AttendRequest, DeviceError, Gpu, TagError, TagMismatch, WriteError,
+    WriteTag,
 };
 use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
 use std::collections::BTreeSet;
@@ -205,8 +206,13 @@ pub struct CudaGpu {
     tags: CudaSlice<u64>,
 }
 
-fn fatal(op: &str, e: GpuError) -> ! {
-    panic!("CudaGpu::{op}: {e} (the Gpu trait has no error channel; the device failed)")
+/// A CUDA error inside trait method `op`, as the engine's error channel carries it: the
+/// node fails the request it was serving, the process goes on.
+fn device(op: &'static str, e: GpuError) -> DeviceError {
+    DeviceError {
+        op,
+        detail: e.to_string(),
+    }
 }
 
 fn grid_stride(total: u64) -> LaunchConfig {
@@ -646,49 +652,45 @@ impl Gpu for CudaGpu {
         start: u64,
         tokens: &[Token],
         room: RoomKey,
-    ) -> Result<(), WriteRefused> {
+    ) -> Result<(), WriteError> {
         // The host's range check, before any launch: refused whole, never cut short.
         layout::check_token_write(self.pages, self.page_size, pages, start, tokens.len())?;
         self.try_write_tokens(pages, start, tokens, room)
-            .unwrap_or_else(|e| fatal("write_tokens", e));
+            .map_err(|e| device("write_tokens", e))?;
         Ok(())
     }
 
-    fn read_page(&self, page: PageId) -> Vec<u32> {
-        self.try_read_pages(&[page])
-            .unwrap_or_else(|e| fatal("read_page", e))
+    fn read_page(&self, page: PageId) -> Result<Vec<u32>, DeviceError> {
+        Ok(self
+            .try_read_pages(&[page])
+            .map_err(|e| device("read_page", e))?
             .pop()
-            .unwrap_or_default()
+            .unwrap_or_default())
     }
 
-    fn read_pages(&self, pages: &[PageId]) -> Vec<Vec<u32>> {
+    fn read_pages(&self, pages: &[PageId]) -> Result<Vec<Vec<u32>>, DeviceError> {
         self.try_read_pages(pages)
-            .unwrap_or_else(|e| fatal("read_pages", e))
+            .map_err(|e| device("read_pages", e))
     }
 
-    fn write_page(
-        &mut self,
-        dst: PageTag,
-        room: RoomKey,
-        kv: &Vec<u32>,
-    ) -> Result<(), WriteRefused> {
+    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Vec<u32>) -> Result<(), WriteError> {
         layout::check_page_write(self.pages, dst.page.0)?;
         self.try_write_page(dst, room, kv)
-            .unwrap_or_else(|e| fatal("write_page", e));
+            .map_err(|e| device("write_page", e))?;
         Ok(())
     }
 
-    fn page_tag(&self, page: PageId) -> Option<WriteTag> {
-        self.try_page_tag(page)
-            .unwrap_or_else(|e| fatal("page_tag", e))
+    fn page_tag(&self, page: PageId) -> Result<Option<WriteTag>, DeviceError> {
+        self.try_page_tag(page).map_err(|e| device("page_tag", e))
     }
 
-    fn check_tags(&self, pages: &[PageTag], room: RoomKey) -> Result<(), TagMismatch> {
-        self.try_check_tags(pages, room)
-            .unwrap_or_else(|e| fatal("check_tags", e))
+    fn check_tags(&self, pages: &[PageTag], room: RoomKey) -> Result<(), TagError> {
+        Ok(self
+            .try_check_tags(pages, room)
+            .map_err(|e| device("check_tags", e))??)
     }
 
-    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Token {
+    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Result<Token, DeviceError> {
         let table: Vec<PageTag> = pages
             .iter()
             .map(|&page| PageTag {
@@ -702,46 +704,47 @@ impl Gpu for CudaGpu {
             seq_len,
             query_pos,
         };
-        match self.try_attend_batch(&[req], false) {
-            Ok(v) => v.first().copied().and_then(Result::ok).unwrap_or(0),
-            Err(e) => fatal("attend", e),
-        }
+        let v = self
+            .try_attend_batch(&[req], false)
+            .map_err(|e| device("attend", e))?;
+        Ok(v.first().copied().and_then(Result::ok).unwrap_or(0))
     }
 
     fn attend_batch(
         &self,
         batch: &[AttendRequest<'_>],
         check_tags: bool,
-    ) -> Vec<Result<Token, TagMismatch>> {
+    ) -> Result<Vec<Result<Token, TagMismatch>>, DeviceError> {
         self.try_attend_batch(batch, check_tags)
-            .unwrap_or_else(|e| fatal("attend_batch", e))
+            .map_err(|e| device("attend_batch", e))
     }
 
-    fn token_at(&self, pages: &[PageId], pos: u64) -> Token {
+    fn token_at(&self, pages: &[PageId], pos: u64) -> Result<Token, DeviceError> {
         let ps = u64::from(self.page_size);
         let Some(&page) = usize::try_from(pos / ps).ok().and_then(|i| pages.get(i)) else {
-            return 0;
+            return Ok(0);
         };
-        self.try_tokens(&[page], pos % ps, 1)
-            .unwrap_or_else(|e| fatal("token_at", e))
+        Ok(self
+            .try_tokens(&[page], pos % ps, 1)
+            .map_err(|e| device("token_at", e))?
             .first()
             .copied()
-            .unwrap_or(0)
+            .unwrap_or(0))
     }
 
-    fn zero_page(&mut self, page: PageId) {
+    fn zero_page(&mut self, page: PageId) -> Result<(), DeviceError> {
         self.try_zero_pages(&[page])
-            .unwrap_or_else(|e| fatal("zero_page", e))
+            .map_err(|e| device("zero_page", e))
     }
 
     /// The per-position tokens in one kernel and one copy, then the trait's digest.
-    fn digest(&self, pages: &[PageId], tokens: u64) -> u64 {
+    fn digest(&self, pages: &[PageId], tokens: u64) -> Result<u64, DeviceError> {
         if tokens == 0 {
-            return digest_tokens([]);
+            return Ok(digest_tokens([]));
         }
         let toks = self
             .try_tokens(pages, 0, tokens)
-            .unwrap_or_else(|e| fatal("digest", e));
-        digest_tokens(toks)
+            .map_err(|e| device("digest", e))?;
+        Ok(digest_tokens(toks))
     }
 }

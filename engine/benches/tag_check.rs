@@ -62,7 +62,11 @@ fn bench(c: &mut Criterion) {
             })
             .collect();
         // Every request's tags match: the check passes and attention runs in both.
-        assert!(gpu.attend_batch(&batch, true).iter().all(|r| r.is_ok()));
+        assert!(gpu
+            .attend_batch(&batch, true)
+            .unwrap()
+            .iter()
+            .all(|r| r.is_ok()));
         let label = format!("{requests}x{pages_each}p");
         g.bench_with_input(BenchmarkId::new("tags on", &label), &batch, |b, batch| {
             b.iter(|| black_box(gpu.attend_batch(black_box(batch), true)))

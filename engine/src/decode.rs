@@ -20,24 +20,59 @@
 use crate::bugs::Bug;
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
-use crate::gpu::{ids, query_position, write_traced, Gpu};
-use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, WriteId};
+use crate::gpu::{
+    device_fault, ids, query_position, write_traced, zero_pages, DeviceError, Gpu, TagError,
+    TagMismatch, WriteError,
+};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
 use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::retired::{holds, send_answer, RetiredRooms};
+use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
 use std::collections::{BTreeMap, VecDeque};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+/// Each phase holds the pages it owns: none before the reservation; from then on every
+/// page reserved, the prompt's first (the transfer destination), then the pages the
+/// reply will be written into.
 enum Phase {
     /// Receiver created; waiting for pages.
+    #[default]
     Prealloc,
-    /// Pages reserved and announced; KV writes may land.
-    Transferring { written: Vec<bool> },
+    /// Pages reserved and announced; KV writes may land. The first `dst_pages` of
+    /// `pages` are the transfer destination, and `written[i]` says whether destination
+    /// page `i` has been written (`written.len() == dst_pages`).
+    Transferring {
+        pages: Vec<PageTag>,
+        dst_pages: usize,
+        written: Vec<bool>,
+    },
     /// Generating.
-    Running { seq_len: u64, step: u32 },
+    Running {
+        pages: Vec<PageTag>,
+        seq_len: u64,
+        step: u32,
+    },
+}
+
+impl Phase {
+    /// The pages, taking them out of the phase.
+    fn into_pages(self) -> Vec<PageTag> {
+        match self {
+            Phase::Prealloc => Vec::new(),
+            Phase::Transferring { pages, .. } | Phase::Running { pages, .. } => pages,
+        }
+    }
+
+    /// Every page the room use holds in this phase.
+    fn pages(&self) -> &[PageTag] {
+        match self {
+            Phase::Prealloc => &[],
+            Phase::Transferring { pages, .. } | Phase::Running { pages, .. } => pages,
+        }
+    }
 }
 
 /// Where a decode room is, as [`DecodeNode::room_phase`] reports it to tests and
@@ -61,12 +96,26 @@ struct Request {
     prefill: NodeId,
     prompt_len: u64,
     max_new_tokens: u32,
-    /// Every page reserved: the prompt's pages first (the transfer destination), then
-    /// the pages the reply will be written into.
-    pages: Vec<PageTag>,
-    /// How many of `pages` are the transfer destination.
-    dst_pages: usize,
     phase: Phase,
+}
+
+/// Decode's judgement of prefill's conclusion ([`DecodeNode::judge_transfer`]).
+enum Verdict {
+    /// Run the request; prefill's counts as it reported them.
+    Accept { tokens: u64, pages: u32 },
+    /// Fail the room, for this reason.
+    Reject(String),
+    /// The device failed while checking.
+    Device(DeviceError),
+}
+
+/// What both the accepted and the refused transfer state about the room.
+#[derive(Clone, Copy)]
+struct TransferFacts {
+    from: NodeId,
+    prompt_len: u64,
+    reserved_pages: u32,
+    fully_written: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -211,13 +260,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             Msg::DecodeStart { room, prefill, .. } if !self.prefills.contains(prefill) => Err(
                 format!("{room}'s start names {prefill}, which is not a prefill node"),
             ),
-            Msg::KvWrite { id, .. } if id.writer != from => {
-                Err(format!("the write {id} names another writer"))
-            }
-            Msg::KvWrite { id, .. } => match prefill_of(&id.room) {
-                Some(p) if p != from => Err(format!("{}'s prefill node is {p}", id.room)),
-                _ => Ok(()),
-            },
+            Msg::KvWrite { id, .. } => self.check_writer(from, *id),
             Msg::KvDone { room, .. } => match prefill_of(room) {
                 Some(p) if p != from => Err(format!("{room}'s prefill node is {p}")),
                 _ => Ok(()),
@@ -245,6 +288,23 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     Ok(())
                 }
             }
+            _ => Ok(()),
+        }
+    }
+
+    /// The peer rule of a KV write, delivered or landed by the driver's receiver: its
+    /// id names its sender, and a room this node knows is written only by its prefill.
+    fn check_writer(&self, from: NodeId, id: WriteId) -> Result<(), String> {
+        if id.writer != from {
+            return Err(format!("the write {id} names another writer"));
+        }
+        let prefill = self
+            .requests
+            .get(&id.room)
+            .map(|r| r.prefill)
+            .or_else(|| self.quarantine.get(&id.room).map(|q| q.prefill));
+        match prefill {
+            Some(p) if p != from => Err(format!("{}'s prefill node is {p}", id.room)),
             _ => Ok(()),
         }
     }
@@ -291,7 +351,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.retired.is_stale(room)
     }
 
-    fn kick<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    /// Ask for the scheduler loop's next pass (`Timer::Compute`), unless one is armed.
+    fn arm_compute<E: Env<G::Kv>>(&mut self, env: &mut E) {
         if !self.compute_armed {
             self.compute_armed = true;
             env.set_timer(Timer::Compute, self.cfg.latencies.decode_step_ns);
@@ -344,35 +405,49 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                         room,
                         reason: "waiting timeout".into(),
                     });
-                    self.fail_why(room, Status::INTERNAL, Some(Why::TransferFailed), env);
+                    self.fail(room, Status::INTERNAL, Some(Why::TransferFailed), env);
                 }
             }
             Input::Timer(Timer::DrainRetry(room, arming)) => self.on_drain_retry(room, arming, env),
             Input::Timer(_) => {}
+            Input::Landed {
+                from,
+                id,
+                dst,
+                landing,
+            } => {
+                if let Err(reason) = self.check_writer(from, id) {
+                    // Refused as the delivered write would be, by the same rule, with
+                    // the one completion the writer is owed.
+                    let node = self.id;
+                    let kind = "KvWrite";
+                    self.counters
+                        .refuse_peer(env, node, from, Some(id.room), kind, reason);
+                    env.send(from, Msg::WriteDone { id, ok: false });
+                    return;
+                }
+                self.landed(from, id, dst, landing, env)
+            }
         }
     }
 
-    /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
-    /// a use already answered) repeats the first status.
-    fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        self.answer_why(room, status, None, env);
-    }
-
-    /// [`Self::answer`] with the engine's reason for `status` (a repeated answer
-    /// repeats the first one's reason too).
-    fn answer_why<E: Env<G::Kv>>(
+    /// Answer the router for `room`, once, with the engine's reason for an error
+    /// `status` where it has one: a repeated answer (an abort seen again, for a use
+    /// already answered) repeats the first status and reason.
+    fn answer<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
         status: Status,
         why: Option<Why>,
         env: &mut E,
     ) {
-        let q = &self.quarantine;
-        let held = |n: RoomId| holds(q, n);
-        let answer = self.retired.answer(room, status, why, &held);
-        send_answer(env, (self.id, self.router, Side::Decode), room, answer);
+        let from = (self.id, self.router, Side::Decode);
+        self.retired
+            .answer_once(env, from, room, (status, why), &self.quarantine);
     }
 
+    /// The router's start: intake checks (a stopped node, the queue, the length), then
+    /// the room waits in the prealloc queue for its pages.
     fn on_start<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
@@ -385,51 +460,24 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         if self.requests.contains_key(&room) || self.is_stale(room) {
             return;
         }
-        let reject = |this: &mut Self, env: &mut E, status: Status, why: Why, reason: String| {
-            env.trace(TraceEvent::Rejected {
-                node: this.id,
-                room,
-                side: Side::Decode,
-                status,
-                reason,
-            });
-            this.answer_why(room, status, Some(why), env);
-        };
         if let Some(reason) = &self.fatal {
             let reason = format!("node stopped: {reason}");
             let why = Why::NodeStopped { side: Side::Decode };
-            reject(self, env, Status::UNAVAILABLE, why, reason);
+            self.reject_start(room, Status::UNAVAILABLE, why, reason, env);
             return;
         }
         if self.requests.len() >= self.cfg.max_queue as usize {
             let why = Why::QueueFull { side: Side::Decode };
-            reject(self, env, Status::UNAVAILABLE, why, why.to_string());
+            self.reject_start(room, Status::UNAVAILABLE, why, why.to_string(), env);
             return;
         }
-        let mut prompt_len = prompt_len;
-        let need = prompt_len + u64::from(max_new_tokens);
-        if let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) {
-            if need > limit {
-                if self.cfg.bugs.has(Bug::GateChecksFinishedOnly) {
-                    // The same legacy rejection as prefill's: a 1-token placeholder that
-                    // decode's `finished_reason`-only gate lets through.
-                    env.trace(TraceEvent::RejectedLegacy {
-                        node: self.id,
-                        room,
-                        prompt_len,
-                    });
-                    prompt_len = 1;
-                } else {
-                    let why = Why::ReplyTooLong {
-                        tokens: prompt_len,
-                        new_tokens: max_new_tokens,
-                        limit,
-                    };
-                    reject(self, env, Status::BAD_REQUEST, why, why.to_string());
-                    return;
-                }
+        let prompt_len = match self.check_length(room, prompt_len, max_new_tokens, env) {
+            Ok(len) => len,
+            Err(why) => {
+                self.reject_start(room, Status::BAD_REQUEST, why, why.to_string(), env);
+                return;
             }
-        }
+        };
         env.trace(TraceEvent::Admitted {
             node: self.id,
             room,
@@ -443,13 +491,64 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 prefill,
                 prompt_len,
                 max_new_tokens,
-                pages: Vec::new(),
-                dst_pages: 0,
                 phase: Phase::Prealloc,
             },
         );
         self.prealloc.push_back(room);
         self.try_prealloc(env);
+    }
+
+    /// Refuse a start at intake, stating `reason`, and answer once with `why`.
+    fn reject_start<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Why,
+        reason: String,
+        env: &mut E,
+    ) {
+        env.trace(TraceEvent::Rejected {
+            node: self.id,
+            room,
+            side: Side::Decode,
+            status,
+            reason,
+        });
+        self.answer(room, status, Some(why), env);
+    }
+
+    /// Decode's own length check: the prompt plus the reply must fit the admission
+    /// limit. Returns the prompt length to reserve for (the legacy rejection, a bug
+    /// switch, lets a 1-token placeholder through), or the reason to refuse.
+    fn check_length<E: Env<G::Kv>>(
+        &self,
+        room: RoomKey,
+        prompt_len: u64,
+        max_new_tokens: u32,
+        env: &mut E,
+    ) -> Result<u64, Why> {
+        let need = prompt_len + u64::from(max_new_tokens);
+        let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) else {
+            return Ok(prompt_len);
+        };
+        if need <= limit {
+            return Ok(prompt_len);
+        }
+        if !self.cfg.bugs.has(Bug::GateChecksFinishedOnly) {
+            return Err(Why::ReplyTooLong {
+                tokens: prompt_len,
+                new_tokens: max_new_tokens,
+                limit,
+            });
+        }
+        // The same legacy rejection as prefill's: a 1-token placeholder that decode's
+        // `finished_reason`-only gate lets through.
+        env.trace(TraceEvent::RejectedLegacy {
+            node: self.id,
+            room,
+            prompt_len,
+        });
+        Ok(1)
     }
 
     /// `pop_preallocated`: reserve pages FIFO and send each room's page list.
@@ -466,7 +565,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             if need > self.pool.capacity() && !self.cfg.bugs.has(Bug::AdmitBeyondPool) {
                 self.prealloc.pop_front();
                 self.requests.remove(&room);
-                self.answer(room, Status::INTERNAL, env);
+                self.answer(room, Status::INTERNAL, None, env);
                 continue;
             }
             let Ok(pages) = self.pool.alloc(need, room) else {
@@ -482,9 +581,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             let (prefill, prompt_len) = (req.prefill, req.prompt_len);
             self.flush(env, None);
             if let Some(r) = self.requests.get_mut(&room) {
-                r.pages = pages;
-                r.dst_pages = dst_pages;
+                debug_assert_eq!(r.phase, Phase::Prealloc);
                 r.phase = Phase::Transferring {
+                    pages,
+                    dst_pages,
                     written: vec![false; dst_pages],
                 };
             }
@@ -501,7 +601,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     }
 
     /// The receiver applying one chunk write: [`land`] (the gate and the memory write,
-    /// the one landing function every driver uses), then [`DecodeNode::landed`]. With
+    /// the one landing function every driver uses), then `landed`. With
     /// the landing gate (two-sided only, `world::landing_gated`), a destination that is
     /// not this room use's (stale generation, another owner, freed, `Ready`) refuses the
     /// whole chunk; on one-sided RDMA the write lands wherever it points.
@@ -527,8 +627,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// A KV write of `from` landed in (or was refused by) this node's memory: trace
     /// it, note the written pages, and complete the write (exactly one completion).
     /// The hardware runtime's transfer thread lands writes with [`land`] on the shared
-    /// record and reports each one here, through the node's loop.
-    pub fn landed<E: Env<G::Kv>>(
+    /// record and reports each one here as an [`Input::Landed`], through `handle`.
+    fn landed<E: Env<G::Kv>>(
         &mut self,
         from: NodeId,
         id: WriteId,
@@ -548,15 +648,25 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             env.send(from, Msg::WriteDone { id, ok: false });
             return;
         }
+        debug_assert!(
+            self.check_writer(from, id).is_ok(),
+            "a landing reaches here only past the peer rule"
+        );
         env.trace(TraceEvent::KvLanded {
             node: self.id,
             write: id,
             dst: dst.clone(),
         });
         if let Some(req) = self.requests.get_mut(&room) {
-            if let Phase::Transferring { written } = &mut req.phase {
+            if let Phase::Transferring {
+                pages,
+                dst_pages,
+                written,
+            } = &mut req.phase
+            {
+                debug_assert_eq!(written.len(), *dst_pages, "one mark per destination page");
                 for t in &dst {
-                    if let Some(i) = req.pages[..req.dst_pages].iter().position(|p| p == t) {
+                    if let Some(i) = pages[..*dst_pages].iter().position(|p| p == t) {
                         written[i] = true;
                     }
                 }
@@ -565,6 +675,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         env.send(from, Msg::WriteDone { id, ok: true });
     }
 
+    /// Prefill concluded the room's transfer: judge it ([`Self::judge_transfer`]), then
+    /// accept it and run the request, or fail the room (refused at verification, a
+    /// reported failure, or this node's device failing the check).
     fn on_kv_done<E: Env<G::Kv>>(
         &mut self,
         from: NodeId,
@@ -575,7 +688,12 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
-        let Phase::Transferring { written } = &req.phase else {
+        let Phase::Transferring {
+            pages,
+            dst_pages,
+            written,
+        } = &req.phase
+        else {
             return;
         };
         env.trace(TraceEvent::TransferReported {
@@ -584,124 +702,191 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             from,
             success: matches!(outcome, TransferOutcome::Success { .. }),
         });
-        let reported = outcome.clone();
-        let dst = ids(&req.pages[..req.dst_pages]);
-        let verify = self.cfg.defenses.verify_on_completion;
-        let verdict: Result<(u64, u32), String> = match outcome {
-            TransferOutcome::Failed if self.cfg.bugs.has(Bug::FailOpenOnRecvError) => {
-                // vLLM #52234: a receive failure is treated as done; the request runs
-                // on whatever its pages hold.
-                Ok((0, 0))
-            }
-            TransferOutcome::Failed => Err("prefill reported the transfer failed".into()),
-            TransferOutcome::Success {
-                tokens,
-                pages,
-                checksum,
-            } => {
-                if verify && !self.cfg.bugs.has(Bug::NoLengthAgreement) {
-                    if tokens != req.prompt_len {
-                        Err(format!(
-                            "prefill sent {tokens} tokens, decode expects {}",
-                            req.prompt_len
-                        ))
-                    } else if pages as usize != req.dst_pages {
-                        Err(format!(
-                            "prefill sent {pages} pages, decode reserved {}",
-                            req.dst_pages
-                        ))
-                    } else if let Some(i) = written.iter().position(|w| !w) {
-                        Err(format!(
-                            "destination page {} was never written",
-                            req.pages[i]
-                        ))
-                    } else if self.gpu.digest(&dst, req.prompt_len) != checksum {
-                        Err("checksum over the reserved prompt differs".into())
-                    } else {
-                        Ok((tokens, pages))
-                    }
-                } else if verify && self.gpu.digest(&dst, tokens) != checksum {
-                    // The legacy digest covers only what prefill says it sent.
-                    Err("checksum over the sent tokens differs".into())
-                } else {
-                    Ok((tokens, pages))
-                }
-            }
+        let verdict = self.judge_transfer(req, &pages[..*dst_pages], written, &outcome);
+        let facts = TransferFacts {
+            from,
+            prompt_len: req.prompt_len,
+            reserved_pages: *dst_pages as u32,
+            fully_written: written.iter().all(|w| *w),
         };
-        let fully_written = written.iter().all(|w| *w);
-        let prompt_len = req.prompt_len;
-        let reserved_pages = req.dst_pages as u32;
-        match (verdict, reported) {
-            (
-                Err(reason),
-                TransferOutcome::Success {
-                    tokens: sent_tokens,
-                    pages: sent_pages,
-                    ..
-                },
-            ) => {
-                self.counters.transfers_failed += 1;
-                env.trace(TraceEvent::TransferRefused {
-                    node: self.id,
-                    room,
-                    from,
-                    prompt_len,
-                    reserved_pages,
-                    sent_tokens,
-                    sent_pages,
-                    fully_written,
-                    reason,
-                });
-                self.fail_why(room, Status::INTERNAL, Some(Why::TransferRefused), env);
+        match (verdict, outcome) {
+            (Verdict::Accept { tokens, pages }, _) => {
+                self.accept_transfer(room, facts, tokens, pages, env)
             }
-            (Err(reason), TransferOutcome::Failed) => {
+            (Verdict::Reject(reason), TransferOutcome::Success { tokens, pages, .. }) => {
+                self.refuse_transfer(room, facts, (tokens, pages), reason, env)
+            }
+            (Verdict::Reject(reason), TransferOutcome::Failed) => {
                 self.counters.transfers_failed += 1;
                 env.trace(TraceEvent::TransferFailed {
                     node: self.id,
                     room,
                     reason,
                 });
-                self.fail_why(room, Status::INTERNAL, Some(Why::TransferFailed), env);
+                self.fail(room, Status::INTERNAL, Some(Why::TransferFailed), env);
             }
-            (Ok((sent_tokens, sent_pages)), _) => {
-                let dst_tags = req.pages[..req.dst_pages].to_vec();
-                // The transfer was accepted: the destination pages hold verified KV.
-                // Under fail-open they may be Writing still; mark_ready accepts both.
-                if let Err(e) = self.pool.mark_ready(room, &dst_tags) {
-                    self.fault(
-                        NodeFault::PageRecordRefused {
-                            room: Some(room),
-                            op: "mark-ready".into(),
-                            error: e.to_string(),
-                        },
-                        env,
-                    );
-                }
-                self.flush(env, None);
-                env.trace(TraceEvent::TransferAccepted {
-                    node: self.id,
-                    room,
-                    from,
-                    prompt_len,
-                    reserved_pages,
-                    sent_tokens,
-                    sent_pages,
-                    fully_written,
-                });
-                env.trace(TraceEvent::Running {
-                    node: self.id,
-                    room,
-                    side: Side::Decode,
-                });
-                env.cancel_timer(Timer::WaitingForKv(room));
-                if let Some(r) = self.requests.get_mut(&room) {
-                    r.phase = Phase::Running {
-                        seq_len: prompt_len,
-                        step: 0,
-                    };
-                }
-                self.kick(env);
+            (Verdict::Device(e), _) => {
+                self.counters.transfers_failed += 1;
+                self.device_failed(room, &e, env);
             }
+        }
+    }
+
+    /// Defense 2, verify on completion: do prefill's token and page counts, the written
+    /// marks and the checksum agree with what this node reserved? Reads only.
+    fn judge_transfer(
+        &self,
+        req: &Request,
+        dst_tags: &[PageTag],
+        written: &[bool],
+        outcome: &TransferOutcome,
+    ) -> Verdict {
+        let dst = ids(dst_tags);
+        let verify = self.cfg.defenses.verify_on_completion;
+        let checksum_is = |tokens: u64, want: u64, what: &str| match self.gpu.digest(&dst, tokens) {
+            Err(e) => Err(Verdict::Device(e)),
+            Ok(d) if d != want => Err(Verdict::Reject(format!("checksum over {what} differs"))),
+            Ok(_) => Ok(()),
+        };
+        match *outcome {
+            TransferOutcome::Failed if self.cfg.bugs.has(Bug::FailOpenOnRecvError) => {
+                // vLLM #52234: a receive failure is treated as done; the request runs
+                // on whatever its pages hold.
+                Verdict::Accept {
+                    tokens: 0,
+                    pages: 0,
+                }
+            }
+            TransferOutcome::Failed => {
+                Verdict::Reject("prefill reported the transfer failed".into())
+            }
+            TransferOutcome::Success {
+                tokens,
+                pages,
+                checksum,
+            } => {
+                let checked = if verify && !self.cfg.bugs.has(Bug::NoLengthAgreement) {
+                    if tokens != req.prompt_len {
+                        Err(Verdict::Reject(format!(
+                            "prefill sent {tokens} tokens, decode expects {}",
+                            req.prompt_len
+                        )))
+                    } else if pages as usize != dst_tags.len() {
+                        Err(Verdict::Reject(format!(
+                            "prefill sent {pages} pages, decode reserved {}",
+                            dst_tags.len()
+                        )))
+                    } else if let Some(i) = written.iter().position(|w| !w) {
+                        Err(Verdict::Reject(format!(
+                            "destination page {} was never written",
+                            dst_tags[i]
+                        )))
+                    } else {
+                        checksum_is(req.prompt_len, checksum, "the reserved prompt")
+                    }
+                } else if verify {
+                    // The legacy digest covers only what prefill says it sent.
+                    checksum_is(tokens, checksum, "the sent tokens")
+                } else {
+                    Ok(())
+                };
+                match checked {
+                    Ok(()) => Verdict::Accept { tokens, pages },
+                    Err(v) => v,
+                }
+            }
+        }
+    }
+
+    /// Verification refused prefill's successful transfer: state both sides' counts and
+    /// fail the room (its pages go to quarantine: a write may still land).
+    fn refuse_transfer<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        facts: TransferFacts,
+        (sent_tokens, sent_pages): (u64, u32),
+        reason: String,
+        env: &mut E,
+    ) {
+        self.counters.transfers_failed += 1;
+        env.trace(TraceEvent::TransferRefused {
+            node: self.id,
+            room,
+            from: facts.from,
+            prompt_len: facts.prompt_len,
+            reserved_pages: facts.reserved_pages,
+            sent_tokens,
+            sent_pages,
+            fully_written: facts.fully_written,
+            reason,
+        });
+        self.fail(room, Status::INTERNAL, Some(Why::TransferRefused), env);
+    }
+
+    /// The transfer was accepted: the destination pages hold verified KV; the request
+    /// starts generating.
+    fn accept_transfer<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        facts: TransferFacts,
+        sent_tokens: u64,
+        sent_pages: u32,
+        env: &mut E,
+    ) {
+        let Some(Phase::Transferring {
+            pages, dst_pages, ..
+        }) = self.requests.get(&room).map(|r| &r.phase)
+        else {
+            return;
+        };
+        let dst_tags = pages[..*dst_pages].to_vec();
+        // Under fail-open they may be Writing still; mark_ready accepts both.
+        if let Err(e) = self.pool.mark_ready(room, &dst_tags) {
+            self.fault(
+                NodeFault::PageRecordRefused {
+                    room: Some(room),
+                    op: "mark-ready".into(),
+                    error: e.to_string(),
+                },
+                env,
+            );
+        }
+        self.flush(env, None);
+        env.trace(TraceEvent::TransferAccepted {
+            node: self.id,
+            room,
+            from: facts.from,
+            prompt_len: facts.prompt_len,
+            reserved_pages: facts.reserved_pages,
+            sent_tokens,
+            sent_pages,
+            fully_written: facts.fully_written,
+        });
+        env.trace(TraceEvent::Running {
+            node: self.id,
+            room,
+            side: Side::Decode,
+        });
+        env.cancel_timer(Timer::WaitingForKv(room));
+        if let Some(r) = self.requests.get_mut(&room) {
+            let pages = std::mem::take(&mut r.phase).into_pages();
+            r.phase = Phase::Running {
+                pages,
+                seq_len: facts.prompt_len,
+                step: 0,
+            };
+        }
+        self.arm_compute(env);
+    }
+
+    /// The device failed serving `room`: state it, and fail the request with its reason
+    /// (its pages released, or quarantined while a write may still land).
+    fn device_failed<E: Env<G::Kv>>(&mut self, room: RoomKey, e: &DeviceError, env: &mut E) {
+        self.fault(device_fault(Some(room), e), env);
+        let why = Some(Why::DeviceFailed { side: Side::Decode });
+        match self.requests.get(&room).map(|r| &r.phase) {
+            Some(Phase::Running { .. }) => self.finish(room, Status::INTERNAL, why, env),
+            _ => self.fail(room, Status::INTERNAL, why, env),
         }
     }
 
@@ -722,39 +907,40 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             .values()
             .any(|r| matches!(r.phase, Phase::Running { .. }))
         {
-            self.kick(env);
+            self.arm_compute(env);
         }
     }
 
+    /// One decode step of `room`: the tag check (defense 4), echo attention, the new
+    /// token's KV into the request's own pages, the token to the router.
     fn step<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
-        let Phase::Running { seq_len, step } = req.phase else {
+        let Phase::Running {
+            pages: all,
+            seq_len,
+            step,
+        } = &req.phase
+        else {
             return;
         };
+        let (seq_len, step) = (*seq_len, *step);
         let ps = u64::from(self.cfg.page_size);
-        let seq_pages = (seq_len.div_ceil(ps) as usize).min(req.pages.len());
-        let pages = req.pages[..seq_pages].to_vec();
+        let seq_pages = (seq_len.div_ceil(ps) as usize).min(all.len());
+        let pages = all[..seq_pages].to_vec();
         let q = query_position(step, req.max_new_tokens, req.prompt_len);
         if self.cfg.defenses.page_tags {
-            if let Err(m) = self.gpu.check_tags(&pages, room) {
-                let current = self
-                    .pool
-                    .page(m.expected.page)
-                    .map_or(m.expected.gen, |r| r.gen);
-                self.counters.tag_mismatches += 1;
-                env.trace(TraceEvent::TagMismatch {
-                    node: self.id,
-                    room,
-                    step,
-                    seq_len,
-                    pages,
-                    tag: m.expected,
-                    current,
-                });
-                self.finish(room, Status::INTERNAL, env);
-                return;
+            match self.gpu.check_tags(&pages, room) {
+                Ok(()) => {}
+                Err(TagError::Mismatch(m)) => {
+                    self.tag_mismatch(room, (step, seq_len), pages, m, env);
+                    return;
+                }
+                Err(TagError::Device(e)) => {
+                    self.device_failed(room, &e, env);
+                    return;
+                }
             }
         }
         env.trace(TraceEvent::Attend {
@@ -766,12 +952,24 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             pages: pages.clone(),
         });
         let page_ids = ids(&pages);
-        let token = self.gpu.attend(&page_ids, seq_len, q);
+        let token = match self.gpu.attend(&page_ids, seq_len, q) {
+            Ok(t) => t,
+            Err(e) => {
+                self.device_failed(room, &e, env);
+                return;
+            }
+        };
         // The generated token's KV goes into the next slot of the request's own pages.
-        let all = req.pages.clone();
-        if write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room).is_err() {
-            // Past the request's pages: refused whole and stated; the request fails.
-            self.finish(room, Status::INTERNAL, env);
+        let all = all.clone();
+        let max_new_tokens = req.max_new_tokens;
+        if let Err(e) = write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room) {
+            // Past the request's pages (refused whole), or the device failed; stated
+            // as a fault. The request fails.
+            let why = match e {
+                WriteError::Refused(_) => None,
+                WriteError::Device(_) => Some(Why::DeviceFailed { side: Side::Decode }),
+            };
+            self.finish(room, Status::INTERNAL, why, env);
             return;
         }
         env.send(
@@ -782,27 +980,66 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 token,
             },
         );
-        let done = step + 1 >= req.max_new_tokens;
-        if let Some(r) = self.requests.get_mut(&room) {
-            r.phase = Phase::Running {
-                seq_len: seq_len + 1,
-                step: step + 1,
-            };
+        let done = step + 1 >= max_new_tokens;
+        if let Some(Phase::Running {
+            seq_len: len,
+            step: at,
+            ..
+        }) = self.requests.get_mut(&room).map(|r| &mut r.phase)
+        {
+            debug_assert_eq!((*len, *at), (seq_len, step));
+            *len = seq_len + 1;
+            *at = step + 1;
         }
         if done {
-            self.finish(room, Status::OK, env);
+            self.finish(room, Status::OK, None, env);
         }
     }
 
-    /// Normal end (or a failed step): release the pages and answer once.
-    fn finish<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+    /// Defense 4 refused a step: a page does not carry the reader's tag. State it (with
+    /// the page's current generation) and fail the request.
+    fn tag_mismatch<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        (step, seq_len): (u32, u64),
+        pages: Vec<PageTag>,
+        m: TagMismatch,
+        env: &mut E,
+    ) {
+        let current = self
+            .pool
+            .page(m.expected.page)
+            .map_or(m.expected.gen, |r| r.gen);
+        self.counters.tag_mismatches += 1;
+        env.trace(TraceEvent::TagMismatch {
+            node: self.id,
+            room,
+            step,
+            seq_len,
+            pages,
+            tag: m.expected,
+            current,
+        });
+        self.finish(room, Status::INTERNAL, None, env);
+    }
+
+    /// Normal end (or a failed step): release the pages and answer once, with the
+    /// engine's reason for an error `status` where it has one.
+    fn finish<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+        env: &mut E,
+    ) {
         let Some(req) = self.requests.remove(&room) else {
             return;
         };
         // Release only the pages this room still owns: after a tag mismatch some page
         // may belong to someone else now, and only the owner frees (S8).
         let owned: Vec<PageTag> = req
-            .pages
+            .phase
+            .pages()
             .iter()
             .copied()
             .filter(|t| self.pool.owns(room, *t))
@@ -812,9 +1049,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             if self.finished_pages.len() >= self.cfg.max_queue as usize {
                 self.finished_pages.pop_front();
             }
-            self.finished_pages.push_back((room, req.pages.clone()));
+            self.finished_pages
+                .push_back((room, req.phase.into_pages()));
         }
-        self.answer(room, status, env);
+        self.answer(room, status, why, env);
     }
 
     fn release<E: Env<G::Kv>>(
@@ -855,9 +1093,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 })
                 .map(|t| t.page)
                 .collect();
-            for &p in &zeroed {
-                self.gpu.zero_page(p);
-            }
+            let zeroed = zero_pages(&mut self.gpu, &zeroed, &mut |e| {
+                self.counters.fault(env, self.id, device_fault(None, &e))
+            });
             if !zeroed.is_empty() {
                 env.trace(TraceEvent::PagesZeroed {
                     node: self.id,
@@ -868,14 +1106,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.try_prealloc(env);
     }
 
-    /// The request failed (transfer failure, verification, timeout, abort): answer,
-    /// and hand its pages to quarantine if a write may still land in them.
-    fn fail<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        self.fail_why(room, status, None, env);
-    }
-
-    /// [`Self::fail`] with the engine's reason for `status`.
-    fn fail_why<E: Env<G::Kv>>(
+    /// The request failed (transfer failure, verification, timeout, abort, the device):
+    /// answer with the engine's reason where it has one, and hand its pages to
+    /// quarantine if a write may still land in them.
+    fn fail<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
         status: Status,
@@ -888,20 +1122,19 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         env.cancel_timer(Timer::WaitingForKv(room));
         match req.phase {
             Phase::Prealloc => self.prealloc.retain(|r| *r != room),
-            Phase::Running { .. } => {
-                let owned: Vec<PageTag> = req
-                    .pages
+            Phase::Running { pages, .. } => {
+                let owned: Vec<PageTag> = pages
                     .iter()
                     .copied()
                     .filter(|t| self.pool.owns(room, *t))
                     .collect();
                 self.release(room, &owned, ReleaseKind::Owner, env);
             }
-            Phase::Transferring { .. } => {
+            Phase::Transferring { pages, .. } => {
                 let deferred = self.cfg.defenses.deferred_release
                     && !self.cfg.bugs.has(Bug::DecodeReleaseImmediate);
                 if deferred {
-                    if let Err(e) = self.pool.quarantine(room, &req.pages) {
+                    if let Err(e) = self.pool.quarantine(room, &pages) {
                         self.fault(
                             NodeFault::PageRecordRefused {
                                 room: Some(room),
@@ -915,7 +1148,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                         self.quarantine.insert(
                             room,
                             Quarantine {
-                                pages: req.pages,
+                                pages,
                                 prefill: req.prefill,
                                 retries: 0,
                             },
@@ -926,11 +1159,11 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 } else {
                     // Free now, while prefill may still be writing (pre-#35049).
                     env.send(req.prefill, Msg::DrainRequest { room });
-                    self.release(room, &req.pages, ReleaseKind::Owner, env);
+                    self.release(room, &pages, ReleaseKind::Owner, env);
                 }
             }
         }
-        self.answer_why(room, status, why, env);
+        self.answer(room, status, why, env);
     }
 
     fn on_abort<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
@@ -940,7 +1173,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 room,
                 side: Side::Decode,
             });
-            self.fail(room, status, env);
+            self.fail(room, status, None, env);
             return;
         }
         if self.cfg.bugs.has(Bug::DoubleFreeOnFinish) {
@@ -954,7 +1187,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
         // Unknown or already answered: answer again (the router ignores duplicates) so
         // that a lost answer or a start message still in flight cannot wedge the room.
-        self.answer(room, status, env);
+        self.answer(room, status, None, env);
     }
 
     fn on_drain_ack<E: Env<G::Kv>>(&mut self, ack: RoomKey, env: &mut E) {
@@ -1035,11 +1268,11 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         pool.invariants()?;
         // holders[i]: 1 + the index in `lists` of the list that holds page i (0: none).
         let mut holders: Vec<u32> = vec![0; pool.capacity() + 1];
-        let lists: Vec<(&RoomKey, &Vec<PageTag>, bool)> = self
+        let lists: Vec<(&RoomKey, &[PageTag], bool)> = self
             .requests
             .iter()
-            .map(|(k, r)| (k, &r.pages, false))
-            .chain(self.quarantine.iter().map(|(k, q)| (k, &q.pages, true)))
+            .map(|(k, r)| (k, r.phase.pages(), false))
+            .chain(self.quarantine.iter().map(|(k, q)| (k, &q.pages[..], true)))
             .collect();
         for (idx, (_, pages, _)) in lists.iter().enumerate() {
             for t in pages.iter() {
@@ -1074,10 +1307,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         if let Some(r) = self.requests.get(&room) {
             return Some(match &r.phase {
                 Phase::Prealloc => DecodePhase::Prealloc,
-                Phase::Transferring { written } => DecodePhase::Transferring {
+                Phase::Transferring { written, .. } => DecodePhase::Transferring {
                     written: written.clone(),
                 },
-                Phase::Running { seq_len, step } => DecodePhase::Running {
+                Phase::Running { seq_len, step, .. } => DecodePhase::Running {
                     step: *step,
                     seq_len: *seq_len,
                 },
@@ -1092,7 +1325,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// its quarantine.
     pub fn room_pages(&self, room: RoomKey) -> Option<Vec<PageTag>> {
         match self.requests.get(&room) {
-            Some(r) => Some(r.pages.clone()),
+            Some(r) => Some(r.phase.pages().to_vec()),
             None => self.quarantine.get(&room).map(|q| q.pages.clone()),
         }
     }

@@ -10,7 +10,8 @@
 //! input, never a comparison of `now` against a stored deadline, so a model checker
 //! whose timers carry no time can fire every timeout in every order.
 
-use crate::ids::{NodeId, RoomKey};
+use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
+use crate::kv::Refusal;
 use crate::msg::Msg;
 use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
@@ -61,11 +62,27 @@ pub trait Trace {
 pub trait Env<K>: Clock + Network<K> + Trace {}
 impl<K, T: Clock + Network<K> + Trace> Env<K> for T {}
 
-/// One input to a node: a delivered message or a fired timer.
+/// One input to a node: a delivered message, a fired timer, or a KV write that a
+/// driver's own receiver already landed (or refused). Every input enters a node through
+/// its `handle`, which applies the same peer checks to each.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Input<K> {
-    Message { from: NodeId, msg: Msg<K> },
+    Message {
+        from: NodeId,
+        msg: Msg<K>,
+    },
     Timer(Timer),
+    /// Decode only: the KV write `id` of `from` was applied to (or refused by) the
+    /// node's memory outside its loop, by [`crate::kv::land`] on the node's shared
+    /// record (the hardware runtime's transfer thread). The node traces it and
+    /// completes the write exactly once, as for a delivered `KvWrite`; a landing whose
+    /// sender is not the room's writer is refused like that write would be.
+    Landed {
+        from: NodeId,
+        id: WriteId,
+        dst: Vec<PageTag>,
+        landing: Result<(), Refusal>,
+    },
 }
 
 /// A timer request recorded by an [`Outbox`].

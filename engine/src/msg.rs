@@ -81,6 +81,9 @@ pub enum Why {
     NoRoom,
     /// The router's request timeout passed before both halves answered.
     Timeout,
+    /// The half's device failed while serving the request (a driver call, a launch, a
+    /// copy); its pages were released, the node goes on.
+    DeviceFailed { side: Side },
 }
 
 impl fmt::Display for Why {
@@ -116,6 +119,7 @@ impl fmt::Display for Why {
             ),
             Why::NoRoom => f.write_str("the router's room table is full"),
             Why::Timeout => f.write_str("the request timed out before both halves answered"),
+            Why::DeviceFailed { side: s } => write!(f, "the {} device failed", side(s)),
         }
     }
 }

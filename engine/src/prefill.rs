@@ -20,36 +20,58 @@ use crate::bugs::Bug;
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::KvPayload;
-use crate::gpu::{ids, write_traced, Gpu};
-use crate::ids::{NodeId, PageTag, RequestId, RoomId, RoomKey, Token, WriteId};
+use crate::gpu::{device_fault, ids, write_traced, zero_pages, DeviceError, Gpu, WriteError};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
 use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::retired::{holds, send_answer, RetiredRooms};
+use crate::retired::{holds, RetiredRooms};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Where a prefill request is.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// Every phase after `Bootstrapping` holds decode's page list (`meta`): it arrives
+/// exactly when the room leaves `Bootstrapping`, so no phase has it optionally.
 enum Phase {
     /// Sender created; waiting for decode's page list.
     Bootstrapping,
     /// Page list known; waiting in the queue for source pages.
-    Waiting,
+    Waiting { meta: Meta },
     /// In the running batch; the forward completes at the next scheduler tick.
-    Forward { pages: Vec<PageTag> },
+    Forward { meta: Meta, pages: Vec<PageTag> },
     /// KV is being sent.
     Sending {
+        meta: Meta,
         pages: Vec<PageTag>,
         next_page: usize,
         in_flight: u32,
     },
     /// The transfer concluded; the scheduler polls it at the next tick.
     Inflight {
+        meta: Meta,
         pages: Vec<PageTag>,
         outcome: TransferOutcome,
     },
+}
+
+impl Phase {
+    /// Decode's page list, known from `Waiting` on.
+    fn meta(&self) -> Option<&Meta> {
+        match self {
+            Phase::Bootstrapping => None,
+            Phase::Waiting { meta }
+            | Phase::Forward { meta, .. }
+            | Phase::Sending { meta, .. }
+            | Phase::Inflight { meta, .. } => Some(meta),
+        }
+    }
+
+    /// The incarnation of decode whose page list this is (0 before it is known).
+    fn decode_epoch(&self) -> u32 {
+        self.meta().map_or(0, Meta::epoch)
+    }
 }
 
 /// Where a prefill room is, as [`PrefillNode::room_phase`] reports it to tests and
@@ -66,6 +88,25 @@ pub enum PrefillPhase {
     Sending { next_page: usize, in_flight: u32 },
     /// The transfer concluded (`success` is its outcome); polled at the next tick.
     Inflight { success: bool },
+}
+
+/// One chunk write to issue ([`PrefillNode::next_chunk`]): its source pages and their
+/// destinations, the phase's `next_page` after it, the partial last page it carries
+/// (its index in the chunk, the slots it holds) and the decode node it goes to.
+struct Chunk {
+    src: Vec<PageTag>,
+    dst: Vec<PageTag>,
+    end: usize,
+    tail: Option<(usize, usize)>,
+    to: NodeId,
+}
+
+/// Does decode still need a `KvDone { Failed }` for a send that fails? Not when decode
+/// asked for the stop itself (its drain request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KvDoneOwed {
+    Yes,
+    No,
 }
 
 /// Decode's page list for a room (M5).
@@ -91,8 +132,16 @@ struct Request {
     to_finish: Option<Status>,
     /// The terminal reason once set (SGLang `finished_reason`).
     finished_reason: Option<Status>,
-    meta: Option<Meta>,
     phase: Phase,
+}
+
+impl Request {
+    /// Move to the phase `next` makes of the current one; `next` returns a phase it
+    /// does not move from unchanged.
+    fn advance(&mut self, next: impl FnOnce(Phase) -> Phase) {
+        let now = std::mem::replace(&mut self.phase, Phase::Bootstrapping);
+        self.phase = next(now);
+    }
 }
 
 /// Writes of one room use still in flight, kept after the request retires.
@@ -287,10 +336,12 @@ impl<G: Gpu> PrefillNode<G> {
                     self.requests.get(&room).map(|r| &r.phase),
                     Some(Phase::Bootstrapping)
                 ) {
-                    self.retire(room, Status::INTERNAL, env);
+                    self.retire(room, Status::INTERNAL, None, env);
                 }
             }
             Input::Timer(_) => {}
+            // Only a decode node's receiver lands writes.
+            Input::Landed { .. } => {}
         }
     }
 
@@ -343,13 +394,16 @@ impl<G: Gpu> PrefillNode<G> {
         self.counters.fault(env, id, fault);
     }
 
-    fn kick<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    /// Ask for the scheduler loop's next pass (`Timer::Compute`), unless one is armed.
+    fn arm_compute<E: Env<G::Kv>>(&mut self, env: &mut E) {
         if !self.compute_armed {
             self.compute_armed = true;
             env.set_timer(Timer::Compute, self.cfg.latencies.prefill_forward_ns);
         }
     }
 
+    /// The router's start (M1): intake checks (queue, length, the bootstrap-queue gate),
+    /// then the room waits for decode's page list (which may have arrived first).
     fn on_start<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
@@ -364,23 +418,11 @@ impl<G: Gpu> PrefillNode<G> {
         if self.drained_before_start(room, decode, env) {
             return;
         }
-        let len = prompt.len() as u64;
-        let reject = |this: &mut Self, env: &mut E, status: Status, why: Why| {
-            this.tombstone(room);
-            env.trace(TraceEvent::Rejected {
-                node: this.id,
-                room,
-                side: Side::Prefill,
-                status,
-                reason: why.to_string(),
-            });
-            this.answer_why(room, status, Some(why), env);
-        };
         if self.requests.len() >= self.cfg.max_queue as usize {
             let why = Why::QueueFull {
                 side: Side::Prefill,
             };
-            reject(self, env, Status::UNAVAILABLE, why);
+            self.reject_start(room, Status::UNAVAILABLE, why, env);
             return;
         }
         let mut req = Request {
@@ -389,36 +431,11 @@ impl<G: Gpu> PrefillNode<G> {
             prompt,
             to_finish: None,
             finished_reason: None,
-            meta: None,
             phase: Phase::Bootstrapping,
         };
-        if let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) {
-            if len > limit && self.cfg.allow_auto_truncate {
-                // `validate_input_length` with truncation on: keep the head of the prompt.
-                req.prompt.truncate(limit as usize);
-                env.trace(TraceEvent::Truncated {
-                    node: self.id,
-                    room,
-                    from: len,
-                    to: limit,
-                });
-            } else if len > limit {
-                if self.cfg.bugs.has(Bug::GateChecksFinishedOnly) {
-                    // SGLang `set_finish_with_abort`: keep the error in `to_finish`,
-                    // swap the prompt for a 1-token placeholder, stay live.
-                    req.prompt = vec![0];
-                    req.to_finish = Some(Status::BAD_REQUEST);
-                    env.trace(TraceEvent::RejectedLegacy {
-                        node: self.id,
-                        room,
-                        prompt_len: len,
-                    });
-                } else {
-                    let why = Why::PromptTooLong { tokens: len, limit };
-                    reject(self, env, Status::BAD_REQUEST, why);
-                    return;
-                }
-            }
+        if let Err(why) = self.check_length(room, &mut req, env) {
+            self.reject_start(room, Status::BAD_REQUEST, why, env);
+            return;
         }
         // The bootstrap-queue gate (`PrefillBootstrapQueue.add`).
         if self.is_aborted(&req) {
@@ -426,7 +443,7 @@ impl<G: Gpu> PrefillNode<G> {
                 .to_finish
                 .or(req.finished_reason)
                 .unwrap_or(Status::BAD_REQUEST);
-            reject(self, env, status, Why::RejectedAtIntake);
+            self.reject_start(room, status, Why::RejectedAtIntake, env);
             return;
         }
         env.trace(TraceEvent::Admitted {
@@ -438,6 +455,73 @@ impl<G: Gpu> PrefillNode<G> {
         });
         self.requests.insert(room, req);
         env.set_timer(Timer::Bootstrap(room), self.cfg.timeouts.bootstrap_ns);
+        self.take_early_meta(room, decode, env);
+    }
+
+    /// Refuse a start at intake: retire the room use and answer once, with the reason.
+    fn reject_start<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Why,
+        env: &mut E,
+    ) {
+        self.tombstone(room);
+        env.trace(TraceEvent::Rejected {
+            node: self.id,
+            room,
+            side: Side::Prefill,
+            status,
+            reason: why.to_string(),
+        });
+        self.answer(room, status, Some(why), env);
+    }
+
+    /// `validate_input_length`: a prompt over the admission limit is truncated (with
+    /// auto-truncation on), kept as a 1-token placeholder with the error pending (the
+    /// legacy rejection, a bug switch), or refused with the reason.
+    fn check_length<E: Env<G::Kv>>(
+        &self,
+        room: RoomKey,
+        req: &mut Request,
+        env: &mut E,
+    ) -> Result<(), Why> {
+        let len = req.prompt.len() as u64;
+        let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) else {
+            return Ok(());
+        };
+        if len <= limit {
+            return Ok(());
+        }
+        if self.cfg.allow_auto_truncate {
+            // Truncation on: keep the head of the prompt.
+            req.prompt.truncate(limit as usize);
+            env.trace(TraceEvent::Truncated {
+                node: self.id,
+                room,
+                from: len,
+                to: limit,
+            });
+            return Ok(());
+        }
+        if !self.cfg.bugs.has(Bug::GateChecksFinishedOnly) {
+            return Err(Why::PromptTooLong { tokens: len, limit });
+        }
+        // SGLang `set_finish_with_abort`: keep the error in `to_finish`, swap the
+        // prompt for a 1-token placeholder, stay live.
+        req.prompt = vec![0];
+        req.to_finish = Some(Status::BAD_REQUEST);
+        env.trace(TraceEvent::RejectedLegacy {
+            node: self.id,
+            room,
+            prompt_len: len,
+        });
+        Ok(())
+    }
+
+    /// Page lists that arrived before this start: the room's decode node's is taken
+    /// now, any other node's is refused by peer identity.
+    fn take_early_meta<E: Env<G::Kv>>(&mut self, room: RoomKey, decode: NodeId, env: &mut E) {
         let early: Vec<(NodeId, Vec<PageTag>)> = self
             .early_meta
             .range((room, NodeId(0))..=(room, NodeId(u16::MAX)))
@@ -499,11 +583,10 @@ impl<G: Gpu> PrefillNode<G> {
         if req.phase != Phase::Bootstrapping {
             return;
         }
-        req.meta = Some(Meta { dst });
-        req.phase = Phase::Waiting;
+        req.phase = Phase::Waiting { meta: Meta { dst } };
         self.waiting.push_back(room);
         env.cancel_timer(Timer::Bootstrap(room));
-        self.kick(env);
+        self.arm_compute(env);
     }
 
     /// One pass of the scheduler loop: poll concluded transfers, finish the forward
@@ -533,7 +616,7 @@ impl<G: Gpu> PrefillNode<G> {
             .values()
             .any(|r| matches!(r.phase, Phase::Forward { .. } | Phase::Inflight { .. }));
         if busy {
-            self.kick(env);
+            self.arm_compute(env);
         }
     }
 
@@ -548,7 +631,7 @@ impl<G: Gpu> PrefillNode<G> {
                 self.waiting.pop_front();
                 continue;
             };
-            if req.phase != Phase::Waiting {
+            if !matches!(req.phase, Phase::Waiting { .. }) {
                 self.waiting.pop_front();
                 continue;
             }
@@ -558,14 +641,14 @@ impl<G: Gpu> PrefillNode<G> {
                     .to_finish
                     .or(req.finished_reason)
                     .unwrap_or(Status::INTERNAL);
-                self.retire(room, status, env);
+                self.retire(room, status, None, env);
                 continue;
             }
             let need = self.cfg.pages_for(req.prompt.len() as u64) as usize;
             if need > self.pool.capacity() && !self.cfg.bugs.has(Bug::AdmitBeyondPool) {
                 // Can never fit: fail it now rather than let it block the queue forever.
                 self.waiting.pop_front();
-                self.retire(room, Status::INTERNAL, env);
+                self.retire(room, Status::INTERNAL, None, env);
                 continue;
             }
             let Ok(pages) = self.pool.alloc(need, room) else {
@@ -579,12 +662,16 @@ impl<G: Gpu> PrefillNode<G> {
                 side: Side::Prefill,
             });
             if let Some(r) = self.requests.get_mut(&room) {
-                r.phase = Phase::Forward { pages };
+                r.advance(|now| match now {
+                    Phase::Waiting { meta } => Phase::Forward { meta, pages },
+                    other => other,
+                });
+                debug_assert!(matches!(r.phase, Phase::Forward { .. }));
             }
             batch += 1;
         }
         if batch > 0 {
-            self.kick(env);
+            self.arm_compute(env);
         }
     }
 
@@ -593,7 +680,7 @@ impl<G: Gpu> PrefillNode<G> {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
-        let Phase::Forward { pages } = &req.phase else {
+        let Phase::Forward { pages, .. } = &req.phase else {
             return;
         };
         let pages = pages.clone();
@@ -606,15 +693,22 @@ impl<G: Gpu> PrefillNode<G> {
                 .unwrap_or(Status::INTERNAL);
             self.release_source(room, &pages, env);
             self.notify_decode_failed(room, env);
-            self.retire(room, status, env);
+            self.retire(room, status, None, env);
             return;
         }
         let prompt = req.prompt.clone();
-        if write_traced(&mut self.gpu, env, self.id, &pages, 0, &prompt, room).is_err() {
-            // Refused whole (stated as a fault): the request fails like an abort.
+        if let Err(e) = write_traced(&mut self.gpu, env, self.id, &pages, 0, &prompt, room) {
+            // Refused whole or a device failure (stated as a fault): the request fails
+            // like an abort, its pages released.
+            let why = match e {
+                WriteError::Refused(_) => None,
+                WriteError::Device(_) => Some(Why::DeviceFailed {
+                    side: Side::Prefill,
+                }),
+            };
             self.release_source(room, &pages, env);
             self.notify_decode_failed(room, env);
-            self.retire(room, Status::INTERNAL, env);
+            self.retire(room, Status::INTERNAL, why, env);
             return;
         }
         if let Err(e) = self.pool.mark_ready(room, &pages) {
@@ -628,121 +722,208 @@ impl<G: Gpu> PrefillNode<G> {
                 },
                 env,
             );
-            self.retire(room, Status::INTERNAL, env);
+            self.retire(room, Status::INTERNAL, None, env);
             return;
         }
         self.flush(env);
         if let Some(r) = self.requests.get_mut(&room) {
-            r.phase = Phase::Sending {
-                pages,
-                next_page: 0,
-                in_flight: 0,
-            };
+            r.advance(|now| match now {
+                Phase::Forward { meta, .. } => Phase::Sending {
+                    meta,
+                    pages,
+                    next_page: 0,
+                    in_flight: 0,
+                },
+                other => other,
+            });
+            debug_assert!(matches!(r.phase, Phase::Sending { .. }));
         }
-        self.pump(room, env);
+        self.send_chunks(room, env);
     }
 
-    /// Issue chunk writes up to the in-flight limit; conclude when all completed.
-    fn pump<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
-        let chunk_pages = self.cfg.chunk_pages as usize;
-        let max_in_flight = self.cfg.max_inflight_chunks;
-        let ps = u64::from(self.cfg.page_size).max(1);
-        let hold = !self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain)
-            && self.cfg.defenses.deferred_release;
-        let epoch = self.pool.epoch();
-        let Some(req) = self.requests.get_mut(&room) else {
-            return;
-        };
-        let decode = req.decode;
-        let dst_all = req.meta.as_ref().map(|m| m.dst.clone()).unwrap_or_default();
+    /// Issue chunk writes up to the in-flight limit ([`Self::next_chunk`],
+    /// [`Self::send_chunk`]); conclude the transfer when every one completed.
+    fn send_chunks<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+        while let Some(chunk) = self.next_chunk(room) {
+            if let Err(e) = self.send_chunk(room, chunk, env) {
+                self.send_failed_on_device(room, &e, env);
+                return;
+            }
+        }
+        self.conclude_send(room, env);
+    }
+
+    /// The next chunk write of a sending room, if the in-flight limit and the pages
+    /// left allow one. Mooncake truncates the source to the destination when decode
+    /// reserved fewer pages; nothing checks that the counts agree (decode's job).
+    fn next_chunk(&self, room: RoomKey) -> Option<Chunk> {
+        let req = self.requests.get(&room)?;
         let Phase::Sending {
+            meta,
             pages,
             next_page,
             in_flight,
-        } = &mut req.phase
+        } = &req.phase
         else {
-            return;
+            return None;
         };
-        // Mooncake truncates the source to the destination when decode reserved fewer
-        // pages; nothing checks that the counts agree (that is decode's job).
-        let to_send = pages.len().min(dst_all.len());
-        while *in_flight < max_in_flight && *next_page < to_send {
-            let end = (*next_page + chunk_pages).min(to_send);
-            let src = pages[*next_page..end].to_vec();
-            let dst = dst_all[*next_page..end].to_vec();
-            if hold {
-                for &t in &src {
-                    // Our own Ready pages: a refusal means the record is corrupt.
-                    self.pool
-                        .hold(t)
-                        .expect("sending room owns its source pages (S1)");
-                }
-                for c in self.pool.take_changes() {
-                    env.trace(c.into_event(self.id, None));
-                }
+        let to_send = pages.len().min(meta.dst.len());
+        if *in_flight >= self.cfg.max_inflight_chunks || *next_page >= to_send {
+            return None;
+        }
+        let end = (*next_page + self.cfg.chunk_pages as usize).min(to_send);
+        // The prompt's last page, when partial, is sent as the slots it holds: a
+        // one-sided write places the bytes it carries, so decode's generated KV in the
+        // rest of that page is out of reach of this write and of any late copy of it
+        // (docs/ARCHITECTURE.md, "Two transports").
+        let ps = u64::from(self.cfg.page_size).max(1);
+        let slots = (req.prompt.len() as u64 % ps) as usize;
+        let tail = match pages.len().checked_sub(1) {
+            Some(last) if slots != 0 && (*next_page..end).contains(&last) => {
+                Some((last - *next_page, slots))
             }
-            let mut kv: Vec<G::Kv> = src.iter().map(|t| self.gpu.read_page(t.page)).collect();
-            // The prompt's last page, when partial, is sent as the slots it holds: a
-            // one-sided write places the bytes it carries, so decode's generated KV in
-            // the rest of that page is out of reach of this write and of any late copy
-            // of it (docs/ARCHITECTURE.md, "Two transports").
-            let tail = (req.prompt.len() as u64 % ps) as usize;
-            let last = pages.len().checked_sub(1);
-            if tail != 0 && last.is_some_and(|l| (*next_page..end).contains(&l)) {
-                if let Some(k) = last.and_then(|l| kv.get_mut(l - *next_page)) {
-                    k.keep_slots(tail);
-                }
+            _ => None,
+        };
+        debug_assert!(*next_page < end && end <= to_send);
+        Some(Chunk {
+            src: pages[*next_page..end].to_vec(),
+            dst: meta.dst[*next_page..end].to_vec(),
+            end,
+            tail,
+            to: req.decode,
+        })
+    }
+
+    /// Send one chunk write: read the source, hold it until the write completes (with
+    /// deferred release), record the write as outstanding, state and send it.
+    fn send_chunk<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        chunk: Chunk,
+        env: &mut E,
+    ) -> Result<(), DeviceError> {
+        let Chunk {
+            src,
+            dst,
+            end,
+            tail,
+            to,
+        } = chunk;
+        assert_eq!(src.len(), dst.len(), "a chunk writes each source page once");
+        // Read before holding: a device that fails here fails the send with no hold
+        // taken for a write that never leaves.
+        let mut kv = self.gpu.read_pages(&ids(&src))?;
+        let hold = !self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain)
+            && self.cfg.defenses.deferred_release;
+        if hold {
+            for &t in &src {
+                // Our own Ready pages: a refusal means the record is corrupt.
+                self.pool
+                    .hold(t)
+                    .expect("sending room owns its source pages (S1)");
             }
-            let out = self.outstanding.entry(room).or_insert_with(|| Outstanding {
-                to: decode,
-                ..Outstanding::default()
-            });
-            let id = WriteId {
-                writer: self.id,
-                epoch,
-                room,
-                chunk: out.next_chunk,
-            };
-            out.next_chunk += 1;
-            out.chunks
-                .insert(id.chunk, if hold { src.clone() } else { Vec::new() });
-            env.trace(TraceEvent::KvSent {
-                node: self.id,
-                write: id,
-                src: src.clone(),
-                dst: dst.clone(),
-                to: Some(decode),
-            });
-            env.send(decode, Msg::KvWrite { id, src, dst, kv });
+            for c in self.pool.take_changes() {
+                env.trace(c.into_event(self.id, None));
+            }
+        }
+        if let Some((i, slots)) = tail {
+            if let Some(k) = kv.get_mut(i) {
+                k.keep_slots(slots);
+            }
+        }
+        let out = self.outstanding.entry(room).or_insert_with(|| Outstanding {
+            to,
+            ..Outstanding::default()
+        });
+        let id = WriteId {
+            writer: self.id,
+            epoch: self.pool.epoch(),
+            room,
+            chunk: out.next_chunk,
+        };
+        out.next_chunk += 1;
+        out.chunks
+            .insert(id.chunk, if hold { src.clone() } else { Vec::new() });
+        env.trace(TraceEvent::KvSent {
+            node: self.id,
+            write: id,
+            src: src.clone(),
+            dst: dst.clone(),
+            to: Some(to),
+        });
+        env.send(to, Msg::KvWrite { id, src, dst, kv });
+        if let Some(Phase::Sending {
+            next_page,
+            in_flight,
+            ..
+        }) = self.requests.get_mut(&room).map(|r| &mut r.phase)
+        {
             *next_page = end;
             *in_flight += 1;
         }
-        if *in_flight == 0 && *next_page >= to_send {
-            let sent_pages = pages[..to_send].to_vec();
-            let tokens = req.prompt.len() as u64;
-            // `is_last_chunk = curr_idx == num_kv_indices`: prefill reports its own
-            // page count and token count, whatever decode reserved.
-            let outcome = TransferOutcome::Success {
-                tokens,
-                pages: pages.len() as u32,
-                checksum: self.gpu.digest(&ids(&sent_pages), tokens),
-            };
-            let pages = pages.clone();
-            req.phase = Phase::Inflight {
-                pages,
-                outcome: outcome.clone(),
-            };
-            let epoch = req.meta.as_ref().map_or(0, Meta::epoch);
-            env.send(
-                decode,
-                Msg::KvDone {
-                    room,
-                    outcome,
-                    epoch,
-                },
-            );
-            self.kick(env);
+        debug_assert!(self
+            .outstanding
+            .get(&room)
+            .is_some_and(|o| o.chunks.contains_key(&id.chunk)));
+        Ok(())
+    }
+
+    /// Every chunk was sent and completed: report the transfer to decode (M7) with
+    /// prefill's own counts and the digest of what it sent.
+    fn conclude_send<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+        let Some(req) = self.requests.get(&room) else {
+            return;
+        };
+        let Phase::Sending {
+            meta,
+            pages,
+            next_page,
+            in_flight,
+        } = &req.phase
+        else {
+            return;
+        };
+        let to_send = pages.len().min(meta.dst.len());
+        if *in_flight != 0 || *next_page < to_send {
+            return;
         }
+        let tokens = req.prompt.len() as u64;
+        let checksum = match self.gpu.digest(&ids(&pages[..to_send]), tokens) {
+            Ok(c) => c,
+            Err(e) => {
+                self.send_failed_on_device(room, &e, env);
+                return;
+            }
+        };
+        // `is_last_chunk = curr_idx == num_kv_indices`: prefill reports its own page
+        // count and token count, whatever decode reserved.
+        let outcome = TransferOutcome::Success {
+            tokens,
+            pages: pages.len() as u32,
+            checksum,
+        };
+        let (decode, epoch) = (req.decode, req.phase.decode_epoch());
+        if let Some(r) = self.requests.get_mut(&room) {
+            let reported = outcome.clone();
+            r.advance(|now| match now {
+                Phase::Sending { meta, pages, .. } => Phase::Inflight {
+                    meta,
+                    pages,
+                    outcome: reported,
+                },
+                other => other,
+            });
+            debug_assert!(matches!(r.phase, Phase::Inflight { .. }));
+        }
+        env.send(
+            decode,
+            Msg::KvDone {
+                room,
+                outcome,
+                epoch,
+            },
+        );
+        self.arm_compute(env);
     }
 
     fn on_write_done<E: Env<G::Kv>>(&mut self, id: WriteId, ok: bool, env: &mut E) {
@@ -756,6 +937,14 @@ impl<G: Gpu> PrefillNode<G> {
         if !ok {
             out.any_failed = true;
         }
+        debug_assert!(
+            !out.chunks.contains_key(&id.chunk),
+            "one completion per write"
+        );
+        debug_assert!(
+            id.chunk < out.next_chunk,
+            "a completion of a write this room sent"
+        );
         env.trace(TraceEvent::WriteCompleted {
             node: self.id,
             write: id,
@@ -780,16 +969,16 @@ impl<G: Gpu> PrefillNode<G> {
         // the head of the waiting queue (without this a waiting request sat until a
         // timeout answered it 500, with pages free).
         if self.pool.free_count() > free_before && !self.waiting.is_empty() {
-            self.kick(env);
+            self.arm_compute(env);
         }
         if let Some(req) = self.requests.get_mut(&room) {
             if let Phase::Sending { in_flight, .. } = &mut req.phase {
                 *in_flight = in_flight.saturating_sub(1);
                 if !ok {
                     // One failed write fails the room (M7 Failed, immediately).
-                    self.fail_send(room, true, env);
+                    self.fail_send(room, KvDoneOwed::Yes, env);
                 } else {
-                    self.pump(room, env);
+                    self.send_chunks(room, env);
                 }
             }
         }
@@ -836,9 +1025,9 @@ impl<G: Gpu> PrefillNode<G> {
                 Phase::Sending { .. } => {
                     req.finished_reason.get_or_insert(Status::INTERNAL);
                     // Decode asked: it needs no KvDone.
-                    self.fail_send(room, false, env);
+                    self.fail_send(room, KvDoneOwed::No, env);
                 }
-                Phase::Bootstrapping | Phase::Waiting | Phase::Forward { .. } => {
+                Phase::Bootstrapping | Phase::Waiting { .. } | Phase::Forward { .. } => {
                     self.on_abort(room, Status::INTERNAL, env);
                 }
                 Phase::Inflight { .. } => {}
@@ -875,7 +1064,7 @@ impl<G: Gpu> PrefillNode<G> {
             // way answer (again, with the first answer's status); the router ignores
             // duplicates, and the tombstone makes a late start message harmless.
             self.tombstone(room);
-            self.answer(room, status, env);
+            self.answer(room, status, None, env);
             return;
         };
         env.trace(TraceEvent::AbortNoted {
@@ -884,12 +1073,12 @@ impl<G: Gpu> PrefillNode<G> {
             side: Side::Prefill,
         });
         match &req.phase {
-            Phase::Bootstrapping | Phase::Waiting => {
-                let knows_decode = req.meta.is_some();
+            Phase::Bootstrapping | Phase::Waiting { .. } => {
+                let knows_decode = req.phase.meta().is_some();
                 if knows_decode {
                     self.notify_decode_failed(room, env);
                 }
-                self.retire(room, status, env);
+                self.retire(room, status, None, env);
             }
             // Abort method 3: the running batch sees it at the next result.
             Phase::Forward { .. } => {
@@ -897,7 +1086,7 @@ impl<G: Gpu> PrefillNode<G> {
             }
             Phase::Sending { .. } => {
                 req.finished_reason.get_or_insert(status);
-                self.fail_send(room, true, env);
+                self.fail_send(room, KvDoneOwed::Yes, env);
             }
             // The transfer already concluded; the abort is recorded as the finish
             // reason and the poll decides what the router hears.
@@ -912,22 +1101,39 @@ impl<G: Gpu> PrefillNode<G> {
     /// scheduler tick polls the room (which releases the source pages once their writes
     /// drained). The three ways a send fails (a write failed, an abort, decode's drain
     /// request) all end here.
-    fn fail_send<E: Env<G::Kv>>(&mut self, room: RoomKey, tell_decode: bool, env: &mut E) {
+    fn fail_send<E: Env<G::Kv>>(&mut self, room: RoomKey, owed: KvDoneOwed, env: &mut E) {
         let Some(req) = self.requests.get_mut(&room) else {
             return;
         };
-        let Phase::Sending { pages, .. } = &mut req.phase else {
+        if !matches!(req.phase, Phase::Sending { .. }) {
             return;
-        };
-        let pages = std::mem::take(pages);
-        req.phase = Phase::Inflight {
-            pages,
-            outcome: TransferOutcome::Failed,
-        };
-        if tell_decode {
+        }
+        req.advance(|now| match now {
+            Phase::Sending { meta, pages, .. } => Phase::Inflight {
+                meta,
+                pages,
+                outcome: TransferOutcome::Failed,
+            },
+            other => other,
+        });
+        debug_assert!(matches!(req.phase, Phase::Inflight { .. }));
+        if owed == KvDoneOwed::Yes {
             self.notify_decode_failed(room, env);
         }
-        self.kick(env);
+        self.arm_compute(env);
+    }
+
+    /// The device failed reading the source or its digest: state it and fail the send
+    /// as a failed write does (decode told, the writes in flight still complete, the
+    /// source released when they drained).
+    fn send_failed_on_device<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        e: &DeviceError,
+        env: &mut E,
+    ) {
+        self.fault(device_fault(Some(room), e), env);
+        self.fail_send(room, KvDoneOwed::Yes, env);
     }
 
     fn notify_decode_failed<E: Env<G::Kv>>(&self, room: RoomKey, env: &mut E) {
@@ -937,7 +1143,7 @@ impl<G: Gpu> PrefillNode<G> {
                 Msg::KvDone {
                     room,
                     outcome: TransferOutcome::Failed,
-                    epoch: req.meta.as_ref().map_or(0, Meta::epoch),
+                    epoch: req.phase.decode_epoch(),
                 },
             );
         }
@@ -948,7 +1154,7 @@ impl<G: Gpu> PrefillNode<G> {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
-        let Phase::Inflight { pages, outcome } = &req.phase else {
+        let Phase::Inflight { pages, outcome, .. } = &req.phase else {
             return;
         };
         let pages = pages.clone();
@@ -973,7 +1179,7 @@ impl<G: Gpu> PrefillNode<G> {
                 .unwrap_or(Status::INTERNAL),
         };
         self.release_source(room, &pages, env);
-        self.retire(room, status, env);
+        self.retire(room, status, None, env);
     }
 
     /// `release_kv_cache` for the source pages. Held pages drain first, unless the
@@ -1004,9 +1210,9 @@ impl<G: Gpu> PrefillNode<G> {
                 })
                 .map(|t| t.page)
                 .collect();
-            for &p in &zeroed {
-                self.gpu.zero_page(p);
-            }
+            let zeroed = zero_pages(&mut self.gpu, &zeroed, &mut |e| {
+                self.counters.fault(env, self.id, device_fault(None, &e))
+            });
             if !zeroed.is_empty() {
                 env.trace(TraceEvent::PagesZeroed {
                     node: self.id,
@@ -1016,40 +1222,41 @@ impl<G: Gpu> PrefillNode<G> {
         }
         // Freed pages may unblock the head of the waiting queue.
         if !self.waiting.is_empty() {
-            self.kick(env);
+            self.arm_compute(env);
         }
     }
 
-    /// Remove the request and answer the router once.
-    fn retire<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        if self.requests.remove(&room).is_none() {
-            return;
-        }
-        self.tombstone(room);
-        env.cancel_timer(Timer::Bootstrap(room));
-        self.answer(room, status, env);
-        self.maybe_ack_drain(room, env);
-    }
-
-    /// Answer the router for `room`, once: a repeated answer (an abort seen again, for
-    /// a use already answered) repeats the first status.
-    fn answer<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
-        self.answer_why(room, status, None, env);
-    }
-
-    /// [`Self::answer`] with the engine's reason for `status` (a repeated answer
-    /// repeats the first one's reason too).
-    fn answer_why<E: Env<G::Kv>>(
+    /// Remove the request and answer the router once, with the engine's reason for an
+    /// error `status` where it has one.
+    fn retire<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
         status: Status,
         why: Option<Why>,
         env: &mut E,
     ) {
-        let out = &self.outstanding;
-        let held = |n: RoomId| holds(out, n);
-        let answer = self.retired.answer(room, status, why, &held);
-        send_answer(env, (self.id, self.router, Side::Prefill), room, answer);
+        if self.requests.remove(&room).is_none() {
+            return;
+        }
+        self.tombstone(room);
+        env.cancel_timer(Timer::Bootstrap(room));
+        self.answer(room, status, why, env);
+        self.maybe_ack_drain(room, env);
+    }
+
+    /// Answer the router for `room`, once, with the engine's reason for an error
+    /// `status` where it has one: a repeated answer (an abort seen again, for a use
+    /// already answered) repeats the first status and reason.
+    fn answer<E: Env<G::Kv>>(
+        &mut self,
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+        env: &mut E,
+    ) {
+        let from = (self.id, self.router, Side::Prefill);
+        self.retired
+            .answer_once(env, from, room, (status, why), &self.outstanding);
     }
 
     /// S1/S8 on the pool, and every page owned by a live request or draining.
@@ -1075,8 +1282,8 @@ impl<G: Gpu> PrefillNode<G> {
     pub fn room_phase(&self, room: RoomKey) -> Option<PrefillPhase> {
         Some(match &self.requests.get(&room)?.phase {
             Phase::Bootstrapping => PrefillPhase::Bootstrapping,
-            Phase::Waiting => PrefillPhase::Waiting,
-            Phase::Forward { pages } => PrefillPhase::Forward {
+            Phase::Waiting { .. } => PrefillPhase::Waiting,
+            Phase::Forward { pages, .. } => PrefillPhase::Forward {
                 pages: pages.clone(),
             },
             Phase::Sending {

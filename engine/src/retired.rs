@@ -182,6 +182,26 @@ impl RetiredRooms {
         *e.1.get_or_insert((status, why))
     }
 
+    /// A half answers its router for `room`, once: the first answer of the use is
+    /// recorded ([`Self::answer`]; `held` are the node's rooms that still hold
+    /// something) and sent ([`send_answer`]); a repeated answer repeats the first one's
+    /// status and reason. The one definition both halves answer through.
+    pub fn answer_once<K, E: Env<K>, V>(
+        &mut self,
+        env: &mut E,
+        from: (NodeId, NodeId, Side),
+        room: RoomKey,
+        (status, why): Answer,
+        held: &BTreeMap<RoomKey, V>,
+    ) {
+        let answer = self.answer(room, status, why, &|n| holds(held, n));
+        debug_assert!(
+            self.0.get(room.room).is_some_and(|(g, _)| *g >= room.gen),
+            "the use (or a newer one) of the room is recorded once answered"
+        );
+        send_answer(env, from, room, answer);
+    }
+
     /// Room numbers recorded now (at most [`Self::bound`] plus the held ones).
     pub fn len(&self) -> usize {
         self.0.len()

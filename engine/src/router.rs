@@ -30,7 +30,7 @@ use crate::ids::{Generation, NodeId, RequestId, RoomId, RoomKey, TenantId, Token
 use crate::invariant::{Invariant, Violation};
 use crate::msg::{Msg, Status, Why};
 use crate::shared_cfg::Cfg;
-use crate::trace::TraceEvent;
+use crate::trace::{Side, TraceEvent};
 use std::collections::BTreeMap;
 
 /// One use of a room.
@@ -40,9 +40,7 @@ struct RoomUse {
     client: NodeId,
     prefill: NodeId,
     decode: NodeId,
-    answered: bool,
-    prefill_status: Option<Status>,
-    decode_status: Option<Status>,
+    answers: Answers,
     /// `sglang-router`: each half's reason for its error, as it reported it, kept
     /// until both halves answered (the careful router answers the first error at once).
     prefill_why: Option<Why>,
@@ -58,6 +56,53 @@ struct RoomUse {
     /// `sglang-router`: the router gave this attempt up (its timeout closed the
     /// connections); no answer of it reaches the client.
     abandoned: bool,
+}
+
+/// Where a room use's answers stand: each half's terminal status once reported, and
+/// whether the client has had its one answer. One value, read and changed together.
+#[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq)]
+struct Answers {
+    /// The client has had its one answer.
+    client: bool,
+    prefill: Option<Status>,
+    decode: Option<Status>,
+}
+
+impl Answers {
+    /// Record `side`'s terminal status; `false` for a duplicate (the first one stays).
+    fn record(&mut self, side: Side, status: Status) -> bool {
+        let mine = match side {
+            Side::Prefill => &mut self.prefill,
+            Side::Decode => &mut self.decode,
+        };
+        if mine.is_some() {
+            return false;
+        }
+        *mine = Some(status);
+        debug_assert!(self.reported(side));
+        true
+    }
+
+    /// Has `side` reported its terminal status?
+    fn reported(&self, side: Side) -> bool {
+        match side {
+            Side::Prefill => self.prefill.is_some(),
+            Side::Decode => self.decode.is_some(),
+        }
+    }
+
+    /// Which halves have not reported yet: `(prefill, decode)`.
+    fn open(&self) -> (bool, bool) {
+        (self.prefill.is_none(), self.decode.is_none())
+    }
+}
+
+/// The other half.
+fn other_side(side: Side) -> Side {
+    match side {
+        Side::Prefill => Side::Decode,
+        Side::Decode => Side::Prefill,
+    }
 }
 
 /// What a new attempt of a request needs (kept only under `sglang-router`).
@@ -132,20 +177,6 @@ fn splitmix(state: &mut u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
-}
-
-/// Record a half's terminal status; `false` for a duplicate.
-fn record_half(u: &mut RoomUse, status: Status, prefill_half: bool) -> bool {
-    let mine = if prefill_half {
-        &mut u.prefill_status
-    } else {
-        &mut u.decode_status
-    };
-    if mine.is_some() {
-        return false;
-    }
-    *mine = Some(status);
-    true
 }
 
 /// The client's one answer: its status, the reply's tokens (a 200) and the engine's
@@ -292,6 +323,8 @@ impl Router {
             }
             Input::Timer(Timer::Request(room)) => self.on_request_timeout(room, env),
             Input::Timer(_) => {}
+            // Only a decode node's receiver lands writes.
+            Input::Landed { .. } => {}
         }
     }
 
@@ -306,10 +339,10 @@ impl Router {
                 } => self.on_submit(from, req, tenant, prompt, max_new_tokens, env),
                 Msg::Cancel { req } => self.on_cancel(req, env),
                 Msg::PrefillFinished { room, status, why } => {
-                    self.on_half(room, status, why, true, env)
+                    self.on_half(room, status, why, Side::Prefill, env)
                 }
                 Msg::DecodeFinished { room, status, why } => {
-                    self.on_half(room, status, why, false, env)
+                    self.on_half(room, status, why, Side::Decode, env)
                 }
                 Msg::TokenOut { room, index, token } => {
                     let limit = self.cfg.max_new_tokens_limit as usize;
@@ -437,9 +470,7 @@ impl Router {
             client: a.client,
             prefill,
             decode,
-            answered: false,
-            prefill_status: None,
-            decode_status: None,
+            answers: Answers::default(),
             prefill_why: None,
             decode_why: None,
             max_new_tokens: a.max_new_tokens,
@@ -488,12 +519,12 @@ impl Router {
         };
         let one_half = self.cfg.bugs.has(Bug::RouterCancelsOneHalf);
         let Some(u) = self.slot(key) else { return };
-        if u.answered {
+        if u.answers.client {
             return;
         }
-        u.answered = true;
+        u.answers.client = true;
         let (client, prefill, decode) = (u.client, u.prefill, u.decode);
-        let (p_open, d_open) = (u.prefill_status.is_none(), u.decode_status.is_none());
+        let (p_open, d_open) = u.answers.open();
         self.respond(
             env,
             client,
@@ -515,30 +546,30 @@ impl Router {
         key: RoomKey,
         status: Status,
         why: Option<Why>,
-        prefill_half: bool,
+        side: Side,
         env: &mut E,
     ) {
         if self.cfg.router == RouterPolicy::SglangRouter {
-            return self.sglang_on_half(key, status, why, prefill_half, env);
+            return self.sglang_on_half(key, status, why, side, env);
         }
         let propagate =
             self.cfg.defenses.router_cancels_both && !self.cfg.bugs.has(Bug::RouterCancelsOneHalf);
         let Some(u) = self.slot(key) else { return };
-        if !record_half(u, status, prefill_half) {
+        if !u.answers.record(side, status) {
             return; // duplicate
         }
         let mut answer = None;
-        if !u.answered && (!status.is_ok() || !prefill_half) {
-            u.answered = true;
+        if !u.answers.client && (!status.is_ok() || side == Side::Decode) {
+            u.answers.client = true;
             answer = Some((u.client, u.req, reply(u, status, why)));
         }
-        let other_open = if prefill_half {
-            u.decode_status.is_none()
-        } else {
-            u.prefill_status.is_none()
+        let other_open = !u.answers.reported(other_side(side));
+        let other = match side {
+            Side::Prefill => u.decode,
+            Side::Decode => u.prefill,
         };
-        let other = if prefill_half { u.decode } else { u.prefill };
-        let both_done = u.prefill_status.is_some() && u.decode_status.is_some();
+        let (p_open, d_open) = u.answers.open();
+        let both_done = !p_open && !d_open;
         if let Some((client, req, a)) = answer {
             self.respond(env, client, req, Some(key), a);
         }
@@ -559,25 +590,24 @@ impl Router {
         key: RoomKey,
         status: Status,
         why: Option<Why>,
-        prefill_half: bool,
+        side: Side,
         env: &mut E,
     ) {
         let Some(u) = self.slot(key) else { return };
-        if !record_half(u, status, prefill_half) {
+        if !u.answers.record(side, status) {
             return; // duplicate
         }
         if !status.is_ok() {
-            *(if prefill_half {
-                &mut u.prefill_why
-            } else {
-                &mut u.decode_why
+            *(match side {
+                Side::Prefill => &mut u.prefill_why,
+                Side::Decode => &mut u.decode_why,
             }) = why;
         }
-        let (Some(p), Some(d)) = (u.prefill_status, u.decode_status) else {
+        let (Some(p), Some(d)) = (u.answers.prefill, u.answers.decode) else {
             return;
         };
-        let decided = !u.answered && !u.abandoned;
-        u.answered = true;
+        let decided = !u.answers.client && !u.abandoned;
+        u.answers.client = true;
         let answer = match (p.is_ok(), d.is_ok()) {
             (_, false) => Answer::error(d, u.decode_why),
             (false, true) => Answer::error(p, u.prefill_why),
@@ -636,17 +666,17 @@ impl Router {
         let request_ns = self.cfg.timeouts.request_ns;
         let sglang = self.cfg.router == RouterPolicy::SglangRouter;
         let Some(u) = self.slot(key) else { return };
-        let first = !u.answered && !u.abandoned;
+        let first = !u.answers.client && !u.abandoned;
         // `sglang-router`: the attempt's HTTP requests time out, which closes both
         // connections (each node aborts its half) and is retried as a 502.
         let give_up = first && sglang;
         if give_up {
             u.abandoned = true;
         } else {
-            u.answered = true;
+            u.answers.client = true;
         }
         let (client, req, prefill, decode) = (u.client, u.req, u.prefill, u.decode);
-        let (p_open, d_open) = (u.prefill_status.is_none(), u.decode_status.is_none());
+        let (p_open, d_open) = u.answers.open();
         if first && !sglang {
             let answer = Answer::error(Status::INTERNAL, Some(Why::Timeout));
             self.respond(env, client, req, Some(key), answer);
@@ -730,9 +760,9 @@ impl Router {
             client: u.client,
             prefill: u.prefill,
             decode: u.decode,
-            answered: u.answered,
-            prefill_status: u.prefill_status,
-            decode_status: u.decode_status,
+            answered: u.answers.client,
+            prefill_status: u.answers.prefill,
+            decode_status: u.answers.decode,
             tokens: u.tokens.clone(),
         })
     }

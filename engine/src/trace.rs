@@ -70,6 +70,14 @@ pub enum NodeFault {
     /// list, a page outside the pool) instead of dropping part of it; the node fails
     /// the request.
     WriteRefused { room: RoomKey, error: String },
+    /// The node's device failed in `op` (a driver call, a launch, a copy) while serving
+    /// `room` (`None`: no one request, such as zeroing freed pages). The node fails
+    /// that request with `Why::DeviceFailed` and releases its pages; it goes on.
+    DeviceFailed {
+        room: Option<RoomKey>,
+        op: String,
+        error: String,
+    },
 }
 
 impl NodeFault {
@@ -78,7 +86,9 @@ impl NodeFault {
         match self {
             NodeFault::DrainAckMissing { .. } => FaultAction::Stop,
             NodeFault::PageRecordRefused { .. } => FaultAction::Restart,
-            NodeFault::HoldLost { .. } | NodeFault::WriteRefused { .. } => FaultAction::Report,
+            NodeFault::HoldLost { .. }
+            | NodeFault::WriteRefused { .. }
+            | NodeFault::DeviceFailed { .. } => FaultAction::Report,
         }
     }
 
@@ -88,6 +98,7 @@ impl NodeFault {
             NodeFault::PageRecordRefused { room, .. } => *room,
             NodeFault::HoldLost { .. } => None,
             NodeFault::WriteRefused { room, .. } => Some(*room),
+            NodeFault::DeviceFailed { room, .. } => *room,
         }
     }
 }
@@ -109,6 +120,10 @@ impl fmt::Display for NodeFault {
             NodeFault::WriteRefused { room, error } => {
                 write!(f, "the KV memory refused a write for {room}: {error}")
             }
+            NodeFault::DeviceFailed { room, op, error } => match room {
+                Some(r) => write!(f, "the device failed in {op} for {r}: {error}"),
+                None => write!(f, "the device failed in {op}: {error}"),
+            },
         }
     }
 }

@@ -178,7 +178,13 @@ fn a_write_lands_marks_its_pages_written_and_completes_ok() {
         h.in_flight()[done].msg,
         Msg::WriteDone { ok: true, .. }
     ));
-    assert!(h.decode(D).unwrap().gpu().page_tag(PageId(1)).is_some());
+    assert!(h
+        .decode(D)
+        .unwrap()
+        .gpu()
+        .page_tag(PageId(1))
+        .unwrap()
+        .is_some());
 }
 
 /// The first chunk write in flight to decode, with its destination replaced.
@@ -211,7 +217,12 @@ fn refused_write(h: &mut H, room: RoomKey, msg: Msg<kvsim_engine::gpu::SymbolicP
     );
     assert_eq!(h.pages(D), before, "a refused write moves no page");
     assert!(
-        h.decode(D).unwrap().gpu().page_tag(PageId(1)).is_none(),
+        h.decode(D)
+            .unwrap()
+            .gpu()
+            .page_tag(PageId(1))
+            .unwrap()
+            .is_none(),
         "nothing of it was applied"
     );
     assert_eq!(h.decode(D).unwrap().counters().writes_refused, 1);
@@ -269,7 +280,13 @@ fn a_write_into_another_rooms_page_is_refused() {
         &h.events_since(m)[0].1,
         TraceEvent::KvRefused { reason, .. } if reason.contains("owned by")
     ));
-    assert!(h.decode(D).unwrap().gpu().page_tag(PageId(5)).is_none());
+    assert!(h
+        .decode(D)
+        .unwrap()
+        .gpu()
+        .page_tag(PageId(5))
+        .unwrap()
+        .is_none());
     assert_eq!(h.decode_phase(D, room), Some(transferring(3)));
 }
 
@@ -298,7 +315,13 @@ fn a_one_sided_write_into_another_rooms_page_lands_with_its_writers_tag() {
     let m = h.mark();
     handled(h.inject(P, D, msg).unwrap());
     assert_eq!(h.event_names_since(m), vec!["KvLanded"]);
-    let tag = h.decode(D).unwrap().gpu().page_tag(PageId(5)).unwrap();
+    let tag = h
+        .decode(D)
+        .unwrap()
+        .gpu()
+        .page_tag(PageId(5))
+        .unwrap()
+        .unwrap();
     assert_eq!(tag.room, room, "the write stamps its own room use");
     assert_eq!(h.decode(D).unwrap().counters().writes_refused, 0);
 }
@@ -846,7 +869,13 @@ fn zero_on_free_blanks_every_page_decode_frees() {
         assert!(taken(&h, D).is_empty(), "decode still holds pages");
         let gpu = h.decode(D).unwrap().gpu();
         let holding = (1..=gpu.pages())
-            .filter(|&p| gpu.read_page(PageId(p)).tokens.iter().any(|&t| t != 0))
+            .filter(|&p| {
+                gpu.read_page(PageId(p))
+                    .unwrap()
+                    .tokens
+                    .iter()
+                    .any(|&t| t != 0)
+            })
             .count();
         if zero {
             assert_eq!(holding, 0, "zero-on-free left KV in {holding} freed pages");

@@ -22,7 +22,7 @@
 //! docs/PERFORMANCE.md (section "kv::shared") for the commands and their running times.
 #![cfg(loom)]
 
-use kvsim_engine::gpu::{Gpu, KvPayload, WriteRefused, WriteTag};
+use kvsim_engine::gpu::{DeviceError, Gpu, KvPayload, WriteError, WriteTag};
 use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
 use kvsim_engine::kv::shared::{PlantedRace, SharedError, SharedPool, WriteGuard};
 use kvsim_engine::kv::{land, Refusal};
@@ -482,31 +482,31 @@ impl Gpu for LoomGpu {
         _: u64,
         _: &[Token],
         _: RoomKey,
-    ) -> Result<(), WriteRefused> {
+    ) -> Result<(), WriteError> {
         unreachable!("landing writes whole pages")
     }
-    fn read_page(&self, page: PageId) -> LoomPage {
-        LoomPage(self.0.read(page))
+    fn read_page(&self, page: PageId) -> Result<LoomPage, DeviceError> {
+        Ok(LoomPage(self.0.read(page)))
     }
     fn write_page(
         &mut self,
         dst: PageTag,
         _room: RoomKey,
         kv: &LoomPage,
-    ) -> Result<(), WriteRefused> {
+    ) -> Result<(), WriteError> {
         self.0.cell(dst.page).with_mut(|p| unsafe { *p = kv.0 });
         Ok(())
     }
-    fn page_tag(&self, _: PageId) -> Option<WriteTag> {
-        None
+    fn page_tag(&self, _: PageId) -> Result<Option<WriteTag>, DeviceError> {
+        Ok(None)
     }
-    fn attend(&self, _: &[PageId], _: u64, _: u64) -> Token {
+    fn attend(&self, _: &[PageId], _: u64, _: u64) -> Result<Token, DeviceError> {
         unreachable!("landing does not attend")
     }
-    fn token_at(&self, _: &[PageId], _: u64) -> Token {
+    fn token_at(&self, _: &[PageId], _: u64) -> Result<Token, DeviceError> {
         unreachable!("landing does not read tokens")
     }
-    fn zero_page(&mut self, _: PageId) {
+    fn zero_page(&mut self, _: PageId) -> Result<(), DeviceError> {
         unreachable!("landing does not zero")
     }
 }

@@ -11,7 +11,7 @@
 //! purpose). Invariant: a run is a pure function of its [`Workload`], so a divergence
 //! names a seed that reproduces it on any backend pair.
 
-use kvsim_engine::gpu::{ids, AttendRequest, Gpu};
+use kvsim_engine::gpu::{ids, AttendRequest, DeviceError, Gpu};
 use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey, Token};
 use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -118,7 +118,7 @@ pub fn compare<A: Gpu, B: Gpu>(
         } else if kind < 77 {
             r.transfer()?;
         } else if kind < 82 {
-            r.zero();
+            r.zero()?;
         } else if kind < 90 {
             r.check_tags()?;
         } else if kind < 96 {
@@ -151,6 +151,11 @@ struct Run<'g, A: Gpu, B: Gpu, F> {
 }
 
 impl<A: Gpu, B: Gpu, F: Fn(&A::Kv, &B::Kv) -> bool> Run<'_, A, B, F> {
+    /// A device error of either backend is a divergence at this operation.
+    fn on_device<T>(&self, r: Result<T, DeviceError>) -> Result<T, Divergence> {
+        r.map_err(|e| self.fail(e.to_string()))
+    }
+
     fn fail(&self, what: String) -> Divergence {
         Divergence {
             seed: self.w.seed,
@@ -276,8 +281,8 @@ impl<A: Gpu, B: Gpu, F: Fn(&A::Kv, &B::Kv) -> bool> Run<'_, A, B, F> {
             })
             .collect();
         let check = self.rng.random_range(0..3u32) != 0;
-        let ra = self.a.attend_batch(&batch, check);
-        let rb = self.b.attend_batch(&batch, check);
+        let ra = self.on_device(self.a.attend_batch(&batch, check))?;
+        let rb = self.on_device(self.b.attend_batch(&batch, check))?;
         if ra != rb {
             return Err(self.fail(format!(
                 "attend_batch (check {check}) on {batch:?}: {ra:?} vs {rb:?}"
@@ -288,8 +293,8 @@ impl<A: Gpu, B: Gpu, F: Fn(&A::Kv, &B::Kv) -> bool> Run<'_, A, B, F> {
         self.st.echoed += ra.iter().filter(|r| matches!(r, Ok(t) if *t != 0)).count() as u64;
         let r0 = &batch[0];
         let (sa, sb) = (
-            self.a.attend(&ids(r0.pages), r0.seq_len, r0.query_pos),
-            self.b.attend(&ids(r0.pages), r0.seq_len, r0.query_pos),
+            self.on_device(self.a.attend(&ids(r0.pages), r0.seq_len, r0.query_pos))?,
+            self.on_device(self.b.attend(&ids(r0.pages), r0.seq_len, r0.query_pos))?,
         );
         if sa != sb {
             return Err(self.fail(format!("attend on {r0:?}: {sa} vs {sb}")));
@@ -304,12 +309,12 @@ impl<A: Gpu, B: Gpu, F: Fn(&A::Kv, &B::Kv) -> bool> Run<'_, A, B, F> {
         let srcs: Vec<PageId> = (0..self.rng.random_range(1..=3usize))
             .map(|_| PageId(self.rng.random_range(0..=p)))
             .collect();
-        let ka = self.a.read_pages(&srcs);
-        let kb = self.b.read_pages(&srcs);
+        let ka = self.on_device(self.a.read_pages(&srcs))?;
+        let kb = self.on_device(self.b.read_pages(&srcs))?;
         if ka.len() != kb.len() || ka.iter().zip(&kb).any(|(x, y)| !(self.same_kv)(x, y)) {
             return Err(self.fail(format!("read_pages {srcs:?} differ")));
         }
-        let one_a = self.a.read_page(srcs[0]);
+        let one_a = self.on_device(self.a.read_page(srcs[0]))?;
         if !(self.same_kv)(&one_a, &kb[0]) {
             return Err(self.fail(format!("read_page {} differs", srcs[0])));
         }
@@ -333,11 +338,15 @@ impl<A: Gpu, B: Gpu, F: Fn(&A::Kv, &B::Kv) -> bool> Run<'_, A, B, F> {
         Ok(())
     }
 
-    fn zero(&mut self) {
+    /// Zero a drawn page (inside the pool or just past it) on both backends.
+    fn zero(&mut self) -> Result<(), Divergence> {
         let page = PageId(self.rng.random_range(0..=self.p + 1));
-        self.a.zero_page(page);
-        self.b.zero_page(page);
+        let za = self.a.zero_page(page);
+        self.on_device(za)?;
+        let zb = self.b.zero_page(page);
+        self.on_device(zb)?;
         self.st.zeroed += 1;
+        Ok(())
     }
 
     /// The tag check of a held table, by its own room or a drawn one.
@@ -370,12 +379,18 @@ impl<A: Gpu, B: Gpu, F: Fn(&A::Kv, &B::Kv) -> bool> Run<'_, A, B, F> {
         let n = self
             .rng
             .random_range(0..=self.held[i].pages.len() as u64 * self.ps + 1);
-        let (da, db) = (self.a.digest(&pages, n), self.b.digest(&pages, n));
+        let (da, db) = (
+            self.on_device(self.a.digest(&pages, n))?,
+            self.on_device(self.b.digest(&pages, n))?,
+        );
         if da != db {
             return Err(self.fail(format!("digest {pages:?} {n}: {da:#x} vs {db:#x}")));
         }
         let pos = self.rng.random_range(0..=n);
-        let (ta, tb) = (self.a.token_at(&pages, pos), self.b.token_at(&pages, pos));
+        let (ta, tb) = (
+            self.on_device(self.a.token_at(&pages, pos))?,
+            self.on_device(self.b.token_at(&pages, pos))?,
+        );
         if ta != tb {
             return Err(self.fail(format!("token_at {pages:?} {pos}: {ta} vs {tb}")));
         }

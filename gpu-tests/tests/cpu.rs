@@ -12,7 +12,7 @@ use kvsim_cuda::cuda::CudaDevice;
 use kvsim_cuda::probe::{cuda_device, Probe};
 use kvsim_cuda::{kernels, nvrtc, GpuError};
 use kvsim_engine::gpu::layout::{self, TAG_WORDS};
-use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu, VALUE_LANES};
+use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu, TagError, VALUE_LANES};
 use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey};
 use kvsim_gpu_tests::compare::{compare, Workload};
 use proptest::prelude::*;
@@ -199,7 +199,7 @@ fn host_and_symbolic_agree_on_fixed_seeds() {
 fn naive_first_mismatch(host: &HostGpu, table: &[PageTag], room: RoomKey) -> u32 {
     for (i, t) in table.iter().enumerate() {
         let want = kvsim_engine::gpu::WriteTag { room, gen: t.gen };
-        if host.page_tag(t.page) != Some(want) {
+        if host.page_tag(t.page).unwrap() != Some(want) {
             return i as u32 + 1;
         }
     }
@@ -242,14 +242,15 @@ proptest! {
         let flag = layout::validate_tags(host.tag_words(), 10, &table, room);
         prop_assert_eq!(flag, naive_first_mismatch(&host, &table, room));
         let sym_like = (0..table.len()).find(|&i| {
-            host.page_tag(table[i].page) != Some(kvsim_engine::gpu::WriteTag { room, gen: table[i].gen })
+            host.page_tag(table[i].page).unwrap() != Some(kvsim_engine::gpu::WriteTag { room, gen: table[i].gen })
         });
         match host.check_tags(&table, room) {
             Ok(()) => prop_assert_eq!(sym_like, None),
-            Err(m) => {
+            Err(TagError::Mismatch(m)) => {
                 prop_assert_eq!(Some(m.expected), sym_like.map(|i| table[i]));
-                prop_assert_eq!(m.found, host.page_tag(m.expected.page));
+                prop_assert_eq!(m.found, host.page_tag(m.expected.page).unwrap());
             }
+            Err(TagError::Device(e)) => panic!("a host KV memory never fails: {e}"),
         }
     }
 }

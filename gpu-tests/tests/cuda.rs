@@ -49,13 +49,13 @@ fn cuda_equals_host_on_stale_pages() {
         let seq = 3 * u64::from(page_size);
         for p in 0..=9 {
             assert_eq!(
-                cuda.page_tag(PageId(p)),
-                host.page_tag(PageId(p)),
+                cuda.page_tag(PageId(p)).unwrap(),
+                host.page_tag(PageId(p)).unwrap(),
                 "tag of page {p}"
             );
             assert_eq!(
-                cuda.read_page(PageId(p)),
-                host.read_page(PageId(p)),
+                cuda.read_page(PageId(p)).unwrap(),
+                host.read_page(PageId(p)).unwrap(),
                 "page {p}"
             );
         }
@@ -63,13 +63,19 @@ fn cuda_equals_host_on_stale_pages() {
             let pids = ids(pages);
             for q in 0..=seq {
                 assert_eq!(
-                    cuda.attend(&pids, seq, q),
-                    host.attend(&pids, seq, q),
+                    cuda.attend(&pids, seq, q).unwrap(),
+                    host.attend(&pids, seq, q).unwrap(),
                     "ps {page_size} q {q}"
                 );
-                assert_eq!(cuda.token_at(&pids, q), host.token_at(&pids, q));
+                assert_eq!(
+                    cuda.token_at(&pids, q).unwrap(),
+                    host.token_at(&pids, q).unwrap()
+                );
             }
-            assert_eq!(cuda.digest(&pids, seq), host.digest(&pids, seq));
+            assert_eq!(
+                cuda.digest(&pids, seq).unwrap(),
+                host.digest(&pids, seq).unwrap()
+            );
             for room in [a, b] {
                 assert_eq!(cuda.check_tags(pages, room), host.check_tags(pages, room));
             }
@@ -77,7 +83,7 @@ fn cuda_equals_host_on_stale_pages() {
         // The stale slot of page 4 echoes a's token through b's sequence.
         if page_size > 1 {
             assert_eq!(
-                cuda.attend(&ids(&b_tags), seq, 1),
+                cuda.attend(&ids(&b_tags), seq, 1).unwrap(),
                 a_tokens[page_size as usize + 1]
             );
         }
@@ -88,8 +94,8 @@ fn cuda_equals_host_on_stale_pages() {
             seq_len: seq,
             query_pos: 1,
         }];
-        let r = cuda.attend_batch(&batch, true);
-        assert_eq!(r, host.attend_batch(&batch, true));
+        let r = cuda.attend_batch(&batch, true).unwrap();
+        assert_eq!(r, host.attend_batch(&batch, true).unwrap());
         let err = r[0].unwrap_err();
         assert_eq!(err.expected, tag(5, 2));
         assert_eq!(
@@ -100,15 +106,21 @@ fn cuda_equals_host_on_stale_pages() {
             })
         );
         // Transfers and zeroing.
-        let kv = cuda.read_page(PageId(3));
+        let kv = cuda.read_page(PageId(3)).unwrap();
         cuda.write_page(tag(7, 1), b, &kv).unwrap();
-        let hkv = host.read_page(PageId(3));
+        let hkv = host.read_page(PageId(3)).unwrap();
         host.write_page(tag(7, 1), b, &hkv).unwrap();
-        cuda.zero_page(PageId(4));
-        host.zero_page(PageId(4));
+        cuda.zero_page(PageId(4)).unwrap();
+        host.zero_page(PageId(4)).unwrap();
         for p in 0..=8 {
-            assert_eq!(cuda.read_page(PageId(p)), host.read_page(PageId(p)));
-            assert_eq!(cuda.page_tag(PageId(p)), host.page_tag(PageId(p)));
+            assert_eq!(
+                cuda.read_page(PageId(p)).unwrap(),
+                host.read_page(PageId(p)).unwrap()
+            );
+            assert_eq!(
+                cuda.page_tag(PageId(p)).unwrap(),
+                host.page_tag(PageId(p)).unwrap()
+            );
         }
     }
 }
@@ -132,8 +144,14 @@ fn repeated_pages_write_in_order() {
     assert!(cuda.write_tokens(&table, 1, &more, room).is_err());
     assert!(host.write_tokens(&table, 1, &more, room).is_err());
     for p in 0..=4 {
-        assert_eq!(cuda.read_page(PageId(p)), host.read_page(PageId(p)));
-        assert_eq!(cuda.page_tag(PageId(p)), host.page_tag(PageId(p)));
+        assert_eq!(
+            cuda.read_page(PageId(p)).unwrap(),
+            host.read_page(PageId(p)).unwrap()
+        );
+        assert_eq!(
+            cuda.page_tag(PageId(p)).unwrap(),
+            host.page_tag(PageId(p)).unwrap()
+        );
     }
 }
 

@@ -656,6 +656,7 @@ fn whys() -> Vec<Why> {
         },
         Why::NoRoom,
         Why::Timeout,
+        Why::DeviceFailed { side },
     ];
     for w in &all {
         match w {
@@ -668,7 +669,8 @@ fn whys() -> Vec<Why> {
             | Why::TransferFailed
             | Why::InvalidRequest { .. }
             | Why::NoRoom
-            | Why::Timeout => {}
+            | Why::Timeout
+            | Why::DeviceFailed { .. } => {}
         }
     }
     all

@@ -45,7 +45,11 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
     pool.expect_write(room, &dst)
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     let src = HostGpu::new(pages, page_size);
-    let kv: Vec<Vec<u32>> = dst.iter().map(|t| src.read_page(t.page)).collect();
+    let kv: Vec<Vec<u32>> = dst
+        .iter()
+        .map(|t| src.read_page(t.page))
+        .collect::<Result<_, _>>()
+        .expect("a host KV memory never fails");
     let kv_bytes_per_write: u64 = kv.iter().map(|p| p.len() as u64 * 4).sum();
     let path_s = time_transfer_path(pool, room, &dst, &kv, writes)?;
     let total = kv_bytes_per_write * u64::from(writes);

@@ -6,7 +6,7 @@
 //! write which page is not decided here: the transfer thread writes only under a
 //! [`kvsim_engine::kv::shared::WriteGuard`] from the node's one ownership record.
 
-use kvsim_engine::gpu::{Gpu, WriteRefused, WriteTag};
+use kvsim_engine::gpu::{DeviceError, Gpu, TagError, WriteError, WriteTag};
 use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -49,40 +49,31 @@ impl<G: Gpu> Gpu for SharedGpu<G> {
         start: u64,
         tokens: &[Token],
         room: RoomKey,
-    ) -> Result<(), WriteRefused> {
+    ) -> Result<(), WriteError> {
         self.lock().write_tokens(pages, start, tokens, room)
     }
-    fn read_page(&self, page: PageId) -> Self::Kv {
+    fn read_page(&self, page: PageId) -> Result<Self::Kv, DeviceError> {
         self.lock().read_page(page)
     }
-    fn write_page(
-        &mut self,
-        dst: PageTag,
-        room: RoomKey,
-        kv: &Self::Kv,
-    ) -> Result<(), WriteRefused> {
+    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Self::Kv) -> Result<(), WriteError> {
         self.lock().write_page(dst, room, kv)
     }
-    fn page_tag(&self, page: PageId) -> Option<WriteTag> {
+    fn page_tag(&self, page: PageId) -> Result<Option<WriteTag>, DeviceError> {
         self.lock().page_tag(page)
     }
-    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Token {
+    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Result<Token, DeviceError> {
         self.lock().attend(pages, seq_len, query_pos)
     }
-    fn token_at(&self, pages: &[PageId], pos: u64) -> Token {
+    fn token_at(&self, pages: &[PageId], pos: u64) -> Result<Token, DeviceError> {
         self.lock().token_at(pages, pos)
     }
-    fn zero_page(&mut self, page: PageId) {
+    fn zero_page(&mut self, page: PageId) -> Result<(), DeviceError> {
         self.lock().zero_page(page)
     }
-    fn digest(&self, pages: &[PageId], tokens: u64) -> u64 {
+    fn digest(&self, pages: &[PageId], tokens: u64) -> Result<u64, DeviceError> {
         self.lock().digest(pages, tokens)
     }
-    fn check_tags(
-        &self,
-        pages: &[PageTag],
-        room: RoomKey,
-    ) -> Result<(), kvsim_engine::gpu::TagMismatch> {
+    fn check_tags(&self, pages: &[PageTag], room: RoomKey) -> Result<(), TagError> {
         self.lock().check_tags(pages, room)
     }
 }

@@ -930,16 +930,12 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 id,
                 dst,
                 landing,
-            } => {
-                if let Node::Decode(d) = &mut self.node {
-                    self.outbox.reset(self.io.rt.now_ns());
-                    d.landed(from, id, dst, landing, &mut self.outbox);
-                    let mut effects = std::mem::take(&mut self.outbox.effects);
-                    world::apply(self.io.id, effects.drain(..), &mut self.io);
-                    self.outbox.effects = effects;
-                    self.check_node();
-                }
-            }
+            } => self.dispatch(Input::Landed {
+                from,
+                id,
+                dst,
+                landing,
+            }),
             NodeEvent::WriteFailedHere {
                 from,
                 id,

@@ -199,6 +199,7 @@ mod tests {
             },
             Why::NoRoom,
             Why::Timeout,
+            Why::DeviceFailed { side: Side::Decode },
         ];
         for why in whys {
             let msg: Msg<Vec<u32>> = Msg::DecodeFinished {

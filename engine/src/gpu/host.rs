@@ -9,8 +9,8 @@
 
 use super::layout::{self, TAG_WORDS};
 use super::{
-    hadamard, key_width, locate, locate_tag, Gpu, KvPayload, TagMismatch, WriteRefused, WriteTag,
-    VALUE_LANES,
+    hadamard, key_width, locate, locate_tag, DeviceError, Gpu, KvPayload, TagError, WriteError,
+    WriteTag, VALUE_LANES,
 };
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 
@@ -98,6 +98,17 @@ impl HostGpu {
         Some(first.start..first.start + layout::page_floats(self.page_size, self.key_width))
     }
 
+    /// The tag words of `page`, decoded (`None` outside the pool).
+    fn stored_tag(&self, page: PageId) -> Option<WriteTag> {
+        if page.0 > self.pages {
+            return None;
+        }
+        let t = page.0 as usize * TAG_WORDS;
+        let mut words = [0u64; TAG_WORDS];
+        words.copy_from_slice(&self.tags[t..t + TAG_WORDS]);
+        layout::decode_tag(words)
+    }
+
     fn set_tag(&mut self, page: PageId, tag: Option<WriteTag>) {
         let t = page.0 as usize * TAG_WORDS;
         self.tags[t..t + TAG_WORDS].copy_from_slice(&layout::encode_tag(tag));
@@ -127,7 +138,7 @@ impl Gpu for HostGpu {
         start: u64,
         tokens: &[Token],
         room: RoomKey,
-    ) -> Result<(), WriteRefused> {
+    ) -> Result<(), WriteError> {
         layout::check_token_write(self.pages, self.page_size, pages, start, tokens.len())?;
         let kw = self.key_width;
         for (i, &tok) in tokens.iter().enumerate() {
@@ -149,19 +160,14 @@ impl Gpu for HostGpu {
         Ok(())
     }
 
-    fn read_page(&self, page: PageId) -> Vec<u32> {
-        match self.page_range(page) {
+    fn read_page(&self, page: PageId) -> Result<Vec<u32>, DeviceError> {
+        Ok(match self.page_range(page) {
             Some(r) => self.data[r].iter().map(|f| f.to_bits()).collect(),
             None => Vec::new(),
-        }
+        })
     }
 
-    fn write_page(
-        &mut self,
-        dst: PageTag,
-        room: RoomKey,
-        kv: &Vec<u32>,
-    ) -> Result<(), WriteRefused> {
+    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Vec<u32>) -> Result<(), WriteError> {
         layout::check_page_write(self.pages, dst.page.0)?;
         let sf = self.slot_floats();
         if let Some(r) = self.page_range(dst.page) {
@@ -178,58 +184,57 @@ impl Gpu for HostGpu {
         Ok(())
     }
 
-    fn page_tag(&self, page: PageId) -> Option<WriteTag> {
-        if page.0 > self.pages {
-            return None;
-        }
-        let t = page.0 as usize * TAG_WORDS;
-        let mut words = [0u64; TAG_WORDS];
-        words.copy_from_slice(&self.tags[t..t + TAG_WORDS]);
-        layout::decode_tag(words)
+    fn page_tag(&self, page: PageId) -> Result<Option<WriteTag>, DeviceError> {
+        Ok(self.stored_tag(page))
     }
 
     /// The kernel's check: [`layout::validate_tags`] over the stored words.
-    fn check_tags(&self, pages: &[PageTag], room: RoomKey) -> Result<(), TagMismatch> {
+    fn check_tags(&self, pages: &[PageTag], room: RoomKey) -> Result<(), TagError> {
         let flag = layout::validate_tags(&self.tags, self.pages, pages, room);
-        layout::flag_to_result(flag, pages, |t| self.page_tag(t.page))
+        Ok(layout::flag_to_result(flag, pages, |t| {
+            self.stored_tag(t.page)
+        })?)
     }
 
-    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Token {
+    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Result<Token, DeviceError> {
         if query_pos >= seq_len {
-            return 0;
+            return Ok(0);
         }
         let Some((page, qslot)) = locate(pages, self.page_size, query_pos) else {
-            return 0;
+            return Ok(0);
         };
         let ps = u64::from(self.page_size);
         let page_start = query_pos / ps * ps;
         let valid = (seq_len - page_start).min(ps) as usize;
         let Some(r) = self.page_range(page) else {
-            return 0;
+            return Ok(0);
         };
-        layout::attend_page(
+        Ok(layout::attend_page(
             &self.data[r],
             valid,
             qslot,
             self.key_width,
             layout::score_scale(self.key_width),
-        )
+        ))
     }
 
-    fn token_at(&self, pages: &[PageId], pos: u64) -> Token {
+    fn token_at(&self, pages: &[PageId], pos: u64) -> Result<Token, DeviceError> {
         let Some((page, slot)) = locate(pages, self.page_size, pos) else {
-            return 0;
+            return Ok(0);
         };
         let Some(r) = self.slot_range(page, slot) else {
-            return 0;
+            return Ok(0);
         };
-        layout::decode_value(&self.data[r.start + self.key_width..r.end])
+        Ok(layout::decode_value(
+            &self.data[r.start + self.key_width..r.end],
+        ))
     }
 
-    fn zero_page(&mut self, page: PageId) {
+    fn zero_page(&mut self, page: PageId) -> Result<(), DeviceError> {
         if let Some(r) = self.page_range(page) {
             self.data[r].iter_mut().for_each(|f| *f = 0.0);
             self.set_tag(page, None);
         }
+        Ok(())
     }
 }

@@ -82,7 +82,42 @@ pub enum WriteRefused {
     NotAPoolPage { page: u32, pool: u32 },
 }
 
-/// One node's KV memory and compute.
+/// A device operation that failed (a driver call, a launch, a copy): the backend's
+/// error channel. The node fails the request it was serving with
+/// [`crate::msg::Why::DeviceFailed`] and releases its pages; the process goes on.
+/// [`SymbolicGpu`] and [`HostGpu`] never return it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, thiserror::Error)]
+#[error("the device failed in {op}: {detail}")]
+pub struct DeviceError {
+    /// The trait method that failed.
+    pub op: &'static str,
+    /// The driver's words.
+    pub detail: String,
+}
+
+/// Why a KV write was not applied: refused whole by the range check (nothing of it
+/// landed), or the device failed part way (what it holds is unknown).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Refused(#[from] WriteRefused),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+/// Why a tag check did not pass: a page holds another tag, or the device failed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, thiserror::Error)]
+pub enum TagError {
+    #[error(transparent)]
+    Mismatch(#[from] TagMismatch),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+}
+
+/// One node's KV memory and compute. Every method that touches the device returns a
+/// `Result` whose error is a [`DeviceError`] (inside [`WriteError`] or [`TagError`]
+/// where the method has refusals of its own): a device that fails fails the request
+/// that asked, never the process.
 pub trait Gpu {
     /// A page's contents as they travel in a KV write.
     type Kv: Clone + Debug + Hash + Eq + Ord + Send + Sync + KvPayload + 'static;
@@ -105,79 +140,83 @@ pub trait Gpu {
         start: u64,
         tokens: &[Token],
         room: RoomKey,
-    ) -> Result<(), WriteRefused>;
+    ) -> Result<(), WriteError>;
 
     /// Copy a whole page out (the source side of a KV write).
-    fn read_page(&self, page: PageId) -> Self::Kv;
+    fn read_page(&self, page: PageId) -> Result<Self::Kv, DeviceError>;
 
     /// Overwrite a page (the destination side of a KV write) and stamp it with
     /// `WriteTag { room, gen: dst.gen }`. Contents come from `kv`; a payload shorter
     /// than a page (a torn write, [`KvPayload::tear`]) lands its leading slots only and
     /// the rest keep what they held. A page outside the pool is refused
     /// ([`layout::check_page_write`]), never silently skipped.
-    fn write_page(
-        &mut self,
-        dst: PageTag,
-        room: RoomKey,
-        kv: &Self::Kv,
-    ) -> Result<(), WriteRefused>;
+    fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Self::Kv) -> Result<(), WriteError>;
 
     /// The tag stored with a page, if any write stamped one since it was last zeroed.
-    fn page_tag(&self, page: PageId) -> Option<WriteTag>;
+    fn page_tag(&self, page: PageId) -> Result<Option<WriteTag>, DeviceError>;
 
     /// Check, before reading, that every page carries the reader's own tag
     /// (`room`, the generation it was given). The in-kernel check of defense 4.
-    fn check_tags(&self, pages: &[PageTag], room: RoomKey) -> Result<(), TagMismatch> {
+    fn check_tags(&self, pages: &[PageTag], room: RoomKey) -> Result<(), TagError> {
         for &t in pages {
-            let found = self.page_tag(t.page);
+            let found = self.page_tag(t.page)?;
             if found != Some(WriteTag { room, gen: t.gen }) {
-                return Err(TagMismatch { expected: t, found });
+                return Err(TagMismatch { expected: t, found }.into());
             }
         }
         Ok(())
     }
 
     /// Echo attention for one query position over a sequence of `seq_len` tokens.
-    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Token;
+    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Result<Token, DeviceError>;
 
     /// One decode step for a whole batch: for each request, when `check_tags`, the tag
     /// check over its pages (a mismatch is that request's error, and its KV is not
     /// read), then echo attention. Every request reads the memory as it was before the
     /// call; results are in batch order. The default loops over [`Gpu::check_tags`] and
     /// [`Gpu::attend`]; a device backend overrides it with one launch and one
-    /// synchronisation for the batch.
+    /// synchronisation for the batch. A device error fails the whole batch.
     fn attend_batch(
         &self,
         batch: &[AttendRequest<'_>],
         check_tags: bool,
-    ) -> Vec<Result<Token, TagMismatch>> {
-        batch
-            .iter()
-            .map(|r| {
-                if check_tags {
-                    self.check_tags(r.pages, r.room)?;
+    ) -> Result<Vec<Result<Token, TagMismatch>>, DeviceError> {
+        let mut out = Vec::with_capacity(batch.len());
+        for r in batch {
+            if check_tags {
+                match self.check_tags(r.pages, r.room) {
+                    Ok(()) => {}
+                    Err(TagError::Mismatch(m)) => {
+                        out.push(Err(m));
+                        continue;
+                    }
+                    Err(TagError::Device(e)) => return Err(e),
                 }
-                Ok(self.attend(&ids(r.pages), r.seq_len, r.query_pos))
-            })
-            .collect()
+            }
+            out.push(Ok(self.attend(&ids(r.pages), r.seq_len, r.query_pos)?));
+        }
+        Ok(out)
     }
 
     /// Copy several pages out (the source side of a KV write), in order. The default
     /// loops over [`Gpu::read_page`]; a device backend gathers them in one copy.
-    fn read_pages(&self, pages: &[PageId]) -> Vec<Self::Kv> {
+    fn read_pages(&self, pages: &[PageId]) -> Result<Vec<Self::Kv>, DeviceError> {
         pages.iter().map(|&p| self.read_page(p)).collect()
     }
 
     /// The token stored at a sequence position (what attention would echo there).
-    fn token_at(&self, pages: &[PageId], pos: u64) -> Token;
+    fn token_at(&self, pages: &[PageId], pos: u64) -> Result<Token, DeviceError>;
 
     /// Zero a page (defense 7, zero-on-free).
-    fn zero_page(&mut self, page: PageId);
+    fn zero_page(&mut self, page: PageId) -> Result<(), DeviceError>;
 
     /// Digest of the first `tokens` positions, keyed by position (the transfer
     /// checksum of #39500).
-    fn digest(&self, pages: &[PageId], tokens: u64) -> u64 {
-        digest_tokens((0..tokens).map(|pos| self.token_at(pages, pos)))
+    fn digest(&self, pages: &[PageId], tokens: u64) -> Result<u64, DeviceError> {
+        let toks = (0..tokens)
+            .map(|pos| self.token_at(pages, pos))
+            .collect::<Result<Vec<Token>, DeviceError>>()?;
+        Ok(digest_tokens(toks))
     }
 }
 
@@ -277,7 +316,8 @@ fn locate_tag(pages: &[PageTag], page_size: u32, pos: u64) -> Option<(PageTag, u
 /// state it as a [`TraceEvent::KvWritten`] naming only the pages it touched (positions
 /// renumbered from the first of them). Every KV write a node makes goes through here.
 /// A write the backend refuses (past the page list, outside the pool) is stated as a
-/// [`NodeFault::WriteRefused`] and returned: the caller fails the request.
+/// [`NodeFault::WriteRefused`], a device failure as a [`NodeFault::DeviceFailed`], and
+/// returned: the caller fails the request.
 #[allow(clippy::too_many_arguments)]
 pub fn write_traced<G: Gpu, E: Trace>(
     gpu: &mut G,
@@ -287,15 +327,16 @@ pub fn write_traced<G: Gpu, E: Trace>(
     start: u64,
     tokens: &[Token],
     room: RoomKey,
-) -> Result<(), WriteRefused> {
+) -> Result<(), WriteError> {
     if let Err(e) = gpu.write_tokens(pages, start, tokens, room) {
-        env.trace(TraceEvent::Fault {
-            node,
-            fault: NodeFault::WriteRefused {
+        let fault = match &e {
+            WriteError::Refused(r) => NodeFault::WriteRefused {
                 room,
-                error: e.to_string(),
+                error: r.to_string(),
             },
-        });
+            WriteError::Device(d) => device_fault(Some(room), d),
+        };
+        env.trace(TraceEvent::Fault { node, fault });
         return Err(e);
     }
     if tokens.is_empty() {
@@ -313,6 +354,35 @@ pub fn write_traced<G: Gpu, E: Trace>(
         tokens: tokens.len() as u64,
     });
     Ok(())
+}
+
+/// The fault a node states when its device failed serving `room` (`None`: the
+/// operation served no one request, such as zeroing a freed page).
+pub fn device_fault(room: Option<RoomKey>, e: &DeviceError) -> NodeFault {
+    NodeFault::DeviceFailed {
+        room,
+        op: e.op.to_string(),
+        error: e.detail.clone(),
+    }
+}
+
+/// Zero freed `pages` (defense 7, zero-on-free) and return the ones zeroed, in order.
+/// A page the device failed to zero is left out (its contents are unknown, so no
+/// `PagesZeroed` may claim it) and its error handed to `failed`; the rest go on.
+pub fn zero_pages<G: Gpu>(
+    gpu: &mut G,
+    pages: &[PageId],
+    failed: &mut impl FnMut(DeviceError),
+) -> Vec<PageId> {
+    let mut zeroed = Vec::with_capacity(pages.len());
+    for &p in pages {
+        match gpu.zero_page(p) {
+            Ok(()) => zeroed.push(p),
+            Err(e) => failed(e),
+        }
+    }
+    debug_assert!(zeroed.len() <= pages.len());
+    zeroed
 }
 
 /// The page ids of a tag list.
@@ -386,41 +456,50 @@ mod tests {
             }
             assert!(sym.check_tags(&a_tags[..1], a).is_ok());
             let err = sym.check_tags(&b_tags, b).unwrap_err();
-            assert_eq!(err.expected, tag(5));
+            assert!(
+                matches!(err, TagError::Mismatch(m) if m.expected == tag(5)),
+                "{err}"
+            );
             let seq = 3 * u64::from(page_size);
             for pages in [&a_pages, &b_pages] {
                 for q in 0..seq {
                     assert_eq!(
-                        sym.attend(pages, seq, q),
-                        host.attend(pages, seq, q),
+                        sym.attend(pages, seq, q).unwrap(),
+                        host.attend(pages, seq, q).unwrap(),
                         "page_size {page_size} q {q}"
                     );
-                    assert_eq!(sym.token_at(pages, q), host.token_at(pages, q));
+                    assert_eq!(
+                        sym.token_at(pages, q).unwrap(),
+                        host.token_at(pages, q).unwrap()
+                    );
                 }
-                assert_eq!(sym.digest(pages, seq), host.digest(pages, seq));
+                assert_eq!(
+                    sym.digest(pages, seq).unwrap(),
+                    host.digest(pages, seq).unwrap()
+                );
             }
             // The stale slots of page 4 still echo a's tokens through b's sequence.
             if page_size > 1 {
                 assert_eq!(
-                    sym.attend(&b_pages, seq, 1),
+                    sym.attend(&b_pages, seq, 1).unwrap(),
                     a_tokens[page_size as usize + 1]
                 );
             }
             // Copying a page moves its contents; the receiver stamps its own tag.
-            let kv = sym.read_page(PageId(3));
+            let kv = sym.read_page(PageId(3)).unwrap();
             sym.write_page(tag(7), b, &kv).unwrap();
-            let hkv = host.read_page(PageId(3));
+            let hkv = host.read_page(PageId(3)).unwrap();
             host.write_page(tag(7), b, &hkv).unwrap();
             assert_eq!(
-                sym.page_tag(PageId(7)),
+                sym.page_tag(PageId(7)).unwrap(),
                 Some(WriteTag {
                     room: b,
                     gen: Generation(1)
                 })
             );
             assert_eq!(
-                sym.attend(&[PageId(7)], 1, 0),
-                host.attend(&[PageId(7)], 1, 0)
+                sym.attend(&[PageId(7)], 1, 0).unwrap(),
+                host.attend(&[PageId(7)], 1, 0).unwrap()
             );
         }
     }
@@ -430,7 +509,7 @@ mod tests {
     }
     impl<G: Gpu> TagView for G {
         fn tag_of(&self, page: PageId) -> Option<WriteTag> {
-            self.page_tag(page)
+            self.page_tag(page).unwrap()
         }
     }
 
@@ -450,22 +529,28 @@ mod tests {
             for (start, n) in [(0u64, 5usize), (3, 2), (4, 1), (1, 4)] {
                 let tokens: Vec<Token> = (0..n as u32).map(|i| 0x0002_0000 | i).collect();
                 let err = gpu.write_tokens(&pages, start, &tokens, room).unwrap_err();
-                assert!(matches!(err, WriteRefused::PastPageList { .. }), "{err}");
+                assert!(
+                    matches!(err, WriteError::Refused(WriteRefused::PastPageList { .. })),
+                    "{err}"
+                );
                 assert_eq!(
-                    gpu.page_tag(PageId(2)),
+                    gpu.page_tag(PageId(2)).unwrap(),
                     None,
                     "a refused write stamped a tag"
                 );
-                assert_eq!(gpu.token_at(&ids(&pages), start.min(3)), 0);
+                assert_eq!(gpu.token_at(&ids(&pages), start.min(3)).unwrap(), 0);
             }
             // Exactly the capacity is fine.
             gpu.write_tokens(&pages, 3, &[7], room).unwrap();
-            assert_eq!(gpu.token_at(&ids(&pages), 3), 7);
+            assert_eq!(gpu.token_at(&ids(&pages), 3).unwrap(), 7);
             // A page outside the pool (or the padding page) is refused, by both paths.
             for bad in [0u32, 9] {
                 let err = gpu.write_tokens(&[tag(bad)], 0, &[1], room).unwrap_err();
-                assert_eq!(err, WriteRefused::NotAPoolPage { page: bad, pool: 4 });
-                let kv = gpu.read_page(PageId(2));
+                assert_eq!(
+                    err,
+                    WriteError::Refused(WriteRefused::NotAPoolPage { page: bad, pool: 4 })
+                );
+                let kv = gpu.read_page(PageId(2)).unwrap();
                 assert!(gpu.write_page(tag(bad), room, &kv).is_err());
             }
             let mut out: crate::env::Outbox<G::Kv> = crate::env::Outbox::new(0);
@@ -501,15 +586,19 @@ mod tests {
             let new: Vec<Token> = (0..4).map(|i| 0x0002_0000 | i).collect();
             gpu.write_tokens(&[tag(1)], 0, &old, a).unwrap();
             gpu.write_tokens(&[tag(2)], 0, &new, b).unwrap();
-            let mut kv = gpu.read_page(PageId(2));
+            let mut kv = gpu.read_page(PageId(2)).unwrap();
             kv.tear();
             gpu.write_page(tag(1), b, &kv).unwrap();
-            let got: Vec<Token> = (0..4).map(|q| gpu.token_at(&[PageId(1)], q)).collect();
+            let got: Vec<Token> = (0..4)
+                .map(|q| gpu.token_at(&[PageId(1)], q).unwrap())
+                .collect();
             assert_eq!(got, vec![new[0], new[1], old[2], old[3]]);
-            let mut kv = gpu.read_page(PageId(2));
+            let mut kv = gpu.read_page(PageId(2)).unwrap();
             kv.corrupt(0x0000_0001_0000_0002);
             gpu.write_page(tag(3), b, &kv).unwrap();
-            let got: Vec<Token> = (0..4).map(|q| gpu.token_at(&[PageId(3)], q)).collect();
+            let got: Vec<Token> = (0..4)
+                .map(|q| gpu.token_at(&[PageId(3)], q).unwrap())
+                .collect();
             let differ = got.iter().zip(&new).filter(|(x, y)| x != y).count();
             assert_eq!(differ, 1, "{got:x?}");
             assert_eq!(got[2], new[2] ^ 2);

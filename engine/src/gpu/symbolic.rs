@@ -6,7 +6,7 @@
 //! which slot is the oracle's to know, from the trace's write events, never from the
 //! engine's memory.
 
-use super::{layout, locate, locate_tag, Gpu, KvPayload, WriteRefused, WriteTag};
+use super::{layout, locate, locate_tag, DeviceError, Gpu, KvPayload, WriteError, WriteTag};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 
 /// One page's contents: tokens per slot plus the stamped tag.
@@ -82,7 +82,7 @@ impl Gpu for SymbolicGpu {
         start: u64,
         tokens: &[Token],
         writer: RoomKey,
-    ) -> Result<(), WriteRefused> {
+    ) -> Result<(), WriteError> {
         let ps = self.page_size;
         layout::check_token_write(self.pages(), ps, pages, start, tokens.len())?;
         for (i, &tok) in tokens.iter().enumerate() {
@@ -101,14 +101,15 @@ impl Gpu for SymbolicGpu {
         Ok(())
     }
 
-    fn read_page(&self, page: PageId) -> SymbolicPage {
-        self.pages
+    fn read_page(&self, page: PageId) -> Result<SymbolicPage, DeviceError> {
+        Ok(self
+            .pages
             .get(page.0 as usize)
             .cloned()
             .unwrap_or_else(|| SymbolicPage {
                 tokens: vec![0; self.page_size as usize],
                 tag: None,
-            })
+            }))
     }
 
     fn write_page(
@@ -116,7 +117,7 @@ impl Gpu for SymbolicGpu {
         dst: PageTag,
         room: RoomKey,
         kv: &SymbolicPage,
-    ) -> Result<(), WriteRefused> {
+    ) -> Result<(), WriteError> {
         layout::check_page_write(self.pages(), dst.page.0)?;
         if let Some(p) = self.page_mut(dst.page) {
             // A short (torn) payload lands its leading slots; the rest keep theirs.
@@ -128,27 +129,28 @@ impl Gpu for SymbolicGpu {
         Ok(())
     }
 
-    fn page_tag(&self, page: PageId) -> Option<WriteTag> {
-        self.pages.get(page.0 as usize).and_then(|p| p.tag)
+    fn page_tag(&self, page: PageId) -> Result<Option<WriteTag>, DeviceError> {
+        Ok(self.pages.get(page.0 as usize).and_then(|p| p.tag))
     }
 
-    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Token {
+    fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Result<Token, DeviceError> {
         if query_pos >= seq_len {
-            return 0;
+            return Ok(0);
         }
         self.token_at(pages, query_pos)
     }
 
-    fn token_at(&self, pages: &[PageId], pos: u64) -> Token {
-        locate(pages, self.page_size, pos)
+    fn token_at(&self, pages: &[PageId], pos: u64) -> Result<Token, DeviceError> {
+        Ok(locate(pages, self.page_size, pos)
             .and_then(|(page, slot)| self.pages.get(page.0 as usize).map(|p| p.tokens[slot]))
-            .unwrap_or(0)
+            .unwrap_or(0))
     }
 
-    fn zero_page(&mut self, page: PageId) {
+    fn zero_page(&mut self, page: PageId) -> Result<(), DeviceError> {
         if let Some(p) = self.page_mut(page) {
             p.tokens.iter_mut().for_each(|t| *t = 0);
             p.tag = None;
         }
+        Ok(())
     }
 }

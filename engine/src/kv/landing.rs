@@ -7,7 +7,8 @@
 //! `DecodeNode::handle` (a delivered `KvWrite`); the hardware runtime calls it on the
 //! node's transfer thread, with the node's [`SharedPool`] as the gate, concurrently
 //! with the node's loop, and hands the result to the node as an input
-//! (`DecodeNode::landed`), which traces it and completes the write.
+//! (`Input::Landed`, through `DecodeNode::handle` and its peer check), which traces it
+//! and completes the write.
 //!
 //! The rule (the same for both records): a write of room use `room` lands in `dst`
 //! only when every destination tag is current (same generation), the page belongs to
@@ -30,7 +31,9 @@ use crate::ids::{PageTag, RoomKey};
 
 /// Why a write did not land: the first destination refused and the reason, in the
 /// words the trace's `KvRefused` event carries.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(
+    Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Refusal {
     pub tag: Option<PageTag>,
     pub reason: String,
@@ -141,9 +144,20 @@ pub fn land<W: WriteGate + ?Sized, G: Gpu>(
         }
     }
     for (t, page) in dst.iter().zip(kv) {
-        // Every page was checked to be a pool page above, so this cannot refuse.
-        let _ = gpu.write_page(*t, room, page);
+        // Every page was checked to be a pool page above, so the range check cannot
+        // refuse; a device that fails refuses the write (its writer's completion says
+        // so, and the room's transfer fails), whatever part of it was applied.
+        if let Err(e) = gpu.write_page(*t, room, page) {
+            return Err(Refusal {
+                tag: Some(*t),
+                reason: e.to_string(),
+            });
+        }
     }
+    debug_assert!(
+        !check_tags || guards.len() == dst.len(),
+        "every page held while written"
+    );
     drop(guards);
     Ok(())
 }

@@ -338,11 +338,23 @@ impl PagePool {
             rec.owner = Some(owner);
             tags.push(PageTag { page, gen: rec.gen });
         }
+        debug_assert_eq!(
+            tags.len(),
+            n,
+            "an allocation hands out exactly what it was asked"
+        );
+        debug_assert!(tags.iter().all(|t| self.owns(owner, *t)));
         self.log(PageChange::Reserved {
             room: owner,
             pages: tags.clone(),
         });
         Ok(tags)
+    }
+
+    /// Is the page of `tag` in `state` (at `tag`'s generation)?
+    fn state_is(&self, tag: PageTag, state: PageState) -> bool {
+        self.record(tag.page)
+            .is_some_and(|r| r.gen == tag.gen && r.state == state)
     }
 
     fn checked(&mut self, tag: PageTag) -> Result<&mut PageRecord, PoolError> {
@@ -424,6 +436,11 @@ impl PagePool {
         for &t in tags {
             self.apply(owner, t, PageOp::ExpectWrite)?;
         }
+        debug_assert!(
+            tags.iter().all(|t| self.owns(owner, *t)),
+            "still the owner's"
+        );
+        debug_assert!(tags.iter().all(|t| self.state_is(*t, PageState::Writing)));
         self.log(PageChange::ExpectWrite {
             room: owner,
             pages: tags.to_vec(),
@@ -437,6 +454,11 @@ impl PagePool {
         for &t in tags {
             self.apply(owner, t, PageOp::MarkReady)?;
         }
+        debug_assert!(
+            tags.iter().all(|t| self.owns(owner, *t)),
+            "still the owner's"
+        );
+        debug_assert!(tags.iter().all(|t| self.state_is(*t, PageState::Ready)));
         self.log(PageChange::Ready {
             room: owner,
             pages: tags.to_vec(),
@@ -456,6 +478,8 @@ impl PagePool {
             .holders
             .checked_add(1)
             .expect("holder count bounded by in-flight limit");
+        debug_assert!(rec.holders >= 1 && rec.gen == tag.gen);
+        debug_assert_ne!(rec.state, PageState::Free, "a held page is never free");
         self.log(PageChange::Held { pages: vec![tag] });
         Ok(())
     }
@@ -478,6 +502,11 @@ impl PagePool {
             self.free.push(tag.page);
             freed.push(tag);
         }
+        debug_assert!(freed.is_empty() || self.free.last() == Some(&tag.page));
+        debug_assert!(
+            self.free.len() <= self.capacity(),
+            "the free list is a set of pages"
+        );
         self.log(PageChange::Unheld {
             pages: vec![tag],
             freed,
@@ -526,7 +555,13 @@ impl PagePool {
     /// The owner lets go of its pages. Held pages go to Draining and return to Free
     /// when their last holder lets go. Only the owner may release (S8).
     pub fn release(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), PoolError> {
+        let free_before = self.free.len();
         let held = self.release_all(owner, tags, PageOp::Release)?;
+        debug_assert!(
+            tags.iter().all(|t| !self.owns(owner, *t)),
+            "none is the owner's now"
+        );
+        debug_assert_eq!(self.free.len(), free_before + tags.len() - held.len());
         self.log(PageChange::Released {
             room: owner,
             pages: tags.to_vec(),
@@ -543,6 +578,14 @@ impl PagePool {
         for &t in tags {
             self.apply(owner, t, PageOp::Quarantine)?;
         }
+        debug_assert!(
+            tags.iter()
+                .all(|t| self.record(t.page).is_some_and(|r| r.owner == Some(owner))),
+            "still the owner's"
+        );
+        debug_assert!(tags
+            .iter()
+            .all(|t| self.state_is(*t, PageState::Quarantined)));
         self.log(PageChange::Quarantined {
             room: owner,
             pages: tags.to_vec(),
@@ -557,7 +600,13 @@ impl PagePool {
         owner: RoomKey,
         tags: &[PageTag],
     ) -> Result<(), PoolError> {
+        let free_before = self.free.len();
         let held = self.release_all(owner, tags, PageOp::DrainAcked)?;
+        debug_assert!(
+            tags.iter().all(|t| !self.owns(owner, *t)),
+            "none is the owner's now"
+        );
+        debug_assert_eq!(self.free.len(), free_before + tags.len() - held.len());
         self.log(PageChange::QuarantineReleased {
             room: owner,
             pages: tags.to_vec(),
