@@ -34,7 +34,7 @@ use crate::router::{Router, RouterRoomState};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, TraceEvent};
 use crate::world::{
-    self, Arrival, Arriving, CrashFate, Driver, DropReason, Timers, Topology, Transport,
+    self, Arrival, Arriving, CrashWalk, Driver, DropReason, Flying, Timers, Topology, Transport,
     WriteFailure, ROUTER,
 };
 
@@ -571,7 +571,7 @@ impl<G: Gpu> Harness<G> {
     }
 
     /// Crash `node` and restart it as its next incarnation: every message in flight
-    /// meets its [`world::crash_fate`], the node's timers die, and the node restarts
+    /// meets the world's crash walk ([`CrashWalk`], with [`world::crash_fate`]), the node's timers die, and the node restarts
     /// with the next epoch. Returns the new epoch. (A node that stays down is not
     /// modelled here: the restart is immediate.)
     pub fn crash_restart(&mut self, node: NodeId) -> Result<u32, HarnessError> {
@@ -587,26 +587,27 @@ impl<G: Gpu> Harness<G> {
             None => return Err(HarnessError::NoSuchNode(node)),
         };
         let flights = std::mem::take(&mut self.world.flights);
-        let mut back = Vec::new();
+        let walk = CrashWalk::new(node, dead).walk(flights, |f| {
+            Some(Flying {
+                from: f.from,
+                to: f.to,
+                msg: &f.msg,
+                epochs: Some((f.from_epoch, f.to_epoch)),
+                duplicate: false,
+            })
+        });
         let mut report = CrashReport {
             dead,
-            epoch: dead + 1,
-            flushed: Vec::new(),
+            epoch: walk.epoch(),
+            flushed: walk.flushed,
             failed: Vec::new(),
         };
-        for f in flights {
-            match world::crash_fate(node, f.from, f.to, &f.msg) {
-                CrashFate::Keep => self.world.flights.push(f),
-                CrashFate::Lose => {}
-                CrashFate::Flush => report.flushed.extend(f.msg.write_id()),
-                CrashFate::FailBack(done) => back.push((f.from, f.from_epoch, done)),
-            }
-        }
-        for (writer, epoch, done) in back {
+        self.world.flights = walk.kept.into_iter().map(|(f, _)| f).collect();
+        for (f, done) in walk.failed {
             if let Some(write) = done.write_id() {
-                report.failed.push((writer, node, write));
+                report.failed.push((f.from, node, write));
             }
-            self.push_completion(node, writer, epoch, done);
+            self.push_completion(node, f.from, f.from_epoch, done);
         }
         self.world.timers.crash(node);
         if let Some(n) = self.nodes.get_mut(node.0 as usize) {

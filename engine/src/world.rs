@@ -581,6 +581,130 @@ pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Msg<K>) ->
     }
 }
 
+/// One message in flight as the crash walk sees it, borrowed from the driver's own
+/// record of it.
+#[derive(Clone, Copy, Debug)]
+pub struct Flying<'a, K> {
+    pub from: NodeId,
+    pub to: NodeId,
+    pub msg: &'a Msg<K>,
+    /// The incarnations of its sender and receiver when it was sent, where the driver
+    /// records them (`None`: the driver keeps no incarnations with its messages, so
+    /// every message to or from the crashed node is the dead incarnation's).
+    pub epochs: Option<(u32, u32)>,
+    /// A stale duplicate of a KV write that already landed, which the driver replays.
+    pub duplicate: bool,
+}
+
+/// How a message that a crash left in flight travels on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Travel {
+    /// Unaffected by the crash.
+    OnItsWay,
+    /// On its way to the dead incarnation: it reaches the restarted one, late.
+    Late,
+}
+
+/// What the crash of `node`'s incarnation `dead` did to what was in flight: the one
+/// crash walk of every driver (the simulator's queue, the model checker's network, the
+/// harness's flights, the runtime's posted writes). Each message meets
+/// [`crash_fate`]; what is taken out of flight is listed here, in the order walked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrashWalk<T, K> {
+    pub node: NodeId,
+    /// The incarnation that died.
+    pub dead: u32,
+    /// What travels on, in the order walked.
+    pub kept: Vec<(T, Travel)>,
+    /// The dead incarnation's own KV writes, flushed with its NIC's queue, never
+    /// applied: the crash record's `flushed` list.
+    pub flushed: Vec<WriteId>,
+    /// KV writes to the dead incarnation, each with the failed completion that
+    /// travels back to its writer instead.
+    pub failed: Vec<(T, Msg<K>)>,
+    /// Lost with the dead incarnation's connections.
+    pub lost: Vec<T>,
+}
+
+impl<T, K> CrashWalk<T, K> {
+    /// The crash of `node`'s incarnation `dead`, before anything in flight is walked.
+    pub fn new(node: NodeId, dead: u32) -> Self {
+        CrashWalk {
+            node,
+            dead,
+            kept: Vec::new(),
+            flushed: Vec::new(),
+            failed: Vec::new(),
+            lost: Vec::new(),
+        }
+    }
+
+    /// The incarnation that replaces the dead one.
+    pub fn epoch(&self) -> u32 {
+        self.dead + 1
+    }
+
+    /// Walk what a driver holds in flight; `view` says what each entry is (`None`:
+    /// not a message, such as a driver's own scheduled event; it stays as it is).
+    pub fn walk(
+        mut self,
+        flights: impl IntoIterator<Item = T>,
+        view: impl for<'a> Fn(&'a T) -> Option<Flying<'a, K>>,
+    ) -> Self {
+        for item in flights {
+            self.judge(item, &view);
+        }
+        self
+    }
+
+    /// The writes the dead incarnation posted where they left the driver's hands (the
+    /// runtime's [`WritesInFlight`]): each is a KV write from the crashed node, which
+    /// [`crash_fate`] flushes. They leave flight, in (receiver, id) order.
+    pub fn flush_posted(mut self, writes: &mut WritesInFlight) -> Self {
+        self.flushed.extend(writes.crash());
+        debug_assert!(writes.is_empty(), "a crash leaves no write in flight");
+        self
+    }
+
+    /// One message in flight: a stale duplicate to or from the dead incarnation is lost
+    /// with its connection (its writer expects no completion for it); a message sent to
+    /// or by an earlier incarnation than the dead one is not touched; any other meets
+    /// [`crash_fate`].
+    fn judge(&mut self, item: T, view: &impl for<'a> Fn(&'a T) -> Option<Flying<'a, K>>) {
+        let (node, dead) = (self.node, self.dead);
+        let Some(f) = view(&item) else {
+            self.kept.push((item, Travel::OnItsWay));
+            return;
+        };
+        let (from, to) = (f.from, f.to);
+        if f.duplicate && (to == node || from == node) {
+            self.lost.push(item);
+            return;
+        }
+        let of_dead = match f.epochs {
+            None => true,
+            Some((from_epoch, to_epoch)) => {
+                (to == node && to_epoch == dead) || (from == node && from_epoch == dead)
+            }
+        };
+        if !of_dead {
+            self.kept.push((item, Travel::OnItsWay));
+            return;
+        }
+        match crash_fate(node, from, to, f.msg) {
+            CrashFate::Keep if to == node => self.kept.push((item, Travel::Late)),
+            CrashFate::Keep => self.kept.push((item, Travel::OnItsWay)),
+            CrashFate::Lose => self.lost.push(item),
+            CrashFate::FailBack(done) => self.failed.push((item, done)),
+            CrashFate::Flush => {
+                let id = f.msg.write_id();
+                debug_assert!(id.is_some(), "only a KV write is flushed");
+                self.flushed.extend(id);
+            }
+        }
+    }
+}
+
 /// The KV writes one writer posted and has not seen complete, by receiver: the rule
 /// "exactly one completion per write" for a driver whose writes leave its hands (the
 /// hardware runtime's ride TCP, where a broken connection, not the network model, is

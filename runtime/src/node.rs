@@ -28,7 +28,9 @@ use kvsim_engine::kv::{land, PageRecords, Refusal, SharedRecord};
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure, WritesInFlight};
+use kvsim_engine::world::{
+    self, Arrival, Arriving, CrashWalk, Driver, WriteFailure, WritesInFlight,
+};
 use kvsim_oracle::schema::{CancelHow, EndOutcome, FaultEvent, MsgView, Record};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -564,7 +566,9 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         let (node, dead) = (self.io.id, self.io.epoch);
         let epoch = dead + 1;
         self.io.timers.crash(node);
-        let flushed = self.io.writes.crash();
+        // The world's one crash walk: the messages this loop holds are its posted writes.
+        let walk = CrashWalk::<(), G::Kv>::new(node, dead).flush_posted(&mut self.io.writes);
+        let flushed = walk.flushed;
         self.io.trace(|| {
             Record::Fault(FaultEvent::Crash {
                 node,
