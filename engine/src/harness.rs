@@ -611,7 +611,7 @@ impl<G: Gpu> Harness<G> {
         }
         self.world.timers.crash(node);
         if let Some(n) = self.nodes.get_mut(node.0 as usize) {
-            n.restart(report.epoch);
+            world::restart(n, report.epoch);
         }
         if let Some(e) = self.world.epochs.get_mut(node.0 as usize) {
             *e = report.epoch;

@@ -23,6 +23,7 @@ use crate::decode::DecodeNode;
 use crate::env::{Effect, Timer, TimerOp};
 use crate::gpu::{Gpu, KvPayload};
 use crate::ids::{NodeId, PageId, PageTag, WriteId};
+use crate::kv::PageRecords;
 use crate::msg::Msg;
 use crate::node::{Node, Role};
 use crate::prefill::PrefillNode;
@@ -705,6 +706,50 @@ impl<T, K> CrashWalk<T, K> {
     }
 }
 
+/// A node a driver restarts: a prefill or decode node, or a [`Node`] (never the
+/// router). Sealed: only the engine implements it, and only [`restart`] carries it out,
+/// so no driver changes a node's state but through `handle` and this one restart.
+pub trait Incarnation: sealed::Reincarnate {}
+
+mod sealed {
+    /// The engine's own half of [`super::Incarnation`]: out of reach of every driver.
+    pub trait Reincarnate {
+        fn reincarnate(&mut self, epoch: u32);
+    }
+}
+
+impl<G: Gpu> sealed::Reincarnate for PrefillNode<G> {
+    fn reincarnate(&mut self, epoch: u32) {
+        PrefillNode::reincarnate(self, epoch);
+    }
+}
+impl<G: Gpu, P: PageRecords> sealed::Reincarnate for DecodeNode<G, P> {
+    fn reincarnate(&mut self, epoch: u32) {
+        DecodeNode::reincarnate(self, epoch);
+    }
+}
+impl<G: Gpu, P: PageRecords> sealed::Reincarnate for Node<G, P> {
+    fn reincarnate(&mut self, epoch: u32) {
+        Node::reincarnate(self, epoch);
+    }
+}
+impl<G: Gpu> Incarnation for PrefillNode<G> {}
+impl<G: Gpu, P: PageRecords> Incarnation for DecodeNode<G, P> {}
+impl<G: Gpu, P: PageRecords> Incarnation for Node<G, P> {}
+
+/// The restart every driver carries out after a crash ([`CrashWalk`]): `node` becomes
+/// its next incarnation, `epoch`, a new process on the same KV memory (its volatile
+/// state gone, its page record started over in the new epoch); nothing of the dead
+/// incarnation's decisions survives. The driver has already forgotten the dead
+/// incarnation's timers and walked its messages. `epoch` must exceed every earlier
+/// one.
+///
+/// # Panics
+/// On the router (no driver restarts it) and on an epoch that is not higher.
+pub fn restart(node: &mut impl Incarnation, epoch: u32) {
+    sealed::Reincarnate::reincarnate(node, epoch);
+}
+
 /// The KV writes one writer posted and has not seen complete, by receiver: the rule
 /// "exactly one completion per write" for a driver whose writes leave its hands (the
 /// hardware runtime's ride TCP, where a broken connection, not the network model, is
@@ -1041,6 +1086,88 @@ mod tests {
             arrival(&done, &down),
             Arrival::Drop(DropReason::ReceiverGone)
         );
+    }
+
+    #[test]
+    fn the_crash_walk_judges_each_message_in_flight_once() {
+        let (r, p, d) = (ROUTER, NodeId(1), NodeId(2));
+        let abort = Msg::<()>::Abort {
+            room: RoomKey::new(1, 1),
+        };
+        let own = |chunk| match write(0) {
+            Msg::KvWrite {
+                mut id,
+                src,
+                dst,
+                kv,
+            } => {
+                id.writer = d;
+                id.chunk = chunk;
+                Msg::KvWrite { id, src, dst, kv }
+            }
+            m => m,
+        };
+        // (from, to, message, epochs at sending, a stale duplicate), walked at the crash
+        // of d's incarnation 1.
+        let flights = vec![
+            (p, d, write(0), Some((0, 1)), false), // to the dead one: fails back
+            (d, p, own(7), Some((1, 0)), false),   // its own write: flushed
+            (r, d, abort.clone(), Some((0, 1)), false), // to the dead one: late
+            (r, p, abort.clone(), Some((0, 0)), false), // elsewhere: on its way
+            (r, d, abort.clone(), Some((0, 0)), false), // to an earlier one: untouched
+            (p, d, write(0), Some((0, 1)), true),  // a stale duplicate: lost
+            (p, d, write(0), None, false),         // no epochs kept: the dead one's
+        ];
+        let walk = CrashWalk::new(d, 1).walk(flights.clone(), |(from, to, msg, epochs, dup)| {
+            Some(Flying {
+                from: *from,
+                to: *to,
+                msg,
+                epochs: *epochs,
+                duplicate: *dup,
+            })
+        });
+        let travel: Vec<(usize, Travel)> = walk
+            .kept
+            .iter()
+            .map(|(f, t)| (flights.iter().position(|g| g == f).unwrap(), *t))
+            .collect();
+        assert_eq!(
+            travel,
+            vec![
+                (2, Travel::Late),
+                (3, Travel::OnItsWay),
+                (4, Travel::OnItsWay)
+            ]
+        );
+        assert_eq!(
+            walk.flushed,
+            own(7).write_id().into_iter().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            walk.failed.len(),
+            2,
+            "both writes to the dead incarnation fail back"
+        );
+        assert!(walk
+            .failed
+            .iter()
+            .all(|(f, done)| f.0 == p && *done == failed_completion(&write(0)).unwrap()));
+        assert_eq!(walk.lost.len(), 1);
+        assert!(walk.lost[0].4, "the stale duplicate is lost");
+        assert_eq!(walk.epoch(), 2);
+        // A driver whose writes left its hands: every posted write is flushed.
+        let mut posted = WritesInFlight::new();
+        posted.post(p, &own(3));
+        let walk = CrashWalk::<(), ()>::new(d, 1).flush_posted(&mut posted);
+        assert_eq!(
+            walk.flushed,
+            own(3).write_id().into_iter().collect::<Vec<_>>()
+        );
+        assert!(posted.is_empty());
+        // Not a message: it stays as it is.
+        let walk = CrashWalk::<u8, ()>::new(d, 1).walk([9u8], |_| None);
+        assert_eq!(walk.kept, vec![(9, Travel::OnItsWay)]);
     }
 
     #[test]

@@ -627,8 +627,8 @@ impl Tx<'_> {
         }
         let dead = self.epoch(node);
         match node {
-            PREFILL => self.s.prefill.update(|n| n.restart(dead + 1)),
-            _ => self.s.decode.update(|n| n.restart(dead + 1)),
+            PREFILL => self.s.prefill.update(|n| world::restart(n, dead + 1)),
+            _ => self.s.decode.update(|n| world::restart(n, dead + 1)),
         }
         self.event_text(|| format!("{node} crashes and restarts into a new incarnation"));
         self.forget_incarnation(node);

@@ -555,7 +555,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
     /// driver and it restarts as the next epoch, in process. Its timers die, the writes
     /// it posted are flushed with its NIC's queue (listed in the `crash` record; what
     /// comes for one later is not its completion), and the node is re-created by the
-    /// engine's one restart ([`Node::restart`]); a decode node's transfer thread lands
+    /// engine's one restart ([`world::restart`]); a decode node's transfer thread lands
     /// every later write with the new incarnation's record (a landing the dead one
     /// finished fails back, [`NodeEvent::Landed`]). The router is never restarted.
     /// The loop does this when its node asks; a test may ask directly.
@@ -576,7 +576,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 flushed,
             })
         });
-        self.node.restart(epoch);
+        world::restart(&mut self.node, epoch);
         if let (Node::Decode(d), Some(landing)) = (&self.node, &self.landing) {
             landing.replace(d.records().shared().clone());
         }

@@ -1104,7 +1104,7 @@ impl<G: Gpu> Simulator<G> {
         self.down[i] = false;
         let epoch = self.epochs[i];
         (self.now_ns, node, epoch).hash(&mut self.hash);
-        self.nodes[i].restart(epoch);
+        env_world::restart(&mut self.nodes[i], epoch);
         self.emit(Record::Fault(FaultEvent::Restart { node, epoch }));
     }
 
