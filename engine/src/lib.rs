@@ -19,6 +19,10 @@ pub mod counters;
 pub mod decode;
 pub mod env;
 pub mod gpu;
+/// The hand-stepped test driver: behind the `testing` feature, as the fault injection
+/// of [`world`] is (`alter`, `WriteHistory`, `stale_landing`, `duplicate_completion`);
+/// a runtime build links none of it.
+#[cfg(feature = "testing")]
 pub mod harness;
 pub mod ids;
 pub mod invariant;

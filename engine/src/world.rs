@@ -21,8 +21,10 @@
 use crate::config::EngineConfig;
 use crate::decode::DecodeNode;
 use crate::env::{Effect, Timer, TimerOp};
-use crate::gpu::{Gpu, KvPayload};
-use crate::ids::{NodeId, PageId, PageTag, WriteId};
+use crate::gpu::Gpu;
+#[cfg(feature = "testing")]
+use crate::gpu::KvPayload;
+use crate::ids::{NodeId, PageTag, WriteId};
 use crate::kv::PageRecords;
 use crate::msg::Msg;
 use crate::node::{Node, Role};
@@ -31,7 +33,9 @@ use crate::router::Router;
 use crate::shared_cfg::Cfg;
 use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
+#[cfg(feature = "testing")]
+use {crate::ids::PageId, std::collections::VecDeque};
 
 /// How a KV write reaches the receiver's memory. The two transports the deployments
 /// use, stated once (docs/ARCHITECTURE.md, "Two transports").
@@ -339,6 +343,7 @@ pub struct Altered {
 /// checker) picks the page and the slot. `None` when the fault has nothing to act on
 /// (not a write, no pages, a one-page pool for a misdirect) or does not change the
 /// write itself (a stale duplicate is a second write: [`WriteHistory::duplicate`]).
+#[cfg(feature = "testing")]
 pub fn alter<K: KvPayload>(
     msg: &mut Msg<K>,
     fault: DataFault,
@@ -386,10 +391,12 @@ pub const DUPLICATE_WINDOW: usize = 16;
 /// connections a retransmission would ride die with the incarnation). Keyed by node
 /// in a `BTreeMap`, so what it returns depends only on what was remembered, in order.
 #[derive(Clone, Debug, Default)]
+#[cfg(feature = "testing")]
 pub struct WriteHistory<K> {
     taken: BTreeMap<NodeId, VecDeque<(NodeId, Msg<K>)>>,
 }
 
+#[cfg(feature = "testing")]
 impl<K: Clone> WriteHistory<K> {
     pub fn new() -> Self {
         WriteHistory {
@@ -468,6 +475,7 @@ impl<K: Clone> WriteHistory<K> {
 /// message that is not a KV write with pages. The one statement of the fault's record,
 /// for [`WriteHistory::duplicate`] and for a driver that keeps a copy of a write
 /// itself (the model checker).
+#[cfg(feature = "testing")]
 pub fn stale_landing<K>(dup: &Msg<K>, newer: &[PageTag]) -> Option<Altered> {
     let Msg::KvWrite { dst, .. } = dup else {
         return None;
@@ -494,6 +502,7 @@ pub fn stale_landing<K>(dup: &Msg<K>, newer: &[PageTag]) -> Option<Altered> {
 /// receiver's completion of that duplicate? The driver drops it: the writer's NIC
 /// completed the write once, when it first landed, and reports nothing for a
 /// retransmission it does not know about.
+#[cfg(feature = "testing")]
 pub fn duplicate_completion<K>(dup: WriteId, msg: &Msg<K>) -> bool {
     matches!(msg, Msg::WriteDone { id, .. } if *id == dup)
 }
