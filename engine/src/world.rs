@@ -34,6 +34,7 @@ use crate::shared_cfg::Cfg;
 use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use strum::{EnumCount, VariantArray};
 #[cfg(feature = "testing")]
 use {crate::ids::PageId, std::collections::VecDeque};
 
@@ -285,8 +286,23 @@ pub enum Arrival<K> {
 /// contents or the place are wrong). A driver decides *whether* (a rate, a bounded
 /// budget) and then calls [`alter`] on a write [`arrival`] delivers; what each fault
 /// does is stated here once.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumCount,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum DataFault {
     /// One page's payload arrives with one slot's token changed
     /// ([`KvPayload::corrupt`]).
@@ -309,20 +325,10 @@ pub enum DataFault {
 }
 
 impl DataFault {
-    pub const ALL: [DataFault; 4] = [
-        DataFault::Corrupt,
-        DataFault::Misdirect,
-        DataFault::Torn,
-        DataFault::StaleDuplicate,
-    ];
+    pub const ALL: [DataFault; DataFault::COUNT] = crate::every(DataFault::VARIANTS);
 
     pub fn name(self) -> &'static str {
-        match self {
-            DataFault::Corrupt => "corrupt",
-            DataFault::Misdirect => "misdirect",
-            DataFault::Torn => "torn",
-            DataFault::StaleDuplicate => "stale-duplicate",
-        }
+        self.into()
     }
 }
 

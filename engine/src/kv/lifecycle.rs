@@ -7,9 +7,23 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use strum::{EnumCount, VariantArray};
 
 /// Where a page is in its life. Exactly one state at a time.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumCount,
+    strum::VariantArray,
+)]
 pub enum PageState {
     /// On the free list; no owner, no holders. Its contents are stale, never zeroed.
     Free,
@@ -55,7 +69,20 @@ impl fmt::Display for PageState {
 }
 
 /// What a caller asks to do to a page.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumCount,
+    strum::VariantArray,
+)]
 pub enum PageOp {
     /// Hand a free page to an owner (the generation changes).
     Allocate,
@@ -171,27 +198,10 @@ pub fn check_hold(state: PageState) -> Result<(), IllegalTransition> {
 }
 
 /// Every state, for exhaustive tests over the table.
-pub const ALL_STATES: [PageState; 6] = [
-    PageState::Free,
-    PageState::Reserved,
-    PageState::Writing,
-    PageState::Ready,
-    PageState::Draining,
-    PageState::Quarantined,
-];
+pub const ALL_STATES: [PageState; PageState::COUNT] = crate::every(PageState::VARIANTS);
 
 /// Every operation, for exhaustive tests over the table.
-pub const ALL_OPS: [PageOp; 9] = [
-    PageOp::Allocate,
-    PageOp::ExpectWrite,
-    PageOp::MarkReady,
-    PageOp::Release,
-    PageOp::ReleaseHeld,
-    PageOp::Quarantine,
-    PageOp::LastHolderGone,
-    PageOp::DrainAcked,
-    PageOp::DrainAckedHeld,
-];
+pub const ALL_OPS: [PageOp; PageOp::COUNT] = crate::every(PageOp::VARIANTS);
 
 #[cfg(test)]
 mod tests {
