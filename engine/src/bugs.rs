@@ -8,9 +8,25 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use strum::{EnumCount, VariantArray};
 
 /// One historical defect.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumCount,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Bug {
     /// SGLang #30233 (fixed by #36988/#38935): an over-length prompt is rejected the
     /// legacy way (`set_finish_with_abort`: error kept in `to_finish`, prompt swapped
@@ -66,39 +82,11 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; 13] = [
-        Bug::GateChecksFinishedOnly,
-        Bug::NoLengthAgreement,
-        Bug::SuccessOverwritesAbort,
-        Bug::DecodeReleaseImmediate,
-        Bug::PrefillReleaseBeforeDrain,
-        Bug::FailedSendReportsDrained,
-        Bug::AckIgnoresGeneration,
-        Bug::RouterCancelsOneHalf,
-        Bug::DoubleFreeOnFinish,
-        Bug::AdmitBeyondPool,
-        Bug::FailOpenOnRecvError,
-        Bug::SkipPreflight,
-        Bug::AbortAfterSuccess,
-    ];
+    pub const ALL: [Bug; Bug::COUNT] = crate::every(Bug::VARIANTS);
 
     /// The switch name used on command lines and in scenario files.
     pub fn name(self) -> &'static str {
-        match self {
-            Bug::GateChecksFinishedOnly => "gate-checks-finished-only",
-            Bug::NoLengthAgreement => "no-length-agreement",
-            Bug::SuccessOverwritesAbort => "success-overwrites-abort",
-            Bug::DecodeReleaseImmediate => "decode-release-immediate",
-            Bug::PrefillReleaseBeforeDrain => "prefill-release-before-drain",
-            Bug::FailedSendReportsDrained => "failed-send-reports-drained",
-            Bug::AckIgnoresGeneration => "ack-ignores-generation",
-            Bug::RouterCancelsOneHalf => "router-cancels-one-half",
-            Bug::DoubleFreeOnFinish => "double-free-on-finish",
-            Bug::AdmitBeyondPool => "admit-beyond-pool",
-            Bug::FailOpenOnRecvError => "fail-open-on-recv-error",
-            Bug::SkipPreflight => "skip-preflight",
-            Bug::AbortAfterSuccess => "abort-after-success",
-        }
+        self.into()
     }
 
     fn bit(self) -> u16 {

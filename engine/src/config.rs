@@ -7,6 +7,7 @@
 use crate::bugs::{Bug, BugSet};
 use crate::ids::pages_for;
 use serde::{Deserialize, Serialize};
+use strum::{EnumCount, VariantArray};
 
 /// The defenses (`docs/ARCHITECTURE.md`, "Defenses"). Each is on by default except
 /// zero-on-free.
@@ -58,9 +59,23 @@ impl Default for Defenses {
 
 /// How the router treats a request's two halves ([`crate::router`]).
 #[derive(
-    Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumCount,
+    strum::VariantArray,
+    strum::IntoStaticStr,
 )]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum RouterPolicy {
     /// A careful operator's router: one attempt per request; any abort, disconnect or
     /// failure cancels both halves (defense 6); a request timeout answers 500 and keeps
@@ -79,14 +94,11 @@ pub enum RouterPolicy {
 }
 
 impl RouterPolicy {
-    pub const ALL: [RouterPolicy; 2] = [RouterPolicy::Careful, RouterPolicy::SglangRouter];
+    pub const ALL: [RouterPolicy; RouterPolicy::COUNT] = crate::every(RouterPolicy::VARIANTS);
 
     /// The name a scenario and the CLI use.
     pub fn name(self) -> &'static str {
-        match self {
-            RouterPolicy::Careful => "careful",
-            RouterPolicy::SglangRouter => "sglang-router",
-        }
+        self.into()
     }
 }
 

@@ -309,13 +309,14 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
-    /// Crash and restart as incarnation `epoch`: requests, queues, quarantine, the
-    /// fatal flag and tombstones are gone; the pool starts over, full, in the new epoch,
-    /// so a write addressed with a tag handed out before the crash can never match a
-    /// page allocated after it. KV memory is kept as it was (never zeroed). The driver
-    /// must also forget the node's pending timers and undelivered messages. `epoch`
-    /// must exceed every earlier one.
-    pub fn restart(&mut self, epoch: u32) {
+    /// Become the next incarnation, `epoch` (a driver asks for it through
+    /// [`world::restart`](crate::world::restart), after the crash walk): requests,
+    /// queues, quarantine, the fatal flag and tombstones are gone; the pool starts over,
+    /// full, in the new epoch, so a write addressed with a tag handed out before the
+    /// crash can never match a page allocated after it. KV memory is kept as it was
+    /// (never zeroed). The driver must also forget the node's pending timers and
+    /// undelivered messages. `epoch` must exceed every earlier one.
+    pub(crate) fn reincarnate(&mut self, epoch: u32) {
         assert!(
             epoch > self.pool.epoch(),
             "a restart needs a new, higher epoch"

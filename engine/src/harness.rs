@@ -34,7 +34,7 @@ use crate::router::{Router, RouterRoomState};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, TraceEvent};
 use crate::world::{
-    self, Arrival, Arriving, CrashFate, Driver, DropReason, Timers, Topology, Transport,
+    self, Arrival, Arriving, CrashWalk, Driver, DropReason, Flying, Timers, Topology, Transport,
     WriteFailure, ROUTER,
 };
 
@@ -102,6 +102,22 @@ pub enum Happened<'a, K> {
     /// The receiver's completion of a stale duplicate was dropped
     /// ([`Harness::land_duplicate`], [`world::duplicate_completion`]).
     DuplicateCompletionDropped(NodeId),
+}
+
+/// Who puts a message on its way: a node (its send is logged) or the test itself
+/// (a forged or injected message, not a node's send).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sender {
+    Node,
+    Test,
+}
+
+/// How a message in flight meets the world: as sent, or with the injected KV write
+/// failure ([`Harness::fail_write`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Delivery {
+    AsSent,
+    InjectedFailure,
 }
 
 /// The kinds of entries of the ordered log, which indexes the event and send logs.
@@ -175,9 +191,9 @@ impl<K: Clone> World<K> {
         self.epochs.get(node.0 as usize).copied().unwrap_or(0)
     }
 
-    /// Put a message on its way; `log` records it as a node's send.
-    fn post(&mut self, from: NodeId, to: NodeId, msg: Msg<K>, log: bool) {
-        if log {
+    /// Put a message on its way; a node's send is logged as one.
+    fn post(&mut self, from: NodeId, to: NodeId, msg: Msg<K>, sender: Sender) {
+        if sender == Sender::Node {
             self.order.push(Logged::Send);
             self.sends.push(Sent {
                 from,
@@ -223,7 +239,7 @@ impl<K: Clone> Driver<Msg<K>> for World<K> {
                 return;
             }
         }
-        self.post(from, to, msg, true);
+        self.post(from, to, msg, Sender::Node);
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {
@@ -340,7 +356,7 @@ impl<G: Gpu> Harness<G> {
     /// forging a message from a wrong peer uses this). Returns its index. It is not
     /// logged as a send ([`Harness::sends`] lists what nodes sent).
     pub fn post(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) -> usize {
-        self.world.post(from, to, msg, false);
+        self.world.post(from, to, msg, Sender::Test);
         self.world.flights.len() - 1
     }
 
@@ -352,7 +368,7 @@ impl<G: Gpu> Harness<G> {
         msg: Msg<G::Kv>,
     ) -> Result<Delivered, HarnessError> {
         if to == self.client() {
-            self.world.post(from, to, msg, false);
+            self.world.post(from, to, msg, Sender::Test);
             return Ok(Delivered::Handled);
         }
         let i = self.post(from, to, msg);
@@ -383,7 +399,7 @@ impl<G: Gpu> Harness<G> {
         self.inject(self.client(), ROUTER, msg)
     }
 
-    fn arriving(&self, f: &Flight<G::Kv>, injected_failure: bool) -> Arriving {
+    fn arriving(&self, f: &Flight<G::Kv>, delivery: Delivery) -> Arriving {
         Arriving {
             sender_alive: self.world.epoch(f.from) == f.from_epoch,
             receiver_alive: self.world.epoch(f.to) == f.to_epoch,
@@ -394,7 +410,7 @@ impl<G: Gpu> Harness<G> {
                 .and_then(|n| n.pool())
                 .map_or(0, |p| p.epoch()),
             partitioned: self.world.cut.contains(&pair(f.from, f.to)),
-            injected_failure,
+            injected_failure: delivery == Delivery::InjectedFailure,
         }
     }
 
@@ -406,8 +422,8 @@ impl<G: Gpu> Harness<G> {
         Ok(self.world.flights.remove(index))
     }
 
-    fn arrive(&mut self, f: Flight<G::Kv>, inject: bool) -> Result<Delivered, HarnessError> {
-        match world::arrival(&f.msg, &self.arriving(&f, inject)) {
+    fn arrive(&mut self, f: Flight<G::Kv>, delivery: Delivery) -> Result<Delivered, HarnessError> {
+        match world::arrival(&f.msg, &self.arriving(&f, delivery)) {
             Arrival::Deliver => {
                 self.step(
                     f.to,
@@ -446,7 +462,7 @@ impl<G: Gpu> Harness<G> {
     /// first is a reordering). The world decides what arrives ([`world::arrival`]).
     pub fn deliver(&mut self, index: usize) -> Result<Delivered, HarnessError> {
         let f = self.take_flight(index)?;
-        self.arrive(f, false)
+        self.arrive(f, Delivery::AsSent)
     }
 
     /// Deliver the message in flight at `index`, but hand its receiver `msg` instead
@@ -454,10 +470,10 @@ impl<G: Gpu> Harness<G> {
     /// lands ([`world::alter`]). What arrives is judged on the message as sent.
     pub fn deliver_as(&mut self, index: usize, msg: Msg<G::Kv>) -> Result<Delivered, HarnessError> {
         let mut f = self.take_flight(index)?;
-        if let Arrival::Deliver = world::arrival(&f.msg, &self.arriving(&f, false)) {
+        if let Arrival::Deliver = world::arrival(&f.msg, &self.arriving(&f, Delivery::AsSent)) {
             f.msg = msg;
         }
-        self.arrive(f, false)
+        self.arrive(f, Delivery::AsSent)
     }
 
     /// A stale duplicate `copy` of a KV write that already landed arrives again. The
@@ -465,7 +481,7 @@ impl<G: Gpu> Harness<G> {
     /// (its writer knows nothing of it: no completion travels back), one that lands is
     /// handed to its node, whose completion of it is dropped.
     pub fn land_duplicate(&mut self, copy: Flight<G::Kv>) -> Result<Delivered, HarnessError> {
-        match world::arrival(&copy.msg, &self.arriving(&copy, false)) {
+        match world::arrival(&copy.msg, &self.arriving(&copy, Delivery::AsSent)) {
             Arrival::Deliver => {}
             Arrival::Drop(why) => return Ok(Delivered::Dropped(why)),
             Arrival::Fail { reason, .. } => return Ok(Delivered::Failed(reason)),
@@ -515,7 +531,7 @@ impl<G: Gpu> Harness<G> {
     /// KV write is unaffected by the injection and is delivered as usual.
     pub fn fail_write(&mut self, index: usize) -> Result<Delivered, HarnessError> {
         let f = self.take_flight(index)?;
-        self.arrive(f, true)
+        self.arrive(f, Delivery::InjectedFailure)
     }
 
     /// Lose the message at `index` (the network lost it). For a KV write this is
@@ -571,7 +587,7 @@ impl<G: Gpu> Harness<G> {
     }
 
     /// Crash `node` and restart it as its next incarnation: every message in flight
-    /// meets its [`world::crash_fate`], the node's timers die, and the node restarts
+    /// meets the world's crash walk ([`CrashWalk`], with [`world::crash_fate`]), the node's timers die, and the node restarts
     /// with the next epoch. Returns the new epoch. (A node that stays down is not
     /// modelled here: the restart is immediate.)
     pub fn crash_restart(&mut self, node: NodeId) -> Result<u32, HarnessError> {
@@ -587,30 +603,31 @@ impl<G: Gpu> Harness<G> {
             None => return Err(HarnessError::NoSuchNode(node)),
         };
         let flights = std::mem::take(&mut self.world.flights);
-        let mut back = Vec::new();
+        let walk = CrashWalk::new(node, dead).walk(flights, |f| {
+            Some(Flying {
+                from: f.from,
+                to: f.to,
+                msg: &f.msg,
+                epochs: Some((f.from_epoch, f.to_epoch)),
+                duplicate: false,
+            })
+        });
         let mut report = CrashReport {
             dead,
-            epoch: dead + 1,
-            flushed: Vec::new(),
+            epoch: walk.epoch(),
+            flushed: walk.flushed,
             failed: Vec::new(),
         };
-        for f in flights {
-            match world::crash_fate(node, f.from, f.to, &f.msg) {
-                CrashFate::Keep => self.world.flights.push(f),
-                CrashFate::Lose => {}
-                CrashFate::Flush => report.flushed.extend(f.msg.write_id()),
-                CrashFate::FailBack(done) => back.push((f.from, f.from_epoch, done)),
-            }
-        }
-        for (writer, epoch, done) in back {
+        self.world.flights = walk.kept.into_iter().map(|(f, _)| f).collect();
+        for (f, done) in walk.failed {
             if let Some(write) = done.write_id() {
-                report.failed.push((writer, node, write));
+                report.failed.push((f.from, node, write));
             }
-            self.push_completion(node, writer, epoch, done);
+            self.push_completion(node, f.from, f.from_epoch, done);
         }
         self.world.timers.crash(node);
         if let Some(n) = self.nodes.get_mut(node.0 as usize) {
-            n.restart(report.epoch);
+            world::restart(n, report.epoch);
         }
         if let Some(e) = self.world.epochs.get_mut(node.0 as usize) {
             *e = report.epoch;

@@ -6,9 +6,23 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use strum::{EnumCount, VariantArray};
 
 /// One invariant (S1-S10 safety, L1-L6 liveness).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumCount,
+    strum::VariantArray,
+)]
 pub enum Invariant {
     S1,
     S2,
@@ -29,24 +43,7 @@ pub enum Invariant {
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; 16] = [
-        Invariant::S1,
-        Invariant::S2,
-        Invariant::S3,
-        Invariant::S4,
-        Invariant::S5,
-        Invariant::S6,
-        Invariant::S7,
-        Invariant::S8,
-        Invariant::S9,
-        Invariant::S10,
-        Invariant::L1,
-        Invariant::L2,
-        Invariant::L3,
-        Invariant::L4,
-        Invariant::L5,
-        Invariant::L6,
-    ];
+    pub const ALL: [Invariant; Invariant::COUNT] = crate::every(Invariant::VARIANTS);
 
     /// The one-line statement of the invariant.
     pub fn statement(self) -> &'static str {

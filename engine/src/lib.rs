@@ -19,6 +19,10 @@ pub mod counters;
 pub mod decode;
 pub mod env;
 pub mod gpu;
+/// The hand-stepped test driver: behind the `testing` feature, as the fault injection
+/// of [`world`] is (`alter`, `WriteHistory`, `stale_landing`, `duplicate_completion`);
+/// a runtime build links none of it.
+#[cfg(feature = "testing")]
 pub mod harness;
 pub mod ids;
 pub mod invariant;
@@ -33,6 +37,17 @@ mod sync;
 pub mod trace;
 pub mod world;
 
+/// Every variant of an enum that derives `strum::VariantArray`, as an array of its
+/// `strum::EnumCount` length, in declaration order: `pub const ALL: [T; T::COUNT] =
+/// every(T::VARIANTS)`, so a variant added later is in `ALL` without anyone listing it
+/// (and a length that disagrees fails to compile).
+pub const fn every<T: Copy, const N: usize>(variants: &[T]) -> [T; N] {
+    match variants.first_chunk::<N>() {
+        Some(all) if variants.len() == N => *all,
+        _ => panic!("an enum's every variant, exactly once"),
+    }
+}
+
 pub use bugs::{Bug, BugSet};
 pub use config::{ConfigError, Defenses, EngineConfig, RouterPolicy};
 pub use counters::Counters;
@@ -45,3 +60,26 @@ pub use msg::{Msg, Status, TransferOutcome, Why};
 pub use node::{Node, Role};
 pub use shared_cfg::Cfg;
 pub use trace::TraceEvent;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The derived tables hold every variant in declaration order, named as the hand-kept
+    /// tables named them.
+    #[test]
+    fn derived_tables_keep_every_variant_and_its_name() {
+        assert_eq!(Bug::ALL.len(), 13);
+        assert_eq!(Bug::ALL[0], Bug::GateChecksFinishedOnly);
+        assert_eq!(Bug::ALL[12], Bug::AbortAfterSuccess);
+        assert_eq!(Bug::FailOpenOnRecvError.name(), "fail-open-on-recv-error");
+        assert_eq!(world::DataFault::StaleDuplicate.name(), "stale-duplicate");
+        assert_eq!(RouterPolicy::SglangRouter.name(), "sglang-router");
+        assert_eq!(
+            RouterPolicy::ALL,
+            [RouterPolicy::Careful, RouterPolicy::SglangRouter]
+        );
+        assert_eq!(Invariant::ALL[10], Invariant::L1);
+        assert_eq!(every::<u8, 2>(&[1, 2]), [1, 2]);
+    }
+}

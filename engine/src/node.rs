@@ -58,18 +58,18 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
         }
     }
 
-    /// Crash and restart a prefill or decode node as incarnation `epoch` (see
-    /// [`PrefillNode::restart`] and [`DecodeNode::restart`]).
+    /// A prefill or decode node becomes its next incarnation, `epoch` (a driver asks
+    /// for it through [`world::restart`](crate::world::restart)).
     ///
     /// # Panics
     /// On the router: it is the clients' endpoint, and no driver restarts it.
-    pub fn restart(&mut self, epoch: u32) {
+    pub(crate) fn reincarnate(&mut self, epoch: u32) {
         match self {
             Node::Router(_) => panic!(
                 "the router is never restarted (drivers restart prefill and decode nodes only)"
             ),
-            Node::Prefill(n) => n.restart(epoch),
-            Node::Decode(n) => n.restart(epoch),
+            Node::Prefill(n) => n.reincarnate(epoch),
+            Node::Decode(n) => n.reincarnate(epoch),
         }
     }
 

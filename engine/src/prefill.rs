@@ -212,14 +212,16 @@ impl<G: Gpu> PrefillNode<G> {
         }
     }
 
-    /// Crash and restart as incarnation `epoch`: every volatile structure (requests,
-    /// queues, writes in flight, tombstones, timers) is gone, and the pool starts over,
-    /// full, handing out generations of the new epoch only. KV memory is kept as it was
-    /// (never zeroed, as GPU memory handed to a new process is not trusted to be), so a
-    /// restarted node that read a page it had not written would read stale KV. The
-    /// driver must also forget the node's pending timers and undelivered messages: they
-    /// belonged to the old incarnation. `epoch` must exceed every earlier one.
-    pub fn restart(&mut self, epoch: u32) {
+    /// Become the next incarnation, `epoch` (a driver asks for it through
+    /// [`world::restart`](crate::world::restart), after the crash walk): every volatile
+    /// structure (requests, queues, writes in flight, tombstones, timers) is gone, and
+    /// the pool starts over, full, handing out generations of the new epoch only. KV
+    /// memory is kept as it was (never zeroed, as GPU memory handed to a new process is
+    /// not trusted to be), so a restarted node that read a page it had not written would
+    /// read stale KV. The driver must also forget the node's pending timers and
+    /// undelivered messages: they belonged to the old incarnation. `epoch` must exceed
+    /// every earlier one.
+    pub(crate) fn reincarnate(&mut self, epoch: u32) {
         assert!(
             epoch > self.pool.epoch(),
             "a restart needs a new, higher epoch"

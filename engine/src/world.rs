@@ -21,8 +21,11 @@
 use crate::config::EngineConfig;
 use crate::decode::DecodeNode;
 use crate::env::{Effect, Timer, TimerOp};
-use crate::gpu::{Gpu, KvPayload};
-use crate::ids::{NodeId, PageId, PageTag, WriteId};
+use crate::gpu::Gpu;
+#[cfg(feature = "testing")]
+use crate::gpu::KvPayload;
+use crate::ids::{NodeId, PageTag, WriteId};
+use crate::kv::PageRecords;
 use crate::msg::Msg;
 use crate::node::{Node, Role};
 use crate::prefill::PrefillNode;
@@ -30,7 +33,10 @@ use crate::router::Router;
 use crate::shared_cfg::Cfg;
 use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
+use strum::{EnumCount, VariantArray};
+#[cfg(feature = "testing")]
+use {crate::ids::PageId, std::collections::VecDeque};
 
 /// How a KV write reaches the receiver's memory. The two transports the deployments
 /// use, stated once (docs/ARCHITECTURE.md, "Two transports").
@@ -280,8 +286,23 @@ pub enum Arrival<K> {
 /// contents or the place are wrong). A driver decides *whether* (a rate, a bounded
 /// budget) and then calls [`alter`] on a write [`arrival`] delivers; what each fault
 /// does is stated here once.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumCount,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum DataFault {
     /// One page's payload arrives with one slot's token changed
     /// ([`KvPayload::corrupt`]).
@@ -304,20 +325,10 @@ pub enum DataFault {
 }
 
 impl DataFault {
-    pub const ALL: [DataFault; 4] = [
-        DataFault::Corrupt,
-        DataFault::Misdirect,
-        DataFault::Torn,
-        DataFault::StaleDuplicate,
-    ];
+    pub const ALL: [DataFault; DataFault::COUNT] = crate::every(DataFault::VARIANTS);
 
     pub fn name(self) -> &'static str {
-        match self {
-            DataFault::Corrupt => "corrupt",
-            DataFault::Misdirect => "misdirect",
-            DataFault::Torn => "torn",
-            DataFault::StaleDuplicate => "stale-duplicate",
-        }
+        self.into()
     }
 }
 
@@ -338,6 +349,7 @@ pub struct Altered {
 /// checker) picks the page and the slot. `None` when the fault has nothing to act on
 /// (not a write, no pages, a one-page pool for a misdirect) or does not change the
 /// write itself (a stale duplicate is a second write: [`WriteHistory::duplicate`]).
+#[cfg(feature = "testing")]
 pub fn alter<K: KvPayload>(
     msg: &mut Msg<K>,
     fault: DataFault,
@@ -385,10 +397,12 @@ pub const DUPLICATE_WINDOW: usize = 16;
 /// connections a retransmission would ride die with the incarnation). Keyed by node
 /// in a `BTreeMap`, so what it returns depends only on what was remembered, in order.
 #[derive(Clone, Debug, Default)]
+#[cfg(feature = "testing")]
 pub struct WriteHistory<K> {
     taken: BTreeMap<NodeId, VecDeque<(NodeId, Msg<K>)>>,
 }
 
+#[cfg(feature = "testing")]
 impl<K: Clone> WriteHistory<K> {
     pub fn new() -> Self {
         WriteHistory {
@@ -467,6 +481,7 @@ impl<K: Clone> WriteHistory<K> {
 /// message that is not a KV write with pages. The one statement of the fault's record,
 /// for [`WriteHistory::duplicate`] and for a driver that keeps a copy of a write
 /// itself (the model checker).
+#[cfg(feature = "testing")]
 pub fn stale_landing<K>(dup: &Msg<K>, newer: &[PageTag]) -> Option<Altered> {
     let Msg::KvWrite { dst, .. } = dup else {
         return None;
@@ -493,6 +508,7 @@ pub fn stale_landing<K>(dup: &Msg<K>, newer: &[PageTag]) -> Option<Altered> {
 /// receiver's completion of that duplicate? The driver drops it: the writer's NIC
 /// completed the write once, when it first landed, and reports nothing for a
 /// retransmission it does not know about.
+#[cfg(feature = "testing")]
 pub fn duplicate_completion<K>(dup: WriteId, msg: &Msg<K>) -> bool {
     matches!(msg, Msg::WriteDone { id, .. } if *id == dup)
 }
@@ -579,6 +595,174 @@ pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Msg<K>) ->
     } else {
         CrashFate::Keep
     }
+}
+
+/// One message in flight as the crash walk sees it, borrowed from the driver's own
+/// record of it.
+#[derive(Clone, Copy, Debug)]
+pub struct Flying<'a, K> {
+    pub from: NodeId,
+    pub to: NodeId,
+    pub msg: &'a Msg<K>,
+    /// The incarnations of its sender and receiver when it was sent, where the driver
+    /// records them (`None`: the driver keeps no incarnations with its messages, so
+    /// every message to or from the crashed node is the dead incarnation's).
+    pub epochs: Option<(u32, u32)>,
+    /// A stale duplicate of a KV write that already landed, which the driver replays.
+    pub duplicate: bool,
+}
+
+/// How a message that a crash left in flight travels on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Travel {
+    /// Unaffected by the crash.
+    OnItsWay,
+    /// On its way to the dead incarnation: it reaches the restarted one, late.
+    Late,
+}
+
+/// What the crash of `node`'s incarnation `dead` did to what was in flight: the one
+/// crash walk of every driver (the simulator's queue, the model checker's network, the
+/// harness's flights, the runtime's posted writes). Each message meets
+/// [`crash_fate`]; what is taken out of flight is listed here, in the order walked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrashWalk<T, K> {
+    pub node: NodeId,
+    /// The incarnation that died.
+    pub dead: u32,
+    /// What travels on, in the order walked.
+    pub kept: Vec<(T, Travel)>,
+    /// The dead incarnation's own KV writes, flushed with its NIC's queue, never
+    /// applied: the crash record's `flushed` list.
+    pub flushed: Vec<WriteId>,
+    /// KV writes to the dead incarnation, each with the failed completion that
+    /// travels back to its writer instead.
+    pub failed: Vec<(T, Msg<K>)>,
+    /// Lost with the dead incarnation's connections.
+    pub lost: Vec<T>,
+}
+
+impl<T, K> CrashWalk<T, K> {
+    /// The crash of `node`'s incarnation `dead`, before anything in flight is walked.
+    pub fn new(node: NodeId, dead: u32) -> Self {
+        CrashWalk {
+            node,
+            dead,
+            kept: Vec::new(),
+            flushed: Vec::new(),
+            failed: Vec::new(),
+            lost: Vec::new(),
+        }
+    }
+
+    /// The incarnation that replaces the dead one.
+    pub fn epoch(&self) -> u32 {
+        self.dead + 1
+    }
+
+    /// Walk what a driver holds in flight; `view` says what each entry is (`None`:
+    /// not a message, such as a driver's own scheduled event; it stays as it is).
+    pub fn walk(
+        mut self,
+        flights: impl IntoIterator<Item = T>,
+        view: impl for<'a> Fn(&'a T) -> Option<Flying<'a, K>>,
+    ) -> Self {
+        for item in flights {
+            self.judge(item, &view);
+        }
+        self
+    }
+
+    /// The writes the dead incarnation posted where they left the driver's hands (the
+    /// runtime's [`WritesInFlight`]): each is a KV write from the crashed node, which
+    /// [`crash_fate`] flushes. They leave flight, in (receiver, id) order.
+    pub fn flush_posted(mut self, writes: &mut WritesInFlight) -> Self {
+        self.flushed.extend(writes.crash());
+        debug_assert!(writes.is_empty(), "a crash leaves no write in flight");
+        self
+    }
+
+    /// One message in flight: a stale duplicate to or from the dead incarnation is lost
+    /// with its connection (its writer expects no completion for it); a message sent to
+    /// or by an earlier incarnation than the dead one is not touched; any other meets
+    /// [`crash_fate`].
+    fn judge(&mut self, item: T, view: &impl for<'a> Fn(&'a T) -> Option<Flying<'a, K>>) {
+        let (node, dead) = (self.node, self.dead);
+        let Some(f) = view(&item) else {
+            self.kept.push((item, Travel::OnItsWay));
+            return;
+        };
+        let (from, to) = (f.from, f.to);
+        if f.duplicate && (to == node || from == node) {
+            self.lost.push(item);
+            return;
+        }
+        let of_dead = match f.epochs {
+            None => true,
+            Some((from_epoch, to_epoch)) => {
+                (to == node && to_epoch == dead) || (from == node && from_epoch == dead)
+            }
+        };
+        if !of_dead {
+            self.kept.push((item, Travel::OnItsWay));
+            return;
+        }
+        match crash_fate(node, from, to, f.msg) {
+            CrashFate::Keep if to == node => self.kept.push((item, Travel::Late)),
+            CrashFate::Keep => self.kept.push((item, Travel::OnItsWay)),
+            CrashFate::Lose => self.lost.push(item),
+            CrashFate::FailBack(done) => self.failed.push((item, done)),
+            CrashFate::Flush => {
+                let id = f.msg.write_id();
+                debug_assert!(id.is_some(), "only a KV write is flushed");
+                self.flushed.extend(id);
+            }
+        }
+    }
+}
+
+/// A node a driver restarts: a prefill or decode node, or a [`Node`] (never the
+/// router). Sealed: only the engine implements it, and only [`restart`] carries it out,
+/// so no driver changes a node's state but through `handle` and this one restart.
+pub trait Incarnation: sealed::Reincarnate {}
+
+mod sealed {
+    /// The engine's own half of [`super::Incarnation`]: out of reach of every driver.
+    pub trait Reincarnate {
+        fn reincarnate(&mut self, epoch: u32);
+    }
+}
+
+impl<G: Gpu> sealed::Reincarnate for PrefillNode<G> {
+    fn reincarnate(&mut self, epoch: u32) {
+        PrefillNode::reincarnate(self, epoch);
+    }
+}
+impl<G: Gpu, P: PageRecords> sealed::Reincarnate for DecodeNode<G, P> {
+    fn reincarnate(&mut self, epoch: u32) {
+        DecodeNode::reincarnate(self, epoch);
+    }
+}
+impl<G: Gpu, P: PageRecords> sealed::Reincarnate for Node<G, P> {
+    fn reincarnate(&mut self, epoch: u32) {
+        Node::reincarnate(self, epoch);
+    }
+}
+impl<G: Gpu> Incarnation for PrefillNode<G> {}
+impl<G: Gpu, P: PageRecords> Incarnation for DecodeNode<G, P> {}
+impl<G: Gpu, P: PageRecords> Incarnation for Node<G, P> {}
+
+/// The restart every driver carries out after a crash ([`CrashWalk`]): `node` becomes
+/// its next incarnation, `epoch`, a new process on the same KV memory (its volatile
+/// state gone, its page record started over in the new epoch); nothing of the dead
+/// incarnation's decisions survives. The driver has already forgotten the dead
+/// incarnation's timers and walked its messages. `epoch` must exceed every earlier
+/// one.
+///
+/// # Panics
+/// On the router (no driver restarts it) and on an epoch that is not higher.
+pub fn restart(node: &mut impl Incarnation, epoch: u32) {
+    sealed::Reincarnate::reincarnate(node, epoch);
 }
 
 /// The KV writes one writer posted and has not seen complete, by receiver: the rule
@@ -917,6 +1101,88 @@ mod tests {
             arrival(&done, &down),
             Arrival::Drop(DropReason::ReceiverGone)
         );
+    }
+
+    #[test]
+    fn the_crash_walk_judges_each_message_in_flight_once() {
+        let (r, p, d) = (ROUTER, NodeId(1), NodeId(2));
+        let abort = Msg::<()>::Abort {
+            room: RoomKey::new(1, 1),
+        };
+        let own = |chunk| match write(0) {
+            Msg::KvWrite {
+                mut id,
+                src,
+                dst,
+                kv,
+            } => {
+                id.writer = d;
+                id.chunk = chunk;
+                Msg::KvWrite { id, src, dst, kv }
+            }
+            m => m,
+        };
+        // (from, to, message, epochs at sending, a stale duplicate), walked at the crash
+        // of d's incarnation 1.
+        let flights = vec![
+            (p, d, write(0), Some((0, 1)), false), // to the dead one: fails back
+            (d, p, own(7), Some((1, 0)), false),   // its own write: flushed
+            (r, d, abort.clone(), Some((0, 1)), false), // to the dead one: late
+            (r, p, abort.clone(), Some((0, 0)), false), // elsewhere: on its way
+            (r, d, abort.clone(), Some((0, 0)), false), // to an earlier one: untouched
+            (p, d, write(0), Some((0, 1)), true),  // a stale duplicate: lost
+            (p, d, write(0), None, false),         // no epochs kept: the dead one's
+        ];
+        let walk = CrashWalk::new(d, 1).walk(flights.clone(), |(from, to, msg, epochs, dup)| {
+            Some(Flying {
+                from: *from,
+                to: *to,
+                msg,
+                epochs: *epochs,
+                duplicate: *dup,
+            })
+        });
+        let travel: Vec<(usize, Travel)> = walk
+            .kept
+            .iter()
+            .map(|(f, t)| (flights.iter().position(|g| g == f).unwrap(), *t))
+            .collect();
+        assert_eq!(
+            travel,
+            vec![
+                (2, Travel::Late),
+                (3, Travel::OnItsWay),
+                (4, Travel::OnItsWay)
+            ]
+        );
+        assert_eq!(
+            walk.flushed,
+            own(7).write_id().into_iter().collect::<Vec<_>>()
+        );
+        assert_eq!(
+            walk.failed.len(),
+            2,
+            "both writes to the dead incarnation fail back"
+        );
+        assert!(walk
+            .failed
+            .iter()
+            .all(|(f, done)| f.0 == p && *done == failed_completion(&write(0)).unwrap()));
+        assert_eq!(walk.lost.len(), 1);
+        assert!(walk.lost[0].4, "the stale duplicate is lost");
+        assert_eq!(walk.epoch(), 2);
+        // A driver whose writes left its hands: every posted write is flushed.
+        let mut posted = WritesInFlight::new();
+        posted.post(p, &own(3));
+        let walk = CrashWalk::<(), ()>::new(d, 1).flush_posted(&mut posted);
+        assert_eq!(
+            walk.flushed,
+            own(3).write_id().into_iter().collect::<Vec<_>>()
+        );
+        assert!(posted.is_empty());
+        // Not a message: it stays as it is.
+        let walk = CrashWalk::<u8, ()>::new(d, 1).walk([9u8], |_| None);
+        assert_eq!(walk.kept, vec![(9, Travel::OnItsWay)]);
     }
 
     #[test]

@@ -38,7 +38,7 @@ use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
 use kvsim_engine::world::{
-    self, Arrival, Arriving, CrashFate, DataFault, Driver, Timers, Topology, WriteFailure,
+    self, Arrival, Arriving, CrashWalk, DataFault, Driver, Flying, Timers, Topology, WriteFailure,
 };
 use kvsim_engine::{Cfg, Timer};
 use kvsim_oracle::oracle_state::{must_reject, Draft, WriteFacts};
@@ -627,12 +627,12 @@ impl Tx<'_> {
         }
         let dead = self.epoch(node);
         match node {
-            PREFILL => self.s.prefill.update(|n| n.restart(dead + 1)),
-            _ => self.s.decode.update(|n| n.restart(dead + 1)),
+            PREFILL => self.s.prefill.update(|n| world::restart(n, dead + 1)),
+            _ => self.s.decode.update(|n| world::restart(n, dead + 1)),
         }
         self.event_text(|| format!("{node} crashes and restarts into a new incarnation"));
         self.forget_incarnation(node);
-        let (flushed, failed) = self.crash_walk(node);
+        let (flushed, failed) = self.crash_walk(node, dead);
         self.record(&Record::Fault(FaultEvent::Crash {
             node,
             epoch: dead,
@@ -674,29 +674,33 @@ impl Tx<'_> {
         }
     }
 
-    /// The world's rule ([`world::crash_fate`]) for each message in flight at `node`'s
-    /// crash: the ones kept stay in the network; returns the dead incarnation's
-    /// flushed writes and the writes to it that fail back, with their completions.
+    /// The world's crash walk ([`CrashWalk`], with [`world::crash_fate`]) over the
+    /// messages in flight at the crash of `node`'s incarnation `dead`: the ones kept stay
+    /// in the network (a message to the dead incarnation reaches the next one at once:
+    /// the model has no time); returns the dead incarnation's flushed writes and the
+    /// writes to it that fail back, with their completions.
     #[inline]
     #[allow(clippy::type_complexity)]
     fn crash_walk(
         &mut self,
         node: NodeId,
+        dead: u32,
     ) -> (Vec<WriteId>, Vec<(NodeId, NodeId, Msg<SymbolicPage>)>) {
-        let mut flushed = Vec::new();
-        let mut failed = Vec::new();
-        let mut kept = Vec::with_capacity(self.s.net.len());
-        for e in std::mem::take(&mut self.s.net) {
+        let net = std::mem::take(&mut self.s.net);
+        let walk = CrashWalk::new(node, dead).walk(net, |e| {
             let env = e.get();
-            match world::crash_fate(node, env.from, env.to, &env.msg) {
-                CrashFate::Keep => kept.push(e),
-                CrashFate::Lose => {}
-                CrashFate::Flush => flushed.extend(env.msg.write_id()),
-                CrashFate::FailBack(done) => failed.push((env.from, env.to, done)),
-            }
-        }
-        self.s.net = kept;
-        (flushed, failed)
+            Some(Flying {
+                from: env.from,
+                to: env.to,
+                msg: &env.msg,
+                epochs: None,
+                duplicate: false,
+            })
+        });
+        self.s.net = walk.kept.into_iter().map(|(e, _)| e).collect();
+        let failed = walk.failed.into_iter();
+        let failed = failed.map(|(e, done)| (e.get().from, e.get().to, done));
+        (walk.flushed, failed.collect())
     }
 
     /// Writes to a dead incarnation fail: the oracle hears each, and its failed

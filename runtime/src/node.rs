@@ -28,7 +28,9 @@ use kvsim_engine::kv::{land, PageRecords, Refusal, SharedRecord};
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure, WritesInFlight};
+use kvsim_engine::world::{
+    self, Arrival, Arriving, CrashWalk, Driver, WriteFailure, WritesInFlight,
+};
 use kvsim_oracle::schema::{CancelHow, EndOutcome, FaultEvent, MsgView, Record};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -553,7 +555,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
     /// driver and it restarts as the next epoch, in process. Its timers die, the writes
     /// it posted are flushed with its NIC's queue (listed in the `crash` record; what
     /// comes for one later is not its completion), and the node is re-created by the
-    /// engine's one restart ([`Node::restart`]); a decode node's transfer thread lands
+    /// engine's one restart ([`world::restart`]); a decode node's transfer thread lands
     /// every later write with the new incarnation's record (a landing the dead one
     /// finished fails back, [`NodeEvent::Landed`]). The router is never restarted.
     /// The loop does this when its node asks; a test may ask directly.
@@ -564,7 +566,9 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         let (node, dead) = (self.io.id, self.io.epoch);
         let epoch = dead + 1;
         self.io.timers.crash(node);
-        let flushed = self.io.writes.crash();
+        // The world's one crash walk: the messages this loop holds are its posted writes.
+        let walk = CrashWalk::<(), G::Kv>::new(node, dead).flush_posted(&mut self.io.writes);
+        let flushed = walk.flushed;
         self.io.trace(|| {
             Record::Fault(FaultEvent::Crash {
                 node,
@@ -572,7 +576,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 flushed,
             })
         });
-        self.node.restart(epoch);
+        world::restart(&mut self.node, epoch);
         if let (Node::Decode(d), Some(landing)) = (&self.node, &self.landing) {
             landing.replace(d.records().shared().clone());
         }

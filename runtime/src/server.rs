@@ -20,7 +20,7 @@ use kvsim_engine::node::{Node, Role};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::trace::TraceEvent;
-use kvsim_engine::world::{Topology, ROUTER};
+use kvsim_engine::world::{self, Topology, ROUTER};
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::{ClockKind, EndOutcome, FaultEvent, Record, RunHeader};
 use serde::de::DeserializeOwned;
@@ -298,7 +298,7 @@ where
             let gpu = SharedGpu::new(node_gpu()?);
             let mut p = PrefillNode::new(id, cfg.clone(), ROUTER, gpu);
             if epoch > 0 {
-                p.restart(epoch);
+                world::restart(&mut p, epoch);
             }
             (Node::Prefill(p), None)
         }

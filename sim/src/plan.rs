@@ -23,9 +23,23 @@ use kvsim_engine::ids::{NodeId, RequestId, TenantId};
 use rand::RngExt;
 use std::collections::BTreeSet;
 use std::fmt::{self, Write};
+use strum::{EnumCount, VariantArray};
 
 /// A kind of fault a run may inject.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    strum::EnumCount,
+    strum::VariantArray,
+    strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum FaultKind {
     /// Control messages held back.
     Delay,
@@ -65,46 +79,10 @@ pub enum FaultKind {
 impl FaultKind {
     /// Every kind, in the order the swarm draws them. Append only: the order fixes
     /// which numbers of the `FaultLevels` stream each kind gets.
-    pub const ALL: [FaultKind; 17] = [
-        FaultKind::Delay,
-        FaultKind::Loss,
-        FaultKind::Duplicate,
-        FaultKind::Reorder,
-        FaultKind::Partition,
-        FaultKind::SlowWrite,
-        FaultKind::LateWrite,
-        FaultKind::WriteFail,
-        FaultKind::Crash,
-        FaultKind::Cancel,
-        FaultKind::ShortTimeouts,
-        FaultKind::CorruptWrite,
-        FaultKind::MisdirectWrite,
-        FaultKind::TornWrite,
-        FaultKind::SlowWriter,
-        FaultKind::StaleReplay,
-        FaultKind::StaleDuplicateWrite,
-    ];
+    pub const ALL: [FaultKind; FaultKind::COUNT] = kvsim_engine::every(FaultKind::VARIANTS);
 
     pub fn name(self) -> &'static str {
-        match self {
-            FaultKind::Delay => "delay",
-            FaultKind::Loss => "loss",
-            FaultKind::Duplicate => "duplicate",
-            FaultKind::Reorder => "reorder",
-            FaultKind::Partition => "partition",
-            FaultKind::SlowWrite => "slow-write",
-            FaultKind::LateWrite => "late-write",
-            FaultKind::WriteFail => "write-fail",
-            FaultKind::Crash => "crash",
-            FaultKind::Cancel => "cancel",
-            FaultKind::ShortTimeouts => "short-timeouts",
-            FaultKind::CorruptWrite => "corrupt-write",
-            FaultKind::MisdirectWrite => "misdirect-write",
-            FaultKind::TornWrite => "torn-write",
-            FaultKind::SlowWriter => "slow-writer",
-            FaultKind::StaleReplay => "stale-replay",
-            FaultKind::StaleDuplicateWrite => "stale-duplicate-write",
-        }
+        self.into()
     }
 
     /// `ALL[NEWER..]` are the newer kinds (the data faults, the slow writer, the stale

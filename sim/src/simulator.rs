@@ -32,8 +32,8 @@ use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
 use kvsim_engine::world::{
-    self as env_world, Altered, Arrival, Arriving, CrashFate, DataFault, Driver, DropReason,
-    Timers, Topology, Transport, WriteFailure, WriteHistory,
+    self as env_world, Altered, Arrival, Arriving, CrashWalk, DataFault, Driver, DropReason,
+    Flying, Timers, Topology, Transport, Travel, WriteFailure, WriteHistory,
 };
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::{
@@ -109,69 +109,35 @@ impl<K> Ord for Queued<K> {
     }
 }
 
-/// What becomes of a queued event at a crash.
-enum InFlight {
-    /// Unaffected.
-    Keep,
-    /// A message to the dead incarnation that reaches the restarted one, late.
-    Late,
-    /// Lost, failed back or flushed (recorded in [`CrashLosses`]).
-    Gone,
+/// A queued event as the crash walk sees it: a delivery is a message in flight (a
+/// replayed one a stale duplicate); any other event is not a message.
+fn flying<K>(q: &Queued<K>) -> Option<Flying<'_, K>> {
+    let Pending::Deliver {
+        from,
+        to,
+        from_epoch,
+        to_epoch,
+        msg,
+        replay,
+        ..
+    } = &q.ev
+    else {
+        return None;
+    };
+    Some(Flying {
+        from: *from,
+        to: *to,
+        msg,
+        epochs: Some((*from_epoch, *to_epoch)),
+        duplicate: replay.is_some(),
+    })
 }
 
-/// The messages a crash took out of flight: the dead incarnation's flushed writes,
-/// the messages lost, and the writes to it that fail back to their writers (with
-/// their failed completions).
-struct CrashLosses<K> {
-    flushed: Vec<WriteId>,
-    failed: Vec<(NodeId, NodeId, WriteId, Msg<K>)>,
-    lost: Vec<(NodeId, NodeId, MsgView)>,
-}
-
-impl<K> CrashLosses<K> {
-    /// The world's rule ([`env_world::crash_fate`]) for event `ev` when `node`'s
-    /// incarnation `dead` crashes; what it takes out of flight is noted here.
-    fn judge(&mut self, ev: &Pending<K>, node: NodeId, dead: u32) -> InFlight {
-        let Pending::Deliver {
-            from,
-            to,
-            from_epoch,
-            to_epoch,
-            msg,
-            replay,
-            ..
-        } = ev
-        else {
-            return InFlight::Keep;
-        };
-        let (from, to) = (*from, *to);
-        // A stale duplicate to or from the dead incarnation is lost with its
-        // connection (its writer expects no completion for it).
-        if replay.is_some() && (to == node || from == node) {
-            self.lost.push((from, to, MsgView::of(msg)));
-            return InFlight::Gone;
-        }
-        if !((to == node && *to_epoch == dead) || (from == node && *from_epoch == dead)) {
-            return InFlight::Keep;
-        }
-        match env_world::crash_fate(node, from, to, msg) {
-            CrashFate::Keep if to == node => InFlight::Late,
-            CrashFate::Keep => InFlight::Keep,
-            CrashFate::Lose => {
-                self.lost.push((from, to, MsgView::of(msg)));
-                InFlight::Gone
-            }
-            CrashFate::FailBack(done) => {
-                if let Some(id) = msg.write_id() {
-                    self.failed.push((from, to, id, done));
-                }
-                InFlight::Gone
-            }
-            CrashFate::Flush => {
-                self.flushed.extend(msg.write_id());
-                InFlight::Gone
-            }
-        }
+/// The message of a queued delivery (the ones the crash walk took out of flight).
+fn delivery<K>(q: &Queued<K>) -> Option<(NodeId, NodeId, &Msg<K>)> {
+    match &q.ev {
+        Pending::Deliver { from, to, msg, .. } => Some((*from, *to, msg)),
+        _ => None,
     }
 }
 
@@ -1065,8 +1031,8 @@ impl<G: Gpu> Simulator<G> {
     /// A crash: the node's incarnation dies with its timers and memory registrations
     /// (KV writes to it fail back to their writers; other messages to it reach the
     /// restarted incarnation late) and its NIC's queue (its own writes are flushed,
-    /// never applied). The world's rules
-    /// ([`env_world::crash_fate`]) decide each message in flight.
+    /// never applied). The world's one crash walk ([`CrashWalk`], with
+    /// [`env_world::crash_fate`]) decides each message in flight.
     fn crash(&mut self, node: NodeId, restart_ns: u64) {
         let i = node.0 as usize;
         if i >= self.nodes.len() || node == self.router || self.down[i] {
@@ -1078,55 +1044,55 @@ impl<G: Gpu> Simulator<G> {
         self.down[i] = true;
         self.timers.crash(node);
         self.history.crash(node);
-        let mut losses = CrashLosses {
-            flushed: Vec::new(),
-            failed: Vec::new(),
-            lost: Vec::new(),
-        };
-        let queue = std::mem::take(&mut self.queue);
-        for Reverse(mut q) in queue.into_vec() {
-            match losses.judge(&q.ev, node, dead) {
-                InFlight::Keep => self.queue.push(Reverse(q)),
-                InFlight::Late => {
-                    // On its way to the dead incarnation: it reaches the restarted one,
-                    // its remaining delay counted from the restart (late, and reordered
-                    // with what is sent after the restart).
-                    let left = q.at_ns.saturating_sub(self.now_ns);
-                    q.at_ns = restart_ns.max(self.now_ns) + 1 + left;
-                    self.queue.push(Reverse(q));
-                }
-                InFlight::Gone => {}
+        let queue = std::mem::take(&mut self.queue).into_vec();
+        let mut walk =
+            CrashWalk::new(node, dead).walk(queue.into_iter().map(|Reverse(q)| q), flying);
+        for (mut q, travel) in std::mem::take(&mut walk.kept) {
+            if travel == Travel::Late {
+                // On its way to the dead incarnation: it reaches the restarted one, its
+                // remaining delay counted from the restart (late, and reordered with
+                // what is sent after the restart).
+                let left = q.at_ns.saturating_sub(self.now_ns);
+                q.at_ns = restart_ns.max(self.now_ns) + 1 + left;
             }
+            self.queue.push(Reverse(q));
         }
-        self.report_crash(node, dead, losses);
+        self.report_crash(walk);
         self.push(restart_ns.max(self.now_ns), Pending::Restart { node });
     }
 
-    /// Record a crash of `node`'s incarnation `dead` and carry out what it did to
-    /// the messages in flight: flushed writes, lost messages, failed-back writes.
-    fn report_crash(&mut self, node: NodeId, dead: u32, losses: CrashLosses<G::Kv>) {
-        let CrashLosses {
+    /// Record a crash and carry out what it did to the messages in flight: flushed
+    /// writes, lost messages, failed-back writes.
+    fn report_crash(&mut self, walk: CrashWalk<Queued<G::Kv>, G::Kv>) {
+        let CrashWalk {
+            node,
+            dead,
             flushed,
             failed,
             lost,
-        } = losses;
+            ..
+        } = walk;
         self.stats.writes_flushed += flushed.len() as u64;
         self.emit(Record::Fault(FaultEvent::Crash {
             node,
             epoch: dead,
             flushed,
         }));
-        for (from, to, msg) in lost {
+        for (from, to, msg) in lost.iter().filter_map(delivery) {
             self.stats.dropped += 1;
             self.record(|| Record::Drop {
                 from,
                 to,
-                msg,
+                msg: MsgView::of(msg),
                 reason: DropReason::ReceiverGone,
             });
         }
-        for (from, to, id, done) in failed {
-            self.write_failed(from, to, id, done, WriteFailure::ReceiverGone);
+        for (q, done) in failed {
+            if let Some((from, to, id)) =
+                delivery(&q).and_then(|(f, t, m)| Some((f, t, m.write_id()?)))
+            {
+                self.write_failed(from, to, id, done, WriteFailure::ReceiverGone);
+            }
         }
     }
 
@@ -1138,7 +1104,7 @@ impl<G: Gpu> Simulator<G> {
         self.down[i] = false;
         let epoch = self.epochs[i];
         (self.now_ns, node, epoch).hash(&mut self.hash);
-        self.nodes[i].restart(epoch);
+        env_world::restart(&mut self.nodes[i], epoch);
         self.emit(Record::Fault(FaultEvent::Restart { node, epoch }));
     }
 

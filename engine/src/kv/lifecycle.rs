@@ -7,9 +7,23 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use strum::{EnumCount, VariantArray};
 
 /// Where a page is in its life. Exactly one state at a time.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumCount,
+    strum::VariantArray,
+)]
 pub enum PageState {
     /// On the free list; no owner, no holders. Its contents are stale, never zeroed.
     Free,
@@ -55,7 +69,20 @@ impl fmt::Display for PageState {
 }
 
 /// What a caller asks to do to a page.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::EnumCount,
+    strum::VariantArray,
+)]
 pub enum PageOp {
     /// Hand a free page to an owner (the generation changes).
     Allocate,
@@ -118,16 +145,37 @@ pub fn transition(from: PageState, op: PageOp) -> Result<PageState, IllegalTrans
         .ok_or(IllegalTransition { from, op })
 }
 
+/// Whether other paths (a send, an offload, a transfer receiver) hold a page as its
+/// owner lets go of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holders {
+    /// No hold: the page may go back to Free.
+    Absent,
+    /// At least one hold: the page waits in Draining for the last one.
+    Present,
+}
+
+impl Holders {
+    /// The holders a page record counts.
+    pub fn counted(holders: u16) -> Self {
+        if holders > 0 {
+            Holders::Present
+        } else {
+            Holders::Absent
+        }
+    }
+}
+
 /// The form an owner's let-go takes when other paths may still hold the page.
 ///
 /// `Release` and `DrainAcked` each have a `*Held` twin that parks the page in Draining
 /// instead of freeing it, so a page never returns to Free under a holder. Both the
 /// single-threaded pool and the concurrent record pick the operation here, from the
 /// holder count they see in the same step as the transition.
-pub fn let_go_op(op: PageOp, held: bool) -> PageOp {
-    match (op, held) {
-        (PageOp::Release, true) => PageOp::ReleaseHeld,
-        (PageOp::DrainAcked, true) => PageOp::DrainAckedHeld,
+pub fn let_go_op(op: PageOp, holders: Holders) -> PageOp {
+    match (op, holders) {
+        (PageOp::Release, Holders::Present) => PageOp::ReleaseHeld,
+        (PageOp::DrainAcked, Holders::Present) => PageOp::DrainAckedHeld,
         (op, _) => op,
     }
 }
@@ -150,27 +198,10 @@ pub fn check_hold(state: PageState) -> Result<(), IllegalTransition> {
 }
 
 /// Every state, for exhaustive tests over the table.
-pub const ALL_STATES: [PageState; 6] = [
-    PageState::Free,
-    PageState::Reserved,
-    PageState::Writing,
-    PageState::Ready,
-    PageState::Draining,
-    PageState::Quarantined,
-];
+pub const ALL_STATES: [PageState; PageState::COUNT] = crate::every(PageState::VARIANTS);
 
 /// Every operation, for exhaustive tests over the table.
-pub const ALL_OPS: [PageOp; 9] = [
-    PageOp::Allocate,
-    PageOp::ExpectWrite,
-    PageOp::MarkReady,
-    PageOp::Release,
-    PageOp::ReleaseHeld,
-    PageOp::Quarantine,
-    PageOp::LastHolderGone,
-    PageOp::DrainAcked,
-    PageOp::DrainAckedHeld,
-];
+pub const ALL_OPS: [PageOp; PageOp::COUNT] = crate::every(PageOp::VARIANTS);
 
 #[cfg(test)]
 mod tests {
@@ -220,11 +251,14 @@ mod tests {
     /// states from which `ReleaseHeld` or `DrainAckedHeld` is legal.
     #[test]
     fn let_go_and_hold_rules_agree_with_the_table() {
-        assert_eq!(let_go_op(Release, false), Release);
-        assert_eq!(let_go_op(Release, true), ReleaseHeld);
-        assert_eq!(let_go_op(DrainAcked, false), DrainAcked);
-        assert_eq!(let_go_op(DrainAcked, true), DrainAckedHeld);
-        assert_eq!(let_go_op(Quarantine, true), Quarantine);
+        use Holders::{Absent, Present};
+        assert_eq!(let_go_op(Release, Absent), Release);
+        assert_eq!(let_go_op(Release, Present), ReleaseHeld);
+        assert_eq!(let_go_op(DrainAcked, Absent), DrainAcked);
+        assert_eq!(let_go_op(DrainAcked, Present), DrainAckedHeld);
+        assert_eq!(let_go_op(Quarantine, Present), Quarantine);
+        assert_eq!(Holders::counted(0), Absent);
+        assert_eq!(Holders::counted(2), Present);
         for from in ALL_STATES {
             let held_exit =
                 transition(from, ReleaseHeld).is_ok() || transition(from, DrainAckedHeld).is_ok();

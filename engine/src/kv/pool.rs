@@ -13,7 +13,9 @@
 //! the free list exactly once and in state Free, or off it and in exactly one other
 //! state with an owner (Reserved/Writing/Ready/Quarantined) or with holders (Draining).
 
-use super::lifecycle::{check_hold, let_go_op, transition, IllegalTransition, PageOp, PageState};
+use super::lifecycle::{
+    check_hold, let_go_op, transition, Holders, IllegalTransition, PageOp, PageState,
+};
 use crate::ids::{Generation, NodeId, PageId, PageTag, RoomKey};
 use crate::invariant::{Invariant, Violation};
 use crate::trace::{ReleaseKind, TraceEvent};
@@ -421,7 +423,7 @@ impl PagePool {
                     owner: rec.owner,
                 });
             }
-            let op = let_go_op(op, rec.holders > 0);
+            let op = let_go_op(op, Holders::counted(rec.holders));
             transition(rec.state, op).map_err(|source| PoolError::Illegal {
                 page: tag.page,
                 source,
@@ -517,8 +519,8 @@ impl PagePool {
     /// Let go of one page; `true` when it went to Draining (still held).
     fn release_one(&mut self, owner: RoomKey, tag: PageTag, op: PageOp) -> Result<bool, PoolError> {
         let rec = self.owned_mut(owner, tag)?;
-        let held = rec.holders > 0;
-        let op = let_go_op(op, held);
+        let holders = Holders::counted(rec.holders);
+        let op = let_go_op(op, holders);
         rec.state = transition(rec.state, op).map_err(|source| PoolError::Illegal {
             page: tag.page,
             source,
@@ -529,7 +531,7 @@ impl PagePool {
             // is handed out first: push in reverse to keep that order on our stack.
             self.free.push(tag.page);
         }
-        Ok(held)
+        Ok(holders == Holders::Present)
     }
 
     /// Let go of every tag; returns the ones that went to Draining.

@@ -28,7 +28,9 @@
 //! `tests/loom_shared.rs` explores the races between those paths: four models over
 //! every interleaving, two (with three busy threads) within a preemption bound.
 
-use super::lifecycle::{check_hold, let_go_op, transition, IllegalTransition, PageOp, PageState};
+use super::lifecycle::{
+    check_hold, let_go_op, transition, Holders, IllegalTransition, PageOp, PageState,
+};
 use super::pool::{PagePool, PageRecord, PoolError};
 use crate::ids::{Generation, PageId, PageTag, RoomKey};
 use crate::invariant::Violation;
@@ -670,7 +672,7 @@ impl SharedPool {
             let w = Word::unpack(self.slot(tag.page)?.load(Ordering::Acquire));
             Self::check_gen(w, tag)?;
             Self::check_owner(book, owner, tag)?;
-            transition(w.state, let_go_op(op, w.holders > 0)).map_err(|source| {
+            transition(w.state, let_go_op(op, Holders::counted(w.holders))).map_err(|source| {
                 SharedError::Illegal {
                     page: tag.page,
                     source,
@@ -749,9 +751,11 @@ impl SharedPool {
     ) -> Result<PageState, SharedError> {
         Self::check_gen(w, tag)?;
         Self::check_owner(book, owner, tag)?;
-        transition(w.state, let_go_op(op, w.holders > 0)).map_err(|source| SharedError::Illegal {
-            page: tag.page,
-            source,
+        transition(w.state, let_go_op(op, Holders::counted(w.holders))).map_err(|source| {
+            SharedError::Illegal {
+                page: tag.page,
+                source,
+            }
         })
     }
 
