@@ -342,6 +342,8 @@ impl<G: Gpu> PrefillNode<G> {
             Input::Timer(_) => {}
             // Only a decode node's receiver lands writes.
             Input::Landed { .. } => {}
+            // Only a decode node asks for device work yet.
+            Input::Computed(_) => {}
         }
     }
 
@@ -1318,5 +1320,14 @@ impl<G: Gpu> PrefillNode<G> {
     /// Whether this node retired the room use (any message for it is stale).
     pub fn is_retired(&self, room: RoomKey) -> bool {
         self.is_stale(room)
+    }
+}
+
+impl<G: Gpu> crate::world::Stepper<G::Kv> for PrefillNode<G> {
+    fn handle(&mut self, input: Input<G::Kv>, out: &mut crate::env::Outbox<G::Kv>) {
+        PrefillNode::handle(self, input, out);
+    }
+    fn compute(&mut self, job: crate::compute::Job) -> crate::compute::Done {
+        job.run(&mut self.gpu)
     }
 }
