@@ -18,6 +18,16 @@ use crate::ids::{PageTag, RoomKey, Token};
 pub enum Job {
     /// One decode step of `room`.
     DecodeStep(StepJob),
+    /// Prefill's forward of `room`: its prompt's KV into its source pages.
+    Forward(ForwardJob),
+}
+
+/// Prefill's forward of one room: the KV of `prompt` at positions `0..` of `pages`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ForwardJob {
+    pub room: RoomKey,
+    pub pages: Vec<PageTag>,
+    pub prompt: Vec<Token>,
 }
 
 /// One decode step: the tag check (defense 4, `check` is `None` with it off), echo
@@ -41,7 +51,15 @@ pub struct StepJob {
 /// What the device did with a [`Job`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Done {
-    DecodeStep { job: StepJob, outcome: StepOutcome },
+    DecodeStep {
+        job: StepJob,
+        outcome: StepOutcome,
+    },
+    /// What became of the forward's KV write.
+    Forward {
+        job: ForwardJob,
+        written: Result<(), WriteError>,
+    },
 }
 
 impl Done {
@@ -49,6 +67,7 @@ impl Done {
     pub fn job(&self) -> Job {
         match self {
             Done::DecodeStep { job, .. } => Job::DecodeStep(job.clone()),
+            Done::Forward { job, .. } => Job::Forward(job.clone()),
         }
     }
 }
@@ -72,6 +91,7 @@ impl Job {
     pub fn room(&self) -> RoomKey {
         match self {
             Job::DecodeStep(s) => s.room,
+            Job::Forward(f) => f.room,
         }
     }
 
@@ -83,6 +103,10 @@ impl Job {
                 job,
                 outcome: StepOutcome::TagsFailed(TagError::Device(e)),
             },
+            Job::Forward(job) => Done::Forward {
+                job,
+                written: Err(WriteError::Device(e)),
+            },
         }
     }
 
@@ -93,6 +117,10 @@ impl Job {
             Job::DecodeStep(job) => {
                 let outcome = step(&job, gpu);
                 Done::DecodeStep { job, outcome }
+            }
+            Job::Forward(job) => {
+                let written = gpu.write_tokens(&job.pages, 0, &job.prompt, job.room);
+                Done::Forward { job, written }
             }
         }
     }
@@ -120,6 +148,13 @@ mod tests {
     use crate::gpu::SymbolicGpu;
     use crate::ids::{Generation, PageId};
 
+    fn step_outcome(done: Done) -> StepOutcome {
+        match done {
+            Done::DecodeStep { outcome, .. } => outcome,
+            other => panic!("a step's job answers as a step: {other:?}"),
+        }
+    }
+
     #[test]
     fn a_step_checks_attends_and_writes_in_order() {
         let room = RoomKey::new(1, 1);
@@ -138,7 +173,7 @@ mod tests {
         };
         let mut gpu = SymbolicGpu::new(2, 4);
         // Page 1 was never written for this room: the check refuses before any read.
-        let Done::DecodeStep { outcome, .. } = Job::DecodeStep(job.clone()).run(&mut gpu);
+        let outcome = step_outcome(Job::DecodeStep(job.clone()).run(&mut gpu));
         assert!(
             matches!(outcome, StepOutcome::TagsFailed(TagError::Mismatch(_))),
             "{outcome:?}"
@@ -147,10 +182,35 @@ mod tests {
             check_tags: false,
             ..job
         };
-        let Done::DecodeStep { outcome, .. } = Job::DecodeStep(unchecked).run(&mut gpu);
+        let outcome = step_outcome(Job::DecodeStep(unchecked).run(&mut gpu));
         assert!(
             matches!(outcome, StepOutcome::Attended { write: Ok(()), .. }),
             "{outcome:?}"
         );
+        // A forward writes the prompt at positions 0.. of its pages.
+        let forward = Job::Forward(ForwardJob {
+            room,
+            pages: vec![tag],
+            prompt: vec![7, 8],
+        });
+        assert!(matches!(
+            forward.clone().run(&mut gpu),
+            Done::Forward {
+                written: Ok(()),
+                ..
+            }
+        ));
+        assert_eq!(gpu.token_at(&[PageId(1)], 1), Ok(8));
+        let failed = forward.failed(DeviceError {
+            op: "test",
+            detail: "gone".into(),
+        });
+        assert!(matches!(
+            failed,
+            Done::Forward {
+                written: Err(WriteError::Device(_)),
+                ..
+            }
+        ));
     }
 }

@@ -423,24 +423,37 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 id,
                 dst,
                 landing,
-            } => {
-                if let Err(reason) = self.check_writer(from, id) {
-                    // Refused as the delivered write would be, by the same rule, with
-                    // the one completion the writer is owed.
-                    let node = self.id;
-                    let kind = "KvWrite";
-                    self.counters
-                        .refuse_peer(env, node, from, Some(id.room), kind, reason);
-                    env.send(from, Msg::WriteDone { id, ok: false });
-                    return;
-                }
-                self.landed(from, id, dst, landing, env)
-            }
+            } => self.on_landed(from, id, dst, landing, env),
             Input::Computed(Done::DecodeStep { job, outcome }) => {
                 self.stepped(job, outcome, env);
                 self.next_step(env);
             }
+            // A forward is a prefill node's.
+            Input::Computed(Done::Forward { .. }) => {}
         }
+    }
+
+    /// A write its receiver already landed (or refused), entering through `handle`: the
+    /// peer rule of a delivered write first, then [`Self::landed`].
+    fn on_landed<E: Env<G::Kv>>(
+        &mut self,
+        from: NodeId,
+        id: WriteId,
+        dst: Vec<PageTag>,
+        landing: Result<(), Refusal>,
+        env: &mut E,
+    ) {
+        if let Err(reason) = self.check_writer(from, id) {
+            // Refused as the delivered write would be, by the same rule, with the one
+            // completion the writer is owed.
+            let node = self.id;
+            let kind = "KvWrite";
+            self.counters
+                .refuse_peer(env, node, from, Some(id.room), kind, reason);
+            env.send(from, Msg::WriteDone { id, ok: false });
+            return;
+        }
+        self.landed(from, id, dst, landing, env)
     }
 
     /// Answer the router for `room`, once, with the engine's reason for an error

@@ -59,3 +59,60 @@ impl DeviceThread {
         done
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvsim_engine::compute::{Done, Job, StepJob, StepOutcome};
+    use kvsim_engine::gpu::SymbolicGpu;
+    use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey};
+
+    fn job() -> Job {
+        let tag = PageTag {
+            page: PageId(1),
+            gen: Generation(1),
+        };
+        Job::DecodeStep(StepJob {
+            room: RoomKey::new(1, 1),
+            step: 0,
+            seq_len: 0,
+            query_pos: 0,
+            pages: vec![tag],
+            check_tags: false,
+            write: vec![tag],
+        })
+    }
+
+    /// The device thread does what the job does in place, on the same memory, and a
+    /// thread that is gone fails the job as a device failure.
+    #[test]
+    fn a_job_on_the_device_thread_is_the_job_in_place() {
+        let gpu = SharedGpu::new(SymbolicGpu::new(2, 4));
+        let device = DeviceThread::spawn("device-test".into(), gpu.clone()).unwrap();
+        let mut twin = SymbolicGpu::new(2, 4);
+        assert_eq!(device.run(job()), job().run(&mut twin));
+        let Done::DecodeStep {
+            outcome: StepOutcome::Attended { token, .. },
+            ..
+        } = device.run(job())
+        else {
+            panic!("the step attends");
+        };
+        assert_eq!(
+            gpu.token_at(&[PageId(1)], 0),
+            Ok(token),
+            "the device thread wrote into the node's own memory"
+        );
+        let (jobs, _) = channel::<Job>();
+        let (_, done) = channel::<Done>();
+        drop(device);
+        let gone = DeviceThread { jobs, done };
+        match gone.run(job()) {
+            Done::DecodeStep {
+                outcome: StepOutcome::TagsFailed(e),
+                ..
+            } => assert!(e.to_string().contains("device thread"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
