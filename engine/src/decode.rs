@@ -18,13 +18,14 @@
 //! own room use; a request attends only over pages whose tags it was given.
 
 use crate::bugs::Bug;
+use crate::compute::{Done, Job, StepJob, StepOutcome};
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::{
-    device_fault, ids, query_position, write_traced, zero_pages, DeviceError, Gpu, TagError,
+    device_fault, ids, query_position, trace_write, zero_pages, DeviceError, Gpu, TagError,
     TagMismatch, WriteError,
 };
-use crate::ids::{NodeId, PageTag, RequestId, RoomKey, WriteId};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
 use crate::msg::{Msg, Status, TransferOutcome, Why};
@@ -147,6 +148,10 @@ pub struct DecodeNode<G, P = PagePool> {
     /// second release path (bounded by `max_queue`; empty unless the bug is on).
     finished_pages: VecDeque<(RoomKey, Vec<PageTag>)>,
     compute_armed: bool,
+    /// The running rooms of the scheduler pass under way still to step, in order (one
+    /// step's device work at a time, [`crate::compute::Job`]). Empty between the steps
+    /// of every driver: a pass starts and ends in one step.
+    batch: VecDeque<RoomKey>,
     /// Set when the node stopped itself (a drain ack never came).
     fatal: Option<String>,
     counters: Counters,
@@ -189,6 +194,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             retired,
             finished_pages: VecDeque::new(),
             compute_armed: false,
+            batch: VecDeque::new(),
             fatal: None,
             counters: Counters::default(),
         }
@@ -335,6 +341,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             retired,
             finished_pages,
             compute_armed,
+            batch,
             fatal,
             counters: _,
         } = self;
@@ -345,6 +352,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         retired.clear();
         finished_pages.clear();
         *compute_armed = false;
+        batch.clear();
         *fatal = None;
     }
 
@@ -416,20 +424,37 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 id,
                 dst,
                 landing,
-            } => {
-                if let Err(reason) = self.check_writer(from, id) {
-                    // Refused as the delivered write would be, by the same rule, with
-                    // the one completion the writer is owed.
-                    let node = self.id;
-                    let kind = "KvWrite";
-                    self.counters
-                        .refuse_peer(env, node, from, Some(id.room), kind, reason);
-                    env.send(from, Msg::WriteDone { id, ok: false });
-                    return;
-                }
-                self.landed(from, id, dst, landing, env)
+            } => self.on_landed(from, id, dst, landing, env),
+            Input::Computed(Done::DecodeStep { job, outcome }) => {
+                self.stepped(job, outcome, env);
+                self.next_step(env);
             }
+            // A forward is a prefill node's.
+            Input::Computed(Done::Forward { .. }) => {}
         }
+    }
+
+    /// A write its receiver already landed (or refused), entering through `handle`: the
+    /// peer rule of a delivered write first, then [`Self::landed`].
+    fn on_landed<E: Env<G::Kv>>(
+        &mut self,
+        from: NodeId,
+        id: WriteId,
+        dst: Vec<PageTag>,
+        landing: Result<(), Refusal>,
+        env: &mut E,
+    ) {
+        if let Err(reason) = self.check_writer(from, id) {
+            // Refused as the delivered write would be, by the same rule, with the one
+            // completion the writer is owed.
+            let node = self.id;
+            let kind = "KvWrite";
+            self.counters
+                .refuse_peer(env, node, from, Some(id.room), kind, reason);
+            env.send(from, Msg::WriteDone { id, ok: false });
+            return;
+        }
+        self.landed(from, id, dst, landing, env)
     }
 
     /// Answer the router for `room`, once, with the engine's reason for an error
@@ -891,17 +916,28 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
-    /// One decode step for every running request (up to `max_batch`).
+    /// The scheduler pass: one decode step for every running request (up to
+    /// `max_batch`), one room's device work at a time ([`Self::next_step`]).
     fn on_tick<E: Env<G::Kv>>(&mut self, env: &mut E) {
-        let running: Vec<RoomKey> = self
+        debug_assert!(self.batch.is_empty(), "a pass starts with none under way");
+        self.batch = self
             .requests
             .iter()
             .filter(|(_, r)| matches!(r.phase, Phase::Running { .. }))
             .map(|(k, _)| *k)
             .take(self.cfg.max_batch as usize)
             .collect();
-        for room in running {
-            self.step(room, env);
+        self.next_step(env);
+    }
+
+    /// Ask the device for the next room's step of the pass; at the end of the pass,
+    /// ask for the next pass while any request runs.
+    fn next_step<E: Env<G::Kv>>(&mut self, env: &mut E) {
+        while let Some(room) = self.batch.pop_front() {
+            if let Some(job) = self.step_job(room) {
+                env.compute(Job::DecodeStep(job));
+                return;
+            }
         }
         if self
             .requests
@@ -912,58 +948,66 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
-    /// One decode step of `room`: the tag check (defense 4), echo attention, the new
-    /// token's KV into the request's own pages, the token to the router.
-    fn step<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
-        let Some(req) = self.requests.get(&room) else {
-            return;
-        };
+    /// The device work of one decode step of `room`: the tag check (defense 4) over the
+    /// sequence's pages, echo attention, the new token's KV into the request's own
+    /// pages. `None` if the room is not running.
+    fn step_job(&self, room: RoomKey) -> Option<StepJob> {
+        let req = self.requests.get(&room)?;
         let Phase::Running {
             pages: all,
             seq_len,
             step,
         } = &req.phase
         else {
-            return;
+            return None;
         };
-        let (seq_len, step) = (*seq_len, *step);
         let ps = u64::from(self.cfg.page_size);
         let seq_pages = (seq_len.div_ceil(ps) as usize).min(all.len());
-        let pages = all[..seq_pages].to_vec();
-        let q = query_position(step, req.max_new_tokens, req.prompt_len);
-        if self.cfg.defenses.page_tags {
-            match self.gpu.check_tags(&pages, room) {
-                Ok(()) => {}
-                Err(TagError::Mismatch(m)) => {
-                    self.tag_mismatch(room, (step, seq_len), pages, m, env);
-                    return;
-                }
-                Err(TagError::Device(e)) => {
-                    self.device_failed(room, &e, env);
-                    return;
-                }
-            }
-        }
-        env.trace(TraceEvent::Attend {
-            node: self.id,
+        Some(StepJob {
             room,
-            step,
-            query_pos: q,
-            seq_len,
-            pages: pages.clone(),
-        });
-        let page_ids = ids(&pages);
-        let token = match self.gpu.attend(&page_ids, seq_len, q) {
-            Ok(t) => t,
-            Err(e) => {
+            step: *step,
+            seq_len: *seq_len,
+            query_pos: query_position(*step, req.max_new_tokens, req.prompt_len),
+            pages: all[..seq_pages].to_vec(),
+            check_tags: self.cfg.defenses.page_tags,
+            write: all.clone(),
+        })
+    }
+
+    /// What the device did with one decode step of `room`: a refused tag check fails
+    /// the request; otherwise the attention is traced, then the token's KV write, then
+    /// the token goes to the router and the request advances (or finishes).
+    fn stepped<E: Env<G::Kv>>(&mut self, job: StepJob, outcome: StepOutcome, env: &mut E) {
+        let room = job.room;
+        let Some(Phase::Running { seq_len, step, .. }) = self.requests.get(&room).map(|r| &r.phase)
+        else {
+            return;
+        };
+        assert_eq!(
+            (*seq_len, *step),
+            (job.seq_len, job.step),
+            "a step's result belongs to the step that asked for it"
+        );
+        let (token, write) = match outcome {
+            StepOutcome::TagsFailed(TagError::Mismatch(m)) => {
+                self.tag_mismatch(room, (job.step, job.seq_len), job.pages, m, env);
+                return;
+            }
+            StepOutcome::TagsFailed(TagError::Device(e)) => {
                 self.device_failed(room, &e, env);
                 return;
             }
+            StepOutcome::AttendFailed(e) => {
+                self.trace_attend(&job, env);
+                self.device_failed(room, &e, env);
+                return;
+            }
+            StepOutcome::Attended { token, write } => (token, write),
         };
-        // The generated token's KV goes into the next slot of the request's own pages.
-        let all = all.clone();
-        let max_new_tokens = req.max_new_tokens;
-        if let Err(e) = write_traced(&mut self.gpu, env, self.id, &all, seq_len, &[token], room) {
+        self.trace_attend(&job, env);
+        let ps = self.cfg.page_size;
+        let at = (&job.write[..], job.seq_len);
+        if let Err(e) = trace_write(env, (self.id, room), at, &[token], ps, write) {
             // Past the request's pages (refused whole), or the device failed; stated
             // as a fault. The request fails.
             let why = match e {
@@ -973,6 +1017,24 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             self.finish(room, Status::INTERNAL, why, env);
             return;
         }
+        self.advance(&job, token, env);
+    }
+
+    fn trace_attend<E: Env<G::Kv>>(&self, job: &StepJob, env: &mut E) {
+        env.trace(TraceEvent::Attend {
+            node: self.id,
+            room: job.room,
+            step: job.step,
+            query_pos: job.query_pos,
+            seq_len: job.seq_len,
+            pages: job.pages.clone(),
+        });
+    }
+
+    /// The step's token to the router; the request moves one position on, and
+    /// finishes after its last token.
+    fn advance<E: Env<G::Kv>>(&mut self, job: &StepJob, token: Token, env: &mut E) {
+        let (room, step, seq_len) = (job.room, job.step, job.seq_len);
         env.send(
             self.router,
             Msg::TokenOut {
@@ -981,12 +1043,15 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 token,
             },
         );
-        let done = step + 1 >= max_new_tokens;
-        if let Some(Phase::Running {
+        let Some(req) = self.requests.get_mut(&room) else {
+            return;
+        };
+        let done = step + 1 >= req.max_new_tokens;
+        if let Phase::Running {
             seq_len: len,
             step: at,
             ..
-        }) = self.requests.get_mut(&room).map(|r| &mut r.phase)
+        } = &mut req.phase
         {
             debug_assert_eq!((*len, *at), (seq_len, step));
             *len = seq_len + 1;
@@ -1334,5 +1399,16 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// Whether this node retired the room use (any message for it is stale).
     pub fn is_retired(&self, room: RoomKey) -> bool {
         self.is_stale(room)
+    }
+}
+
+impl<G: Gpu, P: PageRecords> crate::world::Stepper<G::Kv> for DecodeNode<G, P> {
+    fn handle(&mut self, input: Input<G::Kv>, out: &mut crate::env::Outbox<G::Kv>) {
+        DecodeNode::handle(self, input, out);
+    }
+    /// The node's own memory runs the job (every driver but the hardware runtime, whose
+    /// device thread runs it on the same memory).
+    fn compute(&mut self, job: Job) -> Done {
+        job.run(&mut self.gpu)
     }
 }

@@ -10,6 +10,7 @@
 //! input, never a comparison of `now` against a stored deadline, so a model checker
 //! whose timers carry no time can fire every timeout in every order.
 
+use crate::compute::{Done, Job};
 use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
 use crate::kv::Refusal;
 use crate::msg::Msg;
@@ -58,9 +59,15 @@ pub trait Trace {
     fn trace(&mut self, event: TraceEvent);
 }
 
+/// Device work, as the driver defines it: a node asks for a [`Job`] and gets its
+/// [`Done`] back as [`Input::Computed`] (through [`crate::world::step`]).
+pub trait Device {
+    fn compute(&mut self, job: Job);
+}
+
 /// Everything a node handler needs from its driver.
-pub trait Env<K>: Clock + Network<K> + Trace {}
-impl<K, T: Clock + Network<K> + Trace> Env<K> for T {}
+pub trait Env<K>: Clock + Network<K> + Trace + Device {}
+impl<K, T: Clock + Network<K> + Trace + Device> Env<K> for T {}
 
 /// One input to a node: a delivered message, a fired timer, or a KV write that a
 /// driver's own receiver already landed (or refused). Every input enters a node through
@@ -83,6 +90,11 @@ pub enum Input<K> {
         dst: Vec<PageTag>,
         landing: Result<(), Refusal>,
     },
+    /// What the device did with a [`Job`] the node asked for ([`Effect::Compute`]).
+    /// Never written to a file or a schedule: a driver makes it from the job, in the
+    /// step that issued it.
+    #[serde(skip)]
+    Computed(Done),
 }
 
 /// A timer request recorded by an [`Outbox`].
@@ -103,6 +115,10 @@ pub enum Effect<M, T = TraceEvent> {
     Timer(TimerOp),
     /// An engine event for oracles and traces.
     Trace(T),
+    /// Device work for the node's device; its completion comes back as
+    /// [`Input::Computed`]. [`crate::world::step`] carries it out before the driver
+    /// applies the step's effects, so [`crate::world::apply`] never sees one.
+    Compute(Job),
 }
 
 impl<M, T> Effect<M, T> {
@@ -112,6 +128,7 @@ impl<M, T> Effect<M, T> {
             Effect::Send { to, msg } => Effect::Send { to: *to, msg },
             Effect::Timer(op) => Effect::Timer(*op),
             Effect::Trace(t) => Effect::Trace(t),
+            Effect::Compute(job) => Effect::Compute(job.clone()),
         }
     }
 }
@@ -177,6 +194,12 @@ impl<K> Clock for Outbox<K> {
 impl<K> Network<K> for Outbox<K> {
     fn send(&mut self, to: NodeId, msg: Msg<K>) {
         self.effects.push(Effect::Send { to, msg });
+    }
+}
+
+impl<K> Device for Outbox<K> {
+    fn compute(&mut self, job: Job) {
+        self.effects.push(Effect::Compute(job));
     }
 }
 

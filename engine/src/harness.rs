@@ -346,7 +346,7 @@ impl<G: Gpu> Harness<G> {
             .get_mut(node.0 as usize)
             .ok_or(HarnessError::NoSuchNode(node))?;
         self.out.reset(0);
-        n.handle(input, &mut self.out);
+        world::step(n, input, &mut self.out);
         let effects = std::mem::take(&mut self.out.effects);
         world::apply(node, effects, &mut self.world);
         Ok(())

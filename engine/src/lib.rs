@@ -14,6 +14,7 @@
 //! order they were issued (messages, timers, trace events interleaved as called).
 
 pub mod bugs;
+pub mod compute;
 pub mod config;
 pub mod counters;
 pub mod decode;

@@ -17,10 +17,11 @@
 //! a room's drain ack is sent only when it has no write in flight.
 
 use crate::bugs::Bug;
+use crate::compute::{Done, ForwardJob, Job};
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::KvPayload;
-use crate::gpu::{device_fault, ids, write_traced, zero_pages, DeviceError, Gpu, WriteError};
+use crate::gpu::{device_fault, ids, trace_write, zero_pages, DeviceError, Gpu, WriteError};
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
@@ -186,6 +187,10 @@ pub struct PrefillNode<G> {
     early_drain: BTreeSet<(RoomKey, NodeId)>,
     /// A `Compute` timer is pending (so new work does not postpone it).
     compute_armed: bool,
+    /// The forward batch of the scheduler pass under way still to finish, in order
+    /// (one room's device work at a time, [`crate::compute::Job`]). Empty between the
+    /// steps of every driver: a pass starts and ends in one step.
+    batch: VecDeque<RoomKey>,
     counters: Counters,
 }
 
@@ -208,6 +213,7 @@ impl<G: Gpu> PrefillNode<G> {
             early_meta: BTreeMap::new(),
             early_drain: BTreeSet::new(),
             compute_armed: false,
+            batch: VecDeque::new(),
             counters: Counters::default(),
         }
     }
@@ -240,6 +246,7 @@ impl<G: Gpu> PrefillNode<G> {
             early_meta,
             early_drain,
             compute_armed,
+            batch,
             counters: _,
         } = self;
         *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch).journal();
@@ -250,6 +257,7 @@ impl<G: Gpu> PrefillNode<G> {
         early_meta.clear();
         early_drain.clear();
         *compute_armed = false;
+        batch.clear();
     }
 
     fn is_stale(&self, room: RoomKey) -> bool {
@@ -344,6 +352,12 @@ impl<G: Gpu> PrefillNode<G> {
             Input::Timer(_) => {}
             // Only a decode node's receiver lands writes.
             Input::Landed { .. } => {}
+            Input::Computed(Done::Forward { job, written }) => {
+                self.forwarded(job, written, env);
+                self.next_forward(env);
+            }
+            // A decode step is a decode node's.
+            Input::Computed(Done::DecodeStep { .. }) => {}
         }
     }
 
@@ -592,8 +606,10 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     /// One pass of the scheduler loop: poll concluded transfers, finish the forward
-    /// batch, then admit waiting requests into the next batch.
+    /// batch (one room's device work at a time, [`Self::next_forward`]), then admit
+    /// waiting requests into the next batch.
     fn on_tick<E: Env<G::Kv>>(&mut self, env: &mut E) {
+        debug_assert!(self.batch.is_empty(), "a pass starts with none under way");
         let concluded: Vec<RoomKey> = self
             .requests
             .iter()
@@ -603,14 +619,23 @@ impl<G: Gpu> PrefillNode<G> {
         for room in concluded {
             self.poll_inflight(room, env);
         }
-        let forwarded: Vec<RoomKey> = self
+        self.batch = self
             .requests
             .iter()
             .filter(|(_, r)| matches!(r.phase, Phase::Forward { .. }))
             .map(|(k, _)| *k)
             .collect();
-        for room in forwarded {
-            self.finish_forward(room, env);
+        self.next_forward(env);
+    }
+
+    /// Ask the device for the next room's forward of the pass; at the end of the
+    /// forward batch, admit waiting requests and ask for the next pass while busy.
+    fn next_forward<E: Env<G::Kv>>(&mut self, env: &mut E) {
+        while let Some(room) = self.batch.pop_front() {
+            if let Some(job) = self.forward_job(room, env) {
+                env.compute(Job::Forward(job));
+                return;
+            }
         }
         self.admit_waiting(env);
         let busy = self
@@ -677,13 +702,13 @@ impl<G: Gpu> PrefillNode<G> {
         }
     }
 
-    /// `process_batch_result_disagg_prefill` for the last chunk.
-    fn finish_forward<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
-        let Some(req) = self.requests.get(&room) else {
-            return;
-        };
+    /// The device work of `room`'s forward (its prompt's KV into its source pages),
+    /// unless the request was aborted: then it is retired here, not sent. `None` if
+    /// there is nothing to compute.
+    fn forward_job<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) -> Option<ForwardJob> {
+        let req = self.requests.get(&room)?;
         let Phase::Forward { pages, .. } = &req.phase else {
-            return;
+            return None;
         };
         let pages = pages.clone();
         // #36988: an aborted request is retired here, not sent. The legacy path never
@@ -696,10 +721,38 @@ impl<G: Gpu> PrefillNode<G> {
             self.release_source(room, &pages, env);
             self.notify_decode_failed(room, env);
             self.retire(room, status, None, env);
-            return;
+            return None;
         }
-        let prompt = req.prompt.clone();
-        if let Err(e) = write_traced(&mut self.gpu, env, self.id, &pages, 0, &prompt, room) {
+        Some(ForwardJob {
+            room,
+            pages,
+            prompt: req.prompt.clone(),
+        })
+    }
+
+    /// `process_batch_result_disagg_prefill` for the last chunk: what the device did
+    /// with `room`'s forward ([`Self::forward_job`]).
+    fn forwarded<E: Env<G::Kv>>(
+        &mut self,
+        job: ForwardJob,
+        written: Result<(), WriteError>,
+        env: &mut E,
+    ) {
+        let ForwardJob {
+            room,
+            pages,
+            prompt,
+        } = job;
+        let Some(Phase::Forward { pages: held, .. }) = self.requests.get(&room).map(|r| &r.phase)
+        else {
+            return;
+        };
+        assert_eq!(
+            held, &pages,
+            "a forward's result belongs to the forward that asked"
+        );
+        let (at, ps) = ((&pages[..], 0), self.cfg.page_size);
+        if let Err(e) = trace_write(env, (self.id, room), at, &prompt, ps, written) {
             // Refused whole or a device failure (stated as a fault): the request fails
             // like an abort, its pages released.
             let why = match e {
@@ -1320,5 +1373,14 @@ impl<G: Gpu> PrefillNode<G> {
     /// Whether this node retired the room use (any message for it is stale).
     pub fn is_retired(&self, room: RoomKey) -> bool {
         self.is_stale(room)
+    }
+}
+
+impl<G: Gpu> crate::world::Stepper<G::Kv> for PrefillNode<G> {
+    fn handle(&mut self, input: Input<G::Kv>, out: &mut crate::env::Outbox<G::Kv>) {
+        PrefillNode::handle(self, input, out);
+    }
+    fn compute(&mut self, job: crate::compute::Job) -> crate::compute::Done {
+        job.run(&mut self.gpu)
     }
 }

@@ -325,6 +325,8 @@ impl Router {
             Input::Timer(_) => {}
             // Only a decode node's receiver lands writes.
             Input::Landed { .. } => {}
+            // Only a decode node asks for device work yet.
+            Input::Computed(_) => {}
         }
     }
 
@@ -770,5 +772,14 @@ impl Router {
     /// The live room use serving a request.
     pub fn room_of(&self, req: RequestId) -> Option<RoomKey> {
         self.by_req.get(&req).copied()
+    }
+}
+
+impl<K> crate::world::Stepper<K> for Router {
+    fn handle(&mut self, input: Input<K>, out: &mut crate::env::Outbox<K>) {
+        Router::handle(self, input, out);
+    }
+    fn compute(&mut self, job: crate::compute::Job) -> crate::compute::Done {
+        unreachable!("the router has no device: {job:?}")
     }
 }

@@ -18,9 +18,10 @@
 //! queue (its own writes are flushed, never applied); a write addressed with page tags of an earlier incarnation of its
 //! receiver fails, because the memory registration it names is gone.
 
+use crate::compute::{Done, Job};
 use crate::config::EngineConfig;
 use crate::decode::DecodeNode;
-use crate::env::{Effect, Timer, TimerOp};
+use crate::env::{Effect, Input, Outbox, Timer, TimerOp};
 use crate::gpu::Gpu;
 #[cfg(feature = "testing")]
 use crate::gpu::KvPayload;
@@ -944,6 +945,53 @@ pub fn apply<M, T, D: Driver<M, T>>(
             Effect::Send { to, msg } => d.send(node, to, msg),
             Effect::Timer(op) => d.timer(node, op),
             Effect::Trace(ev) => d.event(node, ev),
+            Effect::Compute(job) => panic!(
+                "{node} left {job:?} unrun: world::step carries out every compute before apply"
+            ),
+        }
+    }
+}
+
+/// A node as [`step`] drives it: its one door, and the device that runs its jobs (its
+/// own memory in the simulator, the model checker and the harness; the node's device
+/// thread in the hardware runtime).
+pub trait Stepper<K> {
+    /// The node's `handle`.
+    fn handle(&mut self, input: Input<K>, out: &mut Outbox<K>);
+    /// Carry out `job` on the node's device and say what it did.
+    fn compute(&mut self, job: Job) -> Done;
+}
+
+/// One step of a node, for every driver: `node` handles `input`, then every compute it
+/// asks for is carried out and its completion handled, in the same step, until it asks
+/// for none. A node asks for a compute only as its last effect, and the completion's
+/// effects follow the step's in `out`, so the driver applies the whole step in the
+/// order the node issued it, and no `Compute` is left in `out`
+/// (docs/ARCHITECTURE.md, "Compute as an effect").
+pub fn step<K, N: Stepper<K>>(node: &mut N, input: Input<K>, out: &mut Outbox<K>) {
+    node.handle(input, out);
+    while let Some(Effect::Compute(_)) = out.effects.last() {
+        let Some(Effect::Compute(job)) = out.effects.pop() else {
+            unreachable!("the last effect is a compute");
+        };
+        let done = node.compute(job);
+        node.handle(Input::Computed(done), out);
+    }
+    debug_assert!(
+        !out.effects.iter().any(|e| matches!(e, Effect::Compute(_))),
+        "a node asks for a compute only as its last effect"
+    );
+}
+
+impl<G: Gpu, P: crate::kv::PageRecords> Stepper<G::Kv> for Node<G, P> {
+    fn handle(&mut self, input: Input<G::Kv>, out: &mut Outbox<G::Kv>) {
+        Node::handle(self, input, out);
+    }
+    fn compute(&mut self, job: Job) -> Done {
+        match self {
+            Node::Router(_) => unreachable!("the router asks for no compute"),
+            Node::Prefill(n) => Stepper::compute(n, job),
+            Node::Decode(n) => Stepper::compute(n, job),
         }
     }
 }

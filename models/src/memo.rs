@@ -220,7 +220,7 @@ macro_rules! machine {
     ($node:ty, $memo:ident) => {
         impl Machine for $node {
             fn step(&mut self, input: Input<SymbolicPage>, out: &mut Outbox<SymbolicPage>) {
-                self.handle(input, out);
+                kvsim_engine::world::step(self, input, out);
             }
             fn memo() -> &'static LocalKey<RefCell<Memo<Self>>> {
                 &$memo
@@ -256,6 +256,8 @@ pub fn compute<N: Machine>(
             },
             Step::Timer(op) => Step::Timer(op),
             Step::Trace(ev) => Step::Trace(ev),
+            // world::step carried it out, in this same transition.
+            Step::Compute(job) => unreachable!("a compute left unrun: {job:?}"),
         })
         .collect();
     Effect { after, effects }

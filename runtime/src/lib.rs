@@ -13,6 +13,7 @@
 pub mod bench;
 pub mod client;
 pub mod clock;
+pub mod device;
 pub mod gpu;
 pub mod http;
 pub mod http_client;

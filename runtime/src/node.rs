@@ -18,8 +18,10 @@
 //! each landing to the loop, where the node traces it and completes the write.
 
 use crate::clock::{wall_ns, TimerHeap};
+use crate::device::DeviceThread;
 use crate::gpu::SharedGpu;
 use crate::seam::{Next, NodeRuntime};
+use kvsim_engine::compute::{Done, Job};
 use kvsim_engine::env::{Input, Outbox, TimerOp};
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
@@ -523,8 +525,30 @@ pub struct NodeLoop<G: Gpu, R: NodeRuntime<Kv = G::Kv>> {
     pub check_invariants: bool,
     /// A decode node's transfer thread's record, replaced when the node restarts.
     pub landing: Option<Arc<LandingRecord>>,
+    /// The node's device thread, which runs its compute ([`NodeLoop::on_device_thread`]);
+    /// without one the loop runs it in place, on the same memory.
+    device: Option<DeviceThread>,
     outbox: Outbox<G::Kv>,
     intake_open: bool,
+}
+
+/// The node as [`world::step`] drives it in the runtime: its compute runs on its device
+/// thread where it has one, and the loop waits for it.
+struct OnDevice<'a, G: Gpu> {
+    node: &'a mut RuntimeNode<G>,
+    device: Option<&'a DeviceThread>,
+}
+
+impl<G: Gpu> world::Stepper<G::Kv> for OnDevice<'_, G> {
+    fn handle(&mut self, input: Input<G::Kv>, out: &mut Outbox<G::Kv>) {
+        self.node.handle(input, out);
+    }
+    fn compute(&mut self, job: Job) -> Done {
+        match self.device {
+            Some(d) => d.run(job),
+            None => world::Stepper::compute(self.node, job),
+        }
+    }
 }
 
 impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
@@ -534,14 +558,32 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
             io,
             check_invariants: true,
             landing: None,
+            device: None,
             outbox: Outbox::new(0),
             intake_open: true,
         }
     }
 
+    /// Run the node's compute on a device thread of its own (a prefill or decode
+    /// node; the router computes nothing), as `kvsim serve` does.
+    pub fn on_device_thread(mut self) -> std::io::Result<Self>
+    where
+        G: Send + 'static,
+    {
+        if let Some(gpu) = self.node.gpu() {
+            let name = format!("kvsim-device-{}", self.io.id);
+            self.device = Some(DeviceThread::spawn(name, gpu.clone())?);
+        }
+        Ok(self)
+    }
+
     fn dispatch(&mut self, input: Input<G::Kv>) {
         self.outbox.reset(self.io.rt.now_ns());
-        self.node.handle(input, &mut self.outbox);
+        let mut node = OnDevice {
+            node: &mut self.node,
+            device: self.device.as_ref(),
+        };
+        world::step(&mut node, input, &mut self.outbox);
         let mut effects = std::mem::take(&mut self.outbox.effects);
         world::apply(self.io.id, effects.drain(..), &mut self.io);
         self.outbox.effects = effects;

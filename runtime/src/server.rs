@@ -419,7 +419,7 @@ where
                 server.client_addr = Some(cl.local_addr()?);
                 client_endpoint = Some((cl, tx.clone()));
             }
-            let mut lp = NodeLoop::new(node, io);
+            let mut lp = NodeLoop::new(node, io).on_device_thread()?;
             lp.check_invariants = opts.node_invariants;
             lp.landing = transfer.map(|(_, record)| record);
             let thread = thread::Builder::new()

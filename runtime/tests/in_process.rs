@@ -77,7 +77,12 @@ impl Deployment {
         ));
         let loops = [(ROUTER, router), (PREFILL, prefill), (DECODE, decode)]
             .into_iter()
-            .map(|(id, node)| NodeLoop::new(node, Io::new(id, 0, CLIENT, InMemory::new())))
+            .map(|(id, node)| {
+                // Compute on device threads, as under `kvsim serve`.
+                NodeLoop::new(node, Io::new(id, 0, CLIENT, InMemory::new()))
+                    .on_device_thread()
+                    .expect("a device thread starts")
+            })
             .collect();
         Deployment { loops }
     }

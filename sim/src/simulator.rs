@@ -979,7 +979,7 @@ impl<G: Gpu> Simulator<G> {
         let i = node.0 as usize;
         (self.now_ns, node, &input).hash(&mut self.hash);
         self.outbox.reset(self.now_ns);
-        self.nodes[i].handle(input, &mut self.outbox);
+        env_world::step(&mut self.nodes[i], input, &mut self.outbox);
         let mut effects = std::mem::take(&mut self.outbox.effects);
         env_world::apply(node, effects.drain(..), self);
         // Give the buffer back so the next call reuses its capacity.

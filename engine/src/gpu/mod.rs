@@ -47,7 +47,7 @@ pub struct WriteTag {
 }
 
 /// A page whose stored tag is not the one the reader expects.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, thiserror::Error)]
 #[error("page {expected} holds tag {found:?}, expected the reader's own")]
 pub struct TagMismatch {
     pub expected: PageTag,
@@ -86,7 +86,7 @@ pub enum WriteRefused {
 /// error channel. The node fails the request it was serving with
 /// [`crate::msg::Why::DeviceFailed`] and releases its pages; the process goes on.
 /// [`SymbolicGpu`] and [`HostGpu`] never return it.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, thiserror::Error)]
 #[error("the device failed in {op}: {detail}")]
 pub struct DeviceError {
     /// The trait method that failed.
@@ -97,7 +97,7 @@ pub struct DeviceError {
 
 /// Why a KV write was not applied: refused whole by the range check (nothing of it
 /// landed), or the device failed part way (what it holds is unknown).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, thiserror::Error)]
 pub enum WriteError {
     #[error(transparent)]
     Refused(#[from] WriteRefused),
@@ -106,7 +106,7 @@ pub enum WriteError {
 }
 
 /// Why a tag check did not pass: a page holds another tag, or the device failed.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, thiserror::Error)]
 pub enum TagError {
     #[error(transparent)]
     Mismatch(#[from] TagMismatch),
@@ -328,7 +328,30 @@ pub fn write_traced<G: Gpu, E: Trace>(
     tokens: &[Token],
     room: RoomKey,
 ) -> Result<(), WriteError> {
-    if let Err(e) = gpu.write_tokens(pages, start, tokens, room) {
+    let written = gpu.write_tokens(pages, start, tokens, room);
+    trace_write(
+        env,
+        (node, room),
+        (pages, start),
+        tokens,
+        gpu.page_size(),
+        written,
+    )
+}
+
+/// State what became of a KV write of `tokens` at positions `start..` of `pages` by
+/// `node` for `room` (`written`: the backend's answer, on a device of `page_size`
+/// slots a page), as [`write_traced`] does; the write itself ran elsewhere (a
+/// [`crate::compute::Job`] on the device).
+pub fn trace_write<E: Trace>(
+    env: &mut E,
+    (node, room): (NodeId, RoomKey),
+    (pages, start): (&[PageTag], u64),
+    tokens: &[Token],
+    page_size: u32,
+    written: Result<(), WriteError>,
+) -> Result<(), WriteError> {
+    if let Err(e) = written {
         let fault = match &e {
             WriteError::Refused(r) => NodeFault::WriteRefused {
                 room,
@@ -343,9 +366,10 @@ pub fn write_traced<G: Gpu, E: Trace>(
         return Ok(());
     }
     // In range: the backend refused anything else.
-    let ps = u64::from(gpu.page_size());
+    let ps = u64::from(page_size);
     let first = (start / ps) as usize;
     let last = ((start + tokens.len() as u64 - 1) / ps) as usize;
+    debug_assert!(last < pages.len(), "the backend wrote inside the page list");
     env.trace(TraceEvent::KvWritten {
         node,
         room,
