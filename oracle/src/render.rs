@@ -8,7 +8,7 @@ use crate::schema::{CancelHow, Entry, FaultEvent, MsgView, Record};
 use kvsim_engine::env::Timer;
 use kvsim_engine::ids::{fmt_tags, NodeId, PageId, PageTag, RequestId, RoomKey};
 use kvsim_engine::invariant::Invariant;
-use kvsim_engine::trace::TraceEvent;
+use kvsim_engine::trace::{TraceEvent, TransferClaim};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -174,9 +174,12 @@ fn describe_transfer_event(ev: &TraceEvent) -> String {
             "{node} hears from {from} that the transfer of {room} {}",
             if *success { "succeeded" } else { "failed" }
         ),
-        TransferAccepted { node, room, from, prompt_len, reserved_pages, sent_tokens, sent_pages, fully_written } => format!(
-            "{node} accepts the transfer of {room} from {from}: expects {prompt_len} tokens in {reserved_pages} pages, prefill sent {sent_tokens} tokens in {sent_pages} pages, all written: {fully_written}"
-        ),
+        TransferAccepted { node, room, claim } => {
+            let TransferClaim { from, prompt_len, reserved_pages, sent_tokens, sent_pages, fully_written } = claim;
+            format!(
+                "{node} accepts the transfer of {room} from {from}: expects {prompt_len} tokens in {reserved_pages} pages, prefill sent {sent_tokens} tokens in {sent_pages} pages, all written: {fully_written}"
+            )
+        }
         TransferRefused { node, room, reason, .. } => {
             format!("{node} verification refuses the transfer of {room}: {reason}")
         }
