@@ -6,8 +6,8 @@
 
 use anyhow::Result;
 use kvsim_engine::bugs::BugSet;
-use kvsim_engine::invariant::Invariant;
 use kvsim_engine::ids::TenantId;
+use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::Status;
 use kvsim_sim::scenario::Scenario;
 use kvsim_sim::{report, run_scenario, RunOptions, RunOutcome};
@@ -55,7 +55,8 @@ pub fn incident_with_bugs() -> Result<(Row, RunOutcome)> {
             .all(|i| broken.contains(i));
     let observed = format!(
         "tenant 2: {}, {} leaked tokens, violated {}",
-        out.status_of(TenantId(2)).map_or("no answer".into(), |s| s.to_string()),
+        out.status_of(TenantId(2))
+            .map_or("no answer".into(), |s| s.to_string()),
         out.leaks.len(),
         broken
             .iter()
@@ -84,8 +85,10 @@ pub fn incident_defended() -> Result<(Row, RunOutcome)> {
         && out.status_of(TenantId(1)) == Some(Status::OK);
     let observed = format!(
         "tenant 1: {}, tenant 2: {}, {}",
-        out.status_of(TenantId(1)).map_or("no answer".into(), |s| s.to_string()),
-        out.status_of(TenantId(2)).map_or("no answer".into(), |s| s.to_string()),
+        out.status_of(TenantId(1))
+            .map_or("no answer".into(), |s| s.to_string()),
+        out.status_of(TenantId(2))
+            .map_or("no answer".into(), |s| s.to_string()),
         if out.clean() {
             "clean".to_string()
         } else {

@@ -854,10 +854,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let dst_tags = pages[..*dst_pages].to_vec();
         // Under fail-open they may be Writing still; mark_ready accepts both.
         if let Err(e) = self.pool.mark_ready(room, &dst_tags) {
-            self.fault(
-                NodeFault::record_refused(room, "mark-ready", &e),
-                env,
-            );
+            self.fault(NodeFault::record_refused(room, "mark-ready", &e), env);
         }
         self.flush(env, None);
         env.trace(TraceEvent::TransferAccepted {
@@ -1069,10 +1066,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             ReleaseKind::Unchecked => self.pool.free_unchecked(room, pages),
             ReleaseKind::Owner => {
                 if let Err(e) = self.pool.release(room, pages) {
-                    self.fault(
-                        NodeFault::record_refused(room, "release", &e),
-                        env,
-                    );
+                    self.fault(NodeFault::record_refused(room, "release", &e), env);
                     return;
                 }
             }
@@ -1120,10 +1114,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     && !self.cfg.bugs.has(Bug::DecodeReleaseImmediate);
                 if deferred {
                     if let Err(e) = self.pool.quarantine(room, &pages) {
-                        self.fault(
-                            NodeFault::record_refused(room, "quarantine", &e),
-                            env,
-                        );
+                        self.fault(NodeFault::record_refused(room, "quarantine", &e), env);
                     } else {
                         self.flush(env, None);
                         self.quarantine.insert(

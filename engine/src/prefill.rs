@@ -749,10 +749,7 @@ impl<G: Gpu> PrefillNode<G> {
         if let Err(e) = self.pool.mark_ready(room, &pages) {
             // Our own fresh allocation must be ours; anything else is an engine bug
             // that only a bug switch can cause. Fail the request loudly.
-            self.fault(
-                NodeFault::record_refused(room, "mark-ready", &e),
-                env,
-            );
+            self.fault(NodeFault::record_refused(room, "mark-ready", &e), env);
             self.retire(room, Status::INTERNAL, None, env);
             return;
         }
@@ -1216,10 +1213,7 @@ impl<G: Gpu> PrefillNode<G> {
         if unchecked {
             self.pool.free_unchecked(room, pages);
         } else if let Err(e) = self.pool.release(room, pages) {
-            self.fault(
-                NodeFault::record_refused(room, "release", &e),
-                env,
-            );
+            self.fault(NodeFault::record_refused(room, "release", &e), env);
             return;
         }
         self.flush(env);

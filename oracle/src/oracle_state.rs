@@ -335,9 +335,10 @@ impl OracleState {
     fn transfer_event(&mut self, ev: &TraceEvent, out: &mut Drafts) {
         use TraceEvent::*;
         let (node, room, claim) = match ev {
-            TransferAccepted { node, room, claim } | TransferRefused { node, room, claim, .. } => {
-                (*node, *room, *claim)
-            }
+            TransferAccepted { node, room, claim }
+            | TransferRefused {
+                node, room, claim, ..
+            } => (*node, *room, *claim),
             _ => unreachable!("not a transfer event: {ev:?}"),
         };
         let TransferRefused { reason, .. } = ev else {

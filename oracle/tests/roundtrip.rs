@@ -180,11 +180,7 @@ fn events() -> Vec<TraceEvent> {
             from: M,
             success: true,
         },
-        TransferAccepted {
-            node,
-            room,
-            claim,
-        },
+        TransferAccepted { node, room, claim },
         TransferRefused {
             node,
             room,

@@ -141,7 +141,6 @@ fn read_frames<K: DeserializeOwned>(
 /// in-process restart, [`crate::seam::NodeRuntime::close_links`]) the link closes the
 /// connection the dead incarnation wrote on and drops the dead one's KV writes still
 /// queued (flushed with its NIC's queue), before it writes anything more.
-#[allow(clippy::too_many_arguments)]
 pub fn spawn_peer<K>(
     me: NodeId,
     peer: NodeId,
@@ -237,7 +236,12 @@ impl<K: Send + 'static> Link<K> {
         if now == self.epoch {
             return;
         }
-        assert!(now > self.epoch, "{}: incarnation {now} after {}", self.me, self.epoch);
+        assert!(
+            now > self.epoch,
+            "{}: incarnation {now} after {}",
+            self.me,
+            self.epoch
+        );
         self.drop_conn();
         self.next_try = Instant::now();
         self.epoch = now;

@@ -245,7 +245,10 @@ impl<K> NodeRuntime for InMemory<K> {
             Msg::KvWrite { id, .. } => id.epoch >= epoch,
             _ => true,
         });
-        assert!(self.links_closed.last().is_none_or(|&e| e < epoch), "epochs only grow");
+        assert!(
+            self.links_closed.last().is_none_or(|&e| e < epoch),
+            "epochs only grow"
+        );
         self.links_closed.push(epoch);
     }
 

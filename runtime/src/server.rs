@@ -142,7 +142,11 @@ fn trace_files(dir: &std::path::Path, id: NodeId) -> BTreeMap<u32, PathBuf> {
         .filter_map(Result::ok)
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            let epoch = name.strip_prefix(&prefix)?.strip_suffix(".jsonl")?.parse().ok()?;
+            let epoch = name
+                .strip_prefix(&prefix)?
+                .strip_suffix(".jsonl")?
+                .parse()
+                .ok()?;
             Some((epoch, e.path()))
         })
         .collect();
@@ -168,9 +172,11 @@ fn replay_incarnations(path: &std::path::Path, started: u32) -> (u32, Vec<WriteI
         };
         match e.rec {
             // A write traced without its receiver (an older trace) cannot be followed.
-            Record::Engine(TraceEvent::KvSent { write, to: Some(to), .. }) => {
-                writes.post_id(to, write)
-            }
+            Record::Engine(TraceEvent::KvSent {
+                write,
+                to: Some(to),
+                ..
+            }) => writes.post_id(to, write),
             Record::Engine(TraceEvent::WriteCompleted { write, .. }) => {
                 let to = writes.iter().find(|(_, w)| *w == write).map(|(to, _)| to);
                 if let Some(to) = to {

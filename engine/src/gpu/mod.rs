@@ -406,7 +406,10 @@ pub fn zero_on_free<G: Gpu, E: Trace>(
         counters.fault(env, node, device_fault(None, &e))
     });
     debug_assert!(freed.len() <= released.len());
-    debug_assert!(zeroed.iter().all(|p| freed.contains(p)), "only freed pages are zeroed");
+    debug_assert!(
+        zeroed.iter().all(|p| freed.contains(p)),
+        "only freed pages are zeroed"
+    );
     if !zeroed.is_empty() {
         env.trace(TraceEvent::PagesZeroed {
             node,

@@ -51,7 +51,10 @@ impl PageState {
         );
         // A page that takes a write may be held for it; a page whose transfer is
         // expected (Writing) always takes it.
-        debug_assert!(!takes || check_hold(self).is_ok(), "{self} takes writes unheld");
+        debug_assert!(
+            !takes || check_hold(self).is_ok(),
+            "{self} takes writes unheld"
+        );
         debug_assert!(takes || self != PageState::Writing);
         takes
     }
@@ -61,7 +64,9 @@ impl fmt::Display for PageState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Every state is listed once in the table of all states the tests walk.
         debug_assert_eq!(ALL_STATES.iter().filter(|s| *s == self).count(), 1);
-        debug_assert!(TRANSITIONS.iter().any(|(from, _, to)| from == self || to == self));
+        debug_assert!(TRANSITIONS
+            .iter()
+            .any(|(from, _, to)| from == self || to == self));
         fmt::Debug::fmt(self, f)
     }
 }
@@ -129,7 +134,10 @@ pub fn transition(from: PageState, op: PageOp) -> Result<PageState, IllegalTrans
         .map(|(_, _, to)| *to)
         .ok_or(IllegalTransition { from, op })?;
     debug_assert_eq!(
-        TRANSITIONS.iter().filter(|(f, o, _)| *f == from && *o == op).count(),
+        TRANSITIONS
+            .iter()
+            .filter(|(f, o, _)| *f == from && *o == op)
+            .count(),
         1,
         "the table is deterministic"
     );
@@ -149,7 +157,10 @@ pub fn let_go_op(op: PageOp, held: bool) -> PageOp {
         (PageOp::DrainAcked, true) => PageOp::DrainAckedHeld,
         (op, _) => op,
     };
-    debug_assert!(held || chosen == op, "without holders the operation is unchanged");
+    debug_assert!(
+        held || chosen == op,
+        "without holders the operation is unchanged"
+    );
     // A held twin never frees: every step it takes parks the page in Draining.
     debug_assert!(
         chosen == op

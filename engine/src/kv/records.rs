@@ -14,10 +14,10 @@
 //! against each other, operation by operation, through this trait).
 
 use super::landing::WriteGate;
+use super::lifecycle::PageState;
 use super::pool::{PageChange, PagePool, PageRecord};
 use super::shared::SharedPool;
 use crate::ids::{Generation, PageId, PageTag, RoomKey};
-use super::lifecycle::PageState;
 use crate::invariant::Violation;
 use crate::trace::ReleaseKind;
 use std::fmt;
@@ -137,8 +137,14 @@ impl PageRecords for PagePool {
     fn free_unchecked(&mut self, room: RoomKey, tags: &[PageTag]) {
         let before = self.free_count();
         PagePool::free_unchecked(self, room, tags);
-        let named = tags.iter().filter(|t| in_range(t.page, PagePool::capacity(self)));
-        debug_assert_eq!(self.free_count(), before + named.count(), "every page is listed");
+        let named = tags
+            .iter()
+            .filter(|t| in_range(t.page, PagePool::capacity(self)));
+        debug_assert_eq!(
+            self.free_count(),
+            before + named.count(),
+            "every page is listed"
+        );
         debug_assert!(all_in(self, tags, |r| r.state == PageState::Free));
     }
     fn drain_changes(&mut self, mut f: impl FnMut(PageChange)) {
@@ -148,19 +154,34 @@ impl PageRecords for PagePool {
             drained += 1;
             f(c)
         });
-        debug_assert_eq!(self.take_changes().len(), 0, "the journal is empty once drained");
-        debug_assert!(drained == 0 || self.journaling(), "only a journaling pool journals");
+        debug_assert_eq!(
+            self.take_changes().len(),
+            0,
+            "the journal is empty once drained"
+        );
+        debug_assert!(
+            drained == 0 || self.journaling(),
+            "only a journaling pool journals"
+        );
     }
     fn with_pool<R>(&self, f: impl FnOnce(&PagePool) -> R) -> R {
         let (pages, free) = (PagePool::capacity(self), self.free_count());
         let out = f(self);
-        debug_assert_eq!(PagePool::capacity(self), pages, "a read leaves the pool as it is");
+        debug_assert_eq!(
+            PagePool::capacity(self),
+            pages,
+            "a read leaves the pool as it is"
+        );
         debug_assert_eq!(self.free_count(), free);
         out
     }
     fn restarted(&self, epoch: u32) -> Self {
         let fresh = PagePool::with_epoch(self.capacity() as u32, self.page_size(), epoch).journal();
-        debug_assert_eq!(fresh.free_count(), PagePool::capacity(self), "a fresh pool is all free");
+        debug_assert_eq!(
+            fresh.free_count(),
+            PagePool::capacity(self),
+            "a fresh pool is all free"
+        );
         debug_assert_eq!(PagePool::epoch(&fresh), epoch);
         fresh
     }
@@ -260,7 +281,10 @@ impl PageRecords for SharedRecord {
         let held = self.pool.release_held(owner, tags)?;
         // A page left Draining may go Free at once on the transfer thread: both let go.
         debug_assert!(all_in(self, tags, let_go));
-        debug_assert!(held.iter().all(|h| tags.contains(h)), "only released pages drain");
+        debug_assert!(
+            held.iter().all(|h| tags.contains(h)),
+            "only released pages drain"
+        );
         self.journal.push(PageChange::Released {
             room: owner,
             pages: tags.to_vec(),
@@ -282,7 +306,10 @@ impl PageRecords for SharedRecord {
     fn release_quarantined(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         let held = self.pool.release_quarantined_held(owner, tags)?;
         debug_assert!(all_in(self, tags, let_go));
-        debug_assert!(held.iter().all(|h| tags.contains(h)), "only released pages drain");
+        debug_assert!(
+            held.iter().all(|h| tags.contains(h)),
+            "only released pages drain"
+        );
         self.journal.push(PageChange::QuarantineReleased {
             room: owner,
             pages: tags.to_vec(),
@@ -294,8 +321,13 @@ impl PageRecords for SharedRecord {
         let before = self.pool.free_count();
         self.pool.free_unchecked(tags);
         // The transfer thread may free a draining page meanwhile: the list only grows.
-        let named = tags.iter().filter(|t| in_range(t.page, self.pool.capacity()));
-        debug_assert!(self.pool.free_count() >= before + named.count(), "every page is listed");
+        let named = tags
+            .iter()
+            .filter(|t| in_range(t.page, self.pool.capacity()));
+        debug_assert!(
+            self.pool.free_count() >= before + named.count(),
+            "every page is listed"
+        );
         debug_assert!(all_in(self, tags, |r| r.state == PageState::Free));
         self.journal.push(PageChange::Released {
             room,
@@ -305,7 +337,10 @@ impl PageRecords for SharedRecord {
         });
     }
     fn drain_changes(&mut self, f: impl FnMut(PageChange)) {
-        debug_assert!(self.journal.iter().all(moved_within), "a change names a page it did not move");
+        debug_assert!(
+            self.journal.iter().all(moved_within),
+            "a change names a page it did not move"
+        );
         self.journal.drain(..).for_each(f);
         debug_assert!(self.journal.is_empty(), "the journal is empty once drained");
     }
@@ -321,7 +356,11 @@ impl PageRecords for SharedRecord {
             self.pool.page_size(),
             epoch,
         )));
-        debug_assert_eq!(fresh.pool.free_count(), self.pool.capacity(), "a fresh record is all free");
+        debug_assert_eq!(
+            fresh.pool.free_count(),
+            self.pool.capacity(),
+            "a fresh record is all free"
+        );
         debug_assert_eq!(fresh.pool.epoch(), epoch);
         fresh
     }
@@ -350,7 +389,8 @@ fn let_go(r: &PageRecord) -> bool {
 
 /// Every page of `tags` has a record and `holds` of it.
 fn all_in(rec: &impl PageRecords, tags: &[PageTag], holds: impl Fn(&PageRecord) -> bool) -> bool {
-    tags.iter().all(|t| rec.page(t.page).is_some_and(|r| holds(&r)))
+    tags.iter()
+        .all(|t| rec.page(t.page).is_some_and(|r| holds(&r)))
 }
 
 /// A change's pages still held (or freed by an unhold) are among the pages it moved.

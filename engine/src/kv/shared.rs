@@ -92,7 +92,10 @@ impl From<PoolError> for SharedError {
         };
         // Both records refuse in the same words (tests/shared_vs_pool.rs compares them).
         debug_assert_eq!(shared.to_string(), words);
-        debug_assert!(!matches!(shared, SharedError::NotWritable { .. }), "the pool has no gate");
+        debug_assert!(
+            !matches!(shared, SharedError::NotWritable { .. }),
+            "the pool has no gate"
+        );
         shared
     }
 }
@@ -243,7 +246,11 @@ impl SharedPool {
             owners: vec![None; pages as usize + 1],
         };
         debug_assert_eq!(book.free.len(), pages as usize, "every page starts free");
-        debug_assert_eq!(book.free.last(), (pages > 0).then_some(&PageId(1)), "page 1 first");
+        debug_assert_eq!(
+            book.free.last(),
+            (pages > 0).then_some(&PageId(1)),
+            "page 1 first"
+        );
         SharedPool {
             page_size,
             epoch,
@@ -288,7 +295,11 @@ impl SharedPool {
 
     pub fn free_count(&self) -> usize {
         let book = self.book();
-        debug_assert_eq!(book.owners.len(), self.words.len(), "one owner slot per page");
+        debug_assert_eq!(
+            book.owners.len(),
+            self.words.len(),
+            "one owner slot per page"
+        );
         debug_assert!(book.free.last().is_none_or(|p| self.slot(*p).is_ok()));
         book.free.len()
     }
@@ -296,8 +307,14 @@ impl SharedPool {
     /// The free list, next-to-be-handed-out last.
     pub fn free_list(&self) -> Vec<PageId> {
         let list = self.book().free.clone();
-        debug_assert!(list.iter().all(|p| self.slot(*p).is_ok()), "only pool pages are free");
-        debug_assert!(!list.contains(&PageId(0)), "the padding page is never handed out");
+        debug_assert!(
+            list.iter().all(|p| self.slot(*p).is_ok()),
+            "only pool pages are free"
+        );
+        debug_assert!(
+            !list.contains(&PageId(0)),
+            "the padding page is never handed out"
+        );
         list
     }
 
@@ -306,7 +323,9 @@ impl SharedPool {
         let book = self.book();
         let record = self.record_locked(&book, page);
         debug_assert_eq!(record.is_some(), self.slot(page).is_ok());
-        debug_assert!(record.as_ref().is_none_or(|r| r.state != PageState::Free || r.owner.is_none()));
+        debug_assert!(record
+            .as_ref()
+            .is_none_or(|r| r.state != PageState::Free || r.owner.is_none()));
         record
     }
 
@@ -329,7 +348,10 @@ impl SharedPool {
             .record(tag.page)
             .is_some_and(|r| r.gen == tag.gen && r.owner == Some(owner) && r.state.is_owned());
         debug_assert!(!owns || self.slot(tag.page).is_ok());
-        debug_assert!(!owns || tag.gen.0 > Generation::first_of_epoch(self.epoch).0, "allocated");
+        debug_assert!(
+            !owns || tag.gen.0 > Generation::first_of_epoch(self.epoch).0,
+            "allocated"
+        );
         owns
     }
 
@@ -343,8 +365,14 @@ impl SharedPool {
                 gen: Generation(Word::unpack(self.words[i].load(Ordering::Acquire)).gen),
             })
             .collect();
-        debug_assert!(pages.windows(2).all(|w| w[0].page < w[1].page), "in page order");
-        debug_assert!(pages.iter().all(|t| !book.free.contains(&t.page)), "S1: none is free");
+        debug_assert!(
+            pages.windows(2).all(|w| w[0].page < w[1].page),
+            "in page order"
+        );
+        debug_assert!(
+            pages.iter().all(|t| !book.free.contains(&t.page)),
+            "S1: none is free"
+        );
         pages
     }
 
@@ -396,23 +424,36 @@ impl SharedPool {
             });
         }
         debug_assert_eq!(tags.len(), n, "all or nothing");
-        debug_assert!(tags.iter().all(|t| !book.free.contains(&t.page)), "S1: off the free list");
+        debug_assert!(
+            tags.iter().all(|t| !book.free.contains(&t.page)),
+            "S1: off the free list"
+        );
         Ok(tags)
     }
 
     /// Announce remote writes into `tags` (Reserved -> Writing).
     pub fn expect_write(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
         self.owner_op(owner, tags, PageOp::ExpectWrite)?;
-        debug_assert!(tags.iter().all(|t| self.tag(t.page) == Some(*t)), "no generation moved");
-        debug_assert!(tags.iter().all(|t| self.record(t.page).is_some_and(|r| r.state == PageState::Writing)));
+        debug_assert!(
+            tags.iter().all(|t| self.tag(t.page) == Some(*t)),
+            "no generation moved"
+        );
+        debug_assert!(tags.iter().all(|t| self
+            .record(t.page)
+            .is_some_and(|r| r.state == PageState::Writing)));
         Ok(())
     }
 
     /// The pages hold the owner's verified KV (-> Ready).
     pub fn mark_ready(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
         self.owner_op(owner, tags, PageOp::MarkReady)?;
-        debug_assert!(tags.iter().all(|t| self.tag(t.page) == Some(*t)), "no generation moved");
-        debug_assert!(tags.iter().all(|t| self.record(t.page).is_some_and(|r| r.state == PageState::Ready)));
+        debug_assert!(
+            tags.iter().all(|t| self.tag(t.page) == Some(*t)),
+            "no generation moved"
+        );
+        debug_assert!(tags.iter().all(|t| self
+            .record(t.page)
+            .is_some_and(|r| r.state == PageState::Ready)));
         Ok(())
     }
 
@@ -420,8 +461,13 @@ impl SharedPool {
     /// circulation until [`SharedPool::release_quarantined`].
     pub fn quarantine(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
         self.owner_op(owner, tags, PageOp::Quarantine)?;
-        debug_assert!(tags.iter().all(|t| self.tag(t.page) == Some(*t)), "no generation moved");
-        debug_assert!(tags.iter().all(|t| self.record(t.page).is_some_and(|r| r.state == PageState::Quarantined)));
+        debug_assert!(
+            tags.iter().all(|t| self.tag(t.page) == Some(*t)),
+            "no generation moved"
+        );
+        debug_assert!(tags.iter().all(|t| self
+            .record(t.page)
+            .is_some_and(|r| r.state == PageState::Quarantined)));
         Ok(())
     }
 
@@ -431,7 +477,10 @@ impl SharedPool {
     pub fn release(&self, owner: RoomKey, tags: &[PageTag]) -> Result<usize, SharedError> {
         let freed = self.let_go_all(owner, tags, PageOp::Release)?;
         debug_assert!(freed <= tags.len());
-        debug_assert!(tags.iter().all(|t| !self.owns(owner, *t)), "S8: the owner let go");
+        debug_assert!(
+            tags.iter().all(|t| !self.owns(owner, *t)),
+            "S8: the owner let go"
+        );
         Ok(freed)
     }
 
@@ -445,7 +494,9 @@ impl SharedPool {
     ) -> Result<usize, SharedError> {
         let freed = self.let_go_all(owner, tags, PageOp::DrainAcked)?;
         debug_assert!(freed <= tags.len());
-        debug_assert!(tags.iter().all(|t| self.record(t.page).is_some_and(|r| r.owner.is_none())));
+        debug_assert!(tags
+            .iter()
+            .all(|t| self.record(t.page).is_some_and(|r| r.owner.is_none())));
         Ok(freed)
     }
 
@@ -462,7 +513,12 @@ impl SharedPool {
         });
         // While held the generation stays and the holder is counted.
         debug_assert!(held.is_err() || self.tag(tag.page) == Some(tag));
-        debug_assert!(held.is_err() || self.record(tag.page).is_some_and(|r| r.state != PageState::Free));
+        debug_assert!(
+            held.is_err()
+                || self
+                    .record(tag.page)
+                    .is_some_and(|r| r.state != PageState::Free)
+        );
         held
     }
 
@@ -511,7 +567,10 @@ impl SharedPool {
         self.hold(tag)?;
         let guard = ReadGuard(Hold { pool: self, tag });
         debug_assert_eq!(guard.tag(), tag);
-        debug_assert!(self.tag(tag.page) == Some(tag), "a held page keeps its generation");
+        debug_assert!(
+            self.tag(tag.page) == Some(tag),
+            "a held page keeps its generation"
+        );
         Ok(guard)
     }
 
@@ -533,7 +592,10 @@ impl SharedPool {
         })?;
         let guard = WriteGuard(Hold { pool: self, tag });
         debug_assert_eq!(guard.tag(), tag);
-        debug_assert!(self.tag(tag.page) == Some(tag), "a held page keeps its generation");
+        debug_assert!(
+            self.tag(tag.page) == Some(tag),
+            "a held page keeps its generation"
+        );
         Ok(guard)
     }
 
@@ -556,7 +618,9 @@ impl SharedPool {
         let guard = self.owned_by(owner, WriteGuard(Hold { pool: self, tag }))?;
         debug_assert_eq!(guard.tag(), tag);
         // Held, the page cannot go back to Free under the landing.
-        debug_assert!(self.record(tag.page).is_some_and(|r| r.state != PageState::Free));
+        debug_assert!(self
+            .record(tag.page)
+            .is_some_and(|r| r.state != PageState::Free));
         Ok(guard)
     }
 
@@ -572,7 +636,11 @@ impl SharedPool {
         let guard = self.begin_write(tag)?;
         let guard = self.owned_by(owner, guard)?;
         debug_assert_eq!(guard.tag(), tag);
-        debug_assert!(self.record(tag.page).is_some_and(|r| r.state != PageState::Free), "held");
+        debug_assert!(
+            self.record(tag.page)
+                .is_some_and(|r| r.state != PageState::Free),
+            "held"
+        );
         Ok(guard)
     }
 
@@ -595,7 +663,10 @@ impl SharedPool {
             });
         }
         // The owner read is the held generation's: an owner changes only with a new one.
-        debug_assert!(self.tag(tag.page) == Some(tag), "the held generation is current");
+        debug_assert!(
+            self.tag(tag.page) == Some(tag),
+            "the held generation is current"
+        );
         Ok(guard)
     }
 
@@ -626,7 +697,10 @@ impl SharedPool {
         debug_assert!(
             verdict.is_err()
                 || snapshot.free_count()
-                    == snapshot.records().filter(|(_, r)| r.state == PageState::Free).count()
+                    == snapshot
+                        .records()
+                        .filter(|(_, r)| r.state == PageState::Free)
+                        .count()
         );
         debug_assert_eq!(snapshot.epoch(), self.epoch);
         verdict
@@ -639,8 +713,15 @@ impl SharedPool {
             .book
             .lock()
             .expect("page book poisoned: a thread panicked on a broken invariant");
-        debug_assert_eq!(book.owners.len(), self.words.len(), "one owner slot per page");
-        debug_assert!(book.owners.first().is_some_and(Option::is_none), "page 0 has no owner");
+        debug_assert_eq!(
+            book.owners.len(),
+            self.words.len(),
+            "one owner slot per page"
+        );
+        debug_assert!(
+            book.owners.first().is_some_and(Option::is_none),
+            "page 0 has no owner"
+        );
         book
     }
 
@@ -655,7 +736,10 @@ impl SharedPool {
     }
 
     fn check_gen(w: Word, tag: PageTag) -> Result<(), SharedError> {
-        debug_assert!(w.gen <= GENERATION_MAX, "an unpacked generation fits its bits");
+        debug_assert!(
+            w.gen <= GENERATION_MAX,
+            "an unpacked generation fits its bits"
+        );
         // Every caller found the page's slot first: the padding page never gets here.
         debug_assert_ne!(tag.page.0, 0, "the padding page has no tags");
         if w.gen == tag.gen.0 {
@@ -674,7 +758,10 @@ impl SharedPool {
         let owner = book.owners[page.0 as usize];
         // Under the book lock: a Free or Draining page has no owner, an owned one has.
         debug_assert!(!matches!(w.state, PageState::Free | PageState::Draining) || owner.is_none());
-        debug_assert!(!w.state.is_owned() || owner.is_some(), "{page} is owned by no one");
+        debug_assert!(
+            !w.state.is_owned() || owner.is_some(),
+            "{page} is owned by no one"
+        );
         Some(PageRecord {
             state: w.state,
             gen: Generation(w.gen),
@@ -708,7 +795,11 @@ impl SharedPool {
             Self::check_gen(w, tag)?;
             admit(w.state)?;
             // No admitted state is Free: a hold on a free page would outlive its owner.
-            debug_assert_ne!(w.state, PageState::Free, "{tag}: a hold admitted on a free page");
+            debug_assert_ne!(
+                w.state,
+                PageState::Free,
+                "{tag}: a hold admitted on a free page"
+            );
             let next = Word {
                 holders: w
                     .holders
@@ -785,7 +876,10 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<(), SharedError> {
-        debug_assert!(op != PageOp::Allocate, "allocation takes pages off the free list");
+        debug_assert!(
+            op != PageOp::Allocate,
+            "allocation takes pages off the free list"
+        );
         for &tag in tags {
             let w = Word::unpack(self.slot(tag.page)?.load(Ordering::Acquire));
             Self::check_gen(w, tag)?;
@@ -796,7 +890,10 @@ impl SharedPool {
                     source,
                 }
             })?;
-            debug_assert!(to != PageState::Free || w.holders == 0, "{tag} freed under a holder");
+            debug_assert!(
+                to != PageState::Free || w.holders == 0,
+                "{tag} freed under a holder"
+            );
         }
         Ok(())
     }
@@ -856,7 +953,10 @@ impl SharedPool {
             let next = Word { state, ..w };
             // An owner operation moves the state only: generation and holders stay.
             debug_assert_eq!((next.gen, next.holders), (w.gen, w.holders));
-            debug_assert!(state != PageState::Free || w.holders == 0, "{tag} freed under a holder");
+            debug_assert!(
+                state != PageState::Free || w.holders == 0,
+                "{tag} freed under a holder"
+            );
             match slot.compare_exchange_weak(bits, next.pack(), Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return Ok(state),
@@ -876,19 +976,26 @@ impl SharedPool {
         Self::check_gen(w, tag)?;
         Self::check_owner(book, owner, tag)?;
         let held = w.holders > 0;
-        let next = transition(w.state, let_go_op(op, held)).map_err(|source| SharedError::Illegal {
-            page: tag.page,
-            source,
-        })?;
+        let next =
+            transition(w.state, let_go_op(op, held)).map_err(|source| SharedError::Illegal {
+                page: tag.page,
+                source,
+            })?;
         // The owner's record is consulted: only its pages (owned or quarantined) move.
         debug_assert!(w.state.is_owned() || w.state == PageState::Quarantined);
-        debug_assert!(!held || next != PageState::Free, "{tag} freed under a holder");
+        debug_assert!(
+            !held || next != PageState::Free,
+            "{tag} freed under a holder"
+        );
         Ok(next)
     }
 
     fn owner_op(&self, owner: RoomKey, tags: &[PageTag], op: PageOp) -> Result<(), SharedError> {
         debug_assert!(
-            matches!(op, PageOp::ExpectWrite | PageOp::MarkReady | PageOp::Quarantine),
+            matches!(
+                op,
+                PageOp::ExpectWrite | PageOp::MarkReady | PageOp::Quarantine
+            ),
             "{op:?} lets go of pages: let_go_all"
         );
         let mut book = self.book();
@@ -910,9 +1017,15 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<usize, SharedError> {
-        debug_assert!(matches!(op, PageOp::Release | PageOp::DrainAcked), "{op:?} lets go of nothing");
+        debug_assert!(
+            matches!(op, PageOp::Release | PageOp::DrainAcked),
+            "{op:?} lets go of nothing"
+        );
         let (freed, held) = self.let_go_detailed(owner, tags, op)?;
-        debug_assert!(freed + held.len() <= tags.len(), "each page freed or draining, once");
+        debug_assert!(
+            freed + held.len() <= tags.len(),
+            "each page freed or draining, once"
+        );
         Ok(freed)
     }
 
@@ -943,7 +1056,11 @@ impl SharedPool {
             }
         }
         held.sort();
-        debug_assert_eq!(freed + held.len(), tags.len(), "each page freed or draining");
+        debug_assert_eq!(
+            freed + held.len(),
+            tags.len(),
+            "each page freed or draining"
+        );
         Ok((freed, held))
     }
 
@@ -955,7 +1072,11 @@ impl SharedPool {
         tags: &[PageTag],
     ) -> Result<Vec<PageTag>, SharedError> {
         let (freed, held) = self.let_go_detailed(owner, tags, PageOp::Release)?;
-        debug_assert_eq!(freed + held.len(), tags.len(), "each page freed or draining");
+        debug_assert_eq!(
+            freed + held.len(),
+            tags.len(),
+            "each page freed or draining"
+        );
         debug_assert!(held.windows(2).all(|w| w[0] < w[1]), "in page order");
         Ok(held)
     }
@@ -968,7 +1089,11 @@ impl SharedPool {
         tags: &[PageTag],
     ) -> Result<Vec<PageTag>, SharedError> {
         let (freed, held) = self.let_go_detailed(owner, tags, PageOp::DrainAcked)?;
-        debug_assert_eq!(freed + held.len(), tags.len(), "each page freed or draining");
+        debug_assert_eq!(
+            freed + held.len(),
+            tags.len(),
+            "each page freed or draining"
+        );
         debug_assert!(held.windows(2).all(|w| w[0] < w[1]), "in page order");
         Ok(held)
     }
@@ -998,7 +1123,10 @@ impl SharedPool {
             );
             book.owners[t.page.0 as usize] = None;
             book.free.push(t.page);
-            debug_assert_eq!(Word::unpack(slot.load(Ordering::Acquire)).state, PageState::Free);
+            debug_assert_eq!(
+                Word::unpack(slot.load(Ordering::Acquire)).state,
+                PageState::Free
+            );
         }
         // Upstream's free lists every named pool page, duplicates included.
         debug_assert!(book.free.len() >= tags.iter().filter(|t| self.slot(t.page).is_ok()).count());
@@ -1018,7 +1146,10 @@ impl Hold<'_> {
     fn end(&self) -> bool {
         let (pool, tag) = (self.pool, self.tag);
         // A hold was taken at the current generation of an allocated page.
-        debug_assert!(tag.gen.0 > Generation::first_of_epoch(pool.epoch).0, "{tag} never allocated");
+        debug_assert!(
+            tag.gen.0 > Generation::first_of_epoch(pool.epoch).0,
+            "{tag} never allocated"
+        );
         debug_assert!(pool.slot(tag.page).is_ok(), "a hold is on a pool page");
         match self.pool.unhold(self.tag) {
             Ok(freed) => freed,
@@ -1036,7 +1167,10 @@ impl Drop for Hold<'_> {
     #[inline]
     fn drop(&mut self) {
         debug_assert_ne!(self.tag.page.0, 0, "the padding page is never held");
-        debug_assert!(self.pool.slot(self.tag.page).is_ok(), "a hold is on a pool page");
+        debug_assert!(
+            self.pool.slot(self.tag.page).is_ok(),
+            "a hold is on a pool page"
+        );
         self.end();
     }
 }
@@ -1055,7 +1189,10 @@ macro_rules! guard_api {
             /// The page generation this guard holds.
             pub fn tag(&self) -> PageTag {
                 debug_assert_ne!(self.0.tag.page.0, 0, "the padding page is never held");
-                debug_assert!(self.0.pool.slot(self.0.tag.page).is_ok(), "a guard holds a pool page");
+                debug_assert!(
+                    self.0.pool.slot(self.0.tag.page).is_ok(),
+                    "a guard holds a pool page"
+                );
                 self.0.tag
             }
 
@@ -1065,7 +1202,10 @@ macro_rules! guard_api {
                 let this = ManuallyDrop::new(self);
                 let tag = this.0.tag;
                 debug_assert_ne!(tag.page.0, 0, "the padding page is never held");
-                debug_assert!(this.0.pool.slot(tag.page).is_ok(), "a guard holds a pool page");
+                debug_assert!(
+                    this.0.pool.slot(tag.page).is_ok(),
+                    "a guard holds a pool page"
+                );
                 this.0.end()
             }
         }
