@@ -1221,7 +1221,7 @@ impl<G: Gpu> PrefillNode<G> {
             let pool = &self.pool;
             let is_free = |p| pool.record(p).is_some_and(|r| r.state == PageState::Free);
             let node = (self.id, &mut self.counters);
-            zero_on_free(&mut self.gpu, env, node, &pages, is_free);
+            zero_on_free(&mut self.gpu, env, node, pages, is_free);
         }
         // Freed pages may unblock the head of the waiting queue.
         if !self.waiting.is_empty() {

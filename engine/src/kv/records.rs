@@ -80,7 +80,7 @@ impl PageRecords for PagePool {
         let ends = [1, PagePool::capacity(self)].map(page_id);
         debug_assert!(
             ends.iter()
-                .all(|&p| PagePool::record(self, p).map_or(true, |r| r.gen.epoch() == epoch)),
+                .all(|&p| PagePool::record(self, p).is_none_or(|r| r.gen.epoch() == epoch)),
             "every generation of the pool lies in its incarnation"
         );
         debug_assert!(Generation::first_of_epoch(epoch).epoch() == epoch);
@@ -89,7 +89,7 @@ impl PageRecords for PagePool {
     fn page(&self, page: PageId) -> Option<PageRecord> {
         let record = self.record(page).cloned();
         debug_assert_eq!(record.is_some(), in_range(page, PagePool::capacity(self)));
-        debug_assert!(record.as_ref().map_or(true, free_has_no_owner));
+        debug_assert!(record.as_ref().is_none_or(free_has_no_owner));
         record
     }
     fn owns(&self, owner: RoomKey, tag: PageTag) -> bool {
@@ -229,7 +229,7 @@ impl PageRecords for SharedRecord {
         let ends = [1, self.pool.capacity()].map(page_id);
         debug_assert!(
             ends.iter()
-                .all(|&p| self.pool.tag(p).map_or(true, |t| t.gen.epoch() == epoch)),
+                .all(|&p| self.pool.tag(p).is_none_or(|t| t.gen.epoch() == epoch)),
             "every generation of the record lies in its incarnation"
         );
         debug_assert!(Generation::first_of_epoch(epoch).epoch() == epoch);
@@ -238,7 +238,7 @@ impl PageRecords for SharedRecord {
     fn page(&self, page: PageId) -> Option<PageRecord> {
         let record = self.pool.record(page);
         debug_assert_eq!(record.is_some(), in_range(page, self.pool.capacity()));
-        debug_assert!(record.as_ref().map_or(true, free_has_no_owner));
+        debug_assert!(record.as_ref().is_none_or(free_has_no_owner));
         record
     }
     fn owns(&self, owner: RoomKey, tag: PageTag) -> bool {

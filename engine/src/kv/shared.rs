@@ -901,7 +901,7 @@ impl SharedPool {
     fn check_owner(book: &Book, owner: RoomKey, tag: PageTag) -> Result<(), SharedError> {
         debug_assert_ne!(tag.page.0, 0, "the padding page has no owner");
         let current = book.owners[tag.page.0 as usize];
-        debug_assert!(current.is_none() || !book.free.last().is_some_and(|p| *p == tag.page));
+        debug_assert!(current.is_none() || book.free.last().is_none_or(|p| *p != tag.page));
         if current == Some(owner) {
             Ok(())
         } else {
