@@ -6,6 +6,7 @@
 
 use anyhow::Result;
 use kvsim_engine::bugs::BugSet;
+use kvsim_engine::ids::TenantId;
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::Status;
 use kvsim_sim::scenario::Scenario;
@@ -29,18 +30,6 @@ pub struct Row {
     pub wall_s: f64,
 }
 
-fn status_of(out: &RunOutcome, tenant: u32) -> Option<Status> {
-    out.requests
-        .iter()
-        .filter(|r| r.tenant.0 == tenant)
-        .find_map(|r| {
-            out.replies
-                .get(&r.req)
-                .and_then(|v| v.first())
-                .map(|c| c.status)
-        })
-}
-
 /// The incident with the historical bugs: tenant 2 gets 200 carrying tenant 1's
 /// canary tokens, and the oracles name S5, S4 and S3.
 pub fn incident_with_bugs() -> Result<(Row, RunOutcome)> {
@@ -59,14 +48,15 @@ pub fn incident_with_bugs() -> Result<(Row, RunOutcome)> {
         let tenant = |r| out.requests.iter().find(|p| p.req == r).map(|p| p.tenant.0);
         tenant(l.victim_of) == Some(2) && tenant(l.owner) == Some(1)
     });
-    let ok = status_of(&out, 2) == Some(Status::OK)
+    let ok = out.status_of(TenantId(2)) == Some(Status::OK)
         && leaked_from_1
         && [Invariant::S5, Invariant::S4, Invariant::S3]
             .iter()
             .all(|i| broken.contains(i));
     let observed = format!(
         "tenant 2: {}, {} leaked tokens, violated {}",
-        status_of(&out, 2).map_or("no answer".into(), |s| s.to_string()),
+        out.status_of(TenantId(2))
+            .map_or("no answer".into(), |s| s.to_string()),
         out.leaks.len(),
         broken
             .iter()
@@ -91,12 +81,14 @@ pub fn incident_defended() -> Result<(Row, RunOutcome)> {
     let out = run_scenario(&sc, &RunOptions::default())?;
     let wall_s = t.elapsed().as_secs_f64();
     let ok = out.clean()
-        && status_of(&out, 2) == Some(Status::BAD_REQUEST)
-        && status_of(&out, 1) == Some(Status::OK);
+        && out.status_of(TenantId(2)) == Some(Status::BAD_REQUEST)
+        && out.status_of(TenantId(1)) == Some(Status::OK);
     let observed = format!(
         "tenant 1: {}, tenant 2: {}, {}",
-        status_of(&out, 1).map_or("no answer".into(), |s| s.to_string()),
-        status_of(&out, 2).map_or("no answer".into(), |s| s.to_string()),
+        out.status_of(TenantId(1))
+            .map_or("no answer".into(), |s| s.to_string()),
+        out.status_of(TenantId(2))
+            .map_or("no answer".into(), |s| s.to_string()),
         if out.clean() {
             "clean".to_string()
         } else {

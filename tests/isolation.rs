@@ -4,6 +4,7 @@
 //! did not. The full table with more seeds:
 //! `cargo test --release --test isolation -- --ignored --nocapture`.
 
+use kvsim_engine::config::Defenses;
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::world::KvTransport;
 use kvsim_engine::RouterPolicy;
@@ -21,7 +22,7 @@ fn transports_and_routers() -> Vec<(KvTransport, RouterPolicy)> {
 /// load-bearing: with no defense the same hazard leaks on some of those seeds.
 #[test]
 fn each_defense_alone_stops_the_hazards_it_exists_to_stop() {
-    let none = isolation::no_defenses();
+    let none = Defenses::none();
     for (cfg, h) in isolation::expected() {
         let d = isolation::configuration(cfg).unwrap();
         for (t, router) in transports_and_routers() {

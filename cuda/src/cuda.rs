@@ -250,6 +250,26 @@ impl CudaGpu {
         }
     }
 
+    /// A tag table on the device: its page ids and its generations, two arrays.
+    fn htod_tags(&self, table: &[PageTag]) -> Result<(CudaSlice<u32>, CudaSlice<u64>), GpuError> {
+        let tp: Vec<u32> = table.iter().map(|t| t.page.0).collect();
+        let tg: Vec<u64> = table.iter().map(|t| t.gen.0).collect();
+        debug_assert_eq!(tp.len(), tg.len());
+        Ok((self.htod(&tp)?, self.htod(&tg)?))
+    }
+
+    /// The ids of those of `pages` inside the pool, in order (a page outside it is
+    /// passed over, as on the host).
+    fn in_pool(&self, pages: &[PageId]) -> Vec<u32> {
+        let valid: Vec<u32> = pages
+            .iter()
+            .filter(|p| p.0 <= self.pages)
+            .map(|p| p.0)
+            .collect();
+        debug_assert!(valid.len() <= pages.len());
+        valid
+    }
+
     fn page_floats(&self) -> usize {
         layout::page_floats(self.page_size, self.key_width)
     }
@@ -272,9 +292,8 @@ impl CudaGpu {
         room: RoomKey,
     ) -> Result<(), GpuError> {
         let n = count(tokens.len(), "tokens")?;
-        let tp: Vec<u32> = table.iter().map(|t| t.page.0).collect();
-        let tg: Vec<u64> = table.iter().map(|t| t.gen.0).collect();
-        let (tp, tg, tok) = (self.htod(&tp)?, self.htod(&tg)?, self.htod(tokens)?);
+        let (tp, tg) = self.htod_tags(table)?;
+        let tok = self.htod(tokens)?;
         let tlen = count(table.len(), "pages")?;
         let (ps, kw, pool) = (self.page_size, self.key_width as u32, self.pages);
         let (room_id, room_gen) = (room.room.0, room.gen.0);
@@ -344,11 +363,7 @@ impl CudaGpu {
 
     /// [`Gpu::read_pages`]: one gather and one copy for all pages.
     pub fn try_read_pages(&self, pages: &[PageId]) -> Result<Vec<Vec<u32>>, GpuError> {
-        let valid: Vec<u32> = pages
-            .iter()
-            .filter(|p| p.0 <= self.pages)
-            .map(|p| p.0)
-            .collect();
+        let valid = self.in_pool(pages);
         if valid.is_empty() {
             return Ok(vec![Vec::new(); pages.len()]);
         }
@@ -438,9 +453,7 @@ impl CudaGpu {
         if pages.is_empty() {
             return Ok(Ok(()));
         }
-        let tp: Vec<u32> = pages.iter().map(|t| t.page.0).collect();
-        let tg: Vec<u64> = pages.iter().map(|t| t.gen.0).collect();
-        let (tp, tg) = (self.htod(&tp)?, self.htod(&tg)?);
+        let (tp, tg) = self.htod_tags(pages)?;
         let mut first = self.htod(&[layout::NO_MISMATCH])?;
         let len = count(pages.len(), "pages")?;
         let (pool, room_id, room_gen) = (self.pages, room.room.0, room.gen.0);
@@ -611,11 +624,7 @@ impl CudaGpu {
 
     /// [`Gpu::zero_page`] for several pages in one launch.
     pub fn try_zero_pages(&mut self, pages: &[PageId]) -> Result<(), GpuError> {
-        let valid: Vec<u32> = pages
-            .iter()
-            .filter(|p| p.0 <= self.pages)
-            .map(|p| p.0)
-            .collect();
+        let valid = self.in_pool(pages);
         if valid.is_empty() {
             return Ok(());
         }

@@ -57,6 +57,24 @@ impl Default for Defenses {
     }
 }
 
+impl Defenses {
+    /// Every defense off (the incident's configuration, without its bug switches).
+    pub fn none() -> Self {
+        let d = Defenses {
+            admission_check: false,
+            verify_on_completion: false,
+            deferred_release: false,
+            page_tags: false,
+            landing_gate: false,
+            preflight: false,
+            router_cancels_both: false,
+            zero_on_free: false,
+        };
+        debug_assert_ne!(d, Defenses::default());
+        d
+    }
+}
+
 /// How the router treats a request's two halves ([`crate::router`]).
 #[derive(
     Clone,

@@ -22,16 +22,17 @@ use crate::compute::{Done, Job, StepJob, StepOutcome};
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::{
-    device_fault, ids, query_position, trace_write, zero_pages, DeviceError, Gpu, TagError,
+    device_fault, ids, query_position, trace_write, zero_on_free, DeviceError, Gpu, TagError,
     TagMismatch, WriteError,
 };
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
 use crate::msg::{Msg, Status, TransferOutcome, Why};
+use crate::node::only_router;
 use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
-use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
+use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent, TransferClaim};
 use std::collections::{BTreeMap, VecDeque};
 
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
@@ -117,6 +118,23 @@ struct TransferFacts {
     prompt_len: u64,
     reserved_pages: u32,
     fully_written: bool,
+}
+
+impl TransferFacts {
+    /// The claim stated in the trace: these facts with prefill's reported counts.
+    fn claim(self, (sent_tokens, sent_pages): (u64, u32)) -> TransferClaim {
+        let claim = TransferClaim {
+            from: self.from,
+            prompt_len: self.prompt_len,
+            reserved_pages: self.reserved_pages,
+            sent_tokens,
+            sent_pages,
+            fully_written: self.fully_written,
+        };
+        debug_assert_eq!(claim.from, self.from);
+        debug_assert_eq!(claim.reserved_pages, self.reserved_pages);
+        claim
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -259,10 +277,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 .or_else(|| self.quarantine.get(room).map(|q| q.prefill))
         };
         match msg {
-            Msg::DecodeStart { .. } | Msg::Abort { .. } if from != self.router => Err(format!(
-                "only the router ({}) starts or aborts rooms",
-                self.router
-            )),
+            Msg::DecodeStart { .. } | Msg::Abort { .. } if from != self.router => {
+                Err(only_router(self.router, from))
+            }
             Msg::DecodeStart { room, prefill, .. } if !self.prefills.contains(prefill) => Err(
                 format!("{room}'s start names {prefill}, which is not a prefill node"),
             ),
@@ -838,12 +855,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         env.trace(TraceEvent::TransferRefused {
             node: self.id,
             room,
-            from: facts.from,
-            prompt_len: facts.prompt_len,
-            reserved_pages: facts.reserved_pages,
-            sent_tokens,
-            sent_pages,
-            fully_written: facts.fully_written,
+            claim: facts.claim((sent_tokens, sent_pages)),
             reason,
         });
         self.fail(room, Status::INTERNAL, Some(Why::TransferRefused), env);
@@ -868,25 +880,13 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let dst_tags = pages[..*dst_pages].to_vec();
         // Under fail-open they may be Writing still; mark_ready accepts both.
         if let Err(e) = self.pool.mark_ready(room, &dst_tags) {
-            self.fault(
-                NodeFault::PageRecordRefused {
-                    room: Some(room),
-                    op: "mark-ready".into(),
-                    error: e.to_string(),
-                },
-                env,
-            );
+            self.fault(NodeFault::record_refused(room, "mark-ready", &e), env);
         }
         self.flush(env, None);
         env.trace(TraceEvent::TransferAccepted {
             node: self.id,
             room,
-            from: facts.from,
-            prompt_len: facts.prompt_len,
-            reserved_pages: facts.reserved_pages,
-            sent_tokens,
-            sent_pages,
-            fully_written: facts.fully_written,
+            claim: facts.claim((sent_tokens, sent_pages)),
         });
         env.trace(TraceEvent::Running {
             node: self.id,
@@ -1132,14 +1132,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             ReleaseKind::Unchecked => self.pool.free_unchecked(room, pages),
             ReleaseKind::Owner => {
                 if let Err(e) = self.pool.release(room, pages) {
-                    self.fault(
-                        NodeFault::PageRecordRefused {
-                            room: Some(room),
-                            op: "release".into(),
-                            error: e.to_string(),
-                        },
-                        env,
-                    );
+                    self.fault(NodeFault::record_refused(room, "release", &e), env);
                     return;
                 }
             }
@@ -1150,24 +1143,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     fn after_free<E: Env<G::Kv>>(&mut self, pages: &[PageTag], env: &mut E) {
         if self.cfg.defenses.zero_on_free {
-            let zeroed: Vec<_> = pages
-                .iter()
-                .filter(|t| {
-                    self.pool
-                        .page(t.page)
-                        .is_some_and(|r| r.state == PageState::Free)
-                })
-                .map(|t| t.page)
-                .collect();
-            let zeroed = zero_pages(&mut self.gpu, &zeroed, &mut |e| {
-                self.counters.fault(env, self.id, device_fault(None, &e))
-            });
-            if !zeroed.is_empty() {
-                env.trace(TraceEvent::PagesZeroed {
-                    node: self.id,
-                    pages: zeroed,
-                });
-            }
+            let pool = &self.pool;
+            let is_free = |p| pool.page(p).is_some_and(|r| r.state == PageState::Free);
+            let node = (self.id, &mut self.counters);
+            zero_on_free(&mut self.gpu, env, node, pages, is_free);
         }
         self.try_prealloc(env);
     }
@@ -1201,14 +1180,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     && !self.cfg.bugs.has(Bug::DecodeReleaseImmediate);
                 if deferred {
                     if let Err(e) = self.pool.quarantine(room, &pages) {
-                        self.fault(
-                            NodeFault::PageRecordRefused {
-                                room: Some(room),
-                                op: "quarantine".into(),
-                                error: e.to_string(),
-                            },
-                            env,
-                        );
+                        self.fault(NodeFault::record_refused(room, "quarantine", &e), env);
                     } else {
                         self.flush(env, None);
                         self.quarantine.insert(
@@ -1277,11 +1249,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             env.cancel_timer(Timer::DrainRetry(room, q.retries));
             if let Err(e) = self.pool.release_quarantined(room, &q.pages) {
                 self.fault(
-                    NodeFault::PageRecordRefused {
-                        room: Some(room),
-                        op: "quarantine release".into(),
-                        error: e.to_string(),
-                    },
+                    NodeFault::record_refused(room, "quarantine release", &e),
                     env,
                 );
                 continue;

@@ -114,3 +114,10 @@ impl<G: Gpu> Node<G> {
         }
     }
 }
+
+/// A node's refusal of a start or an abort that did not come from `router`: only the
+/// router starts or aborts rooms (each node's peer check).
+pub(crate) fn only_router(router: NodeId, from: NodeId) -> String {
+    assert_ne!(router, from, "the router's own start or abort is believed");
+    format!("only the router ({router}) starts or aborts rooms")
+}

@@ -21,11 +21,12 @@ use crate::compute::{Done, ForwardJob, Job};
 use crate::counters::Counters;
 use crate::env::{Env, Input, Timer};
 use crate::gpu::KvPayload;
-use crate::gpu::{device_fault, ids, trace_write, zero_pages, DeviceError, Gpu, WriteError};
+use crate::gpu::{device_fault, ids, trace_write, zero_on_free, DeviceError, Gpu, WriteError};
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
-use crate::kv::PagePool;
+use crate::kv::{PagePool, PageState};
 use crate::msg::{Msg, Status, TransferOutcome, Why};
+use crate::node::only_router;
 use crate::retired::{holds, RetiredRooms};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
@@ -73,6 +74,41 @@ impl Phase {
     fn decode_epoch(&self) -> u32 {
         self.meta().map_or(0, Meta::epoch)
     }
+
+    /// A sending room's progress (`None` in any other phase).
+    fn sending(&self) -> Option<Sending<'_>> {
+        let Phase::Sending {
+            meta,
+            pages,
+            next_page,
+            in_flight,
+        } = self
+        else {
+            return None;
+        };
+        // Mooncake truncates the source to the destination when decode reserved fewer
+        // pages; nothing checks that the counts agree (decode's job).
+        let to_send = pages.len().min(meta.dst.len());
+        assert!(to_send <= pages.len() && to_send <= meta.dst.len());
+        debug_assert!(*next_page <= to_send, "no page is sent past the end");
+        Some(Sending {
+            dst: &meta.dst,
+            pages,
+            next_page: *next_page,
+            in_flight: *in_flight,
+            to_send,
+        })
+    }
+}
+
+/// A view of [`Phase::Sending`]: decode's page list, the source pages, the next page
+/// to send, the chunk writes in flight and how many pages are sent in all.
+struct Sending<'a> {
+    dst: &'a [PageTag],
+    pages: &'a [PageTag],
+    next_page: usize,
+    in_flight: u32,
+    to_send: usize,
 }
 
 /// Where a prefill room is, as [`PrefillNode::room_phase`] reports it to tests and
@@ -375,10 +411,9 @@ impl<G: Gpu> PrefillNode<G> {
                 .or_else(|| self.outstanding.get(room).map(|o| o.to))
         };
         match msg {
-            Msg::PrefillStart { .. } | Msg::Abort { .. } if from != self.router => Err(format!(
-                "only the router ({}) starts or aborts rooms",
-                self.router
-            )),
+            Msg::PrefillStart { .. } | Msg::Abort { .. } if from != self.router => {
+                Err(only_router(self.router, from))
+            }
             Msg::KvMeta { room, .. } | Msg::DrainRequest { room } => match decode_of(room) {
                 Some(d) if d != from => Err(format!("{room}'s decode node is {d}")),
                 _ => Ok(()),
@@ -769,14 +804,7 @@ impl<G: Gpu> PrefillNode<G> {
         if let Err(e) = self.pool.mark_ready(room, &pages) {
             // Our own fresh allocation must be ours; anything else is an engine bug
             // that only a bug switch can cause. Fail the request loudly.
-            self.fault(
-                NodeFault::PageRecordRefused {
-                    room: Some(room),
-                    op: "mark-ready".into(),
-                    error: e.to_string(),
-                },
-                env,
-            );
+            self.fault(NodeFault::record_refused(room, "mark-ready", &e), env);
             self.retire(room, Status::INTERNAL, None, env);
             return;
         }
@@ -809,24 +837,20 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     /// The next chunk write of a sending room, if the in-flight limit and the pages
-    /// left allow one. Mooncake truncates the source to the destination when decode
-    /// reserved fewer pages; nothing checks that the counts agree (decode's job).
+    /// left allow one ([`Phase::sending`] says how many pages are sent in all).
     fn next_chunk(&self, room: RoomKey) -> Option<Chunk> {
         let req = self.requests.get(&room)?;
-        let Phase::Sending {
-            meta,
+        let Sending {
+            dst,
             pages,
             next_page,
             in_flight,
-        } = &req.phase
-        else {
-            return None;
-        };
-        let to_send = pages.len().min(meta.dst.len());
-        if *in_flight >= self.cfg.max_inflight_chunks || *next_page >= to_send {
+            to_send,
+        } = req.phase.sending()?;
+        if in_flight >= self.cfg.max_inflight_chunks || next_page >= to_send {
             return None;
         }
-        let end = (*next_page + self.cfg.chunk_pages as usize).min(to_send);
+        let end = (next_page + self.cfg.chunk_pages as usize).min(to_send);
         // The prompt's last page, when partial, is sent as the slots it holds: a
         // one-sided write places the bytes it carries, so decode's generated KV in the
         // rest of that page is out of reach of this write and of any late copy of it
@@ -834,15 +858,15 @@ impl<G: Gpu> PrefillNode<G> {
         let ps = u64::from(self.cfg.page_size).max(1);
         let slots = (req.prompt.len() as u64 % ps) as usize;
         let tail = match pages.len().checked_sub(1) {
-            Some(last) if slots != 0 && (*next_page..end).contains(&last) => {
-                Some((last - *next_page, slots))
+            Some(last) if slots != 0 && (next_page..end).contains(&last) => {
+                Some((last - next_page, slots))
             }
             _ => None,
         };
-        debug_assert!(*next_page < end && end <= to_send);
+        debug_assert!(next_page < end && end <= to_send);
         Some(Chunk {
-            src: pages[*next_page..end].to_vec(),
-            dst: meta.dst[*next_page..end].to_vec(),
+            src: pages[next_page..end].to_vec(),
+            dst: dst[next_page..end].to_vec(),
             end,
             tail,
             to: req.decode,
@@ -929,17 +953,17 @@ impl<G: Gpu> PrefillNode<G> {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
-        let Phase::Sending {
-            meta,
+        let Some(Sending {
             pages,
             next_page,
             in_flight,
-        } = &req.phase
+            to_send,
+            ..
+        }) = req.phase.sending()
         else {
             return;
         };
-        let to_send = pages.len().min(meta.dst.len());
-        if *in_flight != 0 || *next_page < to_send {
+        if in_flight != 0 || next_page < to_send {
             return;
         }
         let tokens = req.prompt.len() as u64;
@@ -1244,36 +1268,15 @@ impl<G: Gpu> PrefillNode<G> {
         if unchecked {
             self.pool.free_unchecked(room, pages);
         } else if let Err(e) = self.pool.release(room, pages) {
-            self.fault(
-                NodeFault::PageRecordRefused {
-                    room: Some(room),
-                    op: "release".into(),
-                    error: e.to_string(),
-                },
-                env,
-            );
+            self.fault(NodeFault::record_refused(room, "release", &e), env);
             return;
         }
         self.flush(env);
         if self.cfg.defenses.zero_on_free {
-            let zeroed: Vec<_> = pages
-                .iter()
-                .filter(|t| {
-                    self.pool
-                        .record(t.page)
-                        .is_some_and(|r| r.state == crate::kv::PageState::Free)
-                })
-                .map(|t| t.page)
-                .collect();
-            let zeroed = zero_pages(&mut self.gpu, &zeroed, &mut |e| {
-                self.counters.fault(env, self.id, device_fault(None, &e))
-            });
-            if !zeroed.is_empty() {
-                env.trace(TraceEvent::PagesZeroed {
-                    node: self.id,
-                    pages: zeroed,
-                });
-            }
+            let pool = &self.pool;
+            let is_free = |p| pool.record(p).is_some_and(|r| r.state == PageState::Free);
+            let node = (self.id, &mut self.counters);
+            zero_on_free(&mut self.gpu, env, node, pages, is_free);
         }
         // Freed pages may unblock the head of the waiting queue.
         if !self.waiting.is_empty() {

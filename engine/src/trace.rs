@@ -32,6 +32,20 @@ pub enum ReleaseKind {
     Unchecked,
 }
 
+/// What decode states about a transfer it accepted or refused: the completion's
+/// sender, decode's own counts (the prompt length it expects, the pages it reserved,
+/// whether every one was written) and prefill's reported counts. In the trace its
+/// fields stand in the event itself (`TransferAccepted`, `TransferRefused`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TransferClaim {
+    pub from: NodeId,
+    pub prompt_len: u64,
+    pub reserved_pages: u32,
+    pub sent_tokens: u64,
+    pub sent_pages: u32,
+    pub fully_written: bool,
+}
+
 /// What a driver does about a [`NodeFault`].
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum FaultAction {
@@ -81,6 +95,18 @@ pub enum NodeFault {
 }
 
 impl NodeFault {
+    /// The node's page record refused `op` on `room`'s pages with `error`.
+    pub fn record_refused(room: RoomKey, op: &str, error: impl fmt::Display) -> Self {
+        let fault = NodeFault::PageRecordRefused {
+            room: Some(room),
+            op: op.to_string(),
+            error: error.to_string(),
+        };
+        debug_assert!(!op.is_empty(), "a refused record operation is named");
+        debug_assert_eq!(fault.action(), FaultAction::Restart);
+        fault
+    }
+
     /// What the driver does about it.
     pub fn action(&self) -> FaultAction {
         match self {
@@ -276,23 +302,15 @@ pub enum TraceEvent {
     TransferAccepted {
         node: NodeId,
         room: RoomKey,
-        from: NodeId,
-        prompt_len: u64,
-        reserved_pages: u32,
-        sent_tokens: u64,
-        sent_pages: u32,
-        fully_written: bool,
+        #[serde(flatten)]
+        claim: TransferClaim,
     },
     /// Decode's verification (defense 2) refused a transfer prefill reported complete.
     TransferRefused {
         node: NodeId,
         room: RoomKey,
-        from: NodeId,
-        prompt_len: u64,
-        reserved_pages: u32,
-        sent_tokens: u64,
-        sent_pages: u32,
-        fully_written: bool,
+        #[serde(flatten)]
+        claim: TransferClaim,
         reason: String,
     },
     /// Decode failed a transfer (prefill's failure report, or a timeout).

@@ -791,7 +791,13 @@ impl WritesInFlight {
         let Msg::KvWrite { id, .. } = msg else {
             return;
         };
-        let fresh = self.posted.entry(to).or_default().insert(*id);
+        self.post_id(to, *id);
+    }
+
+    /// The write `id` left for `to` (as [`post`](Self::post), by its id: a driver that
+    /// replays a trace's `KvSent`).
+    pub fn post_id(&mut self, to: NodeId, id: WriteId) {
+        let fresh = self.posted.entry(to).or_default().insert(id);
         debug_assert!(fresh, "a write id is posted once ({id} to {to})");
     }
 

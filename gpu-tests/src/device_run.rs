@@ -12,6 +12,7 @@ use kvsim_cuda::cuda::CudaDevice;
 use kvsim_cuda::{kernels, nvrtc, probe, GpuError};
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
+use kvsim_engine::ids::TenantId;
 use kvsim_engine::msg::Status;
 use kvsim_sim::plan::{Plan, Reduction};
 use kvsim_sim::scenario::{Scenario, ScenarioError};
@@ -125,23 +126,11 @@ pub fn compare_host_symbolic(seeds: u64, ops: u32) -> Result<String, RunError> {
     ))
 }
 
-fn status_of(out: &RunOutcome, tenant: u32) -> Option<Status> {
-    out.requests
-        .iter()
-        .filter(|r| r.tenant.0 == tenant)
-        .find_map(|r| {
-            out.replies
-                .get(&r.req)
-                .and_then(|v| v.first())
-                .map(|c| c.status)
-        })
-}
-
 /// Check the incident's expected outcome: with the bugs, tenant 2 gets 200 echoing
 /// tenant 1's tokens; defended, tenant 2 gets 400, tenant 1 200, and the run is clean.
 pub fn check_incident(out: &RunOutcome, bugs: bool) -> Result<String, RunError> {
     let tenant = |r| out.requests.iter().find(|p| p.req == r).map(|p| p.tenant.0);
-    let (t1, t2) = (status_of(out, 1), status_of(out, 2));
+    let (t1, t2) = (out.status_of(TenantId(1)), out.status_of(TenantId(2)));
     let leaked = out
         .leaks
         .iter()

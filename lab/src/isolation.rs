@@ -144,30 +144,16 @@ pub fn hazards() -> Vec<Hazard> {
     v
 }
 
-/// No defense at all.
-pub fn no_defenses() -> Defenses {
-    Defenses {
-        admission_check: false,
-        verify_on_completion: false,
-        deferred_release: false,
-        page_tags: false,
-        landing_gate: false,
-        preflight: false,
-        router_cancels_both: false,
-        zero_on_free: false,
-    }
-}
-
 /// The configurations of the matrix: none, each runtime defense alone, all (the
 /// default engine).
 pub fn configurations() -> Vec<(&'static str, Defenses)> {
     let only = |f: fn(&mut Defenses)| {
-        let mut d = no_defenses();
+        let mut d = Defenses::none();
         f(&mut d);
         d
     };
     vec![
-        ("no defense", no_defenses()),
+        ("no defense", Defenses::none()),
         ("admission check alone", only(|d| d.admission_check = true)),
         (
             "verify on completion alone",

@@ -261,16 +261,7 @@ fn transition_cache_changes_no_state_and_no_verdict() {
 
 /// Every defense off (the incident's configuration without its bug switches).
 fn undefended(mut spec: ModelSpec) -> ModelSpec {
-    spec.engine.defenses = Defenses {
-        admission_check: false,
-        verify_on_completion: false,
-        deferred_release: false,
-        page_tags: false,
-        landing_gate: false,
-        preflight: false,
-        router_cancels_both: false,
-        zero_on_free: false,
-    };
+    spec.engine.defenses = Defenses::none();
     spec
 }
 

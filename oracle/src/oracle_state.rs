@@ -43,7 +43,7 @@ use crate::check::answers::Answers;
 use crate::check::liveness::{self, Ends};
 use crate::check::pages::{Pages, Release};
 use crate::check::rooms::Rooms;
-use crate::check::transfer::{self, Claim};
+use crate::check::transfer;
 use crate::check::writes::Writes;
 use crate::schema::{EndOutcome, FaultEvent, Record, RunHeader};
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
@@ -334,46 +334,18 @@ impl OracleState {
     /// effect of stray bytes in the room's pages, then S4 detected).
     fn transfer_event(&mut self, ev: &TraceEvent, out: &mut Drafts) {
         use TraceEvent::*;
-        let (node, room, from, claim) = match ev {
-            TransferAccepted {
-                node,
-                room,
-                from,
-                prompt_len,
-                reserved_pages,
-                sent_tokens,
-                sent_pages,
-                fully_written,
-            }
+        let (node, room, claim) = match ev {
+            TransferAccepted { node, room, claim }
             | TransferRefused {
-                node,
-                room,
-                from,
-                prompt_len,
-                reserved_pages,
-                sent_tokens,
-                sent_pages,
-                fully_written,
-                ..
-            } => {
-                let claim = Claim {
-                    prompt_len: *prompt_len,
-                    reserved_pages: *reserved_pages,
-                    sent_tokens: *sent_tokens,
-                    sent_pages: *sent_pages,
-                    fully_written: *fully_written,
-                };
-                (*node, *room, *from, claim)
-            }
+                node, room, claim, ..
+            } => (*node, *room, *claim),
             _ => unreachable!("not a transfer event: {ev:?}"),
         };
         let TransferRefused { reason, .. } = ev else {
-            return transfer::accepted(&self.rooms, (node, room), from, &claim, out);
+            return transfer::accepted(&self.rooms, (node, room), &claim, out);
         };
         let true_len = self.rooms.get(room).map(|f| f.prompt_len);
-        let why = claim
-            .disagreement(true_len)
-            .unwrap_or_else(|| reason.clone());
+        let why = transfer::disagreement(&claim, true_len).unwrap_or_else(|| reason.clone());
         let mine = self.pages.owned_by(node, room);
         let defense = Some("verify_on_completion");
         self.pages

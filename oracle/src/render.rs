@@ -8,7 +8,7 @@ use crate::schema::{CancelHow, Entry, FaultEvent, MsgView, Record};
 use kvsim_engine::env::Timer;
 use kvsim_engine::ids::{fmt_tags, NodeId, PageId, PageTag, RequestId, RoomKey};
 use kvsim_engine::invariant::Invariant;
-use kvsim_engine::trace::TraceEvent;
+use kvsim_engine::trace::{TraceEvent, TransferClaim};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -163,24 +163,51 @@ fn describe_transfer_event(ev: &TraceEvent) -> String {
             format!("{node} sends {write}: [{}] -> [{}]", tags(src), tags(dst))
         }
         KvLanded { node, write, dst } => format!("{node} lands {write} in [{}]", tags(dst)),
-        KvRefused { node, write, tag, reason } => match tag {
+        KvRefused {
+            node,
+            write,
+            tag,
+            reason,
+        } => match tag {
             Some(t) => format!("{node} refuses {write}: page {t} {reason}"),
             None => format!("{node} refuses {write}: {reason}"),
         },
         WriteCompleted { node, write, ok } => {
-            format!("{node} completes {write} ({})", if *ok { "ok" } else { "failed" })
+            format!(
+                "{node} completes {write} ({})",
+                if *ok { "ok" } else { "failed" }
+            )
         }
-        TransferReported { node, room, from, success } => format!(
+        TransferReported {
+            node,
+            room,
+            from,
+            success,
+        } => format!(
             "{node} hears from {from} that the transfer of {room} {}",
             if *success { "succeeded" } else { "failed" }
         ),
-        TransferAccepted { node, room, from, prompt_len, reserved_pages, sent_tokens, sent_pages, fully_written } => format!(
-            "{node} accepts the transfer of {room} from {from}: expects {prompt_len} tokens in {reserved_pages} pages, prefill sent {sent_tokens} tokens in {sent_pages} pages, all written: {fully_written}"
-        ),
-        TransferRefused { node, room, reason, .. } => {
+        TransferAccepted { node, room, claim } => {
+            let TransferClaim {
+                from,
+                prompt_len,
+                reserved_pages,
+                sent_tokens,
+                sent_pages,
+                fully_written,
+            } = claim;
+            format!(
+                "{node} accepts the transfer of {room} from {from}: expects {prompt_len} tokens in {reserved_pages} pages, prefill sent {sent_tokens} tokens in {sent_pages} pages, all written: {fully_written}"
+            )
+        }
+        TransferRefused {
+            node, room, reason, ..
+        } => {
             format!("{node} verification refuses the transfer of {room}: {reason}")
         }
-        TransferFailed { node, room, reason } => format!("{node} fails the transfer of {room}: {reason}"),
+        TransferFailed { node, room, reason } => {
+            format!("{node} fails the transfer of {room}: {reason}")
+        }
         _ => String::new(),
     }
 }

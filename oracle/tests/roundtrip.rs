@@ -13,7 +13,7 @@ use kvsim_engine::ids::{
 };
 use kvsim_engine::invariant::{Invariant, Violation};
 use kvsim_engine::msg::{Msg, Status, TransferOutcome, Why};
-use kvsim_engine::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
+use kvsim_engine::trace::{NodeFault, ReleaseKind, Side, TraceEvent, TransferClaim};
 use kvsim_engine::world::{DataFault, DropReason, WriteFailure};
 use kvsim_oracle::schema::{
     entry_line, parse_line, CancelHow, EndOutcome, Entry, FaultEvent, Line, MsgView, Record,
@@ -50,6 +50,14 @@ fn write() -> WriteId {
 /// One of every engine event, every field set to a value that is not its default.
 fn events() -> Vec<TraceEvent> {
     use TraceEvent::*;
+    let claim = TransferClaim {
+        from: M,
+        prompt_len: 700,
+        reserved_pages: 11,
+        sent_tokens: 699,
+        sent_pages: 10,
+        fully_written: true,
+    };
     let (node, room, req) = (N, room(), RequestId(13));
     let s = |x: &str| x.to_string();
     let success = Status::OK;
@@ -172,25 +180,11 @@ fn events() -> Vec<TraceEvent> {
             from: M,
             success: true,
         },
-        TransferAccepted {
-            node,
-            room,
-            from: M,
-            prompt_len: 700,
-            reserved_pages: 11,
-            sent_tokens: 699,
-            sent_pages: 10,
-            fully_written: true,
-        },
+        TransferAccepted { node, room, claim },
         TransferRefused {
             node,
             room,
-            from: M,
-            prompt_len: 700,
-            reserved_pages: 11,
-            sent_tokens: 699,
-            sent_pages: 10,
-            fully_written: true,
+            claim,
             reason: s("checksum"),
         },
         TransferFailed {

@@ -15,7 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::{BufReader, BufWriter, ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread;
@@ -137,14 +137,17 @@ fn read_frames<K: DeserializeOwned>(
 
 /// The link to one peer: a thread that owns the connection and writes the queue's
 /// messages as frames, reconnecting with backoff. `connected` says whether a
-/// connection is up right now.
+/// connection is up right now. `incarnation` is the writer's: when it moves on (an
+/// in-process restart, [`crate::seam::NodeRuntime::close_links`]) the link closes the
+/// connection the dead incarnation wrote on and drops the dead one's KV writes still
+/// queued (flushed with its NIC's queue), before it writes anything more.
 pub fn spawn_peer<K>(
     me: NodeId,
     peer: NodeId,
     addr: SocketAddr,
     rx: Receiver<Msg<K>>,
     to_loop: Sender<NodeEvent<K>>,
-    connected: Arc<AtomicBool>,
+    (connected, incarnation): (Arc<AtomicBool>, Arc<AtomicU32>),
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<thread::JoinHandle<()>>
 where
@@ -164,11 +167,14 @@ where
                 dead: Arc::new(AtomicBool::new(false)),
                 to_loop: to_loop.clone(),
                 buf: Vec::new(),
+                epoch: incarnation.load(Ordering::Acquire),
+                incarnation,
             };
             while !stop.load(Ordering::Relaxed) {
                 let msg = match rx.recv_timeout(Duration::from_millis(50)) {
                     Ok(m) => m,
                     Err(RecvTimeoutError::Timeout) => {
+                        link.follow_incarnation();
                         link.ensure();
                         continue;
                     }
@@ -180,6 +186,11 @@ where
                         Ok(m) => batch.push(m),
                         Err(_) => break,
                     }
+                }
+                link.follow_incarnation();
+                batch.retain(|m| !link.flushed(m));
+                if batch.is_empty() {
+                    continue;
                 }
                 if !link.ensure() {
                     for msg in batch {
@@ -211,9 +222,37 @@ struct Link<K> {
     to_loop: Sender<NodeEvent<K>>,
     /// The frame encoding buffer, kept from frame to frame.
     buf: Vec<u8>,
+    /// The writer's incarnation the connection was opened by, and the writer's now.
+    epoch: u32,
+    incarnation: Arc<AtomicU32>,
 }
 
 impl<K: Send + 'static> Link<K> {
+    /// The writer restarted in process: the connection its dead incarnation wrote on
+    /// closes (the receiver's reader ends, so the transfer thread applies none of the
+    /// dead one's writes still queued behind it), and the next write reconnects.
+    fn follow_incarnation(&mut self) {
+        let now = self.incarnation.load(Ordering::Acquire);
+        if now == self.epoch {
+            return;
+        }
+        assert!(
+            now > self.epoch,
+            "{}: incarnation {now} after {}",
+            self.me,
+            self.epoch
+        );
+        self.drop_conn();
+        self.next_try = Instant::now();
+        self.epoch = now;
+    }
+
+    /// A KV write of a dead incarnation of the writer: flushed with its NIC's queue,
+    /// never sent (the crash record lists it).
+    fn flushed(&self, msg: &Msg<K>) -> bool {
+        matches!(msg, Msg::KvWrite { id, .. } if id.epoch < self.epoch)
+    }
+
     /// Connected, or reconnected now if the backoff allows.
     fn ensure(&mut self) -> bool {
         if self.conn.is_some() && self.dead.load(Ordering::Relaxed) {

@@ -623,6 +623,9 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
             landing.replace(d.records().shared().clone());
         }
         self.io.epoch = epoch;
+        // The dead incarnation's connections close with it, as a killed process's do: a
+        // KV write it queued, listed flushed above, never reaches its receiver.
+        self.io.rt.close_links(epoch);
         self.io
             .trace(|| Record::Fault(FaultEvent::Restart { node, epoch }));
         // Epochs name incarnations once: a later process of this node must start above.

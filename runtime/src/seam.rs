@@ -17,7 +17,9 @@ use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
 use kvsim_oracle::schema::Record;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What [`NodeRuntime::next_event`] found.
@@ -48,6 +50,12 @@ pub trait NodeRuntime {
     fn trace(&mut self, rec: Record);
     /// What was traced reaches storage a killed process does not lose.
     fn flush_trace(&mut self);
+    /// The node restarted in process as incarnation `epoch`: the links its dead
+    /// incarnation opened close, as a killed process's connections do (a receiver then
+    /// applies none of the dead one's KV writes still queued behind the connection), and
+    /// the dead incarnation's KV writes still queued on them are flushed with its NIC's
+    /// queue, never sent (`world::crash_fate`); its control messages travel on.
+    fn close_links(&mut self, epoch: u32);
 }
 
 /// The production runtime: the loop's channel, the connection queue of each peer, the
@@ -58,6 +66,8 @@ pub struct Threads<K> {
     peers: BTreeMap<NodeId, Sender<Msg<K>>>,
     me: Sender<NodeEvent<K>>,
     rx: Receiver<NodeEvent<K>>,
+    /// The node's incarnation, shared with its links ([`crate::net::spawn_peer`]).
+    incarnation: Arc<AtomicU32>,
 }
 
 /// How long an idle loop with no timer waits before it looks again.
@@ -77,7 +87,15 @@ impl<K> Threads<K> {
             peers,
             me,
             rx,
+            incarnation: Arc::new(AtomicU32::new(0)),
         }
+    }
+
+    /// The incarnation cell the links of `peers` were spawned with: what
+    /// [`NodeRuntime::close_links`] sets, and they read before each write.
+    pub fn with_incarnation(mut self, incarnation: Arc<AtomicU32>) -> Self {
+        self.incarnation = incarnation;
+        self
     }
 }
 
@@ -129,6 +147,11 @@ impl<K> NodeRuntime for Threads<K> {
             t.flush();
         }
     }
+
+    fn close_links(&mut self, epoch: u32) {
+        let dead = self.incarnation.swap(epoch, Ordering::AcqRel);
+        assert!(dead < epoch, "incarnation {epoch} follows {dead}");
+    }
 }
 
 /// The loop in process: events queued by the test, a virtual clock that an idle wait
@@ -138,11 +161,14 @@ impl<K> NodeRuntime for Threads<K> {
 pub struct InMemory<K> {
     pub now_ns: u64,
     pub events: VecDeque<NodeEvent<K>>,
+    /// Sent and not taken yet: what is on its way on the node's links.
     pub sent: Vec<(NodeId, Msg<K>)>,
     pub records: Vec<Record>,
     pub unreachable: BTreeSet<NodeId>,
     /// How many times the trace was flushed.
     pub flushes: u64,
+    /// The incarnations whose links were closed, in order ([`NodeRuntime::close_links`]).
+    pub links_closed: Vec<u32>,
 }
 
 impl<K> Default for InMemory<K> {
@@ -154,6 +180,7 @@ impl<K> Default for InMemory<K> {
             records: Vec::new(),
             unreachable: BTreeSet::new(),
             flushes: 0,
+            links_closed: Vec::new(),
         }
     }
 }
@@ -209,6 +236,20 @@ impl<K> NodeRuntime for InMemory<K> {
 
     fn trace(&mut self, rec: Record) {
         self.records.push(rec);
+    }
+
+    fn close_links(&mut self, epoch: u32) {
+        // `sent` is what is on its way: the dead incarnation's KV writes in it are
+        // flushed (they never reach their receiver), the rest travel on.
+        self.sent.retain(|(_, m)| match m {
+            Msg::KvWrite { id, .. } => id.epoch >= epoch,
+            _ => true,
+        });
+        assert!(
+            self.links_closed.last().is_none_or(|&e| e < epoch),
+            "epochs only grow"
+        );
+        self.links_closed.push(epoch);
     }
 
     fn flush_trace(&mut self) {

@@ -20,7 +20,7 @@ use kvsim_engine::node::{Node, Role};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::trace::TraceEvent;
-use kvsim_engine::world::{self, Topology, ROUTER};
+use kvsim_engine::world::{self, Topology, WritesInFlight, ROUTER};
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::{ClockKind, EndOutcome, FaultEvent, Record, RunHeader};
 use serde::de::DeserializeOwned;
@@ -28,7 +28,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -50,6 +50,17 @@ pub enum ServeError {
     },
     #[error("network: {0}")]
     Io(#[from] std::io::Error),
+    #[error(
+        "--epoch {epoch}: node {node} already ran as incarnation {used} (trace {trace}); an \
+         epoch names one incarnation, so start it with --epoch {} or higher",
+        used + 1
+    )]
+    EpochUsed {
+        node: NodeId,
+        epoch: u32,
+        used: u32,
+        trace: String,
+    },
     #[error("{node}: cannot make its KV memory ({pages} pages of {page_size} slots): {reason}")]
     Gpu {
         node: NodeId,
@@ -120,38 +131,79 @@ pub struct Server<K> {
     opts: ServeOptions,
 }
 
-/// A killed incarnation wrote no end to its trace: its successor appends one, so the
-/// audit judges the run's end by the files of the incarnations still running (the
-/// node's pool and rooms continue in the new epoch's file, after its `crash` and
-/// `restart` records). Returns the KV writes the killed incarnation posted and never
-/// saw complete: its NIC's queue, flushed with it (the receiver drops a write whose
-/// connection has closed, `world::arrival`'s `SenderCrashed`), which the `crash` record
-/// lists as the simulator's does.
-fn end_killed_incarnation(dir: &std::path::Path, id: NodeId, epoch: u32) -> Vec<WriteId> {
-    use std::io::{BufRead as _, Write as _};
-    let path = dir.join(format!("n{}-e{}.jsonl", id.0, epoch));
-    let mut open = std::collections::BTreeSet::new();
-    if let Ok(f) = std::fs::File::open(&path) {
-        for line in std::io::BufReader::new(f).lines().map_while(Result::ok) {
-            let Ok(kvsim_oracle::schema::Line::Entry(e)) = kvsim_oracle::schema::parse_line(&line)
-            else {
-                continue;
-            };
-            match e.rec {
-                Record::Engine(TraceEvent::KvSent { write, .. }) => {
-                    open.insert(write);
+/// Node `id`'s trace files under `dir`, by the epoch each process started with
+/// (`n<ID>-e<EPOCH>.jsonl`).
+fn trace_files(dir: &std::path::Path, id: NodeId) -> BTreeMap<u32, PathBuf> {
+    let prefix = format!("n{}-e", id.0);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return BTreeMap::new();
+    };
+    let files: BTreeMap<u32, PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let epoch = name
+                .strip_prefix(&prefix)?
+                .strip_suffix(".jsonl")?
+                .parse()
+                .ok()?;
+            Some((epoch, e.path()))
+        })
+        .collect();
+    debug_assert!(files.values().all(|p| p.starts_with(dir)));
+    files
+}
+
+/// How a process of a node ended, as its trace file tells: the last incarnation it ran
+/// (a restart in process moves it on) and the KV writes that incarnation posted and
+/// never saw complete, replayed through the runtime's own in-flight record
+/// ([`WritesInFlight`]): its NIC's queue, flushed with it (the receiver drops a write
+/// whose connection has closed, `world::arrival`'s `SenderCrashed`).
+fn replay_incarnations(path: &std::path::Path, started: u32) -> (u32, Vec<WriteId>) {
+    use std::io::BufRead as _;
+    let (mut last, mut writes) = (started, WritesInFlight::new());
+    let Ok(f) = std::fs::File::open(path) else {
+        return (last, Vec::new());
+    };
+    for line in std::io::BufReader::new(f).lines().map_while(Result::ok) {
+        let Ok(kvsim_oracle::schema::Line::Entry(e)) = kvsim_oracle::schema::parse_line(&line)
+        else {
+            continue;
+        };
+        match e.rec {
+            // A write traced without its receiver (an older trace) cannot be followed.
+            Record::Engine(TraceEvent::KvSent {
+                write,
+                to: Some(to),
+                ..
+            }) => writes.post_id(to, write),
+            Record::Engine(TraceEvent::WriteCompleted { write, .. }) => {
+                let to = writes.iter().find(|(_, w)| *w == write).map(|(to, _)| to);
+                if let Some(to) = to {
+                    writes.complete(to, write);
                 }
-                Record::Engine(TraceEvent::WriteCompleted { write, .. })
-                | Record::WriteFailed { write, .. } => {
-                    open.remove(&write);
-                }
-                _ => {}
             }
+            Record::WriteFailed { to, write, .. } => {
+                writes.fail(to, write);
+            }
+            // An in-process restart: that incarnation's crash record listed its writes.
+            Record::Fault(FaultEvent::Crash { .. }) => {
+                writes.crash();
+            }
+            Record::Fault(FaultEvent::Restart { epoch, .. }) => last = last.max(epoch),
+            _ => {}
         }
     }
-    let flushed: Vec<WriteId> = open.into_iter().collect();
-    let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&path) else {
-        return flushed;
+    (last, writes.crash())
+}
+
+/// A killed process wrote no end to its trace: its successor appends one, so the audit
+/// judges the run's end by the files of the incarnations still running (the node's pool
+/// and rooms continue in the new epoch's file, after its `crash` and `restart` records).
+fn end_killed_process(path: &std::path::Path, id: NodeId, dead: u32) {
+    use std::io::Write as _;
+    let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(path) else {
+        return;
     };
     let e = kvsim_oracle::schema::Entry {
         at_ns: crate::clock::wall_ns(),
@@ -159,15 +211,14 @@ fn end_killed_incarnation(dir: &std::path::Path, id: NodeId, epoch: u32) -> Vec<
         rec: Record::End {
             outcome: EndOutcome::Drained,
             detail: format!(
-                "incarnation {epoch} was killed; node {id} continues as incarnation {}",
-                epoch + 1
+                "incarnation {dead} was killed; node {id} continues as incarnation {}",
+                dead + 1
             ),
         },
     };
     if let Err(err) = writeln!(f, "{}", kvsim_oracle::schema::entry_line(&e)) {
         eprintln!("kvsim serve: cannot end {}: {err}", path.display());
     }
-    flushed
 }
 
 /// Ask every loop for its status (one that does not answer within a second is left
@@ -234,26 +285,59 @@ pub struct NodePlan {
 
 /// Node `id`'s trace file under `--trace-json` (none without it). A restarted
 /// incarnation (`epoch > 0`) first records the previous one's end: it is gone
-/// (killed), its open writes flushed, and every tag it handed out is stale.
+/// (killed), its open writes flushed, and every tag it handed out is stale. An epoch
+/// names one incarnation: a restart at an epoch the node's trace files already name
+/// (a process started at it or above, or a restart in process that reached it) is
+/// refused ([`ServeError::EpochUsed`]).
 fn open_tracer(opts: &ServeOptions, id: NodeId, epoch: u32) -> Result<Option<Tracer>, ServeError> {
     let Some(dir) = &opts.trace_dir else {
         return Ok(None);
     };
     let path = dir.join(format!("n{}-e{}.jsonl", id.0, epoch));
+    let files = trace_files(dir, id);
+    let mut ended = None;
+    if epoch > 0 {
+        if let Some((&used, file)) = files.range(epoch..).next_back() {
+            return Err(epoch_used(id, epoch, used, file));
+        }
+        if let Some((&started, file)) = files.range(..epoch).next_back() {
+            let (last, flushed) = replay_incarnations(file, started);
+            if last >= epoch {
+                return Err(epoch_used(id, epoch, last, file));
+            }
+            ended = Some((file.clone(), last, flushed));
+        }
+    }
     let mut t = Tracer::create(&path, &opts.header()).map_err(|source| ServeError::Trace {
         path: path.display().to_string(),
         source,
     })?;
     if epoch > 0 {
-        let flushed = end_killed_incarnation(dir, id, epoch - 1);
+        let (dead, flushed) = match ended {
+            Some((file, last, flushed)) => {
+                end_killed_process(&file, id, last);
+                (last, flushed)
+            }
+            None => (epoch - 1, Vec::new()),
+        };
+        debug_assert!(dead < epoch, "the new incarnation is above the dead one");
         t.write(Record::Fault(FaultEvent::Crash {
             node: id,
-            epoch: epoch - 1,
+            epoch: dead,
             flushed,
         }));
         t.write(Record::Fault(FaultEvent::Restart { node: id, epoch }));
     }
     Ok(Some(t))
+}
+
+fn epoch_used(node: NodeId, epoch: u32, used: u32, file: &std::path::Path) -> ServeError {
+    ServeError::EpochUsed {
+        node,
+        epoch,
+        used,
+        trace: file.display().to_string(),
+    }
 }
 
 /// Where a decode node's listener hands the KV writes that arrive (its transfer
@@ -399,9 +483,10 @@ where
                 .role(id)
                 .ok_or(ServeError::NoSuchNode(id, topo.client().0 - 1))?;
             let (tx, rx) = channel::<NodeEvent<K>>();
-            let peers = server.link_peers(&plan, &tx)?;
+            let incarnation = Arc::new(AtomicU32::new(plan.epoch));
+            let peers = server.link_peers(&plan, &tx, &incarnation)?;
             let tracer = open_tracer(opts, id, plan.epoch)?;
-            let rt = Threads::new(tracer, peers, tx.clone(), rx);
+            let rt = Threads::new(tracer, peers, tx.clone(), rx).with_incarnation(incarnation);
             let mut io = Io::new(id, plan.epoch, topo.client(), rt);
             io.worker_router = opts.worker.then_some(ROUTER);
             io.worker_cancels_both = opts.cfg.defenses.router_cancels_both;
@@ -443,6 +528,7 @@ where
         &mut self,
         plan: &NodePlan,
         to_loop: &Sender<NodeEvent<K>>,
+        incarnation: &Arc<AtomicU32>,
     ) -> Result<BTreeMap<NodeId, Sender<Msg<K>>>, ServeError> {
         let id = plan.id;
         let mut peers = BTreeMap::new();
@@ -459,7 +545,7 @@ where
                 addr,
                 prx,
                 to_loop.clone(),
-                flag.clone(),
+                (flag.clone(), incarnation.clone()),
                 self.stop.clone(),
             )?;
             self.connected.push((id, peer, flag));

@@ -114,20 +114,42 @@ impl Deployment {
     fn settle(&mut self) {
         for _ in 0..TURNS {
             self.carry();
-            let busy = self.loops.iter_mut().position(|lp| {
-                !lp.io.rt.events.is_empty() || Self::next_timer(lp).is_some_and(|w| w.is_zero())
-            });
-            let next = busy.or_else(|| {
-                let waits = self.loops.iter_mut().map(Self::next_timer).enumerate();
-                let pending = waits.filter_map(|(i, w)| w.map(|w| (w, i)));
-                pending.min().map(|(_, i)| i)
-            });
-            let Some(i) = next else {
+            if !self.step() {
                 return;
-            };
-            assert!(self.loops[i].turn(), "a loop ended while it had work");
+            }
         }
         panic!("the deployment did not settle in {TURNS} turns");
+    }
+
+    /// Turn one loop: the first with work, else the one with the nearest timer. `false`
+    /// when no loop has anything to do.
+    fn step(&mut self) -> bool {
+        let busy = self.loops.iter_mut().position(|lp| {
+            !lp.io.rt.events.is_empty() || Self::next_timer(lp).is_some_and(|w| w.is_zero())
+        });
+        let next = busy.or_else(|| {
+            let waits = self.loops.iter_mut().map(Self::next_timer).enumerate();
+            let pending = waits.filter_map(|(i, w)| w.map(|w| (w, i)));
+            pending.min().map(|(_, i)| i)
+        });
+        let Some(i) = next else {
+            return false;
+        };
+        assert!(self.loops[i].turn(), "a loop ended while it had work");
+        true
+    }
+
+    /// Turn the loops until prefill has a KV write on its way (sent, not carried yet).
+    fn until_prefill_writes(&mut self) {
+        for _ in 0..TURNS {
+            let sent = &self.node(PREFILL).io.rt.sent;
+            if sent.iter().any(|(_, m)| matches!(m, Msg::KvWrite { .. })) {
+                return;
+            }
+            self.carry();
+            assert!(self.step(), "the deployment settled before prefill wrote");
+        }
+        panic!("prefill wrote nothing in {TURNS} turns");
     }
 
     /// Submit a request to the router's loop; its answers arrive on the receiver.
@@ -376,4 +398,43 @@ fn a_node_that_asks_to_be_restarted_restarts_in_process() {
     let fresh = start_decode(&mut lp, RoomKey::new(2, 2));
     assert!(!fresh.is_empty() && fresh.iter().all(|t| t.gen.epoch() == 1));
     assert_eq!(faults(&lp).len(), 2, "one restart");
+}
+
+/// The writes a node's `crash` records listed as flushed.
+fn flushed(lp: &Loop) -> Vec<WriteId> {
+    let recs = lp.io.rt.records.iter();
+    recs.flat_map(|r| match r {
+        Record::Fault(FaultEvent::Crash { flushed, .. }) => flushed.clone(),
+        _ => Vec::new(),
+    })
+    .collect()
+}
+
+/// A prefill node restarted in process while a KV write of its dead incarnation is
+/// still on its way to decode: the restart closes the dead incarnation's links, so the
+/// write its `crash` record lists as flushed never lands (as the simulator never
+/// applies a flushed write), and the request is still answered.
+#[test]
+fn a_write_flushed_by_an_in_process_restart_never_lands() {
+    let mut dep = Deployment::new(BugSet::default());
+    let rx = dep.submit(1, 2);
+    dep.until_prefill_writes();
+    dep.node(PREFILL).restart();
+    let gone = flushed(&dep.loops[PREFILL.0 as usize]);
+    assert!(!gone.is_empty(), "the write on its way is listed flushed");
+    assert_eq!(dep.node(PREFILL).io.rt.links_closed, vec![1]);
+    dep.settle();
+    let landed: Vec<WriteId> = dep.loops[DECODE.0 as usize]
+        .io
+        .rt
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Engine(TraceEvent::KvLanded { write, .. }) => Some(*write),
+            _ => None,
+        })
+        .collect();
+    let late: Vec<&WriteId> = gone.iter().filter(|w| landed.contains(w)).collect();
+    assert!(late.is_empty(), "flushed writes landed at decode: {late:?}");
+    assert_ne!(answer(&rx).status, 0, "the request is answered");
 }

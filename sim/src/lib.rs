@@ -26,8 +26,9 @@ pub mod sweep;
 
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
-use kvsim_engine::ids::{RequestId, RoomKey};
+use kvsim_engine::ids::{RequestId, RoomKey, TenantId};
 use kvsim_engine::invariant::Invariant;
+use kvsim_engine::msg::Status;
 use kvsim_oracle::schema::{Entry, RunHeader};
 use kvsim_oracle::{Finding, Leak};
 use plan::{Plan, Reduction};
@@ -91,6 +92,18 @@ impl RunOutcome {
     /// The first finding of either kind, if any.
     pub fn first_finding(&self) -> Option<&Finding> {
         self.findings.first()
+    }
+    /// The status of the first reply to the first request of `tenant` that got one.
+    pub fn status_of(&self, tenant: TenantId) -> Option<Status> {
+        self.requests
+            .iter()
+            .filter(|r| r.tenant == tenant)
+            .find_map(|r| {
+                self.replies
+                    .get(&r.req)
+                    .and_then(|v| v.first())
+                    .map(|c| c.status)
+            })
     }
 }
 

@@ -368,6 +368,16 @@ impl<G: Gpu> Simulator<G> {
         }
     }
 
+    /// A message that never reached its node, for the trace (when traced).
+    fn record_drop(&mut self, (from, to): (NodeId, NodeId), msg: &Msg<G::Kv>, why: DropReason) {
+        self.record(|| Record::Drop {
+            from,
+            to,
+            msg: MsgView::of(msg),
+            reason: why,
+        });
+    }
+
     /// An entry the oracle judges: always built.
     fn emit(&mut self, rec: Record) {
         let e = Entry {
@@ -707,12 +717,7 @@ impl<G: Gpu> Simulator<G> {
                 match self.net.control(true) {
                     ControlFate::Lost => {
                         self.stats.lost += 1;
-                        self.record(|| Record::Drop {
-                            from,
-                            to,
-                            msg: MsgView::of(&msg),
-                            reason: DropReason::Lost,
-                        });
+                        self.record_drop((from, to), &msg, DropReason::Lost);
                     }
                     ControlFate::Deliver { after_ns, dup_ns } => {
                         if let Some(d) = dup_ns {
@@ -819,12 +824,7 @@ impl<G: Gpu> Simulator<G> {
                 } else {
                     self.stats.dropped += 1;
                 }
-                self.record(|| Record::Drop {
-                    from,
-                    to,
-                    msg: MsgView::of(&msg),
-                    reason,
-                });
+                self.record_drop((from, to), &msg, reason);
                 return;
             }
             Arrival::Fail { reason, completion } => {
@@ -932,12 +932,7 @@ impl<G: Gpu> Simulator<G> {
             }),
         };
         if let Some(reason) = gone {
-            self.record(|| Record::Drop {
-                from,
-                to,
-                msg: MsgView::of(&msg),
-                reason,
-            });
+            self.record_drop((from, to), &msg, reason);
             return;
         }
         self.stats.data_faults += 1;

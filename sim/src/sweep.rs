@@ -1023,30 +1023,14 @@ mod tests {
     }
 
     fn part(k: u32, n: u32, run: u64) -> SweepSummary {
+        let names = ("t".to_string(), "t.toml".to_string());
+        let seeds = SeedRange { start: 0, end: 4 };
         SweepSummary {
-            scenario: "t".into(),
-            path: "t.toml".into(),
-            bugs: "none".into(),
-            seeds: SeedRange { start: 0, end: 4 },
             shards: vec![Shard { k, n }],
             seeds_planned: run,
             seeds_run: run,
-            sim_ns: 0,
-            events: 0,
-            wall_s: 0.0,
             jobs: 1,
-            failing_seeds: 0,
-            violations: BTreeMap::new(),
-            failures: Vec::new(),
-            detected_seeds: 0,
-            detections: BTreeMap::new(),
-            detected: Vec::new(),
-            nondeterministic: Vec::new(),
-            audit_mismatches: Vec::new(),
-            audited: 0,
-            stopped: None,
-            resume_from: None,
-            coverage: Coverage::default(),
+            ..SweepSummary::empty(names, "none".into(), seeds, Coverage::default())
         }
     }
 

@@ -59,21 +59,8 @@ fn run_counting(sc: &Scenario, seeds: u64) -> (u64, Vec<Invariant>, u64, u64) {
     (bad, found, struck, stale)
 }
 
-fn none() -> Defenses {
-    Defenses {
-        admission_check: false,
-        verify_on_completion: false,
-        deferred_release: false,
-        page_tags: false,
-        landing_gate: false,
-        preflight: false,
-        router_cancels_both: false,
-        zero_on_free: false,
-    }
-}
-
 fn only(d: impl Fn(&mut Defenses)) -> Defenses {
-    let mut x = none();
+    let mut x = Defenses::none();
     d(&mut x);
     x
 }
@@ -86,7 +73,7 @@ const SEEDS: u64 = 30;
 #[test]
 fn every_data_fault_breaks_the_undefended_engine_visibly() {
     for fault in FAULTS {
-        let (bad, found, struck) = run(&scenario(fault, 200, none()), SEEDS);
+        let (bad, found, struck) = run(&scenario(fault, 200, Defenses::none()), SEEDS);
         assert!(struck > 0, "{fault}: never struck");
         assert!(bad > 0, "{fault}: {struck} faults and no run broken");
         assert!(
@@ -95,7 +82,7 @@ fn every_data_fault_breaks_the_undefended_engine_visibly() {
         );
     }
     // And nothing without them: the violations are the faults'.
-    let (bad, found, _) = run(&scenario("none", 0, none()), SEEDS);
+    let (bad, found, _) = run(&scenario("none", 0, Defenses::none()), SEEDS);
     assert_eq!(bad, 0, "{found:?}");
 }
 
@@ -214,7 +201,7 @@ fn both_transports_are_clean_and_only_two_sided_refuses_at_landing() {
 #[ignore]
 fn print_table() {
     let configs: [(&str, Defenses); 4] = [
-        ("none", none()),
+        ("none", Defenses::none()),
         ("verify", only(|d| d.verify_on_completion = true)),
         ("tags", only(|d| d.page_tags = true)),
         ("all", Defenses::default()),

@@ -29,6 +29,7 @@ mod symbolic;
 pub use host::HostGpu;
 pub use symbolic::{SymbolicGpu, SymbolicPage};
 
+use crate::counters::Counters;
 use crate::env::Trace;
 use crate::ids::{Generation, NodeId, PageId, PageTag, RoomKey, Token};
 use crate::trace::{NodeFault, TraceEvent};
@@ -407,6 +408,38 @@ pub fn zero_pages<G: Gpu>(
     }
     debug_assert!(zeroed.len() <= pages.len());
     zeroed
+}
+
+/// Defense 7, zero-on-free, after a release of `released`: zero those `is_free` says
+/// are back on the free list, state each device failure as a fault through `counters`
+/// (that page is left out: its contents are unknown), and state the pages zeroed as one
+/// `PagesZeroed`.
+pub fn zero_on_free<G: Gpu, E: Trace>(
+    gpu: &mut G,
+    env: &mut E,
+    (node, counters): (NodeId, &mut Counters),
+    released: &[PageTag],
+    is_free: impl Fn(PageId) -> bool,
+) {
+    let freed: Vec<PageId> = released
+        .iter()
+        .map(|t| t.page)
+        .filter(|&p| is_free(p))
+        .collect();
+    let zeroed = zero_pages(gpu, &freed, &mut |e| {
+        counters.fault(env, node, device_fault(None, &e))
+    });
+    debug_assert!(freed.len() <= released.len());
+    debug_assert!(
+        zeroed.iter().all(|p| freed.contains(p)),
+        "only freed pages are zeroed"
+    );
+    if !zeroed.is_empty() {
+        env.trace(TraceEvent::PagesZeroed {
+            node,
+            pages: zeroed,
+        });
+    }
 }
 
 /// The page ids of a tag list.

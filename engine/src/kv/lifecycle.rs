@@ -44,10 +44,14 @@ pub enum PageState {
 impl PageState {
     /// States in which the page belongs to exactly one owner.
     pub fn is_owned(self) -> bool {
-        matches!(
+        let owned = matches!(
             self,
             PageState::Reserved | PageState::Writing | PageState::Ready
-        )
+        );
+        // The table agrees: exactly an owned page may be released or quarantined.
+        debug_assert_eq!(owned, transition(self, PageOp::Release).is_ok());
+        debug_assert_eq!(owned, transition(self, PageOp::Quarantine).is_ok());
+        owned
     }
 
     /// States in which a remote KV write of the owner may land (the landing gate,
@@ -55,15 +59,28 @@ impl PageState {
     /// still come). Not `Ready`: decode accepted the transfer after the writer's last
     /// completion, and appends its own KV to the last page.
     pub fn takes_remote_writes(self) -> bool {
-        matches!(
+        let takes = matches!(
             self,
             PageState::Reserved | PageState::Writing | PageState::Quarantined
-        )
+        );
+        // A page that takes a write may be held for it; a page whose transfer is
+        // expected (Writing) always takes it.
+        debug_assert!(
+            !takes || check_hold(self).is_ok(),
+            "{self} takes writes unheld"
+        );
+        debug_assert!(takes || self != PageState::Writing);
+        takes
     }
 }
 
 impl fmt::Display for PageState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Every state is listed once in the table of all states the tests walk.
+        debug_assert_eq!(ALL_STATES.iter().filter(|s| *s == self).count(), 1);
+        debug_assert!(TRANSITIONS
+            .iter()
+            .any(|(from, _, to)| from == self || to == self));
         fmt::Debug::fmt(self, f)
     }
 }
@@ -138,11 +155,21 @@ pub struct IllegalTransition {
 
 /// Look up `(from, op)` in [`TRANSITIONS`].
 pub fn transition(from: PageState, op: PageOp) -> Result<PageState, IllegalTransition> {
-    TRANSITIONS
+    let to = TRANSITIONS
         .iter()
         .find(|(f, o, _)| *f == from && *o == op)
         .map(|(_, _, to)| *to)
-        .ok_or(IllegalTransition { from, op })
+        .ok_or(IllegalTransition { from, op })?;
+    debug_assert_eq!(
+        TRANSITIONS
+            .iter()
+            .filter(|(f, o, _)| *f == from && *o == op)
+            .count(),
+        1,
+        "the table is deterministic"
+    );
+    debug_assert_ne!(from, to, "every legal step moves the page");
+    Ok(to)
 }
 
 /// Whether other paths (a send, an offload, a transfer receiver) hold a page as its
@@ -173,11 +200,24 @@ impl Holders {
 /// single-threaded pool and the concurrent record pick the operation here, from the
 /// holder count they see in the same step as the transition.
 pub fn let_go_op(op: PageOp, holders: Holders) -> PageOp {
-    match (op, holders) {
+    let chosen = match (op, holders) {
         (PageOp::Release, Holders::Present) => PageOp::ReleaseHeld,
         (PageOp::DrainAcked, Holders::Present) => PageOp::DrainAckedHeld,
         (op, _) => op,
-    }
+    };
+    debug_assert!(
+        holders == Holders::Present || chosen == op,
+        "without holders the operation is unchanged"
+    );
+    // A held twin never frees: every step it takes parks the page in Draining.
+    debug_assert!(
+        chosen == op
+            || TRANSITIONS
+                .iter()
+                .filter(|(_, o, _)| *o == chosen)
+                .all(|(_, _, to)| *to == PageState::Draining)
+    );
+    chosen
 }
 
 /// May a path other than the owner (a send, an offload, a transfer receiver) take a
@@ -187,7 +227,16 @@ pub fn let_go_op(op: PageOp, holders: Holders) -> PageOp {
 /// Draining page would keep a page alive that nobody will release. A refusal names
 /// the `ReleaseHeld` step the hold would later require, as the pool always has.
 pub fn check_hold(state: PageState) -> Result<(), IllegalTransition> {
-    if state.is_owned() || state == PageState::Quarantined {
+    let allowed = state.is_owned() || state == PageState::Quarantined;
+    // A holdable page has a step out that waits for its holders (ReleaseHeld for an
+    // owned page, DrainAckedHeld for a quarantined one); a Free or Draining page has none.
+    debug_assert_eq!(
+        allowed,
+        transition(state, PageOp::ReleaseHeld).is_ok()
+            || transition(state, PageOp::DrainAckedHeld).is_ok()
+    );
+    debug_assert!(allowed || matches!(state, PageState::Free | PageState::Draining));
+    if allowed {
         Ok(())
     } else {
         Err(IllegalTransition {

@@ -209,6 +209,11 @@ impl PagePool {
         self
     }
 
+    /// Whether the pool journals its changes ([`PagePool::journal`]).
+    pub fn journaling(&self) -> bool {
+        self.journal.on
+    }
+
     /// The changes made since the last call, oldest first.
     pub fn take_changes(&mut self) -> std::vec::Drain<'_, PageChange> {
         self.journal.changes.drain(..)

@@ -14,9 +14,10 @@
 //! against each other, operation by operation, through this trait).
 
 use super::landing::WriteGate;
+use super::lifecycle::PageState;
 use super::pool::{PageChange, PagePool, PageRecord};
 use super::shared::SharedPool;
-use crate::ids::{PageId, PageTag, RoomKey};
+use crate::ids::{Generation, PageId, PageTag, RoomKey};
 use crate::invariant::Violation;
 use crate::trace::ReleaseKind;
 use std::fmt;
@@ -69,46 +70,120 @@ impl PageRecords for PagePool {
     type Error = super::PoolError;
 
     fn capacity(&self) -> usize {
-        PagePool::capacity(self)
+        let pages = PagePool::capacity(self);
+        debug_assert!(pages == 0 || PagePool::record(self, page_id(pages)).is_some());
+        debug_assert!(PagePool::record(self, page_id(pages + 1)).is_none());
+        pages
     }
     fn epoch(&self) -> u32 {
-        PagePool::epoch(self)
+        let epoch = PagePool::epoch(self);
+        let ends = [1, PagePool::capacity(self)].map(page_id);
+        debug_assert!(
+            ends.iter()
+                .all(|&p| PagePool::record(self, p).is_none_or(|r| r.gen.epoch() == epoch)),
+            "every generation of the pool lies in its incarnation"
+        );
+        debug_assert!(Generation::first_of_epoch(epoch).epoch() == epoch);
+        epoch
     }
     fn page(&self, page: PageId) -> Option<PageRecord> {
-        self.record(page).cloned()
+        let record = self.record(page).cloned();
+        debug_assert_eq!(record.is_some(), in_range(page, PagePool::capacity(self)));
+        debug_assert!(record.as_ref().is_none_or(free_has_no_owner));
+        record
     }
     fn owns(&self, owner: RoomKey, tag: PageTag) -> bool {
-        PagePool::owns(self, owner, tag)
+        let owns = PagePool::owns(self, owner, tag);
+        debug_assert!(!owns || in_range(tag.page, PagePool::capacity(self)));
+        debug_assert!(!owns || tag.gen.epoch() == PagePool::epoch(self));
+        owns
     }
     fn alloc(&mut self, n: usize, owner: RoomKey) -> Result<Vec<PageTag>, Self::Error> {
-        PagePool::alloc(self, n, owner)
+        let pages = PagePool::alloc(self, n, owner)?;
+        debug_assert_eq!(pages.len(), n, "all or nothing");
+        debug_assert!(pages.iter().all(|&t| PagePool::owns(self, owner, t)));
+        Ok(pages)
     }
     fn expect_write(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
-        PagePool::expect_write(self, owner, tags)
+        PagePool::expect_write(self, owner, tags)?;
+        debug_assert!(all_in(self, tags, |r| r.state == PageState::Writing));
+        debug_assert!(tags.iter().all(|&t| PagePool::owns(self, owner, t)));
+        Ok(())
     }
     fn mark_ready(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
-        PagePool::mark_ready(self, owner, tags)
+        PagePool::mark_ready(self, owner, tags)?;
+        debug_assert!(all_in(self, tags, |r| r.state == PageState::Ready));
+        debug_assert!(tags.iter().all(|&t| PagePool::owns(self, owner, t)));
+        Ok(())
     }
     fn release(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
-        PagePool::release(self, owner, tags)
+        PagePool::release(self, owner, tags)?;
+        debug_assert!(all_in(self, tags, let_go));
+        debug_assert!(tags.iter().all(|&t| !PagePool::owns(self, owner, t)));
+        Ok(())
     }
     fn quarantine(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
-        PagePool::quarantine(self, owner, tags)
+        PagePool::quarantine(self, owner, tags)?;
+        debug_assert!(all_in(self, tags, |r| r.state == PageState::Quarantined));
+        debug_assert!(all_in(self, tags, |r| r.owner == Some(owner)));
+        Ok(())
     }
     fn release_quarantined(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
-        PagePool::release_quarantined(self, owner, tags)
+        PagePool::release_quarantined(self, owner, tags)?;
+        debug_assert!(all_in(self, tags, let_go));
+        debug_assert!(tags.iter().all(|&t| !PagePool::owns(self, owner, t)));
+        Ok(())
     }
     fn free_unchecked(&mut self, room: RoomKey, tags: &[PageTag]) {
-        PagePool::free_unchecked(self, room, tags)
+        let before = self.free_count();
+        PagePool::free_unchecked(self, room, tags);
+        let named = tags
+            .iter()
+            .filter(|t| in_range(t.page, PagePool::capacity(self)));
+        debug_assert_eq!(
+            self.free_count(),
+            before + named.count(),
+            "every page is listed"
+        );
+        debug_assert!(all_in(self, tags, |r| r.state == PageState::Free));
     }
-    fn drain_changes(&mut self, f: impl FnMut(PageChange)) {
-        self.take_changes().for_each(f)
+    fn drain_changes(&mut self, mut f: impl FnMut(PageChange)) {
+        let mut drained = 0usize;
+        self.take_changes().for_each(|c| {
+            debug_assert!(moved_within(&c), "{c:?} names a page it did not move");
+            drained += 1;
+            f(c)
+        });
+        debug_assert_eq!(
+            self.take_changes().len(),
+            0,
+            "the journal is empty once drained"
+        );
+        debug_assert!(
+            drained == 0 || self.journaling(),
+            "only a journaling pool journals"
+        );
     }
     fn with_pool<R>(&self, f: impl FnOnce(&PagePool) -> R) -> R {
-        f(self)
+        let (pages, free) = (PagePool::capacity(self), self.free_count());
+        let out = f(self);
+        debug_assert_eq!(
+            PagePool::capacity(self),
+            pages,
+            "a read leaves the pool as it is"
+        );
+        debug_assert_eq!(self.free_count(), free);
+        out
     }
     fn restarted(&self, epoch: u32) -> Self {
-        PagePool::with_epoch(self.capacity() as u32, self.page_size(), epoch).journal()
+        let fresh = PagePool::with_epoch(self.capacity() as u32, self.page_size(), epoch).journal();
+        debug_assert_eq!(
+            fresh.free_count(),
+            PagePool::capacity(self),
+            "a fresh pool is all free"
+        );
+        debug_assert_eq!(PagePool::epoch(&fresh), epoch);
+        fresh
     }
 }
 
@@ -123,6 +198,8 @@ pub struct SharedRecord {
 
 impl SharedRecord {
     pub fn new(pool: Arc<SharedPool>) -> Self {
+        debug_assert!(pool.page_size() > 0, "a record of pages of no tokens");
+        debug_assert!(pool.capacity() < u32::MAX as usize, "page ids are 32-bit");
         SharedRecord {
             pool,
             journal: Vec::new(),
@@ -131,6 +208,9 @@ impl SharedRecord {
 
     /// The record itself, for the transfer thread's gate.
     pub fn shared(&self) -> &Arc<SharedPool> {
+        // The node's handle and the transfer thread's share one record, never a copy.
+        debug_assert!(Arc::strong_count(&self.pool) >= 1);
+        debug_assert!(self.pool.page_size() > 0);
         &self.pool
     }
 }
@@ -139,19 +219,38 @@ impl PageRecords for SharedRecord {
     type Error = super::shared::SharedError;
 
     fn capacity(&self) -> usize {
-        self.pool.capacity()
+        let pages = self.pool.capacity();
+        debug_assert!(pages == 0 || self.pool.record(page_id(pages)).is_some());
+        debug_assert!(self.pool.record(page_id(pages + 1)).is_none());
+        pages
     }
     fn epoch(&self) -> u32 {
-        self.pool.epoch()
+        let epoch = self.pool.epoch();
+        let ends = [1, self.pool.capacity()].map(page_id);
+        debug_assert!(
+            ends.iter()
+                .all(|&p| self.pool.tag(p).is_none_or(|t| t.gen.epoch() == epoch)),
+            "every generation of the record lies in its incarnation"
+        );
+        debug_assert!(Generation::first_of_epoch(epoch).epoch() == epoch);
+        epoch
     }
     fn page(&self, page: PageId) -> Option<PageRecord> {
-        self.pool.record(page)
+        let record = self.pool.record(page);
+        debug_assert_eq!(record.is_some(), in_range(page, self.pool.capacity()));
+        debug_assert!(record.as_ref().is_none_or(free_has_no_owner));
+        record
     }
     fn owns(&self, owner: RoomKey, tag: PageTag) -> bool {
-        self.pool.owns(owner, tag)
+        let owns = self.pool.owns(owner, tag);
+        debug_assert!(!owns || in_range(tag.page, self.pool.capacity()));
+        debug_assert!(!owns || tag.gen.epoch() == self.pool.epoch());
+        owns
     }
     fn alloc(&mut self, n: usize, owner: RoomKey) -> Result<Vec<PageTag>, Self::Error> {
         let pages = self.pool.alloc(n, owner)?;
+        debug_assert_eq!(pages.len(), n, "all or nothing");
+        debug_assert!(pages.iter().all(|&t| self.pool.owns(owner, t)));
         self.journal.push(PageChange::Reserved {
             room: owner,
             pages: pages.clone(),
@@ -160,6 +259,8 @@ impl PageRecords for SharedRecord {
     }
     fn expect_write(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         self.pool.expect_write(owner, tags)?;
+        debug_assert!(all_in(self, tags, |r| r.state == PageState::Writing));
+        debug_assert!(tags.iter().all(|&t| self.pool.owns(owner, t)));
         self.journal.push(PageChange::ExpectWrite {
             room: owner,
             pages: tags.to_vec(),
@@ -168,6 +269,8 @@ impl PageRecords for SharedRecord {
     }
     fn mark_ready(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         self.pool.mark_ready(owner, tags)?;
+        debug_assert!(all_in(self, tags, |r| r.state == PageState::Ready));
+        debug_assert!(tags.iter().all(|&t| self.pool.owns(owner, t)));
         self.journal.push(PageChange::Ready {
             room: owner,
             pages: tags.to_vec(),
@@ -176,6 +279,12 @@ impl PageRecords for SharedRecord {
     }
     fn release(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         let held = self.pool.release_held(owner, tags)?;
+        // A page left Draining may go Free at once on the transfer thread: both let go.
+        debug_assert!(all_in(self, tags, let_go));
+        debug_assert!(
+            held.iter().all(|h| tags.contains(h)),
+            "only released pages drain"
+        );
         self.journal.push(PageChange::Released {
             room: owner,
             pages: tags.to_vec(),
@@ -186,6 +295,8 @@ impl PageRecords for SharedRecord {
     }
     fn quarantine(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         self.pool.quarantine(owner, tags)?;
+        debug_assert!(all_in(self, tags, |r| r.state == PageState::Quarantined));
+        debug_assert!(all_in(self, tags, |r| r.owner == Some(owner)));
         self.journal.push(PageChange::Quarantined {
             room: owner,
             pages: tags.to_vec(),
@@ -194,6 +305,11 @@ impl PageRecords for SharedRecord {
     }
     fn release_quarantined(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         let held = self.pool.release_quarantined_held(owner, tags)?;
+        debug_assert!(all_in(self, tags, let_go));
+        debug_assert!(
+            held.iter().all(|h| tags.contains(h)),
+            "only released pages drain"
+        );
         self.journal.push(PageChange::QuarantineReleased {
             room: owner,
             pages: tags.to_vec(),
@@ -202,7 +318,17 @@ impl PageRecords for SharedRecord {
         Ok(())
     }
     fn free_unchecked(&mut self, room: RoomKey, tags: &[PageTag]) {
+        let before = self.pool.free_count();
         self.pool.free_unchecked(tags);
+        // The transfer thread may free a draining page meanwhile: the list only grows.
+        let named = tags
+            .iter()
+            .filter(|t| in_range(t.page, self.pool.capacity()));
+        debug_assert!(
+            self.pool.free_count() >= before + named.count(),
+            "every page is listed"
+        );
+        debug_assert!(all_in(self, tags, |r| r.state == PageState::Free));
         self.journal.push(PageChange::Released {
             room,
             pages: tags.to_vec(),
@@ -211,16 +337,70 @@ impl PageRecords for SharedRecord {
         });
     }
     fn drain_changes(&mut self, f: impl FnMut(PageChange)) {
-        self.journal.drain(..).for_each(f)
+        debug_assert!(
+            self.journal.iter().all(moved_within),
+            "a change names a page it did not move"
+        );
+        self.journal.drain(..).for_each(f);
+        debug_assert!(self.journal.is_empty(), "the journal is empty once drained");
     }
     fn with_pool<R>(&self, f: impl FnOnce(&PagePool) -> R) -> R {
-        f(&self.pool.snapshot())
+        let snapshot = self.pool.snapshot();
+        debug_assert_eq!(snapshot.capacity(), self.pool.capacity());
+        debug_assert_eq!(snapshot.epoch(), self.pool.epoch());
+        f(&snapshot)
     }
     fn restarted(&self, epoch: u32) -> Self {
-        SharedRecord::new(Arc::new(SharedPool::with_epoch(
+        let fresh = SharedRecord::new(Arc::new(SharedPool::with_epoch(
             self.pool.capacity() as u32,
             self.pool.page_size(),
             epoch,
-        )))
+        )));
+        debug_assert_eq!(
+            fresh.pool.free_count(),
+            self.pool.capacity(),
+            "a fresh record is all free"
+        );
+        debug_assert_eq!(fresh.pool.epoch(), epoch);
+        fresh
+    }
+}
+
+/// Page `n`.
+fn page_id(n: usize) -> PageId {
+    debug_assert!(n <= u32::MAX as usize, "page ids are 32-bit");
+    PageId(n as u32)
+}
+
+/// Is `page` one of a record's `capacity` usable pages (page 0 is padding)?
+fn in_range(page: PageId, capacity: usize) -> bool {
+    page.0 >= 1 && page.0 as usize <= capacity
+}
+
+/// S1: a page on the free list belongs to no room use.
+fn free_has_no_owner(r: &PageRecord) -> bool {
+    r.state != PageState::Free || r.owner.is_none()
+}
+
+/// The owner let go of the page: free, or draining under a holder, owned by no one.
+fn let_go(r: &PageRecord) -> bool {
+    matches!(r.state, PageState::Free | PageState::Draining) && r.owner.is_none()
+}
+
+/// Every page of `tags` has a record and `holds` of it.
+fn all_in(rec: &impl PageRecords, tags: &[PageTag], holds: impl Fn(&PageRecord) -> bool) -> bool {
+    tags.iter()
+        .all(|t| rec.page(t.page).is_some_and(|r| holds(&r)))
+}
+
+/// A change's pages still held (or freed by an unhold) are among the pages it moved.
+fn moved_within(c: &PageChange) -> bool {
+    match c {
+        PageChange::Released { pages, held, .. }
+        | PageChange::QuarantineReleased { pages, held, .. } => {
+            held.iter().all(|h| pages.contains(h))
+        }
+        PageChange::Unheld { pages, freed } => freed.iter().all(|f| pages.contains(f)),
+        _ => true,
     }
 }

@@ -75,7 +75,8 @@ pub enum SharedError {
 
 impl From<PoolError> for SharedError {
     fn from(e: PoolError) -> Self {
-        match e {
+        let words = e.to_string();
+        let shared = match e {
             PoolError::Exhausted { requested, free } => SharedError::Exhausted { requested, free },
             PoolError::StaleTag { tag, current } => SharedError::StaleTag { tag, current },
             PoolError::NotOwner {
@@ -90,7 +91,14 @@ impl From<PoolError> for SharedError {
             PoolError::OutOfRange { page, last } => SharedError::OutOfRange { page, last },
             PoolError::NotHeld { tag } => SharedError::NotHeld { tag },
             PoolError::Illegal { page, source } => SharedError::Illegal { page, source },
-        }
+        };
+        // Both records refuse in the same words (tests/shared_vs_pool.rs compares them).
+        debug_assert_eq!(shared.to_string(), words);
+        debug_assert!(
+            !matches!(shared, SharedError::NotWritable { .. }),
+            "the pool has no gate"
+        );
+        shared
     }
 }
 
@@ -128,7 +136,11 @@ impl Word {
             PageState::Draining => 4,
             PageState::Quarantined => 5,
         };
-        (self.gen << GEN_SHIFT) | (code << STATE_SHIFT) | u64::from(self.holders)
+        let bits = (self.gen << GEN_SHIFT) | (code << STATE_SHIFT) | u64::from(self.holders);
+        // The three fields do not bleed into each other.
+        debug_assert_eq!(bits & HOLDERS_MASK, u64::from(self.holders));
+        debug_assert_eq!((bits >> STATE_SHIFT) & STATE_MASK, code);
+        bits
     }
 
     fn unpack(bits: u64) -> Word {
@@ -143,11 +155,14 @@ impl Word {
                 panic!("page word {bits:#x} has state code {code}: only Word::pack writes words")
             }
         };
-        Word {
+        let w = Word {
             gen: bits >> GEN_SHIFT,
             state,
             holders: (bits & HOLDERS_MASK) as u16,
-        }
+        };
+        debug_assert!(w.gen <= GENERATION_MAX, "45 bits of generation");
+        debug_assert_eq!(w.pack(), bits, "a word packs back to the bits it came from");
+        w
     }
 }
 
@@ -190,7 +205,10 @@ pub struct SharedPool {
 
 impl fmt::Debug for SharedPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("SharedPool").field(&self.snapshot()).finish()
+        let snapshot = self.snapshot();
+        debug_assert_eq!(snapshot.capacity(), self.capacity());
+        debug_assert_eq!(snapshot.epoch(), self.epoch);
+        f.debug_tuple("SharedPool").field(&snapshot).finish()
     }
 }
 
@@ -198,7 +216,10 @@ impl SharedPool {
     /// A record of `pages` usable pages (ids `1..=pages`) of `page_size` tokens each,
     /// all Free, page 1 handed out first, as [`PagePool::new`].
     pub fn new(pages: u32, page_size: u32) -> Self {
-        Self::with_epoch(pages, page_size, 0)
+        let pool = Self::with_epoch(pages, page_size, 0);
+        debug_assert_eq!(pool.capacity(), pages as usize);
+        debug_assert_eq!(pool.epoch, 0, "a first incarnation");
+        pool
     }
 
     /// The record of a node incarnation, as [`PagePool::with_epoch`]: every generation
@@ -226,6 +247,12 @@ impl SharedPool {
             free: (1..=pages).rev().map(PageId).collect(),
             owners: vec![None; pages as usize + 1],
         };
+        debug_assert_eq!(book.free.len(), pages as usize, "every page starts free");
+        debug_assert_eq!(
+            book.free.last(),
+            (pages > 0).then_some(&PageId(1)),
+            "page 1 first"
+        );
         SharedPool {
             page_size,
             epoch,
@@ -241,43 +268,76 @@ impl SharedPool {
     #[cfg(any(test, loom))]
     pub fn with_planted_race(pages: u32, page_size: u32, race: PlantedRace) -> Self {
         let mut pool = SharedPool::new(pages, page_size);
+        assert!(pool.planted.is_none(), "one planted race at a time");
         pool.planted = Some(race);
+        debug_assert_eq!(pool.epoch, 0, "a planted race lives in a first incarnation");
         pool
     }
 
     pub fn page_size(&self) -> u32 {
+        debug_assert!(self.page_size > 0, "checked at construction");
+        debug_assert!(!self.words.is_empty(), "index 0 is the padding page");
         self.page_size
     }
 
     /// The incarnation whose generations this record hands out.
     pub fn epoch(&self) -> u32 {
+        debug_assert!(Generation::first_of_epoch(self.epoch).0 < GENERATION_MAX);
+        debug_assert!(!self.words.is_empty(), "index 0 is the padding page");
         self.epoch
     }
 
     /// Usable pages (page 0 excluded).
     pub fn capacity(&self) -> usize {
-        self.words.len() - 1
+        debug_assert!(!self.words.is_empty(), "index 0 is the padding page");
+        let pages = self.words.len() - 1;
+        debug_assert!(pages <= u32::MAX as usize, "page ids are 32-bit");
+        pages
     }
 
     pub fn free_count(&self) -> usize {
-        self.book().free.len()
+        let book = self.book();
+        debug_assert_eq!(
+            book.owners.len(),
+            self.words.len(),
+            "one owner slot per page"
+        );
+        debug_assert!(book.free.last().is_none_or(|p| self.slot(*p).is_ok()));
+        book.free.len()
     }
 
     /// The free list, next-to-be-handed-out last.
     pub fn free_list(&self) -> Vec<PageId> {
-        self.book().free.clone()
+        let list = self.book().free.clone();
+        debug_assert!(
+            list.iter().all(|p| self.slot(*p).is_ok()),
+            "only pool pages are free"
+        );
+        debug_assert!(
+            !list.contains(&PageId(0)),
+            "the padding page is never handed out"
+        );
+        list
     }
 
     /// The record of one page as of now (its holder count may change at once).
     pub fn record(&self, page: PageId) -> Option<PageRecord> {
         let book = self.book();
-        self.record_locked(&book, page)
+        let record = self.record_locked(&book, page);
+        debug_assert_eq!(record.is_some(), self.slot(page).is_ok());
+        debug_assert!(record
+            .as_ref()
+            .is_none_or(|r| r.state != PageState::Free || r.owner.is_none()));
+        record
     }
 
     /// The current tag of a page, without taking the book lock.
     pub fn tag(&self, page: PageId) -> Option<PageTag> {
         let slot = self.slot(page).ok()?;
         let w = Word::unpack(slot.load(Ordering::Acquire));
+        debug_assert!(page.0 >= 1, "slot refuses the padding page");
+        // A generation never goes below its incarnation's first.
+        debug_assert!(w.gen >= Generation::first_of_epoch(self.epoch).0);
         Some(PageTag {
             page,
             gen: Generation(w.gen),
@@ -286,20 +346,36 @@ impl SharedPool {
 
     /// Is `tag` current (same generation) and owned by `owner` right now?
     pub fn owns(&self, owner: RoomKey, tag: PageTag) -> bool {
-        self.record(tag.page)
-            .is_some_and(|r| r.gen == tag.gen && r.owner == Some(owner) && r.state.is_owned())
+        let owns = self
+            .record(tag.page)
+            .is_some_and(|r| r.gen == tag.gen && r.owner == Some(owner) && r.state.is_owned());
+        debug_assert!(!owns || self.slot(tag.page).is_ok());
+        debug_assert!(
+            !owns || tag.gen.0 > Generation::first_of_epoch(self.epoch).0,
+            "allocated"
+        );
+        owns
     }
 
     /// Pages owned by or quarantined for `owner`, in page order.
     pub fn pages_of(&self, owner: RoomKey) -> Vec<PageTag> {
         let book = self.book();
-        (1..self.words.len())
+        let pages: Vec<PageTag> = (1..self.words.len())
             .filter(|&i| book.owners[i] == Some(owner))
             .map(|i| PageTag {
                 page: PageId(i as u32),
                 gen: Generation(Word::unpack(self.words[i].load(Ordering::Acquire)).gen),
             })
-            .collect()
+            .collect();
+        debug_assert!(
+            pages.windows(2).all(|w| w[0].page < w[1].page),
+            "in page order"
+        );
+        debug_assert!(
+            pages.iter().all(|t| !book.free.contains(&t.page)),
+            "S1: none is free"
+        );
+        pages
     }
 
     /// Allocate `n` pages to `owner`, all or nothing, most recently freed first.
@@ -349,30 +425,65 @@ impl SharedPool {
                 gen: Generation(new.gen),
             });
         }
+        debug_assert_eq!(tags.len(), n, "all or nothing");
+        debug_assert!(
+            tags.iter().all(|t| !book.free.contains(&t.page)),
+            "S1: off the free list"
+        );
         Ok(tags)
     }
 
     /// Announce remote writes into `tags` (Reserved -> Writing).
     pub fn expect_write(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
-        self.owner_op(owner, tags, PageOp::ExpectWrite)
+        self.owner_op(owner, tags, PageOp::ExpectWrite)?;
+        debug_assert!(
+            tags.iter().all(|t| self.tag(t.page) == Some(*t)),
+            "no generation moved"
+        );
+        debug_assert!(tags.iter().all(|t| self
+            .record(t.page)
+            .is_some_and(|r| r.state == PageState::Writing)));
+        Ok(())
     }
 
     /// The pages hold the owner's verified KV (-> Ready).
     pub fn mark_ready(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
-        self.owner_op(owner, tags, PageOp::MarkReady)
+        self.owner_op(owner, tags, PageOp::MarkReady)?;
+        debug_assert!(
+            tags.iter().all(|t| self.tag(t.page) == Some(*t)),
+            "no generation moved"
+        );
+        debug_assert!(tags.iter().all(|t| self
+            .record(t.page)
+            .is_some_and(|r| r.state == PageState::Ready)));
+        Ok(())
     }
 
     /// The owner aborted while remote writes may still land: keep the pages out of
     /// circulation until [`SharedPool::release_quarantined`].
     pub fn quarantine(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
-        self.owner_op(owner, tags, PageOp::Quarantine)
+        self.owner_op(owner, tags, PageOp::Quarantine)?;
+        debug_assert!(
+            tags.iter().all(|t| self.tag(t.page) == Some(*t)),
+            "no generation moved"
+        );
+        debug_assert!(tags.iter().all(|t| self
+            .record(t.page)
+            .is_some_and(|r| r.state == PageState::Quarantined)));
+        Ok(())
     }
 
     /// The owner lets go of its pages. Held pages go to Draining and return to Free
     /// when their last holder lets go. Only the owner may release (S8). Returns how
     /// many pages this call put back on the free list.
     pub fn release(&self, owner: RoomKey, tags: &[PageTag]) -> Result<usize, SharedError> {
-        self.let_go_all(owner, tags, PageOp::Release)
+        let freed = self.let_go_all(owner, tags, PageOp::Release)?;
+        debug_assert!(freed <= tags.len());
+        debug_assert!(
+            tags.iter().all(|t| !self.owns(owner, *t)),
+            "S8: the owner let go"
+        );
+        Ok(freed)
     }
 
     /// The writer acked that its writes for `owner` have drained: quarantined pages
@@ -383,7 +494,12 @@ impl SharedPool {
         owner: RoomKey,
         tags: &[PageTag],
     ) -> Result<usize, SharedError> {
-        self.let_go_all(owner, tags, PageOp::DrainAcked)
+        let freed = self.let_go_all(owner, tags, PageOp::DrainAcked)?;
+        debug_assert!(freed <= tags.len());
+        debug_assert!(tags
+            .iter()
+            .all(|t| self.record(t.page).is_some_and(|r| r.owner.is_none())));
+        Ok(freed)
     }
 
     /// Take a hold on a page for another path (a send reading it, an offload). Refused
@@ -391,12 +507,21 @@ impl SharedPool {
     /// Prefer [`SharedPool::begin_read`], whose guard cannot forget to let go.
     #[inline]
     pub fn hold(&self, tag: PageTag) -> Result<(), SharedError> {
-        self.take_hold(tag, |state| {
+        let held = self.take_hold(tag, |state| {
             check_hold(state).map_err(|source| SharedError::Illegal {
                 page: tag.page,
                 source,
             })
-        })
+        });
+        // While held the generation stays and the holder is counted.
+        debug_assert!(held.is_err() || self.tag(tag.page) == Some(tag));
+        debug_assert!(
+            held.is_err()
+                || self
+                    .record(tag.page)
+                    .is_some_and(|r| r.state != PageState::Free)
+        );
+        held
     }
 
     /// Let go of a hold. A draining page whose last holder lets go returns to Free;
@@ -411,6 +536,9 @@ impl SharedPool {
             if w.holders == 0 {
                 return Err(SharedError::NotHeld { tag });
             }
+            // A held page is never on the free list, so never Free (S1).
+            debug_assert_ne!(w.state, PageState::Free, "{tag} is held while free");
+            debug_assert!(w.holders >= 1);
             if w.holders == 1 && w.state == PageState::Draining {
                 // Freeing the page changes its state: that takes the book lock.
                 return self.unhold_last(slot, tag);
@@ -439,7 +567,13 @@ impl SharedPool {
     #[inline]
     pub fn begin_read(&self, tag: PageTag) -> Result<ReadGuard<'_>, SharedError> {
         self.hold(tag)?;
-        Ok(ReadGuard(Hold { pool: self, tag }))
+        let guard = ReadGuard(Hold { pool: self, tag });
+        debug_assert_eq!(guard.tag(), tag);
+        debug_assert!(
+            self.tag(tag.page) == Some(tag),
+            "a held page keeps its generation"
+        );
+        Ok(guard)
     }
 
     /// Hold the page for writing incoming KV into it. Refused, and so never applied,
@@ -458,7 +592,13 @@ impl SharedPool {
                 Err(SharedError::NotWritable { tag, state })
             }
         })?;
-        Ok(WriteGuard(Hold { pool: self, tag }))
+        let guard = WriteGuard(Hold { pool: self, tag });
+        debug_assert_eq!(guard.tag(), tag);
+        debug_assert!(
+            self.tag(tag.page) == Some(tag),
+            "a held page keeps its generation"
+        );
+        Ok(guard)
     }
 
     /// [`SharedPool::begin_write_for`] for a remote KV write landing (`kv::land`'s gate):
@@ -477,7 +617,13 @@ impl SharedPool {
                 Err(SharedError::NotWritable { tag, state })
             }
         })?;
-        self.owned_by(owner, WriteGuard(Hold { pool: self, tag }))
+        let guard = self.owned_by(owner, WriteGuard(Hold { pool: self, tag }))?;
+        debug_assert_eq!(guard.tag(), tag);
+        // Held, the page cannot go back to Free under the landing.
+        debug_assert!(self
+            .record(tag.page)
+            .is_some_and(|r| r.state != PageState::Free));
+        Ok(guard)
     }
 
     /// [`SharedPool::begin_write`] for a write of room use `owner`: also refused when
@@ -490,7 +636,14 @@ impl SharedPool {
         tag: PageTag,
     ) -> Result<WriteGuard<'_>, SharedError> {
         let guard = self.begin_write(tag)?;
-        self.owned_by(owner, guard)
+        let guard = self.owned_by(owner, guard)?;
+        debug_assert_eq!(guard.tag(), tag);
+        debug_assert!(
+            self.record(tag.page)
+                .is_some_and(|r| r.state != PageState::Free),
+            "held"
+        );
+        Ok(guard)
     }
 
     /// Keep `guard` only when its page (held at its generation) belongs to `owner`.
@@ -500,6 +653,7 @@ impl SharedPool {
         guard: WriteGuard<'a>,
     ) -> Result<WriteGuard<'a>, SharedError> {
         let tag = guard.0.tag;
+        debug_assert!(self.slot(tag.page).is_ok(), "a guard holds a pool page");
         let current = self.book().owners[tag.page.0 as usize];
         if current != Some(owner) {
             // Drop the guard before reporting (it lets go of the hold).
@@ -510,6 +664,11 @@ impl SharedPool {
                 owner: current,
             });
         }
+        // The owner read is the held generation's: an owner changes only with a new one.
+        debug_assert!(
+            self.tag(tag.page) == Some(tag),
+            "the held generation is current"
+        );
         Ok(guard)
     }
 
@@ -524,22 +683,48 @@ impl SharedPool {
                     .expect("every index 1..len is a pool page")
             })
             .collect();
-        PagePool::from_parts(self.page_size, records, book.free.clone(), self.epoch)
+        let snapshot = PagePool::from_parts(self.page_size, records, book.free.clone(), self.epoch);
+        debug_assert_eq!(snapshot.capacity(), self.words.len() - 1);
+        debug_assert_eq!(snapshot.free_count(), book.free.len());
+        snapshot
     }
 
     /// S1 (partition) and S8 (each free page listed once), checked by
     /// [`PagePool::invariants`] on a [`SharedPool::snapshot`]. Safe to call while other
     /// threads use the record: every move to or from Free happens under the book lock.
     pub fn invariants(&self) -> Result<(), Violation> {
-        self.snapshot().invariants()
+        let snapshot = self.snapshot();
+        let verdict = snapshot.invariants();
+        // A whole record lists exactly its Free pages, each once (S8).
+        debug_assert!(
+            verdict.is_err()
+                || snapshot.free_count()
+                    == snapshot
+                        .records()
+                        .filter(|(_, r)| r.state == PageState::Free)
+                        .count()
+        );
+        debug_assert_eq!(snapshot.epoch(), self.epoch);
+        verdict
     }
 
     fn book(&self) -> MutexGuard<'_, Book> {
         // A poisoned book means a thread panicked on a broken invariant while changing
         // it; carrying on could hand out a page twice, so every user fails loudly too.
-        self.book
+        let book = self
+            .book
             .lock()
-            .expect("page book poisoned: a thread panicked on a broken invariant")
+            .expect("page book poisoned: a thread panicked on a broken invariant");
+        debug_assert_eq!(
+            book.owners.len(),
+            self.words.len(),
+            "one owner slot per page"
+        );
+        debug_assert!(
+            book.owners.first().is_some_and(Option::is_none),
+            "page 0 has no owner"
+        );
+        book
     }
 
     fn slot(&self, page: PageId) -> Result<&AtomicU64, SharedError> {
@@ -547,10 +732,18 @@ impl SharedPool {
         if page.0 == 0 || page.0 > last {
             return Err(SharedError::OutOfRange { page, last });
         }
+        debug_assert!(page.0 >= 1 && (page.0 as usize) < self.words.len());
+        debug_assert_eq!(last as usize + 1, self.words.len(), "page 0 pads the words");
         Ok(&self.words[page.0 as usize])
     }
 
     fn check_gen(w: Word, tag: PageTag) -> Result<(), SharedError> {
+        debug_assert!(
+            w.gen <= GENERATION_MAX,
+            "an unpacked generation fits its bits"
+        );
+        // Every caller found the page's slot first: the padding page never gets here.
+        debug_assert_ne!(tag.page.0, 0, "the padding page has no tags");
         if w.gen == tag.gen.0 {
             Ok(())
         } else {
@@ -564,10 +757,17 @@ impl SharedPool {
     fn record_locked(&self, book: &Book, page: PageId) -> Option<PageRecord> {
         let slot = self.slot(page).ok()?;
         let w = Word::unpack(slot.load(Ordering::Acquire));
+        let owner = book.owners[page.0 as usize];
+        // Under the book lock: a Free or Draining page has no owner, an owned one has.
+        debug_assert!(!matches!(w.state, PageState::Free | PageState::Draining) || owner.is_none());
+        debug_assert!(
+            !w.state.is_owned() || owner.is_some(),
+            "{page} is owned by no one"
+        );
         Some(PageRecord {
             state: w.state,
             gen: Generation(w.gen),
-            owner: book.owners[page.0 as usize],
+            owner,
             holders: w.holders,
         })
     }
@@ -581,6 +781,7 @@ impl SharedPool {
         admit: impl Fn(PageState) -> Result<(), SharedError>,
     ) -> Result<(), SharedError> {
         let slot = self.slot(tag.page)?;
+        debug_assert!(std::ptr::eq(slot, &self.words[tag.page.0 as usize]));
         #[cfg(any(test, loom))]
         if self.planted == Some(PlantedRace::SplitHoldCheck) {
             // The planted race: check with one load, add with another operation.
@@ -595,6 +796,12 @@ impl SharedPool {
             let w = Word::unpack(bits);
             Self::check_gen(w, tag)?;
             admit(w.state)?;
+            // No admitted state is Free: a hold on a free page would outlive its owner.
+            debug_assert_ne!(
+                w.state,
+                PageState::Free,
+                "{tag}: a hold admitted on a free page"
+            );
             let next = Word {
                 holders: w
                     .holders
@@ -627,6 +834,7 @@ impl SharedPool {
                 return Err(SharedError::NotHeld { tag });
             }
             let last = w.holders == 1 && w.state == PageState::Draining;
+            debug_assert_ne!(w.state, PageState::Free, "{tag} is held while free");
             let next = if last {
                 let state = transition(w.state, PageOp::LastHolderGone).map_err(|source| {
                     SharedError::Illegal {
@@ -649,6 +857,8 @@ impl SharedPool {
             {
                 Ok(_) => {
                     if next.state == PageState::Free {
+                        debug_assert!(!book.free.contains(&tag.page), "{tag} listed twice (S8)");
+                        debug_assert!(book.owners[tag.page.0 as usize].is_none());
                         book.free.push(tag.page);
                     }
                     return Ok(next.state == PageState::Free);
@@ -668,22 +878,32 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<(), SharedError> {
+        debug_assert!(
+            op != PageOp::Allocate,
+            "allocation takes pages off the free list"
+        );
         for &tag in tags {
             let w = Word::unpack(self.slot(tag.page)?.load(Ordering::Acquire));
             Self::check_gen(w, tag)?;
             Self::check_owner(book, owner, tag)?;
-            transition(w.state, let_go_op(op, Holders::counted(w.holders))).map_err(|source| {
+            let to = transition(w.state, let_go_op(op, Holders::counted(w.holders))).map_err(|source| {
                 SharedError::Illegal {
                     page: tag.page,
                     source,
                 }
             })?;
+            debug_assert!(
+                to != PageState::Free || w.holders == 0,
+                "{tag} freed under a holder"
+            );
         }
         Ok(())
     }
 
     fn check_owner(book: &Book, owner: RoomKey, tag: PageTag) -> Result<(), SharedError> {
+        debug_assert_ne!(tag.page.0, 0, "the padding page has no owner");
         let current = book.owners[tag.page.0 as usize];
+        debug_assert!(current.is_none() || book.free.last().is_none_or(|p| *p != tag.page));
         if current == Some(owner) {
             Ok(())
         } else {
@@ -733,6 +953,12 @@ impl SharedPool {
             let w = Word::unpack(bits);
             let state = self.checked_next(book, owner, tag, op, w)?;
             let next = Word { state, ..w };
+            // An owner operation moves the state only: generation and holders stay.
+            debug_assert_eq!((next.gen, next.holders), (w.gen, w.holders));
+            debug_assert!(
+                state != PageState::Free || w.holders == 0,
+                "{tag} freed under a holder"
+            );
             match slot.compare_exchange_weak(bits, next.pack(), Ordering::AcqRel, Ordering::Acquire)
             {
                 Ok(_) => return Ok(state),
@@ -751,19 +977,36 @@ impl SharedPool {
     ) -> Result<PageState, SharedError> {
         Self::check_gen(w, tag)?;
         Self::check_owner(book, owner, tag)?;
-        transition(w.state, let_go_op(op, Holders::counted(w.holders))).map_err(|source| {
-            SharedError::Illegal {
+        let held = Holders::counted(w.holders);
+        let next =
+            transition(w.state, let_go_op(op, held)).map_err(|source| SharedError::Illegal {
                 page: tag.page,
                 source,
-            }
-        })
+            })?;
+        // The owner's record is consulted: only its pages (owned or quarantined) move.
+        debug_assert!(w.state.is_owned() || w.state == PageState::Quarantined);
+        debug_assert!(
+            held == Holders::Absent || next != PageState::Free,
+            "{tag} freed under a holder"
+        );
+        Ok(next)
     }
 
     fn owner_op(&self, owner: RoomKey, tags: &[PageTag], op: PageOp) -> Result<(), SharedError> {
+        debug_assert!(
+            matches!(
+                op,
+                PageOp::ExpectWrite | PageOp::MarkReady | PageOp::Quarantine
+            ),
+            "{op:?} lets go of pages: let_go_all"
+        );
         let mut book = self.book();
         self.precheck(&book, owner, tags, op)?;
         for &tag in tags {
-            self.apply_locked(&mut book, owner, tag, op)?;
+            let state = self.apply_locked(&mut book, owner, tag, op)?;
+            // The page stays the owner's (a quarantine too, until the drain ack).
+            debug_assert!(state.is_owned() || state == PageState::Quarantined);
+            debug_assert_eq!(book.owners[tag.page.0 as usize], Some(owner));
         }
         Ok(())
     }
@@ -776,8 +1019,16 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<usize, SharedError> {
-        self.let_go_detailed(owner, tags, op)
-            .map(|(freed, _)| freed)
+        debug_assert!(
+            matches!(op, PageOp::Release | PageOp::DrainAcked),
+            "{op:?} lets go of nothing"
+        );
+        let (freed, held) = self.let_go_detailed(owner, tags, op)?;
+        debug_assert!(
+            freed + held.len() <= tags.len(),
+            "each page freed or draining, once"
+        );
+        Ok(freed)
     }
 
     /// [`SharedPool::let_go_all`], also naming the pages that went to Draining (still
@@ -798,13 +1049,20 @@ impl SharedPool {
             let state = self.apply_locked(&mut book, owner, tag, op)?;
             book.owners[tag.page.0 as usize] = None;
             if state == PageState::Free {
+                debug_assert!(!book.free.contains(&tag.page), "{tag} listed twice (S8)");
                 book.free.push(tag.page);
                 freed += 1;
             } else {
+                debug_assert_eq!(state, PageState::Draining, "{tag}: let go but {state}");
                 held.push(tag);
             }
         }
         held.sort();
+        debug_assert_eq!(
+            freed + held.len(),
+            tags.len(),
+            "each page freed or draining"
+        );
         Ok((freed, held))
     }
 
@@ -815,8 +1073,14 @@ impl SharedPool {
         owner: RoomKey,
         tags: &[PageTag],
     ) -> Result<Vec<PageTag>, SharedError> {
-        self.let_go_detailed(owner, tags, PageOp::Release)
-            .map(|(_, held)| held)
+        let (freed, held) = self.let_go_detailed(owner, tags, PageOp::Release)?;
+        debug_assert_eq!(
+            freed + held.len(),
+            tags.len(),
+            "each page freed or draining"
+        );
+        debug_assert!(held.windows(2).all(|w| w[0] < w[1]), "in page order");
+        Ok(held)
     }
 
     /// The drain ack's release; returns the pages that went to Draining (see
@@ -826,8 +1090,14 @@ impl SharedPool {
         owner: RoomKey,
         tags: &[PageTag],
     ) -> Result<Vec<PageTag>, SharedError> {
-        self.let_go_detailed(owner, tags, PageOp::DrainAcked)
-            .map(|(_, held)| held)
+        let (freed, held) = self.let_go_detailed(owner, tags, PageOp::DrainAcked)?;
+        debug_assert_eq!(
+            freed + held.len(),
+            tags.len(),
+            "each page freed or draining"
+        );
+        debug_assert!(held.windows(2).all(|w| w[0] < w[1]), "in page order");
+        Ok(held)
     }
 
     /// Upstream's unchecked `free()`, as [`PagePool::free_unchecked`]: every named page
@@ -855,7 +1125,14 @@ impl SharedPool {
             );
             book.owners[t.page.0 as usize] = None;
             book.free.push(t.page);
+            debug_assert_eq!(
+                Word::unpack(slot.load(Ordering::Acquire)).state,
+                PageState::Free
+            );
         }
+        // Upstream's free lists every named pool page, duplicates included.
+        debug_assert!(book.free.len() >= tags.iter().filter(|t| self.slot(t.page).is_ok()).count());
+        debug_assert_eq!(book.owners.len(), self.words.len());
     }
 }
 
@@ -869,6 +1146,13 @@ impl Hold<'_> {
     /// Let go; true when this returned the page to the free list.
     #[inline]
     fn end(&self) -> bool {
+        let (pool, tag) = (self.pool, self.tag);
+        // A hold was taken at the current generation of an allocated page.
+        debug_assert!(
+            tag.gen.0 > Generation::first_of_epoch(pool.epoch).0,
+            "{tag} never allocated"
+        );
+        debug_assert!(pool.slot(tag.page).is_ok(), "a hold is on a pool page");
         match self.pool.unhold(self.tag) {
             Ok(freed) => freed,
             // While the hold exists the page cannot be reallocated (its generation stays)
@@ -884,6 +1168,11 @@ impl Hold<'_> {
 impl Drop for Hold<'_> {
     #[inline]
     fn drop(&mut self) {
+        debug_assert_ne!(self.tag.page.0, 0, "the padding page is never held");
+        debug_assert!(
+            self.pool.slot(self.tag.page).is_ok(),
+            "a hold is on a pool page"
+        );
         self.end();
     }
 }
@@ -901,6 +1190,11 @@ macro_rules! guard_api {
         impl $guard<'_> {
             /// The page generation this guard holds.
             pub fn tag(&self) -> PageTag {
+                debug_assert_ne!(self.0.tag.page.0, 0, "the padding page is never held");
+                debug_assert!(
+                    self.0.pool.slot(self.0.tag.page).is_ok(),
+                    "a guard holds a pool page"
+                );
                 self.0.tag
             }
 
@@ -908,12 +1202,20 @@ macro_rules! guard_api {
             /// (the owner had released it, and this was its last holder).
             pub fn finish(self) -> bool {
                 let this = ManuallyDrop::new(self);
+                let tag = this.0.tag;
+                debug_assert_ne!(tag.page.0, 0, "the padding page is never held");
+                debug_assert!(
+                    this.0.pool.slot(tag.page).is_ok(),
+                    "a guard holds a pool page"
+                );
                 this.0.end()
             }
         }
 
         impl fmt::Debug for $guard<'_> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                debug_assert_ne!(self.0.tag.page.0, 0, "the padding page is never held");
+                debug_assert!(self.0.pool.slot(self.0.tag.page).is_ok());
                 write!(f, concat!(stringify!($guard), "({})"), self.0.tag)
             }
         }

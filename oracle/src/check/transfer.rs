@@ -10,43 +10,31 @@ use super::rooms::{flag, Rooms};
 use super::{draft, Drafts};
 use kvsim_engine::ids::{NodeId, RoomKey};
 use kvsim_engine::invariant::Invariant;
+use kvsim_engine::trace::TransferClaim;
 
-/// What a transfer completion claims, as the decode side checks it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Claim {
-    /// The prompt length decode expects.
-    pub prompt_len: u64,
-    pub reserved_pages: u32,
-    pub sent_tokens: u64,
-    pub sent_pages: u32,
-    pub fully_written: bool,
+/// Why `claim` breaks length agreement for a request of `true_len` tokens (if known),
+/// or `None` when prefill and decode agree ([`length_disagreement`]).
+pub fn disagreement(claim: &TransferClaim, true_len: Option<u64>) -> Option<String> {
+    length_disagreement(
+        true_len,
+        claim.prompt_len,
+        claim.reserved_pages,
+        claim.sent_tokens,
+        claim.sent_pages,
+        claim.fully_written,
+    )
 }
 
-impl Claim {
-    /// Why the claim breaks length agreement for a request of `true_len` tokens (if
-    /// known), or `None` when prefill and decode agree ([`length_disagreement`]).
-    pub fn disagreement(&self, true_len: Option<u64>) -> Option<String> {
-        length_disagreement(
-            true_len,
-            self.prompt_len,
-            self.reserved_pages,
-            self.sent_tokens,
-            self.sent_pages,
-            self.fully_written,
-        )
-    }
-}
-
-/// Decode `node` accepted the transfer of `room` on a completion from `from`: S7 when
-/// `from` is not the room's prefill node, S4 when the lengths disagree (unless the
+/// Decode `node` accepted the transfer of `room` on a completion from `claim.from`: S7
+/// when that is not the room's prefill node, S4 when the lengths disagree (unless the
 /// transfer was already reported failed).
 pub fn accepted(
     rooms: &Rooms,
     (node, room): (NodeId, RoomKey),
-    from: NodeId,
-    claim: &Claim,
+    claim: &TransferClaim,
     out: &mut Drafts,
 ) {
+    let from = claim.from;
     if let Some(f) = rooms.get(room) {
         if f.prefill != from {
             out.push(draft(Invariant::S7, Some(room), format!(
@@ -59,7 +47,7 @@ pub fn accepted(
     if rooms.has(room, flag::TRANSFER_FAILED) {
         return;
     }
-    if let Some(p) = claim.disagreement(rooms.get(room).map(|f| f.prompt_len)) {
+    if let Some(p) = disagreement(claim, rooms.get(room).map(|f| f.prompt_len)) {
         out.push(draft(
             Invariant::S4,
             Some(room),
