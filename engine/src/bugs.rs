@@ -6,6 +6,7 @@
 //! never from a marker the switch leaves behind. The doc of each variant names the
 //! upstream behaviour it re-creates and the invariant it breaks first.
 
+use enumset::{enum_set, EnumSet, EnumSetType};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use strum::{EnumCount, VariantArray};
@@ -25,8 +26,10 @@ use strum::{EnumCount, VariantArray};
     strum::EnumCount,
     strum::VariantArray,
     strum::IntoStaticStr,
+    EnumSetType,
 )]
 #[strum(serialize_all = "kebab-case")]
+#[enumset(no_super_impls)]
 pub enum Bug {
     /// SGLang #30233 (fixed by #36988/#38935): an over-length prompt is rejected the
     /// legacy way (`set_finish_with_abort`: error kept in `to_finish`, prompt swapped
@@ -88,10 +91,6 @@ impl Bug {
     pub fn name(self) -> &'static str {
         self.into()
     }
-
-    fn bit(self) -> u16 {
-        1 << (self as u16)
-    }
 }
 
 impl fmt::Display for Bug {
@@ -116,36 +115,40 @@ impl std::str::FromStr for Bug {
     }
 }
 
-/// A set of enabled bug switches. Empty (the defended engine) by default.
+/// A set of enabled bug switches. Empty (the defended engine) by default. Its bits are
+/// `enumset`'s, one per [`Bug`] variant: a new switch cannot overflow or alias a bit.
 #[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord)]
-pub struct BugSet(u16);
+pub struct BugSet(EnumSet<Bug>);
 
 impl BugSet {
-    pub const NONE: BugSet = BugSet(0);
+    pub const NONE: BugSet = BugSet(EnumSet::empty());
 
     /// The two switches that together re-create the GLM-5.3 incident.
-    pub const INCIDENT: BugSet = BugSet(0)
-        .with(Bug::GateChecksFinishedOnly)
-        .with(Bug::NoLengthAgreement);
+    pub const INCIDENT: BugSet = BugSet(enum_set!(
+        Bug::GateChecksFinishedOnly | Bug::NoLengthAgreement
+    ));
 
-    pub const fn with(self, bug: Bug) -> BugSet {
-        BugSet(self.0 | (1 << (bug as u16)))
+    pub fn with(mut self, bug: Bug) -> BugSet {
+        self.insert(bug);
+        debug_assert!(self.has(bug));
+        self
     }
 
     pub fn has(self, bug: Bug) -> bool {
-        self.0 & bug.bit() != 0
+        self.0.contains(bug)
     }
 
     pub fn insert(&mut self, bug: Bug) {
-        self.0 |= bug.bit();
+        self.0.insert(bug);
     }
 
     pub fn is_empty(self) -> bool {
-        self.0 == 0
+        self.0.is_empty()
     }
 
+    /// The switches in the set, in [`Bug::ALL`]'s order.
     pub fn iter(self) -> impl Iterator<Item = Bug> {
-        Bug::ALL.into_iter().filter(move |b| self.has(*b))
+        self.0.iter()
     }
 
     /// Parse a comma-separated list (`""` and `"none"` are the empty set).
@@ -195,7 +198,11 @@ mod tests {
             assert_eq!(bug.name().parse::<Bug>(), Ok(bug));
         }
         let all = BugSet::parse(&Bug::ALL.map(Bug::name).join(",")).unwrap();
-        assert_eq!(all.iter().count(), 13);
+        assert_eq!(all.iter().count(), Bug::COUNT);
+        assert!(
+            all.iter().eq(Bug::ALL),
+            "a set lists its switches in declaration order"
+        );
         assert_eq!(BugSet::parse(&all.to_string()), Ok(all));
         assert_eq!(BugSet::parse("none"), Ok(BugSet::NONE));
         assert_eq!(

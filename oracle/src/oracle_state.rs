@@ -34,7 +34,7 @@
 
 pub use crate::check::answers::{must_reject, reply_error, Pending};
 pub use crate::check::pages::{NodeBook, PageFact, Provenance};
-pub use crate::check::rooms::{flag, RoomFacts};
+pub use crate::check::rooms::{RoomFacts, RoomFlag};
 pub use crate::check::transfer::length_disagreement;
 pub use crate::check::writes::{WriteFacts, WriteIndex};
 pub use crate::check::{Draft, Drafts};
@@ -46,6 +46,7 @@ use crate::check::rooms::Rooms;
 use crate::check::transfer;
 use crate::check::writes::Writes;
 use crate::schema::{EndOutcome, FaultEvent, Record, RunHeader};
+use enumset::EnumSet;
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
 use kvsim_engine::kv::{PageOp, PageState};
 use kvsim_engine::msg::Status;
@@ -307,23 +308,23 @@ impl OracleState {
                     decode: *decode,
                     prompt_len: *prompt_len,
                     max_new_tokens: *max_new_tokens,
-                    flags: 0,
+                    flags: EnumSet::empty(),
                     answered: [None; 2],
                 },
             ),
             RoomCleared { room, .. } => self.rooms.cleared(*room),
             RejectedLegacy { node, room, .. } => {
                 let f = match self.pages.side_of(*node) {
-                    Some(Side::Prefill) => flag::FLAGGED_PREFILL,
-                    _ => flag::FLAGGED_DECODE,
+                    Some(Side::Prefill) => RoomFlag::FlaggedPrefill,
+                    _ => RoomFlag::FlaggedDecode,
                 };
                 self.rooms.flag(*room, f);
             }
             AbortNoted { room, side, .. } if *side == Side::Prefill => {
-                self.rooms.flag(*room, flag::PREFILL_ABORTED)
+                self.rooms.flag(*room, RoomFlag::PrefillAborted)
             }
             TransferReported { room, success, .. } if !success => {
-                self.rooms.flag(*room, flag::TRANSFER_FAILED)
+                self.rooms.flag(*room, RoomFlag::TransferFailed)
             }
             AbortNoted { .. } | TransferReported { .. } => {}
             _ => unreachable!("not a room event: {ev:?}"),
@@ -501,7 +502,7 @@ impl OracleState {
     fn drain_acked(&mut self, node: NodeId, room: RoomKey, out: &mut Drafts) {
         self.writes.drain_acked(&self.rooms, node, room, out);
         if self.pages.is_open(node, room) {
-            self.rooms.flag(room, flag::DRAIN_ACKED);
+            self.rooms.flag(room, RoomFlag::DrainAcked);
         }
     }
 
@@ -524,7 +525,7 @@ impl OracleState {
         }
         self.pages.answered(node, room);
         if side == Side::Prefill {
-            self.rooms.set_flags(room, |f| f & !flag::DRAIN_ACKED);
+            self.rooms.unflag(room, RoomFlag::DrainAcked);
         }
         self.answers
             .responded(&self.rooms, (node, room), side, status, out);

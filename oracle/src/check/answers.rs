@@ -10,7 +10,7 @@
 //! by id, one per id; the answered ranges are sorted, disjoint and do not touch.
 
 use super::pages::Pages;
-use super::rooms::{flag, RoomFacts, Rooms};
+use super::rooms::{RoomFacts, RoomFlag, Rooms};
 use super::{draft, Drafts};
 use crate::schema::RunHeader;
 use crate::shared::Shared;
@@ -127,10 +127,10 @@ impl Answers {
             return;
         }
         let (need, flag) = match side {
-            Side::Prefill => (f.prompt_len, flag::FLAGGED_PREFILL),
+            Side::Prefill => (f.prompt_len, RoomFlag::FlaggedPrefill),
             Side::Decode => (
                 f.prompt_len.saturating_add(u64::from(f.max_new_tokens)),
-                flag::FLAGGED_DECODE,
+                RoomFlag::FlaggedDecode,
             ),
         };
         let limit = h.limit(node);
@@ -138,7 +138,7 @@ impl Answers {
         // A request within the context that the node never flagged was admitted beyond
         // its pool (L5, SGLang #29249); one it flagged as rejected, or one beyond the
         // context, and then served is rejected-but-live (S5, the GLM-5.3 incident).
-        if need <= h.context_len && f.flags & flag == 0 {
+        if need <= h.context_len && !f.flags.contains(flag) {
             out.push(draft(Invariant::L5, Some(room), format!(
                 "{d} needs more than {node}'s pool of {limit} tokens, yet it {what}: admitted beyond the pool"
             )));
@@ -216,7 +216,7 @@ impl Answers {
         status: Status,
         out: &mut Drafts,
     ) {
-        if status.is_ok() && side == Side::Prefill && rooms.has(room, flag::PREFILL_ABORTED) {
+        if status.is_ok() && side == Side::Prefill && rooms.has(room, RoomFlag::PrefillAborted) {
             out.push(draft(
                 Invariant::S6,
                 Some(room),
@@ -226,7 +226,7 @@ impl Answers {
                 ),
             ));
         }
-        if status.is_ok() && side == Side::Decode && rooms.has(room, flag::TRANSFER_FAILED) {
+        if status.is_ok() && side == Side::Decode && rooms.has(room, RoomFlag::TransferFailed) {
             out.push(draft(
                 Invariant::S6,
                 Some(room),

@@ -6,6 +6,7 @@
 //! know its true size. Invariant: sorted by room key, one entry per key.
 
 use crate::shared::Shared;
+use enumset::{EnumSet, EnumSetType};
 use kvsim_engine::ids::{NodeId, RequestId, RoomKey, TenantId};
 use kvsim_engine::msg::Status;
 
@@ -19,26 +20,25 @@ pub struct RoomFacts {
     pub decode: NodeId,
     pub prompt_len: u64,
     pub max_new_tokens: u32,
-    pub flags: u8,
+    pub flags: EnumSet<RoomFlag>,
     /// The first status each half answered (prefill, decode): a half's answer is one
     /// answer, so a repeat must carry the same status (S6).
     pub answered: [Option<Status>; 2],
 }
 
-/// Room-use flags (see [`RoomFacts::flags`]).
-pub mod flag {
+/// What other checkers noted on a room use (see [`RoomFacts::flags`]).
+#[derive(Debug, EnumSetType)]
+pub enum RoomFlag {
     /// Prefill saw the abort: a later 200 from prefill is dishonest (S6).
-    pub const PREFILL_ABORTED: u8 = 1;
+    PrefillAborted,
     /// Decode heard that the transfer failed: a later 200 from decode is dishonest (S6).
-    pub const TRANSFER_FAILED: u8 = 2;
+    TransferFailed,
     /// Prefill flagged it with a legacy rejection (to_finish set, still live).
-    pub const FLAGGED_PREFILL: u8 = 4;
+    FlaggedPrefill,
     /// Decode flagged it with a legacy rejection.
-    pub const FLAGGED_DECODE: u8 = 8;
+    FlaggedDecode,
     /// Prefill acked decode's drain request: every later send is a violation (S9).
-    pub const DRAIN_ACKED: u8 = 16;
-    /// Every flag.
-    pub const ALL: u8 = 31;
+    DrainAcked,
 }
 
 /// Routed room uses not yet cleared, sorted by key. Shared and hashed as one part.
@@ -96,23 +96,29 @@ impl Rooms {
     }
 
     /// Change a room's flags (no copy when nothing changes).
-    pub fn set_flags(&mut self, room: RoomKey, f: impl Fn(u8) -> u8) {
+    fn set_flags(&mut self, room: RoomKey, f: impl Fn(EnumSet<RoomFlag>) -> EnumSet<RoomFlag>) {
         let Ok(i) = self.index(room) else {
             return;
         };
         let new = f(self.rooms.get()[i].1.flags);
-        debug_assert_eq!(new & !flag::ALL, 0, "{room}: unknown flag bits {new:#x}");
         if new != self.rooms.get()[i].1.flags {
             self.rooms.edit()[i].1.flags = new;
         }
+        debug_assert_eq!(self.rooms.get()[i].1.flags, new);
     }
 
-    pub fn flag(&mut self, room: RoomKey, f: u8) {
+    /// Note `f` on `room` (nothing when the room is unknown).
+    pub fn flag(&mut self, room: RoomKey, f: RoomFlag) {
         self.set_flags(room, |x| x | f);
     }
 
-    pub fn has(&self, room: RoomKey, f: u8) -> bool {
-        self.get(room).is_some_and(|r| r.flags & f != 0)
+    /// Take `f` off `room`.
+    pub fn unflag(&mut self, room: RoomKey, f: RoomFlag) {
+        self.set_flags(room, |x| x - f);
+    }
+
+    pub fn has(&self, room: RoomKey, f: RoomFlag) -> bool {
+        self.get(room).is_some_and(|r| r.flags.contains(f))
     }
 
     /// The first status half `half` (0 prefill, 1 decode) of `room` answered, or

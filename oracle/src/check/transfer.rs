@@ -6,7 +6,7 @@
 //! an accepted transfer whose lengths disagree (S4, violated), and a refused one (S4,
 //! detected by verification: the request failed instead).
 
-use super::rooms::{flag, Rooms};
+use super::rooms::{RoomFlag, Rooms};
 use super::{draft, Drafts};
 use kvsim_engine::ids::{NodeId, RoomKey};
 use kvsim_engine::invariant::Invariant;
@@ -44,7 +44,7 @@ pub fn accepted(
             )));
         }
     }
-    if rooms.has(room, flag::TRANSFER_FAILED) {
+    if rooms.has(room, RoomFlag::TransferFailed) {
         return;
     }
     if let Some(p) = disagreement(claim, rooms.get(room).map(|f| f.prompt_len)) {

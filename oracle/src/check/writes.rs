@@ -9,7 +9,7 @@
 //! counts exactly what they point at.
 
 use super::pages::Provenance;
-use super::rooms::{flag, Rooms};
+use super::rooms::{RoomFlag, Rooms};
 use super::{draft, Drafts};
 use crate::shared::Shared;
 use kvsim_engine::ids::{NodeId, PageId, PageTag, RoomKey, WriteId};
@@ -206,7 +206,7 @@ impl Writes {
     /// S9 on a send: prefill `node` sends `write` after it acked the room's drain.
     pub fn sent_after_ack(&self, rooms: &Rooms, node: NodeId, write: WriteId, out: &mut Drafts) {
         let room = write.room;
-        if rooms.has(room, flag::DRAIN_ACKED) {
+        if rooms.has(room, RoomFlag::DrainAcked) {
             out.push(draft(
                 Invariant::S9,
                 Some(room),
