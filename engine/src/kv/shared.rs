@@ -28,9 +28,7 @@
 //! `tests/loom_shared.rs` explores the races between those paths: four models over
 //! every interleaving, two (with three busy threads) within a preemption bound.
 
-use super::lifecycle::{
-    check_hold, let_go_op, transition, Holders, IllegalTransition, PageOp, PageState,
-};
+use super::lifecycle::{check_hold, let_go_op, transition, Holders, PageOp, PageState};
 use super::pool::{PagePool, PageRecord, PoolError};
 use crate::ids::{Generation, PageId, PageTag, RoomKey};
 use crate::invariant::Violation;
@@ -39,68 +37,10 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 
 /// An operating error of the shared record: a caller asked for something it refuses.
-///
-/// The variants and messages are [`PoolError`]'s, so both records report a refusal in
-/// the same words (and `From<PoolError>` lets tests compare them), plus
-/// [`SharedError::NotWritable`] for the write gate that only the shared record has.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SharedError {
-    #[error("pool exhausted: {requested} pages requested, {free} free")]
-    Exhausted { requested: usize, free: usize },
-    /// The page has been freed and handed out again since the tag was issued: a write
-    /// or read with this tag would reach another request's KV.
-    #[error("stale page tag {tag}: the page now has generation {current}")]
-    StaleTag { tag: PageTag, current: Generation },
-    #[error("page {page} is not owned by {caller} (owner: {owner:?})")]
-    NotOwner {
-        page: PageId,
-        caller: RoomKey,
-        owner: Option<RoomKey>,
-    },
-    #[error("page {page} is not a pool page (pool has pages 1..={last})")]
-    OutOfRange { page: PageId, last: u32 },
-    #[error("page {tag} has no holder to release")]
-    NotHeld { tag: PageTag },
-    #[error("page {page}: {source}")]
-    Illegal {
-        page: PageId,
-        source: IllegalTransition,
-    },
-    /// The tag is current, but its owner has let go (or aborted): KV arriving for it
-    /// now is unwanted and is not written.
-    #[error("page {tag} is {state}: only an owned page accepts a write")]
-    NotWritable { tag: PageTag, state: PageState },
-}
-
-impl From<PoolError> for SharedError {
-    fn from(e: PoolError) -> Self {
-        let words = e.to_string();
-        let shared = match e {
-            PoolError::Exhausted { requested, free } => SharedError::Exhausted { requested, free },
-            PoolError::StaleTag { tag, current } => SharedError::StaleTag { tag, current },
-            PoolError::NotOwner {
-                page,
-                caller,
-                owner,
-            } => SharedError::NotOwner {
-                page,
-                caller,
-                owner,
-            },
-            PoolError::OutOfRange { page, last } => SharedError::OutOfRange { page, last },
-            PoolError::NotHeld { tag } => SharedError::NotHeld { tag },
-            PoolError::Illegal { page, source } => SharedError::Illegal { page, source },
-        };
-        // Both records refuse in the same words (tests/shared_vs_pool.rs compares them).
-        debug_assert_eq!(shared.to_string(), words);
-        debug_assert!(
-            !matches!(shared, SharedError::NotWritable { .. }),
-            "the pool has no gate"
-        );
-        shared
-    }
-}
+/// It is the pool's error, one definition, so both records refuse in the same words
+/// (`engine/tests/shared_vs_pool.rs` compares them); only the shared record's write gate
+/// returns [`PoolError::NotWritable`].
+pub type SharedError = PoolError;
 
 /// The most generations one page can go through: the word keeps 45 bits of it. At one
 /// allocation of the same page per microsecond that lasts more than a year; running
@@ -886,12 +826,12 @@ impl SharedPool {
             let w = Word::unpack(self.slot(tag.page)?.load(Ordering::Acquire));
             Self::check_gen(w, tag)?;
             Self::check_owner(book, owner, tag)?;
-            let to = transition(w.state, let_go_op(op, Holders::counted(w.holders))).map_err(|source| {
-                SharedError::Illegal {
+            let to = transition(w.state, let_go_op(op, Holders::counted(w.holders))).map_err(
+                |source| SharedError::Illegal {
                     page: tag.page,
                     source,
-                }
-            })?;
+                },
+            )?;
             debug_assert!(
                 to != PageState::Free || w.holders == 0,
                 "{tag} freed under a holder"
