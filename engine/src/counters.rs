@@ -7,6 +7,7 @@
 
 use crate::env::Trace;
 use crate::ids::{NodeId, RoomKey};
+use crate::msg::Msg;
 use crate::trace::{NodeFault, TraceEvent};
 use std::hash::{Hash, Hasher};
 
@@ -57,6 +58,27 @@ impl Counters {
             msg: kind.to_string(),
             reason,
         });
+    }
+
+    /// `node`'s peer check of `msg` from `from` gave `verdict`: a refusal is counted and
+    /// stated ([`Counters::refuse_peer`]). `true`: the message is admitted.
+    pub fn admit_peer<K, E: Trace>(
+        &mut self,
+        env: &mut E,
+        (node, from): (NodeId, NodeId),
+        msg: &Msg<K>,
+        verdict: Result<(), String>,
+    ) -> bool {
+        let before = self.peer_refused;
+        let admitted = match verdict {
+            Ok(()) => true,
+            Err(reason) => {
+                self.refuse_peer(env, node, from, msg.room(), msg.kind(), reason);
+                false
+            }
+        };
+        debug_assert_eq!(self.peer_refused, before + u64::from(!admitted));
+        admitted
     }
 
     /// `node` reports a fault of its own (drivers act on it): count it and say so.

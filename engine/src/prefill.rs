@@ -353,10 +353,11 @@ impl<G: Gpu> PrefillNode<G> {
     pub fn handle<E: Env<G::Kv>>(&mut self, input: Input<G::Kv>, env: &mut E) {
         match input {
             Input::Message { from, msg } => {
-                if let Err(reason) = self.check_peer(from, &msg) {
-                    let id = self.id;
-                    self.counters
-                        .refuse_peer(env, id, from, msg.room(), msg.kind(), reason);
+                let verdict = self.check_peer(from, &msg);
+                if !self
+                    .counters
+                    .admit_peer(env, (self.id, from), &msg, verdict)
+                {
                     return;
                 }
                 match msg {

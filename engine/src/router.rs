@@ -313,10 +313,11 @@ impl Router {
     pub fn handle<K, E: Env<K>>(&mut self, input: Input<K>, env: &mut E) {
         match input {
             Input::Message { from, msg } => {
-                if let Err(reason) = self.check_peer(from, &msg) {
-                    let id = self.id;
-                    self.counters
-                        .refuse_peer(env, id, from, msg.room(), msg.kind(), reason);
+                let verdict = self.check_peer(from, &msg);
+                if !self
+                    .counters
+                    .admit_peer(env, (self.id, from), &msg, verdict)
+                {
                     return;
                 }
                 self.on_message(from, msg, env)
