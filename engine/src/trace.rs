@@ -154,7 +154,19 @@ impl fmt::Display for NodeFault {
     }
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone,
+    Debug,
+    Hash,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantNames,
+)]
 #[serde(tag = "event")]
 pub enum TraceEvent {
     /// The router accepted a client request and paired it with a room use and one
@@ -475,82 +487,12 @@ impl TraceEvent {
         }
     }
 
-    /// The event's name, as its JSON `event` tag.
+    /// The event's name, as its JSON `event` tag (serde's tag is the variant's name,
+    /// and so is strum's).
     pub fn name(&self) -> &'static str {
-        use TraceEvent::*;
-        match self {
-            Routed { .. } => "Routed",
-            Admitted { .. } => "Admitted",
-            Rejected { .. } => "Rejected",
-            Truncated { .. } => "Truncated",
-            RejectedLegacy { .. } => "RejectedLegacy",
-            PagesReserved { .. } => "PagesReserved",
-            PagesExpectWrite { .. } => "PagesExpectWrite",
-            PagesReady { .. } => "PagesReady",
-            PagesReleased { .. } => "PagesReleased",
-            Quarantined { .. } => "Quarantined",
-            QuarantineReleased { .. } => "QuarantineReleased",
-            PagesHeld { .. } => "PagesHeld",
-            PagesUnheld { .. } => "PagesUnheld",
-            KvWritten { .. } => "KvWritten",
-            PagesZeroed { .. } => "PagesZeroed",
-            KvSent { .. } => "KvSent",
-            KvLanded { .. } => "KvLanded",
-            KvRefused { .. } => "KvRefused",
-            WriteCompleted { .. } => "WriteCompleted",
-            TransferReported { .. } => "TransferReported",
-            TransferAccepted { .. } => "TransferAccepted",
-            TransferRefused { .. } => "TransferRefused",
-            TransferFailed { .. } => "TransferFailed",
-            Running { .. } => "Running",
-            Attend { .. } => "Attend",
-            TagMismatch { .. } => "TagMismatch",
-            AbortNoted { .. } => "AbortNoted",
-            Responded { .. } => "Responded",
-            RouterResponse { .. } => "RouterResponse",
-            RoomCleared { .. } => "RoomCleared",
-            RouterRetried { .. } => "RouterRetried",
-            DrainAcked { .. } => "DrainAcked",
-            PeerRefused { .. } => "PeerRefused",
-            Fault { .. } => "Fault",
-        }
+        self.into()
     }
 
-    /// Every event name, for the schema and its tests.
-    pub const NAMES: [&'static str; 34] = [
-        "Routed",
-        "Admitted",
-        "Rejected",
-        "Truncated",
-        "RejectedLegacy",
-        "PagesReserved",
-        "PagesExpectWrite",
-        "PagesReady",
-        "PagesReleased",
-        "Quarantined",
-        "QuarantineReleased",
-        "PagesHeld",
-        "PagesUnheld",
-        "KvWritten",
-        "PagesZeroed",
-        "KvSent",
-        "KvLanded",
-        "KvRefused",
-        "WriteCompleted",
-        "TransferReported",
-        "TransferAccepted",
-        "TransferRefused",
-        "TransferFailed",
-        "Running",
-        "Attend",
-        "TagMismatch",
-        "AbortNoted",
-        "Responded",
-        "RouterResponse",
-        "RoomCleared",
-        "RouterRetried",
-        "DrainAcked",
-        "PeerRefused",
-        "Fault",
-    ];
+    /// Every event name, in declaration order, for the schema and its tests.
+    pub const NAMES: &'static [&'static str] = <TraceEvent as strum::VariantNames>::VARIANTS;
 }

@@ -500,7 +500,7 @@ fn every_engine_event_and_record_survives_its_line_field_by_field() {
     let names: BTreeSet<&str> = events().iter().map(TraceEvent::name).collect();
     assert_eq!(
         names,
-        TraceEvent::NAMES.into_iter().collect(),
+        TraceEvent::NAMES.iter().copied().collect(),
         "one of every event"
     );
     for rec in records() {
