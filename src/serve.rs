@@ -5,6 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use kvsim_cuda::cuda::{CudaDevice, CudaGpu};
 use kvsim_engine::bugs::BugSet;
+use kvsim_engine::config::{EngineConfig, Latencies};
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::world::{Topology, ROUTER};
@@ -85,6 +86,34 @@ pub struct ServeArgs {
     /// trace and in the node's status.
     #[arg(long)]
     pub no_invariants: bool,
+    /// What a compute pass costs: `device` (the backend's own time on the node's device
+    /// thread; the scenario's `[engine.latencies]` are not slept) or `modelled` (each
+    /// pass waits the scenario's modelled latency first, as in the simulator).
+    #[arg(long, value_enum, default_value_t = Compute::Device)]
+    pub compute: Compute,
+}
+
+/// `--compute`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Compute {
+    Device,
+    Modelled,
+}
+
+impl Compute {
+    /// The engine configuration served: under `device` a compute pass is armed at once
+    /// and its cost is the device thread's run (docs/ARCHITECTURE.md, "Compute as an
+    /// effect").
+    fn engine(self, modelled: &EngineConfig) -> EngineConfig {
+        let mut cfg = modelled.clone();
+        if self == Compute::Device {
+            cfg.latencies = Latencies {
+                prefill_forward_ns: 0,
+                decode_step_ns: 0,
+            };
+        }
+        cfg
+    }
 }
 
 /// `--prompts`.
@@ -238,7 +267,7 @@ pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
             prefill_pools: plan.prefill_pools.clone(),
             decode_pools: plan.decode_pools.clone(),
         },
-        cfg: plan.engine.clone(),
+        cfg: a.compute.engine(&plan.engine),
         trace_dir: a.trace_json.clone(),
         scenario: plan.scenario.clone(),
         seed: plan.seed,

@@ -530,6 +530,8 @@ pub struct NodeLoop<G: Gpu, R: NodeRuntime<Kv = G::Kv>> {
     device: Option<DeviceThread>,
     outbox: Outbox<G::Kv>,
     intake_open: bool,
+    /// The last turn fired a timer ([`NodeLoop::turn`]).
+    timer_turn: bool,
 }
 
 /// The node as [`world::step`] drives it in the runtime: its compute runs on its device
@@ -561,6 +563,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
             device: None,
             outbox: Outbox::new(0),
             intake_open: true,
+            timer_turn: false,
         }
     }
 
@@ -703,10 +706,22 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
 
     /// One turn of the loop: the next due timer fires, or the next event (waiting for
     /// one at most until the next deadline) is handled. `false`: the loop ends.
+    ///
+    /// A due timer right after a timer's turn yields to an event already queued, so a
+    /// scheduler pass that re-arms at once (`kvsim serve`'s compute timer costs no
+    /// modelled time: the device's own time is its cost) cannot starve the node's
+    /// inputs, as SGLang's scheduler takes the requests that arrived before each pass.
     pub fn turn(&mut self) -> bool {
         let id = self.io.id;
         let now = self.io.rt.now_ns();
+        let timer_turn = std::mem::take(&mut self.timer_turn);
+        if timer_turn {
+            if let Some(ev) = self.io.rt.ready_event() {
+                return self.handle(ev);
+            }
+        }
         if let Some(timer) = self.io.timers.due(id, now) {
+            self.timer_turn = true;
             self.dispatch(Input::Timer(timer));
             return true;
         }

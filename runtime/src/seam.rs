@@ -40,6 +40,8 @@ pub trait NodeRuntime {
     fn now_ns(&self) -> u64;
     /// The next event, waiting at most `wait` (`None`: no timer is pending).
     fn next_event(&mut self, wait: Option<Duration>) -> Next<Self::Kv>;
+    /// An event already queued, without waiting (`None`: nothing is queued now).
+    fn ready_event(&mut self) -> Option<NodeEvent<Self::Kv>>;
     /// Put `msg` on the link to `to`; it comes back when there is no such link.
     fn send(&mut self, to: NodeId, msg: Msg<Self::Kv>) -> Result<(), Msg<Self::Kv>>;
     /// An event for this loop itself, after the ones already queued (a write's failed
@@ -104,6 +106,10 @@ impl<K> NodeRuntime for Threads<K> {
 
     fn now_ns(&self) -> u64 {
         self.clock.now_ns()
+    }
+
+    fn ready_event(&mut self) -> Option<NodeEvent<K>> {
+        self.rx.try_recv().ok()
     }
 
     fn next_event(&mut self, wait: Option<Duration>) -> Next<K> {
@@ -201,6 +207,10 @@ impl<K> NodeRuntime for InMemory<K> {
 
     fn now_ns(&self) -> u64 {
         self.now_ns
+    }
+
+    fn ready_event(&mut self) -> Option<NodeEvent<K>> {
+        self.events.pop_front()
     }
 
     fn next_event(&mut self, wait: Option<Duration>) -> Next<K> {
