@@ -22,7 +22,7 @@ use crate::device::DeviceThread;
 use crate::gpu::SharedGpu;
 use crate::seam::{Next, NodeRuntime};
 use kvsim_engine::compute::{Done, Job};
-use kvsim_engine::env::{Input, Outbox, TimerOp};
+use kvsim_engine::env::{Effect, Input, Outbox, Timer, TimerOp};
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
@@ -539,6 +539,30 @@ pub struct NodeLoop<G: Gpu, R: NodeRuntime<Kv = G::Kv>> {
 struct OnDevice<'a, G: Gpu> {
     node: &'a mut RuntimeNode<G>,
     device: Option<&'a DeviceThread>,
+    /// The jobs this step ran.
+    jobs: u32,
+}
+
+/// The least time between two scheduler passes when the first ran no device work
+/// (it only polled transfers in flight): under `kvsim serve --compute device` a pass
+/// is re-armed at once, and a poll that found nothing to run would otherwise spin a
+/// core the node's own transfer and link threads need. A timer fires at or after its
+/// deadline in every driver; the runtime lets this one fire a little later.
+pub const IDLE_PASS_NS: u64 = 100_000;
+
+/// A pass that ran no device work re-arms its next pass no sooner than
+/// [`IDLE_PASS_NS`].
+fn pace_idle_pass<M>(effects: &mut [Effect<M>]) {
+    for e in effects.iter_mut() {
+        if let Effect::Timer(TimerOp::Set {
+            timer: Timer::Compute,
+            after_ns,
+        }) = e
+        {
+            *after_ns = (*after_ns).max(IDLE_PASS_NS);
+            debug_assert!(*after_ns >= IDLE_PASS_NS);
+        }
+    }
 }
 
 impl<G: Gpu> world::Stepper<G::Kv> for OnDevice<'_, G> {
@@ -546,6 +570,7 @@ impl<G: Gpu> world::Stepper<G::Kv> for OnDevice<'_, G> {
         self.node.handle(input, out);
     }
     fn compute(&mut self, job: Job) -> Done {
+        self.jobs += 1;
         match self.device {
             Some(d) => d.run(job),
             None => world::Stepper::compute(self.node, job),
@@ -582,12 +607,18 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
 
     fn dispatch(&mut self, input: Input<G::Kv>) {
         self.outbox.reset(self.io.rt.now_ns());
+        let pass = matches!(input, Input::Timer(Timer::Compute));
         let mut node = OnDevice {
             node: &mut self.node,
             device: self.device.as_ref(),
+            jobs: 0,
         };
         world::step(&mut node, input, &mut self.outbox);
+        let idle_pass = pass && node.jobs == 0;
         let mut effects = std::mem::take(&mut self.outbox.effects);
+        if idle_pass {
+            pace_idle_pass(&mut effects);
+        }
         world::apply(self.io.id, effects.drain(..), &mut self.io);
         self.outbox.effects = effects;
         if std::mem::take(&mut self.io.restart_asked) {
@@ -1166,6 +1197,31 @@ mod tests {
     use kvsim_engine::router::Router;
     use kvsim_engine::shared_cfg::Cfg;
     use std::sync::mpsc::channel;
+
+    /// A scheduler pass that ran no device work re-arms its next pass no sooner than
+    /// the floor; every other timer, and a pass armed later than the floor, is as the
+    /// node asked.
+    #[test]
+    fn an_idle_pass_re_arms_no_sooner_than_the_floor() {
+        let room = kvsim_engine::ids::RoomKey::new(1, 1);
+        let set = |timer, after_ns| Effect::<()>::Timer(TimerOp::Set { timer, after_ns });
+        let mut effects = vec![set(Timer::Compute, 0), set(Timer::WaitingForKv(room), 0)];
+        pace_idle_pass(&mut effects);
+        let delays: Vec<u64> = effects
+            .iter()
+            .map(|e| match e {
+                Effect::Timer(TimerOp::Set { after_ns, .. }) => *after_ns,
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(delays, [IDLE_PASS_NS, 0]);
+        let mut later = vec![set(Timer::Compute, 5 * IDLE_PASS_NS)];
+        pace_idle_pass(&mut later);
+        assert!(matches!(
+            later[0],
+            Effect::Timer(TimerOp::Set { after_ns, .. }) if after_ns == 5 * IDLE_PASS_NS
+        ));
+    }
 
     /// The router's loop passes each token it took to the client's stream as it
     /// arrives, and nothing it refused (a token from a node that is not the room's
