@@ -16,6 +16,7 @@ pub mod coverage;
 pub mod hash;
 pub mod net;
 pub mod plan;
+pub mod queue;
 pub mod replay;
 pub mod report;
 pub mod rng;
