@@ -469,9 +469,12 @@ impl<G: Gpu> Simulator<G> {
 
     /// Process one event. `false` when nothing is left.
     pub fn step(&mut self) -> bool {
-        if self.next_live().is_none() {
-            return false;
-        }
+        self.next_live().is_some() && self.step_live()
+    }
+
+    /// Process the event at the head of the queue, which [`Simulator::next_live`] has
+    /// just found live.
+    fn step_live(&mut self) -> bool {
         let Some((at_ns, _, ev)) = self.queue.pop() else {
             return false;
         };
@@ -1114,7 +1117,7 @@ impl<G: Gpu> Simulator<G> {
                 );
                 break;
             }
-            self.step();
+            self.step_live();
         }
         self.events += 1;
         self.emit(Record::End {
