@@ -203,7 +203,8 @@ pub struct Simulator<G: Gpu> {
     log: Option<Vec<Entry>>,
     /// Every entry as a JSON line, header first (`--trace-json`, `--audit`).
     json: Option<Box<dyn TraceSink>>,
-    hash: TraceHash,
+    /// The run's trace hash, where someone reads it ([`Simulator::without_trace_hash`]).
+    hash: Option<TraceHash>,
     heal_at_ns: Option<u64>,
     slow_writer: Option<(NodeId, u64)>,
     /// Per room number, the control messages of its latest use (at most 8), for the
@@ -265,7 +266,7 @@ impl<G: Gpu> Simulator<G> {
             outbox: Outbox::new(0),
             log: trace.then(Vec::new),
             json: None,
-            hash: TraceHash::default(),
+            hash: Some(TraceHash::default()),
             heal_at_ns: plan.heal_at_ns,
             slow_writer: plan.slow_writer,
             last_use: BTreeMap::new(),
@@ -321,6 +322,13 @@ impl<G: Gpu> Simulator<G> {
         if let Some(h) = plan.heal_at_ns {
             self.push(h, Pending::Heal);
         }
+    }
+
+    /// Keep no trace hash: for a run whose hash nobody reads (a sweep's seed that
+    /// finds nothing). The run itself is the same; [`Simulator::trace_hash`] is `None`.
+    pub fn without_trace_hash(mut self) -> Self {
+        self.hash = None;
+        self
     }
 
     /// Also write every entry as a JSON line to `sink`, the header first.
@@ -425,9 +433,10 @@ impl<G: Gpu> Simulator<G> {
     pub fn stats(&self) -> FaultStats {
         self.stats
     }
-    /// The digest of every input handed to a node and every event a node emitted.
-    pub fn trace_hash(&self) -> u64 {
-        self.hash.digest()
+    /// The digest of every input handed to a node and every event a node emitted
+    /// (`None` when the run kept none).
+    pub fn trace_hash(&self) -> Option<u64> {
+        self.hash.as_ref().map(TraceHash::digest)
     }
     pub fn take_log(&mut self) -> Vec<Entry> {
         self.log.take().unwrap_or_default()
@@ -939,7 +948,9 @@ impl<G: Gpu> Simulator<G> {
             ..
         } = msg
         {
-            (self.now_ns, req, status, &tokens).hash(&mut self.hash);
+            if let Some(h) = &mut self.hash {
+                (self.now_ns, req, status, &tokens).hash(h);
+            }
             self.emit(Record::Response {
                 req,
                 status,
@@ -955,7 +966,9 @@ impl<G: Gpu> Simulator<G> {
     /// Feed one input to one node and carry out its effects, in the order issued.
     fn dispatch(&mut self, node: NodeId, input: Input<G::Kv>) {
         let i = node.0 as usize;
-        (self.now_ns, node, &input).hash(&mut self.hash);
+        if let Some(h) = &mut self.hash {
+            (self.now_ns, node, &input).hash(h);
+        }
         self.outbox.reset(self.now_ns);
         env_world::step(&mut self.nodes[i], input, &mut self.outbox);
         let mut effects = std::mem::take(&mut self.outbox.effects);
@@ -1083,7 +1096,9 @@ impl<G: Gpu> Simulator<G> {
         }
         self.down[i] = false;
         let epoch = self.epochs[i];
-        (self.now_ns, node, epoch).hash(&mut self.hash);
+        if let Some(h) = &mut self.hash {
+            (self.now_ns, node, epoch).hash(h);
+        }
         env_world::restart(&mut self.nodes[i], epoch);
         self.emit(Record::Fault(FaultEvent::Restart { node, epoch }));
     }
@@ -1160,7 +1175,9 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
     }
 
     fn event(&mut self, _node: NodeId, ev: TraceEvent) {
-        ev.hash(&mut self.hash);
+        if let Some(h) = &mut self.hash {
+            ev.hash(h);
+        }
         self.stats.coverage.event(&ev);
         if let TraceEvent::Routed { req, room, .. } = &ev {
             self.room_req.insert(*room, *req);
