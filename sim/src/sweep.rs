@@ -786,9 +786,8 @@ pub fn run_sweep_streaming(
         }
         let first_failure = in_seed_order(&mut results, opts);
         let gap = first_not_run(&batch, &results);
-        for mut r in results {
-            runner.hash_kept(&mut r, &s);
-            s.add_seed(r, opts, &mut |f| {
+        for r in results {
+            s.add_seed(runner.hash_kept(r, &s), opts, &mut |f| {
                 if printed < opts.keep_failures {
                     on_failure(f);
                     printed += 1;
@@ -894,17 +893,18 @@ impl SeedRunner<'_> {
     /// A seed's record that the summary keeps carries its trace hash: a seed ran
     /// without one ([`crate::run_plan_unhashed`]: nobody reads the hash of a seed that
     /// finds nothing) runs again with it, the same run (a run is a function of its plan).
-    fn hash_kept(&self, r: &mut SeedResult, summary: &SweepSummary) {
-        if !summary.keeps(r, self.opts) {
-            return;
+    fn hash_kept(&self, mut r: SeedResult, summary: &SweepSummary) -> SeedResult {
+        if !summary.keeps(&r, self.opts) {
+            return r;
         }
-        let Some(f) = r.finding.as_mut().filter(|f| f.trace_hash.is_empty()) else {
-            return;
-        };
-        if let Ok(plan) = Plan::build(self.sc, r.seed, self.opts.bugs, &Reduction::default()) {
-            let again = run_plan(&plan, Backend::Symbolic, false);
-            f.trace_hash = crate::report::trace_hash(again.trace_hash);
+        let seed = r.seed;
+        if let Some(f) = r.finding.as_mut().filter(|f| f.trace_hash.is_empty()) {
+            if let Ok(plan) = Plan::build(self.sc, seed, self.opts.bugs, &Reduction::default()) {
+                let again = run_plan(&plan, Backend::Symbolic, false);
+                f.trace_hash = crate::report::trace_hash(again.trace_hash);
+            }
         }
+        r
     }
 
     /// Why the sweep stops after this batch, if it does.
