@@ -104,7 +104,7 @@ mod tests {
             let at = x % 50;
             q.push(at, seq, (round, at));
             whole.push(Reverse((at, seq, (round, at))));
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 let a = q.pop();
                 let b = whole.pop().map(|Reverse(t)| t);
                 assert_eq!(a, b, "pop in round {round}");
