@@ -16,6 +16,7 @@ pub mod coverage;
 pub mod hash;
 pub mod net;
 pub mod plan;
+pub mod queue;
 pub mod replay;
 pub mod report;
 pub mod rng;
@@ -62,7 +63,9 @@ pub struct RunOutcome {
     pub header: RunHeader,
     pub events: u64,
     pub sim_ns: u64,
-    pub trace_hash: u64,
+    /// The trace hash ([`Simulator::trace_hash`]); `None` for a run that kept none
+    /// ([`run_plan_unhashed`]).
+    pub trace_hash: Option<u64>,
     pub stats: FaultStats,
     /// The full event log (empty unless the run was traced).
     pub trace: Vec<Entry>,
@@ -179,6 +182,16 @@ fn finish<G: Gpu>(plan: &Plan, mut w: Simulator<G>) -> RunOutcome {
         stats: w.stats(),
         trace: w.take_log(),
     }
+}
+
+/// [`run_plan`] with the symbolic backend, untraced and keeping no trace hash: what a
+/// sweep runs for each seed, whose hash it reads only for a seed with a finding it
+/// keeps (and then runs again, with [`run_plan`]: a run is a function of its plan).
+pub fn run_plan_unhashed(plan: &Plan) -> RunOutcome {
+    finish(
+        plan,
+        Simulator::new(plan, SymbolicGpu::new, false).without_trace_hash(),
+    )
 }
 
 /// Run one plan end to end and check it.

@@ -74,7 +74,7 @@ pub fn render(
     let st = &out.stats;
     let _ = writeln!(
         s,
-        "{} events, {} simulated; faults: {} control messages lost, {} duplicated, {} dropped; {} of {} KV writes failed, {} late, {} flushed, {} with a data fault; {} crashes; {} client cancels; trace hash {:016x}",
+        "{} events, {} simulated; faults: {} control messages lost, {} duplicated, {} dropped; {} of {} KV writes failed, {} late, {} flushed, {} with a data fault; {} crashes; {} client cancels; trace hash {}",
         out.events,
         report::secs(out.sim_ns),
         st.lost,
@@ -87,7 +87,7 @@ pub fn render(
         st.data_faults,
         st.crashes,
         st.cancels,
-        out.trace_hash
+        report::trace_hash(out.trace_hash)
     );
     if let Some(d) = deterministic {
         let _ = writeln!(

@@ -53,6 +53,12 @@ pub fn render_requests(
     out
 }
 
+/// A run's trace hash as reports print it: 16 hex digits, or `not kept` for a run that
+/// kept none ([`crate::run_plan_unhashed`]).
+pub fn trace_hash(hash: Option<u64>) -> String {
+    hash.map_or_else(|| "not kept".to_string(), |h| format!("{h:016x}"))
+}
+
 /// The distinct invariants of some findings, in order of first appearance.
 pub fn distinct<'a>(findings: impl IntoIterator<Item = &'a Finding>) -> Vec<Invariant> {
     let mut out = Vec::new();

@@ -24,6 +24,7 @@
 use crate::hash::TraceHash;
 use crate::net::{ControlFate, NetModel, WriteFate};
 use crate::plan::{Partition, Plan};
+use crate::queue::EventQueue;
 use crate::scenario::{CancelAt, PlannedRequest, ReqPhase};
 use kvsim_engine::env::{Input, Outbox, Timer, TimerOp};
 use kvsim_engine::gpu::Gpu;
@@ -40,8 +41,7 @@ use kvsim_oracle::schema::{
     CancelHow, ClockKind, EndOutcome, Entry, FaultEvent, MsgView, Record, RunHeader,
 };
 use kvsim_oracle::Oracle;
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::hash::Hash;
 
 /// Something scheduled to happen.
@@ -52,8 +52,8 @@ enum Pending<K> {
         to: NodeId,
         from_epoch: u32,
         to_epoch: u32,
-        /// Boxed: queue entries move on every push and pop, and a message is large.
-        msg: Box<Msg<K>>,
+        /// Not boxed: the queue moves keys, never the event ([`EventQueue`]).
+        msg: Msg<K>,
         /// A KV write whose failure was decided when it was sent.
         doomed: bool,
         /// A data fault the KV write suffers if it lands, with its salt.
@@ -86,27 +86,11 @@ enum Pending<K> {
     Heal,
 }
 
+/// A queued event as the crash walk takes it out of the queue.
 struct Queued<K> {
     at_ns: u64,
     seq: u64,
     ev: Pending<K>,
-}
-
-impl<K> PartialEq for Queued<K> {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at_ns, self.seq) == (o.at_ns, o.seq)
-    }
-}
-impl<K> Eq for Queued<K> {}
-impl<K> PartialOrd for Queued<K> {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl<K> Ord for Queued<K> {
-    fn cmp(&self, o: &Self) -> Ordering {
-        (self.at_ns, self.seq).cmp(&(o.at_ns, o.seq))
-    }
 }
 
 /// A queued event as the crash walk sees it: a delivery is a message in flight (a
@@ -197,7 +181,7 @@ pub struct Simulator<G: Gpu> {
     now_ns: u64,
     seq: u64,
     events: u64,
-    queue: BinaryHeap<Reverse<Queued<G::Kv>>>,
+    queue: EventQueue<Pending<G::Kv>>,
     nodes: Vec<Node<G>>,
     /// Current incarnation of each node (index = node id; the client's entry too).
     epochs: Vec<u32>,
@@ -219,7 +203,8 @@ pub struct Simulator<G: Gpu> {
     log: Option<Vec<Entry>>,
     /// Every entry as a JSON line, header first (`--trace-json`, `--audit`).
     json: Option<Box<dyn TraceSink>>,
-    hash: TraceHash,
+    /// The run's trace hash, where someone reads it ([`Simulator::without_trace_hash`]).
+    hash: Option<TraceHash>,
     heal_at_ns: Option<u64>,
     slow_writer: Option<(NodeId, u64)>,
     /// Per room number, the control messages of its latest use (at most 8), for the
@@ -263,7 +248,7 @@ impl<G: Gpu> Simulator<G> {
             now_ns: 0,
             seq: 0,
             events: 0,
-            queue: BinaryHeap::new(),
+            queue: EventQueue::default(),
             nodes,
             epochs: vec![0; n],
             down: vec![false; n],
@@ -281,7 +266,7 @@ impl<G: Gpu> Simulator<G> {
             outbox: Outbox::new(0),
             log: trace.then(Vec::new),
             json: None,
-            hash: TraceHash::default(),
+            hash: Some(TraceHash::default()),
             heal_at_ns: plan.heal_at_ns,
             slow_writer: plan.slow_writer,
             last_use: BTreeMap::new(),
@@ -339,6 +324,13 @@ impl<G: Gpu> Simulator<G> {
         }
     }
 
+    /// Keep no trace hash: for a run whose hash nobody reads (a sweep's seed that
+    /// finds nothing). The run itself is the same; [`Simulator::trace_hash`] is `None`.
+    pub fn without_trace_hash(mut self) -> Self {
+        self.hash = None;
+        self
+    }
+
     /// Also write every entry as a JSON line to `sink`, the header first.
     pub fn with_json(mut self, mut sink: Box<dyn TraceSink>) -> Self {
         sink.line(&kvsim_oracle::schema::header_line(&self.header));
@@ -348,11 +340,7 @@ impl<G: Gpu> Simulator<G> {
 
     fn push(&mut self, at_ns: u64, ev: Pending<G::Kv>) {
         self.seq += 1;
-        self.queue.push(Reverse(Queued {
-            at_ns,
-            seq: self.seq,
-            ev,
-        }));
+        self.queue.push(at_ns, self.seq, ev);
     }
 
     /// Is anybody besides the oracle reading the trace?
@@ -445,9 +433,10 @@ impl<G: Gpu> Simulator<G> {
     pub fn stats(&self) -> FaultStats {
         self.stats
     }
-    /// The digest of every input handed to a node and every event a node emitted.
-    pub fn trace_hash(&self) -> u64 {
-        self.hash.digest()
+    /// The digest of every input handed to a node and every event a node emitted
+    /// (`None` when the run kept none).
+    pub fn trace_hash(&self) -> Option<u64> {
+        self.hash.as_ref().map(TraceHash::digest)
     }
     pub fn take_log(&mut self) -> Vec<Entry> {
         self.log.take().unwrap_or_default()
@@ -476,28 +465,31 @@ impl<G: Gpu> Simulator<G> {
     /// The time of the next event that will do something (skipping stale timers).
     fn next_live(&mut self) -> Option<u64> {
         loop {
-            let q = &self.queue.peek()?.0;
-            if let Pending::Fire { node, timer, token } = &q.ev {
+            let (at_ns, ev) = self.queue.peek()?;
+            if let Pending::Fire { node, timer, token } = ev {
                 if self.timers.get(*node, *timer) != Some(token) {
                     self.queue.pop();
                     continue;
                 }
             }
-            return Some(q.at_ns);
+            return Some(at_ns);
         }
     }
 
     /// Process one event. `false` when nothing is left.
     pub fn step(&mut self) -> bool {
-        if self.next_live().is_none() {
-            return false;
-        }
-        let Some(Reverse(q)) = self.queue.pop() else {
+        self.next_live().is_some() && self.step_live()
+    }
+
+    /// Process the event at the head of the queue, which [`Simulator::next_live`] has
+    /// just found live.
+    fn step_live(&mut self) -> bool {
+        let Some((at_ns, _, ev)) = self.queue.pop() else {
             return false;
         };
-        self.now_ns = q.at_ns;
+        self.now_ns = at_ns;
         self.events += 1;
-        match q.ev {
+        match ev {
             Pending::Submit { req } => self.on_submit(req),
             Pending::Cancel { req, how } => {
                 self.stats.cancels += 1;
@@ -520,8 +512,8 @@ impl<G: Gpu> Simulator<G> {
                 data,
                 replay,
             } => match replay {
-                Some(a) => self.deliver_duplicate(from, to, from_epoch, to_epoch, *msg, a),
-                None => self.deliver(from, to, from_epoch, to_epoch, *msg, doomed, data),
+                Some(a) => self.deliver_duplicate(from, to, from_epoch, to_epoch, msg, a),
+                None => self.deliver(from, to, from_epoch, to_epoch, msg, doomed, data),
             },
             Pending::Fire { node, timer, .. } => {
                 self.timers.take(node, timer);
@@ -665,7 +657,7 @@ impl<G: Gpu> Simulator<G> {
                 to,
                 from_epoch,
                 to_epoch,
-                msg: Box::new(msg),
+                msg,
                 doomed,
                 data,
                 replay: None,
@@ -768,7 +760,7 @@ impl<G: Gpu> Simulator<G> {
                 to: from,
                 from_epoch: self.epochs[to.0 as usize],
                 to_epoch: id.epoch,
-                msg: Box::new(completion),
+                msg: completion,
                 doomed: false,
                 data: None,
                 replay: None,
@@ -870,7 +862,7 @@ impl<G: Gpu> Simulator<G> {
                 to,
                 from_epoch,
                 to_epoch,
-                msg: Box::new(dup),
+                msg: dup,
                 doomed: false,
                 data: None,
                 replay: Some(a),
@@ -956,7 +948,9 @@ impl<G: Gpu> Simulator<G> {
             ..
         } = msg
         {
-            (self.now_ns, req, status, &tokens).hash(&mut self.hash);
+            if let Some(h) = &mut self.hash {
+                (self.now_ns, req, status, &tokens).hash(h);
+            }
             self.emit(Record::Response {
                 req,
                 status,
@@ -972,7 +966,9 @@ impl<G: Gpu> Simulator<G> {
     /// Feed one input to one node and carry out its effects, in the order issued.
     fn dispatch(&mut self, node: NodeId, input: Input<G::Kv>) {
         let i = node.0 as usize;
-        (self.now_ns, node, &input).hash(&mut self.hash);
+        if let Some(h) = &mut self.hash {
+            (self.now_ns, node, &input).hash(h);
+        }
         self.outbox.reset(self.now_ns);
         env_world::step(&mut self.nodes[i], input, &mut self.outbox);
         let mut effects = std::mem::take(&mut self.outbox.effects);
@@ -1039,9 +1035,11 @@ impl<G: Gpu> Simulator<G> {
         self.down[i] = true;
         self.timers.crash(node);
         self.history.crash(node);
-        let queue = std::mem::take(&mut self.queue).into_vec();
-        let mut walk =
-            CrashWalk::new(node, dead).walk(queue.into_iter().map(|Reverse(q)| q), flying);
+        let queue = self.queue.take_all().into_iter();
+        let mut walk = CrashWalk::new(node, dead).walk(
+            queue.map(|(at_ns, seq, ev)| Queued { at_ns, seq, ev }),
+            flying,
+        );
         for (mut q, travel) in std::mem::take(&mut walk.kept) {
             if travel == Travel::Late {
                 // On its way to the dead incarnation: it reaches the restarted one, its
@@ -1050,7 +1048,7 @@ impl<G: Gpu> Simulator<G> {
                 let left = q.at_ns.saturating_sub(self.now_ns);
                 q.at_ns = restart_ns.max(self.now_ns) + 1 + left;
             }
-            self.queue.push(Reverse(q));
+            self.queue.push(q.at_ns, q.seq, q.ev);
         }
         self.report_crash(walk);
         self.push(restart_ns.max(self.now_ns), Pending::Restart { node });
@@ -1098,7 +1096,9 @@ impl<G: Gpu> Simulator<G> {
         }
         self.down[i] = false;
         let epoch = self.epochs[i];
-        (self.now_ns, node, epoch).hash(&mut self.hash);
+        if let Some(h) = &mut self.hash {
+            (self.now_ns, node, epoch).hash(h);
+        }
         env_world::restart(&mut self.nodes[i], epoch);
         self.emit(Record::Fault(FaultEvent::Restart { node, epoch }));
     }
@@ -1132,7 +1132,7 @@ impl<G: Gpu> Simulator<G> {
                 );
                 break;
             }
-            self.step();
+            self.step_live();
         }
         self.events += 1;
         self.emit(Record::End {
@@ -1163,11 +1163,8 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
                     timer,
                     fire_at_ns: at,
                 });
-                self.queue.push(Reverse(Queued {
-                    at_ns: at,
-                    seq: token,
-                    ev: Pending::Fire { node, timer, token },
-                }));
+                self.queue
+                    .push(at, token, Pending::Fire { node, timer, token });
             }
             TimerOp::Cancel { timer } => {
                 if self.timers.take(node, timer).is_some() {
@@ -1178,7 +1175,9 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
     }
 
     fn event(&mut self, _node: NodeId, ev: TraceEvent) {
-        ev.hash(&mut self.hash);
+        if let Some(h) = &mut self.hash {
+            ev.hash(h);
+        }
         self.stats.coverage.event(&ev);
         if let TraceEvent::Routed { req, room, .. } = &ev {
             self.room_req.insert(*room, *req);

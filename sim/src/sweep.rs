@@ -468,6 +468,16 @@ impl SweepSummary {
         }
     }
 
+    /// Will [`SweepSummary::add_seed`] keep the record of this seed's finding?
+    fn keeps(&self, r: &SeedResult, opts: &SweepOptions) -> bool {
+        let kept = if r.failed {
+            &self.failures
+        } else {
+            &self.detected
+        };
+        r.finding.is_some() && kept.len() < opts.keep_failures
+    }
+
     /// Count one seed's result; `on_failure` hears each failing seed.
     fn add_seed(
         &mut self,
@@ -689,9 +699,21 @@ fn failure_of(out: &RunOutcome, path: &str) -> Option<Failure> {
         detail: f.violation.detail.clone(),
         at_ns: f.at_ns,
         invariants,
-        trace_hash: format!("{:016x}", out.trace_hash),
+        // Filled in for the records a summary keeps ([`SeedRunner::hash_kept`]).
+        trace_hash: out
+            .trace_hash
+            .map_or_else(String::new, |h| crate::report::trace_hash(Some(h))),
         replay: crate::report::replay_command(path, out),
     })
+}
+
+/// A seed's run: with its trace hash only when the sweep compares two runs by it.
+fn hashed_if(plan: &Plan, hashed: bool) -> RunOutcome {
+    if hashed {
+        run_plan(plan, Backend::Symbolic, false)
+    } else {
+        crate::run_plan_unhashed(plan)
+    }
 }
 
 /// Seeds per batch and worker thread: a batch is the unit the sweep holds in memory
@@ -765,7 +787,7 @@ pub fn run_sweep_streaming(
         let first_failure = in_seed_order(&mut results, opts);
         let gap = first_not_run(&batch, &results);
         for r in results {
-            s.add_seed(r, opts, &mut |f| {
+            s.add_seed(runner.hash_kept(r, &s), opts, &mut |f| {
                 if printed < opts.keep_failures {
                     on_failure(f);
                     printed += 1;
@@ -868,6 +890,23 @@ impl SeedRunner<'_> {
             .is_some_and(|f| f.load(Ordering::Relaxed))
     }
 
+    /// A seed's record that the summary keeps carries its trace hash: a seed ran
+    /// without one ([`crate::run_plan_unhashed`]: nobody reads the hash of a seed that
+    /// finds nothing) runs again with it, the same run (a run is a function of its plan).
+    fn hash_kept(&self, mut r: SeedResult, summary: &SweepSummary) -> SeedResult {
+        if !summary.keeps(&r, self.opts) {
+            return r;
+        }
+        let seed = r.seed;
+        if let Some(f) = r.finding.as_mut().filter(|f| f.trace_hash.is_empty()) {
+            if let Ok(plan) = Plan::build(self.sc, seed, self.opts.bugs, &Reduction::default()) {
+                let again = run_plan(&plan, Backend::Symbolic, false);
+                f.trace_hash = crate::report::trace_hash(again.trace_hash);
+            }
+        }
+        r
+    }
+
     /// Why the sweep stops after this batch, if it does.
     fn stop_reason(&self, failed: bool) -> Option<&'static str> {
         if self.opts.stop_at_first && failed {
@@ -927,7 +966,7 @@ impl SeedRunner<'_> {
             let (out, agreed) = crate::run_and_audit(&plan, Backend::Symbolic);
             (out, Some(agreed.is_ok()))
         } else {
-            (run_plan(&plan, Backend::Symbolic, false), None)
+            (hashed_if(&plan, opts.check_determinism), None)
         };
         let nondeterministic = opts.check_determinism && {
             let again = run_plan(&plan, Backend::Symbolic, false);

@@ -47,6 +47,13 @@ fn same_seed_same_trace_byte_for_byte() {
         assert_eq!(untraced.trace_hash, a.trace_hash, "seed {seed}");
         assert_eq!(untraced.events, a.events);
         assert!(untraced.trace.is_empty());
+        // Nor does keeping no trace hash (a sweep's seed that finds nothing).
+        let unhashed = kvsim_sim::run_plan_unhashed(&plan);
+        assert!(a.trace_hash.is_some() && unhashed.trace_hash.is_none());
+        assert_eq!(unhashed.events, a.events, "seed {seed}");
+        assert_eq!(unhashed.findings, a.findings, "seed {seed}");
+        assert_eq!(unhashed.replies, a.replies, "seed {seed}");
+        assert_eq!(unhashed.stats, a.stats, "seed {seed}");
     }
     // Different seeds draw different runs.
     assert_ne!(traced(1, None).trace_hash, traced(2, None).trace_hash);
@@ -85,7 +92,7 @@ fn a_failing_seed_replays_to_the_same_first_violation() {
         assert_eq!(first.violation.invariant.to_string(), f.invariant);
         assert_eq!(first.violation.detail, f.detail);
         assert_eq!(first.at_ns, f.at_ns);
-        assert_eq!(format!("{:016x}", r.outcome.trace_hash), f.trace_hash);
+        assert_eq!(report::trace_hash(r.outcome.trace_hash), f.trace_hash);
         assert_eq!(r.deterministic, Some(true));
         assert!(r.text.contains(&f.replay), "{}", r.text);
     }
