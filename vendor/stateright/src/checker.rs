@@ -3,6 +3,8 @@
 mod bfs;
 mod dfs;
 mod explorer;
+// kvsim patch: the visited set of the BFS and DFS checkers.
+mod fingerprints;
 mod on_demand;
 mod path;
 mod representative;
