@@ -1,6 +1,8 @@
 //! Private module for selective re-export.
 
 mod bfs;
+// kvsim patch: the action path of a BFS job as bytes.
+mod compact_path;
 mod dfs;
 mod explorer;
 // kvsim patch: the visited set of the BFS and DFS checkers.

@@ -1,6 +1,7 @@
 //! Private module for selective re-export.
 
 use crate::checker::{Checker, EventuallyBits, Expectation, Path};
+use crate::checker::compact_path::CompactPath;
 use crate::checker::fingerprints::FingerprintSet;
 use crate::checker::Tally;
 use crate::job_market::JobBroker;
@@ -38,7 +39,8 @@ pub(crate) struct BfsChecker<M: Model> {
     // so we must store a Vec (like in dfs.rs).
     discoveries: Arc<DashMap<&'static str, Vec<usize>>>,
 }
-type Job<State> = (State, EventuallyBits, NonZeroUsize, Vec<usize>);
+// kvsim patch: the action path as a `CompactPath` (see compact_path.rs).
+type Job<State> = (State, EventuallyBits, NonZeroUsize, CompactPath);
 
 impl<M> BfsChecker<M>
 where
@@ -89,7 +91,7 @@ where
         let pending: VecDeque<_> = init_states
             .into_iter()
             .enumerate()
-            .map(|(i, s)| (s, ebits.clone(), NonZeroUsize::new(1).unwrap(), vec![i]))
+            .map(|(i, s)| (s, ebits.clone(), NonZeroUsize::new(1).unwrap(), CompactPath::start(i)))
             .collect();
         let discoveries = Arc::new(DashMap::default());
         let mut handles = Vec::new();
@@ -246,7 +248,7 @@ where
             if let Some(visitor) = visitor {
                 visitor.visit(
                     model,
-                    Path::from_action_indices(model, VecDeque::from(action_path.clone())),
+                    Path::from_action_indices(model, VecDeque::from(action_path.indices())),
                 );
             }
 
@@ -270,7 +272,7 @@ where
                     } => {
                         if !always(model, &state) {
                             // Races other threads, but that's fine.
-                            discoveries.insert(property.name, action_path.clone());
+                            discoveries.insert(property.name, action_path.indices());
                         } else {
                             is_awaiting_discoveries = true;
                         }
@@ -282,7 +284,7 @@ where
                     } => {
                         if sometimes(model, &state) {
                             // Races other threads, but that's fine.
-                            discoveries.insert(property.name, action_path.clone());
+                            discoveries.insert(property.name, action_path.indices());
                         } else {
                             is_awaiting_discoveries = true;
                         }
@@ -358,9 +360,7 @@ where
                 // (upstream copies it for every successor, duplicates included), and
                 // into an allocation of its final size (`clone` then `push` would
                 // allocate twice).
-                let mut next_action_path = Vec::with_capacity(action_path.len() + 1);
-                next_action_path.extend_from_slice(&action_path);
-                next_action_path.push(action_idx);
+                let next_action_path = action_path.then(action_idx);
                 pending.push_front((
                     next_state,
                     ebits.clone(),
@@ -372,7 +372,7 @@ where
                 for (i, property) in properties.iter().enumerate() {
                     if ebits.contains(i) {
                         // Races other threads, but that's fine.
-                        discoveries.insert(property.name, action_path.clone());
+                        discoveries.insert(property.name, action_path.indices());
                     }
                 }
             }
