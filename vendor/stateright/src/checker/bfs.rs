@@ -1,9 +1,9 @@
 //! Private module for selective re-export.
 
-use crate::checker::{Checker, EventuallyBits, Expectation, Path};
 use crate::checker::compact_path::CompactPath;
 use crate::checker::fingerprints::FingerprintSet;
 use crate::checker::Tally;
+use crate::checker::{Checker, EventuallyBits, Expectation, Path};
 use crate::job_market::JobBroker;
 use crate::{fingerprint, CheckerBuilder, CheckerVisitor, Model, Property};
 use dashmap::DashMap;
@@ -91,7 +91,14 @@ where
         let pending: VecDeque<_> = init_states
             .into_iter()
             .enumerate()
-            .map(|(i, s)| (s, ebits.clone(), NonZeroUsize::new(1).unwrap(), CompactPath::start(i)))
+            .map(|(i, s)| {
+                (
+                    s,
+                    ebits.clone(),
+                    NonZeroUsize::new(1).unwrap(),
+                    CompactPath::start(i),
+                )
+            })
             .collect();
         let discoveries = Arc::new(DashMap::default());
         let mut handles = Vec::new();

@@ -1,8 +1,8 @@
 //! Private module for selective re-export.
 
-use crate::checker::{Checker, EventuallyBits, Expectation, Path};
 use crate::checker::fingerprints::FingerprintSet;
 use crate::checker::Tally;
+use crate::checker::{Checker, EventuallyBits, Expectation, Path};
 use crate::job_market::JobBroker;
 use crate::{fingerprint, CheckerBuilder, CheckerVisitor, Model, Property};
 use dashmap::DashMap;

@@ -125,7 +125,9 @@ impl FingerprintSet {
         let mut table = shard.table.lock();
         if table.needs_growth() {
             *table = table.grown();
-            shard.base.store(table.slots.as_mut_ptr(), Ordering::Relaxed);
+            shard
+                .base
+                .store(table.slots.as_mut_ptr(), Ordering::Relaxed);
             shard.mask.store(table.slots.len() - 1, Ordering::Relaxed);
         }
         let new = table.insert(fp);
