@@ -8,6 +8,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kvsim_engine::bugs::BugSet;
+use kvsim_models::two_phase::{self, TwoPhaseRun};
 use kvsim_models::{
     check_with_progress, CheckOptions, CheckReport, MemoMode, ModelSpec, Progress, Verdict,
 };
@@ -56,6 +57,11 @@ pub struct CheckArgs {
     /// the median run and the median, best and worst rates.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub repeat: usize,
+    /// Benchmark: after each run, check stateright's own two-phase commit example
+    /// (8 resource managers) with the same search and threads, and print its rate and
+    /// the ratio of this model's rate to it.
+    #[arg(long = "vs-2pc")]
+    pub vs_2pc: bool,
 }
 
 /// The most checker threads `check` starts.
@@ -162,6 +168,7 @@ fn options(args: &CheckArgs) -> CheckOptions {
 fn median_run(spec: &ModelSpec, args: &CheckArgs) -> Result<CheckReport> {
     let options = options(args);
     let mut runs = Vec::with_capacity(args.repeat);
+    let mut yardsticks = Vec::new();
     for i in 0..args.repeat {
         let every = (!args.quiet).then(|| Duration::from_millis(args.progress_ms.max(1)));
         let r = check_with_progress(spec.clone(), &options, every, &mut |p| {
@@ -178,6 +185,12 @@ fn median_run(spec: &ModelSpec, args: &CheckArgs) -> Result<CheckReport> {
             );
         }
         runs.push(r);
+        if args.vs_2pc {
+            yardsticks.push(two_phase_run(args, i));
+        }
+    }
+    if args.vs_2pc {
+        print_vs_2pc(&runs, &mut yardsticks);
     }
     runs.sort_by_key(|r| r.elapsed);
     let rates: Vec<f64> = runs.iter().map(|r| r.states_per_sec()).collect();
@@ -194,6 +207,45 @@ fn median_run(spec: &ModelSpec, args: &CheckArgs) -> Result<CheckReport> {
         );
     }
     Ok(report)
+}
+
+/// One check of stateright's two-phase commit example with this check's search and
+/// threads (`--vs-2pc`), its rate printed.
+fn two_phase_run(args: &CheckArgs, i: usize) -> TwoPhaseRun {
+    let r = two_phase::check_2pc(two_phase::BENCH_RMS, args.threads, args.dfs);
+    println!(
+        "2pc run {}/{}: stateright's two-phase commit, {} resource managers: {} unique states in {:.2} s, {:.0} unique states/s{}",
+        i + 1,
+        args.repeat,
+        r.rms,
+        r.unique,
+        r.elapsed.as_secs_f64(),
+        r.states_per_sec(),
+        if r.consistent { "" } else { " (its \"consistent\" property FAILED)" }
+    );
+    r
+}
+
+/// The two-phase commit yardstick's median rate and this model's median rate against
+/// it, run by run and over the runs (each pair ran one after the other).
+fn print_vs_2pc(runs: &[CheckReport], yardsticks: &mut [TwoPhaseRun]) {
+    let mut ratios: Vec<f64> = runs
+        .iter()
+        .zip(yardsticks.iter())
+        .map(|(r, y)| r.states_per_sec() / y.states_per_sec().max(1e-9))
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    yardsticks.sort_by_key(|y| y.elapsed);
+    let median = &yardsticks[yardsticks.len() / 2];
+    println!(
+        "vs 2pc: stateright's two-phase commit ({} resource managers, {} unique states) median {:.0} unique states/s; this model / 2pc, pair by pair: median {:.2}, lowest {:.2}, highest {:.2}",
+        median.rms,
+        median.unique,
+        median.states_per_sec(),
+        ratios[ratios.len() / 2],
+        ratios[0],
+        ratios[ratios.len() - 1]
+    );
 }
 
 /// Print the report (only its summary under `--quiet`) and the verdict line: exit 1 on

@@ -16,6 +16,7 @@ use kvsim_engine::ids::{NodeId, PageId, PageTag, RoomKey, WriteId};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::trace::TraceEvent;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A KV write in flight: from its send until it lands, is refused, fails or is flushed.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -68,19 +69,22 @@ impl WriteIndex {
 }
 
 /// The KV writes in flight. `writes` is shared and hashed as one part; the index
-/// hashes as nothing (it is derived), so `Writes` hashes exactly as `writes` does.
+/// hashes as nothing (it is derived), so `Writes` hashes exactly as `writes` does. The
+/// index is shared too (copied on write, when `writes` changes): the model checker
+/// copies the oracle's model in every transition, and most transitions change no
+/// write.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Writes {
     /// Sorted by id.
     pub writes: Shared<Vec<WriteFacts>>,
-    index: WriteIndex,
+    index: Arc<WriteIndex>,
 }
 
 impl Default for Writes {
     fn default() -> Self {
         Writes {
             writes: Shared::new(Vec::new()),
-            index: WriteIndex::default(),
+            index: Arc::default(),
         }
     }
 }
@@ -103,11 +107,11 @@ impl Writes {
     /// Put `facts` in flight (a send, or a stale duplicate's facts put back), replacing
     /// a write of the same id.
     pub fn put(&mut self, facts: WriteFacts) {
-        self.index.add(&facts, 1);
+        Arc::make_mut(&mut self.index).add(&facts, 1);
         match self.position(facts.id) {
             Ok(i) => {
                 let old = std::mem::replace(&mut self.writes.edit()[i], facts);
-                self.index.add(&old, -1);
+                Arc::make_mut(&mut self.index).add(&old, -1);
             }
             Err(i) => self.writes.edit().insert(i, facts),
         }
@@ -136,7 +140,7 @@ impl Writes {
     pub fn take(&mut self, id: WriteId) -> Option<WriteFacts> {
         let i = self.position(id).ok()?;
         let w = self.writes.edit().remove(i);
-        self.index.add(&w, -1);
+        Arc::make_mut(&mut self.index).add(&w, -1);
         self.check();
         Some(w)
     }

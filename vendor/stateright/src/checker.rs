@@ -1,8 +1,12 @@
 //! Private module for selective re-export.
 
 mod bfs;
+// kvsim patch: the action path of a BFS job as bytes.
+mod compact_path;
 mod dfs;
 mod explorer;
+// kvsim patch: the visited set of the BFS and DFS checkers.
+mod fingerprints;
 mod on_demand;
 mod path;
 mod representative;

@@ -1,14 +1,14 @@
 //! Private module for selective re-export.
 
-use crate::checker::{Checker, EventuallyBits, Expectation, Path};
+use crate::checker::compact_path::CompactPath;
+use crate::checker::fingerprints::FingerprintSet;
 use crate::checker::Tally;
+use crate::checker::{Checker, EventuallyBits, Expectation, Path};
 use crate::job_market::JobBroker;
-use crate::{fingerprint, CheckerBuilder, CheckerVisitor, Fingerprint, Model, Property};
-use dashmap::mapref::entry::Entry;
+use crate::{fingerprint, CheckerBuilder, CheckerVisitor, Model, Property};
 use dashmap::DashMap;
-use nohash_hasher::NoHashHasher;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hash};
+use std::hash::Hash;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -29,15 +29,18 @@ pub(crate) struct BfsChecker<M: Model> {
     // kvsim patch: states taken off the queue, for the queue depth.
     dequeued: Arc<AtomicUsize>,
     max_depth: Arc<AtomicUsize>,
-    generated:
-        Arc<DashMap<Fingerprint, Option<Fingerprint>, BuildHasherDefault<NoHashHasher<u64>>>>,
+    // kvsim patch: a `FingerprintSet` instead of a `DashMap` from each fingerprint to
+    // its parent's, which nothing read (see fingerprints.rs); so a job no longer
+    // carries its state's fingerprint either.
+    generated: Arc<FingerprintSet>,
     // In the original fingerprint-based Path construction, the value type of `discovery` was a
     // single fingerprint since the path could be reconstructed in reverse using the parent
     // relationships in `generated`. However, with action indices encoding, this is not possible,
     // so we must store a Vec (like in dfs.rs).
     discoveries: Arc<DashMap<&'static str, Vec<usize>>>,
 }
-type Job<State> = (State, Fingerprint, EventuallyBits, NonZeroUsize, Vec<usize>);
+// kvsim patch: the action path as a `CompactPath` (see compact_path.rs).
+type Job<State> = (State, EventuallyBits, NonZeroUsize, CompactPath);
 
 impl<M> BfsChecker<M>
 where
@@ -66,9 +69,9 @@ where
         let dequeued = Arc::new(AtomicUsize::new(0));
         let max_depth = Arc::new(AtomicUsize::new(0));
         let generated = Arc::new({
-            let generated = DashMap::default();
+            let generated = FingerprintSet::new(thread_count);
             for s in &init_states {
-                generated.insert(fingerprint(s), None);
+                generated.insert(fingerprint(s));
             }
             generated
         });
@@ -89,8 +92,12 @@ where
             .into_iter()
             .enumerate()
             .map(|(i, s)| {
-                let fp = fingerprint(&s);
-                (s, fp, ebits.clone(), NonZeroUsize::new(1).unwrap(), vec![i])
+                (
+                    s,
+                    ebits.clone(),
+                    NonZeroUsize::new(1).unwrap(),
+                    CompactPath::start(i),
+                )
             })
             .collect();
         let discoveries = Arc::new(DashMap::default());
@@ -194,11 +201,7 @@ where
         model: &M,
         state_count: &AtomicUsize,
         dequeued: &AtomicUsize,
-        generated: &DashMap<
-            Fingerprint,
-            Option<Fingerprint>,
-            BuildHasherDefault<NoHashHasher<u64>>,
-        >,
+        generated: &FingerprintSet,
         pending: &mut VecDeque<Job<M::State>>,
         discoveries: &DashMap<&'static str, Vec<usize>>,
         visitor: &Option<Box<dyn CheckerVisitor<M> + Send + Sync>>,
@@ -216,6 +219,8 @@ where
         let mut tally = Tally(dequeued, 0);
         let mut current_max_depth = global_max_depth.load(Ordering::Relaxed);
         let mut actions = Vec::new();
+        // kvsim patch: the successors of one state, before the visited set is asked.
+        let mut successors = Vec::new();
         loop {
             // Done if reached max count.
             if max_count == 0 {
@@ -224,7 +229,7 @@ where
             max_count -= 1;
 
             // Done if none pending.
-            let (state, state_fp, mut ebits, max_depth, action_path) = match pending.pop_back() {
+            let (state, mut ebits, max_depth, action_path) = match pending.pop_back() {
                 None => return,
                 Some(pair) => pair,
             };
@@ -250,7 +255,7 @@ where
             if let Some(visitor) = visitor {
                 visitor.visit(
                     model,
-                    Path::from_action_indices(model, VecDeque::from(action_path.clone())),
+                    Path::from_action_indices(model, VecDeque::from(action_path.indices())),
                 );
             }
 
@@ -274,7 +279,7 @@ where
                     } => {
                         if !always(model, &state) {
                             // Races other threads, but that's fine.
-                            discoveries.insert(property.name, action_path.clone());
+                            discoveries.insert(property.name, action_path.indices());
                         } else {
                             is_awaiting_discoveries = true;
                         }
@@ -286,7 +291,7 @@ where
                     } => {
                         if sometimes(model, &state) {
                             // Races other threads, but that's fine.
-                            discoveries.insert(property.name, action_path.clone());
+                            discoveries.insert(property.name, action_path.indices());
                         } else {
                             is_awaiting_discoveries = true;
                         }
@@ -313,20 +318,28 @@ where
             }
 
             // Otherwise enqueue newly generated states (with related metadata).
+            //
+            // kvsim patch: first every successor with its fingerprint (each one's slot
+            // in the visited set prefetched), then the inserts, in action order: the
+            // same inserts as upstream's single loop, with the set's cache misses
+            // overlapping the computation of the later successors.
             let mut is_terminal = true;
             model.actions(&state, &mut actions);
             for (action_idx, action) in actions.drain(..).enumerate() {
-                let next_state = model.next_state(&state, action);
-                if next_state.is_none() {
-                    continue;
-                }
-                let next_state = next_state.unwrap();
+                let next_state = match model.next_state(&state, action) {
+                    None => continue,
+                    Some(next_state) => next_state,
+                };
                 // Skip if outside boundary.
                 if !model.within_boundary(&next_state) {
                     continue;
                 }
                 state_count.fetch_add(1, Ordering::Relaxed);
-
+                let next_fingerprint = fingerprint(&next_state);
+                generated.prefetch(next_fingerprint);
+                successors.push((next_state, next_fingerprint, action_idx));
+            }
+            for (next_state, next_fingerprint, action_idx) in successors.drain(..) {
                 // Skip if already generated.
                 //
                 // FIXME: we should really include ebits in the fingerprint here --
@@ -335,34 +348,28 @@ where
                 // property held on the path leading to the first visit as meaning
                 // that it holds in the path leading to the second visit -- another
                 // possible false-negative.
-                let next_fingerprint = fingerprint(&next_state);
-                if let Entry::Vacant(next_entry) = generated.entry(next_fingerprint) {
-                    next_entry.insert(Some(state_fp));
-                } else {
-                    // FIXME: arriving at an already-known state may be a loop (in which case it
-                    // could, in a fancier implementation, be considered a terminal state for
-                    // purposes of eventually-property checking) but it might also be a join in
-                    // a DAG, which makes it non-terminal. These cases can be disambiguated (at
-                    // some cost), but for now we just _don't_ treat them as terminal, and tell
-                    // users they need to explicitly ensure model path-acyclicality when they're
-                    // using eventually properties (using a boundary or empty actions or
-                    // whatever).
-                    is_terminal = false;
+                //
+                // FIXME: arriving at an already-known state may be a loop (in which case it
+                // could, in a fancier implementation, be considered a terminal state for
+                // purposes of eventually-property checking) but it might also be a join in
+                // a DAG, which makes it non-terminal. These cases can be disambiguated (at
+                // some cost), but for now we just _don't_ treat them as terminal, and tell
+                // users they need to explicitly ensure model path-acyclicality when they're
+                // using eventually properties (using a boundary or empty actions or
+                // whatever).
+                is_terminal = false;
+                if !generated.insert(next_fingerprint) {
                     continue;
                 }
 
                 // Otherwise further checking is applicable.
-                is_terminal = false;
                 // kvsim patch: the path is copied only for a state not seen before
                 // (upstream copies it for every successor, duplicates included), and
                 // into an allocation of its final size (`clone` then `push` would
                 // allocate twice).
-                let mut next_action_path = Vec::with_capacity(action_path.len() + 1);
-                next_action_path.extend_from_slice(&action_path);
-                next_action_path.push(action_idx);
+                let next_action_path = action_path.then(action_idx);
                 pending.push_front((
                     next_state,
-                    next_fingerprint,
                     ebits.clone(),
                     NonZeroUsize::new(max_depth.get() + 1).unwrap(),
                     next_action_path,
@@ -372,7 +379,7 @@ where
                 for (i, property) in properties.iter().enumerate() {
                     if ebits.contains(i) {
                         // Races other threads, but that's fine.
-                        discoveries.insert(property.name, action_path.clone());
+                        discoveries.insert(property.name, action_path.indices());
                     }
                 }
             }

@@ -1,13 +1,13 @@
 //! Private module for selective re-export.
 
-use crate::checker::{Checker, EventuallyBits, Expectation, Path};
+use crate::checker::fingerprints::FingerprintSet;
 use crate::checker::Tally;
+use crate::checker::{Checker, EventuallyBits, Expectation, Path};
 use crate::job_market::JobBroker;
-use crate::{fingerprint, CheckerBuilder, CheckerVisitor, Fingerprint, Model, Property};
-use dashmap::{DashMap, DashSet};
-use nohash_hasher::NoHashHasher;
+use crate::{fingerprint, CheckerBuilder, CheckerVisitor, Model, Property};
+use dashmap::DashMap;
 use std::collections::{HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hash};
+use std::hash::Hash;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,7 +28,8 @@ pub(crate) struct DfsChecker<M: Model> {
     // kvsim patch: states taken off the queue, for the queue depth.
     dequeued: Arc<AtomicUsize>,
     max_depth: Arc<AtomicUsize>,
-    generated: Arc<DashSet<Fingerprint, BuildHasherDefault<NoHashHasher<u64>>>>,
+    // kvsim patch: a `FingerprintSet` instead of a `DashSet` (see fingerprints.rs).
+    generated: Arc<FingerprintSet>,
     discoveries: Arc<DashMap<&'static str, Vec<usize>>>,
 }
 type Job<State> = (State, Vec<usize>, EventuallyBits, NonZeroUsize);
@@ -61,7 +62,7 @@ where
         let dequeued = Arc::new(AtomicUsize::new(0));
         let max_depth = Arc::new(AtomicUsize::new(0));
         let generated = Arc::new({
-            let generated = DashSet::default();
+            let generated = FingerprintSet::new(thread_count);
             for s in &init_states {
                 if let Some(representative) = symmetry {
                     generated.insert(fingerprint(&representative(s)));
@@ -192,7 +193,7 @@ where
         model: &M,
         state_count: &AtomicUsize,
         dequeued: &AtomicUsize,
-        generated: &DashSet<Fingerprint, BuildHasherDefault<NoHashHasher<u64>>>,
+        generated: &FingerprintSet,
         pending: &mut VecDeque<Job<M::State>>,
         discoveries: &DashMap<&'static str, Vec<usize>>,
         visitor: &Option<Box<dyn CheckerVisitor<M> + Send + Sync>>,
@@ -211,6 +212,8 @@ where
         let mut tally = Tally(dequeued, 0);
         let mut current_max_depth = global_max_depth.load(Ordering::Relaxed);
         let mut actions = Vec::new();
+        // kvsim patch: the successors of one state, before the visited set is asked.
+        let mut successors = Vec::new();
         loop {
             // Done if reached max count.
             if max_count == 0 {
@@ -307,6 +310,13 @@ where
             }
 
             // Otherwise enqueue newly generated states (with related metadata).
+            //
+            // kvsim patch: first every successor with the fingerprint it is visited by
+            // (each one's slot in the visited set prefetched), then the inserts, in
+            // action order: the same inserts as upstream's single loop, with the set's
+            // cache misses overlapping the computation of the later successors.
+            // Upstream also hashed the uncanonicalized state under symmetry, for a
+            // fingerprint it never used; that hash is gone.
             let mut is_terminal = true;
             model.actions(&state, &mut actions);
             for (action_idx, action) in actions.drain(..).enumerate() {
@@ -320,7 +330,19 @@ where
                     continue;
                 }
                 state_count.fetch_add(1, Ordering::Relaxed);
-
+                // IMPORTANT: under symmetry the path continues with the
+                // pre-canonicalized state, to avoid jumping to another part of the
+                // state space for which there may not be a path extension from the
+                // previously collected path; only the visited set sees the
+                // representative.
+                let visit_fingerprint = match symmetry {
+                    Some(representative) => fingerprint(&representative(&next_state)),
+                    None => fingerprint(&next_state),
+                };
+                generated.prefetch(visit_fingerprint);
+                successors.push((next_state, visit_fingerprint, action_idx));
+            }
+            for (next_state, visit_fingerprint, action_idx) in successors.drain(..) {
                 // Skip if already generated.
                 //
                 // FIXME: we should really include ebits in the fingerprint here --
@@ -329,35 +351,21 @@ where
                 // property held on the path leading to the first visit as meaning
                 // that it holds in the path leading to the second visit -- another
                 // possible false-negative.
-                let _next_fingerprint = if let Some(representative) = symmetry {
-                    let representative_fingerprint = fingerprint(&representative(&next_state));
-                    if !generated.insert(representative_fingerprint) {
-                        is_terminal = false;
-                        continue;
-                    }
-                    // IMPORTANT: continue the path with the pre-canonicalized state/fingerprint to
-                    // avoid jumping to another part of the state space for which there may not be
-                    // a path extension from the previously collected path.
-                    fingerprint(&next_state)
-                } else {
-                    let next_fingerprint = fingerprint(&next_state);
-                    if !generated.insert(next_fingerprint) {
-                        // FIXME: arriving at an already-known state may be a loop (in which case it
-                        // could, in a fancier implementation, be considered a terminal state for
-                        // purposes of eventually-property checking) but it might also be a join in
-                        // a DAG, which makes it non-terminal. These cases can be disambiguated (at
-                        // some cost), but for now we just _don't_ treat them as terminal, and tell
-                        // users they need to explicitly ensure model path-acyclicality when they're
-                        // using eventually properties (using a boundary or empty actions or
-                        // whatever).
-                        is_terminal = false;
-                        continue;
-                    }
-                    next_fingerprint
-                };
+                //
+                // FIXME: arriving at an already-known state may be a loop (in which case it
+                // could, in a fancier implementation, be considered a terminal state for
+                // purposes of eventually-property checking) but it might also be a join in
+                // a DAG, which makes it non-terminal. These cases can be disambiguated (at
+                // some cost), but for now we just _don't_ treat them as terminal, and tell
+                // users they need to explicitly ensure model path-acyclicality when they're
+                // using eventually properties (using a boundary or empty actions or
+                // whatever).
+                is_terminal = false;
+                if !generated.insert(visit_fingerprint) {
+                    continue;
+                }
 
                 // Otherwise further checking is applicable.
-                is_terminal = false;
                 let mut next_action_indices = Vec::with_capacity(1 + action_indices.len());
                 for idx in &action_indices {
                     next_action_indices.push(*idx);
