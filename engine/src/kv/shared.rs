@@ -886,12 +886,12 @@ impl SharedPool {
             let w = Word::unpack(self.slot(tag.page)?.load(Ordering::Acquire));
             Self::check_gen(w, tag)?;
             Self::check_owner(book, owner, tag)?;
-            let to = transition(w.state, let_go_op(op, Holders::counted(w.holders))).map_err(|source| {
-                SharedError::Illegal {
+            let to = transition(w.state, let_go_op(op, Holders::counted(w.holders))).map_err(
+                |source| SharedError::Illegal {
                     page: tag.page,
                     source,
-                }
-            })?;
+                },
+            )?;
             debug_assert!(
                 to != PageState::Free || w.holders == 0,
                 "{tag} freed under a holder"
