@@ -22,7 +22,7 @@ use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::{land, land_with, Refusal};
 use kvsim_engine::msg::Msg;
 use kvsim_engine::world::{self, Arrival, Arriving};
-use std::io::Read;
+use std::io::{BufReader, Read};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Instant;
@@ -162,7 +162,7 @@ where
     fn take(
         &self,
         head: KvHead,
-        r: &mut dyn Read,
+        r: &mut BufReader<dyn Read + '_>,
         scratch: &mut Vec<u8>,
     ) -> Result<bool, WireError> {
         let KvHead {
@@ -227,7 +227,7 @@ where
         room: kvsim_engine::ids::RoomKey,
         dst: &[kvsim_engine::ids::PageTag],
         words: &[u32],
-        r: &mut dyn Read,
+        r: &mut BufReader<dyn Read + '_>,
         scratch: &mut Vec<u8>,
     ) -> Result<Result<(), (Refusal, bool)>, WireError> {
         let deadline = Instant::now() + crate::net::STALL;
@@ -311,7 +311,7 @@ mod tests {
         for m in msgs {
             write_frame(&mut bytes, NodeId(1), m).unwrap();
         }
-        let (mut r, mut buf, mut scratch) = (&bytes[..], Vec::new(), Vec::new());
+        let (mut r, mut buf, mut scratch) = (BufReader::new(&bytes[..]), Vec::new(), Vec::new());
         let mut out = Vec::new();
         while let Ok(Some(Head::Kv(h))) = read_head::<Vec<u32>, _>(&mut r, &mut buf) {
             out.push(l.take(h, &mut r, &mut scratch).map_err(|e| e.to_string()));
@@ -406,7 +406,7 @@ mod tests {
         )
         .unwrap();
         bytes.truncate(bytes.len() - 3);
-        let (mut r, mut buf, mut scratch) = (&bytes[..], Vec::new(), Vec::new());
+        let (mut r, mut buf, mut scratch) = (BufReader::new(&bytes[..]), Vec::new(), Vec::new());
         let Ok(Some(Head::Kv(h))) = read_head::<Vec<u32>, _>(&mut r, &mut buf) else {
             panic!("the head reads whole");
         };

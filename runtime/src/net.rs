@@ -32,10 +32,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
 /// arrive whole: a peer that stalls part way loses its connection, so it holds the
 /// pages it is landing in (and the node's memory lock) at most this long.
 pub const STALL: Duration = Duration::from_secs(2);
-/// The reader's buffer: a frame's head comes through it; a KV payload goes through it
-/// only for the bytes it already held when the head was read (a payload at least this
-/// long is then read straight into the pages).
-const READ_BUF: usize = 16 << 10;
+/// The reader's buffer: frames' heads come through it (one read takes many small
+/// frames); of a KV payload only the bytes it had read ahead with the head are copied
+/// out of it, the rest is read straight into the pages.
+const READ_BUF: usize = 64 << 10;
 
 /// A KV write as the transfer thread takes it: its sender, the message, and whether
 /// the connection it came on is still open.
@@ -51,7 +51,7 @@ pub trait Lander<K>: Send + Sync {
     fn take(
         &self,
         head: KvHead,
-        r: &mut dyn Read,
+        r: &mut BufReader<dyn Read + '_>,
         scratch: &mut Vec<u8>,
     ) -> Result<bool, WireError>;
 }
@@ -128,8 +128,8 @@ fn read_conn<K: DeserializeOwned + WireWords>(
 
 /// The frames of one connection, until its end, `stop`, or the loop is gone (`Ok`),
 /// or an unusable frame (the error).
-fn read_frames<K: DeserializeOwned + WireWords, R: BufRead>(
-    r: &mut R,
+fn read_frames<K: DeserializeOwned + WireWords, R: Read>(
+    r: &mut BufReader<R>,
     inbound: &Inbound<K>,
     stop: &AtomicBool,
 ) -> Result<(), WireError> {
@@ -165,7 +165,7 @@ fn read_frames<K: DeserializeOwned + WireWords, R: BufRead>(
 
 /// Wait for the next frame's first byte: `false` at the connection's end or `stop`
 /// (checked every [`STALL`] while the connection is idle).
-fn next_frame_begins<R: BufRead>(r: &mut R, stop: &AtomicBool) -> Result<bool, WireError> {
+fn next_frame_begins<R: Read>(r: &mut BufReader<R>, stop: &AtomicBool) -> Result<bool, WireError> {
     loop {
         if stop.load(Ordering::Relaxed) {
             return Ok(false);

@@ -20,7 +20,7 @@ use kvsim_engine::ids::{NodeId, PageTag, WriteId};
 use kvsim_engine::msg::Msg;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
 use std::time::Instant;
 
 /// The largest frame head, and the largest KV payload, accepted, in bytes (a KV write
@@ -290,15 +290,22 @@ pub fn skip_payload<R: Read + ?Sized>(
     Ok(())
 }
 
-/// Fill `bufs` completely from `r`, in order (`read_exact` over several buffers: a
-/// vectored read puts the bytes straight into each), failing once `deadline` has
-/// passed between reads (a peer that stalls part way through a payload).
+/// Fill `bufs` completely from `r`, in order (`read_exact` over several buffers): the
+/// bytes `r` already holds (read ahead with the frame's head) are copied out of its
+/// buffer, and the rest is read from the stream straight into `bufs` (a vectored
+/// read, past the buffer). Fails once `deadline` has passed between reads (a peer
+/// that stalls part way through a payload).
 pub fn read_exact_vectored<R: Read + ?Sized>(
-    r: &mut R,
+    r: &mut BufReader<R>,
     mut bufs: &mut [IoSliceMut<'_>],
     deadline: Instant,
 ) -> io::Result<()> {
-    IoSliceMut::advance_slices(&mut bufs, 0);
+    let ahead = {
+        let mut held = r.buffer();
+        held.read_vectored(bufs)?
+    };
+    r.consume(ahead);
+    IoSliceMut::advance_slices(&mut bufs, ahead);
     while !bufs.is_empty() {
         if Instant::now() > deadline {
             return Err(io::Error::new(
@@ -306,7 +313,7 @@ pub fn read_exact_vectored<R: Read + ?Sized>(
                 "the peer stalled part way through a KV payload",
             ));
         }
-        match r.read_vectored(bufs) {
+        match r.get_mut().read_vectored(bufs) {
             Ok(0) => {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
