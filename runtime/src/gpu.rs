@@ -6,10 +6,8 @@
 //! write which page is not decided here: the transfer thread writes only under a
 //! [`kvsim_engine::kv::shared::WriteGuard`] from the node's one ownership record.
 
-use kvsim_engine::gpu::bytes::Fill;
-use kvsim_engine::gpu::{
-    DeviceError, Gpu, LandBytesError, TagError, WireWords, WriteError, WriteTag,
-};
+use kvsim_engine::gpu::bytes::{ByteWrite, Fill, Landed};
+use kvsim_engine::gpu::{DeviceError, Gpu, TagError, WireWords, WriteError, WriteTag};
 use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -63,18 +61,11 @@ impl<G: Gpu> Gpu for SharedGpu<G> {
     }
     /// The lock is held while `fill` reads the payload (the transport bounds how long:
     /// `crate::net::STALL`).
-    fn land_bytes(
-        &mut self,
-        dst: &[PageTag],
-        room: RoomKey,
-        words: &[u32],
-        scratch: &mut Vec<u8>,
-        fill: &mut Fill<'_>,
-    ) -> Result<(), LandBytesError>
+    fn land_bytes(&mut self, w: ByteWrite<'_>, fill: &mut Fill<'_>) -> Landed
     where
         Self::Kv: WireWords,
     {
-        self.lock().land_bytes(dst, room, words, scratch, fill)
+        self.lock().land_bytes(w, fill)
     }
     fn page_tag(&self, page: PageId) -> Result<Option<WriteTag>, DeviceError> {
         self.lock().page_tag(page)

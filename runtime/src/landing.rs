@@ -15,14 +15,14 @@
 use crate::gpu::SharedGpu;
 use crate::net::{Incoming, Lander};
 use crate::node::NodeEvent;
-use crate::wire::{read_exact_vectored, read_payload, skip_payload, KvHead, WireError};
-use kvsim_engine::gpu::{Gpu, LandBytesError, WireWords};
+use crate::wire::{read_payload, skip_payload, FrameReader, KvHead, WireError};
+use kvsim_engine::gpu::{ByteWrite, Gpu, LandBytesError, WireWords};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::{land, land_with, Refusal};
 use kvsim_engine::msg::Msg;
 use kvsim_engine::world::{self, Arrival, Arriving};
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Instant;
@@ -162,7 +162,7 @@ where
     fn take(
         &self,
         head: KvHead,
-        r: &mut BufReader<dyn Read + '_>,
+        r: &mut FrameReader<dyn Read + '_>,
         scratch: &mut Vec<u8>,
     ) -> Result<bool, WireError> {
         let KvHead {
@@ -227,13 +227,12 @@ where
         room: kvsim_engine::ids::RoomKey,
         dst: &[kvsim_engine::ids::PageTag],
         words: &[u32],
-        r: &mut BufReader<dyn Read + '_>,
+        r: &mut FrameReader<dyn Read + '_>,
         scratch: &mut Vec<u8>,
     ) -> Result<Result<(), (Refusal, bool)>, WireError> {
         let deadline = Instant::now() + crate::net::STALL;
         let mut gpu = self.gpu.clone();
-        let mut fill =
-            |bufs: &mut [std::io::IoSliceMut<'_>]| read_exact_vectored(r, bufs, deadline);
+        let mut fill = |bufs: &mut [std::io::IoSliceMut<'_>]| r.read_payload_into(bufs, deadline);
         let landed = land_with(
             pool,
             &mut gpu,
@@ -241,7 +240,15 @@ where
             room,
             dst,
             words.len(),
-            |gpu| gpu.land_bytes(dst, room, words, scratch, &mut fill),
+            |gpu| {
+                let w = ByteWrite {
+                    dst,
+                    room,
+                    words,
+                    scratch,
+                };
+                gpu.land_bytes(w, &mut fill)
+            },
         );
         match landed {
             Ok(Ok(())) => Ok(Ok(())),
@@ -311,7 +318,11 @@ mod tests {
         for m in msgs {
             write_frame(&mut bytes, NodeId(1), m).unwrap();
         }
-        let (mut r, mut buf, mut scratch) = (BufReader::new(&bytes[..]), Vec::new(), Vec::new());
+        let (mut r, mut buf, mut scratch) = (
+            FrameReader::with_capacity(64, &bytes[..]),
+            Vec::new(),
+            Vec::new(),
+        );
         let mut out = Vec::new();
         while let Ok(Some(Head::Kv(h))) = read_head::<Vec<u32>, _>(&mut r, &mut buf) {
             out.push(l.take(h, &mut r, &mut scratch).map_err(|e| e.to_string()));
@@ -406,7 +417,11 @@ mod tests {
         )
         .unwrap();
         bytes.truncate(bytes.len() - 3);
-        let (mut r, mut buf, mut scratch) = (BufReader::new(&bytes[..]), Vec::new(), Vec::new());
+        let (mut r, mut buf, mut scratch) = (
+            FrameReader::with_capacity(64, &bytes[..]),
+            Vec::new(),
+            Vec::new(),
+        );
         let Ok(Some(Head::Kv(h))) = read_head::<Vec<u32>, _>(&mut r, &mut buf) else {
             panic!("the head reads whole");
         };

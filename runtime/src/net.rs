@@ -8,14 +8,14 @@
 //! the engine's rule (lost, or a failed completion for a KV write).
 
 use crate::node::NodeEvent;
-use crate::wire::WireError;
 use crate::wire::{read_head, read_payload, write_frame_with, Head, KvHead};
+use crate::wire::{FrameReader, WireError};
 use kvsim_engine::gpu::WireWords;
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::io::{BufRead, BufReader, BufWriter, ErrorKind, Read, Write};
+use std::io::{BufRead, BufWriter, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -32,9 +32,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
 /// arrive whole: a peer that stalls part way loses its connection, so it holds the
 /// pages it is landing in (and the node's memory lock) at most this long.
 pub const STALL: Duration = Duration::from_secs(2);
-/// The reader's buffer: frames' heads come through it (one read takes many small
-/// frames); of a KV payload only the bytes it had read ahead with the head are copied
-/// out of it, the rest is read straight into the pages.
+/// The reader's buffer ([`FrameReader`]): frames' heads come through it (one read
+/// takes many small frames); of a KV payload only the bytes it had read ahead are
+/// copied out of it, the rest is read straight into the pages.
 const READ_BUF: usize = 64 << 10;
 
 /// A KV write as the transfer thread takes it: its sender, the message, and whether
@@ -51,7 +51,7 @@ pub trait Lander<K>: Send + Sync {
     fn take(
         &self,
         head: KvHead,
-        r: &mut BufReader<dyn Read + '_>,
+        r: &mut FrameReader<dyn Read + '_>,
         scratch: &mut Vec<u8>,
     ) -> Result<bool, WireError>;
 }
@@ -120,7 +120,7 @@ fn read_conn<K: DeserializeOwned + WireWords>(
         return;
     }
     let _ = stream.set_nodelay(true);
-    let mut r = BufReader::with_capacity(READ_BUF, stream);
+    let mut r = FrameReader::with_capacity(READ_BUF, stream);
     if let Err(e) = read_frames(&mut r, &inbound, &stop) {
         eprintln!("kvsim serve: {me}: closing a connection: {e}");
     }
@@ -129,7 +129,7 @@ fn read_conn<K: DeserializeOwned + WireWords>(
 /// The frames of one connection, until its end, `stop`, or the loop is gone (`Ok`),
 /// or an unusable frame (the error).
 fn read_frames<K: DeserializeOwned + WireWords, R: Read>(
-    r: &mut BufReader<R>,
+    r: &mut FrameReader<R>,
     inbound: &Inbound<K>,
     stop: &AtomicBool,
 ) -> Result<(), WireError> {
@@ -165,7 +165,10 @@ fn read_frames<K: DeserializeOwned + WireWords, R: Read>(
 
 /// Wait for the next frame's first byte: `false` at the connection's end or `stop`
 /// (checked every [`STALL`] while the connection is idle).
-fn next_frame_begins<R: Read>(r: &mut BufReader<R>, stop: &AtomicBool) -> Result<bool, WireError> {
+fn next_frame_begins<R: Read>(
+    r: &mut FrameReader<R>,
+    stop: &AtomicBool,
+) -> Result<bool, WireError> {
     loop {
         if stop.load(Ordering::Relaxed) {
             return Ok(false);

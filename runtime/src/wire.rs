@@ -20,7 +20,7 @@ use kvsim_engine::ids::{NodeId, PageTag, WriteId};
 use kvsim_engine::msg::Msg;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
-use std::io::{self, BufRead, BufReader, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, BufRead, IoSlice, IoSliceMut, Read, Write};
 use std::time::Instant;
 
 /// The largest frame head, and the largest KV payload, accepted, in bytes (a KV write
@@ -225,8 +225,8 @@ pub fn read_frame_with<K: DeserializeOwned + WireWords, R: Read>(
 
 /// Read one frame's head; `Ok(None)` at a clean end of the stream. A KV head's
 /// payload follows on `r`: the caller reads it ([`read_payload`],
-/// [`read_exact_vectored`], [`skip_payload`]) before the next head.
-pub fn read_head<K: DeserializeOwned, R: Read>(
+/// [`FrameReader::read_payload_into`], [`skip_payload`]) before the next head.
+pub fn read_head<K: DeserializeOwned, R: Read + ?Sized>(
     r: &mut R,
     buf: &mut Vec<u8>,
 ) -> Result<Option<Head<K>>, WireError> {
@@ -290,42 +290,96 @@ pub fn skip_payload<R: Read + ?Sized>(
     Ok(())
 }
 
-/// Fill `bufs` completely from `r`, in order (`read_exact` over several buffers): the
-/// bytes `r` already holds (read ahead with the frame's head) are copied out of its
-/// buffer, and the rest is read from the stream straight into `bufs` (a vectored
-/// read, past the buffer). Fails once `deadline` has passed between reads (a peer
-/// that stalls part way through a payload).
-pub fn read_exact_vectored<R: Read + ?Sized>(
-    r: &mut BufReader<R>,
-    mut bufs: &mut [IoSliceMut<'_>],
-    deadline: Instant,
-) -> io::Result<()> {
-    let ahead = {
-        let mut held = r.buffer();
-        held.read_vectored(bufs)?
-    };
-    r.consume(ahead);
-    IoSliceMut::advance_slices(&mut bufs, ahead);
-    while !bufs.is_empty() {
-        if Instant::now() > deadline {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the peer stalled part way through a KV payload",
-            ));
-        }
-        match r.get_mut().read_vectored(bufs) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the connection ended part way through a KV payload",
-                ))
-            }
-            Ok(n) => IoSliceMut::advance_slices(&mut bufs, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+/// A connection's reader. Heads come through its buffer, which each read fills as far
+/// as the stream has bytes; a KV payload ([`FrameReader::read_payload_into`]) takes
+/// the bytes the buffer already holds, then is read from the stream straight into its
+/// pages, with the buffer's space as the last part of the same vectored read, so the
+/// frames that follow come in with it (one system call takes many small frames, and
+/// no payload byte passes through the buffer unless it was read ahead with a head).
+pub struct FrameReader<R: ?Sized> {
+    buf: Box<[u8]>,
+    pos: usize,
+    filled: usize,
+    inner: R,
+}
+
+impl<R: Read> FrameReader<R> {
+    pub fn with_capacity(capacity: usize, inner: R) -> Self {
+        FrameReader {
+            buf: vec![0; capacity].into_boxed_slice(),
+            pos: 0,
+            filled: 0,
+            inner,
         }
     }
-    Ok(())
+}
+
+impl<R: Read + ?Sized> FrameReader<R> {
+    /// Fill `bufs` completely, in order (`read_exact` over several buffers), failing
+    /// once `deadline` has passed between reads (a peer that stalls part way).
+    pub fn read_payload_into(
+        &mut self,
+        mut bufs: &mut [IoSliceMut<'_>],
+        deadline: Instant,
+    ) -> io::Result<()> {
+        let ahead = (&self.buf[self.pos..self.filled]).read_vectored(bufs)?;
+        self.pos += ahead;
+        IoSliceMut::advance_slices(&mut bufs, ahead);
+        while !bufs.is_empty() {
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the peer stalled part way through a KV payload",
+                ));
+            }
+            let want: usize = bufs.iter().map(|b| b.len()).sum();
+            let mut parts: Vec<IoSliceMut<'_>> = bufs
+                .iter_mut()
+                .map(|b| IoSliceMut::new(&mut b[..]))
+                .collect();
+            parts.push(IoSliceMut::new(&mut self.buf));
+            let n = match self.inner.read_vectored(&mut parts) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the connection ended part way through a KV payload",
+                    ))
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            drop(parts);
+            IoSliceMut::advance_slices(&mut bufs, n.min(want));
+            (self.pos, self.filled) = (0, n.saturating_sub(want));
+        }
+        Ok(())
+    }
+}
+
+impl<R: Read + ?Sized> Read for FrameReader<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.filled && out.len() >= self.buf.len() {
+            return self.inner.read(out);
+        }
+        let n = self.fill_buf()?.read(out)?;
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl<R: Read + ?Sized> BufRead for FrameReader<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if self.pos == self.filled {
+            self.filled = self.inner.read(&mut self.buf)?;
+            self.pos = 0;
+        }
+        Ok(&self.buf[self.pos..self.filled])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.filled);
+    }
 }
 
 #[cfg(test)]

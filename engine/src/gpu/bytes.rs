@@ -55,6 +55,16 @@ impl WireWords for () {
     fn from_wire_words(_: Vec<u32>) {}
 }
 
+/// A KV write whose payload arrives as bytes ([`Gpu::land_bytes`]): `words[i]` words
+/// for `dst[i]`, of `room`; `scratch` is a buffer the caller keeps from write to write
+/// (for a backend that lands page by page).
+pub struct ByteWrite<'a> {
+    pub dst: &'a [PageTag],
+    pub room: RoomKey,
+    pub words: &'a [u32],
+    pub scratch: &'a mut Vec<u8>,
+}
+
 /// Fills the buffers it is given, in order and completely, with a payload's bytes (a
 /// transport's receive: `read_exact` over several buffers).
 pub type Fill<'f> = dyn FnMut(&mut [IoSliceMut<'_>]) -> io::Result<()> + 'f;
@@ -71,25 +81,30 @@ pub enum LandBytesError {
     Write { tag: PageTag, error: WriteError },
 }
 
+/// What [`Gpu::land_bytes`] returns.
+pub type Landed = Result<(), LandBytesError>;
+
 /// The number of payload bytes of pages of `words` words each.
 pub fn payload_bytes(words: &[u32]) -> u64 {
     words.iter().map(|&w| u64::from(w) * 4).sum()
 }
 
-/// Land a payload of `words[i]` words for each `dst[i]` as [`Gpu::write_page`] does,
-/// from bytes read by `fill` into `scratch` (a buffer the caller keeps from write to
-/// write). Any backend can land this way.
+/// Land `w` as [`Gpu::write_page`] does, each page from the bytes `fill` read into
+/// `w.scratch`. Any backend can land this way.
 pub fn land_bytes_by_page<G: Gpu + ?Sized>(
     gpu: &mut G,
-    dst: &[PageTag],
-    room: RoomKey,
-    words: &[u32],
-    scratch: &mut Vec<u8>,
+    w: ByteWrite<'_>,
     fill: &mut Fill<'_>,
-) -> Result<(), LandBytesError>
+) -> Landed
 where
     G::Kv: WireWords,
 {
+    let ByteWrite {
+        dst,
+        room,
+        words,
+        scratch,
+    } = w;
     assert_eq!(dst.len(), words.len(), "one payload per destination page");
     let total = usize::try_from(payload_bytes(words)).map_err(io::Error::other)?;
     scratch.clear();

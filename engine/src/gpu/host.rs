@@ -7,7 +7,7 @@
 //! check and the attention arithmetic are [`layout`]'s, the functions the CUDA kernels
 //! mirror line for line, so a GPU computes the same bits.
 
-use super::bytes::{self, Fill, LandBytesError};
+use super::bytes::{self, ByteWrite, Fill, Landed};
 use super::layout::{self, TAG_WORDS};
 use super::{
     hadamard, key_width, locate, locate_tag, DeviceError, Gpu, KvPayload, TagError, WriteError,
@@ -230,22 +230,25 @@ impl Gpu for HostGpu {
     /// stores the bit patterns that travel), in one `fill` over every page: one copy,
     /// from the transport into the pages. A payload that does not land in place
     /// ([`HostGpu::landing_memory`]) lands page by page, as any backend's does.
-    fn land_bytes(
-        &mut self,
-        dst: &[PageTag],
-        room: RoomKey,
-        words: &[u32],
-        scratch: &mut Vec<u8>,
-        fill: &mut Fill<'_>,
-    ) -> Result<(), LandBytesError> {
-        assert_eq!(dst.len(), words.len(), "one payload per destination page");
-        let Some(mut memory) = self.landing_memory(dst, words) else {
-            return bytes::land_bytes_by_page(self, dst, room, words, scratch, fill);
+    fn land_bytes(&mut self, w: ByteWrite<'_>, fill: &mut Fill<'_>) -> Landed {
+        assert_eq!(
+            w.dst.len(),
+            w.words.len(),
+            "one payload per destination page"
+        );
+        let Some(mut memory) = self.landing_memory(w.dst, w.words) else {
+            return bytes::land_bytes_by_page(self, w, fill);
         };
         fill(&mut memory)?;
         drop(memory);
-        for t in dst {
-            self.set_tag(t.page, Some(WriteTag { room, gen: t.gen }));
+        for t in w.dst {
+            self.set_tag(
+                t.page,
+                Some(WriteTag {
+                    room: w.room,
+                    gen: t.gen,
+                }),
+            );
         }
         Ok(())
     }
