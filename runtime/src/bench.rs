@@ -63,7 +63,7 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
 }
 
 /// Seconds to land `writes` KV writes of `kv` into `dst` through the transfer path: a
-/// decode node's listener and transfer thread, fed frames over loopback TCP.
+/// decode node's listener and its connection's landing, fed frames over loopback TCP.
 fn time_transfer_path(
     pool: Arc<SharedPool>,
     room: RoomKey,
@@ -105,26 +105,7 @@ fn time_transfer_path(
             kv: kv.to_vec(),
         })
         .collect();
-    // As a link writes (`net::spawn_peer`): a 64 KiB buffered writer. The connection is
-    // up and its reader running before the clock starts: a first message is answered.
-    let mut w = BufWriter::with_capacity(1 << 16, TcpStream::connect(addr)?);
-    let mut buf = Vec::new();
-    write_frame_with(
-        &mut w,
-        writer,
-        &Msg::<Vec<u32>>::DrainAck { room },
-        &mut buf,
-    )
-    .map_err(|e| std::io::Error::other(e.to_string()))?;
-    w.flush()?;
-    match loop_rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(NodeEvent::Msg { .. }) => {}
-        _ => {
-            return Err(std::io::Error::other(
-                "the listener never took the connection",
-            ))
-        }
-    }
+    let (mut w, mut buf) = (connected(addr, writer, room, &loop_rx)?, Vec::new());
     let t0 = Instant::now();
     for m in &msgs {
         write_frame_with(&mut w, writer, m, &mut buf)
@@ -145,6 +126,27 @@ fn time_transfer_path(
     let path_s = t0.elapsed().as_secs_f64();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(path_s)
+}
+
+/// A connection to the listener at `addr`, written as a link writes (`net::spawn_peer`:
+/// a 64 KiB buffered writer), up and its reader running: a first message was taken.
+fn connected(
+    addr: std::net::SocketAddr,
+    writer: NodeId,
+    room: RoomKey,
+    loop_rx: &std::sync::mpsc::Receiver<NodeEvent<Vec<u32>>>,
+) -> std::io::Result<BufWriter<TcpStream>> {
+    let mut w = BufWriter::with_capacity(1 << 16, TcpStream::connect(addr)?);
+    let hello = Msg::<Vec<u32>>::DrainAck { room };
+    write_frame_with(&mut w, writer, &hello, &mut Vec::new())
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    w.flush()?;
+    match loop_rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(NodeEvent::Msg { .. }) => Ok(w),
+        _ => Err(std::io::Error::other(
+            "the listener never took the connection",
+        )),
+    }
 }
 
 /// Seconds to copy the bytes of `kv`, `writes` times (`total` bytes), raw over

@@ -88,7 +88,7 @@ pub fn transfer_thread<G: Gpu>(
         let sender_alive = conn_alive.load(std::sync::atomic::Ordering::Acquire);
         let pool = record.current();
         let ev = match arrive(from, msg, sender_alive, &pool) {
-            Ok(Msg::KvWrite { id, dst, kv, .. }) => {
+            Arrived::Deliver(Msg::KvWrite { id, dst, kv, .. }) => {
                 let landing = land(&**pool, &mut gpu, page_tags, id.room, &dst, &kv);
                 NodeEvent::Landed {
                     from,
@@ -97,8 +97,8 @@ pub fn transfer_thread<G: Gpu>(
                     landing,
                 }
             }
-            Ok(_) | Err(None) => continue,
-            Err(Some(ev)) => ev,
+            Arrived::Deliver(_) | Arrived::Drop => continue,
+            Arrived::Fail(ev) => ev,
         };
         drop(pool);
         if to_loop.send(ev).is_err() {
@@ -107,15 +107,18 @@ pub fn transfer_thread<G: Gpu>(
     }
 }
 
-/// One KV write of `from`, judged by the world's arrival rule on `pool`'s incarnation:
-/// the write when it is delivered, else what the loop hears of it (`None`: nothing, it
-/// is dropped).
-fn arrive<K>(
-    from: NodeId,
-    msg: Msg<K>,
-    sender_alive: bool,
-    pool: &SharedPool,
-) -> Result<Msg<K>, Option<NodeEvent<K>>> {
+/// What the arrival rule made of a KV write.
+enum Arrived<K> {
+    /// Delivered: it lands.
+    Deliver(Msg<K>),
+    /// Failed on arrival: what the loop hears of it.
+    Fail(NodeEvent<K>),
+    /// Dropped: the loop hears nothing.
+    Drop,
+}
+
+/// One KV write of `from`, judged by the world's arrival rule on `pool`'s incarnation.
+fn arrive<K>(from: NodeId, msg: Msg<K>, sender_alive: bool, pool: &SharedPool) -> Arrived<K> {
     let at = Arriving {
         sender_alive,
         receiver_alive: true,
@@ -125,16 +128,17 @@ fn arrive<K>(
         injected_failure: false,
     };
     match world::arrival(&msg, &at) {
-        Arrival::Fail { reason, completion } => {
-            Err(msg.write_id().map(|id| NodeEvent::WriteFailedHere {
+        Arrival::Fail { reason, completion } => match msg.write_id() {
+            Some(id) => Arrived::Fail(NodeEvent::WriteFailedHere {
                 from,
                 id,
                 reason,
                 completion,
-            }))
-        }
-        Arrival::Drop(_) => Err(None),
-        Arrival::Deliver => Ok(msg),
+            }),
+            None => Arrived::Drop,
+        },
+        Arrival::Drop(_) => Arrived::Drop,
+        Arrival::Deliver => Arrived::Deliver(msg),
     }
 }
 
@@ -187,7 +191,7 @@ where
             kv: Vec::new(),
         };
         let ev = match arrive(from, msg, true, &pool) {
-            Ok(Msg::KvWrite { id, dst, .. }) => {
+            Arrived::Deliver(Msg::KvWrite { id, dst, .. }) => {
                 let landing = self.land_payload(&pool, id.room, &dst, &words, r, scratch)?;
                 if matches!(landing, Err((_, false))) {
                     skip_payload(r, bytes, scratch)?;
@@ -199,11 +203,11 @@ where
                     landing: landing.map_err(|(refusal, _)| refusal),
                 }
             }
-            Ok(_) | Err(None) => {
+            Arrived::Deliver(_) | Arrived::Drop => {
                 skip_payload(r, bytes, scratch)?;
                 return Ok(true);
             }
-            Err(Some(ev)) => {
+            Arrived::Fail(ev) => {
                 skip_payload(r, bytes, scratch)?;
                 ev
             }
