@@ -6,7 +6,7 @@ use clap::Args;
 use kvsim_cuda::cuda::{CudaDevice, CudaGpu};
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::config::{EngineConfig, Latencies};
-use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
+use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu, WireWords};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::world::{Topology, ROUTER};
 use kvsim_runtime::{Answer, Client, NodePlan, ServeOptions, Server};
@@ -307,7 +307,7 @@ fn run<G>(
 ) -> Result<ExitCode>
 where
     G: Gpu + Send + 'static,
-    G::Kv: Serialize + DeserializeOwned + Send + Sync,
+    G::Kv: Serialize + DeserializeOwned + WireWords + Send + Sync,
 {
     let server: Server<G::Kv> = match &a.node {
         None => {
@@ -390,7 +390,7 @@ fn this_node(a: &ServeArgs, n: &str) -> Result<NodePlan> {
 /// router's SGLang-compatible front (`--http`).
 fn start_fronts<K>(server: &Server<K>, a: &ServeArgs, opts: &ServeOptions) -> Result<()>
 where
-    K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
+    K: Clone + Serialize + DeserializeOwned + WireWords + Send + Sync + std::fmt::Debug + 'static,
 {
     if let (Some(h), Some(n), Some(path)) = (&a.worker_http, &a.node, &a.peers) {
         let text = std::fs::read_to_string(path)
@@ -433,7 +433,7 @@ fn start_worker<K>(
     fail_first: u64,
 ) -> Result<()>
 where
-    K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
+    K: Clone + Serialize + DeserializeOwned + WireWords + Send + Sync + std::fmt::Debug + 'static,
 {
     let is_prefill = opts.topology.role(id) == Some(kvsim_engine::node::Role::Prefill);
     let bootstrap = match (is_prefill, bootstraps.get(&id)) {

@@ -2,14 +2,15 @@
 //! benchmark, `kvsim bench-transfer`; no test times anything).
 //!
 //! The transfer path, as `kvsim serve` runs it: KV writes of real `HostGpu` pages as
-//! frames over a loopback TCP connection into a decode node's listener, its transfer
-//! thread landing each write with `kv::land` through the node's `SharedPool`, and the
+//! frames over a loopback TCP connection into a decode node's listener, whose
+//! connection reader lands each write ([`WireLanding`]: the landing rule through the
+//! node's `SharedPool`, then the payload read straight into the pages), and the
 //! landings reported to a loop channel. The plain copy: the same number of KV bytes
 //! written raw over a loopback TCP connection and read into a buffer.
 
 use crate::gpu::SharedGpu;
 use crate::net::{spawn_listener, Inbound};
-use crate::node::{transfer_thread, LandingRecord, NodeEvent};
+use crate::node::{LandingRecord, NodeEvent, WireLanding};
 use crate::wire::write_frame_with;
 use kvsim_engine::gpu::{Gpu, HostGpu};
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
@@ -62,7 +63,7 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
 }
 
 /// Seconds to land `writes` KV writes of `kv` into `dst` through the transfer path: a
-/// decode node's listener and transfer thread, fed frames over loopback TCP.
+/// decode node's listener and its connection's landing, fed frames over loopback TCP.
 fn time_transfer_path(
     pool: Arc<SharedPool>,
     room: RoomKey,
@@ -74,9 +75,12 @@ fn time_transfer_path(
     let gpu = SharedGpu::new(HostGpu::new(dst.len() as u32, pool.page_size()));
     let stop = Arc::new(AtomicBool::new(false));
     let (loop_tx, loop_rx) = channel::<NodeEvent<Vec<u32>>>();
-    let (ttx, trx) = channel();
-    let (p, g, l) = (pool, gpu, loop_tx.clone());
-    thread::spawn(move || transfer_thread(trx, LandingRecord::new(p), g, true, l));
+    let landing = Arc::new(WireLanding {
+        record: LandingRecord::new(pool),
+        gpu,
+        page_tags: true,
+        to_loop: loop_tx.clone(),
+    });
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     spawn_listener(
@@ -84,7 +88,7 @@ fn time_transfer_path(
         listener,
         Inbound {
             to_loop: loop_tx,
-            transfer: Some(ttx),
+            landing: Some(landing),
         },
         stop.clone(),
     )?;
@@ -101,9 +105,8 @@ fn time_transfer_path(
             kv: kv.to_vec(),
         })
         .collect();
+    let (mut w, mut buf) = (connected(addr, writer, room, &loop_rx)?, Vec::new());
     let t0 = Instant::now();
-    let mut w = BufWriter::with_capacity(1 << 20, TcpStream::connect(addr)?);
-    let mut buf = Vec::new();
     for m in &msgs {
         write_frame_with(&mut w, writer, m, &mut buf)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -123,6 +126,27 @@ fn time_transfer_path(
     let path_s = t0.elapsed().as_secs_f64();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     Ok(path_s)
+}
+
+/// A connection to the listener at `addr`, written as a link writes (`net::spawn_peer`:
+/// a 64 KiB buffered writer), up and its reader running: a first message was taken.
+fn connected(
+    addr: std::net::SocketAddr,
+    writer: NodeId,
+    room: RoomKey,
+    loop_rx: &std::sync::mpsc::Receiver<NodeEvent<Vec<u32>>>,
+) -> std::io::Result<BufWriter<TcpStream>> {
+    let mut w = BufWriter::with_capacity(1 << 16, TcpStream::connect(addr)?);
+    let hello = Msg::<Vec<u32>>::DrainAck { room };
+    write_frame_with(&mut w, writer, &hello, &mut Vec::new())
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    w.flush()?;
+    match loop_rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(NodeEvent::Msg { .. }) => Ok(w),
+        _ => Err(std::io::Error::other(
+            "the listener never took the connection",
+        )),
+    }
 }
 
 /// Seconds to copy the bytes of `kv`, `writes` times (`total` bytes), raw over
@@ -146,13 +170,12 @@ fn time_plain_copy(kv: &[Vec<u32>], writes: u32, total: u64) -> std::io::Result<
         .iter()
         .flat_map(|p| p.iter().flat_map(|w| w.to_le_bytes()))
         .collect();
+    let mut s = TcpStream::connect(raw_addr)?;
     let t1 = Instant::now();
-    {
-        let mut s = TcpStream::connect(raw_addr)?;
-        for _ in 0..writes {
-            s.write_all(&block)?;
-        }
+    for _ in 0..writes {
+        s.write_all(&block)?;
     }
+    drop(s);
     let got = reader
         .join()
         .map_err(|_| std::io::Error::other("reader panicked"))??;

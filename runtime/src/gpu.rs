@@ -6,7 +6,8 @@
 //! write which page is not decided here: the transfer thread writes only under a
 //! [`kvsim_engine::kv::shared::WriteGuard`] from the node's one ownership record.
 
-use kvsim_engine::gpu::{DeviceError, Gpu, TagError, WriteError, WriteTag};
+use kvsim_engine::gpu::bytes::{ByteWrite, Fill, Landed};
+use kvsim_engine::gpu::{DeviceError, Gpu, TagError, WireWords, WriteError, WriteTag};
 use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -57,6 +58,14 @@ impl<G: Gpu> Gpu for SharedGpu<G> {
     }
     fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Self::Kv) -> Result<(), WriteError> {
         self.lock().write_page(dst, room, kv)
+    }
+    /// The lock is held while `fill` reads the payload (the transport bounds how long:
+    /// `crate::net::STALL`).
+    fn land_bytes(&mut self, w: ByteWrite<'_>, fill: &mut Fill<'_>) -> Landed
+    where
+        Self::Kv: WireWords,
+    {
+        self.lock().land_bytes(w, fill)
     }
     fn page_tag(&self, page: PageId) -> Result<Option<WriteTag>, DeviceError> {
         self.lock().page_tag(page)

@@ -2,9 +2,10 @@
 //! monotonic clock and TCP.
 //!
 //! One event loop per node ([`node::NodeLoop`], over the seam of its inputs and outputs,
-//! [`seam::NodeRuntime`], so it also runs in process), a transfer thread per decode node
-//! that lands KV writes through the node's shared ownership record, TCP between nodes
-//! with length-prefixed frames of the engine's own serde messages ([`wire`], [`net`]),
+//! [`seam::NodeRuntime`], so it also runs in process), a decode node's KV writes landed
+//! off its connections through the node's shared ownership record ([`landing`]), TCP
+//! between nodes with length-prefixed frames of the engine's own serde messages, a KV
+//! write's payload following its head as raw bytes ([`wire`], [`net`]),
 //! a line-delimited JSON client endpoint ([`client`]), and per-node trace files in the
 //! documented schema with wall-clock timestamps ([`trace`]). No engine logic lives
 //! here: what a failed send means, how a write lands and what a node decides all come
@@ -17,6 +18,7 @@ pub mod device;
 pub mod gpu;
 pub mod http;
 pub mod http_client;
+pub mod landing;
 pub mod net;
 pub mod node;
 pub mod seam;

@@ -8,12 +8,14 @@
 //! the engine's rule (lost, or a failed completion for a KV write).
 
 use crate::node::NodeEvent;
-use crate::wire::{read_frame_with, write_frame_with};
+use crate::wire::{read_head, read_payload, write_frame_with, Head, KvHead};
+use crate::wire::{FrameReader, WireError};
+use kvsim_engine::gpu::WireWords;
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::io::{BufReader, BufWriter, ErrorKind, Write};
+use std::io::{BufRead, BufWriter, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -25,24 +27,49 @@ use std::time::{Duration, Instant};
 pub const BACKOFF_MIN: Duration = Duration::from_millis(10);
 pub const BACKOFF_MAX: Duration = Duration::from_millis(1000);
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
+/// The longest a connection's reader waits for the next bytes of a frame it has begun
+/// (and between frames, for its stop flag), and the longest a KV payload may take to
+/// arrive whole: a peer that stalls part way loses its connection, so it holds the
+/// pages it is landing in (and the node's memory lock) at most this long.
+pub const STALL: Duration = Duration::from_secs(2);
+/// The reader's buffer ([`FrameReader`]): frames' heads come through it (one read
+/// takes many small frames); of a KV payload only the bytes it had read ahead are
+/// copied out of it, the rest is read straight into the pages.
+const READ_BUF: usize = 64 << 10;
 
 /// A KV write as the transfer thread takes it: its sender, the message, and whether
 /// the connection it came on is still open.
 pub type Incoming<K> = (NodeId, Msg<K>, Arc<AtomicBool>);
 
+/// A decode node's landing of the KV writes that arrive on its connections
+/// ([`crate::node::WireLanding`]).
+pub trait Lander<K>: Send + Sync {
+    /// Judge the write `head` and land its payload, which follows on `r`, reading all
+    /// of it (into the destination pages when the write lands, else through
+    /// `scratch`); tell the node's loop. `Ok(false)`: the loop is gone. An error ends
+    /// the connection.
+    fn take(
+        &self,
+        head: KvHead,
+        r: &mut FrameReader<dyn Read + '_>,
+        scratch: &mut Vec<u8>,
+    ) -> Result<bool, WireError>;
+}
+
 /// Where a node's incoming messages go.
 pub struct Inbound<K> {
     pub to_loop: Sender<NodeEvent<K>>,
-    /// A decode node's transfer thread (KV writes go there, with their connection's
-    /// liveness: a write still queued when its connection closed is not applied).
-    pub transfer: Option<Sender<Incoming<K>>>,
+    /// A decode node's landing: its KV writes land from the connection they arrive on,
+    /// straight into the node's memory. Without one a KV write goes to the loop as a
+    /// message.
+    pub landing: Option<Arc<dyn Lander<K>>>,
 }
 
 impl<K> Clone for Inbound<K> {
     fn clone(&self) -> Self {
         Inbound {
             to_loop: self.to_loop.clone(),
-            transfer: self.transfer.clone(),
+            landing: self.landing.clone(),
         }
     }
 }
@@ -56,7 +83,7 @@ pub fn spawn_listener<K>(
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<thread::JoinHandle<()>>
 where
-    K: DeserializeOwned + Send + 'static,
+    K: DeserializeOwned + WireWords + Send + 'static,
 {
     listener.set_nonblocking(true)?;
     thread::Builder::new()
@@ -83,54 +110,74 @@ where
         })
 }
 
-fn read_conn<K: DeserializeOwned>(
+fn read_conn<K: DeserializeOwned + WireWords>(
     me: NodeId,
     stream: TcpStream,
     inbound: Inbound<K>,
     stop: Arc<AtomicBool>,
 ) {
-    if stream.set_nonblocking(false).is_err() {
+    if stream.set_nonblocking(false).is_err() || stream.set_read_timeout(Some(STALL)).is_err() {
         return;
     }
     let _ = stream.set_nodelay(true);
-    let alive = Arc::new(AtomicBool::new(true));
-    read_frames(me, stream, &inbound, &stop, &alive);
-    alive.store(false, Ordering::Release);
+    let mut r = FrameReader::with_capacity(READ_BUF, stream);
+    if let Err(e) = read_frames(&mut r, &inbound, &stop) {
+        eprintln!("kvsim serve: {me}: closing a connection: {e}");
+    }
 }
 
-fn read_frames<K: DeserializeOwned>(
-    me: NodeId,
-    stream: TcpStream,
+/// The frames of one connection, until its end, `stop`, or the loop is gone (`Ok`),
+/// or an unusable frame (the error).
+fn read_frames<K: DeserializeOwned + WireWords, R: Read>(
+    r: &mut FrameReader<R>,
     inbound: &Inbound<K>,
     stop: &AtomicBool,
-    alive: &Arc<AtomicBool>,
-) {
-    let mut r = BufReader::with_capacity(1 << 16, stream);
-    let mut buf = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
-        match read_frame_with::<K, _>(&mut r, &mut buf) {
-            Ok(Some(f)) => {
-                let sent = match (&inbound.transfer, &f.msg) {
-                    (Some(t), Msg::KvWrite { .. }) => {
-                        t.send((f.from, f.msg, alive.clone())).is_ok()
-                    }
-                    _ => inbound
-                        .to_loop
-                        .send(NodeEvent::Msg {
-                            from: f.from,
-                            msg: f.msg,
-                        })
-                        .is_ok(),
-                };
-                if !sent {
-                    return;
+) -> Result<(), WireError> {
+    let (mut buf, mut scratch) = (Vec::new(), Vec::new());
+    while next_frame_begins(r, stop)? {
+        let sent = match read_head::<K, _>(r, &mut buf)? {
+            None => return Ok(()),
+            Some(Head::Msg(f)) => inbound
+                .to_loop
+                .send(NodeEvent::Msg {
+                    from: f.from,
+                    msg: f.msg,
+                })
+                .is_ok(),
+            Some(Head::Kv(head)) => match &inbound.landing {
+                Some(l) => l.take(head, r, &mut scratch)?,
+                None => {
+                    let kv = read_payload(r, &head.words)?;
+                    let KvHead {
+                        from, id, src, dst, ..
+                    } = head;
+                    let msg = Msg::KvWrite { id, src, dst, kv };
+                    inbound.to_loop.send(NodeEvent::Msg { from, msg }).is_ok()
                 }
-            }
-            Ok(None) => return,
-            Err(e) => {
-                eprintln!("kvsim serve: {me}: closing a connection: {e}");
-                return;
-            }
+            },
+        };
+        if !sent {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Wait for the next frame's first byte: `false` at the connection's end or `stop`
+/// (checked every [`STALL`] while the connection is idle).
+fn next_frame_begins<R: Read>(
+    r: &mut FrameReader<R>,
+    stop: &AtomicBool,
+) -> Result<bool, WireError> {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        match r.fill_buf() {
+            Ok(b) => return Ok(!b.is_empty()),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
         }
     }
 }
@@ -151,7 +198,7 @@ pub fn spawn_peer<K>(
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<thread::JoinHandle<()>>
 where
-    K: Serialize + Send + 'static,
+    K: Serialize + WireWords + Send + 'static,
 {
     thread::Builder::new()
         .name(format!("{me}-to-{peer}"))
@@ -301,7 +348,7 @@ impl<K: Send + 'static> Link<K> {
 
     fn write(&mut self, me: NodeId, batch: &[Msg<K>]) -> bool
     where
-        K: Serialize,
+        K: Serialize + WireWords,
     {
         let Some(w) = &mut self.conn else {
             return false;

@@ -1,9 +1,9 @@
-//! One node's event loop, and the decode node's transfer thread.
+//! One node's event loop.
 //!
 //! The loop owns the node (an unchanged engine state machine, the engine's own
 //! [`Node`]), its timers and the loop's own rules. It takes one [`NodeEvent`] at a
 //! time from its runtime (a message read off a connection, a fired timer, a landing
-//! reported by the transfer thread, a send that failed, a client's request) and feeds
+//! reported by the node's landing, a send that failed, a client's request) and feeds
 //! the node one input, then carries out the node's effects in the order issued through
 //! [`kvsim_engine::world::apply`]. Channels, the clock, the links to peers and the
 //! trace file are behind [`NodeRuntime`] ([`crate::seam`]), so the loop also runs in
@@ -12,21 +12,22 @@
 //! other message is lost) is [`kvsim_engine::world::arrival`]'s rule, as in every
 //! driver.
 //!
-//! A decode node's KV writes do not pass through its loop: the transfer thread lands
-//! them with [`kvsim_engine::kv::land`], gated by the node's one ownership record
-//! (the [`SharedPool`] its loop decides with), concurrently with the loop, and reports
-//! each landing to the loop, where the node traces it and completes the write.
+//! A decode node's KV writes do not pass through its loop: they land off its
+//! connections ([`crate::landing`]) by the engine's landing rule, gated by the node's
+//! one ownership record (the `SharedPool` its loop decides with), concurrently with
+//! the loop, and each landing is reported to the loop, where the node traces it and
+//! completes the write.
 
 use crate::clock::{wall_ns, TimerHeap};
 use crate::device::DeviceThread;
 use crate::gpu::SharedGpu;
+pub use crate::landing::{transfer_thread, LandingRecord, WireLanding};
 use crate::seam::{Next, NodeRuntime};
 use kvsim_engine::compute::{Done, Job};
 use kvsim_engine::env::{Effect, Input, Outbox, Timer, TimerOp};
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
-use kvsim_engine::kv::shared::SharedPool;
-use kvsim_engine::kv::{land, PageRecords, Refusal, SharedRecord};
+use kvsim_engine::kv::{PageRecords, Refusal, SharedRecord};
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
@@ -36,8 +37,8 @@ use kvsim_engine::world::{
 use kvsim_oracle::schema::{CancelHow, EndOutcome, FaultEvent, MsgView, Record};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
 
 /// A worker-mode half: where its answers go, its tokens so far, the engine's reason
 /// for its failure (from its node's own events).
@@ -146,15 +147,15 @@ pub enum NodeEvent<K> {
         from: NodeId,
         msg: Msg<K>,
     },
-    /// The transfer thread landed (or refused) a KV write of `from` (one of a dead
-    /// incarnation fails back instead, [`NodeLoop::handle`]).
+    /// A KV write of `from` landed or was refused ([`crate::landing`]); one of a dead
+    /// incarnation fails back instead ([`NodeLoop::handle`]).
     Landed {
         from: NodeId,
         id: WriteId,
         dst: Vec<PageTag>,
         landing: Result<(), Refusal>,
     },
-    /// The transfer thread failed a KV write on arrival (the world's rule).
+    /// The node's landing failed a KV write on arrival (the world's rule).
     WriteFailedHere {
         from: NodeId,
         id: WriteId,
@@ -523,7 +524,7 @@ pub struct NodeLoop<G: Gpu, R: NodeRuntime<Kv = G::Kv>> {
     /// Check the node's own invariants ([`Node::invariants`]) after every input (on
     /// unless `kvsim serve --no-invariants`); off after the first violation.
     pub check_invariants: bool,
-    /// A decode node's transfer thread's record, replaced when the node restarts.
+    /// The record a decode node's KV writes land on, replaced when the node restarts.
     pub landing: Option<Arc<LandingRecord>>,
     /// The node's device thread, which runs its compute ([`NodeLoop::on_device_thread`]);
     /// without one the loop runs it in place, on the same memory.
@@ -1069,117 +1070,6 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
             }
         }
         true
-    }
-}
-
-/// The record a decode node's transfer thread lands writes with: the [`SharedPool`] of
-/// the node's current incarnation, replaced when the node restarts in process. A
-/// landing holds it from the arrival rule to the memory write, so a restart waits for
-/// the landing in progress, and every later write is judged by the new incarnation's
-/// record and epoch.
-#[derive(Debug)]
-pub struct LandingRecord(RwLock<Arc<SharedPool>>);
-
-impl LandingRecord {
-    pub fn new(pool: Arc<SharedPool>) -> Arc<Self> {
-        Arc::new(LandingRecord(RwLock::new(pool)))
-    }
-
-    /// The current incarnation's record, held until the guard goes.
-    pub fn current(&self) -> RwLockReadGuard<'_, Arc<SharedPool>> {
-        // Nothing panics while holding it but a landing on a broken record, after
-        // which no landing may go on.
-        self.0
-            .read()
-            .expect("landing record poisoned: a landing panicked")
-    }
-
-    /// The node restarted with `pool`: waits for the landing in progress.
-    fn replace(&self, pool: Arc<SharedPool>) {
-        let mut cur = self
-            .0
-            .write()
-            .expect("landing record poisoned: a landing panicked");
-        assert!(
-            pool.epoch() > cur.epoch(),
-            "a restarted incarnation's record has a higher epoch"
-        );
-        *cur = pool;
-    }
-}
-
-/// The decode node's transfer thread: every KV write that arrives for this node is
-/// judged by the world's arrival rule against the current incarnation (a tag of an
-/// earlier incarnation fails; a write whose connection closed before it was taken is
-/// flushed), then landed by the engine's [`land`] on that incarnation's shared record
-/// and memory, and reported to the node's loop. A write whose id names another writer
-/// than its sender goes to the loop as a message, where the node refuses it by peer
-/// identity.
-pub fn transfer_thread<G: Gpu>(
-    rx: Receiver<crate::net::Incoming<G::Kv>>,
-    record: Arc<LandingRecord>,
-    mut gpu: SharedGpu<G>,
-    page_tags: bool,
-    to_loop: Sender<NodeEvent<G::Kv>>,
-) {
-    for (from, msg, conn_alive) in rx {
-        let writer_ok = matches!(&msg, Msg::KvWrite { id, .. } if id.writer == from);
-        if !writer_ok {
-            let _ = to_loop.send(NodeEvent::Msg { from, msg });
-            continue;
-        }
-        // A write still queued when its connection closed is the dead sender's NIC
-        // queue (or one its live sender fails back itself): never applied.
-        let sender_alive = conn_alive.load(std::sync::atomic::Ordering::Acquire);
-        let pool = record.current();
-        let Some(ev) = take_write(from, msg, sender_alive, &pool, &mut gpu, page_tags) else {
-            continue;
-        };
-        drop(pool);
-        if to_loop.send(ev).is_err() {
-            return;
-        }
-    }
-}
-
-/// One KV write of `from`, judged by the world's arrival rule on `pool`'s incarnation
-/// and landed: what the loop hears of it (`None`: nothing, it is dropped).
-fn take_write<G: Gpu>(
-    from: NodeId,
-    msg: Msg<G::Kv>,
-    sender_alive: bool,
-    pool: &SharedPool,
-    gpu: &mut SharedGpu<G>,
-    page_tags: bool,
-) -> Option<NodeEvent<G::Kv>> {
-    let at = Arriving {
-        sender_alive,
-        receiver_alive: true,
-        receiver_restarted: false,
-        receiver_epoch: pool.epoch(),
-        partitioned: false,
-        injected_failure: false,
-    };
-    match world::arrival(&msg, &at) {
-        Arrival::Fail { reason, completion } => Some(NodeEvent::WriteFailedHere {
-            from,
-            id: msg.write_id()?,
-            reason,
-            completion,
-        }),
-        Arrival::Drop(_) => None,
-        Arrival::Deliver => match msg {
-            Msg::KvWrite { id, dst, kv, .. } => {
-                let landing = land(pool, gpu, page_tags, id.room, &dst, &kv);
-                Some(NodeEvent::Landed {
-                    from,
-                    id,
-                    dst,
-                    landing,
-                })
-            }
-            _ => None,
-        },
     }
 }
 

@@ -3,15 +3,13 @@
 
 use crate::client::{spawn_client_endpoint, StatusFn};
 use crate::gpu::SharedGpu;
-use crate::net::{spawn_listener, spawn_peer, Inbound, Incoming};
-use crate::node::{
-    transfer_thread, Io, LandingRecord, NodeEvent, NodeLoop, NodeStatus, RuntimeNode,
-};
+use crate::net::{spawn_listener, spawn_peer, Inbound, Lander};
+use crate::node::{Io, LandingRecord, NodeEvent, NodeLoop, NodeStatus, RuntimeNode, WireLanding};
 use crate::seam::Threads;
 use crate::trace::Tracer;
 use kvsim_engine::config::EngineConfig;
 use kvsim_engine::decode::DecodeNode;
-use kvsim_engine::gpu::Gpu;
+use kvsim_engine::gpu::{Gpu, WireWords};
 use kvsim_engine::ids::{NodeId, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::SharedRecord;
@@ -340,12 +338,12 @@ fn epoch_used(node: NodeId, epoch: u32, used: u32, file: &std::path::Path) -> Se
     }
 }
 
-/// Where a decode node's listener hands the KV writes that arrive (its transfer
-/// thread), and the record that thread lands them on (replaced at an in-process restart).
-type Transfer<K> = (Sender<Incoming<K>>, Arc<LandingRecord>);
+/// How a decode node's connections land the KV writes that arrive on them, and the
+/// record they land them on (replaced at an in-process restart).
+type Transfer<K> = (Arc<dyn Lander<K>>, Arc<LandingRecord>);
 
-/// The engine node of `role`, and for a decode node the sender of its transfer
-/// thread (started here), which lands the KV writes that arrive on its listener.
+/// The engine node of `role`, and for a decode node the landing of the KV writes that
+/// arrive on its listener.
 fn build_node<K, G>(
     role: Role,
     id: NodeId,
@@ -356,7 +354,7 @@ fn build_node<K, G>(
     to_loop: &Sender<NodeEvent<K>>,
 ) -> Result<(RuntimeNode<G>, Option<Transfer<K>>), ServeError>
 where
-    K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
+    K: Clone + Serialize + DeserializeOwned + WireWords + Send + Sync + std::fmt::Debug + 'static,
     G: Gpu<Kv = K> + Send + 'static,
 {
     let pages = topo.pool(id).unwrap_or(0);
@@ -389,16 +387,16 @@ where
         Role::Decode => {
             let pool = Arc::new(SharedPool::with_epoch(pages, cfg.page_size, epoch));
             let gpu = SharedGpu::new(node_gpu()?);
-            let (ttx, trx) = channel();
             let record = LandingRecord::new(pool.clone());
-            let (r, g, to_loop) = (record.clone(), gpu.clone(), to_loop.clone());
             // The runtime's KV writes ride TCP, a two-sided transport: the
-            // transfer thread copies each one, so the landing gate exists here
-            // whatever the scenario's `transport` says.
-            let tags = cfg.defenses.landing_gate;
-            thread::Builder::new()
-                .name(format!("{id}-transfer"))
-                .spawn(move || transfer_thread(trx, r, g, tags, to_loop))?;
+            // connection's reader judges each one before its bytes land, so the
+            // landing gate exists here whatever the scenario's `transport` says.
+            let landing: Arc<dyn Lander<K>> = Arc::new(WireLanding {
+                record: record.clone(),
+                gpu: gpu.clone(),
+                page_tags: cfg.defenses.landing_gate,
+                to_loop: to_loop.clone(),
+            });
             let node = DecodeNode::with_records(
                 id,
                 cfg.clone(),
@@ -407,14 +405,14 @@ where
                 gpu,
                 SharedRecord::new(pool),
             );
-            (Node::Decode(node), Some((ttx, record)))
+            (Node::Decode(node), Some((landing, record)))
         }
     })
 }
 
 impl<K> Server<K>
 where
-    K: Clone + Serialize + DeserializeOwned + Send + Sync + std::fmt::Debug + 'static,
+    K: Clone + Serialize + DeserializeOwned + WireWords + Send + Sync + std::fmt::Debug + 'static,
 {
     /// Every node of the topology in this process, on loopback (ephemeral ports), and
     /// the client endpoint on `client`. `make_gpu(pages, page_size)` makes each
@@ -496,7 +494,7 @@ where
                 plan.listener,
                 Inbound {
                     to_loop: tx.clone(),
-                    transfer: transfer.as_ref().map(|(ttx, _)| ttx.clone()),
+                    landing: transfer.as_ref().map(|(l, _)| l.clone()),
                 },
                 stop.clone(),
             )?;

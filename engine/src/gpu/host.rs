@@ -7,12 +7,14 @@
 //! check and the attention arithmetic are [`layout`]'s, the functions the CUDA kernels
 //! mirror line for line, so a GPU computes the same bits.
 
+use super::bytes::{self, ByteWrite, Fill, Landed};
 use super::layout::{self, TAG_WORDS};
 use super::{
     hadamard, key_width, locate, locate_tag, DeviceError, Gpu, KvPayload, TagError, WriteError,
     WriteTag, VALUE_LANES,
 };
 use crate::ids::{PageId, PageTag, RoomKey, Token};
+use std::io::IoSliceMut;
 
 /// A host page travels as its floats' bit patterns, slot by slot (key then value
 /// lanes). Corruption flips one value lane of one slot between 0.0 and 1.0 (one bit
@@ -118,6 +120,46 @@ impl HostGpu {
     pub fn tag_words(&self) -> &[u64] {
         &self.tags
     }
+
+    /// The memory each payload of `words[i]` words lands in, as bytes, in `dst` order:
+    /// the leading floats of each destination page. `None` where the payload does not
+    /// land in place: a page outside the pool or named twice, a payload
+    /// [`Gpu::write_page`] would not apply (longer than a page, not whole slots), or a
+    /// big-endian host (the wire's words are little-endian).
+    fn landing_memory(&mut self, dst: &[PageTag], words: &[u32]) -> Option<Vec<IoSliceMut<'_>>> {
+        let (sf, page_floats) = (
+            self.slot_floats(),
+            layout::page_floats(self.page_size, self.key_width),
+        );
+        let fits = |t: &PageTag, w: u32| {
+            let w = w as usize;
+            layout::check_page_write(self.pages, t.page.0).is_ok()
+                && w <= page_floats
+                && w.is_multiple_of(sf)
+        };
+        if cfg!(target_endian = "big") || !dst.iter().zip(words).all(|(t, &w)| fits(t, w)) {
+            return None;
+        }
+        let mut order: Vec<usize> = (0..dst.len()).collect();
+        order.sort_unstable_by_key(|&i| dst[i].page);
+        if order.windows(2).any(|p| dst[p[0]].page == dst[p[1]].page) {
+            return None;
+        }
+        let starts: Vec<usize> = order
+            .iter()
+            .map(|&i| self.page_range(dst[i].page).map(|r| r.start))
+            .collect::<Option<_>>()?;
+        let mut parts: Vec<&mut [u8]> = Vec::with_capacity(dst.len());
+        parts.resize_with(dst.len(), Default::default);
+        let (mut rest, mut at) = (&mut self.data[..], 0);
+        for (&i, start) in order.iter().zip(starts) {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(start - at);
+            let (page, after) = tail.split_at_mut(words[i] as usize);
+            parts[i] = bytemuck::cast_slice_mut(page);
+            (rest, at) = (after, start + words[i] as usize);
+        }
+        Some(parts.into_iter().map(IoSliceMut::new).collect())
+    }
 }
 
 impl Gpu for HostGpu {
@@ -180,6 +222,33 @@ impl Gpu for HostGpu {
                 }
                 self.set_tag(dst.page, Some(WriteTag { room, gen: dst.gen }));
             }
+        }
+        Ok(())
+    }
+
+    /// The payload's bytes go straight into the destination pages' memory (a page
+    /// stores the bit patterns that travel), in one `fill` over every page: one copy,
+    /// from the transport into the pages. A payload that does not land in place
+    /// ([`HostGpu::landing_memory`]) lands page by page, as any backend's does.
+    fn land_bytes(&mut self, w: ByteWrite<'_>, fill: &mut Fill<'_>) -> Landed {
+        assert_eq!(
+            w.dst.len(),
+            w.words.len(),
+            "one payload per destination page"
+        );
+        let Some(mut memory) = self.landing_memory(w.dst, w.words) else {
+            return bytes::land_bytes_by_page(self, w, fill);
+        };
+        fill(&mut memory)?;
+        drop(memory);
+        for t in w.dst {
+            self.set_tag(
+                t.page,
+                Some(WriteTag {
+                    room: w.room,
+                    gen: t.gen,
+                }),
+            );
         }
         Ok(())
     }

@@ -22,10 +22,12 @@
 //!
 //! Pages are never zeroed unless the node asks (defense 7), as in SGLang.
 
+pub mod bytes;
 mod host;
 pub mod layout;
 mod symbolic;
 
+pub use bytes::{ByteWrite, LandBytesError, WireWords};
 pub use host::HostGpu;
 pub use symbolic::{SymbolicGpu, SymbolicPage};
 
@@ -152,6 +154,20 @@ pub trait Gpu {
     /// the rest keep what they held. A page outside the pool is refused
     /// ([`layout::check_page_write`]), never silently skipped.
     fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Self::Kv) -> Result<(), WriteError>;
+
+    /// Land a write whose payload arrives as bytes (a byte transport's receive, once
+    /// the landing rule admitted the write): `w.words[i]` words for `w.dst[i]`, which
+    /// `fill` reads into the buffers it is given; each page lands as
+    /// [`Gpu::write_page`] would land its payload, and is stamped when its bytes are
+    /// in. The default reads into `w.scratch` and writes page by page
+    /// ([`bytes::land_bytes_by_page`]); a backend whose memory holds the words as they
+    /// travel hands `fill` the pages' own memory.
+    fn land_bytes(&mut self, w: ByteWrite<'_>, fill: &mut bytes::Fill<'_>) -> bytes::Landed
+    where
+        Self::Kv: WireWords,
+    {
+        bytes::land_bytes_by_page(self, w, fill)
+    }
 
     /// The tag stored with a page, if any write stamped one since it was last zeroed.
     fn page_tag(&self, page: PageId) -> Result<Option<WriteTag>, DeviceError>;

@@ -111,7 +111,37 @@ pub fn land<W: WriteGate + ?Sized, G: Gpu>(
     dst: &[PageTag],
     kv: &[G::Kv],
 ) -> Result<(), Refusal> {
-    if dst.len() != kv.len() {
+    land_with(gate, gpu, check_tags, room, dst, kv.len(), |gpu| {
+        for (t, page) in dst.iter().zip(kv) {
+            // Every page was checked to be a pool page, so the range check cannot
+            // refuse; a device that fails refuses the write (its writer's completion
+            // says so, and the room's transfer fails), whatever part of it was applied.
+            gpu.write_page(*t, room, page).map_err(|e| Refusal {
+                tag: Some(*t),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(())
+    })?
+}
+
+/// The landing rule of a write of `room` carrying `payloads` page payloads into `dst`,
+/// then the memory write: `write` runs only once the rule admitted every destination,
+/// with every page held until it returns, and its result is the landing's. The rule:
+/// one payload per page, every page inside the registered memory (the NIC's check,
+/// defenses or not), and when `check_tags`, each page admitted by `gate` (defense 4).
+/// [`land`] writes payloads it holds; a byte transport reads the payload into the
+/// pages inside `write` (`Gpu::land_bytes`), so a refused write's bytes never reach them.
+pub fn land_with<W: WriteGate + ?Sized, G: Gpu, T>(
+    gate: &W,
+    gpu: &mut G,
+    check_tags: bool,
+    room: RoomKey,
+    dst: &[PageTag],
+    payloads: usize,
+    write: impl FnOnce(&mut G) -> T,
+) -> Result<T, Refusal> {
+    if dst.len() != payloads {
         return Err(Refusal {
             tag: dst.first().copied(),
             reason: "payload and page list differ in length".into(),
@@ -143,23 +173,13 @@ pub fn land<W: WriteGate + ?Sized, G: Gpu>(
             }
         }
     }
-    for (t, page) in dst.iter().zip(kv) {
-        // Every page was checked to be a pool page above, so the range check cannot
-        // refuse; a device that fails refuses the write (its writer's completion says
-        // so, and the room's transfer fails), whatever part of it was applied.
-        if let Err(e) = gpu.write_page(*t, room, page) {
-            return Err(Refusal {
-                tag: Some(*t),
-                reason: e.to_string(),
-            });
-        }
-    }
+    let written = write(gpu);
     debug_assert!(
         !check_tags || guards.len() == dst.len(),
         "every page held while written"
     );
     drop(guards);
-    Ok(())
+    Ok(written)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ pub mod pool;
 pub mod records;
 pub mod shared;
 
-pub use landing::{land, Refusal, WriteGate};
+pub use landing::{land, land_with, Refusal, WriteGate};
 pub use lifecycle::{transition, IllegalTransition, PageOp, PageState, TRANSITIONS};
 pub use pool::{PageChange, PagePool, PageRecord, PoolError};
 pub use records::{PageRecords, SharedRecord};
