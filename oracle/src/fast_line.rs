@@ -55,55 +55,14 @@ fn record(o: &mut Obj) -> Option<Record> {
     use Record::*;
     Some(match o.str("type")? {
         "engine" => Engine(event(o)?),
-        "send" => read!(
-            o,
-            Send {
-                from: get,
-                to: get,
-                msg: msg,
-                deliver_at_ns: get,
-                duplicate: or_default
-            }
-        ),
-        "deliver" => read!(
-            o,
-            Deliver {
-                from: get,
-                to: get,
-                msg: msg
-            }
-        ),
-        "drop" => read!(
-            o,
-            Drop {
-                from: get,
-                to: get,
-                msg: msg,
-                reason: get
-            }
-        ),
-        "timer_set" => read!(
-            o,
-            TimerSet {
-                node: get,
-                timer: get,
-                fire_at_ns: get
-            }
-        ),
-        "timer_cancel" => read!(
-            o,
-            TimerCancel {
-                node: get,
-                timer: get
-            }
-        ),
-        "timer_fire" => read!(
-            o,
-            TimerFire {
-                node: get,
-                timer: get
-            }
-        ),
+        "send" => read! { o, Send {
+            from: get, to: get, msg: msg, deliver_at_ns: get, duplicate: or_default
+        } },
+        "deliver" => read! { o, Deliver { from: get, to: get, msg: msg } },
+        "drop" => read! { o, Drop { from: get, to: get, msg: msg, reason: get } },
+        "timer_set" => read! { o, TimerSet { node: get, timer: get, fire_at_ns: get } },
+        "timer_cancel" => read! { o, TimerCancel { node: get, timer: get } },
+        "timer_fire" => read! { o, TimerFire { node: get, timer: get } },
         _ => return None,
     })
 }
@@ -113,122 +72,28 @@ fn event(o: &mut Obj) -> Option<TraceEvent> {
     use TraceEvent::*;
     let node: NodeId = o.get("node")?;
     Some(match o.str("event")? {
-        "PagesReserved" => read!(
-            o,
-            PagesReserved {
-                node,
-                room: get,
-                pages: tags
-            }
-        ),
-        "PagesExpectWrite" => read!(
-            o,
-            PagesExpectWrite {
-                node,
-                room: get,
-                pages: tags
-            }
-        ),
-        "PagesReady" => read!(
-            o,
-            PagesReady {
-                node,
-                room: get,
-                pages: tags
-            }
-        ),
-        "PagesReleased" => read!(
-            o,
-            PagesReleased {
-                node,
-                room: get,
-                pages: tags,
-                how: get,
-                held: tags
-            }
-        ),
-        "Quarantined" => read!(
-            o,
-            Quarantined {
-                node,
-                room: get,
-                pages: tags
-            }
-        ),
-        "QuarantineReleased" => read!(
-            o,
-            QuarantineReleased {
-                node,
-                room: get,
-                pages: tags,
-                acked: get,
-                held: tags
-            }
-        ),
-        "PagesHeld" => read!(o, PagesHeld { node, pages: tags }),
-        "PagesUnheld" => read!(
-            o,
-            PagesUnheld {
-                node,
-                pages: tags,
-                freed: tags
-            }
-        ),
-        "KvWritten" => read!(
-            o,
-            KvWritten {
-                node,
-                room: get,
-                pages: tags,
-                start: get,
-                tokens: get
-            }
-        ),
-        "KvSent" => read!(
-            o,
-            KvSent {
-                node,
-                write: get,
-                src: tags,
-                dst: tags,
-                to: opt
-            }
-        ),
-        "KvLanded" => read!(
-            o,
-            KvLanded {
-                node,
-                write: get,
-                dst: tags
-            }
-        ),
-        "WriteCompleted" => read!(
-            o,
-            WriteCompleted {
-                node,
-                write: get,
-                ok: get
-            }
-        ),
-        "Attend" => read!(
-            o,
-            Attend {
-                node,
-                room: get,
-                step: get,
-                query_pos: get,
-                seq_len: get,
-                pages: tags
-            }
-        ),
-        "Running" => read!(
-            o,
-            Running {
-                node,
-                room: get,
-                side: get
-            }
-        ),
+        "PagesReserved" => read! { o, PagesReserved { node, room: get, pages: tags } },
+        "PagesExpectWrite" => read! { o, PagesExpectWrite { node, room: get, pages: tags } },
+        "PagesReady" => read! { o, PagesReady { node, room: get, pages: tags } },
+        "PagesReleased" => read! { o, PagesReleased {
+            node, room: get, pages: tags, how: get, held: tags
+        } },
+        "Quarantined" => read! { o, Quarantined { node, room: get, pages: tags } },
+        "QuarantineReleased" => read! { o, QuarantineReleased {
+            node, room: get, pages: tags, acked: get, held: tags
+        } },
+        "PagesHeld" => read! { o, PagesHeld { node, pages: tags } },
+        "PagesUnheld" => read! { o, PagesUnheld { node, pages: tags, freed: tags } },
+        "KvWritten" => {
+            read! { o, KvWritten { node, room: get, pages: tags, start: get, tokens: get } }
+        }
+        "KvSent" => read! { o, KvSent { node, write: get, src: tags, dst: tags, to: opt } },
+        "KvLanded" => read! { o, KvLanded { node, write: get, dst: tags } },
+        "WriteCompleted" => read! { o, WriteCompleted { node, write: get, ok: get } },
+        "Attend" => read! { o, Attend {
+            node, room: get, step: get, query_pos: get, seq_len: get, pages: tags
+        } },
+        "Running" => read! { o, Running { node, room: get, side: get } },
         _ => return None,
     })
 }
@@ -239,22 +104,8 @@ fn msg_view(at: &mut Cursor) -> Option<MsgView> {
     let start = at.i;
     let mut o = at.object()?;
     let m = match o.str("kind")? {
-        "KvWrite" => read!(
-            o,
-            MsgView::KvWrite {
-                id: get,
-                src: tags,
-                dst: tags
-            }
-        ),
-        "KvMeta" => read!(
-            o,
-            MsgView::KvMeta {
-                room: get,
-                dst: tags,
-                prompt_len: get
-            }
-        ),
+        "KvWrite" => read! { o, MsgView::KvWrite { id: get, src: tags, dst: tags } },
+        "KvMeta" => read! { o, MsgView::KvMeta { room: get, dst: tags, prompt_len: get } },
         _ => {
             let text = std::str::from_utf8(&at.b[start..at.i]).ok()?;
             return serde_json::from_str(text).ok();
