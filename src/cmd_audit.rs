@@ -31,6 +31,7 @@ pub fn run(a: &AuditArgs) -> Result<ExitCode> {
         max_findings_explained: a.explain,
         ..AuditOptions::default()
     };
+    let t = std::time::Instant::now();
     let report = match audit(&a.traces, opts) {
         Ok(r) => r,
         Err(e) => {
@@ -39,6 +40,7 @@ pub fn run(a: &AuditArgs) -> Result<ExitCode> {
         }
     };
     print!("{}", render(&report));
+    eprintln!("{}", speed(report.bytes, t.elapsed().as_secs_f64()));
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&report.findings)?;
         std::fs::write(path, text)?;
@@ -48,4 +50,23 @@ pub fn run(a: &AuditArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The audit's throughput and the process's peak memory (on standard error: the
+/// report itself stays the same from run to run).
+fn speed(bytes: u64, secs: f64) -> String {
+    let peak = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or("unknown".to_string(), |kb| {
+            format!("{:.1} MB", kb as f64 / 1e3)
+        });
+    format!(
+        "audit speed: {:.1} MB in {secs:.2} s wall, {:.1} MB/s; peak RSS {peak}",
+        bytes as f64 / 1e6,
+        bytes as f64 / 1e6 / secs.max(1e-9)
+    )
 }

@@ -57,8 +57,9 @@ pub struct SweepArgs {
     /// Run a scenario whose estimated cost per seed exceeds the budget.
     #[arg(long)]
     pub allow_expensive: bool,
-    /// Also export every seed's trace and audit it alone (`kvsim audit`'s oracle): a
-    /// seed whose audit verdict differs from the run's, finding for finding, fails.
+    /// Also audit every seed's trace alone (`kvsim audit`'s oracle, fed the trace's
+    /// header and entries in memory instead of their text): a seed whose audit verdict
+    /// differs from the run's, finding for finding, fails.
     #[arg(long)]
     pub audit: bool,
 }

@@ -15,7 +15,7 @@ use kvsim_oracle::audit::{audit, audit_readers, render, AuditOptions};
 use kvsim_oracle::schema::{entry_line, header_line, parse_line, Line, Record};
 use kvsim_sim::plan::{Plan, Reduction};
 use kvsim_sim::sweep::{run_sweep, SeedRange, SweepOptions};
-use kvsim_sim::{run_and_audit, run_plan, Backend};
+use kvsim_sim::{run_and_audit, run_and_audit_in_memory, run_plan, Backend};
 
 #[test]
 fn audit_agrees_with_the_run_on_every_seed_of_a_sweep() {
@@ -59,6 +59,10 @@ fn audit_agrees_with_the_run_on_the_failing_seed_of_every_bug_switch() {
             "{label} seed {seed}: nothing found"
         );
         assert_eq!(agreed, Ok(()), "{label} seed {seed}");
+        // The same run handed to the audit in memory (`sweep --audit`).
+        let (again, agreed) = run_and_audit_in_memory(&plan, Backend::Symbolic);
+        assert_eq!(again.findings, out.findings, "{label} seed {seed}");
+        assert_eq!(agreed, Ok(()), "{label} seed {seed}: in memory");
         audited += 1;
     }
     // Every switch but skip-preflight and abort-after-success, and the incident pair.
@@ -165,6 +169,34 @@ fn an_unusable_trace_names_the_line_and_the_field() {
     for l in &lines[1..5] {
         assert!(matches!(parse_line(l), Ok(Line::Entry(_))), "{l}");
     }
+}
+
+/// The audit's fast reader (`kvsim_oracle::fast_line`) reads every line of a sweep's
+/// traces that it takes exactly as the derived reader does, and takes the lines that
+/// carry page lists.
+#[test]
+fn the_fast_reader_reads_every_line_as_the_derived_reader() {
+    let sc = load("scenarios/mixed-faults.toml").unwrap();
+    let (mut lines, mut taken, mut lists) = (0, 0, 0);
+    for seed in 0..20 {
+        let plan = Plan::build(&sc, seed, Some(BugSet::NONE), &Reduction::default()).unwrap();
+        let out = run_plan(&plan, Backend::Symbolic, true);
+        for e in &out.trace {
+            let line = entry_line(e);
+            lines += 1;
+            if let Some(fast) = kvsim_oracle::fast_line::entry(&line) {
+                let derived: kvsim_oracle::Entry = serde_json::from_str(&line).unwrap();
+                assert_eq!(fast, derived, "seed {seed}: {line}");
+                assert_eq!(&fast, e, "seed {seed}: {line}");
+                taken += 1;
+                lists += usize::from(line.contains("\"page\":"));
+            }
+        }
+    }
+    assert!(
+        taken * 2 > lines && lists > 1000,
+        "{taken} of {lines} lines taken, {lists} with pages"
+    );
 }
 
 /// The strict schema (`docs/trace.schema.json`): every line of the simulator's traces

@@ -208,8 +208,72 @@ fn headers(inputs: Vec<Source>, bytes: &mut u64) -> Result<(RunHeader, Vec<Sourc
     Ok((header, sources))
 }
 
+/// What a merged stream of entries says besides the entries: each entry's position,
+/// and the run's end from the `end` entries (collected, not judged, until the stream
+/// ends). The one bookkeeping of every way a trace reaches the oracle.
+#[derive(Default)]
+struct Ends {
+    ends: Vec<(EndOutcome, String)>,
+    end_at: u64,
+    end_seq: u64,
+    position: u64,
+}
+
+impl Ends {
+    /// The position of an entry to judge; `None` for an `end` entry (kept).
+    fn admit(&mut self, e: &Entry) -> Option<u64> {
+        if let Record::End { outcome, detail } = &e.rec {
+            self.ends.push((*outcome, detail.clone()));
+            if e.at_ns >= self.end_at {
+                (self.end_at, self.end_seq) = (e.at_ns, e.seq);
+            }
+            return None;
+        }
+        self.position += 1;
+        (self.end_at, self.end_seq) = (self.end_at.max(e.at_ns), self.end_seq.max(e.seq));
+        Some(self.position)
+    }
+
+    /// The reader stopped early: the stream is cut where it stopped.
+    fn cut(&self) -> (u64, Entry) {
+        let rec = Record::End {
+            outcome: EndOutcome::Cut,
+            detail: String::new(),
+        };
+        self.at(rec)
+    }
+
+    /// The run's end: drained only if each of `files` says so; otherwise the first
+    /// other outcome (a cut when a file has no `end` entry).
+    fn finish(self, files: usize) -> (u64, Entry) {
+        let (outcome, detail) = if self.ends.len() < files {
+            (
+                EndOutcome::Cut,
+                "the trace has no end entry: liveness is not judged".to_string(),
+            )
+        } else {
+            self.ends
+                .iter()
+                .find(|(o, _)| *o != EndOutcome::Drained)
+                .cloned()
+                .unwrap_or((EndOutcome::Drained, "drained".into()))
+        };
+        self.at(Record::End { outcome, detail })
+    }
+
+    fn at(&self, rec: Record) -> (u64, Entry) {
+        let e = Entry {
+            at_ns: self.end_at,
+            seq: self.end_seq,
+            rec,
+        };
+        (self.position, e)
+    }
+}
+
 /// Read every file's entries merged by time, calling `f(position, entry)` for each
-/// (the `end` entries are collected, not passed on). Returns the run's end.
+/// (the `end` entries are collected, not passed on) until `f` says stop. Returns the
+/// run's end.
 fn merged(
     sources: &mut [Source],
     bytes: &mut u64,
@@ -224,32 +288,12 @@ fn merged(
         }
         pending.push(e);
     }
-    let mut ends: Vec<(EndOutcome, String)> = Vec::new();
-    let (mut end_at, mut end_seq) = (0u64, 0u64);
-    let mut position = 0u64;
+    let mut ends = Ends::default();
     while let Some(Reverse((_, i, _))) = heap.pop() {
         let Some(e) = pending[i].take() else { continue };
-        if let Record::End { outcome, detail } = &e.rec {
-            ends.push((*outcome, detail.clone()));
-            if e.at_ns >= end_at {
-                (end_at, end_seq) = (e.at_ns, e.seq);
-            }
-        } else {
-            position += 1;
-            (end_at, end_seq) = (end_at.max(e.at_ns), end_seq.max(e.seq));
+        if let Some(position) = ends.admit(&e) {
             if !f(position, &e) {
-                let cut = Record::End {
-                    outcome: EndOutcome::Cut,
-                    detail: String::new(),
-                };
-                return Ok((
-                    position,
-                    Entry {
-                        at_ns: end_at,
-                        seq: end_seq,
-                        rec: cut,
-                    },
-                ));
+                return Ok(ends.cut());
             }
         }
         let next = next_entry(&mut sources[i], bytes)?;
@@ -258,24 +302,7 @@ fn merged(
         }
         pending[i] = next;
     }
-    // Drained only if every file says so; otherwise the first other outcome.
-    let (outcome, detail) = if ends.len() < sources.len() {
-        (
-            EndOutcome::Cut,
-            "the trace has no end entry: liveness is not judged".to_string(),
-        )
-    } else {
-        ends.iter()
-            .find(|(o, _)| *o != EndOutcome::Drained)
-            .cloned()
-            .unwrap_or((EndOutcome::Drained, "drained".into()))
-    };
-    let end = Entry {
-        at_ns: end_at,
-        seq: end_seq,
-        rec: Record::End { outcome, detail },
-    };
-    Ok((position, end))
+    Ok(ends.finish(sources.len()))
 }
 
 fn next_entry(s: &mut Source, bytes: &mut u64) -> Result<Option<Entry>, AuditError> {
@@ -314,38 +341,97 @@ pub fn audit(paths: &[PathBuf], opts: AuditOptions) -> Result<AuditReport, Audit
     Ok(report)
 }
 
-/// The one pass: every entry to the oracle, then the run's end. Also returns, per
-/// finding, the merged position of the entry that produced it.
+/// The one pass over files: every entry to the oracle, then the run's end. Also
+/// returns, per finding, the merged position of the entry that produced it.
 fn judge(
     header: RunHeader,
     mut sources: Vec<Source>,
     mut bytes: u64,
 ) -> Result<(AuditReport, Vec<u64>), AuditError> {
-    let mut oracle = Oracle::new(header.clone());
-    let mut positions: Vec<u64> = Vec::new();
+    let mut pass = Pass::new(header);
     let (entries, last) = merged(&mut sources, &mut bytes, |pos, e| {
-        let found = oracle.observe(e).len();
-        positions.extend(std::iter::repeat_n(pos, found));
+        pass.take(pos, e);
         true
     })?;
-    let end = match &last.rec {
-        Record::End { outcome, .. } => *outcome,
-        _ => EndOutcome::Cut,
-    };
-    let found = oracle.observe(&last).len();
-    positions.extend(std::iter::repeat_n(entries + 1, found));
-    let findings = oracle.findings().to_vec();
-    let leaks = oracle.leaks.clone();
-    let report = AuditReport {
-        header,
-        findings,
-        leaks,
-        entries,
-        bytes,
-        end,
-        causal: Vec::new(),
-    };
-    Ok((report, positions))
+    Ok(pass.finish(entries, &last, bytes))
+}
+
+/// The oracle of one audit and, per finding, the position of the entry that produced
+/// it: what every way a trace reaches the audit (files, readers, entries in memory)
+/// feeds.
+struct Pass {
+    oracle: Oracle,
+    positions: Vec<u64>,
+}
+
+impl Pass {
+    fn new(header: RunHeader) -> Self {
+        Pass {
+            oracle: Oracle::new(header),
+            positions: Vec::new(),
+        }
+    }
+
+    fn take(&mut self, position: u64, e: &Entry) {
+        let found = self.oracle.observe(e).len();
+        self.positions.extend(std::iter::repeat_n(position, found));
+    }
+
+    /// Judge the run's end (`last`, after `entries` entries) and report.
+    fn finish(mut self, entries: u64, last: &Entry, bytes: u64) -> (AuditReport, Vec<u64>) {
+        let end = match &last.rec {
+            Record::End { outcome, .. } => *outcome,
+            _ => EndOutcome::Cut,
+        };
+        self.take(entries + 1, last);
+        let report = AuditReport {
+            header: self.oracle.header().clone(),
+            findings: self.oracle.findings().to_vec(),
+            leaks: self.oracle.leaks.clone(),
+            entries,
+            bytes,
+            end,
+            causal: Vec::new(),
+        };
+        (report, self.positions)
+    }
+}
+
+/// The audit of one run handed over in memory as it runs (`kvsim sweep --audit`):
+/// its header, then its entries in order, exactly what the lines of its trace file
+/// would hold (the schema's own types), judged by the same single pass as [`audit`]
+/// without writing or parsing their text. The report's `bytes` is 0.
+pub struct EntryAudit {
+    pass: Pass,
+    ends: Ends,
+}
+
+impl EntryAudit {
+    /// The audit of the run `header` describes; `name` names it in errors.
+    pub fn new(name: &str, header: &RunHeader) -> Result<Self, AuditError> {
+        header.check().map_err(|reason| AuditError::Line {
+            path: name.to_string(),
+            line: 1,
+            reason,
+        })?;
+        Ok(EntryAudit {
+            pass: Pass::new(header.clone()),
+            ends: Ends::default(),
+        })
+    }
+
+    /// The run's next entry.
+    pub fn observe(&mut self, e: &Entry) {
+        if let Some(position) = self.ends.admit(e) {
+            self.pass.take(position, e);
+        }
+    }
+
+    /// The verdict, once every entry was observed.
+    pub fn finish(self) -> AuditReport {
+        let (entries, last) = self.ends.finish(1);
+        self.pass.finish(entries, &last, 0).0
+    }
 }
 
 /// The report as text: what was read, how the run ended, the verdict, every finding

@@ -676,7 +676,12 @@ pub struct LineError(pub String);
 
 /// Parse one line of a trace.
 pub fn parse_line(text: &str) -> Result<Line, LineError> {
-    // The common case first: an entry, parsed straight into its type.
+    // The common case first: the entries a trace is mostly made of, read straight
+    // from the line (`fast_line` declines anything it does not know exactly); then
+    // any entry, parsed into its type by the derived reader.
+    if let Some(e) = crate::fast_line::entry(text) {
+        return Ok(Line::Entry(e));
+    }
     if let Ok(e) = serde_json::from_str::<Entry>(text) {
         return Ok(Line::Entry(e));
     }

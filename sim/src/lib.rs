@@ -277,24 +277,77 @@ pub fn run_and_audit(plan: &Plan, backend: Backend) -> (RunOutcome, Result<(), S
     let sink = MemoryTrace::default();
     let out = run_plan_json(plan, backend, Box::new(sink.clone()));
     let bytes = sink.take();
-    let verdict = match kvsim_oracle::audit::audit_readers(vec![(
+    let report = kvsim_oracle::audit::audit_readers(vec![(
         format!("seed {}", plan.seed),
         Box::new(std::io::Cursor::new(bytes)),
-    )]) {
-        Err(e) => Err(format!("the exported trace could not be audited: {e}")),
-        Ok(report) => {
-            let n = report.findings.len().max(out.findings.len());
-            match (0..n).find(|&i| report.findings.get(i) != out.findings.get(i)) {
-                None => Ok(()),
-                Some(i) => Err(format!(
-                    "finding {i}: the run found {:?}, the audit {:?}",
-                    out.findings.get(i).map(|f| f.verdict()),
-                    report.findings.get(i).map(|f| f.verdict())
-                )),
-            }
-        }
-    };
+    )]);
+    let verdict = agree(&out, report);
     (out, verdict)
+}
+
+/// [`run_and_audit`] with the trace handed over in memory as the run goes (`kvsim
+/// sweep --audit`): the audit reads the run's header and entries, the schema's own
+/// types, exactly as the lines of its trace file would carry them, and skips only
+/// writing and parsing their text (`oracle/tests/roundtrip.rs` proves every record
+/// survives its line).
+pub fn run_and_audit_in_memory(plan: &Plan, backend: Backend) -> (RunOutcome, Result<(), String>) {
+    let (out, report) = match backend {
+        Backend::Symbolic => audit_as_it_runs(plan, Simulator::new(plan, SymbolicGpu::new, false)),
+        Backend::Host => audit_as_it_runs(plan, Simulator::new(plan, HostGpu::new, false)),
+    };
+    let verdict = agree(&out, report);
+    (out, verdict)
+}
+
+fn audit_as_it_runs<G: Gpu>(
+    plan: &Plan,
+    w: Simulator<G>,
+) -> (
+    RunOutcome,
+    Result<kvsim_oracle::audit::AuditReport, kvsim_oracle::audit::AuditError>,
+) {
+    let name = format!("seed {}", plan.seed);
+    let pass = match kvsim_oracle::audit::EntryAudit::new(&name, w.header()) {
+        Ok(pass) => pass,
+        Err(e) => return (finish(plan, w), Err(e)),
+    };
+    let sink = AuditTrace(std::rc::Rc::new(std::cell::RefCell::new(Some(pass))));
+    let out = finish(plan, w.with_json(Box::new(sink.clone())));
+    let pass = sink.0.borrow_mut().take();
+    let pass = pass.expect("the audit is taken once, after the run");
+    (out, Ok(pass.finish()))
+}
+
+/// A trace sink that audits the entries as they come, shared with the caller.
+#[derive(Clone)]
+struct AuditTrace(std::rc::Rc<std::cell::RefCell<Option<kvsim_oracle::audit::EntryAudit>>>);
+
+impl simulator::TraceSink for AuditTrace {
+    /// The header's line: the audit was made from the header itself.
+    fn line(&mut self, _line: &str) {}
+
+    fn entry(&mut self, e: &Entry) {
+        if let Some(pass) = self.0.borrow_mut().as_mut() {
+            pass.observe(e);
+        }
+    }
+}
+
+/// The first difference between the run's verdict and the audit's, finding for finding.
+fn agree(
+    out: &RunOutcome,
+    report: Result<kvsim_oracle::audit::AuditReport, kvsim_oracle::audit::AuditError>,
+) -> Result<(), String> {
+    let report = report.map_err(|e| format!("the exported trace could not be audited: {e}"))?;
+    let n = report.findings.len().max(out.findings.len());
+    match (0..n).find(|&i| report.findings.get(i) != out.findings.get(i)) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "finding {i}: the run found {:?}, the audit {:?}",
+            out.findings.get(i).map(|f| f.verdict()),
+            report.findings.get(i).map(|f| f.verdict())
+        )),
+    }
 }
 
 /// Build the plan of one seed of a scenario and run it.

@@ -163,6 +163,11 @@ pub struct FaultStats {
 /// Where a run's trace goes besides the oracle.
 pub trait TraceSink {
     fn line(&mut self, line: &str);
+    /// An entry: its JSON line, unless the sink reads entries as they are (an audit
+    /// handed the run in memory).
+    fn entry(&mut self, e: &Entry) {
+        self.line(&kvsim_oracle::schema::entry_line(e));
+    }
 }
 
 impl TraceSink for Vec<String> {
@@ -402,7 +407,7 @@ impl<G: Gpu> Simulator<G> {
 
     fn write_entry(&mut self, e: Entry) {
         if let Some(sink) = &mut self.json {
-            sink.line(&kvsim_oracle::schema::entry_line(&e));
+            sink.entry(&e);
         }
         if let Some(log) = &mut self.log {
             log.push(e);

@@ -156,9 +156,9 @@ pub struct SweepOptions {
     /// too (the bug matrix: a switch counts as caught when a defense had to stop its
     /// hazard). It changes only where the sweep stops, never which seed fails.
     pub stop_on_detection: bool,
-    /// Also export each seed's trace and audit it (`kvsim audit`'s oracle, fed only
-    /// the JSON lines); a seed whose audit verdict differs from the in-process one is
-    /// reported.
+    /// Also audit each seed's trace alone (`kvsim audit`'s oracle, fed only the
+    /// trace's header and entries, handed over in memory: [`crate::run_and_audit_in_memory`]);
+    /// a seed whose audit verdict differs from the in-process one is reported.
     pub audit: bool,
     /// Stop starting seeds once this much wall time has passed.
     pub time_budget: Option<Duration>,
@@ -963,7 +963,7 @@ impl SeedRunner<'_> {
             }
         };
         let (out, audit) = if opts.audit {
-            let (out, agreed) = crate::run_and_audit(&plan, Backend::Symbolic);
+            let (out, agreed) = crate::run_and_audit_in_memory(&plan, Backend::Symbolic);
             (out, Some(agreed.is_ok()))
         } else {
             (hashed_if(&plan, opts.check_determinism), None)
