@@ -2,8 +2,8 @@
 //! single-threaded `kv::PagePool` agree on every random sequence of operations.
 //!
 //! Each step applies one operation to both (the same owners, tags, and stale or
-//! out-of-range tags), then requires the same result (errors compared through
-//! `SharedError::from`) and the same whole record: `SharedPool::snapshot()` must equal
+//! out-of-range tags), then requires the same result (both records refuse with the
+//! one `PoolError` type, in the same words) and the same whole record: `SharedPool::snapshot()` must equal
 //! the pool, field by field, free list order included, and both must pass the pool's
 //! invariants. The shared record's read and write guards are driven as the pool's
 //! `hold`/`unhold`. This is not a concurrency test (tests/loom_shared.rs is); it is what
@@ -144,7 +144,7 @@ fn run(pages: u32, ops: &[Op]) -> Result<(), TestCaseError> {
         match op {
             Op::Alloc(n, o) => {
                 let s = shared.alloc(*n, owner(*o));
-                let p = pool.alloc(*n, owner(*o)).map_err(SharedError::from);
+                let p = pool.alloc(*n, owner(*o));
                 prop_assert_eq!(&s, &p, "step {}: {:?}", step, op);
                 if let Ok(t) = p {
                     issued.extend(t);
@@ -153,19 +153,19 @@ fn run(pages: u32, ops: &[Op]) -> Result<(), TestCaseError> {
             Op::ExpectWrite(o, ps) => {
                 let t = tags(ps);
                 let s = shared.expect_write(owner(*o), &t);
-                let p = pool.expect_write(owner(*o), &t).map_err(SharedError::from);
+                let p = pool.expect_write(owner(*o), &t);
                 prop_assert_eq!(s, p, "step {}: {:?}", step, op);
             }
             Op::MarkReady(o, ps) => {
                 let t = tags(ps);
                 let s = shared.mark_ready(owner(*o), &t);
-                let p = pool.mark_ready(owner(*o), &t).map_err(SharedError::from);
+                let p = pool.mark_ready(owner(*o), &t);
                 prop_assert_eq!(s, p, "step {}: {:?}", step, op);
             }
             Op::Quarantine(o, ps) => {
                 let t = tags(ps);
                 let s = shared.quarantine(owner(*o), &t);
-                let p = pool.quarantine(owner(*o), &t).map_err(SharedError::from);
+                let p = pool.quarantine(owner(*o), &t);
                 prop_assert_eq!(s, p, "step {}: {:?}", step, op);
             }
             Op::Release(o, ps) | Op::ReleaseQuarantined(o, ps) => {
@@ -178,7 +178,6 @@ fn run(pages: u32, ops: &[Op]) -> Result<(), TestCaseError> {
                         pool.release_quarantined(owner(*o), &t),
                     )
                 };
-                let p = p.map_err(SharedError::from);
                 prop_assert_eq!(
                     s.as_ref().map(|_| ()),
                     p.as_ref().map(|_| ()),
@@ -198,7 +197,7 @@ fn run(pages: u32, ops: &[Op]) -> Result<(), TestCaseError> {
             Op::Hold(pk) => {
                 let t = resolve(&issued, pk);
                 let s = shared.hold(t);
-                let p = pool.hold(t).map_err(SharedError::from);
+                let p = pool.hold(t);
                 prop_assert_eq!(s, p, "step {}: {:?}", step, op);
             }
             Op::Unhold(pk) => {
@@ -214,7 +213,7 @@ fn run(pages: u32, ops: &[Op]) -> Result<(), TestCaseError> {
                     continue;
                 }
                 let s = shared.unhold(t);
-                let p = pool.unhold(t).map_err(SharedError::from);
+                let p = pool.unhold(t);
                 prop_assert_eq!(
                     s.as_ref().map(|_| ()),
                     p.as_ref().map(|_| ()),
@@ -233,7 +232,7 @@ fn run(pages: u32, ops: &[Op]) -> Result<(), TestCaseError> {
             }
             Op::BeginRead(pk) => {
                 let t = resolve(&issued, pk);
-                let p = pool.hold(t).map_err(SharedError::from);
+                let p = pool.hold(t);
                 match shared.begin_read(t) {
                     Ok(g) => {
                         prop_assert_eq!(Ok(()), p, "step {}: {:?}", step, op);
