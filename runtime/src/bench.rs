@@ -8,6 +8,7 @@
 //! landings reported to a loop channel. The plain copy: the same number of KV bytes
 //! written raw over a loopback TCP connection and read into a buffer.
 
+use crate::gather::GatherWriter;
 use crate::gpu::SharedGpu;
 use crate::net::{spawn_listener, Inbound};
 use crate::node::{LandingRecord, NodeEvent, WireLanding};
@@ -16,7 +17,7 @@ use kvsim_engine::gpu::{Gpu, HostGpu};
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::msg::Msg;
-use std::io::{BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::channel;
@@ -35,8 +36,15 @@ pub struct TransferFigures {
 }
 
 /// Land `writes` writes of `chunk` pages each (pages of `page_size` tokens) and copy
-/// the same bytes raw.
-pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Result<TransferFigures> {
+/// the same bytes raw, `repeat` times, the two alternating (a run's first half is the
+/// path on even runs and the copy on odd ones, so neither always goes first): one
+/// figure a run.
+pub fn bench_transfer(
+    page_size: u32,
+    chunk: u32,
+    writes: u32,
+    repeat: u32,
+) -> std::io::Result<Vec<TransferFigures>> {
     let pages = chunk;
     let room = RoomKey::new(1, 1);
     let pool = Arc::new(SharedPool::new(pages, page_size));
@@ -52,14 +60,26 @@ pub fn bench_transfer(page_size: u32, chunk: u32, writes: u32) -> std::io::Resul
         .collect::<Result<_, _>>()
         .expect("a host KV memory never fails");
     let kv_bytes_per_write: u64 = kv.iter().map(|p| p.len() as u64 * 4).sum();
-    let path_s = time_transfer_path(pool, room, &dst, &kv, writes)?;
     let total = kv_bytes_per_write * u64::from(writes);
-    let tcp_s = time_plain_copy(&kv, writes, total)?;
-    Ok(TransferFigures {
-        landed_bytes_per_s: total as f64 / path_s,
-        tcp_bytes_per_s: total as f64 / tcp_s,
-        kv_bytes: total,
-    })
+    let mut runs = Vec::with_capacity(repeat as usize);
+    for r in 0..repeat {
+        let (path_s, tcp_s) = if r % 2 == 0 {
+            let p = time_transfer_path(pool.clone(), room, &dst, &kv, writes)?;
+            (p, time_plain_copy(&kv, writes, total)?)
+        } else {
+            let t = time_plain_copy(&kv, writes, total)?;
+            (
+                time_transfer_path(pool.clone(), room, &dst, &kv, writes)?,
+                t,
+            )
+        };
+        runs.push(TransferFigures {
+            landed_bytes_per_s: total as f64 / path_s,
+            tcp_bytes_per_s: total as f64 / tcp_s,
+            kv_bytes: total,
+        });
+    }
+    Ok(runs)
 }
 
 /// Seconds to land `writes` KV writes of `kv` into `dst` through the transfer path: a
@@ -92,23 +112,26 @@ fn time_transfer_path(
         },
         stop.clone(),
     )?;
-    let msgs: Vec<Msg<Vec<u32>>> = (0..writes)
-        .map(|i| Msg::KvWrite {
-            id: WriteId {
-                writer,
-                epoch: 0,
-                room,
-                chunk: i,
-            },
-            src: Vec::<PageTag>::new(),
-            dst: dst.to_vec(),
-            kv: kv.to_vec(),
-        })
-        .collect();
+    // One message, re-sent with the next chunk's id: the sender reads the same pages
+    // each time, as the plain copy re-sends one block.
+    let mut m = Msg::KvWrite {
+        id: WriteId {
+            writer,
+            epoch: 0,
+            room,
+            chunk: 0,
+        },
+        src: Vec::<PageTag>::new(),
+        dst: dst.to_vec(),
+        kv: kv.to_vec(),
+    };
     let (mut w, mut buf) = (connected(addr, writer, room, &loop_rx)?, Vec::new());
     let t0 = Instant::now();
-    for m in &msgs {
-        write_frame_with(&mut w, writer, m, &mut buf)
+    for i in 0..writes {
+        if let Msg::KvWrite { id, .. } = &mut m {
+            id.chunk = i;
+        }
+        write_frame_with(&mut w, writer, &m, &mut buf)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
     }
     w.flush()?;
@@ -129,14 +152,14 @@ fn time_transfer_path(
 }
 
 /// A connection to the listener at `addr`, written as a link writes (`net::spawn_peer`:
-/// a 64 KiB buffered writer), up and its reader running: a first message was taken.
+/// a 64 KiB [`GatherWriter`]), up and its reader running: a first message was taken.
 fn connected(
     addr: std::net::SocketAddr,
     writer: NodeId,
     room: RoomKey,
     loop_rx: &std::sync::mpsc::Receiver<NodeEvent<Vec<u32>>>,
-) -> std::io::Result<BufWriter<TcpStream>> {
-    let mut w = BufWriter::with_capacity(1 << 16, TcpStream::connect(addr)?);
+) -> std::io::Result<GatherWriter<TcpStream>> {
+    let mut w = GatherWriter::with_capacity(1 << 16, TcpStream::connect(addr)?);
     let hello = Msg::<Vec<u32>>::DrainAck { room };
     write_frame_with(&mut w, writer, &hello, &mut Vec::new())
         .map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -194,8 +217,11 @@ mod tests {
     /// asserted).
     #[test]
     fn transfer_bench_lands_every_write() {
-        let f = super::bench_transfer(4, 2, 8).unwrap();
-        assert!(f.kv_bytes > 0);
-        assert!(f.landed_bytes_per_s > 0.0 && f.tcp_bytes_per_s > 0.0);
+        let runs = super::bench_transfer(4, 2, 8, 2).unwrap();
+        assert_eq!(runs.len(), 2, "one figure a run");
+        for f in runs {
+            assert!(f.kv_bytes > 0);
+            assert!(f.landed_bytes_per_s > 0.0 && f.tcp_bytes_per_s > 0.0);
+        }
     }
 }

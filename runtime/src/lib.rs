@@ -15,6 +15,7 @@ pub mod bench;
 pub mod client;
 pub mod clock;
 pub mod device;
+pub mod gather;
 pub mod gpu;
 pub mod http;
 pub mod http_client;

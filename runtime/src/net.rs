@@ -7,6 +7,7 @@
 //! [`NodeEvent::SendFailed`], and a broken connection as [`NodeEvent::PeerLost`]; the loop applies
 //! the engine's rule (lost, or a failed completion for a KV write).
 
+use crate::gather::GatherWriter;
 use crate::node::NodeEvent;
 use crate::wire::{read_head, read_payload, write_frame_with, Head, KvHead};
 use crate::wire::{FrameReader, WireError};
@@ -15,7 +16,7 @@ use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::io::{BufRead, BufWriter, ErrorKind, Read, Write};
+use std::io::{BufRead, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -260,7 +261,7 @@ struct Link<K> {
     me: NodeId,
     peer: NodeId,
     addr: SocketAddr,
-    conn: Option<BufWriter<TcpStream>>,
+    conn: Option<GatherWriter<TcpStream>>,
     backoff: Duration,
     next_try: Instant,
     connected: Arc<AtomicBool>,
@@ -333,7 +334,7 @@ impl<K: Send + 'static> Link<K> {
                         });
                 }
                 self.dead = dead;
-                self.conn = Some(BufWriter::with_capacity(1 << 16, s));
+                self.conn = Some(GatherWriter::with_capacity(1 << 16, s));
                 self.backoff = BACKOFF_MIN;
                 self.connected.store(true, Ordering::Relaxed);
                 true

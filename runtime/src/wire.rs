@@ -159,7 +159,8 @@ pub fn write_frame_with<K: Serialize + WireWords, W: Write>(
 
 /// The pages' words as little-endian bytes: on a little-endian host the words' own
 /// memory, every page in one vectored write (a buffered writer passes a payload at
-/// least its size straight to the socket).
+/// least its size straight to the socket, a [`crate::gather::GatherWriter`] one of
+/// 16 KiB or more).
 fn write_payload<K: WireWords, W: Write>(w: &mut W, kv: &[K]) -> Result<(), WireError> {
     if cfg!(target_endian = "little") {
         let mut parts: Vec<IoSlice<'_>> = kv
