@@ -978,7 +978,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// What the device did with one decode step of `room`: a refused tag check fails
     /// the request; otherwise the attention is traced, then the token's KV write, then
     /// the token goes to the router and the request advances (or finishes).
-    fn stepped<E: Env<G::Kv>>(&mut self, job: StepJob, outcome: StepOutcome, env: &mut E) {
+    fn stepped<E: Env<G::Kv>>(&mut self, mut job: StepJob, outcome: StepOutcome, env: &mut E) {
         let room = job.room;
         let Some(Phase::Running { seq_len, step, .. }) = self.requests.get(&room).map(|r| &r.phase)
         else {
@@ -999,13 +999,13 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 return;
             }
             StepOutcome::AttendFailed(e) => {
-                self.trace_attend(&job, env);
+                self.trace_attend(&mut job, env);
                 self.device_failed(room, &e, env);
                 return;
             }
             StepOutcome::Attended { token, write } => (token, write),
         };
-        self.trace_attend(&job, env);
+        self.trace_attend(&mut job, env);
         let ps = self.cfg.page_size;
         let at = (&job.write[..], job.seq_len);
         if let Err(e) = trace_write(env, (self.id, room), at, &[token], ps, write) {
@@ -1021,14 +1021,16 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.advance(&job, token, env);
     }
 
-    fn trace_attend<E: Env<G::Kv>>(&self, job: &StepJob, env: &mut E) {
+    /// State the step's attention; the event takes the job's page list (the step
+    /// reads only `job.write` after this).
+    fn trace_attend<E: Env<G::Kv>>(&self, job: &mut StepJob, env: &mut E) {
         env.trace(TraceEvent::Attend {
             node: self.id,
             room: job.room,
             step: job.step,
             query_pos: job.query_pos,
             seq_len: job.seq_len,
-            pages: job.pages.clone(),
+            pages: std::mem::take(&mut job.pages),
         });
     }
 

@@ -6,7 +6,7 @@
 //! which slot is the oracle's to know, from the trace's write events, never from the
 //! engine's memory.
 
-use super::{layout, locate, locate_tag, DeviceError, Gpu, KvPayload, WriteError, WriteTag};
+use super::{digest_tokens, layout, locate, DeviceError, Gpu, KvPayload, WriteError, WriteTag};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 
 /// One page's contents: tokens per slot plus the stamped tag.
@@ -85,18 +85,25 @@ impl Gpu for SymbolicGpu {
     ) -> Result<(), WriteError> {
         let ps = self.page_size;
         layout::check_token_write(self.pages(), ps, pages, start, tokens.len())?;
-        for (i, &tok) in tokens.iter().enumerate() {
-            let Some((tag, slot)) = locate_tag(pages, ps, start + i as u64) else {
+        // Page run by page run: the check above put every position inside `pages` and
+        // every page it touches inside the pool.
+        let ps = u64::from(ps);
+        let (mut pos, mut rest) = (start, tokens);
+        while !rest.is_empty() {
+            let Some(&tag) = usize::try_from(pos / ps).ok().and_then(|i| pages.get(i)) else {
                 break;
             };
-            let Some(p) = self.page_mut(tag.page) else {
-                continue;
-            };
-            p.tokens[slot] = tok;
-            p.tag = Some(WriteTag {
-                room: writer,
-                gen: tag.gen,
-            });
+            let slot = (pos % ps) as usize;
+            let n = rest.len().min(ps as usize - slot);
+            let (run, later) = rest.split_at(n);
+            if let Some(p) = self.page_mut(tag.page) {
+                p.tokens[slot..slot + n].copy_from_slice(run);
+                p.tag = Some(WriteTag {
+                    room: writer,
+                    gen: tag.gen,
+                });
+            }
+            (pos, rest) = (pos + n as u64, later);
         }
         Ok(())
     }
@@ -144,6 +151,19 @@ impl Gpu for SymbolicGpu {
         Ok(locate(pages, self.page_size, pos)
             .and_then(|(page, slot)| self.pages.get(page.0 as usize).map(|p| p.tokens[slot]))
             .unwrap_or(0))
+    }
+
+    /// [`Gpu::digest`]'s value, read page by page: the tokens at positions
+    /// `0..tokens` in order, 0 where a position lies beyond `pages` or a page outside
+    /// the memory (as [`Gpu::token_at`] reads them).
+    fn digest(&self, pages: &[PageId], tokens: u64) -> Result<u64, DeviceError> {
+        let ps = self.page_size as usize;
+        let stored = pages.iter().flat_map(|p| {
+            let page = self.pages.get(p.0 as usize).map(|p| &p.tokens[..ps]);
+            (0..ps).map(move |slot| page.map_or(0, |t| t[slot]))
+        });
+        let n = usize::try_from(tokens).unwrap_or(usize::MAX);
+        Ok(digest_tokens(stored.chain(std::iter::repeat(0)).take(n)))
     }
 
     fn zero_page(&mut self, page: PageId) -> Result<(), DeviceError> {
