@@ -572,6 +572,27 @@ mod tests {
     }
 
     #[test]
+    fn a_run_of_slots_gives_the_provenance_slot_by_slot_does() {
+        let (a, b) = (RoomKey::new(1, 1), RoomKey::new(2, 1));
+        let mut starts = vec![Provenance::default()];
+        for writer in [Some(a), Some(b)] {
+            for lo in 0..6 {
+                for hi in 0..6 {
+                    starts.push(Provenance { writer, lo, hi });
+                }
+            }
+        }
+        for p in starts {
+            for lo in 0..7 {
+                for hi in lo..8 {
+                    let one_by_one = (lo..hi).fold(p, |q, s| q.after_write(a, s));
+                    assert_eq!(p.after_writes(a, lo..hi), one_by_one, "{p:?} {lo}..{hi}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn answered_ranges_merge_and_answer_membership() {
         let mut s = Answers::default();
         for r in [0u64, 2, 1, 5, 3, 4, 9] {

@@ -663,11 +663,7 @@ fn page_runs(
     tokens: u64,
 ) -> impl Iterator<Item = (&PageTag, std::ops::Range<u32>)> {
     let end = start.saturating_add(tokens);
-    let first = if ps == 0 {
-        usize::MAX
-    } else {
-        (start / ps) as usize
-    };
+    let first = start.checked_div(ps).map_or(usize::MAX, |i| i as usize);
     pages
         .iter()
         .enumerate()
