@@ -14,6 +14,7 @@
 pub mod audit;
 pub mod canary;
 pub mod check;
+mod evidence;
 pub mod fast_line;
 pub mod oracle;
 pub mod oracle_state;

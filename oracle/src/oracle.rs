@@ -8,6 +8,7 @@
 //! simulator feeds it the records it produces, `kvsim audit` the lines it reads; both
 //! get the same verdict from the same records.
 
+use crate::evidence::LastWrites;
 use crate::oracle_state::{Draft, OracleState, WriteFacts};
 use crate::schema::{Entry, FaultEvent, Record, RunHeader};
 use kvsim_engine::ids::{NodeId, PageId, RequestId, RoomKey, Token};
@@ -16,7 +17,6 @@ use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::world::{DataFault, DUPLICATE_WINDOW};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
 
 /// A broken invariant, or a hazard a defense stopped, with where and when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -84,7 +84,7 @@ pub struct Oracle {
     pub leaks: Vec<Leak>,
     /// Per page, the last entry that wrote it (bounded by the pools), shared by the
     /// pages of one write and described only when a finding cites it.
-    last_write: BTreeMap<(NodeId, PageId), Arc<WriteEntry>>,
+    last_write: LastWrites,
     drafts: Vec<Draft>,
     /// Bounded cleanup (L6): answered room uses by the time every node must be done
     /// with them, in order.
@@ -98,13 +98,14 @@ pub struct Oracle {
 
 impl Oracle {
     pub fn new(header: RunHeader) -> Self {
+        let last_write = LastWrites::new(&header);
         Oracle {
             state: OracleState::new(&header),
             header,
             findings: Vec::new(),
             seen: BTreeSet::new(),
             leaks: Vec::new(),
-            last_write: BTreeMap::new(),
+            last_write,
             drafts: Vec::new(),
             cleanup: BTreeSet::new(),
             taken: BTreeMap::new(),
@@ -261,8 +262,7 @@ impl Oracle {
         let evidence = d
             .pages
             .iter()
-            .filter_map(|k| self.last_write.get(k))
-            .map(|w| w.line())
+            .filter_map(|k| self.last_write.line(*k))
             .collect();
         self.findings.push(Finding {
             violation: Violation::new(d.invariant, d.detail),
@@ -277,42 +277,8 @@ impl Oracle {
     }
 
     fn remember_writes(&mut self, e: &Entry) {
-        let Record::Engine(ev) = &e.rec else { return };
-        let (node, pages) = match ev {
-            TraceEvent::KvWritten { node, pages, .. }
-            | TraceEvent::KvLanded {
-                node, dst: pages, ..
-            } => (*node, pages),
-            _ => return,
-        };
-        let entry = Arc::new(WriteEntry {
-            at_ns: e.at_ns,
-            seq: e.seq,
-            event: ev.clone(),
-        });
-        for t in pages {
-            self.last_write.insert((node, t.page), Arc::clone(&entry));
+        if let Record::Engine(ev) = &e.rec {
+            self.last_write.remember((e.at_ns, e.seq), ev);
         }
-    }
-}
-
-/// The trace entry that last wrote a page, kept as it came: the evidence line is text
-/// only for the few pages a finding cites, not for every page of every write.
-#[derive(Debug)]
-struct WriteEntry {
-    at_ns: u64,
-    seq: u64,
-    event: TraceEvent,
-}
-
-impl WriteEntry {
-    /// The evidence line: `[time #seq] what the event says`.
-    fn line(&self) -> String {
-        format!(
-            "[{} #{}] {}",
-            crate::render::secs(self.at_ns),
-            self.seq,
-            crate::render::describe_event(&self.event)
-        )
     }
 }

@@ -51,6 +51,7 @@ use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
 use kvsim_engine::kv::{PageOp, PageState};
 use kvsim_engine::msg::Status;
 use kvsim_engine::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
+use std::fmt::Display;
 
 /// The oracle's model of the run: one state per checker. Its parts are shared and
 /// hashed separately ([`crate::shared::Shared`]): a copy of the model (the model
@@ -361,10 +362,10 @@ impl OracleState {
             Admitted { node, room, .. } => {
                 self.pages.admitted(*node, *room);
                 let what = "was admitted (got a sender or receiver)";
-                self.retired(h, (*node, *room), what, out)
+                self.retired(h, (*node, *room), &what, out)
             }
             Running { node, room, .. } => {
-                self.retired(h, (*node, *room), "joined a running batch", out)
+                self.retired(h, (*node, *room), &"joined a running batch", out)
             }
             Responded {
                 node,
@@ -392,7 +393,7 @@ impl OracleState {
 /// The events that need more than one checker, each calling them in a fixed order.
 impl OracleState {
     /// S5/L5 when a request past `node`'s limit gets something there.
-    fn retired(&self, h: &RunHeader, at: (NodeId, RoomKey), what: &str, out: &mut Drafts) {
+    fn retired(&self, h: &RunHeader, at: (NodeId, RoomKey), what: &dyn Display, out: &mut Drafts) {
         let ctx = (h, &self.rooms, &self.pages);
         self.answers.check_retired(ctx, at, what, out);
     }
@@ -411,7 +412,8 @@ impl OracleState {
         let at = (node, room);
         self.answers
             .reserved_beyond_pool(rooms, at, pages.len(), cap, out);
-        self.retired(h, at, &format!("got {} pages", pages.len()), out);
+        // Text only for a finding: nothing is formatted for a reservation that is fine.
+        self.retired(h, at, &format_args!("got {} pages", pages.len()), out);
         let epoch = self.pages.epoch(node);
         for t in pages {
             if let Some(epoch) = epoch {
@@ -458,7 +460,7 @@ impl OracleState {
         out: &mut Drafts,
     ) {
         let room = write.room;
-        self.retired(h, (node, room), "sent KV", out);
+        self.retired(h, (node, room), &"sent KV", out);
         self.writes.sent_after_ack(&self.rooms, node, write, out);
         let prov = self.pages.sending(&self.rooms, (node, room), src, out);
         // The receiver the event names (version 2), else the room's decode node.
@@ -466,8 +468,8 @@ impl OracleState {
         self.writes.put(WriteFacts {
             id: write,
             to,
-            src: src.to_vec(),
-            dst: dst.to_vec(),
+            src: src.into(),
+            dst: dst.into(),
             prov,
         });
     }
@@ -475,7 +477,7 @@ impl OracleState {
     /// A landing: the write leaves flight and its pages take its provenance.
     fn landed(&mut self, h: &RunHeader, node: NodeId, write: WriteId, dst: &[PageTag]) {
         let facts = self.writes.take(write);
-        let prov = facts.as_ref().map(|f| f.prov.as_slice());
+        let prov = facts.as_ref().map(|f| &f.prov[..]);
         self.pages.landed(h, (node, write.room), dst, prov);
     }
 
@@ -567,6 +569,27 @@ mod tests {
             }
         );
         assert!(!p.covers(b, 2));
+    }
+
+    #[test]
+    fn a_run_of_slots_gives_the_provenance_slot_by_slot_does() {
+        let (a, b) = (RoomKey::new(1, 1), RoomKey::new(2, 1));
+        let mut starts = vec![Provenance::default()];
+        for writer in [Some(a), Some(b)] {
+            for lo in 0..6 {
+                for hi in 0..6 {
+                    starts.push(Provenance { writer, lo, hi });
+                }
+            }
+        }
+        for p in starts {
+            for lo in 0..7 {
+                for hi in lo..8 {
+                    let one_by_one = (lo..hi).fold(p, |q, s| q.after_write(a, s));
+                    assert_eq!(p.after_writes(a, lo..hi), one_by_one, "{p:?} {lo}..{hi}");
+                }
+            }
+        }
     }
 
     #[test]

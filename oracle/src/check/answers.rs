@@ -117,7 +117,7 @@ impl Answers {
         &self,
         (h, rooms, pages): (&RunHeader, &Rooms, &Pages),
         (node, room): (NodeId, RoomKey),
-        what: &str,
+        what: &dyn std::fmt::Display,
         out: &mut Drafts,
     ) {
         let (Some(f), Some(side)) = (rooms.get(room), pages.side_of(node)) else {

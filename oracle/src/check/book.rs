@@ -37,6 +37,24 @@ impl Provenance {
         }
     }
 
+    /// The provenance after `writer` writes `slots`, one after another: what
+    /// [`Provenance::after_write`] gives slot by slot. Once a slot extends the writer's
+    /// range (it lies in `lo..=hi`), every later slot of the run does too, so the rest
+    /// of the run only raises `hi` to its end.
+    pub fn after_writes(self, writer: RoomKey, slots: std::ops::Range<u32>) -> Provenance {
+        let mut p = self;
+        for s in slots.clone() {
+            if p.writer == Some(writer) && p.lo <= s && s <= p.hi {
+                return Provenance {
+                    hi: p.hi.max(slots.end),
+                    ..p
+                };
+            }
+            p = p.after_write(writer, s);
+        }
+        p
+    }
+
     /// The provenance after a KV write of provenance `landed` lands over this page: a
     /// write places only the slots it carries, so a landing of the same writer over
     /// slots that writer already holds (a late copy of its own write) keeps the rest

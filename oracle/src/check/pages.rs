@@ -125,15 +125,22 @@ impl Pages {
 
     /// `node` admitted its half of `room`.
     pub fn admitted(&mut self, node: NodeId, room: RoomKey) {
-        if let Some(mut b) = self.book_mut(node) {
-            insert_sorted(&mut b.open, room);
+        if self
+            .book(node)
+            .is_some_and(|b| b.open.binary_search(&room).is_err())
+        {
+            if let Some(mut b) = self.book_mut(node) {
+                insert_sorted(&mut b.open, room);
+            }
         }
     }
 
     /// `node` answered its half of `room`.
     pub fn answered(&mut self, node: NodeId, room: RoomKey) {
-        if let Some(mut b) = self.book_mut(node) {
-            remove_sorted(&mut b.open, room);
+        if self.is_open(node, room) {
+            if let Some(mut b) = self.book_mut(node) {
+                remove_sorted(&mut b.open, room);
+            }
         }
     }
 
@@ -396,16 +403,14 @@ impl Pages {
                 .on_page(node, t.page),
             );
         }
-        let ps = u64::from(h.page_size);
-        if let Some(mut b) = self.book_mut(node) {
-            for pos in start..start.saturating_add(tokens) {
-                let Some(t) = pages.get((pos / ps) as usize) else {
-                    break;
-                };
-                if let Some(p) = b.page_mut(t.page) {
-                    p.prov = p.prov.after_write(room, (pos % ps) as u32);
-                    p.stray &= p.prov.writer != Some(room);
-                }
+        let Some(mut b) = self.book_mut(node) else {
+            return;
+        };
+        for (t, slots) in page_runs(pages, u64::from(h.page_size), start, tokens) {
+            if let Some(p) = b.page_mut(t.page) {
+                p.prov = p.prov.after_writes(room, slots);
+                // Written by `room` now: its own bytes, not a stray landing's.
+                p.stray = false;
             }
         }
     }
@@ -430,7 +435,7 @@ impl Pages {
         (node, room): (NodeId, RoomKey),
         src: &[PageTag],
         out: &mut Drafts,
-    ) -> Vec<Provenance> {
+    ) -> std::sync::Arc<[Provenance]> {
         let book = self.book(node);
         if let Some(t) = src.iter().find(|t| !book.is_some_and(|b| b.owns(room, t))) {
             out.push(
@@ -545,6 +550,16 @@ impl Pages {
         detected_by: Option<&'static str>,
         out: &mut Drafts,
     ) {
+        // Stray bytes are rare: a read over pages that hold none changes nothing, so
+        // the book is not copied (the model checker shares it between states).
+        let any_stray = self.book(node).is_some_and(|b| {
+            pages
+                .iter()
+                .any(|t| b.page(t.page).is_some_and(|p| p.stray))
+        });
+        if !any_stray {
+            return;
+        }
         let Some(mut b) = self.book_mut(node) else {
             return;
         };
@@ -636,6 +651,30 @@ impl Pages {
                 .on_page(node, t.page),
         );
     }
+}
+
+/// The slots that positions `start..start + tokens` fill in each of `pages` (`ps`
+/// slots a page, position `pos` in page `pos / ps`), page by page in order; the run
+/// stops at the first position past the page list.
+fn page_runs(
+    pages: &[PageTag],
+    ps: u64,
+    start: u64,
+    tokens: u64,
+) -> impl Iterator<Item = (&PageTag, std::ops::Range<u32>)> {
+    let end = start.saturating_add(tokens);
+    let first = start.checked_div(ps).map_or(usize::MAX, |i| i as usize);
+    pages
+        .iter()
+        .enumerate()
+        .skip(first)
+        .map(move |(i, t)| {
+            let lo = (i as u64 * ps).max(start);
+            let hi = ((i as u64 + 1) * ps).min(end);
+            (t, lo, hi)
+        })
+        .take_while(|&(_, lo, hi)| lo < hi)
+        .map(move |(t, lo, hi)| (t, (lo % ps) as u32..((hi - 1) % ps) as u32 + 1))
 }
 
 /// How a room use lets go of pages (see [`Pages::release`]).

@@ -19,14 +19,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A KV write in flight: from its send until it lands, is refused, fails or is flushed.
+/// Its page lists never change after the send, so they are shared: a copy of the facts
+/// (the recent landings a stale duplicate may repeat, a model state's write) copies no
+/// list. A shared slice hashes and compares as the slice, as a `Vec` does.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct WriteFacts {
     pub id: WriteId,
     pub to: NodeId,
-    pub src: Vec<PageTag>,
-    pub dst: Vec<PageTag>,
+    pub src: Arc<[PageTag]>,
+    pub dst: Arc<[PageTag]>,
     /// The provenance of each source page when the write read it.
-    pub prov: Vec<Provenance>,
+    pub prov: Arc<[Provenance]>,
 }
 
 /// Where the KV writes in flight point, derived from [`Writes::writes`] (so it is left
@@ -52,18 +55,33 @@ impl Eq for WriteIndex {}
 
 impl WriteIndex {
     fn add(&mut self, w: &WriteFacts, sign: i64) {
-        let bump = |n: &mut u32| {
-            *n = (i64::from(*n) + sign).max(0) as u32;
-        };
-        for d in &w.dst {
-            bump(self.aimed.entry((w.to, d.page, d.gen.epoch())).or_insert(0));
+        for d in w.dst.iter() {
+            bump(&mut self.aimed, (w.to, d.page, d.gen.epoch()), sign);
         }
-        for t in &w.src {
-            bump(self.reading.entry((w.id.writer, *t)).or_insert(0));
+        for t in w.src.iter() {
+            bump(&mut self.reading, (w.id.writer, *t), sign);
         }
-        if sign < 0 {
-            self.aimed.retain(|_, n| *n > 0);
-            self.reading.retain(|_, n| *n > 0);
+    }
+}
+
+/// Count `key` once more (`sign` 1) or once less (`sign` -1, never below zero) in
+/// `counts`, which holds no zero: a count that drops to zero leaves the map (one
+/// look-up, where sweeping the map for zeros after every removal cost a pass over it).
+fn bump<K: Ord>(counts: &mut BTreeMap<K, u32>, key: K, sign: i64) {
+    use std::collections::btree_map::Entry;
+    match counts.entry(key) {
+        Entry::Occupied(mut o) => {
+            let n = (i64::from(*o.get()) + sign).max(0) as u32;
+            if n == 0 {
+                o.remove();
+            } else {
+                *o.get_mut() = n;
+            }
+        }
+        Entry::Vacant(v) => {
+            if sign > 0 {
+                v.insert(sign as u32);
+            }
         }
     }
 }
