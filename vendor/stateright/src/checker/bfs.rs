@@ -334,11 +334,13 @@ where
                 if !model.within_boundary(&next_state) {
                     continue;
                 }
-                state_count.fetch_add(1, Ordering::Relaxed);
                 let next_fingerprint = fingerprint(&next_state);
                 generated.prefetch(next_fingerprint);
                 successors.push((next_state, next_fingerprint, action_idx));
             }
+            // kvsim patch: the successors counted once per state, not one atomic
+            // add each.
+            state_count.fetch_add(successors.len(), Ordering::Relaxed);
             for (next_state, next_fingerprint, action_idx) in successors.drain(..) {
                 // Skip if already generated.
                 //

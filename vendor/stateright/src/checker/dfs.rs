@@ -1,5 +1,6 @@
 //! Private module for selective re-export.
 
+use crate::checker::compact_path::CompactPath;
 use crate::checker::fingerprints::FingerprintSet;
 use crate::checker::Tally;
 use crate::checker::{Checker, EventuallyBits, Expectation, Path};
@@ -32,7 +33,8 @@ pub(crate) struct DfsChecker<M: Model> {
     generated: Arc<FingerprintSet>,
     discoveries: Arc<DashMap<&'static str, Vec<usize>>>,
 }
-type Job<State> = (State, Vec<usize>, EventuallyBits, NonZeroUsize);
+// kvsim patch: the action path as a `CompactPath` (see compact_path.rs).
+type Job<State> = (State, CompactPath, EventuallyBits, NonZeroUsize);
 
 impl<M> DfsChecker<M>
 where
@@ -88,7 +90,14 @@ where
         let pending: VecDeque<_> = init_states
             .into_iter()
             .enumerate()
-            .map(|(i, s)| (s, vec![i], ebits.clone(), NonZeroUsize::new(1).unwrap()))
+            .map(|(i, s)| {
+                (
+                    s,
+                    CompactPath::start(i),
+                    ebits.clone(),
+                    NonZeroUsize::new(1).unwrap(),
+                )
+            })
             .collect();
         let discoveries = Arc::new(DashMap::default());
         let mut handles = Vec::new();
@@ -247,7 +256,7 @@ where
             if let Some(visitor) = visitor {
                 visitor.visit(
                     model,
-                    Path::from_action_indices(model, VecDeque::from(action_indices.clone())),
+                    Path::from_action_indices(model, VecDeque::from(action_indices.indices())),
                 );
             }
 
@@ -271,7 +280,7 @@ where
                     } => {
                         if !always(model, &state) {
                             // Races other threads, but that's fine.
-                            discoveries.insert(property.name, action_indices.clone());
+                            discoveries.insert(property.name, action_indices.indices());
                         } else {
                             is_awaiting_discoveries = true;
                         }
@@ -283,7 +292,7 @@ where
                     } => {
                         if sometimes(model, &state) {
                             // Races other threads, but that's fine.
-                            discoveries.insert(property.name, action_indices.clone());
+                            discoveries.insert(property.name, action_indices.indices());
                         } else {
                             is_awaiting_discoveries = true;
                         }
@@ -329,7 +338,6 @@ where
                 if !model.within_boundary(&next_state) {
                     continue;
                 }
-                state_count.fetch_add(1, Ordering::Relaxed);
                 // IMPORTANT: under symmetry the path continues with the
                 // pre-canonicalized state, to avoid jumping to another part of the
                 // state space for which there may not be a path extension from the
@@ -342,6 +350,9 @@ where
                 generated.prefetch(visit_fingerprint);
                 successors.push((next_state, visit_fingerprint, action_idx));
             }
+            // kvsim patch: the successors counted once per state, not one atomic
+            // add each.
+            state_count.fetch_add(successors.len(), Ordering::Relaxed);
             for (next_state, visit_fingerprint, action_idx) in successors.drain(..) {
                 // Skip if already generated.
                 //
@@ -366,14 +377,9 @@ where
                 }
 
                 // Otherwise further checking is applicable.
-                let mut next_action_indices = Vec::with_capacity(1 + action_indices.len());
-                for idx in &action_indices {
-                    next_action_indices.push(*idx);
-                }
-                next_action_indices.push(action_idx);
                 pending.push_back((
                     next_state,
-                    next_action_indices,
+                    action_indices.then(action_idx),
                     ebits.clone(),
                     NonZeroUsize::new(max_depth.get() + 1).unwrap(),
                 ));
@@ -382,7 +388,7 @@ where
                 for (i, property) in properties.iter().enumerate() {
                     if ebits.contains(i) {
                         // Races other threads, but that's fine.
-                        discoveries.insert(property.name, action_indices.clone());
+                        discoveries.insert(property.name, action_indices.indices());
                     }
                 }
             }
