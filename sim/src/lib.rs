@@ -291,9 +291,40 @@ pub fn run_and_audit(plan: &Plan, backend: Backend) -> (RunOutcome, Result<(), S
 /// writing and parsing their text (`oracle/tests/roundtrip.rs` proves every record
 /// survives its line).
 pub fn run_and_audit_in_memory(plan: &Plan, backend: Backend) -> (RunOutcome, Result<(), String>) {
+    audit_in_memory(plan, backend, Hashed::Yes)
+}
+
+/// Whether a run computes its trace hash ([`RunOutcome::trace_hash`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hashed {
+    Yes,
+    /// Nobody reads the hash (a sweep's seed whose record the summary does not keep):
+    /// the run skips it, and `trace_hash` is `None`.
+    No,
+}
+
+/// [`run_and_audit_in_memory`], hashing the trace only when `hashed` says so: the
+/// audit's verdict does not read the hash, so a sweep hashes only the seeds whose
+/// records it keeps, as it does without `--audit`.
+pub(crate) fn audit_in_memory(
+    plan: &Plan,
+    backend: Backend,
+    hashed: Hashed,
+) -> (RunOutcome, Result<(), String>) {
+    fn sim<G: Gpu>(w: Simulator<G>, hashed: Hashed) -> Simulator<G> {
+        match hashed {
+            Hashed::Yes => w,
+            Hashed::No => w.without_trace_hash(),
+        }
+    }
     let (out, report) = match backend {
-        Backend::Symbolic => audit_as_it_runs(plan, Simulator::new(plan, SymbolicGpu::new, false)),
-        Backend::Host => audit_as_it_runs(plan, Simulator::new(plan, HostGpu::new, false)),
+        Backend::Symbolic => audit_as_it_runs(
+            plan,
+            sim(Simulator::new(plan, SymbolicGpu::new, false), hashed),
+        ),
+        Backend::Host => {
+            audit_as_it_runs(plan, sim(Simulator::new(plan, HostGpu::new, false), hashed))
+        }
     };
     let verdict = agree(&out, report);
     (out, verdict)

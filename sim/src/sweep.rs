@@ -963,7 +963,11 @@ impl SeedRunner<'_> {
             }
         };
         let (out, audit) = if opts.audit {
-            let (out, agreed) = crate::run_and_audit_in_memory(&plan, Backend::Symbolic);
+            let hashed = match opts.check_determinism {
+                true => crate::Hashed::Yes,
+                false => crate::Hashed::No,
+            };
+            let (out, agreed) = crate::audit_in_memory(&plan, Backend::Symbolic, hashed);
             (out, Some(agreed.is_ok()))
         } else {
             (hashed_if(&plan, opts.check_determinism), None)

@@ -205,3 +205,37 @@ fn use_after_free_report_snapshot() {
     assert!(text.contains("S2 (no write after free"), "{text}");
     insta::assert_snapshot!("use_after_free_seed0_report", text);
 }
+
+/// `sweep --audit` runs its seeds unhashed, as the plain sweep does: the records it
+/// keeps carry the same trace hashes (filled in by the kept seeds' second run), and a
+/// seed's hash is never missing from a kept record.
+#[test]
+fn an_audited_sweep_keeps_the_same_records_and_hashes() {
+    let sc = common::scenario(PATH);
+    let sweep = |audit: bool| {
+        run_sweep(
+            &sc,
+            PATH,
+            &SweepOptions {
+                seeds: SeedRange { start: 0, end: 12 },
+                bugs: Some(BugSet::INCIDENT),
+                jobs: Some(1),
+                audit,
+                ..SweepOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let (plain, audited) = (sweep(false), sweep(true));
+    assert_eq!(audited.audited, 12, "every seed audited");
+    assert!(audited.audit_mismatches.is_empty());
+    assert!(!plain.failures.is_empty(), "the incident bugs are found");
+    let hashes = |s: &kvsim_sim::sweep::SweepSummary| {
+        s.failures
+            .iter()
+            .map(|f| (f.seed, f.trace_hash.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(hashes(&plain), hashes(&audited));
+    assert!(audited.failures.iter().all(|f| !f.trace_hash.is_empty()));
+}
