@@ -108,18 +108,66 @@ struct Slot<N> {
 /// One thread's cache for one node kind.
 pub struct Memo<N> {
     slots: Vec<Option<Slot<N>>>,
+    /// The node states computed steps produced, direct-mapped by digest: a step whose
+    /// node comes out equal to one produced before gets that one's allocation, so the
+    /// states holding either compare by pointer in a later look-up instead of by value
+    /// (a node is several ordered maps; comparing two equal ones walks them all).
+    nodes: Vec<Option<(u64, Shared<N>)>>,
+    /// The same for the envelopes those steps sent: a delivery's look-up compares its
+    /// envelope with the cached one, and so does the network's merge of a retransmission.
+    envelopes: Vec<Option<(u64, Shared<Envelope>)>>,
 }
 
 impl<N> Memo<N> {
     pub fn new() -> Self {
         Memo {
             slots: (0..SLOTS).map(|_| None).collect(),
+            nodes: (0..SLOTS).map(|_| None).collect(),
+            envelopes: (0..SLOTS).map(|_| None).collect(),
         }
     }
 
     /// Drop every entry (and the nodes they keep alive).
     pub fn clear(&mut self) {
         self.slots.iter_mut().for_each(|s| *s = None);
+        self.nodes.iter_mut().for_each(|s| *s = None);
+        self.envelopes.iter_mut().for_each(|s| *s = None);
+    }
+}
+
+impl<N: Hash + Eq> Memo<N> {
+    /// The step's node and envelopes, each replaced by an equal one this thread's
+    /// steps produced before where there is one (same values, so the same state; only
+    /// the allocations are shared). Keyed by the model as the entries are: a node
+    /// compares equal to one of a model with other settings (see the module's notes).
+    fn intern(&mut self, model: u64, effect: &mut Effect<N>) {
+        effect.after = intern(&mut self.nodes, model, effect.after.clone());
+        for e in &mut effect.effects {
+            if let Step::Send {
+                msg: Routed::Peer(env),
+                ..
+            } = e
+            {
+                *env = intern(&mut self.envelopes, model, env.clone());
+            }
+        }
+    }
+}
+
+/// `value`, or an equal value of the same model that `table` holds (direct-mapped
+/// by digest); `table` keeps the one returned.
+fn intern<T: Hash + Eq>(
+    table: &mut [Option<(u64, Shared<T>)>],
+    model: u64,
+    value: Shared<T>,
+) -> Shared<T> {
+    let i = (value.digest() as usize) & (table.len() - 1);
+    match &table[i] {
+        Some((m, known)) if *m == model && *known == value => known.clone(),
+        _ => {
+            table[i] = Some((model, value.clone()));
+            value
+        }
     }
 }
 
@@ -292,17 +340,20 @@ pub fn transition<N: Machine>(
         }
         return effect;
     }
-    let effect = Arc::new(compute(id, before, cause.input()));
+    let mut computed = compute(id, before, cause.input());
     N::memo().with(|m| {
-        m.borrow_mut().slots[i] = Some(Slot {
+        let mut m = m.borrow_mut();
+        m.intern(model, &mut computed);
+        let effect = Arc::new(computed);
+        m.slots[i] = Some(Slot {
             model,
             key,
             before: before.clone(),
             cause,
             effect: Arc::clone(&effect),
-        })
-    });
-    effect
+        });
+        effect
+    })
 }
 
 #[cfg(test)]
@@ -348,6 +399,33 @@ mod tests {
                 reused: 0,
                 computed: 1
             }
+        );
+    }
+
+    /// Two steps whose nodes come out equal share one allocation, so a later look-up
+    /// keyed by either compares by pointer; a model with other settings (whose nodes
+    /// compare equal to these) gets its own.
+    #[test]
+    fn equal_nodes_from_different_steps_share_one_allocation_per_model() {
+        let before = router();
+        let stray = |r: u32| {
+            Cause::Input(Input::Timer(Timer::Request(
+                kvsim_engine::ids::RoomKey::new(r, 7),
+            )))
+        };
+        let a = transition(903, NodeId(0), &before, stray(11), false);
+        let b = transition(903, NodeId(0), &before, stray(12), false);
+        assert!(!Arc::ptr_eq(&a, &b), "two different steps, two entries");
+        assert_eq!(
+            a.after, b.after,
+            "a stray timer leaves the router as it was"
+        );
+        assert!(a.after.same(&b.after));
+        let other = transition(904, NodeId(0), &before, stray(11), false);
+        assert_eq!(other.after, a.after);
+        assert!(
+            !other.after.same(&a.after),
+            "no node crosses between models"
         );
     }
 

@@ -454,7 +454,10 @@ struct Tx<'a> {
 impl Tx<'_> {
     fn finish(mut self) -> State {
         if let Some(o) = self.oracle.take() {
-            self.s.oracle = Shared::new(o);
+            // Events that changed nothing leave the old model (and its digest) in place.
+            if !o.same_parts(self.s.oracle.get()) {
+                self.s.oracle = Shared::new(o);
+            }
         }
         self.s
     }

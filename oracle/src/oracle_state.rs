@@ -70,6 +70,16 @@ pub struct OracleState {
 }
 
 impl OracleState {
+    /// Every part is shared with `other`'s (so the two are certainly equal): a copy
+    /// of the model that observed events changing nothing. A driver that keeps the
+    /// model in a [`crate::shared::Shared`] can then keep the old one, with its digest.
+    pub fn same_parts(&self, other: &OracleState) -> bool {
+        self.pages.same_parts(&other.pages)
+            && self.rooms.same_parts(&other.rooms)
+            && self.writes.same_parts(&other.writes)
+            && self.answers.same_parts(&other.answers)
+    }
+
     pub fn new(h: &RunHeader) -> Self {
         OracleState {
             pages: Pages::new(h),
@@ -652,6 +662,46 @@ mod tests {
             "{}",
             out[0].detail
         );
+    }
+
+    /// A copy shares every part until an event changes one; an event that changes
+    /// nothing leaves it sharing (so a model state may keep its old copy).
+    #[test]
+    fn a_copy_shares_its_parts_until_an_event_changes_one() {
+        use crate::schema::ClockKind;
+        use kvsim_engine::world::Topology;
+        let topo = Topology {
+            prefill_pools: vec![8],
+            decode_pools: vec![8],
+        };
+        let h = RunHeader::new("test", ClockKind::Simulated, &Default::default(), &topo);
+        let base = OracleState::new(&h);
+        let mut copy = base.clone();
+        assert!(copy.same_parts(&base));
+        let mut out = Drafts::new();
+        let read = TraceEvent::Attend {
+            node: NodeId(2),
+            room: RoomKey::new(1, 1),
+            step: 0,
+            query_pos: 0,
+            seq_len: 0,
+            pages: vec![],
+        };
+        copy.observe_event(&h, &read, &mut out);
+        assert!(copy.same_parts(&base), "a read of no pages changes nothing");
+        let routed = TraceEvent::Routed {
+            node: NodeId(0),
+            req: RequestId(1),
+            tenant: TenantId(0),
+            room: RoomKey::new(1, 1),
+            prefill: NodeId(1),
+            decode: NodeId(2),
+            prompt_len: 4,
+            max_new_tokens: 1,
+        };
+        copy.observe_event(&h, &routed, &mut out);
+        assert!(!copy.same_parts(&base));
+        assert_ne!(copy, base);
     }
 
     #[test]

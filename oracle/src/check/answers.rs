@@ -48,6 +48,11 @@ impl Default for Answers {
 }
 
 impl Answers {
+    /// The same lists, shared (see [`crate::OracleState::same_parts`]).
+    pub(crate) fn same_parts(&self, other: &Answers) -> bool {
+        self.pending.same(&other.pending) && self.answered.same(&other.answered)
+    }
+
     /// The client submitted `p`.
     pub fn submitted(&mut self, p: Pending) {
         if let Err(i) = self.pending.get().binary_search_by_key(&p.req, |p| p.req) {

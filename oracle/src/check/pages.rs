@@ -20,12 +20,15 @@ use kvsim_engine::invariant::Invariant;
 use kvsim_engine::kv::{lifecycle, PageOp, PageState};
 use kvsim_engine::node::Role;
 use kvsim_engine::trace::Side;
+use std::sync::Arc;
 
 /// The node books. Index = node id (the client and unknown ids have no book); each
 /// book is shared and hashed as one part.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Pages {
-    pub nodes: Vec<Option<Shared<NodeBook>>>,
+    /// Shared with the parent state's copy (a model state's clone copies no list);
+    /// hashes and compares as the slice it holds.
+    pub nodes: Arc<[Option<Shared<NodeBook>>]>,
 }
 
 /// Guard of a book being changed: checks the book's invariants when it goes.
@@ -63,6 +66,11 @@ fn remove_sorted(set: &mut Vec<RoomKey>, room: RoomKey) {
 }
 
 impl Pages {
+    /// The same books, shared (see [`OracleState::same_parts`]).
+    pub(crate) fn same_parts(&self, other: &Pages) -> bool {
+        Arc::ptr_eq(&self.nodes, &other.nodes)
+    }
+
     pub fn new(h: &RunHeader) -> Self {
         let n = h
             .nodes
@@ -78,7 +86,9 @@ impl Pages {
                 0,
             )));
         }
-        Pages { nodes }
+        Pages {
+            nodes: nodes.into(),
+        }
     }
 
     pub fn book(&self, n: NodeId) -> Option<&NodeBook> {
@@ -89,9 +99,10 @@ impl Pages {
     }
 
     fn book_mut(&mut self, n: NodeId) -> Option<BookEdit<'_>> {
-        self.nodes
-            .get_mut(n.0 as usize)
-            .and_then(Option::as_mut)
+        // The list is copied (if shared) only when there is a book to edit.
+        self.nodes.get(n.0 as usize)?.as_ref()?;
+        Arc::make_mut(&mut self.nodes)[n.0 as usize]
+            .as_mut()
             .map(|s| BookEdit(s.edit()))
     }
 

@@ -56,6 +56,11 @@ impl Default for Rooms {
 }
 
 impl Rooms {
+    /// The same list, shared (see [`crate::OracleState::same_parts`]).
+    pub(crate) fn same_parts(&self, other: &Rooms) -> bool {
+        self.rooms.same(&other.rooms)
+    }
+
     fn index(&self, room: RoomKey) -> Result<usize, usize> {
         self.rooms.get().binary_search_by_key(&room, |(k, _)| *k)
     }

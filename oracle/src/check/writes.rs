@@ -108,6 +108,11 @@ impl Default for Writes {
 }
 
 impl Writes {
+    /// The same writes and index, shared (see [`crate::OracleState::same_parts`]).
+    pub(crate) fn same_parts(&self, other: &Writes) -> bool {
+        self.writes.same(&other.writes) && Arc::ptr_eq(&self.index, &other.index)
+    }
+
     fn position(&self, id: WriteId) -> Result<usize, usize> {
         self.writes.get().binary_search_by_key(&id, |w| w.id)
     }
