@@ -37,6 +37,21 @@ pub enum Timer {
     Request(RoomKey),
 }
 
+impl Timer {
+    /// The timer as integers: its variant's place in declaration order, its room
+    /// (the default key for `Compute`) and a drain retry's arming (0 otherwise).
+    /// One-to-one, and ordered as the timer is.
+    pub fn parts(self) -> (u8, RoomKey, u32) {
+        match self {
+            Timer::Compute => (0, RoomKey::default(), 0),
+            Timer::Bootstrap(r) => (1, r, 0),
+            Timer::WaitingForKv(r) => (2, r, 0),
+            Timer::DrainRetry(r, n) => (3, r, n),
+            Timer::Request(r) => (4, r, 0),
+        }
+    }
+}
+
 /// Time, as the driver defines it.
 pub trait Clock {
     /// Nanoseconds since the driver started. Only for metrics: nothing that reaches

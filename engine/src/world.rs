@@ -888,15 +888,9 @@ struct TimerKey {
 
 impl TimerKey {
     fn of(node: NodeId, timer: Timer) -> Self {
-        let (variant, room, arming) = match timer {
-            Timer::Compute => (0u64, RoomKey::default(), 0),
-            Timer::Bootstrap(r) => (1, r, 0),
-            Timer::WaitingForKv(r) => (2, r, 0),
-            Timer::DrainRetry(r, n) => (3, r, n),
-            Timer::Request(r) => (4, r, 0),
-        };
+        let (variant, room, arming) = timer.parts();
         TimerKey {
-            head: u64::from(node.0) << 40 | variant << 32 | u64::from(room.room.0),
+            head: u64::from(node.0) << 40 | u64::from(variant) << 32 | u64::from(room.room.0),
             gen: room.gen.0,
             arming,
         }

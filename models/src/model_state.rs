@@ -227,13 +227,8 @@ pub struct State {
 /// A timer in one word plus its room's generation: node, kind, a drain retry's arming
 /// (its low 8 bits), room number.
 fn timer_words(node: NodeId, t: Timer) -> (u64, u64) {
-    let (kind, key, arming) = match t {
-        Timer::Compute => (0u64, RoomKey::default(), 0),
-        Timer::Bootstrap(k) => (1, k, 0),
-        Timer::WaitingForKv(k) => (2, k, 0),
-        Timer::DrainRetry(k, n) => (3, k, n),
-        Timer::Request(k) => (4, k, 0),
-    };
+    let (kind, key, arming) = t.parts();
+    let kind = u64::from(kind);
     (
         u64::from(node.0) << 48
             | kind << 40

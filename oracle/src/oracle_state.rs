@@ -614,16 +614,20 @@ mod tests {
         assert!(!s.is_answered(RequestId(7)));
     }
 
-    #[test]
-    fn a_half_answering_again_with_another_status_is_s6() {
-        use crate::schema::ClockKind;
-        use kvsim_engine::msg::Status;
-        use kvsim_engine::world::Topology;
-        let topo = Topology {
+    /// A run of one prefill and one decode node, 8 pages each.
+    fn one_pair_header() -> RunHeader {
+        let topo = kvsim_engine::world::Topology {
             prefill_pools: vec![8],
             decode_pools: vec![8],
         };
-        let h = RunHeader::new("test", ClockKind::Simulated, &Default::default(), &topo);
+        let clock = crate::schema::ClockKind::Simulated;
+        RunHeader::new("test", clock, &Default::default(), &topo)
+    }
+
+    #[test]
+    fn a_half_answering_again_with_another_status_is_s6() {
+        use kvsim_engine::msg::Status;
+        let h = one_pair_header();
         let mut s = OracleState::new(&h);
         let room = RoomKey::new(1, 1);
         let mut out = Drafts::new();
@@ -668,13 +672,7 @@ mod tests {
     /// nothing leaves it sharing (so a model state may keep its old copy).
     #[test]
     fn a_copy_shares_its_parts_until_an_event_changes_one() {
-        use crate::schema::ClockKind;
-        use kvsim_engine::world::Topology;
-        let topo = Topology {
-            prefill_pools: vec![8],
-            decode_pools: vec![8],
-        };
-        let h = RunHeader::new("test", ClockKind::Simulated, &Default::default(), &topo);
+        let h = one_pair_header();
         let base = OracleState::new(&h);
         let mut copy = base.clone();
         assert!(copy.same_parts(&base));
