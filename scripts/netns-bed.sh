@@ -168,8 +168,17 @@ printf 'schedule: %s\n' "${SCHEDULE[@]}"
 
 ip netns exec "${NS[r]}" true
 if [ -n "$ROUTER_PY" ]; then
+    # 16 new tokens (the scenarios' limit): a short request's 32 + 16 tokens fill its
+    # three pages with its marker, and an over-length reply echoes 16 positions spread
+    # over its pages, the first at page 2. With 8, a 513-token prompt read positions 0,
+    # 73, 146, ... (pages 0, 4, 9, ...), and on a slow machine, where few short requests
+    # overlap and LIFO reuse keeps the written pages few, its 200 reply could carry
+    # only unwritten slots (`<unk>`): the leak was in the audit (S3) but not in the reply.
+    # Two over-length prompts a round (1025 and 513 tokens), not more: two 513-token
+    # prompts in flight at once split the stale pages, and the second often reads only
+    # unwritten ones (measured: 3 of 10 such replies carried no marker).
     "$KVSIM" canary --url "$ROUTER_URL" --duration "$SECONDS_LOAD" --seed "$SEED" --concurrency 4 \
-        --requests 16 --over-length 2 --disconnect-rate 0.1 --timeout 30 --quiet \
+        --requests 16 --over-length 2 --max-new-tokens 16 --disconnect-rate 0.1 --timeout 30 --quiet \
         --json "$DIR/canary.json" > "$DIR/canary.out" 2>&1 &
 else
     "$KVSIM" canary-client "${IP[r]}:7100" --seconds "$SECONDS_LOAD" --seed "$SEED" --concurrency 4 \

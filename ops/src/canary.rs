@@ -60,7 +60,9 @@ pub struct CanaryArgs {
     /// Tokens of a short prompt.
     #[arg(long, default_value_t = 32)]
     pub prompt_tokens: usize,
-    /// `max_new_tokens` of every request.
+    /// `max_new_tokens` of every request. Each new token of a reply echoes one prompt
+    /// position, spread evenly over the prompt, so more new tokens read more of an
+    /// over-length prompt's pages (and make a leak likelier to show in the reply).
     #[arg(long, default_value_t = 8)]
     pub max_new_tokens: u32,
     /// Write the report as JSON.
