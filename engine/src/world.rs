@@ -1099,16 +1099,19 @@ mod tests {
         assert_eq!(t.nodes().len(), 4);
     }
 
+    /// Both ends alive, nothing in the way.
+    const ALIVE: Arriving = Arriving {
+        sender_alive: true,
+        receiver_alive: true,
+        receiver_restarted: false,
+        receiver_epoch: 0,
+        partitioned: false,
+        injected_failure: false,
+    };
+
     #[test]
     fn a_write_fails_back_for_every_reason_and_lands_otherwise() {
-        let alive = Arriving {
-            sender_alive: true,
-            receiver_alive: true,
-            receiver_restarted: false,
-            receiver_epoch: 0,
-            partitioned: false,
-            injected_failure: false,
-        };
+        let alive = ALIVE;
         assert_eq!(arrival(&write(0), &alive), Arrival::Deliver);
         let fails = |at: Arriving, why| match arrival(&write(0), &at) {
             Arrival::Fail { reason, completion } => {
@@ -1155,11 +1158,14 @@ mod tests {
             ),
             Arrival::Drop(DropReason::SenderCrashed)
         );
-        // A completion crosses a partition; a control message does not.
+    }
+
+    #[test]
+    fn a_completion_crosses_a_partition_and_a_control_message_does_not() {
         let done: Msg<()> = failed_completion(&write(0)).unwrap();
         let cut = Arriving {
             partitioned: true,
-            ..alive
+            ..ALIVE
         };
         assert_eq!(arrival(&done, &cut), Arrival::Deliver);
         assert_eq!(
@@ -1216,25 +1222,30 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_crash_walk_judges_each_message_in_flight_once() {
-        let (r, p, d) = (ROUTER, NodeId(1), NodeId(2));
-        let abort = Msg::<()>::Abort {
-            room: RoomKey::new(1, 1),
-        };
-        let own = |chunk| match write(0) {
+    /// [`write`], written by `writer` as its chunk `chunk`.
+    fn write_of(writer: NodeId, chunk: u32) -> Msg<()> {
+        match write(0) {
             Msg::KvWrite {
                 mut id,
                 src,
                 dst,
                 kv,
             } => {
-                id.writer = d;
+                id.writer = writer;
                 id.chunk = chunk;
                 Msg::KvWrite { id, src, dst, kv }
             }
             m => m,
+        }
+    }
+
+    #[test]
+    fn the_crash_walk_judges_each_message_in_flight_once() {
+        let (r, p, d) = (ROUTER, NodeId(1), NodeId(2));
+        let abort = Msg::<()>::Abort {
+            room: RoomKey::new(1, 1),
         };
+        let own = |chunk| write_of(d, chunk);
         // (from, to, message, epochs at sending, a stale duplicate), walked at the crash
         // of d's incarnation 1.
         let flights = vec![
@@ -1284,13 +1295,18 @@ mod tests {
         assert_eq!(walk.lost.len(), 1);
         assert!(walk.lost[0].4, "the stale duplicate is lost");
         assert_eq!(walk.epoch(), 2);
+    }
+
+    #[test]
+    fn a_crash_walk_flushes_posted_writes_and_keeps_what_is_no_message() {
+        let (p, d) = (NodeId(1), NodeId(2));
         // A driver whose writes left its hands: every posted write is flushed.
         let mut posted = WritesInFlight::new();
-        posted.post(p, &own(3));
+        posted.post(p, &write_of(d, 3));
         let walk = CrashWalk::<(), ()>::new(d, 1).flush_posted(&mut posted);
         assert_eq!(
             walk.flushed,
-            own(3).write_id().into_iter().collect::<Vec<_>>()
+            write_of(d, 3).write_id().into_iter().collect::<Vec<_>>()
         );
         assert!(posted.is_empty());
         // Not a message: it stays as it is.
@@ -1352,22 +1368,28 @@ mod tests {
         assert_eq!(alter(&mut abort, DataFault::Corrupt, 8, 0), None);
     }
 
-    #[test]
-    fn a_stale_duplicate_replays_an_earlier_write_of_a_page_being_rewritten() {
-        let (p, d, other) = (NodeId(1), NodeId(3), NodeId(4));
-        let tag = |page: u32, gen: u64| PageTag {
+    /// The writer and the receiver of the stale-duplicate tests.
+    const DUP_FROM: NodeId = NodeId(1);
+    const DUP_TO: NodeId = NodeId(3);
+
+    fn tag_at(page: u32, gen: u64) -> PageTag {
+        PageTag {
             page: PageId(page),
             gen: Generation(gen),
-        };
-        let w = |room: u32, chunk: u32, dst: Vec<PageTag>, fill: u32| Msg::KvWrite {
+        }
+    }
+
+    /// A write by [`DUP_FROM`] of chunk `chunk` of room `room` to `dst`, every page
+    /// filled with `fill`.
+    fn filled_write(room: u32, chunk: u32, dst: Vec<PageTag>, fill: u32) -> Msg<SymbolicPage> {
+        Msg::KvWrite {
             id: WriteId {
-                writer: p,
+                writer: DUP_FROM,
                 epoch: 0,
                 room: RoomKey::new(room, 1),
                 chunk,
             },
             src: vec![],
-            dst: dst.clone(),
             kv: dst
                 .iter()
                 .map(|_| SymbolicPage {
@@ -1375,13 +1397,27 @@ mod tests {
                     tag: None,
                 })
                 .collect(),
-        };
+            dst,
+        }
+    }
+
+    /// A history of three writes from [`DUP_FROM`]: two to [`DUP_TO`] (the first to
+    /// pages 5 and 6 at generation 2), one to another node; and that first write.
+    fn three_writes() -> (WriteHistory<SymbolicPage>, Msg<SymbolicPage>) {
+        let (p, d, w, tag) = (DUP_FROM, DUP_TO, filled_write, tag_at);
         let mut h: WriteHistory<SymbolicPage> = WriteHistory::new();
         let first = w(1, 0, vec![tag(5, 2), tag(6, 2)], 10);
         assert!(h.duplicate(d, &first, 0).is_none(), "nothing taken yet");
         h.remember(p, d, &first);
         h.remember(p, d, &w(2, 0, vec![tag(1, 2)], 20));
-        h.remember(p, other, &w(9, 0, vec![tag(6, 2)], 90));
+        h.remember(p, NodeId(4), &w(9, 0, vec![tag(6, 2)], 90));
+        (h, first)
+    }
+
+    #[test]
+    fn a_stale_duplicate_replays_an_earlier_write_of_a_page_being_rewritten() {
+        let (p, d, w, tag) = (DUP_FROM, DUP_TO, filled_write, tag_at);
+        let (mut h, first) = three_writes();
         // A newer use of page 6: the duplicate is the earlier write to page 6 at
         // node d, whatever the salt, carried as it was sent.
         let newer = w(3, 0, vec![tag(6, 4)], 30);
@@ -1403,6 +1439,13 @@ mod tests {
             h.duplicate(d, &elsewhere, 0).unwrap().1.write_id(),
             elsewhere.write_id()
         );
+    }
+
+    #[test]
+    fn the_duplicate_window_is_bounded_and_a_writer_crash_forgets() {
+        let (p, d, w, tag) = (DUP_FROM, DUP_TO, filled_write, tag_at);
+        let (mut h, first) = three_writes();
+        let newer = w(3, 0, vec![tag(6, 4)], 30);
         // Bounded: only the last DUPLICATE_WINDOW writes are kept.
         for c in 0..DUPLICATE_WINDOW as u32 {
             h.remember(p, d, &w(7, c, vec![tag(2, 2)], 70));
