@@ -688,6 +688,8 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
         "32",
         "--over-length",
         "4",
+        "--max-new-tokens",
+        "16",
         "--quiet",
     ]);
     let out = text(&o);
@@ -706,6 +708,8 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
         "32",
         "--over-length",
         "4",
+        "--max-new-tokens",
+        "16",
         "--quiet",
     ]);
     let out = text(&o);
