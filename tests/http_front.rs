@@ -4,7 +4,7 @@
 
 mod cli;
 
-use cli::{kvsim, python_with, root, text, tmp_in, Served};
+use cli::{kvsim, python_with, root, text, tmp_in, Served, LEAK_LOAD};
 use kvsim_runtime::http_client::fetch;
 use kvsim_runtime::Client;
 use serde_json::Value;
@@ -680,38 +680,15 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
     assert!(ok, "{o2}");
 
     let s = HttpServed::start(&[INCIDENT_SC, "--bugs", BUGS]);
-    let o = kvsim(&[
-        "canary",
-        "--url",
-        &s.http,
-        "--requests",
-        "32",
-        "--over-length",
-        "4",
-        "--max-new-tokens",
-        "16",
-        "--quiet",
-    ]);
+    let o = kvsim(&[&["canary", "--url", &s.http, "--quiet"][..], &LEAK_LOAD].concat());
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("LEAK: reply to request"), "{out}");
     assert!(out.contains("carried marker CANARY-short"), "{out}");
     assert!(out.contains("OVER-LENGTH ANSWERED 200"), "{out}");
     // The same canary over the OpenAI API finds the same leak.
-    let o = kvsim(&[
-        "canary",
-        "--url",
-        &s.http,
-        "--api",
-        "openai",
-        "--requests",
-        "32",
-        "--over-length",
-        "4",
-        "--max-new-tokens",
-        "16",
-        "--quiet",
-    ]);
+    let openai = ["canary", "--url", &s.http, "--api", "openai", "--quiet"];
+    let o = kvsim(&[&openai[..], &LEAK_LOAD].concat());
     let out = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("LEAK: reply to request"), "{out}");
@@ -719,17 +696,9 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
 
     // The same bugs with page tags on: the stale reads are refused (500), nothing
     // leaks, and /metrics counts the refusals at decode.
+    // The same load that found the leak above.
     let s = HttpServed::start(&[LOOPBACK, "--bugs", BUGS]);
-    let o = kvsim(&[
-        "canary",
-        "--url",
-        &s.http,
-        "--requests",
-        "32",
-        "--over-length",
-        "4",
-        "--quiet",
-    ]);
+    let o = kvsim(&[&["canary", "--url", &s.http, "--quiet"][..], &LEAK_LOAD].concat());
     let out = text(&o);
     assert!(!out.contains("LEAK:"), "{out}");
     assert!(out.contains("500: 2"), "{out}");

@@ -13,7 +13,7 @@
 
 mod cli;
 
-use cli::{kvsim, router_python, text, tmp_in, Served};
+use cli::{kvsim, router_python, text, tmp_in, Served, LEAK_LOAD};
 use kvsim_runtime::http_client::fetch;
 use serde_json::Value;
 use std::net::TcpListener;
@@ -373,16 +373,7 @@ fn the_real_router_drives_kvsim_prefill_and_decode() {
 fn the_incident_leak_is_found_through_the_real_router() {
     let Some(py) = router_python() else { return };
     let bed = start_bed(&py, "incident", INCIDENT_SC, Some(BUGS), &[]);
-    // 16 new tokens: a reply reads 16 positions of its pages (see scripts/netns-bed.sh).
-    let args = [
-        "--requests",
-        "32",
-        "--over-length",
-        "4",
-        "--max-new-tokens",
-        "16",
-    ];
-    let (rc, out) = canary(&bed.router.url, &args);
+    let (rc, out) = canary(&bed.router.url, &LEAK_LOAD);
     assert_eq!(rc, 1, "{out}");
     assert!(out.contains("LEAK: reply to request"), "{out}");
     let _ = Path::new(&bed.traces);

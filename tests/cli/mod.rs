@@ -54,6 +54,19 @@ pub fn tmp_in(tag: &str, name: &str) -> PathBuf {
 pub const MIXED: &str = "scenarios/mixed-faults.toml";
 pub const INCIDENT: &str = "gate-checks-finished-only,no-length-agreement";
 
+/// The canary's load where a test expects the incident's leak in a reply: 32 short
+/// requests, 4 over-length prompts, 16 new tokens (the scenarios' limit), so a short
+/// request fills its pages with its marker and an over-length reply reads 16 positions
+/// of its pages (why 8 is too few: scripts/netns-bed.sh).
+pub const LEAK_LOAD: [&str; 6] = [
+    "--requests",
+    "32",
+    "--over-length",
+    "4",
+    "--max-new-tokens",
+    "16",
+];
+
 /// How long a test waits for a `kvsim serve` line or exit.
 pub const SERVE_WAIT: Duration = Duration::from_secs(20);
 
