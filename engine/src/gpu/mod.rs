@@ -274,11 +274,61 @@ pub struct AttendRequest<'a> {
 
 /// The transfer digest ([`Gpu::digest`]) of the tokens at positions `0, 1, ..`.
 pub fn digest_tokens(tokens: impl IntoIterator<Item = Token>) -> u64 {
-    let mut h = 0x6b76_7369_6d00_0001_u64;
-    for (pos, tok) in (0u64..).zip(tokens) {
-        h = splitmix64(h ^ splitmix64((pos << 32) ^ u64::from(tok)));
+    let mut d = TokenDigest::default();
+    tokens.into_iter().for_each(|tok| d.push(tok));
+    d.finish()
+}
+
+/// The transfer digest computed run by run: the tokens pushed, in position order,
+/// give exactly [`digest_tokens`] of the same sequence (its one definition), so a
+/// backend can feed its memory a page's slice at a time instead of token by token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenDigest {
+    h: u64,
+    /// The position the next token takes.
+    pos: u64,
+}
+
+impl Default for TokenDigest {
+    fn default() -> Self {
+        TokenDigest {
+            h: 0x6b76_7369_6d00_0001,
+            pos: 0,
+        }
     }
-    h
+}
+
+impl TokenDigest {
+    /// The token at the next position.
+    #[inline]
+    pub fn push(&mut self, tok: Token) {
+        self.h = splitmix64(self.h ^ splitmix64((self.pos << 32) ^ u64::from(tok)));
+        self.pos += 1;
+    }
+
+    /// The tokens at the next `run.len()` positions.
+    pub fn push_run(&mut self, run: &[Token]) {
+        run.iter().for_each(|&tok| self.push(tok));
+    }
+
+    /// `n` zero tokens (positions beyond the pages, or slots outside the memory).
+    pub fn push_zeros(&mut self, n: u64) {
+        (0..n).for_each(|_| self.push(0));
+    }
+
+    /// Positions pushed so far.
+    pub fn len(&self) -> u64 {
+        self.pos
+    }
+
+    /// Whether no position was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.pos == 0
+    }
+
+    pub fn finish(self) -> u64 {
+        self.h
+    }
 }
 
 /// The query position of decode step `step` of `steps`, spread evenly over `prompt_len`.
@@ -478,6 +528,34 @@ mod tests {
         assert_ne!(d(&[7, 7, 9]), d(&[7, 9, 9]));
         assert_ne!(d(&[0, 5]), d(&[5, 0]));
         assert_eq!(d(&[7, 9]), d(&[7, 9]));
+    }
+
+    /// The symbolic backend's page-by-page digest is the token-by-token one of
+    /// [`Gpu::digest`]'s definition: fewer positions than the pages hold, more (zeros
+    /// beyond them), and a page outside the memory (zeros), at every page size.
+    #[test]
+    fn the_page_by_page_digest_is_the_token_by_token_one() {
+        for page_size in [1u32, 3, 16] {
+            let mut sym = SymbolicGpu::new(4, page_size);
+            let tag = |p: u32| PageTag {
+                page: PageId(p),
+                gen: Generation(1),
+            };
+            let tags: Vec<PageTag> = (1..=4).map(tag).collect();
+            let tokens: Vec<Token> = (0..4 * page_size).map(|i| 0x0002_0000 | i).collect();
+            sym.write_tokens(&tags, 0, &tokens, RoomKey::new(1, 1))
+                .unwrap();
+            let pages = [PageId(2), PageId(99), PageId(4), PageId(1)];
+            let ps = u64::from(page_size);
+            for n in [0, 1, ps, ps + 1, 3 * ps - 1, 4 * ps, 4 * ps + 5] {
+                let by_token = (0..n).map(|pos| sym.token_at(&pages, pos).unwrap());
+                assert_eq!(
+                    sym.digest(&pages, n).unwrap(),
+                    digest_tokens(by_token),
+                    "page size {page_size}, {n} positions"
+                );
+            }
+        }
     }
 
     /// Both backends give the same reply for the same writes, including pages that

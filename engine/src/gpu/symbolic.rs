@@ -6,7 +6,7 @@
 //! which slot is the oracle's to know, from the trace's write events, never from the
 //! engine's memory.
 
-use super::{digest_tokens, layout, locate, DeviceError, Gpu, KvPayload, WriteError, WriteTag};
+use super::{layout, locate, DeviceError, Gpu, KvPayload, TokenDigest, WriteError, WriteTag};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 
 /// One page's contents: tokens per slot plus the stamped tag.
@@ -157,13 +157,21 @@ impl Gpu for SymbolicGpu {
     /// `0..tokens` in order, 0 where a position lies beyond `pages` or a page outside
     /// the memory (as [`Gpu::token_at`] reads them).
     fn digest(&self, pages: &[PageId], tokens: u64) -> Result<u64, DeviceError> {
-        let ps = self.page_size as usize;
-        let stored = pages.iter().flat_map(|p| {
-            let page = self.pages.get(p.0 as usize).map(|p| &p.tokens[..ps]);
-            (0..ps).map(move |slot| page.map_or(0, |t| t[slot]))
-        });
-        let n = usize::try_from(tokens).unwrap_or(usize::MAX);
-        Ok(digest_tokens(stored.chain(std::iter::repeat(0)).take(n)))
+        let ps = u64::from(self.page_size);
+        let mut d = TokenDigest::default();
+        for p in pages {
+            let want = (tokens - d.len()).min(ps);
+            if want == 0 {
+                break;
+            }
+            match self.pages.get(p.0 as usize) {
+                // `want` is at most the page size, which every page's slots are.
+                Some(page) => d.push_run(&page.tokens[..want as usize]),
+                None => d.push_zeros(want),
+            }
+        }
+        d.push_zeros(tokens - d.len());
+        Ok(d.finish())
     }
 
     fn zero_page(&mut self, page: PageId) -> Result<(), DeviceError> {
