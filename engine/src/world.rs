@@ -873,6 +873,13 @@ pub struct Timers<T> {
     pending: Vec<(TimerKey, T)>,
 }
 
+impl<T> Timers<T> {
+    /// Where the pending timers live (for a cache prefetch hint; never dereferenced).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.pending.as_ptr().cast()
+    }
+}
+
 /// A (node, timer) pair as three integers ordered as the pair is (node, then the
 /// timer's variant in declaration order, then its fields in order): one-to-one, so
 /// equal keys are equal pairs.

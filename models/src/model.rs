@@ -1118,6 +1118,10 @@ impl Model for HandoffModel {
     type State = State;
     type Action = Action;
 
+    fn prefetch(&self, state: &State, near: bool) {
+        state.prefetch(near);
+    }
+
     fn init_states(&self) -> Vec<State> {
         vec![self.initial()]
     }

@@ -81,6 +81,13 @@ fn digest_of<T: Hash>(value: &T) -> u64 {
 /// A shared, hash-cached value. Cloning shares; [`Shared::update`] copies on write.
 pub struct Shared<T>(Arc<Inner<T>>);
 
+impl<T> Shared<T> {
+    /// Where the shared value lives (for a cache prefetch hint; never dereferenced).
+    pub fn as_ptr(&self) -> *const u8 {
+        Arc::as_ptr(&self.0).cast()
+    }
+}
+
 impl<T: Hash> Shared<T> {
     pub fn new(value: T) -> Self {
         Shared(Arc::new(Inner::fresh(value)))

@@ -201,6 +201,13 @@ pub trait Model: Sized {
         format!("{state:#?}")
     }
 
+    /// kvsim patch: a hint that `state` will be expanded soon (the breadth-first
+    /// checker calls it for a state a few places from the front of its queue, and
+    /// again with `near` when it is closer), so a model whose states point into the
+    /// heap can ask the processor to fetch what expanding it will read, one level
+    /// of pointers a call. Default: nothing. Must not change any state.
+    fn prefetch(&self, _state: &Self::State, _near: bool) {}
+
     /// Converts a step of this model to a more intuitive representation (e.g. for Explorer).
     fn format_step(&self, last_state: &Self::State, action: Self::Action) -> Option<String>
     where

@@ -42,6 +42,9 @@ pub(crate) struct BfsChecker<M: Model> {
 // kvsim patch: the action path as a `CompactPath` (see compact_path.rs).
 type Job<State> = (State, EventuallyBits, NonZeroUsize, CompactPath);
 
+/// kvsim patch: how far ahead of the state being expanded [`Model::prefetch`] looks.
+const PREFETCH_AHEAD: usize = 8;
+
 impl<M> BfsChecker<M>
 where
     M: Model + Send + Sync + 'static,
@@ -234,6 +237,13 @@ where
                 Some(pair) => pair,
             };
             tally.1 += 1;
+            // kvsim patch: a state a few places ahead in the queue is expanded soon;
+            // by then what it points to can be in the cache.
+            for (distance, near) in [(PREFETCH_AHEAD, false), (PREFETCH_AHEAD / 2, true)] {
+                if let Some(i) = pending.len().checked_sub(distance) {
+                    model.prefetch(&pending[i].0, near);
+                }
+            }
 
             if max_depth.get() > current_max_depth {
                 let _ = global_max_depth.compare_exchange(
