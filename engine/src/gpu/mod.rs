@@ -537,10 +537,6 @@ mod tests {
     fn the_page_by_page_digest_is_the_token_by_token_one() {
         for page_size in [1u32, 3, 16] {
             let mut sym = SymbolicGpu::new(4, page_size);
-            let tag = |p: u32| PageTag {
-                page: PageId(p),
-                gen: Generation(1),
-            };
             let tags: Vec<PageTag> = (1..=4).map(tag).collect();
             let tokens: Vec<Token> = (0..4 * page_size).map(|i| 0x0002_0000 | i).collect();
             sym.write_tokens(&tags, 0, &tokens, RoomKey::new(1, 1))
@@ -558,96 +554,121 @@ mod tests {
         }
     }
 
-    /// Both backends give the same reply for the same writes, including pages that
-    /// hold another room's stale KV and slots never written.
+    const PAGE_SIZES: [u32; 7] = [1, 2, 3, 4, 8, 16, 64];
+    const A: RoomKey = RoomKey::new(1, 1);
+    const B: RoomKey = RoomKey::new(2, 1);
+
+    fn tag(p: u32) -> PageTag {
+        PageTag {
+            page: PageId(p),
+            gen: Generation(1),
+        }
+    }
+
+    fn tag_of(room: RoomKey) -> Option<WriteTag> {
+        Some(WriteTag {
+            room,
+            gen: Generation(1),
+        })
+    }
+
+    /// Both backends after the same writes: room A fills pages 3-5, then room B is
+    /// given pages 4-6 and writes only one token (the incident's stub), so pages 4 and
+    /// 5 hold A's stale KV and page 6 was never written.
+    struct TwoRooms {
+        sym: SymbolicGpu,
+        host: HostGpu,
+        a_tags: [PageTag; 3],
+        b_tags: [PageTag; 3],
+        a_tokens: Vec<Token>,
+    }
+
+    fn two_rooms(page_size: u32) -> TwoRooms {
+        let mut sym = SymbolicGpu::new(8, page_size);
+        let mut host = HostGpu::new(8, page_size);
+        let a_tags = [tag(3), tag(4), tag(5)];
+        let a_tokens: Vec<Token> = (0..(3 * page_size)).map(|i| 0x0001_0000 | i).collect();
+        sym.write_tokens(&a_tags, 0, &a_tokens, A).unwrap();
+        host.write_tokens(&a_tags, 0, &a_tokens, A).unwrap();
+        let b_tags = [tag(4), tag(5), tag(6)];
+        sym.write_tokens(&b_tags, 0, &[0xBEEF], B).unwrap();
+        host.write_tokens(&b_tags, 0, &[0xBEEF], B).unwrap();
+        TwoRooms {
+            sym,
+            host,
+            a_tags,
+            b_tags,
+            a_tokens,
+        }
+    }
+
+    /// Both backends stamp the same tags: A's first page is still A's, B's first page
+    /// is B's, B's second page still carries A's tag (B never wrote it).
     #[test]
-    fn symbolic_and_host_agree() {
-        for page_size in [1u32, 2, 3, 4, 8, 16, 64] {
-            let mut sym = SymbolicGpu::new(8, page_size);
-            let mut host = HostGpu::new(8, page_size);
-            let a = RoomKey::new(1, 1);
-            let b = RoomKey::new(2, 1);
-            let tag = |p: u32| PageTag {
-                page: PageId(p),
-                gen: Generation(1),
-            };
-            let a_tags = [tag(3), tag(4), tag(5)];
-            let a_pages = ids(&a_tags);
-            let a_tokens: Vec<Token> = (0..(3 * page_size)).map(|i| 0x0001_0000 | i).collect();
-            sym.write_tokens(&a_tags, 0, &a_tokens, a).unwrap();
-            host.write_tokens(&a_tags, 0, &a_tokens, a).unwrap();
-            // b reuses page 4 and 5 but writes only one token (the incident's stub).
-            let b_tags = [tag(4), tag(5), tag(6)];
-            let b_pages = ids(&b_tags);
-            sym.write_tokens(&b_tags, 0, &[0xBEEF], b).unwrap();
-            host.write_tokens(&b_tags, 0, &[0xBEEF], b).unwrap();
-            // Tags: a's first page is still a's; b's second page still carries a's tag.
-            for gpu in [&sym as &dyn TagView, &host] {
-                assert_eq!(
-                    gpu.tag_of(PageId(3)),
-                    Some(WriteTag {
-                        room: a,
-                        gen: Generation(1)
-                    })
-                );
-                assert_eq!(
-                    gpu.tag_of(PageId(4)),
-                    Some(WriteTag {
-                        room: b,
-                        gen: Generation(1)
-                    })
-                );
-                assert_eq!(
-                    gpu.tag_of(PageId(5)),
-                    Some(WriteTag {
-                        room: a,
-                        gen: Generation(1)
-                    })
-                );
+    fn symbolic_and_host_agree_on_tags() {
+        for page_size in PAGE_SIZES {
+            let w = two_rooms(page_size);
+            for gpu in [&w.sym as &dyn TagView, &w.host] {
+                assert_eq!(gpu.tag_of(PageId(3)), tag_of(A));
+                assert_eq!(gpu.tag_of(PageId(4)), tag_of(B));
+                assert_eq!(gpu.tag_of(PageId(5)), tag_of(A));
             }
-            assert!(sym.check_tags(&a_tags[..1], a).is_ok());
-            let err = sym.check_tags(&b_tags, b).unwrap_err();
+            assert!(w.sym.check_tags(&w.a_tags[..1], A).is_ok());
+            let err = w.sym.check_tags(&w.b_tags, B).unwrap_err();
             assert!(
                 matches!(err, TagError::Mismatch(m) if m.expected == tag(5)),
                 "{err}"
             );
+        }
+    }
+
+    /// Both backends give the same reply for the same writes, including pages that
+    /// hold another room's stale KV and slots never written.
+    #[test]
+    fn symbolic_and_host_agree() {
+        for page_size in PAGE_SIZES {
+            let w = two_rooms(page_size);
+            let (a_pages, b_pages) = (ids(&w.a_tags), ids(&w.b_tags));
             let seq = 3 * u64::from(page_size);
             for pages in [&a_pages, &b_pages] {
                 for q in 0..seq {
                     assert_eq!(
-                        sym.attend(pages, seq, q).unwrap(),
-                        host.attend(pages, seq, q).unwrap(),
+                        w.sym.attend(pages, seq, q).unwrap(),
+                        w.host.attend(pages, seq, q).unwrap(),
                         "page_size {page_size} q {q}"
                     );
                     assert_eq!(
-                        sym.token_at(pages, q).unwrap(),
-                        host.token_at(pages, q).unwrap()
+                        w.sym.token_at(pages, q).unwrap(),
+                        w.host.token_at(pages, q).unwrap()
                     );
                 }
                 assert_eq!(
-                    sym.digest(pages, seq).unwrap(),
-                    host.digest(pages, seq).unwrap()
+                    w.sym.digest(pages, seq).unwrap(),
+                    w.host.digest(pages, seq).unwrap()
                 );
             }
-            // The stale slots of page 4 still echo a's tokens through b's sequence.
+            // The stale slots of page 4 still echo A's tokens through B's sequence.
             if page_size > 1 {
                 assert_eq!(
-                    sym.attend(&b_pages, seq, 1).unwrap(),
-                    a_tokens[page_size as usize + 1]
+                    w.sym.attend(&b_pages, seq, 1).unwrap(),
+                    w.a_tokens[page_size as usize + 1]
                 );
             }
-            // Copying a page moves its contents; the receiver stamps its own tag.
+        }
+    }
+
+    /// Copying a page moves its contents; the receiver stamps its own tag.
+    #[test]
+    fn symbolic_and_host_agree_on_a_page_copy() {
+        for page_size in PAGE_SIZES {
+            let TwoRooms {
+                mut sym, mut host, ..
+            } = two_rooms(page_size);
             let kv = sym.read_page(PageId(3)).unwrap();
-            sym.write_page(tag(7), b, &kv).unwrap();
+            sym.write_page(tag(7), B, &kv).unwrap();
             let hkv = host.read_page(PageId(3)).unwrap();
-            host.write_page(tag(7), b, &hkv).unwrap();
-            assert_eq!(
-                sym.page_tag(PageId(7)).unwrap(),
-                Some(WriteTag {
-                    room: b,
-                    gen: Generation(1)
-                })
-            );
+            host.write_page(tag(7), B, &hkv).unwrap();
+            assert_eq!(sym.page_tag(PageId(7)).unwrap(), tag_of(B));
             assert_eq!(
                 sym.attend(&[PageId(7)], 1, 0).unwrap(),
                 host.attend(&[PageId(7)], 1, 0).unwrap()
