@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const LOOPBACK: &str = "tests/serve/loopback.toml";
@@ -710,32 +710,6 @@ fn canary_is_clean_on_the_defended_engine_and_catches_the_incident() {
     s.stop();
 }
 
-/// Is `python3` with `requests` here (installing it with pip if needed)?
-fn python_with_requests() -> bool {
-    let has = || {
-        Command::new("python3")
-            .args(["-c", "import requests"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if has() {
-        return true;
-    }
-    let _ = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "requests",
-        ])
-        .status();
-    has()
-}
-
 /// The write-ups' scripts, unmodified. Their host names (`prefill:30000`,
 /// `localhost:30000`) reach the server through the standard proxy variables: the
 /// server's front accepts proxy-form request lines, so no name resolution or fixed
@@ -778,14 +752,9 @@ fn the_writeups_scripts_run_unmodified() {
     std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755)).unwrap();
 
     let s = HttpServed::start(&[LOOPBACK]);
-    let have_curl_jq = ["curl", "jq"].iter().all(|c| {
-        Command::new(c)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    if have_curl_jq {
+    const TEST: &str = "the_writeups_scripts_run_unmodified";
+    let tools = ["curl", "jq"].map(|t| kvsim_testenv::tool(TEST, kvsim_testenv::Need::Tools, t));
+    if tools.iter().all(Option::is_some) {
         let (_, out) = script("bash", "pool_check.sh", &s.http, &bin);
         assert!(
             out.lines().any(|l| l.trim() == "1024"),
@@ -795,14 +764,12 @@ fn the_writeups_scripts_run_unmodified() {
             out.contains("sglang:max_total_num_tokens{node=\"1\",role=\"prefill\"} 512"),
             "{out}"
         );
-    } else {
-        eprintln!("SKIPPED: curl or jq missing; the curl|jq pre-flight check did not run");
     }
-    if !python_with_requests() {
-        eprintln!("SKIPPED: python3 with `requests` unavailable; the canary script did not run");
+    let Some(py) = python_with(TEST, "requests") else {
+        s.stop();
         return;
-    }
-    let (ok, out) = script("python3", "canary.py", &s.http, &bin);
+    };
+    let (ok, out) = script(&py, "canary.py", &s.http, &bin);
     assert!(ok, "the defended engine is clean: {out}");
     let (_, metrics) = get(&s.http, "/metrics");
     assert!(
@@ -816,7 +783,7 @@ fn the_writeups_scripts_run_unmodified() {
     // only the short reply, and the leaking reply is the long one's); kvsim canary on
     // the same server fails.
     let s = HttpServed::start(&[INCIDENT_SC, "--bugs", BUGS]);
-    let (ok, out) = script("python3", "canary.py", &s.http, &bin);
+    let (ok, out) = script(&py, "canary.py", &s.http, &bin);
     assert!(ok, "{out}");
     let (_, metrics) = get(&s.http, "/metrics");
     assert!(
@@ -881,7 +848,10 @@ fn the_openai_python_client_gets_completions_chats_and_streams() {
         "{}",
         r.text()
     );
-    let Some(py) = python_with("openai") else {
+    let Some(py) = python_with(
+        "the_openai_python_client_gets_completions_chats_and_streams",
+        "openai",
+    ) else {
         s.stop();
         return;
     };

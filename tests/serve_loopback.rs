@@ -285,7 +285,8 @@ fn replies_match_the_simulator(gpu: &str, backend: kvsim_sim::Backend) {
 /// `SKIPPED: ...` where the machine cannot run it.
 #[test]
 fn serve_on_cuda_refuses_without_a_device_and_matches_host_with_one() {
-    use kvsim_cuda::probe::{cuda_device, visible, Probe};
+    use kvsim_cuda::probe::{cuda_device, Probe};
+    use kvsim_testenv::skip_expected;
     let expect_none = std::env::var("KVSIM_EXPECT_NO_GPU").as_deref() == Ok("1");
     match cuda_device() {
         Probe::Present { devices } => {
@@ -293,13 +294,17 @@ fn serve_on_cuda_refuses_without_a_device_and_matches_host_with_one() {
                 !expect_none,
                 "KVSIM_EXPECT_NO_GPU=1 but the probe found {devices} device(s)"
             );
-            visible("SKIPPED: a CUDA device is present, so the refusal is not run [serve_on_cuda]");
+            skip_expected(
+                "serve_on_cuda (refusal)",
+                "a CUDA device is present, so the refusal is not run",
+            );
             replies_match_the_simulator("cuda", kvsim_sim::Backend::Host);
         }
         Probe::Absent(why) => {
-            visible(&format!(
-                "SKIPPED: no CUDA device ({why}), so serving on CudaGpu is not run [serve_on_cuda]"
-            ));
+            skip_expected(
+                "serve_on_cuda (replies)",
+                &format!("no CUDA device ({why}), so serving on CudaGpu is not run"),
+            );
             let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kvsim"))
                 .current_dir(root())
                 .args(["serve", LOOPBACK, "--gpu", "cuda"])

@@ -196,7 +196,9 @@ fn canary(url: &str, extra: &[&str]) -> (i32, String) {
 
 #[test]
 fn the_real_router_drives_kvsim_prefill_and_decode() {
-    let Some(py) = router_python() else { return };
+    let Some(py) = router_python("the_real_router_drives_kvsim_prefill_and_decode") else {
+        return;
+    };
     let bed = start_bed(&py, "clean", LOOPBACK, None, &[]);
     // The workers answer SGLang's probes.
     let info = fetch(&bed.prefill_http, "GET", "/get_server_info", None, T).unwrap();
@@ -371,7 +373,9 @@ fn the_real_router_drives_kvsim_prefill_and_decode() {
 
 #[test]
 fn the_incident_leak_is_found_through_the_real_router() {
-    let Some(py) = router_python() else { return };
+    let Some(py) = router_python("the_incident_leak_is_found_through_the_real_router") else {
+        return;
+    };
     let bed = start_bed(&py, "incident", INCIDENT_SC, Some(BUGS), &[]);
     let (rc, out) = canary(&bed.router.url, &LEAK_LOAD);
     assert_eq!(rc, 1, "{out}");
@@ -386,7 +390,9 @@ fn the_incident_leak_is_found_through_the_real_router() {
 /// told prefill's status) with the audit clean.
 #[test]
 fn a_failed_half_is_retried_with_a_new_room() {
-    let Some(py) = router_python() else { return };
+    let Some(py) = router_python("a_failed_half_is_retried_with_a_new_room") else {
+        return;
+    };
     let bed = start_bed(&py, "retry", LOOPBACK, None, &["--worker-fail-first", "2"]);
     let r = fetch(
         &bed.router.url,
@@ -426,7 +432,9 @@ fn a_failed_half_is_retried_with_a_new_room() {
 /// prefill and decode node, behind the same router.
 #[test]
 fn one_process_serves_a_worker_per_node_behind_the_router() {
-    let Some(py) = router_python() else { return };
+    let Some(py) = router_python("one_process_serves_a_worker_per_node_behind_the_router") else {
+        return;
+    };
     let dir = tmp_in("router", "one");
     let traces = dir.join("traces");
     let _ = std::fs::remove_dir_all(&traces);

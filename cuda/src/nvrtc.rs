@@ -92,10 +92,17 @@ fn load_from(dir: &Path) -> Result<Vec<libloading::Library>, String> {
 
 /// Find and load NVRTC once per process; `Err` says why it is not available.
 pub fn ensure() -> Result<Found, String> {
+    ensure_in(None)
+}
+
+/// [`ensure`], looking first in `dir` when given (the tests' set-up names the pinned
+/// wheel's folder). The first call in a process decides; later calls get its answer.
+pub fn ensure_in(dir: Option<&Path>) -> Result<Found, String> {
     static FOUND: OnceLock<(Result<Found, String>, Vec<libloading::Library>)> = OnceLock::new();
     let (found, _libs) = FOUND.get_or_init(|| {
-        let dir = std::env::var_os("KVSIM_NVRTC_DIR")
-            .map(PathBuf::from)
+        let dir = dir
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("KVSIM_NVRTC_DIR").map(PathBuf::from))
             .or_else(wheel_dir);
         let mut libs = Vec::new();
         if let Some(dir) = &dir {

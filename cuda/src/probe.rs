@@ -30,26 +30,3 @@ pub fn cuda_device() -> Probe {
         Err(_) => Probe::Absent("the CUDA driver panicked while counting devices".into()),
     }
 }
-
-/// The device tests' first line: `None` (go on) with a device, else prints
-/// `SKIPPED: no CUDA driver/device (<reason>)` and returns the reason.
-pub fn skip_without_device(test: &str) -> Option<String> {
-    match cuda_device() {
-        Probe::Present { .. } => None,
-        Probe::Absent(reason) => {
-            visible(&format!(
-                "SKIPPED: no CUDA driver/device ({reason}) [{test}]"
-            ));
-            Some(reason)
-        }
-    }
-}
-
-/// Print a line past the test harness's output capture (which takes only `print!`),
-/// so `cargo test` shows every skip and its reason.
-pub fn visible(line: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    // A closed stdout is no reason to fail a test.
-    let _ = writeln!(out, "{line}");
-}

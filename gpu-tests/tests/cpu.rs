@@ -3,8 +3,9 @@
 //! kernel and the committed PTX, and property tests of the one kernel logic (HostGpu,
 //! which runs `gpu::layout`, against SymbolicGpu and against a naive tag check).
 //!
-//! Tests that need NVRTC print `SKIPPED: ...` where it is absent, unless
-//! `KVSIM_REQUIRE_NVRTC=1` (set by `.ci/run`), where they fail instead. No test here
+//! Tests that need NVRTC install its pinned wheel on first use and print `SKIPPED: ...`
+//! where it cannot be had, unless `KVSIM_REQUIRE_NVRTC=1` (set by `cargo xtask test`),
+//! where they fail instead. No test here
 //! touches a device. Every assertion can fail: each compares against an independent
 //! definition or a committed artifact.
 
@@ -17,16 +18,19 @@ use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey};
 use kvsim_gpu_tests::compare::{compare, Workload};
 use proptest::prelude::*;
 
-/// `Some(reason)` when NVRTC is absent and that is allowed here (the test then skips).
+/// `Some(reason)` when NVRTC is absent and that is allowed here (the test then skips,
+/// recorded for the run's closing list). The pinned wheel is installed on first use
+/// (kvsim-testenv); a failure under `KVSIM_REQUIRE_NVRTC=1` fails the test.
 fn nvrtc_skip(test: &str) -> Option<String> {
-    match nvrtc::ensure() {
+    let dir = kvsim_testenv::nvrtc_dir(test)?;
+    match nvrtc::ensure_in(Some(&dir)) {
         Ok(_) => None,
         Err(why) => {
-            assert!(
-                std::env::var("KVSIM_REQUIRE_NVRTC").as_deref() != Ok("1"),
-                "KVSIM_REQUIRE_NVRTC=1 but NVRTC is not available: {why}"
+            kvsim_testenv::skip(
+                test,
+                kvsim_testenv::Need::Nvrtc,
+                &format!("no NVRTC ({why})"),
             );
-            kvsim_cuda::probe::visible(&format!("SKIPPED: no NVRTC ({why}) [{test}]"));
             Some(why)
         }
     }

@@ -6,13 +6,16 @@
 //! anything.
 
 use kvsim_cuda::cuda::CudaDevice;
-use kvsim_cuda::probe::skip_without_device;
+use kvsim_cuda::probe::{cuda_device, Probe};
 use kvsim_engine::gpu::{ids, AttendRequest, Gpu, HostGpu, WriteTag};
 use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey, Token};
 use kvsim_gpu_tests::compare::{compare, Workload};
 
+/// The device, or `None` with the skip printed and recorded (expected on a machine
+/// with no CUDA driver or device: the CPU CI machine).
 fn device(test: &str) -> Option<CudaDevice> {
-    if skip_without_device(test).is_some() {
+    if let Probe::Absent(reason) = cuda_device() {
+        kvsim_testenv::skip_expected(test, &format!("no CUDA driver/device ({reason})"));
         return None;
     }
     match CudaDevice::open(0) {

@@ -177,31 +177,16 @@ impl Drop for Served {
     }
 }
 
-/// The Python that has the pinned client packages (`.ci/run` makes a virtual
-/// environment and names it in `KVSIM_PYTHON`), or `None` with why. Under
-/// `KVSIM_REQUIRE_PY_CLIENTS=1` (set by `.ci/run`) a missing one fails the test.
-pub fn python_with(module: &str) -> Option<String> {
-    let py = std::env::var("KVSIM_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&py)
-        .args(["-c", &format!("import {module}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        return Some(py);
-    }
-    let why = format!("`{py}` cannot import `{module}` (set KVSIM_PYTHON to a venv with it)");
-    assert!(
-        std::env::var("KVSIM_REQUIRE_PY_CLIENTS").as_deref() != Ok("1"),
-        "KVSIM_REQUIRE_PY_CLIENTS=1 but {why}"
-    );
-    eprintln!("SKIPPED: {why}");
-    None
+/// The Python that has the pinned client packages (the virtual environment under
+/// `target/pyclients`, made on first use by kvsim-testenv, or `KVSIM_PYTHON`), or
+/// `None` with the skip printed and recorded; under `KVSIM_REQUIRE_PY_CLIENTS=1` (set
+/// by `cargo xtask test`) a missing one fails the test.
+pub fn python_with(test: &str, module: &str) -> Option<String> {
+    kvsim_testenv::python(test, module).map(|p| p.display().to_string())
 }
 
-/// The Python with `sglang_router` (SGLang's router, `sglang-router==0.3.2`), or `None`
-/// (SKIPPED) where it is missing.
-pub fn router_python() -> Option<String> {
-    python_with("sglang_router")
+/// The Python with `sglang_router` (SGLang's router, pinned in kvsim-testenv), or
+/// `None` (SKIPPED) where it cannot be had.
+pub fn router_python(test: &str) -> Option<String> {
+    python_with(test, "sglang_router")
 }

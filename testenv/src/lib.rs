@@ -1,0 +1,76 @@
+//! What kvsim's tests need from the machine, in one place.
+//!
+//! A test that needs something outside Rust (a pinned Python client, NVRTC, network
+//! namespaces, a browser, mdBook) asks this crate for it. What can live under
+//! `target/` is installed on first use, pinned and idempotently ([`setup`]); what needs
+//! the system's package manager is installed by `cargo xtask setup` (as root). When a
+//! need cannot be met, the test calls [`skip`]: under the need's require variable (or
+//! `KVSIM_REQUIRE_ALL=1`, which `cargo xtask test` and CI set) that fails the test;
+//! otherwise the skip is printed past the harness's capture and recorded, and the run
+//! ends with the list of every skip and its reason ([`skips`]).
+//!
+//! Invariant: no test passes by skipping silently. Every early return for a missing
+//! need goes through [`skip`] or [`skip_expected`].
+
+pub mod pins;
+pub mod setup;
+pub mod skips;
+
+mod need;
+
+pub use need::{required, skip, skip_expected, visible, Need};
+
+use std::path::PathBuf;
+
+/// The workspace root (this crate lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.parent().map(PathBuf::from).unwrap_or(here)
+}
+
+/// Where set-up installs and skips are recorded: the workspace's `target/`, whatever
+/// `CARGO_TARGET_DIR` a build uses (the loom build has its own; the tools are shared).
+pub fn target_dir() -> PathBuf {
+    workspace_root().join("target")
+}
+
+/// The Python interpreter that has `module` importable (the pinned clients' virtual
+/// environment unless `KVSIM_PYTHON` names another), or the test skips: `None`, with
+/// the skip printed and recorded, or a failure under `KVSIM_REQUIRE_PY_CLIENTS=1`.
+pub fn python(test: &str, module: &str) -> Option<PathBuf> {
+    match setup::python_with(module) {
+        Ok(py) => Some(py),
+        Err(why) => {
+            skip(test, Need::PyClients, &why);
+            None
+        }
+    }
+}
+
+/// The folder that holds NVRTC's libraries (`KVSIM_NVRTC_DIR`, else the pinned wheel
+/// in the clients' environment, installed on first use), or the test skips.
+pub fn nvrtc_dir(test: &str) -> Option<PathBuf> {
+    match setup::nvrtc_dir() {
+        Ok(dir) => Some(dir),
+        Err(why) => {
+            skip(test, Need::Nvrtc, &why);
+            None
+        }
+    }
+}
+
+/// The path of `tool` on `PATH` when it answers `--version`, or the test skips with
+/// the package that provides it (installed by `cargo xtask setup` as root).
+pub fn tool(test: &str, need: Need, tool: &str) -> Option<PathBuf> {
+    match setup::which(tool) {
+        Some(p) => Some(p),
+        None => {
+            let why = format!(
+                "no `{tool}` on PATH (Debian package {}; `cargo xtask setup` installs it as root)",
+                setup::apt_package_of(tool)
+            );
+            skip(test, need, &why);
+            None
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The kinds of need, their require variables, and the one way a test skips.
+
+use crate::skips;
+
+/// Something a test needs from the machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// The pinned Python clients (`openai`, `sglang-router`, `requests`).
+    PyClients,
+    /// NVIDIA's runtime compiler, for the CUDA kernels' compile checks.
+    Nvrtc,
+    /// Root, `ip`, `tc` and `nft`: the namespace fault bed.
+    Netns,
+    /// Command-line tools from Debian's packages (`curl`, `jq`, `chromium`) and mdBook.
+    Tools,
+}
+
+impl Need {
+    /// The variable that turns this need's skip into a failure.
+    pub fn require_var(self) -> &'static str {
+        match self {
+            Need::PyClients => "KVSIM_REQUIRE_PY_CLIENTS",
+            Need::Nvrtc => "KVSIM_REQUIRE_NVRTC",
+            Need::Netns => "KVSIM_REQUIRE_NETNS",
+            Need::Tools => "KVSIM_REQUIRE_TOOLS",
+        }
+    }
+}
+
+/// Must this need be met here (its require variable, or `KVSIM_REQUIRE_ALL`, is 1)?
+pub fn required(need: Need) -> bool {
+    let set = |var: &str| std::env::var(var).as_deref() == Ok("1");
+    set("KVSIM_REQUIRE_ALL") || set(need.require_var())
+}
+
+/// The test `test` cannot run because `why`: fails under the need's require variable;
+/// otherwise prints `SKIPPED: <why> [<test>]` past the harness's capture and records
+/// it for the run's closing list.
+pub fn skip(test: &str, need: Need, why: &str) {
+    assert!(
+        !required(need),
+        "{}=1 (or KVSIM_REQUIRE_ALL=1) but {why} [{test}]",
+        need.require_var()
+    );
+    visible(&format!("SKIPPED: {why} [{test}]"));
+    skips::record(test, why, false);
+}
+
+/// The test `test` does not run on this machine by design (no CUDA device on a CPU
+/// machine): printed and recorded like [`skip`], marked expected, never a failure.
+/// Callers that must insist on a device check `KVSIM_EXPECT_NO_GPU` themselves.
+pub fn skip_expected(test: &str, why: &str) {
+    visible(&format!("SKIPPED: {why} [{test}]"));
+    skips::record(test, why, true);
+}
+
+/// Print a line past the test harness's output capture (which takes only `print!`),
+/// so `cargo test` shows it whether or not the test passes.
+pub fn visible(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    // A closed stdout is no reason to fail a test.
+    let _ = writeln!(out, "{line}");
+}

@@ -1,0 +1,135 @@
+//! `cargo xtask setup | test | book`: the README's test command and its set-up.
+//!
+//! - `setup`: installs what the tests need, pinned and idempotently (Debian's packages
+//!   as root; the Python clients and NVRTC in `target/pyclients`; mdBook in
+//!   `target/tools`). Prints what it could not install and why.
+//! - `test [ARGS]`: `setup`, then `cargo test --workspace ARGS` with every require
+//!   variable set (the namespace bed's only as root, since it needs root), so a
+//!   missing piece fails instead of skipping; prints last every skipped test and why.
+//! - `book`: builds the guide (`docs/`, mdBook) into `target/book` and checks its links.
+
+use anyhow::{bail, Context, Result};
+use kvsim_testenv::{setup, skips, workspace_root};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+fn main() -> Result<ExitCode> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("setup") => setup_all().map(|_| ExitCode::SUCCESS),
+        Some("test") => test(&args[1..]),
+        Some("book") => book().map(|()| ExitCode::SUCCESS),
+        _ => {
+            eprintln!("usage: cargo xtask setup | test [CARGO TEST ARGS] | book");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+/// What set-up found or installed, for the test run's environment.
+struct Installed {
+    python: Option<PathBuf>,
+    nvrtc: Option<PathBuf>,
+    root: bool,
+}
+
+/// Install everything; report each piece. Failures are printed, not fatal: the tests
+/// then fail naming the missing piece.
+fn setup_all() -> Result<Installed> {
+    let root = setup::is_root();
+    println!("== set-up (pinned; see testenv/src/pins.rs)");
+    report(
+        "Debian packages",
+        setup::system().map(|()| "present".to_string()),
+    );
+    let python = report(
+        "Python clients (target/pyclients)",
+        setup::python_clients().map(show),
+    );
+    let nvrtc = report("NVRTC wheel", setup::nvrtc_dir().map(show));
+    report("mdBook (target/tools)", setup::mdbook().map(show));
+    if !root {
+        println!(
+            "   (not root: the namespace fault bed cannot run and its tests will say SKIPPED)"
+        );
+    }
+    Ok(Installed {
+        python: python.map(PathBuf::from),
+        nvrtc: nvrtc.map(PathBuf::from),
+        root,
+    })
+}
+
+fn show(p: PathBuf) -> String {
+    p.display().to_string()
+}
+
+fn report(what: &str, r: Result<String, String>) -> Option<String> {
+    match r {
+        Ok(v) => {
+            println!("   {what}: {v}");
+            Some(v)
+        }
+        Err(why) => {
+            println!("   {what}: NOT INSTALLED: {why}");
+            None
+        }
+    }
+}
+
+/// `cargo test --workspace` with the require variables, then the skip list.
+fn test(extra: &[String]) -> Result<ExitCode> {
+    let installed = setup_all()?;
+    let run = format!("xtask-{}", std::process::id());
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(workspace_root())
+        .args(["test", "--workspace"])
+        .args(extra)
+        .env("KVSIM_SKIP_RUN", &run)
+        .env("KVSIM_REQUIRE_PY_CLIENTS", "1")
+        .env("KVSIM_REQUIRE_NVRTC", "1")
+        .env("KVSIM_REQUIRE_TOOLS", "1");
+    if installed.root {
+        cmd.env("KVSIM_REQUIRE_NETNS", "1");
+    }
+    if let Some(py) = &installed.python {
+        cmd.env("KVSIM_PYTHON", py);
+    }
+    if let Some(dir) = &installed.nvrtc {
+        cmd.env("KVSIM_NVRTC_DIR", dir);
+    }
+    println!("== cargo test --workspace {}", extra.join(" "));
+    let status = cmd.status().context("running cargo test")?;
+    print!("{}", skips::render(&skips::list(&run)));
+    let _ = std::fs::remove_dir_all(skips::run_dir(&run));
+    Ok(match status.success() {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::FAILURE,
+    })
+}
+
+/// Check the guide's links, then build it with mdBook into `target/book`.
+fn book() -> Result<()> {
+    let root = workspace_root();
+    let broken = xtask::links::check(&root);
+    for b in &broken {
+        eprintln!("broken link: {b}");
+    }
+    if !broken.is_empty() {
+        bail!("{} broken link(s) in the guide", broken.len());
+    }
+    let mdbook = setup::mdbook().map_err(anyhow::Error::msg)?;
+    let status = Command::new(&mdbook)
+        .arg("build")
+        .arg(root.join("docs"))
+        .status()
+        .with_context(|| format!("running {}", mdbook.display()))?;
+    if !status.success() {
+        bail!("mdbook build failed ({status})");
+    }
+    println!(
+        "the guide: {}",
+        root.join("target/book/index.html").display()
+    );
+    Ok(())
+}
