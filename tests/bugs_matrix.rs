@@ -1,6 +1,6 @@
 //! The bug-detection matrix as tests: every historical bug switch is caught, the
 //! defended engine is not flagged, within budgets small enough for the default
-//! `cargo test`. The full budgets are `kvsim bugs` (see README).
+//! `cargo test`. The full budgets are `kvsim bugs` (see docs/guide/find-a-bug.md).
 
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_lab::matrix::{self, Budget};
