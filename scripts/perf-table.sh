@@ -22,7 +22,9 @@
 #               run, the test, bench and loom builds are still made by cargo as needed).
 #
 # Environment: PERF_OUT (where raw outputs go), PY (python with sglang_router for the
-# real-router rows, as scripts/bench-http.sh). Nothing here asserts a time; a row whose
+# real-router rows, as scripts/bench-http.sh), KV (the kvsim binary, default
+# target/release/kvsim; scripts/bench-serve.sh always runs that one). Nothing here
+# asserts a time; a row whose
 # figure cannot be read from its command's output says `n/a (why)` and the run goes on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +35,7 @@ for a in "$@"; do
     case $a in
         --quick) QUICK=1 ;;
         --no-build) BUILD=0 ;;
-        -h | --help) sed -n '2,26p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "unknown argument: $a (see --help)" >&2; exit 2 ;;
     esac
 done
