@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Figures for docs/PERFORMANCE.md ("The HTTP front"): on one `kvsim serve --http`
+# Figures for docs/PERFORMANCE.md (its table; history: docs/PERFORMANCE-LOG.md, "The HTTP
+# front ..."): on one `kvsim serve --http`
 # server, requests/s and p50/p99 latency at concurrency 1, 8 and 64 of the line
 # endpoint (`bench-client`) and of the HTTP front over kept-alive connections
 # (`bench-http`), and the time to the first token's event of a stream; then the same

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Figures for docs/PERFORMANCE.md ("kvsim serve"): requests/s and p50/p99 latency of
+# Figures for docs/PERFORMANCE.md (its table; history: docs/PERFORMANCE-LOG.md, "`kvsim
+# serve` over loopback"): requests/s and p50/p99 latency of
 # `kvsim serve` over loopback at concurrency 1, 8 and 64, for tags on/off, tracing
 # on/off, and one process vs one process per node. Needs a release build:
 #   cargo build --release && scripts/bench-serve.sh [--gpu host|symbolic]

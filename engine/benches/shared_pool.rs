@@ -5,7 +5,7 @@
 //! single-threaded `PagePool` is measured beside it as the floor (no atomics). This is
 //! not a correctness test (the loom models and proptests are); it only times. Threads
 //! and clock reads live here, never in the engine. Results and the machine they were
-//! taken on: docs/PERFORMANCE.md (section "kv::shared").
+//! taken on: docs/PERFORMANCE-LOG.md (section "kv::shared").
 
 // A benchmark measures wall time and runs threads: the purity rules of engine/clippy.toml
 // bind the engine's library code, not its benches.

@@ -9,7 +9,7 @@
 //! attention of the model reads one page per request and query, while the check reads
 //! the tag of every page of the request: the ratio below is therefore an upper bound on
 //! what the check costs next to real attention, which reads every page. Results and
-//! the machine: docs/PERFORMANCE.md (section "The read-time tag check").
+//! the machine: docs/PERFORMANCE-LOG.md (section "The read-time tag check").
 
 // A benchmark measures wall time: the purity rules of engine/clippy.toml bind the
 // engine's library code, not its benches.

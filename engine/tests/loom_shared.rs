@@ -19,7 +19,7 @@
 //! at N, `KVSIM_LOOM_PREEMPTIONS=none` explores every model unbounded (hours). Each model
 //! pins the number of interleavings it explores at the default bounds, so a change to the
 //! record's synchronisation shows up as a changed count to review. See
-//! docs/PERFORMANCE.md (section "kv::shared") for the commands and their running times.
+//! docs/PERFORMANCE-LOG.md (section "kv::shared") for the commands and their running times.
 #![cfg(loom)]
 
 use kvsim_engine::gpu::{DeviceError, Gpu, KvPayload, WriteError, WriteTag};
@@ -66,8 +66,8 @@ fn builder(default: Option<usize>) -> (loom::model::Builder, bool) {
 }
 
 /// Run `model` over every interleaving within its bound, print how many loom explored
-/// (the figure docs/PERFORMANCE.md (section "kv::shared") records), and at the default bound require
-/// the pinned count.
+/// (the figure docs/PERFORMANCE-LOG.md (section "kv::shared") records), and at the
+/// default bound require the pinned count.
 fn check(
     name: &str,
     default: Option<usize>,

@@ -4,7 +4,7 @@
 //! then be explained and the pin updated in the same commit.
 //!
 //! The full standard models run behind `#[ignore]`:
-//! `cargo test --release -p kvsim-models -- --ignored` (see docs/PERFORMANCE.md, "Model checker performance").
+//! `cargo test --release -p kvsim-models -- --ignored` (see docs/PERFORMANCE-LOG.md, "Model checker performance").
 
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::config::Defenses;

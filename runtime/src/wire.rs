@@ -10,7 +10,7 @@
 //! the connection with an error naming the reason. JSON was the first encoding (about
 //! 6% of a plain TCP copy), then bincode 1.3 (replaced: a RustSec advisory), then
 //! postcard for whole frames (a KV word took one to five bytes); figures in
-//! docs/PERFORMANCE.md. A hostile length prefix inside a head cannot make the reader
+//! docs/PERFORMANCE-LOG.md. A hostile length prefix inside a head cannot make the reader
 //! allocate much past the head: postcard reads every byte from the head itself, and
 //! serde preallocates at most 1 MiB for a sequence whatever length it claims.
 
