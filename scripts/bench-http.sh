@@ -65,6 +65,9 @@ sleep 1
     --prefill "http://127.0.0.1:$ph" "$boot" --decode "http://127.0.0.1:$dh" --policy round_robin \
     --prometheus-host 127.0.0.1 --prometheus-port "$mp" > "$TMP/router.log" 2>&1 &
 for _ in $(seq 100); do curl -s "127.0.0.1:$rp/workers" | grep -q '"decode_count":1' && break; sleep 0.1; done
+# The router (0.3.2) leaves Nagle on for its clients' sockets: a stream on a kept-alive
+# connection waits for the client's delayed ACK, about 40 ms a request (the router's, see
+# docs/PERFORMANCE-LOG.md, "The 48 ms stream through the router: cause").
 for c in 1 8 64; do
     printf '%-22s ' "real router (PD)"; "$KV" bench-http "http://127.0.0.1:$rp" --concurrency "$c" --requests "$(N $c)" --prompt-len 64 --max-new-tokens 4
     printf '%-22s ' "real router, stream"; "$KV" bench-http "http://127.0.0.1:$rp" --concurrency "$c" --requests "$(N $c)" --prompt-len 64 --max-new-tokens 4 --stream
