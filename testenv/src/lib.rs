@@ -18,7 +18,7 @@ pub mod skips;
 
 mod need;
 
-pub use need::{required, skip, skip_expected, visible, Need};
+pub use need::{required, required_by, skip, skip_expected, visible, Need};
 
 use std::path::PathBuf;
 

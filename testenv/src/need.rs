@@ -29,7 +29,12 @@ impl Need {
 
 /// Must this need be met here (its require variable, or `KVSIM_REQUIRE_ALL`, is 1)?
 pub fn required(need: Need) -> bool {
-    let set = |var: &str| std::env::var(var).as_deref() == Ok("1");
+    required_by(need, |var| std::env::var(var).ok())
+}
+
+/// [`required`] over any environment (`var` looks a variable up).
+pub fn required_by(need: Need, var: impl Fn(&str) -> Option<String>) -> bool {
+    let set = |name: &str| var(name).as_deref() == Some("1");
     set("KVSIM_REQUIRE_ALL") || set(need.require_var())
 }
 
@@ -61,4 +66,36 @@ pub fn visible(line: &str) {
     let mut out = std::io::stdout().lock();
     // A closed stdout is no reason to fail a test.
     let _ = writeln!(out, "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn a_need_is_required_by_its_variable_or_by_all() {
+        assert!(!required_by(Need::Netns, env(&[])));
+        assert!(required_by(
+            Need::Netns,
+            env(&[("KVSIM_REQUIRE_NETNS", "1")])
+        ));
+        assert!(!required_by(
+            Need::Netns,
+            env(&[("KVSIM_REQUIRE_NVRTC", "1")])
+        ));
+        assert!(!required_by(
+            Need::Netns,
+            env(&[("KVSIM_REQUIRE_NETNS", "0")])
+        ));
+        assert!(required_by(Need::Tools, env(&[("KVSIM_REQUIRE_ALL", "1")])));
+    }
 }
