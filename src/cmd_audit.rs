@@ -20,12 +20,22 @@ pub struct AuditArgs {
     /// Write the findings as JSON to this file.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Write the run's timeline to FILE as one self-contained HTML page: a lane per
+    /// node and tenant, messages and KV writes as arrows, each room use's pages, the
+    /// audit's first violation marked in red, detections in amber. A long trace is
+    /// drawn around its first violation (at most 3,000 entries; the page says which);
+    /// the trace files are read a second time for it (docs/guide/timeline.md).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
 }
 
 /// Exit 0: no invariant violated (detections are printed, they are not failures);
 /// 1: a violation; 2: a trace that cannot be used (the error names the file, the line
 /// and the field).
 pub fn run(a: &AuditArgs) -> Result<ExitCode> {
+    if a.html.is_some() && a.traces.iter().any(|p| p.to_str() == Some("-")) {
+        anyhow::bail!("--html reads the traces a second time: give files, not standard input");
+    }
     let opts = AuditOptions {
         causal: !a.no_causal,
         max_findings_explained: a.explain,
@@ -44,6 +54,23 @@ pub fn run(a: &AuditArgs) -> Result<ExitCode> {
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&report.findings)?;
         std::fs::write(path, text)?;
+    }
+    if let Some(file) = &a.html {
+        use kvsim_oracle::timeline::{focus_point, Timeline, DEFAULT_MAX_ENTRIES};
+        let focus = focus_point(&report.findings);
+        let (header, entries, first) =
+            kvsim_oracle::audit::timeline_window(&a.traces, focus, DEFAULT_MAX_ENTRIES)
+                .map_err(|e| anyhow::anyhow!("--html: reading the traces again: {e}"))?;
+        let names: Vec<String> = a.traces.iter().map(|p| p.display().to_string()).collect();
+        let mut t = Timeline::new(
+            &header,
+            &entries,
+            &report.findings,
+            format!("kvsim audit {}", names.join(" ")),
+        );
+        t.first = first;
+        t.total = report.entries + 1;
+        println!("{}", crate::html::write(file, &t)?);
     }
     Ok(if report.violated() {
         ExitCode::from(1)

@@ -62,6 +62,14 @@ pub struct CheckArgs {
     /// the ratio of this model's rate to it.
     #[arg(long = "vs-2pc")]
     pub vs_2pc: bool,
+    /// Write the first counterexample's timeline to FILE as one self-contained HTML
+    /// page: the counterexample replayed through the simulator's nodes and oracle, a
+    /// lane per node and the client's tenant, messages and KV writes as arrows, each
+    /// room use's pages, the first violation marked in red. Its axis counts schedule
+    /// steps (the model has no clock). Nothing is written when no property fails
+    /// (docs/guide/timeline.md).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<std::path::PathBuf>,
 }
 
 /// The most checker threads `check` starts.
@@ -79,6 +87,53 @@ fn validate(args: &CheckArgs) -> Result<()> {
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
+    if args.html.is_some() && (args.model == "all" || args.explore.is_some()) {
+        bail!("--html draws one model's counterexample: name one model with --model, without --explore");
+    }
+    Ok(())
+}
+
+/// `--html FILE`: the first counterexample's timeline, from its replay through the
+/// simulator's nodes and oracle.
+fn write_html(report: &CheckReport, args: &CheckArgs, file: &std::path::Path) -> Result<()> {
+    let Some(c) = report.counterexamples.first() else {
+        println!(
+            "timeline: no counterexample, so no timeline: {} not written",
+            file.display()
+        );
+        return Ok(());
+    };
+    let r = match &c.replay {
+        Ok(r) => r,
+        Err(e) => bail!(
+            "--html: the counterexample's replay through the simulator failed ({e}): no timeline to draw"
+        ),
+    };
+    let mut header = r.header.clone();
+    header.scenario = Some(format!("model {}", report.spec.name));
+    let mut cmd = format!("kvsim check --model {}", args.model);
+    if let Some(b) = &args.bugs {
+        cmd.push_str(&format!(" --bugs {b}"));
+    }
+    let mut t = kvsim_oracle::timeline::Timeline::new(&header, &r.trace, &r.findings, cmd);
+    t.notes = vec![
+        format!(
+            "counterexample for \"{}\" ({} steps), replayed through the simulator's nodes and oracle; the axis counts the schedule's steps",
+            c.property,
+            c.steps.len()
+        ),
+        format!(
+            "schedule: {}",
+            c.schedule
+                .0
+                .iter()
+                .enumerate()
+                .map(|(i, s)| format!("{}. {s}", i + 1))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    ];
+    println!("{}", crate::html::write(file, &t)?);
     Ok(())
 }
 
@@ -108,7 +163,11 @@ pub fn run(args: &CheckArgs) -> Result<ExitCode> {
         return explore(spec, addr, args.threads);
     }
     let report = median_run(&spec, args)?;
-    Ok(verdict(&report, args.quiet))
+    let code = verdict(&report, args.quiet);
+    if let Some(file) = &args.html {
+        write_html(&report, args, file)?;
+    }
+    Ok(code)
 }
 
 /// `--model all`: the standard models one after another; exit 1 if any fails.

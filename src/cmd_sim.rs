@@ -92,6 +92,12 @@ pub struct ReplayArgs {
     /// Run twice and compare the traces.
     #[arg(long)]
     pub check_determinism: bool,
+    /// Write the run's timeline to FILE as one self-contained HTML page: a lane per
+    /// node and per tenant, messages and KV writes as arrows, faults, each room use's
+    /// pages over time, the first violation marked in red (detections in amber).
+    /// With `--shrink`, the shrunk run's. Open it in any browser (docs/guide/timeline.md).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Print only the report, not the full trace (the default with `--shrink`).
     #[arg(long, conflicts_with = "full_trace")]
     pub brief: bool,
@@ -375,6 +381,27 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
             out.trace.len(),
             j.display()
         );
+    }
+    if let Some(file) = &a.html {
+        let (out, notes) = match &shrunk {
+            Some(s) => (
+                &s.outcome,
+                vec![format!(
+                    "the shrunk run of seed {}: {}",
+                    a.seed,
+                    s.summary()
+                )],
+            ),
+            None => (&r.outcome, Vec::new()),
+        };
+        let mut t = kvsim_oracle::timeline::Timeline::new(
+            &out.header,
+            &out.trace,
+            &out.findings,
+            report::replay_command(&path, out),
+        );
+        t.notes = notes;
+        println!("{}", crate::html::write(file, &t)?);
     }
     let clean = r.outcome.clean() && r.deterministic != Some(false) && shrunk.is_none();
     Ok(verdict(clean))

@@ -23,10 +23,10 @@ use kvsim_engine::ids::{NodeId, TenantId};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::Msg;
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{Altered, DataFault, WriteFailure};
+use kvsim_engine::world::{Altered, DataFault, DropReason, WriteFailure};
 use kvsim_engine::Timer;
 use kvsim_oracle::render::describe_event;
-use kvsim_oracle::schema::{ClockKind, EndOutcome, Entry, FaultEvent, Record, RunHeader};
+use kvsim_oracle::schema::{ClockKind, EndOutcome, Entry, FaultEvent, MsgView, Record, RunHeader};
 use kvsim_oracle::{Finding, Oracle};
 
 /// A step the replayer cannot apply.
@@ -57,6 +57,12 @@ pub struct ReplayOutcome {
     pub log: Vec<String>,
     /// Nothing was in flight and no timer pending at the end (liveness was checked).
     pub quiescent: bool,
+    /// The trace of the forced run (`docs/TRACE.md`): its header and every record the
+    /// oracle judged, plus the sends, deliveries and losses of messages (which the
+    /// oracle does not judge) for people and timelines. Its clock never moves (`at_ns`
+    /// is 0); `seq` is the schedule's step.
+    pub header: RunHeader,
+    pub trace: Vec<Entry>,
 }
 
 /// How a message in flight is delivered.
@@ -91,11 +97,24 @@ struct Replayer<'a> {
     oracle: Oracle,
     log: Vec<String>,
     step: u64,
+    trace: Vec<Entry>,
 }
 
 impl Replayer<'_> {
     fn record(&mut self, rec: Record) {
-        self.oracle.observe(&Entry {
+        let e = Entry {
+            at_ns: 0,
+            seq: self.step,
+            rec,
+        };
+        self.oracle.observe(&e);
+        self.trace.push(e);
+    }
+
+    /// A record the oracle does not judge (a message sent, delivered or lost), kept in
+    /// the trace for the timeline.
+    fn note(&mut self, rec: Record) {
+        self.trace.push(Entry {
             at_ns: 0,
             seq: self.step,
             rec,
@@ -107,7 +126,7 @@ impl Replayer<'_> {
     /// restart a node asked for.
     fn log_and_judge(&mut self, mark: Mark) {
         let mut restart = None;
-        let mut events: Vec<TraceEvent> = Vec::new();
+        let mut records: Vec<(bool, Record)> = Vec::new();
         for happened in self.h.happened_since(mark) {
             match happened {
                 Happened::Event(_, ev) => {
@@ -117,9 +136,10 @@ impl Replayer<'_> {
                             restart = Some(*node);
                         }
                     }
-                    events.push(ev.clone());
+                    records.push((true, Record::Engine(ev.clone())));
                 }
                 Happened::Sent(sent) => {
+                    records.push((false, sent_record(sent.from, sent.to, &sent.msg)));
                     if let (
                         CLIENT,
                         Msg::Response {
@@ -142,8 +162,12 @@ impl Replayer<'_> {
                 }
             }
         }
-        for ev in events {
-            self.record(Record::Engine(ev));
+        for (judged, rec) in records {
+            if judged {
+                self.record(rec);
+            } else {
+                self.note(rec);
+            }
         }
         if let Some(n) = restart {
             self.crash(n).ok();
@@ -171,9 +195,19 @@ impl Replayer<'_> {
                     ));
                     self.record(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
                 }
+                self.note(Record::Deliver {
+                    from,
+                    to,
+                    msg: MsgView::of(msg),
+                });
                 self.log_and_judge(mark);
             }
-            Delivered::Dropped(_) => {}
+            Delivered::Dropped(reason) => self.note(Record::Drop {
+                from,
+                to,
+                msg: MsgView::of(msg),
+                reason,
+            }),
             Delivered::Failed(reason) => {
                 if let Some(write) = msg.write_id() {
                     self.log.push(format!(
@@ -259,6 +293,12 @@ impl Replayer<'_> {
 
     /// A client's message, handed to the router at once.
     fn client_sends(&mut self, msg: Msg<SymbolicPage>) -> Result<(), Refused> {
+        self.note(sent_record(CLIENT, ROUTER, &msg));
+        self.note(Record::Deliver {
+            from: CLIENT,
+            to: ROUTER,
+            msg: MsgView::of(&msg),
+        });
         let mark = self.h.mark();
         self.h.inject(CLIENT, ROUTER, msg)?;
         self.log_and_judge(mark);
@@ -381,7 +421,14 @@ impl Replayer<'_> {
                 self.deliver(i, Landing::AsSent)?;
             }
             MessageStep::Lose => {
+                let f = self.h.in_flight()[i].clone();
                 self.h.drop_flight(i)?;
+                self.note(Record::Drop {
+                    from: f.from,
+                    to: f.to,
+                    msg: MsgView::of(&f.msg),
+                    reason: DropReason::Lost,
+                });
             }
             MessageStep::FailWrite => {
                 if !is_write {
@@ -393,6 +440,17 @@ impl Replayer<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The trace record of a message sent (due at once: the model has no clock).
+fn sent_record(from: NodeId, to: NodeId, msg: &Msg<SymbolicPage>) -> Record {
+    Record::Send {
+        from,
+        to,
+        msg: MsgView::of(msg),
+        deliver_at_ns: 0,
+        duplicate: false,
     }
 }
 
@@ -411,9 +469,10 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
         spec,
         h,
         stale: Vec::new(),
-        oracle: Oracle::new(header),
+        oracle: Oracle::new(header.clone()),
         log: Vec::new(),
         step: 0,
+        trace: Vec::new(),
     };
     for (index, step) in schedule.0.iter().enumerate() {
         r.step = index as u64 + 1;
@@ -451,5 +510,7 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
         findings,
         log: r.log,
         quiescent,
+        header,
+        trace: r.trace,
     })
 }

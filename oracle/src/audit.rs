@@ -317,6 +317,27 @@ fn next_entry(s: &mut Source, bytes: &mut u64) -> Result<Option<Entry>, AuditErr
     }
 }
 
+/// The entries of trace files merged as the audit reads them, at most `max` of them
+/// around `focus` (the first violation's time and step: [`crate::timeline::window`]),
+/// for the timeline: the header, the entries kept and the position of the first one.
+/// A second pass over the files, stopped once the window is full.
+pub fn timeline_window(
+    paths: &[PathBuf],
+    focus: Option<(u64, u64)>,
+    max: usize,
+) -> Result<(RunHeader, Vec<Entry>, u64), AuditError> {
+    let mut bytes = 0u64;
+    let (header, mut sources) = open_all(paths, &mut bytes)?;
+    let mut keep = crate::timeline::Collector::new(max, focus);
+    let (_, end) = merged(&mut sources, &mut bytes, |_, e| keep.push(e))?;
+    let first = keep.first;
+    let mut entries = keep.into_entries();
+    if matches!(end.rec, Record::End { .. }) && entries.len() < max {
+        entries.push(end);
+    }
+    Ok((header, entries, first))
+}
+
 /// Audit traces given as readers (named for errors): the same single pass as
 /// [`audit`], without the causal traces (those need to read the input again).
 pub fn audit_readers(inputs: Vec<(String, Box<dyn Read>)>) -> Result<AuditReport, AuditError> {

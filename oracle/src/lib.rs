@@ -9,7 +9,7 @@
 //! [`oracle::Oracle`] adds times, evidence and de-duplication for reports; [`audit`]
 //! reads trace files (one, or one per node, merged by time) in one streaming pass;
 //! [`render`] prints entries, findings and causal traces the way every kvsim command
-//! does.
+//! does; [`timeline`] draws them as one HTML page.
 
 pub mod audit;
 pub mod canary;
@@ -21,6 +21,7 @@ pub mod oracle_state;
 pub mod render;
 pub mod schema;
 pub mod shared;
+pub mod timeline;
 
 pub use oracle::{fails, Finding, Leak, Oracle};
 pub use oracle_state::{Draft, OracleState};
