@@ -42,11 +42,18 @@ fn replay_html(name: &str, bugs: Option<&str>) -> (PathBuf, String, Option<i32>)
 /// Run Chromium headless on `page` with `extra` arguments (a fresh profile, no
 /// network, a virtual time budget for the page's script), killed after
 /// [`BROWSER_WAIT`]; its standard output.
+/// Each call gets its own profile and output file (tests run in parallel), and one
+/// browser runs at a time (two headless Chromiums on a loaded 2-core machine make
+/// each other's virtual time budget unreliable).
 fn chromium(browser: &Path, page: &Path, extra: &[String]) -> String {
-    let profile = tmp_in("timeline", &format!("profile-{}", extra.len()));
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profile = tmp_in("timeline", &format!("profile-{call}"));
     let _ = std::fs::remove_dir_all(&profile);
     std::fs::create_dir_all(&profile).unwrap();
-    let stdout = tmp_in("timeline", &format!("stdout-{}.txt", extra.len()));
+    let stdout = tmp_in("timeline", &format!("stdout-{call}.txt"));
     let mut child = Command::new(browser)
         .args([
             "--headless",
