@@ -402,7 +402,7 @@ http_front() {
     add_row "SGLang's router (PD mode) in front of kvsim workers, JSON: req/s, p50 / p99" \
         "${v:-${skip:+n/a ($skip)}}" "$c"
     v=$(per_c "$f" "real router, stream" first)
-    add_row "SGLang's router (PD mode), streamed: first event (open: a flat 48 ms)" \
+    add_row "SGLang's router (PD mode), streamed: first event (the router's Nagle on kept-alive connections)" \
         "${v:-${skip:+n/a ($skip)}}" "$c"
 }
 
