@@ -18,6 +18,11 @@
 #               build, then the tests), the criterion benches (about 2 minutes), the
 #               serve/HTTP benches (about 5 minutes, 2 of them the real router's
 #               48 ms streams) and the KV path (about 2 minutes); the rest is seconds.
+#   --only "S..."  run just these sections of the full run (names as in the list at the
+#               end: incident suite sweeps check_rows rss_row sweep_10k other_sweeps
+#               check_all audit_file audit_pipe sweep_audit kv_path serve_loopback
+#               http_front invariants_cost bugs_full criterion loom tests), e.g. to
+#               finish a run that was cut.
 #   --no-build  use the binaries already built (target/release/kvsim and, in the full
 #               run, the test, bench and loom builds are still made by cargo as needed).
 #
@@ -31,11 +36,15 @@ cd "$(dirname "$0")/.."
 
 QUICK=0
 BUILD=1
-for a in "$@"; do
+ONLY=
+while [ $# -gt 0 ]; do
+    a=$1
+    shift
     case $a in
         --quick) QUICK=1 ;;
         --no-build) BUILD=0 ;;
-        -h | --help) sed -n '2,28p' "$0"; exit 0 ;;
+        --only) ONLY=${1:?--only needs a list of sections}; shift ;;
+        -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
         *) echo "unknown argument: $a (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -521,7 +530,11 @@ if [ ! -x "$KV" ]; then
     echo "no $KV: build it (cargo build --release --bin kvsim) or drop --no-build" >&2
     exit 2
 fi
-section() { "$@" || say "!! $1: a step failed; its rows say n/a"; }
+# section NAME ARGS...: one group of rows (with --only, just the named groups).
+section() {
+    case " $ONLY " in "  " | *" $1 "*) ;; *) return 0 ;; esac
+    "$@" || say "!! $1: a step failed; its rows say n/a"
+}
 
 section incident
 section suite
