@@ -225,25 +225,41 @@ impl PagePool {
     }
 
     fn log(&mut self, change: PageChange) {
+        if self.journal.on {
+            self.journal.changes.push(change);
+        }
+    }
+
+    /// Journal a hold. Holds come one page at a time: a run of them is one change,
+    /// extended in place (no list is built when the journal is off or the run goes on).
+    fn log_held(&mut self, tag: PageTag) {
         if !self.journal.on {
             return;
         }
-        // Holds and unholds come one page at a time: merge runs of them.
-        match (self.journal.changes.last_mut(), change) {
-            (Some(PageChange::Held { pages }), PageChange::Held { pages: more }) => {
-                pages.extend(more)
+        match self.journal.changes.last_mut() {
+            Some(PageChange::Held { pages }) => pages.push(tag),
+            _ => self
+                .journal
+                .changes
+                .push(PageChange::Held { pages: vec![tag] }),
+        }
+    }
+
+    /// Journal an unhold (and the page it freed, if any), merged into a run as
+    /// [`PagePool::log_held`] does.
+    fn log_unheld(&mut self, tag: PageTag, freed: Option<PageTag>) {
+        if !self.journal.on {
+            return;
+        }
+        match self.journal.changes.last_mut() {
+            Some(PageChange::Unheld { pages, freed: f }) => {
+                pages.push(tag);
+                f.extend(freed);
             }
-            (
-                Some(PageChange::Unheld { pages, freed }),
-                PageChange::Unheld {
-                    pages: more,
-                    freed: more_freed,
-                },
-            ) => {
-                pages.extend(more);
-                freed.extend(more_freed);
-            }
-            (_, change) => self.journal.changes.push(change),
+            _ => self.journal.changes.push(PageChange::Unheld {
+                pages: vec![tag],
+                freed: freed.into_iter().collect(),
+            }),
         }
     }
 
@@ -492,7 +508,7 @@ impl PagePool {
             .expect("holder count bounded by in-flight limit");
         debug_assert!(rec.holders >= 1 && rec.gen == tag.gen);
         debug_assert_ne!(rec.state, PageState::Free, "a held page is never free");
-        self.log(PageChange::Held { pages: vec![tag] });
+        self.log_held(tag);
         Ok(())
     }
 
@@ -503,7 +519,7 @@ impl PagePool {
             return Err(PoolError::NotHeld { tag });
         }
         rec.holders -= 1;
-        let mut freed = Vec::new();
+        let mut freed = None;
         if rec.holders == 0 && rec.state == PageState::Draining {
             rec.state = transition(rec.state, PageOp::LastHolderGone).map_err(|source| {
                 PoolError::Illegal {
@@ -512,17 +528,14 @@ impl PagePool {
                 }
             })?;
             self.free.push(tag.page);
-            freed.push(tag);
+            freed = Some(tag);
         }
-        debug_assert!(freed.is_empty() || self.free.last() == Some(&tag.page));
+        debug_assert!(freed.is_none() || self.free.last() == Some(&tag.page));
         debug_assert!(
             self.free.len() <= self.capacity(),
             "the free list is a set of pages"
         );
-        self.log(PageChange::Unheld {
-            pages: vec![tag],
-            freed,
-        });
+        self.log_unheld(tag, freed);
         Ok(())
     }
 
