@@ -32,7 +32,7 @@ fn pool(requests: u32, pages_each: u32) -> (HostGpu, Vec<(RoomKey, Vec<PageTag>)
         let room = RoomKey::new(r, 1);
         let tags: Vec<PageTag> = (0..pages_each)
             .map(|i| PageTag {
-                page: PageId(r * pages_each + i),
+                page: PageId(r * pages_each + i + 1),
                 gen: Generation(1),
             })
             .collect();
