@@ -699,7 +699,7 @@ pub fn render(t: &Timeline) -> String {
         "<title>{}</title>",
         esc(&format!("kvsim timeline: {}", t.title))
     );
-    let _ = writeln!(html, "<style>{CSS}</style>\n</head>\n<body>");
+    let _ = writeln!(html, "<style>\n{CSS}</style>\n</head>\n<body>");
     header_html(&p, &mut html, (range.start, range.end), arrows, markers);
     let _ = write!(
         html,
@@ -715,7 +715,7 @@ pub fn render(t: &Timeline) -> String {
         r#"<script type="application/json" id="kvsim-data">{}</script>"#,
         data_json(&p, (range.start, range.end))
     );
-    let _ = writeln!(html, "<script>{JS}</script>\n</body>\n</html>");
+    let _ = writeln!(html, "<script>\n{JS}</script>\n</body>\n</html>");
     html
 }
 
@@ -1374,94 +1374,9 @@ fn data_json(p: &Picture, (from, to): (usize, usize)) -> String {
 
 const LEGEND: &str = r#"<p class="legend"><span class="k msg">→ message</span> <span class="k kv">⇒ KV write</span> <span class="k dropped">✕ dropped</span> <span class="k pending">⋯ not delivered</span> <span class="k fault">◆ fault</span> <span class="k violation">● violation</span> <span class="k detection">● detection (a defense fired)</span> room columns: <span class="k s-reserved">reserved</span> <span class="k s-writing">writing</span> <span class="k s-ready">ready</span> <span class="k s-quarantined">quarantined</span></p>"#;
 
-const CSS: &str = r#"
-body{font:13px/1.35 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1d2330;background:#fff}
-header{padding:10px 16px;border-bottom:1px solid #d8dce4}
-h1{font-size:17px;margin:0 0 6px;font-family:ui-monospace,monospace}
-h2{font-size:15px}
-.note{margin:2px 0;color:#445}
-#facts th{text-align:left;padding-right:12px;color:#556;font-weight:600}
-#facts td{font-family:ui-monospace,monospace}
-#verdict{font-weight:700;font-size:15px;margin:8px 0 4px}
-#verdict.violated{color:#b3001b}#verdict.clean{color:#1f7a1f}
-#first-violation-text{background:#ffe5e8;border-left:4px solid #d0021b;padding:4px 8px;margin:4px 0}
-.cap{background:#fff6d6;border-left:4px solid #e0a800;padding:4px 8px}
-.legend .k{display:inline-block;padding:0 6px;border-radius:3px;margin-right:4px}
-.k.msg{color:#3b5bdb}.k.kv{color:#0b7285;font-weight:700}.k.dropped{color:#c92a2a}.k.pending{color:#868e96}
-.k.fault{color:#d9480f}.k.violation{color:#d0021b}.k.detection{color:#e8a100}
-.k.s-reserved{background:#a5b4fc}.k.s-writing{background:#fdba74}.k.s-ready{background:#86efac}.k.s-quarantined{background:#d8b4fe}
-#heads{position:sticky;top:0;background:#fff;z-index:2;border-bottom:1px solid #d8dce4}
-#heads .lane rect{fill:#eef1f6;stroke:#9aa4b5}
-#heads .lane.router rect{fill:#e7f0ff}#heads .lane.prefill rect{fill:#e9f9ee}#heads .lane.decode rect{fill:#fff1e0}#heads .lane.client rect{fill:#f3e8ff}
-#heads text{font-size:12px;font-weight:600}
-.room-head{font-size:9px!important;font-weight:400!important;fill:#556}
-.axis-head{fill:#667;font-weight:600}
-#main{padding-bottom:160px}
-.lane-line{stroke:#c9d0dc;stroke-width:1}
-.tick{font:11px ui-monospace,monospace;fill:#556}
-.row .hit{fill:transparent}
-.row:hover .hit{fill:#f1f4fa}
-.row.selected .hit{fill:#dbe7ff}
-.row-text{font:11px ui-monospace,monospace;fill:#222;white-space:pre}
-.row.send .row-text,.row.timer .row-text{fill:#888}
-.row .mark{fill:#5c677d;stroke:#5c677d}
-.row.fault .mark{fill:#d9480f;stroke:#d9480f}.row.fault .row-text{fill:#d9480f;font-weight:700}
-.row.fault.heal .mark{stroke-dasharray:6 3}
-.row.refusal .mark{fill:#e8a100}
-.row.violation-record .row-text{fill:#b3001b;font-weight:700}
-.row.detection-record .row-text{fill:#a06a00;font-weight:700}
-.row.end .mark{stroke:#333;stroke-width:2}
-.arrow line{stroke:#3b5bdb;stroke-width:1.2;fill:none}
-.arrow.kv line{stroke:#0b7285;stroke-width:2.4}
-.arrow.dropped line{stroke:#c92a2a;stroke-dasharray:4 3}
-.arrow .cross{stroke:#c92a2a;stroke-width:2.5}
-.arrow.pending line{stroke:#868e96;stroke-dasharray:2 3}
-.arrow.refused line{stroke:#e8a100;stroke-dasharray:5 2}
-.arrow:hover line{stroke-width:4}
-.seg{stroke:none}.seg.reserved{fill:#a5b4fc}.seg.writing{fill:#fdba74}.seg.ready{fill:#86efac}.seg.quarantined{fill:#d8b4fe}
-.freed{stroke:#333;stroke-width:2}.freed.unchecked-free,.freed.crash{stroke:#d0021b;stroke-width:3}
-.finding .band{fill:#ffd2d8;opacity:.55}
-.finding.first .band{fill:#ff8a98;opacity:.6}
-.finding .spot{fill:#d0021b;stroke:#fff;stroke-width:2}
-.finding-label{font:700 12px system-ui,sans-serif;fill:#b3001b}
-.finding.first .finding-label{font-size:14px}
-.finding.detection .band{fill:#ffe8a3}.finding.detection .spot{fill:#e8a100}.finding.detection .finding-label{fill:#8a5a00}
-#rooms{padding:0 16px 180px}
-#rooms table{border-collapse:collapse;font:12px ui-monospace,monospace}
-#rooms td,#rooms th{border:1px solid #d8dce4;padding:2px 6px;vertical-align:top;text-align:left}
-#details{position:fixed;right:12px;bottom:12px;width:560px;max-height:40vh;overflow:auto;background:#fffffff0;border:1px solid #9aa4b5;border-radius:6px;padding:8px 10px;box-shadow:0 2px 10px #0002;font:12px ui-monospace,monospace;z-index:3;white-space:pre-wrap}
-"#;
+const CSS: &str = include_str!("page.css");
 
-const JS: &str = r#"
-(function(){
-  var details=document.getElementById('details-text');
-  var selected=null;
-  function show(el){
-    var t=el.querySelector(':scope > title');
-    if(!t)return;
-    if(selected)selected.classList.remove('selected');
-    selected=el;el.classList.add('selected');
-    details.textContent=t.textContent;
-  }
-  document.getElementById('timeline').addEventListener('click',function(ev){
-    var el=ev.target.closest('.finding, .arrow, .row, .seg');
-    if(el)show(el);
-  });
-  window.kvsimJump=function(ev){
-    var f=document.getElementById('first-violation');
-    if(!f)return;
-    if(ev)ev.preventDefault();
-    show(f);
-    var y=f.getBoundingClientRect().top+window.scrollY-window.innerHeight/3;
-    window.scrollTo(0,Math.max(0,y));
-  };
-  var first=document.getElementById('first-violation');
-  if(first){show(first);}
-  var n=function(s){return document.querySelectorAll(s).length;};
-  document.getElementById('drawn').textContent='In this browser: '+n('#heads .lane')+' lanes, '+n('#timeline .arrow')+' arrows, '+n('#timeline .finding.violation')+' violation markers, '+n('#timeline .finding.detection')+' detection markers.';
-  document.body.setAttribute('data-script','ran');
-})();
-"#;
+const JS: &str = include_str!("page.js");
 
 #[cfg(test)]
 mod tests {
