@@ -264,40 +264,67 @@ fn draw_rows(p: &Picture, svg: &mut String) {
 /// Messages from send to delivery (or drop), KV writes from `KvSent` to `KvLanded`
 /// where the trace has no message for them. Returns how many arrows it drew.
 fn draw_arrows(p: &Picture, svg: &mut String) -> usize {
-    let mut drawn = 0;
-    let mut in_flight: BTreeMap<(NodeId, NodeId, String), VecDeque<usize>> = BTreeMap::new();
-    let mut matched: BTreeSet<usize> = BTreeSet::new();
-    let mut writes_as_messages: BTreeSet<WriteId> = BTreeSet::new();
-    let mut arrow = |svg: &mut String,
-                     cls: &str,
-                     (a, b): (usize, usize),
-                     (ra, rb): (usize, usize),
-                     (from, to): (&str, &str),
-                     title: &str,
-                     pos: u64| {
-        let (x1, y1) = (p.lane_x(a), p.y(ra));
-        let (x2, y2) = (p.lane_x(b), p.y(rb));
-        let dash = if cls.contains("dropped") {
-            ""
-        } else {
-            r#" marker-end="url(#head)""#
-        };
+    let messages = draw_messages(p, svg);
+    let pending = draw_pending(p, svg, &messages.matched);
+    let writes = draw_engine_writes(p, svg, &messages.writes);
+    messages.drawn + pending + writes
+}
+
+/// One arrow: from a lane at a row to a lane at a row.
+struct Arrow<'s> {
+    cls: &'s str,
+    lanes: (usize, usize),
+    rows: (usize, usize),
+    title: &'s str,
+    /// The position in the whole trace of the entry it stands for.
+    pos: u64,
+}
+
+fn draw_arrow(p: &Picture, svg: &mut String, arrow: &Arrow) {
+    let Arrow {
+        cls,
+        lanes: (a, b),
+        rows: (ra, rb),
+        title,
+        pos,
+    } = *arrow;
+    let (from, to) = (&p.lanes[a].id, &p.lanes[b].id);
+    let (x1, y1) = (p.lane_x(a), p.y(ra));
+    let (x2, y2) = (p.lane_x(b), p.y(rb));
+    let dash = if cls.contains("dropped") {
+        ""
+    } else {
+        r#" marker-end="url(#head)""#
+    };
+    let _ = write!(
+        svg,
+        r#"<g class="arrow {cls}" data-from="{from}" data-to="{to}" data-i="{pos}"><line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}"{dash}/>"#
+    );
+    if cls.contains("dropped") {
         let _ = write!(
             svg,
-            r#"<g class="arrow {cls}" data-from="{from}" data-to="{to}" data-i="{pos}"><line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}"{dash}/>"#
+            r#"<path class="cross" d="M{},{}l8,8m0,-8l-8,8"/>"#,
+            x2 - 4,
+            y2 - 4
         );
-        if cls.contains("dropped") {
-            let _ = write!(
-                svg,
-                r#"<path class="cross" d="M{},{}l8,8m0,-8l-8,8"/>"#,
-                x2 - 4,
-                y2 - 4
-            );
-        }
-        let _ = write!(svg, "<title>{}</title></g>", esc(title));
-        drawn += 1;
-    };
-    let pos = |i: usize| p.t.first + i as u64;
+    }
+    let _ = write!(svg, "<title>{}</title></g>", esc(title));
+}
+
+/// What the message arrows leave to the others.
+#[derive(Default)]
+struct Messages {
+    drawn: usize,
+    /// The rows of the sends that were delivered or dropped.
+    matched: BTreeSet<usize>,
+    /// The KV writes the trace has as messages.
+    writes: BTreeSet<WriteId>,
+}
+
+/// An arrow per message delivered or dropped, from its send (else from its own row).
+fn draw_messages(p: &Picture, svg: &mut String) -> Messages {
+    let mut m = Messages::default();
+    let mut in_flight: BTreeMap<(NodeId, NodeId, String), VecDeque<usize>> = BTreeMap::new();
     for (r, row) in p.rows.iter().enumerate() {
         let e = &p.entries[row.i];
         match &e.rec {
@@ -306,101 +333,110 @@ fn draw_arrows(p: &Picture, svg: &mut String) -> usize {
                     .entry(msg_key(*from, *to, msg))
                     .or_default()
                     .push_back(r);
-                if let Some(w) = msg_write(msg) {
-                    writes_as_messages.insert(w);
-                }
+                m.writes.extend(msg_write(msg));
             }
             Record::Deliver { from, to, msg } | Record::Drop { from, to, msg, .. } => {
-                let dropped = matches!(e.rec, Record::Drop { .. });
                 let send = in_flight
                     .get_mut(&msg_key(*from, *to, msg))
                     .and_then(|q| q.pop_front());
-                let req = msg_req(msg);
-                let mut pp = Picture::lane_ro(p, *from, req);
-                let b = Picture::lane_ro(p, *to, req);
-                let start = match send {
-                    Some(s) => {
-                        matched.insert(s);
-                        s
-                    }
-                    None => r,
-                };
-                if pp.is_none() {
-                    pp = b;
-                }
-                let (Some(a), Some(b)) = (pp, b) else {
+                m.matched.extend(send);
+                let Some(lanes) = message_lanes(p, *from, *to, msg) else {
                     continue;
                 };
-                let mut cls = String::from(if msg_write(msg).is_some() {
-                    "kv"
-                } else {
-                    "msg"
-                });
-                if dropped {
-                    cls.push_str(" dropped");
-                }
-                if let Some(w) = msg_write(msg) {
-                    writes_as_messages.insert(w);
-                }
+                m.writes.extend(msg_write(msg));
+                let dropped = matches!(e.rec, Record::Drop { .. });
                 let text = e.text();
-                arrow(
-                    svg,
-                    &cls,
-                    (a, b),
-                    (start, r),
-                    (&p.lanes[a].id, &p.lanes[b].id),
-                    text.trim(),
-                    pos(row.i),
-                );
+                let arrow = Arrow {
+                    cls: &message_class(msg, dropped),
+                    lanes,
+                    rows: (send.unwrap_or(r), r),
+                    title: text.trim(),
+                    pos: p.t.first + row.i as u64,
+                };
+                draw_arrow(p, svg, &arrow);
+                m.drawn += 1;
             }
             _ => {}
         }
     }
-    // Sends never delivered (in flight at the end, or cut off by the window).
-    for (r, row) in p.rows.iter().enumerate() {
-        if let Record::Send { from, to, msg, .. } = &p.entries[row.i].rec {
-            if matched.contains(&r) {
-                continue;
-            }
-            let req = msg_req(msg);
-            let (Some(a), Some(b)) = (
-                Picture::lane_ro(p, *from, req),
-                Picture::lane_ro(p, *to, req),
-            ) else {
-                continue;
-            };
-            let text = format!("{} (not delivered in this trace)", p.entries[row.i].text());
-            let cls = if msg_write(msg).is_some() {
-                "kv pending"
-            } else {
-                "msg pending"
-            };
-            let end = (r + 1).min(p.rows.len().saturating_sub(1));
-            arrow(
-                svg,
-                cls,
-                (a, b),
-                (r, end),
-                (&p.lanes[a].id, &p.lanes[b].id),
-                &text,
-                pos(row.i),
-            );
-        }
+    m
+}
+
+/// The lanes of a delivered or dropped message: the sender's (else the receiver's,
+/// when the sender has no lane) and the receiver's.
+fn message_lanes(p: &Picture, from: NodeId, to: NodeId, msg: &MsgView) -> Option<(usize, usize)> {
+    let req = msg_req(msg);
+    let b = Picture::lane_ro(p, to, req)?;
+    let a = Picture::lane_ro(p, from, req).unwrap_or(b);
+    Some((a, b))
+}
+
+fn message_class(msg: &MsgView, dropped: bool) -> String {
+    let mut cls = String::from(if msg_write(msg).is_some() {
+        "kv"
+    } else {
+        "msg"
+    });
+    if dropped {
+        cls.push_str(" dropped");
     }
-    // KV writes the trace states only as engine events.
+    cls
+}
+
+/// Sends never delivered (in flight at the end, or cut off by the window): a stub to
+/// the next row. Returns how many it drew.
+fn draw_pending(p: &Picture, svg: &mut String, matched: &BTreeSet<usize>) -> usize {
+    let mut drawn = 0;
+    for (r, row) in p.rows.iter().enumerate() {
+        let Record::Send { from, to, msg, .. } = &p.entries[row.i].rec else {
+            continue;
+        };
+        if matched.contains(&r) {
+            continue;
+        }
+        let req = msg_req(msg);
+        let (Some(a), Some(b)) = (
+            Picture::lane_ro(p, *from, req),
+            Picture::lane_ro(p, *to, req),
+        ) else {
+            continue;
+        };
+        let text = format!("{} (not delivered in this trace)", p.entries[row.i].text());
+        let cls = if msg_write(msg).is_some() {
+            "kv pending"
+        } else {
+            "msg pending"
+        };
+        let end = (r + 1).min(p.rows.len().saturating_sub(1));
+        let arrow = Arrow {
+            cls,
+            lanes: (a, b),
+            rows: (r, end),
+            title: &text,
+            pos: p.t.first + row.i as u64,
+        };
+        draw_arrow(p, svg, &arrow);
+        drawn += 1;
+    }
+    drawn
+}
+
+/// KV writes the trace states only as engine events (not in `as_messages`): from
+/// `KvSent` to `KvLanded` or `KvRefused`. Returns how many it drew.
+fn draw_engine_writes(p: &Picture, svg: &mut String, as_messages: &BTreeSet<WriteId>) -> usize {
+    let mut drawn = 0;
     let mut sent: BTreeMap<WriteId, (usize, NodeId)> = BTreeMap::new();
     for (r, row) in p.rows.iter().enumerate() {
         let e = &p.entries[row.i];
-        match &e.rec {
-            Record::Engine(TraceEvent::KvSent { node, write, .. })
-                if !writes_as_messages.contains(write) =>
-            {
+        let Record::Engine(ev) = &e.rec else {
+            continue;
+        };
+        match ev {
+            TraceEvent::KvSent { node, write, .. } if !as_messages.contains(write) => {
                 sent.insert(*write, (r, *node));
             }
-            Record::Engine(
-                ev @ (TraceEvent::KvLanded { node, write, .. }
-                | TraceEvent::KvRefused { node, write, .. }),
-            ) => {
+            TraceEvent::KvLanded { node, write, .. }
+            | TraceEvent::KvRefused { node, write, .. } => {
                 let Some((s, from)) = sent.get(write).copied() else {
                     continue;
                 };
@@ -416,15 +452,15 @@ fn draw_arrows(p: &Picture, svg: &mut String) -> usize {
                     "kv"
                 };
                 let text = e.text();
-                arrow(
-                    svg,
+                let arrow = Arrow {
                     cls,
-                    (a, b),
-                    (s, r),
-                    (&p.lanes[a].id, &p.lanes[b].id),
-                    text.trim(),
-                    pos(row.i),
-                );
+                    lanes: (a, b),
+                    rows: (s, r),
+                    title: text.trim(),
+                    pos: p.t.first + row.i as u64,
+                };
+                draw_arrow(p, svg, &arrow);
+                drawn += 1;
             }
             _ => {}
         }
