@@ -4,9 +4,10 @@
 
 use super::picture::{time_label, Picture};
 use super::svg::{heads_svg, Drawing};
-use super::{esc, MAX_ROOM_COLUMNS};
+use super::{esc, Timeline, MAX_ROOM_COLUMNS};
+use crate::oracle::Finding;
 use crate::render::distinct;
-use crate::schema::ClockKind;
+use crate::schema::{ClockKind, RunHeader};
 use std::fmt::Write as _;
 
 const CSS: &str = include_str!("page.css");
@@ -26,7 +27,7 @@ pub(super) fn page(p: &Picture, range: (usize, usize), drawing: &Drawing) -> Str
         esc(&format!("kvsim timeline: {}", p.t.title))
     );
     let _ = writeln!(html, "<style>\n{CSS}</style>\n</head>\n<body>");
-    header_html(p, &mut html, range, drawing.arrows, drawing.markers);
+    header_html(p, &mut html, range, drawing);
     let _ = write!(
         html,
         r#"<div id="heads" style="width:{width}px">{}</div>"#,
@@ -45,24 +46,106 @@ pub(super) fn page(p: &Picture, range: (usize, usize), drawing: &Drawing) -> Str
     html
 }
 
-fn header_html(
-    p: &Picture,
-    html: &mut String,
-    (from, to): (usize, usize),
-    arrows: usize,
-    markers: usize,
-) {
+/// The header: the title and notes, the facts, the verdict, the first violation, the
+/// cap (when the page draws a window), the counts and the legend.
+fn header_html(p: &Picture, html: &mut String, range: (usize, usize), drawing: &Drawing) {
     let t = p.t;
-    let h = t.header;
+    let _ = writeln!(html, "<header>\n<h1>{}</h1>", esc(&t.title));
+    for n in &t.notes {
+        let _ = writeln!(html, r#"<p class="note">{}</p>"#, esc(n));
+    }
+    facts_table(t.header, html);
+    verdict_line(t.findings, html);
+    first_violation_line(p, html);
+    html.push_str(&cap_line(t, range));
+    let _ = writeln!(
+        html,
+        r#"<p class="summary">{} lanes, {} rows, {} arrows, {} findings drawn; {} room uses. <span id="drawn"></span></p>"#,
+        p.lanes.len(),
+        p.rows.len(),
+        drawing.arrows,
+        drawing.markers,
+        p.own.len()
+    );
+    html.push_str(LEGEND);
+    html.push_str("</header>\n");
+}
+
+/// The run's facts: scenario, seed, bug switches, defenses off, the trace's source.
+fn facts_table(h: &RunHeader, html: &mut String) {
+    html.push_str(r#"<table id="facts">"#);
+    let scenario = h.scenario.clone().unwrap_or_else(|| "-".into());
+    fact(html, "scenario", "scenario", scenario);
+    let seed = h.seed.map_or("-".into(), |s| s.to_string());
+    fact(html, "seed", "seed", seed);
+    fact(html, "bug switches", "bugs", h.bugs.to_string());
+    fact(html, "defenses off", "defenses-off", defenses_off(h));
+    fact(html, "trace", "source", trace_source(h));
+    html.push_str("</table>\n");
+}
+
+fn fact(html: &mut String, k: &str, id: &str, v: String) {
+    let _ = write!(
+        html,
+        r#"<tr><th>{k}</th><td id="{id}">{}</td></tr>"#,
+        esc(&v)
+    );
+}
+
+/// The defenses the run turned off, by name (`none`).
+fn defenses_off(h: &RunHeader) -> String {
+    let off: Vec<String> = serde_json::to_value(h.defenses)
+        .ok()
+        .and_then(|v| v.as_object().cloned())
+        .map(|o| {
+            o.iter()
+                .filter(|(_, v)| v.as_bool() == Some(false))
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    if off.is_empty() {
+        "none".into()
+    } else {
+        off.join(", ")
+    }
+}
+
+/// What wrote the trace, its clock, and the engine's shape.
+fn trace_source(h: &RunHeader) -> String {
+    format!(
+        "written by {}, {} clock; {} nodes, page {} tokens, context {} tokens",
+        h.source,
+        match h.clock {
+            ClockKind::Simulated => "simulated",
+            ClockKind::Wall => "wall",
+        },
+        h.nodes.len(),
+        h.page_size,
+        h.context_len
+    )
+}
+
+/// The verdict: the invariants violated (or none), then the detections.
+fn verdict_line(findings: &[Finding], html: &mut String) {
     let violated = distinct(
-        &t.findings
+        &findings
             .iter()
             .filter(|f| f.violated())
             .cloned()
             .collect::<Vec<_>>(),
     );
-    let detected: Vec<String> = t
-        .findings
+    let names: Vec<String> = violated.iter().map(|i| i.to_string()).collect();
+    let (verdict, text) = if names.is_empty() {
+        ("clean", "no violation".to_string())
+    } else {
+        ("violated", format!("VIOLATED {}", names.join(", ")))
+    };
+    let _ = write!(
+        html,
+        r#"<p id="verdict" data-verdict="{verdict}" class="{verdict}">verdict: {text}"#
+    );
+    let detected: Vec<String> = findings
         .iter()
         .filter(|f| !f.violated())
         .map(|f| {
@@ -73,80 +156,6 @@ fn header_html(
             )
         })
         .collect();
-    let _ = writeln!(html, "<header>\n<h1>{}</h1>", esc(&t.title));
-    for n in &t.notes {
-        let _ = writeln!(html, r#"<p class="note">{}</p>"#, esc(n));
-    }
-    let defenses_off: Vec<String> = serde_json::to_value(h.defenses)
-        .ok()
-        .and_then(|v| v.as_object().cloned())
-        .map(|o| {
-            o.iter()
-                .filter(|(_, v)| v.as_bool() == Some(false))
-                .map(|(k, _)| k.clone())
-                .collect()
-        })
-        .unwrap_or_default();
-    html.push_str(r#"<table id="facts">"#);
-    let mut fact = |k: &str, id: &str, v: String| {
-        let _ = write!(
-            html,
-            r#"<tr><th>{k}</th><td id="{id}">{}</td></tr>"#,
-            esc(&v)
-        );
-    };
-    fact(
-        "scenario",
-        "scenario",
-        h.scenario.clone().unwrap_or_else(|| "-".into()),
-    );
-    fact("seed", "seed", h.seed.map_or("-".into(), |s| s.to_string()));
-    fact("bug switches", "bugs", h.bugs.to_string());
-    fact(
-        "defenses off",
-        "defenses-off",
-        if defenses_off.is_empty() {
-            "none".into()
-        } else {
-            defenses_off.join(", ")
-        },
-    );
-    fact(
-        "trace",
-        "source",
-        format!(
-            "written by {}, {} clock; {} nodes, page {} tokens, context {} tokens",
-            h.source,
-            match h.clock {
-                ClockKind::Simulated => "simulated",
-                ClockKind::Wall => "wall",
-            },
-            h.nodes.len(),
-            h.page_size,
-            h.context_len
-        ),
-    );
-    html.push_str("</table>\n");
-    let names: Vec<String> = violated.iter().map(|i| i.to_string()).collect();
-    let _ = write!(
-        html,
-        r#"<p id="verdict" data-verdict="{}" class="{}">verdict: {}"#,
-        if names.is_empty() {
-            "clean"
-        } else {
-            "violated"
-        },
-        if names.is_empty() {
-            "clean"
-        } else {
-            "violated"
-        },
-        if names.is_empty() {
-            "no violation".to_string()
-        } else {
-            format!("VIOLATED {}", names.join(", "))
-        }
-    );
     if !detected.is_empty() {
         let _ = write!(
             html,
@@ -155,24 +164,33 @@ fn header_html(
         );
     }
     html.push_str("</p>\n");
-    if let Some(f) = t.findings.iter().find(|f| f.violated()) {
-        let _ = writeln!(
-            html,
-            r##"<p id="first-violation-text" data-invariant="{}"><a href="#first-violation" onclick="kvsimJump(event)">first violation</a> at {} (step #{}): <b>{}</b>: {}</p>"##,
-            f.violation.invariant,
-            esc(&if p.steps {
-                format!("step {}", f.event)
-            } else {
-                time_label(f.at_ns)
-            }),
-            f.event,
-            esc(&f.verdict()),
-            esc(&f.violation.to_string())
-        );
-    }
+}
+
+/// The first violation, linked to its marker in the picture.
+fn first_violation_line(p: &Picture, html: &mut String) {
+    let Some(f) = p.t.findings.iter().find(|f| f.violated()) else {
+        return;
+    };
+    let _ = writeln!(
+        html,
+        r##"<p id="first-violation-text" data-invariant="{}"><a href="#first-violation" onclick="kvsimJump(event)">first violation</a> at {} (step #{}): <b>{}</b>: {}</p>"##,
+        f.violation.invariant,
+        esc(&if p.steps {
+            format!("step {}", f.event)
+        } else {
+            time_label(f.at_ns)
+        }),
+        f.event,
+        esc(&f.verdict()),
+        esc(&f.violation.to_string())
+    );
+}
+
+/// The note that the page draws a window of the trace (empty when it draws all of it).
+fn cap_line(t: &Timeline, (from, to): (usize, usize)) -> String {
     let total = t.total.max(t.first + t.entries.len() as u64);
     let shown = (to - from) as u64;
-    let cap = if shown < total {
+    if shown < total {
         format!(
             r#"<p id="cap" class="cap">This page draws {shown} of the trace's {total} entries (#{} to #{}), the cap being {}: the window is placed around the first violation. The JSON trace has all of them.</p>"#,
             t.first + from as u64 + 1,
@@ -181,17 +199,7 @@ fn header_html(
         )
     } else {
         String::new()
-    };
-    html.push_str(&cap);
-    let _ = writeln!(
-        html,
-        r#"<p class="summary">{} lanes, {} rows, {arrows} arrows, {markers} findings drawn; {} room uses. <span id="drawn"></span></p>"#,
-        p.lanes.len(),
-        p.rows.len(),
-        p.own.len()
-    );
-    html.push_str(LEGEND);
-    html.push_str("</header>\n");
+    }
 }
 
 /// Every room use's pages on each node over time, and how they were let go.
