@@ -346,27 +346,35 @@ impl<'a> Picture<'a> {
 
     /// Page ownership: what each room use holds on each node.
     fn ownership(&mut self, r: usize, e: &Entry) {
+        match &e.rec {
+            Record::Engine(ev) => self.engine_ownership(r, ev),
+            Record::Fault(FaultEvent::Crash { node, .. }) => self.crash(r, *node),
+            _ => {}
+        }
+    }
+
+    /// A crash: the node's record of the pages it holds is gone.
+    fn crash(&mut self, r: usize, node: NodeId) {
+        let gone: Vec<(RoomKey, NodeId)> = self
+            .own
+            .iter()
+            .filter(|((_, n), o)| *n == node && o.state.is_some())
+            .map(|(k, _)| *k)
+            .collect();
+        for k in gone {
+            self.close(k, r, Some("crash"));
+            self.note(
+                k,
+                r,
+                format!("{node} crashes: its record of the pages is gone"),
+            );
+            self.own.entry(k).or_default().pages = 0;
+        }
+    }
+
+    /// What an engine event does to the pages of a room use on a node.
+    fn engine_ownership(&mut self, r: usize, ev: &TraceEvent) {
         use TraceEvent::*;
-        let Record::Engine(ev) = &e.rec else {
-            if let Record::Fault(FaultEvent::Crash { node, .. }) = &e.rec {
-                let gone: Vec<(RoomKey, NodeId)> = self
-                    .own
-                    .iter()
-                    .filter(|((_, n), o)| n == node && o.state.is_some())
-                    .map(|(k, _)| *k)
-                    .collect();
-                for k in gone {
-                    self.close(k, r, Some("crash"));
-                    self.note(
-                        k,
-                        r,
-                        format!("{node} crashes: its record of the pages is gone"),
-                    );
-                    self.own.entry(k).or_default().pages = 0;
-                }
-            }
-            return;
-        };
         match ev {
             PagesReserved { node, room, pages } => {
                 let k = (*room, *node);
@@ -399,28 +407,7 @@ impl<'a> Picture<'a> {
                 pages,
                 how,
                 held,
-            } => {
-                let k = (*room, *node);
-                let (word, end) = match how {
-                    ReleaseKind::Owner => ("releases", "freed"),
-                    ReleaseKind::Unchecked => ("frees unchecked", "unchecked-free"),
-                };
-                let held = if held.is_empty() {
-                    String::new()
-                } else {
-                    format!(", {} still held: draining", held.len())
-                };
-                self.note(
-                    k,
-                    r,
-                    format!(
-                        "{word} {} pages [{}]{held}",
-                        pages.len(),
-                        page_runs(pages, 6)
-                    ),
-                );
-                self.release(k, r, pages.len() as u64, end);
-            }
+            } => self.pages_released((*room, *node), r, pages, *how, held),
             QuarantineReleased {
                 node,
                 room,
@@ -441,6 +428,37 @@ impl<'a> Picture<'a> {
             }
             _ => {}
         }
+    }
+
+    /// `k` lets `pages` go (its owner releases them, or they are freed unchecked),
+    /// with `held` still held by a reader.
+    fn pages_released(
+        &mut self,
+        k: (RoomKey, NodeId),
+        r: usize,
+        pages: &[PageTag],
+        how: ReleaseKind,
+        held: &[PageTag],
+    ) {
+        let (word, end) = match how {
+            ReleaseKind::Owner => ("releases", "freed"),
+            ReleaseKind::Unchecked => ("frees unchecked", "unchecked-free"),
+        };
+        let held = if held.is_empty() {
+            String::new()
+        } else {
+            format!(", {} still held: draining", held.len())
+        };
+        self.note(
+            k,
+            r,
+            format!(
+                "{word} {} pages [{}]{held}",
+                pages.len(),
+                page_runs(pages, 6)
+            ),
+        );
+        self.release(k, r, pages.len() as u64, end);
     }
 
     fn release(&mut self, k: (RoomKey, NodeId), r: usize, n: u64, end: &'static str) {
