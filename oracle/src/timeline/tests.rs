@@ -31,22 +31,38 @@ fn tag(p: u32, g: u64) -> PageTag {
     }
 }
 
+/// The run: a request submitted and routed, then its handoff.
 fn entries() -> Vec<Entry> {
-    let room = RoomKey::new(1, 1);
-    let (r, p, d, c) = (NodeId(0), NodeId(1), NodeId(2), NodeId(3));
+    let mut recs = request();
+    recs.extend(handoff());
+    recs.into_iter()
+        .enumerate()
+        .map(|(i, (at_ns, rec))| Entry {
+            at_ns,
+            seq: i as u64 + 1,
+            rec,
+        })
+        .collect()
+}
+
+/// The room use all of it is about, and the nodes: router, prefill, decode, client.
+fn room_and_nodes() -> (RoomKey, [NodeId; 4]) {
+    (
+        RoomKey::new(1, 1),
+        [NodeId(0), NodeId(1), NodeId(2), NodeId(3)],
+    )
+}
+
+/// The client submits a request, the router gets it and routes it.
+fn request() -> Vec<(u64, Record)> {
+    let (room, [r, p, d, c]) = room_and_nodes();
     let submit = MsgView::Submit {
         req: RequestId(0),
         tenant: TenantId(1),
         prompt_len: 64,
         max_new_tokens: 2,
     };
-    let start = MsgView::PrefillStart {
-        room,
-        req: RequestId(0),
-        prompt_len: 64,
-        decode: d,
-    };
-    let recs = vec![
+    vec![
         (
             0,
             Record::Submit {
@@ -87,6 +103,20 @@ fn entries() -> Vec<Entry> {
                 max_new_tokens: 2,
             }),
         ),
+    ]
+}
+
+/// The handoff: the prefill gets its start and reserves pages, the decode's start is
+/// dropped, the decode crashes, the prefill releases its pages.
+fn handoff() -> Vec<(u64, Record)> {
+    let (room, [r, p, d, _]) = room_and_nodes();
+    let start = MsgView::PrefillStart {
+        room,
+        req: RequestId(0),
+        prompt_len: 64,
+        decode: d,
+    };
+    vec![
         (
             50_000,
             Record::Send {
@@ -150,15 +180,7 @@ fn entries() -> Vec<Entry> {
                 held: vec![],
             }),
         ),
-    ];
-    recs.into_iter()
-        .enumerate()
-        .map(|(i, (at_ns, rec))| Entry {
-            at_ns,
-            seq: i as u64 + 1,
-            rec,
-        })
-        .collect()
+    ]
 }
 
 fn finding(inv: Invariant, detected: Option<&'static str>, seq: u64) -> Finding {
