@@ -246,11 +246,12 @@ fn replay_commands_paste_without_kvsim_on_the_path() {
 }
 
 #[test]
-fn list_names_every_bug_model_invariant_and_scenario() {
+fn list_names_every_bug_model_invariant_path_and_scenario() {
     for (what, want) in [
         ("bugs", "gate-checks-finished-only"),
         ("models", "crash-race-small"),
         ("invariants", "S9"),
+        ("paths", "drain-after-timeout"),
         ("scenarios", "scenarios/mixed-faults.toml"),
     ] {
         let o = kvsim(&["list", what]);
