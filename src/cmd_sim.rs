@@ -2,7 +2,9 @@
 //! call each, printing. The logic lives in `kvsim_sim` (sweep, replay, shrink,
 //! report). Exit codes: 0 clean, 1 a violation (or a nondeterministic seed), 2 bad
 //! usage or an unreadable input (clap's own errors exit 2 as well), 3 a merge that
-//! does not cover every seed of its range, 130 a sweep interrupted by Ctrl-C.
+//! does not cover every seed of its range, 4 a sweep (or a merge) that ran every seed
+//! of its range, clean, in which no seed reached a path its scenario declares in
+//! `reach`, 130 a sweep interrupted by Ctrl-C.
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -139,6 +141,18 @@ pub fn load_to_run(path: &std::path::Path, host: bool, allow_expensive: bool) ->
 fn bugs(list: Option<&str>) -> Result<Option<BugSet>> {
     list.map(|l| BugSet::parse(l).map_err(anyhow::Error::from))
         .transpose()
+}
+
+/// The exit status of a clean sweep (or merge) that ran every seed and in which a
+/// path the scenario declares (`reach`) was reached by no seed.
+pub const EXIT_UNREACHED: u8 = 4;
+
+/// On a judged summary whose declared paths some seed never reached: say so on
+/// stderr and give [`EXIT_UNREACHED`].
+fn reach_verdict(s: &SweepSummary) -> Option<ExitCode> {
+    let why = s.reach_failure()?;
+    eprintln!("error: {why}");
+    Some(ExitCode::from(EXIT_UNREACHED))
 }
 
 fn verdict(clean: bool) -> ExitCode {
@@ -313,10 +327,14 @@ pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     if let Some(j) = &a.json {
         write_json(j, &summary)?;
     }
+    // A violation is the stronger verdict; a sweep that stopped early does not judge
+    // reachability (`judges_reach`).
     Ok(if !summary.clean() {
         ExitCode::from(1)
     } else if summary.stopped.as_deref() == Some("interrupted") {
         ExitCode::from(130)
+    } else if let Some(code) = reach_verdict(&summary) {
+        code
     } else {
         ExitCode::SUCCESS
     })
@@ -421,12 +439,15 @@ pub fn merge(a: &MergeArgs) -> Result<ExitCode> {
     if let Some(j) = &a.json {
         write_json(j, &merged)?;
     }
-    // A violation is the stronger verdict; a clean merge that misses seeds is not a pass.
+    // A violation is the stronger verdict; a clean merge that misses seeds is not a
+    // pass; a complete one judges the declared paths over all its shards' seeds.
     Ok(if !merged.clean() {
         ExitCode::from(1)
     } else if !merged.complete() {
         eprintln!("error: incomplete sweep: {}", merged.coverage());
         ExitCode::from(3)
+    } else if let Some(code) = reach_verdict(&merged) {
+        code
     } else {
         ExitCode::SUCCESS
     })

@@ -84,9 +84,9 @@ enum Command {
     Canary(kvsim_ops::canary::CanaryArgs),
     /// A canary load against a running server: exit 1 when a reply leaks.
     CanaryClient(kvsim_ops::canary::LineCanaryArgs),
-    /// List the bug switches, models, invariants or scenarios, one line each.
+    /// List the bug switches, models, invariants, protocol paths or scenarios, one line each.
     List {
-        /// bugs, models, invariants or scenarios.
+        /// bugs, models, invariants, paths or scenarios.
         what: String,
         /// Where `list scenarios` looks.
         #[arg(long, default_value = "scenarios")]

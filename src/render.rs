@@ -7,6 +7,7 @@
 use kvsim_engine::bugs::Bug;
 use kvsim_engine::invariant::Invariant;
 use kvsim_models::ModelSpec;
+use kvsim_sim::reach::ReachPath;
 use kvsim_sim::scenario::Scenario;
 use kvsim_sim::{report, RunOutcome};
 use std::fmt::Write;
@@ -66,14 +67,20 @@ fn bug_line(b: Bug) -> &'static str {
     }
 }
 
-/// `kvsim list WHAT`: bugs, models, invariants or scenarios (from `scenarios_dir`),
-/// one per line with a one-line description.
+/// `kvsim list WHAT`: bugs, models, invariants, paths (the protocol paths a
+/// scenario may declare in `reach`) or scenarios (from `scenarios_dir`), one per line
+/// with a one-line description.
 pub fn list(what: &str, scenarios_dir: &Path) -> Result<String, String> {
     let mut s = String::new();
     match what {
         "bugs" => {
             for b in Bug::ALL {
                 let _ = writeln!(s, "{:<30} {}", b.name(), bug_line(b));
+            }
+        }
+        "paths" => {
+            for p in ReachPath::ALL {
+                let _ = writeln!(s, "{:<22} {}", p.name(), p.meaning());
             }
         }
         "invariants" => {
@@ -110,7 +117,7 @@ pub fn list(what: &str, scenarios_dir: &Path) -> Result<String, String> {
         }
         other => {
             return Err(format!(
-                "unknown list `{other}` (known: bugs, models, invariants, scenarios)"
+                "unknown list `{other}` (known: bugs, models, invariants, paths, scenarios)"
             ))
         }
     }

@@ -148,14 +148,16 @@ fn mixed_faults_sweep(
 }
 
 /// A short sweep of `mixed-faults` on the defended engine: every fault kind under
-/// swarm testing, 500 seeds of 64 requests, no violation.
+/// swarm testing, 500 seeds of 64 requests, no violation, every path the scenario
+/// declares in `reach` reached.
 pub fn sweep_defended() -> Result<Row> {
     let s = mixed_faults_sweep(500, None, false)?;
+    let unreached = s.reach_failure();
     Ok(Row {
         check: "sweep mixed-faults, 500 seeds, defended engine".into(),
         expected: "clean".into(),
         observed: format!(
-            "{} seeds, {} events, {} simulated, {}; {:.0} seeds/s, sim {:.0}x real time",
+            "{} seeds, {} events, {} simulated, {}{}; {:.0} seeds/s, sim {:.0}x real time",
             s.seeds_run,
             s.events,
             report::secs(s.sim_ns),
@@ -164,10 +166,13 @@ pub fn sweep_defended() -> Result<Row> {
             } else {
                 format!("{} failing seeds: {:?}", s.failing_seeds, s.violations)
             },
+            unreached
+                .as_deref()
+                .map_or_else(String::new, |why| format!("; {why}")),
             s.seeds_per_s(),
             s.sim_ratio()
         ),
-        ok: s.clean() && s.seeds_run == 500,
+        ok: s.clean() && s.seeds_run == 500 && unreached.is_none(),
         wall_s: s.wall_s,
     })
 }

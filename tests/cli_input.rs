@@ -115,13 +115,15 @@ fn runs_that_check_nothing_are_refused() {
 #[test]
 fn merge_reports_coverage_and_refuses_mixed_shard_counts() {
     let mut files = Vec::new();
+    // Seeds 0..6 reach every path mixed-faults declares in `reach` (0..4 do not), and
+    // a complete merge judges them.
     for k in ["1/2", "2/2", "1/3"] {
         let f = tmp(&format!("shard-{}.json", k.replace('/', "of")));
         let o = kvsim(&[
             "sweep",
             MIXED,
             "--seeds",
-            "0..4",
+            "0..6",
             "--shard",
             k,
             "--quiet",
@@ -137,14 +139,14 @@ fn merge_reports_coverage_and_refuses_mixed_shard_counts() {
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let t = text(&o);
     assert!(
-        t.contains("2 of 4 seeds covered; missing shards 2/2"),
+        t.contains("3 of 6 seeds covered; missing shards 2/2"),
         "{t}"
     );
     assert!(!t.contains("violations      none\n"), "{t}");
     // Both: complete.
     let o = kvsim(&["merge", &a, &b]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    assert!(text(&o).contains("4 of 4 seeds covered"), "{}", text(&o));
+    assert!(text(&o).contains("6 of 6 seeds covered"), "{}", text(&o));
     // Shards of different N overlap: refused, not double-counted.
     let o = kvsim(&["merge", &a, &b, &c]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -246,11 +248,12 @@ fn replay_commands_paste_without_kvsim_on_the_path() {
 }
 
 #[test]
-fn list_names_every_bug_model_invariant_and_scenario() {
+fn list_names_every_bug_model_invariant_path_and_scenario() {
     for (what, want) in [
         ("bugs", "gate-checks-finished-only"),
         ("models", "crash-race-small"),
         ("invariants", "S9"),
+        ("paths", "drain-after-timeout"),
         ("scenarios", "scenarios/mixed-faults.toml"),
     ] {
         let o = kvsim(&["list", what]);

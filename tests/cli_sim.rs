@@ -1,5 +1,5 @@
 //! The simulator's subcommands as a user runs them: output, files and exit codes
-//! (0 clean, 1 a violation, 2 bad usage).
+//! (0 clean, 1 a violation, 2 bad usage, 4 a declared path no seed reached).
 
 use std::path::PathBuf;
 
@@ -200,7 +200,8 @@ fn a_sweep_ends_with_its_coverage_and_warns_about_what_it_never_reached() {
     assert!(!t.contains("WARNING"), "{t}");
 
     // Rare write failures and one short request per seed: write failures and late
-    // writes are drawn on and never fire in these seeds.
+    // writes are drawn on and never fire in these seeds, and the paths the scenario
+    // exists to reach are not reached: the sweep is clean, and fails on that (exit 4).
     let scenario = std::fs::read_to_string(cli::root().join("scenarios/transfer-failures.toml"))
         .unwrap()
         .replace("write_fail_permille = 150", "write_fail_permille = 1")
@@ -216,12 +217,15 @@ fn a_sweep_ends_with_its_coverage_and_warns_about_what_it_never_reached() {
         "0..4",
         "--quiet",
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
     let t = text(&o);
     assert!(
         t.contains("WARNING         fault kind `write-fail` drawn on in 4 seeds never fired"),
         "{t}"
     );
+    assert!(t.contains("violations      none"), "{t}");
+    assert!(t.contains("; NOT REACHED: send-failed"), "{t}");
+    assert!(t.contains("error: declared paths `send-failed`, "), "{t}");
 }
 
 /// One verdict rule (`kvsim_oracle::fails`) in every command: a seed fails only on a
@@ -266,4 +270,76 @@ fn a_detection_is_not_a_failure_in_any_command() {
     let audit = kvsim(&["audit", trace.to_str().unwrap()]);
     assert_eq!(audit.status.code(), Some(0), "{}", text(&audit));
     assert!(text(&audit).contains("DETECTED"), "{}", text(&audit));
+}
+
+/// A scenario that declares a path its faults cannot reach (`crash-mid-request` on a
+/// network with no crash): the sweep runs clean, yet it exits 4 and names the path.
+/// Each shard alone exits 0 and says it does not judge; their merge judges, exits 4.
+#[test]
+fn a_sweep_in_which_no_seed_reaches_a_declared_path_exits_4() {
+    let toml = std::fs::read_to_string(cli::root().join("scenarios/client-disconnects.toml"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            if l.starts_with("reach = ") {
+                "reach = [\"abort-mid-transfer\", \"crash-mid-request\"]"
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(toml.contains("\"crash-mid-request\""), "{toml}");
+    let file = tmp("unreachable.toml");
+    std::fs::write(&file, toml).unwrap();
+    let f = file.to_str().unwrap();
+    let o = kvsim(&["sweep", f, "--seeds", "0..4", "--quiet"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(4), "{t}");
+    for want in [
+        "violations      none",
+        "NOT REACHED: crash-mid-request",
+        "error: declared path `crash-mid-request` was reached by no seed of the 4 seeds run",
+    ] {
+        assert!(t.contains(want), "missing `{want}`: {t}");
+    }
+    let (a, b) = (tmp("unreachable-1.json"), tmp("unreachable-2.json"));
+    for (k, json) in [("1/2", &a), ("2/2", &b)] {
+        let o = kvsim(&[
+            "sweep",
+            f,
+            "--seeds",
+            "0..4",
+            "--shard",
+            k,
+            "--quiet",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        assert!(text(&o).contains("not judged"), "{}", text(&o));
+    }
+    let merged = tmp("unreachable-all.json");
+    let o = kvsim(&[
+        "merge",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        "--json",
+        merged.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    assert!(text(&o).contains("`crash-mid-request` was reached by no seed of the 4 seeds run"));
+    let whole: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
+    assert_eq!(whole["coverage"]["reach"]["crash-mid-request"], 0);
+    assert!(
+        whole["coverage"]["reach"]["abort-mid-transfer"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(
+        whole["coverage"]["declared_reach"],
+        serde_json::json!(["abort-mid-transfer", "crash-mid-request"])
+    );
 }

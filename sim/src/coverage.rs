@@ -1,13 +1,15 @@
 //! What a sweep exercised: which fault kinds fired, at which phases clients
 //! cancelled, which engine paths (refusals, quarantines, drains, faults) were hit,
-//! and which of the things a scenario configures its sweep never reached — the
-//! simulator's counterpart of the model checker's `sometimes` properties.
+//! which protocol paths ([`crate::reach`]) how many seeds reached, and which of the
+//! things a scenario configures its sweep never reached — the simulator's
+//! counterpart of the model checker's `sometimes` properties.
 //!
 //! One run counts into a [`RunCoverage`] (fixed arrays, no allocation on the hot
 //! path: the world counts an engine event with one `match`); a sweep adds runs into
 //! a [`Coverage`] of named counts, which shards merge by addition.
 
 use crate::plan::FaultKind;
+use crate::reach::{ReachPath, ReachSet};
 use crate::scenario::{Cancel, CancelAt, ReqPhase};
 use crate::simulator::FaultStats;
 use kvsim_engine::trace::TraceEvent;
@@ -103,6 +105,8 @@ pub struct RunCoverage {
     pub paths: [u64; PATHS.len()],
     /// Cancels that fired, by [`CANCEL_PHASES`].
     pub cancels: [u64; CANCEL_PHASES.len()],
+    /// The protocol paths the run reached.
+    pub reach: ReachSet,
 }
 
 impl RunCoverage {
@@ -156,6 +160,13 @@ pub struct Coverage {
     pub paths: BTreeMap<String, u64>,
     /// The cancel phases the scenario lets a cancel pick.
     pub configured_cancel_phases: Vec<String>,
+    /// Seeds that reached each protocol path of [`ReachPath`] (every path, zero
+    /// included, once a seed ran).
+    #[serde(default)]
+    pub reach: BTreeMap<String, u64>,
+    /// The paths the scenario declares it exists to reach (its `reach` list).
+    #[serde(default)]
+    pub declared_reach: Vec<String>,
 }
 
 fn add(map: &mut BTreeMap<String, u64>, key: &str, n: u64) {
@@ -204,6 +215,13 @@ impl Coverage {
                 add(&mut self.paths, PATHS[i], 1);
             }
         }
+        for p in ReachPath::ALL {
+            add(
+                &mut self.reach,
+                p.name(),
+                u64::from(stats.coverage.reach.contains(p)),
+            );
+        }
     }
 
     /// Add a shard's coverage.
@@ -213,6 +231,7 @@ impl Coverage {
             (&mut self.fired, &other.fired),
             (&mut self.cancel_phases, &other.cancel_phases),
             (&mut self.paths, &other.paths),
+            (&mut self.reach, &other.reach),
         ] {
             for (k, v) in from {
                 add(map, k, *v);
@@ -224,6 +243,66 @@ impl Coverage {
             }
         }
         self.configured_cancel_phases.sort();
+        for p in &other.declared_reach {
+            if !self.declared_reach.contains(p) {
+                self.declared_reach.push(p.clone());
+            }
+        }
+    }
+
+    /// The declared paths no seed reached, in the order declared.
+    pub fn unreached_declared(&self) -> Vec<String> {
+        self.declared_reach
+            .iter()
+            .filter(|p| self.reach.get(p.as_str()).copied().unwrap_or(0) == 0)
+            .cloned()
+            .collect()
+    }
+
+    /// The `reach` line: the declared paths with the seeds that reached each, those
+    /// no seed reached, then the other paths reached. `judged`: the sweep ran every
+    /// seed of its range (otherwise it says it does not judge).
+    pub fn render_reach(&self, judged: bool) -> String {
+        let seeds = |p: &str| self.reach.get(p).copied().unwrap_or(0);
+        let declared: Vec<String> = self
+            .declared_reach
+            .iter()
+            .map(|p| format!("{p} {}", seeds(p)))
+            .collect();
+        let others: Vec<String> = ReachPath::ALL
+            .iter()
+            .map(|p| p.name())
+            .filter(|p| !self.declared_reach.iter().any(|d| d == p) && seeds(p) > 0)
+            .map(|p| format!("{p} {}", seeds(p)))
+            .collect();
+        let mut s = format!(
+            "  reach           declared: {} (seeds)",
+            if declared.is_empty() {
+                "none".to_string()
+            } else {
+                declared.join(", ")
+            }
+        );
+        let unreached = self.unreached_declared();
+        if !unreached.is_empty() {
+            if judged {
+                s.push_str(&format!("; NOT REACHED: {}", unreached.join(", ")));
+            } else {
+                s.push_str(&format!(
+                    "; not reached yet: {} (not judged: the sweep did not run every seed of its range)",
+                    unreached.join(", ")
+                ));
+            }
+        }
+        s.push_str(&format!(
+            "; also reached: {}\n",
+            if others.is_empty() {
+                "none".to_string()
+            } else {
+                others.join(", ")
+            }
+        ));
+        s
     }
 
     /// What the sweep configured and never reached: a fault kind drawn on in some

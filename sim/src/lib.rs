@@ -17,6 +17,7 @@ pub mod hash;
 pub mod net;
 pub mod plan;
 pub mod queue;
+pub mod reach;
 pub mod replay;
 pub mod report;
 pub mod rng;

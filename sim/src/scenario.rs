@@ -52,6 +52,11 @@ pub struct Scenario {
     /// stream). Empty: `engine.router` as written, or, under `[swarm]`, every policy.
     #[serde(default)]
     pub routers: Vec<kvsim_engine::RouterPolicy>,
+    /// The protocol paths the scenario exists to reach (names of
+    /// [`crate::reach::ReachPath`], `kvsim list paths`): a sweep that runs every seed
+    /// of its range fails when no seed reached one of them.
+    #[serde(default)]
+    pub reach: Vec<String>,
 }
 
 /// A workload generated per seed (`[workload]`).
@@ -717,6 +722,7 @@ impl Scenario {
         self.engine.validate()?;
         self.validate_durations()?;
         self.validate_routers()?;
+        self.validate_reach()?;
         if self.run.max_time_ms == 0 {
             return Err(Self::invalid(
                 "run.max_time_ms",
@@ -767,6 +773,36 @@ impl Scenario {
             ));
         }
         Ok(())
+    }
+
+    /// `reach`: known path names, each listed once.
+    fn validate_reach(&self) -> Result<(), ScenarioError> {
+        for (i, name) in self.reach.iter().enumerate() {
+            if crate::reach::ReachPath::parse(name).is_none() {
+                return Err(Self::invalid(
+                    format!("reach[{i}]"),
+                    format!(
+                        "unknown path `{name}` (known: {})",
+                        crate::reach::ReachPath::names()
+                    ),
+                ));
+            }
+            if self.reach[..i].contains(name) {
+                return Err(Self::invalid(
+                    format!("reach[{i}]"),
+                    format!("lists `{name}` twice"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The paths of `reach`, parsed (a validated scenario names only known ones).
+    pub fn reach_paths(&self) -> Vec<crate::reach::ReachPath> {
+        self.reach
+            .iter()
+            .filter_map(|n| crate::reach::ReachPath::parse(n))
+            .collect()
     }
 
     /// `[topology]`: present exactly when there is no `[swarm]`, 1 to 64 nodes of

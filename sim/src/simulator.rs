@@ -226,6 +226,8 @@ pub struct Simulator<G: Gpu> {
     deadline_ns: u64,
     max_events: u64,
     stats: FaultStats,
+    /// The protocol paths the run reached ([`crate::reach`]), fed as entries happen.
+    reach: crate::reach::ReachTracker,
 }
 
 impl<G: Gpu> Simulator<G> {
@@ -281,6 +283,7 @@ impl<G: Gpu> Simulator<G> {
             deadline_ns: plan.deadline_ns,
             max_events: plan.max_events,
             stats: FaultStats::default(),
+            reach: crate::reach::ReachTracker::default(),
         };
         w.schedule_workload(&requests);
         w.schedule_faults(plan);
@@ -436,7 +439,9 @@ impl<G: Gpu> Simulator<G> {
         self.events
     }
     pub fn stats(&self) -> FaultStats {
-        self.stats
+        let mut stats = self.stats;
+        stats.coverage.reach = self.reach.reached();
+        stats
     }
     /// The digest of every input handed to a node and every event a node emitted
     /// (`None` when the run kept none).
@@ -523,7 +528,9 @@ impl<G: Gpu> Simulator<G> {
             Pending::Fire { node, timer, .. } => {
                 self.timers.take(node, timer);
                 self.record(|| Record::TimerFire { node, timer });
+                self.reach.handling_timer(Some((node, timer)));
                 self.dispatch(node, Input::Timer(timer));
+                self.reach.handling_timer(None);
             }
             Pending::Crash { node, restart_ns } => self.crash(node, restart_ns),
             Pending::Restart { node } => self.restart(node),
@@ -751,6 +758,7 @@ impl<G: Gpu> Simulator<G> {
         reason: WriteFailure,
     ) {
         self.stats.writes_failed += 1;
+        self.reach.write_done(id);
         self.emit(Record::WriteFailed {
             from,
             to,
@@ -1035,6 +1043,7 @@ impl<G: Gpu> Simulator<G> {
             return;
         }
         self.stats.crashes += 1;
+        self.reach.crashed(node);
         let dead = self.epochs[i];
         self.epochs[i] += 1;
         self.down[i] = true;
@@ -1184,6 +1193,7 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
             ev.hash(h);
         }
         self.stats.coverage.event(&ev);
+        self.reach.event(&ev);
         if let TraceEvent::Routed { req, room, .. } = &ev {
             self.room_req.insert(*room, *req);
             if self.net.params().stale_replay_permille > 0 {

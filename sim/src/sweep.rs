@@ -273,6 +273,44 @@ impl SweepSummary {
         self.seeds_run >= self.seeds.len()
     }
 
+    /// Whether this summary judges declared reachability: every seed of its range ran
+    /// (every shard merged) and nothing stopped early. A shard alone, a sweep cut by
+    /// `--until-failure`, `--first`, a time budget or Ctrl-C does not judge; the merge
+    /// of all shards does.
+    pub fn judges_reach(&self) -> bool {
+        self.complete() && self.stopped.is_none()
+    }
+
+    /// The paths the scenario declares (its `reach`) that no seed reached, when the
+    /// summary judges them ([`SweepSummary::judges_reach`]); empty otherwise.
+    pub fn unreached_paths(&self) -> Vec<String> {
+        if self.judges_reach() {
+            self.coverage.unreached_declared()
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Why the sweep fails on reachability: the declared paths no seed reached, in a
+    /// sentence; `None` when every declared path was reached (or it does not judge).
+    pub fn reach_failure(&self) -> Option<String> {
+        let missed = self.unreached_paths();
+        if missed.is_empty() {
+            return None;
+        }
+        let names: Vec<String> = missed.iter().map(|p| format!("`{p}`")).collect();
+        let (what, was) = if missed.len() == 1 {
+            ("declared path", "was")
+        } else {
+            ("declared paths", "were")
+        };
+        Some(format!(
+            "{what} {} {was} reached by no seed of the {} seeds run: the scenario's faults do not exercise what it declares it exists to reach (run more seeds if the sweep is small, or change the scenario)",
+            names.join(", "),
+            self.seeds_run
+        ))
+    }
+
     /// `X of Y seeds covered`, where Y is the whole range (every shard of it), and
     /// the shards missing from it.
     pub fn coverage(&self) -> String {
@@ -339,6 +377,7 @@ impl SweepSummary {
         }
         self.render_audit(&mut s);
         s.push_str(&self.coverage.render());
+        s.push_str(&self.coverage.render_reach(self.judges_reach()));
         let _ = writeln!(
             s,
             "  speed           {:.0} seeds/s, {:.0} events/s, simulated time {:.0}x faster than real time ({:.2}s wall, {} jobs)",
@@ -761,11 +800,13 @@ pub fn run_sweep_streaming(
         halt: AtomicBool::new(false),
         error: Mutex::new(None),
     };
+    let mut coverage = Coverage::new(&sc.faults.cancel_phases);
+    coverage.declared_reach = sc.reach.clone();
     let mut s = SweepSummary::empty(
         (sc.name.clone(), path.to_string()),
         opts.bugs.unwrap_or(sc.engine.bugs).to_string(),
         opts.seeds,
-        Coverage::new(&sc.faults.cancel_phases),
+        coverage,
     );
     (s.shards, s.seeds_planned, s.jobs) = (vec![opts.shard], planned, jobs);
     let batch_len = (jobs as u64).saturating_mul(BATCH_PER_JOB);

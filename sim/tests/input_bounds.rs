@@ -351,3 +351,35 @@ fn a_router_policy_is_a_known_name_and_routers_lists_each_once() {
         .collect();
     assert_eq!(drawn.len(), 2, "the seeds draw both");
 }
+
+/// `reach` names paths of the closed vocabulary (`kvsim list paths`), each once: an
+/// unknown name is refused naming the field and listing the known names, a name
+/// listed twice is refused naming it, and a known list parses.
+#[test]
+fn reach_lists_known_paths_each_once() {
+    let e = err(&with("reach = [\"quarantine\", \"drain-late\"]", ""));
+    assert!(
+        e.contains("scenario field `reach[1]`") && e.contains("unknown path `drain-late`"),
+        "{e}"
+    );
+    for p in kvsim_sim::reach::ReachPath::ALL {
+        assert!(e.contains(p.name()), "the error lists `{p}`: {e}");
+    }
+    let e = err(&with("reach = [\"quarantine\", \"quarantine\"]", ""));
+    assert!(
+        e.contains("`reach[1]`") && e.contains("lists `quarantine` twice"),
+        "{e}"
+    );
+    let e = err(&with("reach = \"quarantine\"", ""));
+    assert!(e.contains("reach"), "{e}");
+    let sc = Scenario::parse(
+        &with("reach = [\"drain-after-timeout\", \"retry-new-room\"]", ""),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(sc.reach, ["drain-after-timeout", "retry-new-room"]);
+    assert!(Scenario::parse(&with("", ""), "t.toml")
+        .unwrap()
+        .reach
+        .is_empty());
+}

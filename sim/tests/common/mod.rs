@@ -12,9 +12,11 @@ pub const DISCONNECT_MID_TRANSFER: &str =
 pub const TRANSFER_FAILURES: &str = include_str!("../../../scenarios/transfer-failures.toml");
 pub const PARTITION: &str = include_str!("../../../scenarios/partition.toml");
 pub const GLM53_INCIDENT: &str = include_str!("../../../scenarios/glm53-incident.toml");
+pub const GLM53_TRUNCATE: &str = include_str!("../../../scenarios/glm53-truncate.toml");
+pub const DATA_FAULTS: &str = include_str!("../../../scenarios/data-faults.toml");
 
 /// Every scenario file, by the path a replay command names.
-pub const ALL: [(&str, &str); 6] = [
+pub const ALL: [(&str, &str); 9] = [
     ("scenarios/mixed-faults.toml", MIXED_FAULTS),
     ("scenarios/abort-storm.toml", ABORT_STORM),
     (
@@ -24,6 +26,9 @@ pub const ALL: [(&str, &str); 6] = [
     ("scenarios/transfer-failures.toml", TRANSFER_FAILURES),
     ("scenarios/partition.toml", PARTITION),
     ("scenarios/glm53-incident.toml", GLM53_INCIDENT),
+    ("scenarios/glm53-truncate.toml", GLM53_TRUNCATE),
+    ("scenarios/data-faults.toml", DATA_FAULTS),
+    ("scenarios/client-disconnects.toml", CLIENT_DISCONNECTS),
 ];
 
 pub fn scenario(path: &str) -> Scenario {
