@@ -21,7 +21,7 @@
 #   --only "S..."  run just these sections of the full run (names as in the list at the
 #               end: incident suite sweeps check_rows rss_row sweep_10k other_sweeps
 #               check_all audit_file audit_pipe sweep_audit kv_path serve_loopback
-#               http_front invariants_cost bugs_full criterion loom tests), e.g. to
+#               http_front invariants_cost bugs_full ttc criterion loom tests), e.g. to
 #               finish a run that was cut.
 #   --no-build  use the binaries already built (target/release/kvsim and, in the full
 #               run, the test, bench and loom builds are still made by cargo as needed).
@@ -459,6 +459,17 @@ bugs_full() {
         "kvsim bugs --seeds 300 --out DIR"
 }
 
+ttc() {
+    run ttc "$KV" bugs --time-to-counterexample --runs 3 --out "$OUT/ttc"
+    local f="$OUT/ttc/ttc.md" met total
+    met=$(grep -c '| met |$' "$f" 2>/dev/null)
+    total=$(grep -c '^| [a-z].* |$' "$f" 2>/dev/null)
+    total=$((${total:-1} - 1))
+    add_row "time to a counterexample, every switch (median of 3 runs, each a new process)" \
+        "$(either "$met" "$met of $total rows meet both goals (simulator under 1 s, model checker under 10 s); the table: $f" "$(na ttc 'a table')")" \
+        "kvsim bugs --time-to-counterexample --runs 3"
+}
+
 # crit FILE ID: criterion's middle estimate of ID, in ns.
 crit() {
     awk -v id="$2" 'index($0, id) == 1 { f = 1 }
@@ -559,6 +570,7 @@ else
     section http_front
     section invariants_cost
     section bugs_full
+    section ttc
     section criterion
     section loom
     section tests

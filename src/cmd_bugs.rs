@@ -24,6 +24,18 @@ pub struct BugsArgs {
     /// Model-checker threads.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// Instead of the matrix: time each switch from a cold start to its first failing
+    /// seed (`kvsim sweep --until-failure`, at most --seeds) and to its first
+    /// counterexample (`kvsim check --until-first`), and write target/reports/ttc.md.
+    #[arg(long)]
+    pub time_to_counterexample: bool,
+    /// With --time-to-counterexample: runs per cell (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// With --time-to-counterexample: only these switches (comma-separated names, or
+    /// `incident pair (gate + length)`).
+    #[arg(long, value_name = "LIST")]
+    pub only: Option<String>,
 }
 
 pub fn run(a: &BugsArgs) -> Result<ExitCode> {
@@ -43,6 +55,9 @@ pub fn run(a: &BugsArgs) -> Result<ExitCode> {
         Budget::full(a.seeds)
     };
     budget.threads = a.threads.max(1);
+    if a.time_to_counterexample {
+        return time_to_counterexample(a, budget);
+    }
     let command = if a.quick {
         format!("kvsim bugs --quick --seeds {}", a.seeds)
     } else {
@@ -86,4 +101,39 @@ pub fn run(a: &BugsArgs) -> Result<ExitCode> {
         eprintln!("NOT OK: {}", failed.join(", "));
         Ok(ExitCode::from(1))
     }
+}
+
+/// `--time-to-counterexample`: the table of [`crate::cmd_ttc`].
+fn time_to_counterexample(a: &BugsArgs, budget: Budget) -> Result<ExitCode> {
+    if a.runs == 0 || a.runs > 101 {
+        anyhow::bail!(
+            "--runs {}: must be 1 to 101 (the median of the runs is reported)",
+            a.runs
+        );
+    }
+    let only: Vec<String> = a
+        .only
+        .as_deref()
+        .map(|l| l.split(',').map(|s| s.trim().to_string()).collect())
+        .unwrap_or_default();
+    let mut command = format!(
+        "kvsim bugs --time-to-counterexample --runs {} --seeds {} --threads {}",
+        a.runs, a.seeds, budget.threads
+    );
+    if a.quick {
+        command.push_str(" --quick");
+    }
+    if let Some(l) = &a.only {
+        command.push_str(&format!(" --only {l}"));
+    }
+    let plan = crate::cmd_ttc::TtcPlan {
+        runs: a.runs,
+        seeds: a.seeds,
+        budget,
+        only,
+        out: a.out.clone(),
+        command,
+    };
+    crate::cmd_ttc::run(&plan)?;
+    Ok(ExitCode::SUCCESS)
 }

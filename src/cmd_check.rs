@@ -43,6 +43,10 @@ pub struct CheckArgs {
     /// before in another interleaving (slower; same states and verdicts).
     #[arg(long)]
     pub no_memo: bool,
+    /// Stop at the first counterexample (the time a user waits for one): the search
+    /// is then not exhaustive. `kvsim bugs --time-to-counterexample` times this.
+    #[arg(long)]
+    pub until_first: bool,
     /// Serve stateright's Explorer on this loopback address instead of checking.
     #[arg(long, value_name = "ADDR")]
     pub explore: Option<String>,
@@ -219,6 +223,7 @@ fn options(args: &CheckArgs) -> CheckOptions {
         } else {
             MemoMode::On
         },
+        until_first: args.until_first,
     }
 }
 

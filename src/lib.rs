@@ -7,6 +7,7 @@ pub mod cmd_audit;
 pub mod cmd_bugs;
 pub mod cmd_check;
 pub mod cmd_sim;
+pub mod cmd_ttc;
 pub mod html;
 pub mod raw_http;
 pub mod render;

@@ -343,3 +343,45 @@ fn a_sweep_in_which_no_seed_reaches_a_declared_path_exits_4() {
         serde_json::json!(["abort-mid-transfer", "crash-mid-request"])
     );
 }
+
+/// `kvsim bugs --time-to-counterexample`: a table row per switch asked for, with what
+/// each tool found and its median time (each run a new process), written to ttc.md; a
+/// name that is no switch is refused.
+#[test]
+fn bugs_time_to_counterexample_times_both_tools() {
+    let out = tmp("ttc");
+    let dir = out.display().to_string();
+    let run = kvsim(&[
+        "bugs",
+        "--time-to-counterexample",
+        "--quick",
+        "--runs",
+        "1",
+        "--only",
+        "gate-checks-finished-only,skip-preflight",
+        "--out",
+        &dir,
+    ]);
+    assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+    let md = std::fs::read_to_string(out.join("ttc.md")).unwrap();
+    let row = md
+        .lines()
+        .find(|l| l.starts_with("| gate-checks-finished-only |"))
+        .unwrap_or_else(|| panic!("no row:\n{md}"));
+    assert!(row.contains("seed 0: S5"), "{row}");
+    assert!(
+        row.contains("handoff-small: S4 length agreement (9-step counterexample)"),
+        "{row}"
+    );
+    assert!(md.contains("| skip-preflight | n/a |"), "{md}");
+    let bad = kvsim(&[
+        "bugs",
+        "--time-to-counterexample",
+        "--only",
+        "no-such-switch",
+        "--out",
+        &dir,
+    ]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(text(&bad).contains("names no switch"), "{}", text(&bad));
+}

@@ -117,11 +117,7 @@ pub fn mc_not_applicable(bugs: BugSet) -> Option<&'static str> {
 }
 
 pub fn load(path: &str) -> Result<Scenario, LabError> {
-    let text = SCENARIOS
-        .iter()
-        .find(|(p, _)| *p == path)
-        .map(|(_, t)| *t)
-        .ok_or_else(|| LabError::NoScenario(path.to_string()))?;
+    let text = scenario_text(path).ok_or_else(|| LabError::NoScenario(path.to_string()))?;
     Ok(Scenario::parse(text, path)?)
 }
 
@@ -249,14 +245,10 @@ fn defended_baseline(
         .collect())
 }
 
-/// The model-checker column: the first standard model that breaks.
-pub fn mc_cell(bugs: BugSet, budget: &Budget) -> Result<Result<McCell, String>, LabError> {
-    if let Some(why) = mc_not_applicable(bugs) {
-        return Ok(Err(why.to_string()));
-    }
-    let t = Instant::now();
-    let mut states = 0u64;
-    // Search first the model whose faults reach the switch's code path.
+/// The standard models searched for a switch, in order: `models` with the abort-race
+/// ones first for a switch on the abort, drain or failed-transfer paths (their faults
+/// reach its code), as given otherwise.
+pub fn model_order(bugs: BugSet, models: &[&'static str]) -> Vec<&'static str> {
     let abort_first = [
         Bug::SuccessOverwritesAbort,
         Bug::DecodeReleaseImmediate,
@@ -268,10 +260,26 @@ pub fn mc_cell(bugs: BugSet, budget: &Budget) -> Result<Result<McCell, String>, 
     ]
     .iter()
     .any(|b| bugs == BugSet::NONE.with(*b));
-    let mut order: Vec<&'static str> = budget.models.clone();
+    let mut order = models.to_vec();
     if abort_first {
         order.sort_by_key(|m| !m.starts_with("abort-race"));
     }
+    order
+}
+
+/// The text of a compiled-in scenario file (see [`SCENARIOS`]).
+pub fn scenario_text(path: &str) -> Option<&'static str> {
+    SCENARIOS.iter().find(|(p, _)| *p == path).map(|(_, t)| *t)
+}
+
+/// The model-checker column: the first standard model that breaks.
+pub fn mc_cell(bugs: BugSet, budget: &Budget) -> Result<Result<McCell, String>, LabError> {
+    if let Some(why) = mc_not_applicable(bugs) {
+        return Ok(Err(why.to_string()));
+    }
+    let t = Instant::now();
+    let mut states = 0u64;
+    let order = model_order(bugs, &budget.models);
     for &name in &order {
         let spec = ModelSpec::standard(name)?.with_bugs(bugs);
         let opts = CheckOptions {

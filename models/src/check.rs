@@ -31,6 +31,10 @@ pub struct CheckOptions {
     pub symmetry: bool,
     /// How node transitions are computed ([`crate::memo`]).
     pub memo: MemoMode,
+    /// Stop at the first `always` property that fails (the time a user waits for a
+    /// counterexample); the search is then not exhaustive, and a `sometimes` property
+    /// not reached by then reads "not reached" only for the states visited.
+    pub until_first: bool,
 }
 
 /// Whether the checker reuses node transitions it computed before.
@@ -53,6 +57,7 @@ impl Default for CheckOptions {
             dfs: false,
             symmetry: false,
             memo: MemoMode::On,
+            until_first: false,
         }
     }
 }
@@ -175,10 +180,12 @@ impl CheckReport {
             self.max_depth,
             self.elapsed.as_secs_f64(),
             self.states_per_sec(),
-            if self.complete {
-                " (exhaustive)"
-            } else {
-                " (NOT exhaustive: depth bound reached)"
+            match (self.complete, self.options.until_first) {
+                (true, _) => " (exhaustive)",
+                (false, true) if self.violated() => {
+                    " (NOT exhaustive: stopped at the first counterexample)"
+                }
+                (false, _) => " (NOT exhaustive: depth bound reached)",
             }
         );
         self.render_transitions(&mut out);
@@ -288,7 +295,13 @@ fn report<C: Checker<HandoffModel>>(
     // Before the paths are rebuilt below (that replays steps on this thread).
     let transitions = model.memo_stats();
     let discoveries = checker.discoveries();
-    let complete = options.depth.is_none_or(|d| checker.max_depth() < d);
+    let within_depth = options.depth.is_none_or(|d| checker.max_depth() < d);
+    let always_failed = model
+        .properties()
+        .iter()
+        .any(|p| p.expectation == Expectation::Always && discoveries.contains_key(p.name));
+    let stopped_early = options.until_first && always_failed;
+    let complete = within_depth && !stopped_early;
     let mut properties = Vec::new();
     let mut counterexamples = Vec::new();
     for p in model.properties() {
@@ -425,6 +438,9 @@ pub fn check_with_progress(
     let mut builder = model.clone().checker().threads(options.threads.max(1));
     if let Some(d) = options.depth {
         builder = builder.target_max_depth(d);
+    }
+    if options.until_first {
+        builder = builder.finish_when(stateright::HasDiscoveries::AnyFailures);
     }
     let start = Instant::now();
     Ok(if options.symmetry {

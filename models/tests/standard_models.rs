@@ -1130,3 +1130,31 @@ fn the_tags_alone_stop_stale_duplicates() {
     assert_eq!(sorted(&with), sorted(&without), "{}", with.render());
     assert_eq!(sorted(&without), vec![Invariant::S2, Invariant::S9]);
 }
+
+/// `until_first` (`kvsim check --until-first`) stops at the first counterexample: it
+/// visits fewer states than the exhaustive search of the same model, finds a
+/// violation, and its report says it is not exhaustive.
+#[test]
+fn until_first_stops_at_the_first_counterexample() {
+    let spec = || ModelSpec::handoff_small().with_bugs(BugSet::INCIDENT);
+    let all = run(spec());
+    let opts = CheckOptions {
+        until_first: true,
+        ..CheckOptions::default()
+    };
+    let first = check(spec(), &opts).unwrap();
+    assert!(all.complete && all.violated());
+    assert!(!first.complete && first.violated(), "{}", first.render());
+    assert!(
+        first.unique < all.unique,
+        "{} vs {}",
+        first.unique,
+        all.unique
+    );
+    assert!(first
+        .render()
+        .contains("NOT exhaustive: stopped at the first counterexample"));
+    // A clean model is searched to the end: nothing stops it early.
+    let clean = check(ModelSpec::handoff_small(), &opts).unwrap();
+    assert!(clean.complete && !clean.violated());
+}
