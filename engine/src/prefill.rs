@@ -27,7 +27,7 @@ use crate::invariant::{Invariant, Violation};
 use crate::kv::{PagePool, PageState};
 use crate::msg::{Msg, Status, TransferOutcome, Why};
 use crate::node::only_router;
-use crate::retired::{holds, RetiredRooms};
+use crate::retired::{holds, GenTable, RetiredRooms, RETIRED_MIN_HALF};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -155,8 +155,26 @@ struct Meta {
 impl Meta {
     /// The incarnation of decode that handed out the page list (its tags' epoch).
     fn epoch(&self) -> u32 {
-        self.dst.first().map_or(0, |t| t.gen.epoch())
+        epoch_of(&self.dst)
     }
+}
+
+/// The incarnation of decode that handed out the page list `dst` (its tags' epoch).
+fn epoch_of(dst: &[PageTag]) -> u32 {
+    dst.first().map_or(0, |t| t.gen.epoch())
+}
+
+/// Tell `decode` that `room`'s transfer to the page list of its incarnation `epoch`
+/// failed (M7 `KvDone { Failed }`).
+fn tell_failed<K, E: Env<K>>(env: &mut E, room: RoomKey, decode: NodeId, epoch: u32) {
+    env.send(
+        decode,
+        Msg::KvDone {
+            room,
+            outcome: TransferOutcome::Failed,
+            epoch,
+        },
+    );
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -221,6 +239,12 @@ pub struct PrefillNode<G> {
     /// request from any other node is refused then, so a forged one cannot retire the
     /// room and leave the real request hanging.
     early_drain: BTreeSet<(RoomKey, NodeId)>,
+    /// Room uses this node failed before their decode's page list arrived, with the
+    /// decode node each one's start named. That node reserved pages and waits for the
+    /// transfer (behind SGLang's router nobody else tells it), so its page list, when
+    /// it comes, is answered once with `KvDone { Failed }` ([`Self::on_failed_meta`]).
+    /// Bounded as the retired table is.
+    owed_failure: GenTable<NodeId>,
     /// A `Compute` timer is pending (so new work does not postpone it).
     compute_armed: bool,
     /// The forward batch of the scheduler pass under way still to finish, in order
@@ -236,6 +260,7 @@ impl<G: Gpu> PrefillNode<G> {
     pub fn new(id: NodeId, cfg: Cfg, router: NodeId, gpu: G) -> Self {
         let pool = PagePool::new(gpu.pages(), gpu.page_size()).journal();
         let retired = RetiredRooms::new(cfg.max_rooms);
+        let owed_failure = GenTable::new((cfg.max_rooms as usize).max(RETIRED_MIN_HALF));
         PrefillNode {
             id,
             cfg,
@@ -248,6 +273,7 @@ impl<G: Gpu> PrefillNode<G> {
             retired,
             early_meta: BTreeMap::new(),
             early_drain: BTreeSet::new(),
+            owed_failure,
             compute_armed: false,
             batch: VecDeque::new(),
             counters: Counters::default(),
@@ -281,6 +307,7 @@ impl<G: Gpu> PrefillNode<G> {
             retired,
             early_meta,
             early_drain,
+            owed_failure,
             compute_armed,
             batch,
             counters: _,
@@ -292,6 +319,7 @@ impl<G: Gpu> PrefillNode<G> {
         retired.clear();
         early_meta.clear();
         early_drain.clear();
+        owed_failure.clear();
         *compute_armed = false;
         batch.clear();
     }
@@ -378,14 +406,7 @@ impl<G: Gpu> PrefillNode<G> {
                 self.compute_armed = false;
                 self.on_tick(env)
             }
-            Input::Timer(Timer::Bootstrap(room)) => {
-                if matches!(
-                    self.requests.get(&room).map(|r| &r.phase),
-                    Some(Phase::Bootstrapping)
-                ) {
-                    self.retire(room, Status::INTERNAL, None, env);
-                }
-            }
+            Input::Timer(Timer::Bootstrap(room)) => self.on_bootstrap_timeout(room, env),
             Input::Timer(_) => {}
             // Only a decode node's receiver lands writes.
             Input::Landed { .. } => {}
@@ -410,6 +431,7 @@ impl<G: Gpu> PrefillNode<G> {
                 .get(room)
                 .map(|r| r.decode)
                 .or_else(|| self.outstanding.get(room).map(|o| o.to))
+                .or_else(|| self.owes_failure_to(*room))
         };
         match msg {
             Msg::PrefillStart { .. } | Msg::Abort { .. } if from != self.router => {
@@ -474,7 +496,7 @@ impl<G: Gpu> PrefillNode<G> {
             let why = Why::QueueFull {
                 side: Side::Prefill,
             };
-            self.reject_start(room, Status::UNAVAILABLE, why, env);
+            self.reject_start(room, decode, (Status::UNAVAILABLE, why), env);
             return;
         }
         let mut req = Request {
@@ -486,7 +508,7 @@ impl<G: Gpu> PrefillNode<G> {
             phase: Phase::Bootstrapping,
         };
         if let Err(why) = self.check_length(room, &mut req, env) {
-            self.reject_start(room, Status::BAD_REQUEST, why, env);
+            self.reject_start(room, decode, (Status::BAD_REQUEST, why), env);
             return;
         }
         // The bootstrap-queue gate (`PrefillBootstrapQueue.add`).
@@ -495,7 +517,7 @@ impl<G: Gpu> PrefillNode<G> {
                 .to_finish
                 .or(req.finished_reason)
                 .unwrap_or(Status::BAD_REQUEST);
-            self.reject_start(room, status, Why::RejectedAtIntake, env);
+            self.reject_start(room, decode, (status, Why::RejectedAtIntake), env);
             return;
         }
         env.trace(TraceEvent::Admitted {
@@ -510,14 +532,30 @@ impl<G: Gpu> PrefillNode<G> {
         self.take_early_meta(room, decode, env);
     }
 
-    /// Refuse a start at intake: retire the room use and answer once, with the reason.
+    /// Decode's page list did not come in time: fail the room; its decode, if it
+    /// reserved pages after all, is told when its list arrives.
+    fn on_bootstrap_timeout<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+        let Some(req) = self.requests.get(&room) else {
+            return;
+        };
+        if req.phase != Phase::Bootstrapping {
+            return;
+        }
+        let decode = req.decode;
+        self.owe_failure(room, decode, env);
+        self.retire(room, Status::INTERNAL, None, env);
+    }
+
+    /// Refuse a start at intake: retire the room use and answer once, with the reason;
+    /// `decode`, which reserved pages for the room, is told the transfer failed.
     fn reject_start<E: Env<G::Kv>>(
         &mut self,
         room: RoomKey,
-        status: Status,
-        why: Why,
+        decode: NodeId,
+        (status, why): (Status, Why),
         env: &mut E,
     ) {
+        self.owe_failure(room, decode, env);
         self.tombstone(room);
         env.trace(TraceEvent::Rejected {
             node: self.id,
@@ -626,8 +664,10 @@ impl<G: Gpu> PrefillNode<G> {
         env: &mut E,
     ) {
         let Some(req) = self.requests.get_mut(&room) else {
-            // Decode's page list can overtake the router's start message.
-            if !self.is_stale(room) && self.early_meta.len() < self.cfg.max_queue as usize {
+            if self.is_stale(room) {
+                self.on_failed_meta(from, room, &dst, env);
+            } else if self.early_meta.len() < self.cfg.max_queue as usize {
+                // Decode's page list can overtake the router's start message.
                 self.early_meta.insert((room, from), dst);
             }
             return;
@@ -709,8 +749,10 @@ impl<G: Gpu> PrefillNode<G> {
             }
             let need = self.cfg.pages_for(req.prompt.len() as u64) as usize;
             if need > self.pool.capacity() && !self.cfg.bugs.has(Bug::AdmitBeyondPool) {
-                // Can never fit: fail it now rather than let it block the queue forever.
+                // Can never fit: fail it now rather than let it block the queue forever,
+                // and tell decode, which holds pages for it (nobody else will).
                 self.waiting.pop_front();
+                self.notify_decode_failed(room, env);
                 self.retire(room, Status::INTERNAL, None, env);
                 continue;
             }
@@ -1153,6 +1195,8 @@ impl<G: Gpu> PrefillNode<G> {
             side: Side::Prefill,
         });
         match &req.phase {
+            // An abort is the router's to tell decode (defense 6); prefill tells it
+            // only what it knows to be owed, a page list it will never serve.
             Phase::Bootstrapping | Phase::Waiting { .. } => {
                 let knows_decode = req.phase.meta().is_some();
                 if knows_decode {
@@ -1218,15 +1262,42 @@ impl<G: Gpu> PrefillNode<G> {
 
     fn notify_decode_failed<E: Env<G::Kv>>(&self, room: RoomKey, env: &mut E) {
         if let Some(req) = self.requests.get(&room) {
-            env.send(
-                req.decode,
-                Msg::KvDone {
-                    room,
-                    outcome: TransferOutcome::Failed,
-                    epoch: req.phase.decode_epoch(),
-                },
-            );
+            tell_failed(env, room, req.decode, req.phase.decode_epoch());
         }
+    }
+
+    /// `room` failed before `decode`'s page list was used: tell `decode` at once if its
+    /// list is here already (kept early), or record that it is owed the news
+    /// ([`Self::on_failed_meta`]).
+    fn owe_failure<E: Env<G::Kv>>(&mut self, room: RoomKey, decode: NodeId, env: &mut E) {
+        if let Some(dst) = self.early_meta.remove(&(room, decode)) {
+            tell_failed(env, room, decode, epoch_of(&dst));
+            return;
+        }
+        let e = self
+            .owed_failure
+            .entry(room.room, || (room.gen, decode), &|_| false);
+        *e = (room.gen, decode);
+    }
+
+    /// A page list for a room use this node already retired. If the use failed here
+    /// before its page list came, the decode its start named is told the transfer
+    /// failed, once (peer identity, [`Self::check_peer`], refused a list from any other
+    /// node), and then releases its pages instead of waiting for its own timeout. A
+    /// late copy of a list already used changes nothing.
+    fn on_failed_meta<E: Env<G::Kv>>(
+        &mut self,
+        from: NodeId,
+        room: RoomKey,
+        dst: &[PageTag],
+        env: &mut E,
+    ) {
+        let Some(decode) = self.owes_failure_to(room) else {
+            return;
+        };
+        assert_eq!(decode, from, "peer identity admits only the room's decode");
+        self.owed_failure.remove(room.room);
+        tell_failed(env, room, decode, epoch_of(dst));
     }
 
     /// `process_disagg_prefill_inflight_queue` for one concluded room.
@@ -1361,6 +1432,15 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// The nodes whose page lists for a room use are kept, when they arrived before
     /// the room's start message.
+    /// The decode node still owed the news that `room` failed here (its page list has
+    /// not come yet), if any.
+    pub fn owes_failure_to(&self, room: RoomKey) -> Option<NodeId> {
+        self.owed_failure
+            .get(room.room)
+            .filter(|(gen, _)| *gen == room.gen)
+            .map(|(_, decode)| *decode)
+    }
+
     pub fn early_meta_from(&self, room: RoomKey) -> Vec<NodeId> {
         self.early_meta
             .range((room, NodeId(0))..=(room, NodeId(u16::MAX)))

@@ -92,6 +92,13 @@ impl<V> GenTable<V> {
             .expect("inserted above when absent")
     }
 
+    /// Forget `room`'s record, returning it.
+    pub fn remove(&mut self, room: RoomId) -> Option<(Generation, V)> {
+        self.current
+            .remove(&room)
+            .or_else(|| self.previous.remove(&room))
+    }
+
     pub fn clear(&mut self) {
         self.current.clear();
         self.previous.clear();

@@ -42,7 +42,9 @@ struct RoomUse {
     decode: NodeId,
     answers: Answers,
     /// `sglang-router`: each half's reason for its error, as it reported it, kept
-    /// until both halves answered (the careful router answers the first error at once).
+    /// until both halves answered. The careful router answers the first error at once,
+    /// and keeps decode's reason only while that error waits for prefill's answer
+    /// ([`waits_for_its_cause`]).
     prefill_why: Option<Why>,
     decode_why: Option<Why>,
     /// The reply length the request asked for: a 200 with fewer tokens (the tail of
@@ -95,6 +97,20 @@ impl Answers {
     fn open(&self) -> (bool, bool) {
         (self.prefill.is_none(), self.decode.is_none())
     }
+}
+
+/// The careful router answers a request's first error, unless it is decode failing a
+/// transfer prefill reported failed (`Why::TransferFailed`) while prefill has not
+/// answered: that is a consequence, and prefill's answer, which follows as prefill
+/// concludes (or the request timeout), is the cause the client gets (a prompt refused
+/// at intake is a 400, not decode's 500). Prefill is not aborted meanwhile: an abort
+/// would make its answer a 499.
+fn waits_for_its_cause(u: &RoomUse, side: Side, status: Status, why: Option<Why>) -> bool {
+    side == Side::Decode
+        && !status.is_ok()
+        && why == Some(Why::TransferFailed)
+        && !u.answers.reported(Side::Prefill)
+        && !u.answers.client
 }
 
 /// The other half.
@@ -561,8 +577,17 @@ impl Router {
         if !u.answers.record(side, status) {
             return; // duplicate
         }
+        if waits_for_its_cause(u, side, status, why) {
+            u.decode_why = why;
+            return;
+        }
         let mut answer = None;
-        if !u.answers.client && (!status.is_ok() || side == Side::Decode) {
+        if !u.answers.client && (!status.is_ok() || side == Side::Decode || !u.answers.open().1) {
+            // Prefill's 200 after decode's deferred error answers with that error.
+            let (status, why) = match (side, u.answers.decode) {
+                (Side::Prefill, Some(d)) if status.is_ok() => (d, u.decode_why),
+                _ => (status, why),
+            };
             u.answers.client = true;
             answer = Some((u.client, u.req, reply(u, status, why)));
         }

@@ -767,3 +767,107 @@ fn an_abort_after_the_answer_repeats_the_first_status() {
     }
     assert_eq!(finished(&h), vec![Status::BAD_REQUEST; 3]);
 }
+
+// ---- A page list for a room prefill already failed (issue 37, class 6) ------------
+//
+// Behind SGLang's router nobody cancels the other half of a failed request: decode,
+// which reserved pages and sent its page list, waits for the transfer. Before the fix
+// prefill dropped that page list silently, so decode held its pages until its own
+// waiting timeout (and the router's retry waited as long). Now prefill tells the decode
+// its start named, once, that the transfer failed.
+
+/// The `KvDone` outcomes prefill sent to decode since `m`, with their epochs.
+fn kv_done_since(h: &H, m: kvsim_engine::harness::Mark) -> Vec<(TransferOutcome, u32)> {
+    h.sends_since(m)
+        .iter()
+        .filter_map(|s| match &s.msg {
+            Msg::KvDone { outcome, epoch, .. } if s.from == P && s.to == D => {
+                Some((outcome.clone(), *epoch))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Requests 1-5, prefill's queue (4) full with the first four: request 5's start will
+/// be refused at intake. Returns request 5's room; its starts are still in flight.
+fn fifth_beyond_the_queue(h: &mut H) -> RoomKey {
+    for req in 1..=5 {
+        handled(h.submit(req, prompt(LEN), NEW).unwrap());
+    }
+    for _ in 0..4 {
+        handled(h.deliver_kind("PrefillStart", P).unwrap());
+    }
+    h.room_of(5).unwrap()
+}
+
+/// Request 5 refused at prefill's intake after decode reserved its pages and sent its
+/// page list (still in flight). Returns the room.
+fn rejected_with_page_list_in_flight(h: &mut H) -> RoomKey {
+    let room = fifth_beyond_the_queue(h);
+    handled(h.deliver_for("DecodeStart", D, room).unwrap());
+    handled(h.deliver_for("PrefillStart", P, room).unwrap());
+    assert_eq!(finished(h), vec![Status::UNAVAILABLE]);
+    room
+}
+
+#[test]
+fn a_page_list_for_a_room_rejected_at_intake_is_answered_failed_once() {
+    let mut h = harness();
+    let room = rejected_with_page_list_in_flight(&mut h);
+    assert_eq!(h.prefill(P).unwrap().owes_failure_to(room), Some(D));
+    h.duplicate(h.find_kind("KvMeta", P).unwrap()).unwrap();
+    let m = h.mark();
+    handled(h.deliver_kind("KvMeta", P).unwrap());
+    assert_eq!(kv_done_since(&h, m), vec![(TransferOutcome::Failed, 0)]);
+    assert_eq!(h.prefill(P).unwrap().owes_failure_to(room), None);
+    // A second copy of the list is told nothing more.
+    let m = h.mark();
+    handled(h.deliver_kind("KvMeta", P).unwrap());
+    assert_eq!(kv_done_since(&h, m), vec![]);
+    h.invariants().unwrap();
+}
+
+#[test]
+fn a_page_list_kept_early_is_answered_failed_when_the_start_is_rejected() {
+    let mut h = harness();
+    let room = fifth_beyond_the_queue(&mut h);
+    handled(h.deliver_for("DecodeStart", D, room).unwrap());
+    handled(h.deliver_for("KvMeta", P, room).unwrap());
+    assert_eq!(h.prefill(P).unwrap().early_meta_from(room), vec![D]);
+    let m = h.mark();
+    handled(h.deliver_for("PrefillStart", P, room).unwrap());
+    assert_eq!(kv_done_since(&h, m), vec![(TransferOutcome::Failed, 0)]);
+    assert_eq!(h.prefill(P).unwrap().owes_failure_to(room), None);
+    assert!(h.prefill(P).unwrap().early_meta_from(room).is_empty());
+}
+
+#[test]
+fn a_page_list_for_a_failed_room_from_another_node_is_refused_and_decode_still_told() {
+    let mut h = harness();
+    let room = rejected_with_page_list_in_flight(&mut h);
+    let forged = Msg::KvMeta {
+        room,
+        dst: vec![],
+        prompt_len: u64::from(LEN),
+    };
+    let m = h.mark();
+    handled(h.inject(R, P, forged).unwrap());
+    assert_eq!(h.peer_refused(P), 1);
+    assert_eq!(kv_done_since(&h, m), vec![]);
+    assert_eq!(h.prefill(P).unwrap().owes_failure_to(room), Some(D));
+    handled(h.deliver_kind("KvMeta", P).unwrap());
+    assert_eq!(kv_done_since(&h, m), vec![(TransferOutcome::Failed, 0)]);
+}
+
+#[test]
+fn a_page_list_after_the_bootstrap_timeout_is_answered_failed() {
+    let mut h = harness();
+    let room = bootstrapping(&mut h);
+    handled(h.deliver_kind("DecodeStart", D).unwrap());
+    h.fire(P, Timer::Bootstrap(room)).unwrap();
+    assert_eq!(h.prefill(P).unwrap().owes_failure_to(room), Some(D));
+    let m = h.mark();
+    handled(h.deliver_kind("KvMeta", P).unwrap());
+    assert_eq!(kv_done_since(&h, m), vec![(TransferOutcome::Failed, 0)]);
+}

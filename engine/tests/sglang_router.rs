@@ -230,3 +230,42 @@ fn the_room_of_each_attempt_comes_from_the_routers_seed() {
     assert_eq!(rooms(11), rooms(11), "same seed, same rooms");
     assert_ne!(rooms(11), rooms(12), "another seed, other rooms");
 }
+
+/// Issue 37, class 6: behind this router nobody cancels the half that did not fail.
+/// Prefill refuses request 5 at intake (its queue is full) after decode reserved pages
+/// and sent its page list. Prefill tells decode the transfer failed; decode fails the
+/// room at once, quarantines, asks for the drain, prefill (no write left) acks, decode
+/// releases every page and answers 500, all without its waiting timeout (which `settle`
+/// never fires). Before the fix prefill dropped the page list and decode held its pages
+/// until that timeout.
+#[test]
+fn a_start_refused_by_prefill_frees_decodes_pages_before_its_waiting_timeout() {
+    let mut h = h(7);
+    for req in 1..=5 {
+        handled(h.submit(req, prompt(LEN), NEW).unwrap());
+    }
+    for _ in 0..4 {
+        handled(h.deliver_kind("PrefillStart", P).unwrap());
+    }
+    let room = h.room_of(5).unwrap();
+    handled(h.deliver_for("DecodeStart", D, room).unwrap());
+    handled(h.deliver_for("PrefillStart", P, room).unwrap());
+    assert!(h.timer_pending(D, Timer::WaitingForKv(room)));
+    handled(h.deliver_for("KvMeta", P, room).unwrap());
+    h.settle(256).unwrap();
+    assert!(!h.timer_pending(D, Timer::WaitingForKv(room)));
+    assert_eq!(h.decode_phase(D, room), None);
+    assert!(h.decode(D).unwrap().quarantined_rooms() == 0);
+    let decode_answers: Vec<Status> = h
+        .sends()
+        .iter()
+        .filter_map(|s| match s.msg {
+            Msg::DecodeFinished {
+                room: r, status, ..
+            } if r == room => Some(status),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(decode_answers, vec![Status::INTERNAL]);
+    h.invariants().unwrap();
+}
