@@ -662,7 +662,7 @@ fn retry_race_full_is_clean_with_a_pinned_state_count() {
     pinned(&r, RETRY_RACE);
 }
 
-const RETRY_RACE: usize = 598_881;
+const RETRY_RACE: usize = 595_891;
 
 /// The stale-control model (a reused room number, two duplicated control messages)
 /// on the defended engine.
@@ -756,7 +756,7 @@ fn handoff_full_is_clean_with_a_pinned_state_count() {
     };
     let r = check(ModelSpec::handoff(), &options).unwrap();
     assert_clean(&r);
-    pinned(&r, 1_789_151);
+    pinned(&r, 2_409_128);
     let reduced = check(
         ModelSpec::handoff(),
         &CheckOptions {
@@ -766,7 +766,7 @@ fn handoff_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&reduced);
-    pinned(&reduced, 894_670);
+    pinned(&reduced, 1_204_667);
     let buggy = check(ModelSpec::handoff().with_bugs(BugSet::INCIDENT), &options).unwrap();
     let s3 = buggy
         .counterexample(names::S3)
@@ -787,7 +787,7 @@ fn abort_race_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 1_127_970);
+    pinned(&r, 882_055);
 }
 
 /// The full `timeout-race` model (a few seconds in release; 397,593 states, half of
@@ -801,7 +801,7 @@ fn timeout_race_full_is_clean_with_a_pinned_state_count() {
     };
     let r = check(ModelSpec::timeout_race(), &options).unwrap();
     assert_clean(&r);
-    pinned(&r, 425_207);
+    pinned(&r, 315_107);
     let reduced = check(
         ModelSpec::timeout_race(),
         &CheckOptions {
@@ -811,7 +811,7 @@ fn timeout_race_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&reduced);
-    pinned(&reduced, 212_604);
+    pinned(&reduced, 157_554);
 }
 
 #[test]
@@ -826,7 +826,7 @@ fn crash_race_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 3_610_892);
+    pinned(&r, 3_535_082);
 }
 
 /// The full `data-fault` model (two data faults; 5,521,665 states).
@@ -859,7 +859,7 @@ fn timer_refire_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 11_093_373);
+    pinned(&r, 9_974_103);
 }
 
 /// The full `stale-control` model (a reused room number, two duplicates, one failed
@@ -876,7 +876,7 @@ fn stale_control_full_is_clean_with_a_pinned_state_count() {
     )
     .unwrap();
     assert_clean(&r);
-    pinned(&r, 593_113);
+    pinned(&r, 508_433);
 }
 
 /// Each bug switch that the standard models can reach is found by the invariant it
