@@ -199,6 +199,9 @@ pub enum NodeEvent<K> {
         /// The reply length the request asked for (for the trace's `routed` record).
         max_new_tokens: u32,
         reply: ReplySink,
+        /// A decode half: the incarnation of the prefill node whose bootstrap took the
+        /// room's registration (`None`: it did not say).
+        prefill_epoch: Option<u32>,
     },
     /// The worker front's client of `room` went away: the half is aborted, as the
     /// router aborts it.
@@ -249,8 +252,12 @@ pub struct Io<R: NodeRuntime> {
     /// Worker mode: each started half's answers, and (decode) its tokens so far.
     halves: BTreeMap<RoomKey, Half>,
     /// Worker mode, decode: which halves of each room are terminal (1: decode's, 2:
-    /// prefill's); both: the room is cleared.
-    clearing: BTreeMap<RoomKey, u8>,
+    /// prefill's; both: the room is cleared), and the prefill node and incarnation
+    /// that took the room's registration, where it said.
+    clearing: BTreeMap<RoomKey, (u8, Option<(NodeId, u32)>)>,
+    /// Worker mode, decode: the latest incarnation each prefill node's bootstrap has
+    /// answered with.
+    prefill_epochs: BTreeMap<NodeId, u32>,
     /// Worker mode, decode: prefill's word that a room's half is done, come before
     /// decode's half started (at most [`EARLY_DONE`], the oldest dropped).
     early_done: std::collections::VecDeque<(RoomKey, Status, Option<String>)>,
@@ -274,6 +281,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
             worker_cancels_both: false,
             halves: BTreeMap::new(),
             clearing: BTreeMap::new(),
+            prefill_epochs: BTreeMap::new(),
             early_done: std::collections::VecDeque::new(),
             fault: None,
             restart_asked: false,
@@ -413,13 +421,37 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
         let Some(node) = self.worker_router else {
             return;
         };
-        let Some(done) = self.clearing.get_mut(&room) else {
+        let Some((done, _)) = self.clearing.get_mut(&room) else {
             return;
         };
         *done |= bit;
         if *done == 3 {
             self.clearing.remove(&room);
             self.trace(|| Record::Engine(TraceEvent::RoomCleared { node, room }));
+        }
+    }
+
+    /// Worker mode, decode: prefill node `prefill`'s bootstrap answered as incarnation
+    /// `epoch`. A later incarnation means the process of every earlier one was killed
+    /// (a restart in process keeps the process's worker front and its first epoch),
+    /// and its halves died with it: the restarted node's trace begins with the `crash`
+    /// that forgets them, and no word of their end can come (the dead process would
+    /// have sent it). So the prefill half of every room registered at an earlier
+    /// incarnation is terminal; a room whose decode half is terminal too is cleared.
+    fn prefill_incarnation(&mut self, prefill: NodeId, epoch: u32) {
+        let known = self.prefill_epochs.entry(prefill).or_insert(epoch);
+        if epoch <= *known {
+            return;
+        }
+        *known = epoch;
+        let dead: Vec<RoomKey> = self
+            .clearing
+            .iter()
+            .filter(|(_, (_, at))| at.is_some_and(|(p, e)| p == prefill && e < epoch))
+            .map(|(room, _)| *room)
+            .collect();
+        for room in dead {
+            self.half_done(room, 2);
         }
     }
 
@@ -899,6 +931,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         msg: Msg<G::Kv>,
         max_new_tokens: u32,
         mut reply: ReplySink,
+        prefill_epoch: Option<u32>,
     ) {
         let Some(router) = self.io.worker_router.filter(|_| self.intake_open) else {
             reply.send(ReplyEv::Done(Reply {
@@ -933,7 +966,15 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                     max_new_tokens,
                 })
             });
-            self.io.clearing.insert(room, 0);
+            let at = prefill_epoch.map(|e| (prefill, e));
+            self.io.clearing.insert(room, (0, at));
+            if let Some(e) = prefill_epoch {
+                self.io.prefill_incarnation(prefill, e);
+                // Registered at an incarnation already known dead: its half is over.
+                if self.io.prefill_epochs.get(&prefill).is_some_and(|k| *k > e) {
+                    self.io.half_done(room, 2);
+                }
+            }
         }
         let half = Half {
             sink: reply,
@@ -1053,7 +1094,8 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 msg,
                 max_new_tokens,
                 reply,
-            } => self.start_half(room, msg, max_new_tokens, reply),
+                prefill_epoch,
+            } => self.start_half(room, msg, max_new_tokens, reply, prefill_epoch),
             NodeEvent::AbortHalf { room } => self.abort_half(room),
             NodeEvent::PeerHalfDone {
                 room,

@@ -39,12 +39,11 @@ impl Tracer {
             seq: self.seq,
             rec,
         };
-        let line = entry_line(&e);
-        if let Err(err) = self
-            .out
-            .write_all(line.as_bytes())
-            .and_then(|()| self.out.write_all(b"\n"))
-        {
+        // The line and its end in one write: the buffer never goes out holding a line
+        // without its end (which a kill could then leave torn at the file's end).
+        let mut line = entry_line(&e);
+        line.push('\n');
+        if let Err(err) = self.out.write_all(line.as_bytes()) {
             eprintln!("kvsim serve: trace write failed: {err}");
         }
     }

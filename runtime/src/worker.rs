@@ -73,6 +73,10 @@ pub struct WorkerParts<K> {
     /// Answer the first this many `/generate` requests 503 (prefill; a test's failing
     /// half).
     pub fail_first: u64,
+    /// The incarnation this process started the node as (`--epoch`): a prefill node's
+    /// bootstrap answers each registration with it, so that decode learns when the
+    /// prefill process it registered a room at was killed and restarted.
+    pub epoch: u32,
 }
 
 /// The rooms this node was given.
@@ -644,7 +648,7 @@ async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<
             let _ = t.send((r, status, reason, decode_url));
         }
     };
-    let mut pending = match start(w, key, msg, &half.job, Some(Box::new(on_done))) {
+    let mut pending = match start(w, key, msg, &half.job, Some(Box::new(on_done)), None) {
         Ok(p) => p,
         Err(m) => return fail(w, 503, &m),
     };
@@ -715,6 +719,7 @@ fn start<K: Send + 'static>(
     msg: Msg<K>,
     job: &Job,
     mut on_done: Option<OnDone>,
+    prefill_epoch: Option<u32>,
 ) -> Result<Pending, String> {
     let (tx, rx) = mpsc::unbounded_channel();
     let prompt_len = job.ids.len();
@@ -731,6 +736,7 @@ fn start<K: Send + 'static>(
         msg,
         max_new_tokens: job.max_new_tokens,
         reply: sink,
+        prefill_epoch,
     });
     if sent.is_err() {
         return Err("the node is shutting down".into());
@@ -785,9 +791,10 @@ async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<O
             ),
         );
     };
-    if let Err((status, msg)) = register_at_prefill(w, r, &half.bootstrap).await {
-        return fail(w, status, &msg);
-    }
+    let prefill_epoch = match register_at_prefill(w, r, &half.bootstrap).await {
+        Ok(e) => e,
+        Err((status, msg)) => return fail(w, status, &msg),
+    };
     let key = room_key(r);
     let msg = Msg::DecodeStart {
         room: key,
@@ -796,7 +803,7 @@ async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<O
         max_new_tokens: half.job.max_new_tokens,
         prefill,
     };
-    let mut pending = match start(w, key, msg, &half.job, None) {
+    let mut pending = match start(w, key, msg, &half.job, None, prefill_epoch) {
         Ok(p) => p,
         Err(m) => return fail(w, 503, &m),
     };
@@ -815,12 +822,13 @@ async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<O
 }
 
 /// Register room `r` at the prefill node's bootstrap (`host:port` as the router sent
-/// it), naming this decode node and its URL; the error is the HTTP status and why.
+/// it), naming this decode node and its URL: the prefill node's incarnation, as its
+/// bootstrap says (`None` when it does not); the error is the HTTP status and why.
 async fn register_at_prefill<K>(
     w: &Worker<K>,
     r: u64,
     bootstrap: &str,
-) -> Result<(), (u16, String)> {
+) -> Result<Option<u32>, (u16, String)> {
     let url = format!("http://{bootstrap}");
     let (me, my_url) = (w.p.id.0, w.p.url.clone());
     let registered = tokio::task::spawn_blocking(move || {
@@ -830,7 +838,10 @@ async fn register_at_prefill<K>(
     })
     .await;
     match registered {
-        Ok(Ok(rep)) if rep.status == 200 => Ok(()),
+        Ok(Ok(rep)) if rep.status == 200 => Ok(serde_json::from_slice::<Value>(&rep.body)
+            .ok()
+            .and_then(|v| v["epoch"].as_u64())
+            .and_then(|e| u32::try_from(e).ok())),
         Ok(Ok(rep)) => Err((
             502,
             format!("prefill's bootstrap refused room {r}: {}", rep.text()),
@@ -1000,12 +1011,15 @@ fn register<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
         // Prefill's half of this room already ended here without running.
         drop(m);
         tell(w, room as u64, status, url);
-        return json_reply(200, &json!({"ok": true, "prefill_status": status}));
+        return json_reply(
+            200,
+            &json!({"ok": true, "prefill_status": status, "epoch": w.p.epoch}),
+        );
     }
     m.insert(room as u64, (decode, url, Instant::now()));
     drop(m);
     w.registered_changed.notify_waiters();
-    json_reply(200, &json!({"ok": true}))
+    json_reply(200, &json!({"ok": true, "epoch": w.p.epoch}))
 }
 
 /// Decode: prefill's half of a room is done (`POST /kvsim/prefill_done {"room": R}`).
@@ -1062,6 +1076,7 @@ mod tests {
                 prefills: BTreeMap::new(),
                 limits: FrontLimits::default(),
                 fail_first: 0,
+                epoch: 0,
             },
             vocab: Mutex::new(Vocab::new()),
             rooms: Mutex::new(Rooms::new(&EngineConfig::default())),

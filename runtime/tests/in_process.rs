@@ -438,3 +438,80 @@ fn a_write_flushed_by_an_in_process_restart_never_lands() {
     assert!(late.is_empty(), "flushed writes landed at decode: {late:?}");
     assert_ne!(answer(&rx).status, 0, "the request is answered");
 }
+
+/// Worker mode, decode: start a half of `room` as the worker front does once prefill's
+/// bootstrap took the registration as incarnation `prefill_epoch`.
+fn start_worker_half(lp: &mut Loop, room: RoomKey, prefill_epoch: u32) {
+    let (tx, _rx) = channel();
+    let msg = Msg::DecodeStart {
+        room,
+        req: RequestId(room.gen.0),
+        prompt: (1..=8).collect(),
+        max_new_tokens: 2,
+        prefill: PREFILL,
+    };
+    assert!(lp.handle(NodeEvent::StartHalf {
+        room,
+        msg,
+        max_new_tokens: 2,
+        reply: ReplySink::channel(tx),
+        prefill_epoch: Some(prefill_epoch),
+    }));
+}
+
+fn cleared(lp: &Loop) -> Vec<RoomKey> {
+    let recs = lp.io.rt.records.iter();
+    recs.filter_map(|r| match r {
+        Record::Engine(TraceEvent::RoomCleared { room, .. }) => Some(*room),
+        _ => None,
+    })
+    .collect()
+}
+
+/// Worker mode: decode's stand-in for the router clears a room once both halves are
+/// terminal; prefill's word of its half's end is lost when the prefill process is
+/// killed, so a registration answered by a later incarnation of that prefill node ends
+/// the prefill half of every room registered at an earlier one (the restarted node's
+/// trace begins with the `crash` that forgets them), and a room registered at an
+/// incarnation already known dead is born with its prefill half over. Without the
+/// restart the rooms stay open (their prefill halves may still be running).
+#[test]
+fn a_restarted_prefill_ends_the_halves_of_its_dead_incarnation() {
+    let (mut lp, _landing) = decode_loop(BugSet::default(), Arc::new(SharedPool::new(PAGES, PAGE)));
+    lp.io.worker_router = Some(ROUTER);
+    let (a, b, c) = (
+        RoomKey::new(1, 11),
+        RoomKey::new(2, 12),
+        RoomKey::new(3, 13),
+    );
+    start_worker_half(&mut lp, a, 0);
+    // Decode's half of `a` ends (the router went away): prefill's is still open.
+    assert!(lp.handle(NodeEvent::AbortHalf { room: a }));
+    for _ in 0..100 {
+        if lp.io.rt.events.is_empty() {
+            break;
+        }
+        assert!(lp.turn());
+    }
+    start_worker_half(&mut lp, b, 0);
+    assert!(cleared(&lp).is_empty(), "no prefill word, same incarnation");
+    // A registration answered by prefill's incarnation 1: incarnation 0 was killed.
+    start_worker_half(&mut lp, c, 1);
+    assert_eq!(
+        cleared(&lp),
+        vec![a],
+        "a's prefill half died with incarnation 0"
+    );
+    // b's decode half ends: its prefill half (incarnation 0) is over too.
+    assert!(lp.handle(NodeEvent::AbortHalf { room: b }));
+    assert_eq!(cleared(&lp), vec![a, b]);
+    // A late registration answered by the dead incarnation: born with prefill's half
+    // over.
+    let d = RoomKey::new(4, 14);
+    start_worker_half(&mut lp, d, 0);
+    assert!(lp.handle(NodeEvent::AbortHalf { room: d }));
+    assert_eq!(cleared(&lp), vec![a, b, d]);
+    // c's prefill half (incarnation 1) is alive: c stays open after decode's half.
+    assert!(lp.handle(NodeEvent::AbortHalf { room: c }));
+    assert_eq!(cleared(&lp), vec![a, b, d]);
+}
