@@ -55,6 +55,10 @@ struct Bed {
     decode_http: String,
     router: Router,
     traces: std::path::PathBuf,
+    /// Each node's `kvsim serve` arguments (prefill's, decode's), for a restart.
+    args: [Vec<String>; 2],
+    /// The router's output.
+    router_log: std::path::PathBuf,
 }
 
 fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>, prefill_args: &[&str]) -> Bed {
@@ -89,14 +93,15 @@ fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>, prefill_args: &[
         args.extend(more);
         let mut s = Served::start(&args);
         s.wait_for("worker http", kvsim::serve::worker_of);
-        s
+        (s, args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
     };
-    let (prefill, decode) = (node("n1", ph, prefill_args), node("n2", dh, &[]));
+    let ((prefill, p_args), (decode, d_args)) = (node("n1", ph, prefill_args), node("n2", dh, &[]));
     let (prefill_http, decode_http) = (
         format!("http://127.0.0.1:{ph}"),
         format!("http://127.0.0.1:{dh}"),
     );
-    let log = std::fs::File::create(dir.join("router.log")).unwrap();
+    let router_log = dir.join("router.log");
+    let log = std::fs::File::create(&router_log).unwrap();
     let child = Command::new(py)
         .args(["-m", "sglang_router.launch_router", "--host", "127.0.0.1"])
         .args(["--port", &rp.to_string(), "--pd-disaggregation"])
@@ -139,6 +144,8 @@ fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>, prefill_args: &[
         decode_http,
         router,
         traces,
+        args: [p_args, d_args],
+        router_log,
     }
 }
 
@@ -504,4 +511,377 @@ fn one_process_serves_a_worker_per_node_behind_the_router() {
     args.extend(files.iter().map(String::as_str));
     let o = kvsim(&args);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+/// How one request of the load through the router ended.
+#[derive(Debug, Clone)]
+enum Got {
+    /// 200 whose text is made of the request's own words (echo attention).
+    Own,
+    /// 200 whose text is not the request's own (a wrong reply).
+    Wrong(String),
+    /// Another status, and the body's start.
+    Status(u16, String),
+    /// No HTTP reply.
+    NoReply(String),
+}
+
+/// One request of the load: when it was sent, when it ended, how.
+#[derive(Debug, Clone)]
+struct Shot {
+    sent: Instant,
+    done: Instant,
+    got: Got,
+}
+
+/// A steady load through the router: `threads` clients, one request at a time each,
+/// every prompt of words unique to it, until `stop`; every outcome recorded.
+fn steady_load(
+    url: &str,
+    threads: usize,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    shots: &std::sync::Arc<std::sync::Mutex<Vec<Shot>>>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    use std::sync::atomic::Ordering;
+    (0..threads)
+        .map(|t| {
+            let (url, stop, shots) = (url.to_string(), stop.clone(), shots.clone());
+            std::thread::spawn(move || {
+                let a = kvsim_runtime::http_client::agent(Duration::from_secs(30));
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let words: Vec<String> = ["K", "a", "b", "c"]
+                        .iter()
+                        .map(|w| format!("{w}{t}x{i}"))
+                        .collect();
+                    let body = serde_json::json!({"text": words.join(" "),
+                        "sampling_params": {"max_new_tokens": 4}})
+                    .to_string();
+                    let sent = Instant::now();
+                    let r = kvsim_runtime::http_client::fetch_with(
+                        &a,
+                        &url,
+                        "POST",
+                        "/generate",
+                        Some(body.as_bytes()),
+                    );
+                    let got = match r {
+                        Ok(r) if r.status == 200 => {
+                            let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+                            let text = v["text"].as_str().unwrap_or("");
+                            let own = !text.is_empty()
+                                && text
+                                    .split_whitespace()
+                                    .all(|w| words.iter().any(|x| x == w));
+                            if own {
+                                Got::Own
+                            } else {
+                                Got::Wrong(format!("{words:?}: {}", r.text()))
+                            }
+                        }
+                        Ok(r) => Got::Status(r.status, r.text().chars().take(160).collect()),
+                        Err(e) => Got::NoReply(e.to_string()),
+                    };
+                    let failed = !matches!(got, Got::Own);
+                    shots.lock().expect("the shots").push(Shot {
+                        sent,
+                        done: Instant::now(),
+                        got,
+                    });
+                    if failed {
+                        // A failing deployment answers fast: do not spin.
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// The router's view of its workers: (url, worker_type, is_healthy) each.
+fn router_workers(url: &str) -> Vec<(String, String, bool)> {
+    let w = fetch(url, "GET", "/workers", None, Duration::from_secs(2))
+        .ok()
+        .and_then(|r| serde_json::from_slice::<Value>(&r.body).ok())
+        .unwrap_or(Value::Null);
+    w["workers"]
+        .as_array()
+        .map(|ws| {
+            ws.iter()
+                .map(|w| {
+                    (
+                        w["url"].as_str().unwrap_or("").to_string(),
+                        w["worker_type"].as_str().unwrap_or("").to_string(),
+                        w["is_healthy"].as_bool().unwrap_or(false),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the router's log says about its workers (colour codes, times and request ids
+/// removed): each distinct warning or error, and each note of a worker's health or
+/// circuit, with how often.
+fn router_says(log: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut plain = String::with_capacity(text.len());
+    let mut esc = false;
+    for c in text.chars() {
+        match (esc, c) {
+            (false, '\u{1b}') => esc = true,
+            (true, 'm') => esc = false,
+            (true, _) => {}
+            (false, c) => plain.push(c),
+        }
+    }
+    let mut said: Vec<(String, usize)> = Vec::new();
+    for l in plain.lines() {
+        if l.contains("tokenizer") || l.contains("status_code=") || l.contains("started processing")
+        {
+            continue;
+        }
+        // `DATE TIME LEVEL span{...}: module: file:line: message`: the level and message.
+        let level = l.split_whitespace().nth(2).unwrap_or("");
+        let msg = l.rsplit(".rs:").next().unwrap_or(l);
+        let msg = msg.trim_start_matches(|c: char| c.is_ascii_digit() || c == ':');
+        // Start-up's steps aside: what it says about workers' health and circuits.
+        let about = ["ircuit", "ealth", "emov", "navailable"];
+        if level == "INFO" && !about.iter().any(|a| msg.contains(a)) {
+            continue;
+        }
+        let key = format!("{level}{}", msg.chars().take(200).collect::<String>());
+        match said.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, n)) => *n += 1,
+            None => said.push((key, 1)),
+        }
+    }
+    said.into_iter()
+        .map(|(k, n)| format!("{n} x {k}"))
+        .collect()
+}
+
+/// How long a killed worker stays down before its restart: past the router's retries
+/// of one request (five, 50 ms growing by 1.5x), within decode's drain-ack budget (40
+/// asks 50 ms apart: a quarantine waiting on a dead prefill's ack stops decode loudly
+/// past it, for good).
+const DOWN: Duration = Duration::from_millis(1000);
+
+/// One kill of a worker under the load: SIGKILL, restart at `epoch` on the same
+/// addresses, and the time until a request sent after the restart is answered 200
+/// (bounded). What the clients saw from the kill on is returned for the caller.
+fn kill_and_restart(
+    bed: &mut Bed,
+    which: usize,
+    epoch: u32,
+    shots: &std::sync::Arc<std::sync::Mutex<Vec<Shot>>>,
+) -> (Instant, Instant, Duration) {
+    let name = ["prefill", "decode"][which];
+    let victim = if which == 0 {
+        &mut bed.prefill
+    } else {
+        &mut bed.decode
+    };
+    victim.signal("-KILL");
+    let killed = Instant::now();
+    let _ = victim.child.wait();
+    // Down for a while, then restarted on the same addresses, as a supervisor would.
+    std::thread::sleep(DOWN);
+    let down = router_workers(&bed.router.url);
+    let mut args: Vec<&str> = bed.args[which].iter().map(String::as_str).collect();
+    let e = epoch.to_string();
+    args.extend(["--epoch", &e]);
+    let mut s = Served::start(&args);
+    s.wait_for("worker http", kvsim::serve::worker_of);
+    s.wait_for("running", |l| {
+        l.contains("kvsim serve: running").then_some(())
+    });
+    let ready = Instant::now();
+    let old = if which == 0 {
+        std::mem::replace(&mut bed.prefill, s)
+    } else {
+        std::mem::replace(&mut bed.decode, s)
+    };
+    drop(old);
+    // While it recovers: what the router lists.
+    let mut views = vec![(-0.0, down), (0.0, router_workers(&bed.router.url))];
+    // Recovery: a request sent after the restart answered 200 (bounded: the router's
+    // circuit breaker may hold a worker out for its 60 s default).
+    let end = ready + Duration::from_secs(150);
+    let recovered = loop {
+        let first = shots
+            .lock()
+            .expect("the shots")
+            .iter()
+            .filter(|s| s.sent >= ready && matches!(s.got, Got::Own))
+            .map(|s| s.done)
+            .min();
+        if let Some(t) = first {
+            break t;
+        }
+        assert!(
+            Instant::now() < end,
+            "no request sent after the {name}'s restart was answered 200 within {:?}; the \
+             router said:\n{}",
+            end - ready,
+            router_says(&bed.router_log).join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        if views.len() < 40 {
+            let at = ready.elapsed().as_secs_f64();
+            let v = router_workers(&bed.router.url);
+            if views.last().map(|l| &l.1) != Some(&v) {
+                views.push((at, v));
+            }
+        }
+    };
+    eprintln!(
+        "{name} killed: restarted as epoch {epoch} {:.3} s after the kill; the router's \
+         workers (s after the restart, -0 while down: url, type, healthy): {views:?}",
+        (ready - killed).as_secs_f64()
+    );
+    (killed, ready, recovered - ready)
+}
+
+/// Workers killed and restarted behind the real router, under a steady load: the
+/// decode process is SIGKILLed mid-load and restarted at once on the same addresses
+/// with `--epoch 1`, then the same is done to the prefill process. Clients send
+/// through the router throughout (three threads, one request at a time each, every
+/// prompt's words unique to it).
+///
+/// Asserted: no 200 ever carries a reply that is not the request's own (every word
+/// of a 200's text is one of its prompt's; the canary after recovery finds no foreign
+/// marker); after each restart a request sent after it is answered 200 within a bound
+/// (the recovery time, printed, with the router's view of its workers and what its
+/// log says); at the end SIGTERM drains both nodes (every pool whole) and `kvsim
+/// audit` over every trace (both incarnations of each node) is clean.
+///
+/// A killed process writes no end to its trace, and what it had not flushed is lost;
+/// its events reach the file before any message they caused leaves the node
+/// (write-ahead), so the file never misses a cause of what another node saw. The
+/// restarted incarnation appends the end of its predecessor's file (`killed`) and
+/// starts its own with the `crash` (listing the writes the dead one had posted and
+/// not seen complete) and `restart` records, so the audit judges the dead incarnation
+/// up to its last flushed record and the node's run on from there. What the audit
+/// cannot judge: anything the killed process did after its last flush that no other
+/// node saw (by write-ahead, nothing that left the process).
+///
+/// What makes it fail: a 200 carrying another request's words; a worker the router
+/// never uses again after its restart (no 200 within the bound); a pool not whole or
+/// a node that does not drain; an audit finding (e.g. a room never cleared because a
+/// killed half's end was never learned, L2; or a write landing in pages their room
+/// no longer owns, S2).
+#[test]
+fn workers_killed_and_restarted_behind_the_real_router() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let Some(py) = router_python("workers_killed_and_restarted_behind_the_real_router") else {
+        return;
+    };
+    let mut bed = start_bed(&py, "kill", LOOPBACK, None, &[]);
+    let (stop, shots) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    let load = steady_load(&bed.router.url, 3, &stop, &shots);
+    // Steady state first: answered 200s before the kill.
+    let warm = |n: usize| {
+        let end = Instant::now() + T;
+        loop {
+            let ok = shots
+                .lock()
+                .expect("the shots")
+                .iter()
+                .filter(|s: &&Shot| matches!(s.got, Got::Own))
+                .count();
+            if ok >= n {
+                return;
+            }
+            assert!(Instant::now() < end, "only {ok} answered 200 before a kill");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    warm(100);
+    let (k1, r1, rec1) = kill_and_restart(&mut bed, 1, 1, &shots);
+    let n = shots.lock().expect("the shots").len();
+    warm(n + 100);
+    let (k2, r2, rec2) = kill_and_restart(&mut bed, 0, 1, &shots);
+    let n = shots.lock().expect("the shots").len();
+    warm(n + 100);
+    stop.store(true, Ordering::Relaxed);
+    for t in load {
+        t.join().expect("a load thread");
+    }
+    let shots = shots.lock().expect("the shots").clone();
+    // What the clients saw, per phase.
+    let tally = |from: Instant, to: Instant| {
+        let mut m: std::collections::BTreeMap<String, usize> = Default::default();
+        for s in shots.iter().filter(|s| s.done >= from && s.done < to) {
+            let k = match &s.got {
+                Got::Own => "200".to_string(),
+                Got::Wrong(_) => "200 WRONG".to_string(),
+                Got::Status(st, body) => format!("{st} {}", &body[..body.len().min(90)]),
+                Got::NoReply(e) => format!("no reply: {}", &e[..e.len().min(90)]),
+            };
+            *m.entry(k).or_default() += 1;
+        }
+        m
+    };
+    let first = shots.iter().map(|s| s.sent).min().expect("a request");
+    let last = shots.iter().map(|s| s.done).max().expect("a request") + Duration::from_secs(1);
+    eprintln!(
+        "kill/restart behind the router: {} requests; before the decode kill: {:?}",
+        shots.len(),
+        tally(first, k1)
+    );
+    eprintln!(
+        "  decode: killed, restarted after {:.3} s, recovered (a request sent after the \
+         restart answered 200) {:.3} s after the restart; from the kill to the prefill \
+         kill: {:?}",
+        (r1 - k1).as_secs_f64(),
+        rec1.as_secs_f64(),
+        tally(k1, k2)
+    );
+    eprintln!(
+        "  prefill: killed, restarted after {:.3} s, recovered {:.3} s after the restart; \
+         from the kill to the end: {:?}",
+        (r2 - k2).as_secs_f64(),
+        rec2.as_secs_f64(),
+        tally(k2, last)
+    );
+    let says = router_says(&bed.router_log);
+    eprintln!(
+        "  the router's log, each message with its count:\n{}",
+        says.join("\n")
+    );
+    let wrong: Vec<&str> = shots
+        .iter()
+        .filter_map(|s| match &s.got {
+            Got::Wrong(w) => Some(w.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "200s with a reply not their own: {wrong:?}"
+    );
+    // After recovery the canary through the router: clean.
+    let (rc, out) = canary(&bed.router.url, &["--requests", "32", "--over-length", "4"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("canary: PASS"), "{out}");
+    wait_whole(&bed.prefill_http);
+    wait_whole(&bed.decode_http);
+    // Each killed incarnation's file was ended by its successor.
+    for f in ["n1-e0.jsonl", "n2-e0.jsonl"] {
+        let t = std::fs::read_to_string(bed.traces.join(f)).expect("the killed one's trace");
+        assert!(
+            t.lines()
+                .last()
+                .is_some_and(|l| l.contains("incarnation 0 was killed")),
+            "{f} does not end with its successor's note"
+        );
+    }
+    let (rc, audit) = stop_and_audit(bed);
+    assert_eq!(rc, 0, "the audit over every incarnation's trace: {audit}");
 }
