@@ -21,7 +21,7 @@
 #   --only "S..."  run just these sections of the full run (names as in the list at the
 #               end: incident suite sweeps check_rows rss_row sweep_10k other_sweeps
 #               check_all audit_file audit_pipe sweep_audit kv_path serve_loopback
-#               http_front invariants_cost bugs_full ttc criterion loom tests), e.g. to
+#               http_front invariants_cost bugs_full ttc stalls criterion loom tests), e.g. to
 #               finish a run that was cut.
 #   --no-build  use the binaries already built (target/release/kvsim and, in the full
 #               run, the test, bench and loom builds are still made by cargo as needed).
@@ -207,6 +207,30 @@ other_sweeps() {
     LOAD=$l0
     add_row "sweeps of the other scenarios, seeds/s" "$v" \
         "kvsim sweep scenarios/X.toml --seeds 0..2000 --jobs 2 --quiet (glm53-*: --seeds 0..20)"
+}
+
+# stalls: every scenario swept with pauses and skewed clocks laid over its faults
+# (`--faults`), and one switch the stalls find sooner, side by side.
+stalls() {
+    local ov=(--faults 'pause = { count = 3, max_ms = 2000 }' --faults clock_skew_permille=300)
+    local v="" sc n f
+    for sc in abort-storm client-disconnects data-faults disconnect-mid-transfer mixed-faults partition stalls transfer-failures glm53-incident glm53-truncate; do
+        n=2000
+        case $sc in glm53-*) n=200 ;; esac
+        run "stalls-$sc" "$KV" sweep "scenarios/$sc.toml" --seeds "0..$n" --jobs 2 --quiet --allow-expensive "${ov[@]}"
+        f=$(sed -nE 's/^ +violations +(.*)/\1/p' "$OUT/stalls-$sc.out" | cut -d';' -f1)
+        v="$v${v:+; }$sc ($n seeds): ${f:-n/a (exit $RC)}"
+    done
+    add_row "every scenario with stalls and skew laid over its faults: violations on the defended engine" "$v" \
+        "kvsim sweep scenarios/X.toml --seeds 0..2000 --faults 'pause = { count = 3, max_ms = 2000 }' --faults clock_skew_permille=300 (glm53-*: 0..200)"
+    local off=(--faults 'pause = { count = 0, max_ms = 0 }') on off1
+    run stalls-ack-on "$KV" sweep scenarios/partition.toml --seeds 0..2000 --jobs 2 --quiet --bugs ack-ignores-generation
+    run stalls-ack-off "$KV" sweep scenarios/partition.toml --seeds 0..2000 --jobs 2 --quiet --bugs ack-ignores-generation "${off[@]}"
+    on=$(sed -nE 's/^ +violations +([0-9]+) failing seeds.*/\1/p' "$OUT/stalls-ack-on.out")
+    off1=$(sed -nE 's/^ +violations +([0-9]+) failing seeds.*/\1/p' "$OUT/stalls-ack-off.out")
+    add_row "ack-ignores-generation in partition.toml, 2000 seeds: failing seeds with its pauses against without" \
+        "with pauses ${on:-n/a}, without ${off1:-n/a}" \
+        "kvsim sweep scenarios/partition.toml --seeds 0..2000 --bugs ack-ignores-generation [--faults 'pause = { count = 0, max_ms = 0 }']"
 }
 
 # check_rows NAME LABEL ARGS...: the handoff model against stateright's 2PC, 3 runs.
@@ -571,6 +595,7 @@ else
     section invariants_cost
     section bugs_full
     section ttc
+    section stalls
     section criterion
     section loom
     section tests

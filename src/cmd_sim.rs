@@ -64,6 +64,11 @@ pub struct SweepArgs {
     /// differs from the run's, finding for finding, fails.
     #[arg(long)]
     pub audit: bool,
+    /// `[faults]` settings laid over the scenario's, as TOML (repeatable): for
+    /// example `--faults 'pause = { count = 2, max_ms = 300 }'` or `--faults
+    /// clock_skew_permille=200`. A failure's replay command repeats them.
+    #[arg(long = "faults", value_name = "TOML")]
+    pub faults: Vec<String>,
 }
 
 /// `kvsim replay`.
@@ -109,6 +114,11 @@ pub struct ReplayArgs {
     /// Run a scenario whose estimated cost exceeds the budget.
     #[arg(long)]
     pub allow_expensive: bool,
+    /// `[faults]` settings laid over the scenario's, as TOML (repeatable): for
+    /// example `--faults 'pause = { count = 2, max_ms = 300 }'` or `--faults
+    /// clock_skew_permille=200`. A failure's replay command repeats them.
+    #[arg(long = "faults", value_name = "TOML")]
+    pub faults: Vec<String>,
 }
 
 /// `kvsim merge`.
@@ -124,6 +134,15 @@ pub struct MergeArgs {
 
 fn load(path: &std::path::Path) -> Result<Scenario> {
     Scenario::load(path).with_context(|| format!("loading {}", path.display()))
+}
+
+/// Lay the `--faults` settings over the scenario's, in order.
+fn overlay(sc: &mut Scenario, specs: &[String]) -> Result<()> {
+    for spec in specs {
+        sc.overlay_faults(spec)
+            .with_context(|| format!("--faults `{spec}`"))?;
+    }
+    Ok(())
 }
 
 /// Load a scenario to run: its memory must fit the backend, and its estimated cost
@@ -300,7 +319,8 @@ pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
     let (seeds, shard) = seeds_and_shard(a)?;
     let jobs = jobs(a)?;
     let time_budget = a.time_budget.as_deref().map(parse_duration).transpose()?;
-    let sc = load_to_run(&a.scenario, false, a.allow_expensive)?;
+    let mut sc = load_to_run(&a.scenario, false, a.allow_expensive)?;
+    overlay(&mut sc, &a.faults)?;
     let opts = SweepOptions {
         seeds,
         shard,
@@ -341,7 +361,8 @@ pub fn sweep(a: &SweepArgs) -> Result<ExitCode> {
 }
 
 pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
-    let sc = load_to_run(&a.scenario, a.gpu == "host", a.allow_expensive)?;
+    let mut sc = load_to_run(&a.scenario, a.gpu == "host", a.allow_expensive)?;
+    overlay(&mut sc, &a.faults)?;
     let path = a.scenario.display().to_string();
     let opts = ReplayOptions {
         seed: a.seed,

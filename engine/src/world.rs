@@ -70,6 +70,14 @@ impl KvTransport {
         matches!(self, KvTransport::TwoSided)
     }
 
+    /// Does `msg`'s arrival at a frozen (paused) receiver wait until its process runs
+    /// again? Everything does (control messages and completions sit in its receive
+    /// queues), except a KV write on a one-sided transport: the NIC places its bytes
+    /// and reports its completion with no receiver software running.
+    pub fn arrival_waits_for_receiver<K>(self, msg: &Msg<K>) -> bool {
+        !matches!(msg, Msg::KvWrite { .. }) || self.receiver_sees_writes()
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             KvTransport::OneSided => "one-sided",

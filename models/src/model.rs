@@ -343,6 +343,8 @@ impl HandoffModel {
                 }
             }
             Action::Crash(node) => tx.crash(*node, true),
+            Action::Pause(node) => tx.pause(*node),
+            Action::Wake(node) => tx.wake(*node),
             Action::Fire(node, timer) => tx.fire_timer(*node, *timer),
             Action::Refire(node, timer) => tx.refire(*node, *timer),
         }
@@ -397,6 +399,19 @@ impl HandoffModel {
                 // copy of it stays in the network.
                 out.push(Action::KeepStale(e.clone()));
             }
+        }
+    }
+
+    /// A pause races whatever else can happen (a node frozen at the end freezes
+    /// nothing); the frozen node may always wake.
+    fn pause_actions(used: &FaultsUsed, pauses: u8, out: &mut Vec<Action>) {
+        match used.frozen_node() {
+            Some(node) => out.push(Action::Wake(node)),
+            None if used.pauses < pauses && !out.is_empty() => {
+                out.push(Action::Pause(PREFILL));
+                out.push(Action::Pause(DECODE));
+            }
+            None => {}
         }
     }
 
@@ -578,10 +593,18 @@ impl Tx<'_> {
         });
     }
 
-    /// A set timer fires (counted as an early timeout when work is still under way).
+    /// A set timer fires (counted as an early timeout when work is still under way,
+    /// unless the node woke from a pause with its timers overdue).
     #[inline]
     fn fire_timer(&mut self, node: NodeId, timer: Timer) {
-        if timer != Timer::Compute && self.s.timeout_is_early() {
+        let transport = self.m.spec.engine.transport;
+        if timer != Timer::Compute && self.s.faults().frozen_node().is_some() {
+            self.s.book(|b| b.faults.frozen_timeouts = 1);
+        }
+        if timer != Timer::Compute
+            && !self.s.faults().is_overdue(node)
+            && self.s.timeout_is_early(transport)
+        {
             self.s.book(|b| b.faults.early_timeouts += 1);
         }
         if self.s.timers.take(node, timer).is_some() {
@@ -607,6 +630,25 @@ impl Tx<'_> {
         self.fire(node, timer);
     }
 
+    /// `node` freezes: [`HandoffModel::actions`] holds its timers and the arrivals
+    /// that need its process until [`Tx::wake`].
+    fn pause(&mut self, node: NodeId) {
+        self.s.book(|b| {
+            b.faults.pauses += 1;
+            b.faults.frozen = node.0 as u8 + 1;
+        });
+        self.event_text(|| format!("{node} freezes (a stall): its timers and inputs wait"));
+    }
+
+    /// The frozen node runs again, its timers overdue until it handles a message.
+    fn wake(&mut self, node: NodeId) {
+        self.s.book(|b| {
+            b.faults.frozen = 0;
+            b.faults.overdue = node.0 as u8 + 1;
+        });
+        self.event_text(|| format!("{node} wakes: its timers are overdue"));
+    }
+
     /// The prefill or decode node crashes and restarts at once into its next
     /// incarnation: the world's rules ([`world::crash_fate`]) decide each message in
     /// flight, its timers die ([`Timers::crash`]). `budget`: an environment fault (it
@@ -625,6 +667,18 @@ impl Tx<'_> {
                 b.faults.crashes += 1;
                 if busy {
                     b.faults.busy_crashes += 1;
+                }
+            });
+        }
+        let f = self.s.faults();
+        if f.frozen_node() == Some(node) || f.is_overdue(node) {
+            // A frozen process can be killed; its successor is neither frozen nor late.
+            self.s.book(|b| {
+                if b.faults.frozen_node() == Some(node) {
+                    b.faults.frozen = 0;
+                }
+                if b.faults.is_overdue(node) {
+                    b.faults.overdue = 0;
                 }
             });
         }
@@ -759,6 +813,11 @@ impl Tx<'_> {
     /// that is delivered lands altered by this data fault ([`crate::model_state::altered`]).
     fn deliver(&mut self, shared: &Shared<Envelope>, fail: bool, fault: Option<DataFault>) {
         let env = shared.get();
+        let transport = self.m.spec.engine.transport;
+        if self.s.faults().is_overdue(env.to) && transport.arrival_waits_for_receiver(&env.msg) {
+            // The woken node's loop ran: what was overdue has had its chance.
+            self.s.book(|b| b.faults.overdue = 0);
+        }
         let at = self.m.arriving(&self.s, env.to, fail);
         match world::arrival(&env.msg, &at) {
             Arrival::Deliver => {
@@ -989,6 +1048,7 @@ const BIT_ALTERED: u32 = 27;
 const BIT_REFIRED: u32 = 28;
 const BIT_UNCAUSED: u32 = 29;
 const BIT_RETRIED_LIVE: u32 = 30;
+const BIT_FROZEN_TIMEOUT: u32 = 31;
 
 fn quiescence_holds(m: &HandoffModel, s: &State) -> bool {
     latched(m, BIT_QUIESCENCE)
@@ -1054,6 +1114,13 @@ fn drain_ack_after_timeout(m: &HandoffModel, s: &State) -> bool {
         && latch_first(m, BIT_LATE_ACK)
 }
 
+/// A timeout fired at one node while another was frozen.
+fn timeout_while_frozen(m: &HandoffModel, s: &State) -> bool {
+    !latched(m, BIT_FROZEN_TIMEOUT)
+        && s.faults().frozen_timeouts > 0
+        && latch_first(m, BIT_FROZEN_TIMEOUT)
+}
+
 /// A prefill or decode node crashed while it held a request (or a quarantine).
 fn busy_crash(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_CRASH) && s.faults().busy_crashes > 0 && latch_first(m, BIT_CRASH)
@@ -1112,6 +1179,7 @@ pub mod names {
     pub const REFIRED: &str = "a spent timer is delivered again";
     pub const CAUSED: &str = "an error answer has a cause";
     pub const RETRIED_LIVE: &str = "a request is retried while a given-up attempt's half is live";
+    pub const FROZEN_TIMEOUT: &str = "a timeout fires while a node is frozen";
 }
 
 impl Model for HandoffModel {
@@ -1136,7 +1204,16 @@ impl Model for HandoffModel {
         }
         let bounds = &self.spec.faults;
         let used = &s.faults();
+        let transport = self.spec.engine.transport;
+        let frozen = used.frozen_node();
         for (i, e) in s.net.iter().enumerate() {
+            if e.get().held_by(frozen, transport) {
+                // Waits in the frozen node's queues; the network may still lose it.
+                if !e.get().is_rdma() && s.is_head(i) && used.losses < bounds.losses {
+                    out.push(Action::Lose(e.clone()));
+                }
+                continue;
+            }
             if !s.is_head(i) {
                 // Values are unique within a channel, so each overtake is one branch.
                 if used.overtakes < bounds.overtakes {
@@ -1158,11 +1235,17 @@ impl Model for HandoffModel {
         }
         // A kept copy lands again at any point, in no order.
         for c in &s.stale {
-            out.push(Action::LandStale(c.clone()));
+            if !c.get().env.held_by(frozen, transport) {
+                out.push(Action::LandStale(c.clone()));
+            }
         }
-        let timeouts_left = used.early_timeouts < bounds.early_timeouts || !s.timeout_is_early();
+        let timeouts_left =
+            used.early_timeouts < bounds.early_timeouts || !s.timeout_is_early(transport);
         for (node, timer) in s.timers.iter() {
-            if timer == Timer::Compute || timeouts_left {
+            if Some(node) == frozen {
+                continue;
+            }
+            if timer == Timer::Compute || timeouts_left || used.is_overdue(node) {
                 out.push(Action::Fire(node, timer));
             }
         }
@@ -1172,11 +1255,14 @@ impl Model for HandoffModel {
             out.push(Action::Crash(PREFILL));
             out.push(Action::Crash(DECODE));
         }
+        Self::pause_actions(used, bounds.pauses, out);
         // A spent timer may be delivered again at any point, even after everything
         // else is done (a stale entry of a timer wheel); see `is_quiescent`.
         if used.timer_refires < bounds.timer_refires {
             for &(node, timer) in &s.book.get().spent {
-                out.push(Action::Refire(node, timer));
+                if Some(node) != frozen {
+                    out.push(Action::Refire(node, timer));
+                }
             }
         }
     }
@@ -1220,7 +1306,8 @@ impl Model for HandoffModel {
             Property::always(names::QUIESCENCE, quiescence_holds),
             Property::always(names::CAUSED, error_has_cause),
         ];
-        let sometimes: [(&'static str, Condition); 9] = [
+        let sometimes: [(&'static str, Condition); 10] = [
+            (names::FROZEN_TIMEOUT, timeout_while_frozen),
             (names::RETRIED_LIVE, retried_while_live),
             (names::STOPPED, defense_stops),
             (names::ALTERED, write_altered),

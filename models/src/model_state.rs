@@ -21,7 +21,7 @@ use kvsim_engine::kv::PagePool;
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
-use kvsim_engine::world::{self, Altered, DataFault, Timers};
+use kvsim_engine::world::{self, Altered, DataFault, KvTransport, Timers};
 use kvsim_oracle::oracle_state::WriteFacts;
 use kvsim_oracle::OracleState;
 use smallvec::SmallVec;
@@ -50,6 +50,12 @@ impl Envelope {
     /// late or fail, never be lost or duplicated. Everything else is control traffic.
     pub fn is_rdma(&self) -> bool {
         matches!(self.msg, Msg::KvWrite { .. } | Msg::WriteDone { .. })
+    }
+
+    /// Does this message wait in the queues of `frozen` (the world's rule,
+    /// [`KvTransport::arrival_waits_for_receiver`])?
+    pub fn held_by(&self, frozen: Option<NodeId>, transport: KvTransport) -> bool {
+        frozen == Some(self.to) && transport.arrival_waits_for_receiver(&self.msg)
     }
 
     /// The FIFO channel the message travels on: one per direction and per transport
@@ -115,9 +121,28 @@ pub struct FaultsUsed {
     pub busy_crashes: u8,
     pub data_faults: u8,
     pub timer_refires: u8,
+    pub pauses: u8,
+    /// A timeout fired at one node while another was frozen (0 or 1).
+    pub frozen_timeouts: u8,
+    /// The node frozen now (a pause; `NodeId.0 + 1`, 0: none).
+    pub frozen: u8,
+    /// The node that woke last and has handled no message since (`NodeId.0 + 1`, 0:
+    /// none): its timers fell due while it was frozen, so they may fire before its
+    /// queued inputs without counting as early.
+    pub overdue: u8,
 }
 
 impl FaultsUsed {
+    /// The frozen node, if any.
+    pub fn frozen_node(&self) -> Option<NodeId> {
+        self.frozen.checked_sub(1).map(|n| NodeId(u16::from(n)))
+    }
+
+    /// Is `node`'s timer due although other work is under way (it woke overdue)?
+    pub fn is_overdue(&self, node: NodeId) -> bool {
+        self.overdue.checked_sub(1).map(u16::from) == Some(node.0)
+    }
+
     /// The environment has injected at least one fault of any kind.
     pub fn any(&self) -> bool {
         // Every count starts at zero: any fault is a count that moved.
@@ -188,7 +213,11 @@ impl Hash for Book {
                 | u64::from(f.timer_refires) << 8
                 | u64::from(self.detected) << 16
                 | (self.spent.len() as u64) << 32
-                | u64::from(self.uncaused) << 48,
+                | u64::from(self.uncaused) << 48
+                | u64::from(f.pauses & 0x3) << 52
+                | u64::from(f.frozen_timeouts & 0x3) << 54
+                | u64::from(f.frozen & 0xf) << 56
+                | u64::from(f.overdue & 0xf) << 60,
         );
         for (node, t) in &self.spent {
             let (a, b) = timer_words(*node, *t);
@@ -456,9 +485,16 @@ impl State {
     }
 
     /// Would a timeout firing now be premature: is other progress still possible (a
-    /// message in flight, or a scheduler tick pending)?
-    pub fn timeout_is_early(&self) -> bool {
-        !self.net.is_empty() || self.timers.iter().any(|(_, t)| t == Timer::Compute)
+    /// message in flight, or a scheduler tick pending)? Work that waits for a frozen
+    /// node is not progress that can happen: the other nodes' clocks run on while it
+    /// is frozen (`transport` says which arrivals wait for it).
+    pub fn timeout_is_early(&self, transport: KvTransport) -> bool {
+        let frozen = self.faults().frozen_node();
+        self.net.iter().any(|e| !e.get().held_by(frozen, transport))
+            || self
+                .timers
+                .iter()
+                .any(|(n, t)| t == Timer::Compute && Some(n) != frozen)
     }
 }
 
@@ -493,6 +529,11 @@ pub enum Action {
     LandStale(Shared<StaleCopy>),
     /// The prefill or decode node crashes and restarts into a new incarnation.
     Crash(NodeId),
+    /// The prefill or decode node freezes (a stall): its timers and the arrivals that
+    /// need its process wait until it wakes, while the others' clocks run on.
+    Pause(NodeId),
+    /// The frozen node runs again; its timers are overdue.
+    Wake(NodeId),
 }
 
 /// The salt the model checker gives [`world::alter`]: the first page of a write, its
@@ -574,6 +615,8 @@ impl fmt::Display for Action {
                 c.get()
             ),
             Action::Crash(node) => write!(f, "crash {node}"),
+            Action::Pause(node) => write!(f, "pause {node}"),
+            Action::Wake(node) => write!(f, "wake {node}"),
         }
     }
 }

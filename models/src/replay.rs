@@ -366,6 +366,9 @@ impl Replayer<'_> {
                 summary,
             } => self.message(*how, (*from, *to), summary),
             Step::Crash { node } => self.crash(*node).map_err(Refused::Invalid),
+            // The order of the steps between a pause and its wake is what the pause
+            // did; the replay forces that order and has nothing more to do.
+            Step::Pause { .. } | Step::Wake { .. } => Ok(()),
             Step::Fire { node, timer } => self.fire(*node, *timer),
             Step::Refire { node, timer } => self.refire(*node, *timer),
         }

@@ -50,6 +50,14 @@ pub enum Step {
     Crash {
         node: NodeId,
     },
+    /// The node freezes (a stall) until its `wake`. Both only order the steps
+    /// between them: the replayer forces that order and has nothing else to do.
+    Pause {
+        node: NodeId,
+    },
+    Wake {
+        node: NodeId,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +133,8 @@ impl fmt::Display for Step {
                 )
             }
             Step::Crash { node } => write!(f, "crash {node}"),
+            Step::Pause { node } => write!(f, "pause {node}"),
+            Step::Wake { node } => write!(f, "wake {node}"),
         }
     }
 }
@@ -174,9 +184,13 @@ fn parse_step(text: &str) -> Result<Step, String> {
                 Step::Refire { node: n, timer }
             });
         }
-        "crash" => {
+        "crash" | "pause" | "wake" => {
             let n = node(words.next().unwrap_or("")).ok_or("expected nN")?;
-            return Ok(Step::Crash { node: n });
+            return Ok(match verb {
+                "crash" => Step::Crash { node: n },
+                "pause" => Step::Pause { node: n },
+                _ => Step::Wake { node: n },
+            });
         }
         "deliver" => MessageStep::Deliver,
         "overtake" => MessageStep::Overtake,
@@ -321,6 +335,8 @@ pub fn step_of(model: &HandoffModel, s: &State, a: &Action) -> Step {
             summary: c.get().env.msg.summary(),
         },
         Action::Crash(node) => Step::Crash { node: *node },
+        Action::Pause(node) => Step::Pause { node: *node },
+        Action::Wake(node) => Step::Wake { node: *node },
     }
 }
 
@@ -338,22 +354,25 @@ fail-write n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 fire n1 Compute
 fire n0 Request room12.g3
 crash n2
+pause n1
+wake n1
 refire n2 WaitingForKv room1.g1
 deliver-corrupt n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 deliver-keep-copy n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 refire n2 DrainRetry room1.g1 #1
 ";
         let s = Schedule::parse(text).unwrap();
-        assert_eq!(s.0.len(), 11);
+        assert_eq!(s.0.len(), 13);
+        assert_eq!(s.0[7], Step::Pause { node: NodeId(1) });
         assert!(matches!(
-            s.0[9],
+            s.0[11],
             Step::Message {
                 how: MessageStep::KeepCopy,
                 ..
             }
         ));
         assert_eq!(
-            s.0[10],
+            s.0[12],
             Step::Refire {
                 node: NodeId(2),
                 timer: Timer::DrainRetry(RoomKey::new(1, 1), 1),
@@ -363,7 +382,7 @@ refire n2 DrainRetry room1.g1 #1
         let err = Schedule::parse("fire n2 DrainRetry room1.g1").unwrap_err();
         assert!(err.reason.contains("arming"), "{}", err.reason);
         assert_eq!(
-            s.0[8],
+            s.0[10],
             Step::Message {
                 how: MessageStep::Alter(DataFault::Corrupt),
                 from: NodeId(1),

@@ -77,6 +77,13 @@ pub struct FaultBounds {
     /// Deliveries of a timer that already fired or was cancelled (a timer wheel that
     /// delivers a stale entry): the node gets the same timer input again.
     pub timer_refires: u8,
+    /// Pauses of the prefill or the decode node (a stall: GC, swap, SIGSTOP), each
+    /// until a later wake: while frozen, the node's timers and the arrivals that need
+    /// its process (all but one-sided KV writes) wait, and the other nodes' timers
+    /// fire as on time (work waiting for the frozen node is not progress that could
+    /// come first). Once it wakes its timers are overdue: they may fire before its
+    /// queued inputs, not counted as early, until it handles a message.
+    pub pauses: u8,
 }
 
 /// One model: the engine under a bounded environment.
@@ -140,7 +147,7 @@ pub fn model_engine() -> EngineConfig {
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 15] = [
+    pub const NAMES: [&'static str; 17] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -156,6 +163,8 @@ impl ModelSpec {
         "stale-control-small",
         "retry-race",
         "retry-race-small",
+        "pause-race",
+        "pause-race-small",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -490,6 +499,43 @@ impl ModelSpec {
         spec
     }
 
+    /// `pause-race`: `abort-race`'s pools (decode holds one request at a time, so
+    /// the second request, of another tenant, reuses exactly the first one's pages),
+    /// each prompt in two one-page KV writes, with one pause of the prefill or the
+    /// decode node at any point and its wake at any later point: the other nodes'
+    /// timers fire as on time while it is frozen (decode's waiting timer while
+    /// prefill is frozen mid-transfer, prefill's bootstrap timer while decode is),
+    /// the frozen node's timers are overdue when it wakes, and one-sided KV writes
+    /// land in a frozen decode. No timeout fires early otherwise: every race here is
+    /// the pause's.
+    pub fn pause_race() -> ModelSpec {
+        ModelSpec {
+            name: "pause-race".into(),
+            about: "1 prefill (2 pages), 1 decode (2 pages: one request at a time), context \
+                    16; two 3-token requests of two tenants, each prompt in two KV writes; \
+                    at most 1 pause (with its wake) of the prefill or the decode node"
+                .into(),
+            clients: vec![ClientSpec::normal(1, 3), ClientSpec::normal(2, 3)],
+            faults: FaultBounds {
+                pauses: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES, names::FROZEN_TIMEOUT, names::LATE_ACK],
+            ..ModelSpec::abort_race()
+        }
+    }
+
+    /// `pause-race-small`: `pause-race` with one request, its prompt in one KV write
+    /// (the pause still races every timer of the handoff).
+    pub fn pause_race_small() -> ModelSpec {
+        let mut spec = ModelSpec::pause_race();
+        spec.name = "pause-race-small".into();
+        spec.about = "pause-race with one request, its prompt in one KV write".into();
+        spec.engine.chunk_pages = 2;
+        spec.clients.truncate(1);
+        spec
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -508,6 +554,8 @@ impl ModelSpec {
             "stale-control-small" => Ok(ModelSpec::stale_control_small()),
             "retry-race" => Ok(ModelSpec::retry_race()),
             "retry-race-small" => Ok(ModelSpec::retry_race_small()),
+            "pause-race" => Ok(ModelSpec::pause_race()),
+            "pause-race-small" => Ok(ModelSpec::pause_race_small()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }
@@ -537,6 +585,11 @@ impl ModelSpec {
             .map_err(config)?;
         if self.clients.is_empty() || self.clients.len() > 8 {
             return Err(invalid("a model has 1 to 8 clients"));
+        }
+        if self.faults.pauses > 3 {
+            return Err(invalid(
+                "at most 3 pauses (the fault book counts them in 2 bits)",
+            ));
         }
         if self.prefill_pages == 0 || self.decode_pages == 0 || self.decode_pages > 64 {
             return Err(invalid("pools have 1 to 64 pages"));

@@ -491,6 +491,9 @@ fn fault_text(f: &FaultEvent) -> String {
         FaultEvent::Restart { node, epoch } => {
             format!("FAULT {node} restarts as incarnation {epoch} (empty pool, KV memory not zeroed)")
         }
+        FaultEvent::Pause { node, until_ns } => {
+            format!("FAULT {node} freezes until {} (its timers and inputs wait; one-sided KV writes still land)", secs(*until_ns))
+        }
         FaultEvent::DataFault {
             from,
             to,

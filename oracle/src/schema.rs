@@ -498,6 +498,13 @@ pub enum FaultEvent {
         meant: PageTag,
         landed: PageTag,
     },
+    /// The node freezes (a stall: GC, swap, SIGSTOP) until `until_ns`: its timers and
+    /// the inputs that need its process wait until then; one-sided KV writes still
+    /// land in its memory.
+    Pause {
+        node: NodeId,
+        until_ns: u64,
+    },
     /// The safety phase ends: no new faults from here on.
     Heal,
 }

@@ -139,7 +139,9 @@ fn fired(kind: FaultKind, st: &FaultStats) -> Option<u64> {
         FaultKind::TornWrite => Some(st.torn),
         FaultKind::StaleReplay => Some(st.stale_replayed),
         FaultKind::StaleDuplicateWrite => Some(st.stale_duplicates),
+        FaultKind::Pause => Some(st.pauses),
         FaultKind::Delay
+        | FaultKind::ClockSkew
         | FaultKind::Reorder
         | FaultKind::SlowWrite
         | FaultKind::ShortTimeouts

@@ -24,6 +24,7 @@ pub mod rng;
 pub mod scenario;
 pub mod shrink;
 pub mod simulator;
+pub mod stall;
 pub mod sweep;
 
 use kvsim_engine::bugs::BugSet;

@@ -17,6 +17,7 @@ use crate::scenario::{
     Cancel, CancelAt, CancelHow, FaultSpec, PlannedRequest, ReqPhase, Scenario, ScenarioError,
     SwarmSpec, WorkloadSpec,
 };
+use crate::stall::{self, ClockRates, PausePlan};
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::config::{EngineConfig, RouterPolicy};
 use kvsim_engine::ids::{NodeId, RequestId, TenantId};
@@ -74,6 +75,10 @@ pub enum FaultKind {
     /// Control messages of a room number's previous use redelivered at its reuse.
     StaleReplay,
     StaleDuplicateWrite,
+    /// Prefill or decode processes frozen for a window (GC, swap, SIGSTOP).
+    Pause,
+    /// Each node's clock at its own rate, so timeouts last longer or shorter.
+    ClockSkew,
 }
 
 impl FaultKind {
@@ -287,6 +292,10 @@ pub struct Plan {
     /// the safety phase.
     pub slow_writer: Option<(NodeId, u64)>,
     pub crashes: Vec<CrashPlan>,
+    /// Nodes frozen for a window, in time order ([`crate::stall`]).
+    pub pauses: Vec<PausePlan>,
+    /// Each node's clock rate (empty: every clock true).
+    pub clocks: ClockRates,
     pub requests: Vec<PlannedRequest>,
     /// When faults heal; `None` for a fault-free scenario.
     pub heal_at_ns: Option<u64>,
@@ -304,6 +313,8 @@ pub struct Plan {
     pub swarm: bool,
     pub tenants: u32,
     pub reduction: Reduction,
+    /// The scenario's `--faults` overlays ([`Scenario::overlay_faults`]).
+    pub fault_overlay: Vec<String>,
 }
 
 /// The drawn fault levels of one plan: which kinds are on and how hard.
@@ -346,6 +357,8 @@ fn configured(fs: &FaultSpec, k: FaultKind) -> bool {
         FaultKind::SlowWriter => fs.slow_writer_ms > 0,
         FaultKind::StaleReplay => fs.stale_replay_permille > 0,
         FaultKind::StaleDuplicateWrite => fs.stale_duplicate_write_permille > 0,
+        FaultKind::Pause => fs.pause.count > 0 && fs.pause.max_ms > 0,
+        FaultKind::ClockSkew => fs.clock_skew_permille > 0,
     }
 }
 
@@ -673,6 +686,33 @@ fn draw_crashes(
     crashes
 }
 
+/// The pauses (prefill and decode nodes, inside the safety phase) and every node's
+/// clock rate (router included); none when their kind is off.
+fn draw_stalls(
+    fs: &FaultSpec,
+    seed: u64,
+    all: &[NodeId],
+    heal_at: u64,
+    levels: &Levels,
+) -> (Vec<PausePlan>, ClockRates) {
+    let pauses = match levels.of(FaultKind::Pause) {
+        None => Vec::new(),
+        Some(_) => {
+            let max = levels.scale(fs.pause.max_ms.saturating_mul(1_000_000), FaultKind::Pause);
+            stall::draw_pauses(fs, seed, all, heal_at, max)
+        }
+    };
+    let clocks = match levels.of(FaultKind::ClockSkew) {
+        None => ClockRates::default(),
+        Some(_) => {
+            let skew = levels.scale32(fs.clock_skew_permille, FaultKind::ClockSkew);
+            // The router (node 0) and every prefill and decode node.
+            ClockRates::draw(seed, all.len() + 1, skew)
+        }
+    };
+    (pauses, clocks)
+}
+
 /// The network's fault rates: the scenario's, scaled by each kind's level.
 fn net_params(sc: &Scenario, lv: &Levels) -> NetParams {
     let fs = &sc.faults;
@@ -823,6 +863,7 @@ impl Plan {
         let partitions = draw_partitions(fs, seed, (&prefill_ids, &decode_ids), heal_at, &levels);
         let all: Vec<NodeId> = prefill_ids.iter().chain(&decode_ids).copied().collect();
         let crashes = draw_crashes(fs, seed, &all, heal_at, &levels);
+        let (pauses, clocks) = draw_stalls(fs, seed, &all, heal_at, &levels);
         let net = net_params(sc, &levels);
         if let Some(keep) = &reduction.keep {
             keep_requests(keep, seed, &mut requests)?;
@@ -833,7 +874,12 @@ impl Plan {
         let cleanup_bound_ns = if sc.run.cleanup_bound_ms > 0 {
             sc.run.cleanup_bound_ms.saturating_mul(1_000_000)
         } else {
-            derived_cleanup_bound_ns(&engine, &net, slow_writer.map_or(0, |(_, d)| d))
+            let slow = slow_writer.map_or(0, |(_, d)| d);
+            let calm = derived_cleanup_bound_ns(&engine, &net, slow);
+            // A slow clock stretches every timer; a pause adds its length.
+            clocks
+                .slowest_ns(calm)
+                .saturating_add(stall::paused_total_ns(&pauses))
         };
         Ok(Plan {
             scenario: sc.name.clone(),
@@ -845,6 +891,8 @@ impl Plan {
             partitions,
             slow_writer,
             crashes,
+            pauses,
+            clocks,
             requests,
             heal_at_ns: (!levels.0.is_empty()).then_some(heal_at),
             deadline_ns,
@@ -854,6 +902,7 @@ impl Plan {
             swarm: sc.swarm.is_some(),
             tenants,
             reduction: reduction.clone(),
+            fault_overlay: sc.fault_overlay.clone(),
         })
     }
 
@@ -1015,6 +1064,20 @@ impl Plan {
                 ms(c.restart_ns)
             );
         }
+        for p in &self.pauses {
+            let when = if p.on_transfer {
+                "at its first transfer step after"
+            } else {
+                "at"
+            };
+            let _ = writeln!(
+                out,
+                "            pause {} {when} {}, for {}",
+                p.node,
+                ms(p.at_ns),
+                ms(p.len_ns)
+            );
+        }
     }
 
     /// One fault kind that is on, with its drawn rates.
@@ -1052,6 +1115,11 @@ impl Plan {
                 "stale-duplicate-write {}‰",
                 n.stale_duplicate_write_permille
             ),
+            FaultKind::Pause => format!("pause x{}", self.pauses.len()),
+            FaultKind::ClockSkew => match self.clocks.describe() {
+                s if s.is_empty() => "clock-skew (every clock true)".into(),
+                s => format!("clock-skew {s}"),
+            },
             FaultKind::SlowWriter => match self.slow_writer {
                 Some((node, ns)) => format!("slow-writer {node} +{}", ms(ns)),
                 None => "slow-writer off".into(),

@@ -47,11 +47,12 @@ pub enum ReachPath {
     RetryNewRoom,
     RetryWhileLive,
     CrashMidRequest,
+    PauseMidRequest,
 }
 
 impl ReachPath {
     /// Every path, in declaration order.
-    pub const ALL: [ReachPath; 19] = [
+    pub const ALL: [ReachPath; 20] = [
         ReachPath::RequestCompletes,
         ReachPath::RejectedAtIntake,
         ReachPath::Truncated,
@@ -71,6 +72,7 @@ impl ReachPath {
         ReachPath::RetryNewRoom,
         ReachPath::RetryWhileLive,
         ReachPath::CrashMidRequest,
+        ReachPath::PauseMidRequest,
     ];
 
     /// The name a scenario's `reach` list and every report use.
@@ -195,6 +197,12 @@ impl ReachPath {
                 "a prefill or decode node crashed while it held an admitted, unanswered request",
                 "the `crash` fault of a node after an `Admitted` there and before that half's `Responded`",
             ),
+            // The model checker's `a node freezes while it holds a request`.
+            ReachPath::PauseMidRequest => (
+                "pause-mid-request",
+                "a prefill or decode node froze (a stall) while it held an admitted, unanswered request",
+                "the `pause` fault of a node after an `Admitted` there and before that half's `Responded`",
+            ),
         }
     }
 
@@ -309,6 +317,13 @@ impl ReachTracker {
         self.live.retain(|(n, _)| *n != node);
         self.quarantined.retain(|(n, _, _)| *n != node);
         self.in_flight.retain(|w| w.writer != node);
+    }
+
+    /// Node `node` froze: its requests stay its own (a pause kills nothing).
+    pub fn paused(&mut self, node: NodeId) {
+        if self.live.iter().any(|(n, _)| *n == node) {
+            self.hit(ReachPath::PauseMidRequest);
+        }
     }
 
     /// KV write `write` is no longer on its way: it failed on the wire (the driver's
@@ -441,6 +456,7 @@ impl ReachTracker {
             Record::Engine(ev) => self.event(ev),
             Record::WriteFailed { write, .. } => self.write_done(*write),
             Record::Fault(FaultEvent::Crash { node, .. }) => self.crashed(*node),
+            Record::Fault(FaultEvent::Pause { node, .. }) => self.paused(*node),
             _ => {}
         }
     }

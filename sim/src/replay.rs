@@ -72,9 +72,13 @@ pub fn render(
     let _ = writeln!(s, "== requests ==");
     s.push_str(&report::render_requests(&out.requests, &out.replies));
     let st = &out.stats;
+    let pauses = match st.pauses {
+        0 => String::new(),
+        n => format!(", {n} pauses"),
+    };
     let _ = writeln!(
         s,
-        "{} events, {} simulated; faults: {} control messages lost, {} duplicated, {} dropped; {} of {} KV writes failed, {} late, {} flushed, {} with a data fault; {} crashes; {} client cancels; trace hash {}",
+        "{} events, {} simulated; faults: {} control messages lost, {} duplicated, {} dropped; {} of {} KV writes failed, {} late, {} flushed, {} with a data fault; {} crashes{pauses}; {} client cancels; trace hash {}",
         out.events,
         report::secs(out.sim_ns),
         st.lost,

@@ -76,6 +76,9 @@ pub fn replay_command(path: &str, out: &RunOutcome) -> String {
     if !out.bugs.is_empty() {
         let _ = write!(cmd, " --bugs {}", out.bugs);
     }
+    for spec in &out.plan.fault_overlay {
+        let _ = write!(cmd, " --faults '{spec}'");
+    }
     if !out.plan.reduction.is_empty() {
         let _ = write!(cmd, " --reduce '{}'", out.plan.reduction);
     }

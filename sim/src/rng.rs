@@ -36,6 +36,10 @@ pub enum Component {
     SlowWriter = 8,
     /// The router policy and the router's own seed.
     Router = 9,
+    /// Node pauses (stalls).
+    Pauses = 10,
+    /// Each node's clock rate.
+    Clocks = 11,
     /// Per control message: held back.
     NetDelay = 16,
     /// Per control message: lost.

@@ -57,6 +57,10 @@ pub struct Scenario {
     /// of its range fails when no seed reached one of them.
     #[serde(default)]
     pub reach: Vec<String>,
+    /// `[faults]` settings laid over the file's from the command line (`--faults`),
+    /// in order, as written: a replay command repeats them.
+    #[serde(skip)]
+    pub fault_overlay: Vec<String>,
 }
 
 /// A workload generated per seed (`[workload]`).
@@ -173,6 +177,20 @@ pub struct FaultSpec {
     /// Draw every engine timeout short (down to this many milliseconds) so that
     /// timeouts fire in the middle of transfers. 0 keeps the configured timeouts.
     pub short_timeouts_min_ms: u64,
+    /// Prefill or decode processes frozen (a GC pause, a long kernel, swap, SIGSTOP),
+    /// up to `count` times, each for up to `max_ms`: nothing in the node runs, its
+    /// timers fire late (at the wake), and control messages and KV write completions
+    /// for it wait in its receive queues; KV writes into its memory still land on a
+    /// one-sided transport (the NIC needs no process) and wait on a two-sided one (the
+    /// receiver's thread copies them). The other nodes' clocks run on.
+    pub pause: WindowSpec,
+    /// Each node's clock (router, prefill and decode) runs at a rate drawn up to this
+    /// many per mille fast or slow, so each node's timeouts last longer or shorter
+    /// than configured, each by its own factor. Offsets between clocks need no fault:
+    /// the engine compares no timestamps across nodes (every timeout is a duration
+    /// timer the node set itself), so an offset cannot change what it does. At most
+    /// 900.
+    pub clock_skew_permille: u32,
 }
 
 /// `[swarm]`: what each seed draws besides the faults. Ranges are inclusive.
@@ -587,6 +605,25 @@ impl Scenario {
         Scenario::parse(&text, &path.display().to_string())
     }
 
+    /// Lay `spec`, TOML key/value lines of `[faults]` (`pause = { count = 2, max_ms =
+    /// 300 }`, `clock_skew_permille = 200`), over the scenario's faults: each key
+    /// replaces the file's value. An unknown key or a bad value is refused by name,
+    /// and the result must validate as a file would.
+    pub fn overlay_faults(&mut self, spec: &str) -> Result<(), ScenarioError> {
+        let parse = |e: String| ScenarioError::Parse {
+            path: format!("--faults `{spec}`"),
+            message: e,
+        };
+        let over: toml::Table = toml::from_str(spec).map_err(|e| parse(e.to_string()))?;
+        let mut table = toml::Table::try_from(&self.faults).map_err(|e| parse(e.to_string()))?;
+        table.extend(over);
+        self.faults = table
+            .try_into()
+            .map_err(|e: toml::de::Error| parse(e.to_string()))?;
+        self.fault_overlay.push(spec.to_string());
+        self.validate()
+    }
+
     fn invalid(field: impl Into<String>, reason: impl Into<String>) -> ScenarioError {
         ScenarioError::Invalid {
             field: field.into(),
@@ -606,6 +643,7 @@ impl Scenario {
             ("faults.slow_write.max_ms".into(), f.slow_write.max_ms, 1000),
             ("faults.late_write.max_ms".into(), f.late_write.max_ms, 1000),
             ("faults.crash.max_ms".into(), f.crash.max_ms, 1000),
+            ("faults.pause.max_ms".into(), f.pause.max_ms, 1000),
             (
                 "faults.short_timeouts_min_ms".into(),
                 f.short_timeouts_min_ms,
@@ -970,10 +1008,17 @@ impl Scenario {
         if fs.loss_permille > 500 {
             return Err(Self::invalid("faults.loss_permille", "at most 500"));
         }
-        if fs.partition.count > 64 || fs.crash.count > 64 {
+        if fs.partition.count > 64 || fs.crash.count > 64 || fs.pause.count > 64 {
             return Err(Self::invalid(
                 "faults",
-                "at most 64 partitions and 64 crashes",
+                "at most 64 partitions, 64 crashes and 64 pauses",
+            ));
+        }
+        // A clock at rate 0 never fires a timer: no timeout could end anything.
+        if fs.clock_skew_permille > 900 {
+            return Err(Self::invalid(
+                "faults.clock_skew_permille",
+                "at most 900 (a clock running at 10% of the true rate or faster)",
             ));
         }
         Ok(())

@@ -26,6 +26,7 @@ use crate::net::{ControlFate, NetModel, WriteFate};
 use crate::plan::{Partition, Plan};
 use crate::queue::EventQueue;
 use crate::scenario::{CancelAt, PlannedRequest, ReqPhase};
+use crate::stall::ClockRates;
 use kvsim_engine::env::{Input, Outbox, Timer, TimerOp};
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, RequestId, RoomKey, Token, WriteId};
@@ -34,7 +35,7 @@ use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{FaultAction, Side, TraceEvent};
 use kvsim_engine::world::{
     self as env_world, Altered, Arrival, Arriving, CrashWalk, DataFault, Driver, DropReason,
-    Flying, Timers, Topology, Transport, Travel, WriteFailure, WriteHistory,
+    Flying, KvTransport, Timers, Topology, Transport, Travel, WriteFailure, WriteHistory,
 };
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::{
@@ -80,6 +81,13 @@ enum Pending<K> {
     },
     Restart {
         node: NodeId,
+    },
+    /// The node freezes for `len_ns` now, or is armed to freeze at its next transfer
+    /// step ([`crate::stall::PausePlan`]).
+    Pause {
+        node: NodeId,
+        len_ns: u64,
+        on_transfer: bool,
     },
     PartitionStart(Partition),
     PartitionEnd(Partition),
@@ -144,6 +152,8 @@ pub struct FaultStats {
     pub writes_late: u64,
     pub writes_flushed: u64,
     pub crashes: u64,
+    /// Pauses that froze a live node.
+    pub pauses: u64,
     pub cancels: u64,
     /// Engine paths hit and cancel phases fired (the sweep's coverage summary).
     pub coverage: crate::coverage::RunCoverage,
@@ -191,6 +201,14 @@ pub struct Simulator<G: Gpu> {
     /// Current incarnation of each node (index = node id; the client's entry too).
     epochs: Vec<u32>,
     down: Vec<bool>,
+    /// Until when each node is frozen (index = node id; 0: running).
+    paused_until: Vec<u64>,
+    /// Pauses waiting for their node's next transfer step: (node, length).
+    armed_pauses: Vec<(NodeId, u64)>,
+    /// Each node's clock rate: scales the timers it sets.
+    clocks: ClockRates,
+    /// Whether a KV write lands in a frozen receiver's memory (one-sided).
+    transport: KvTransport,
     router: NodeId,
     client: NodeId,
     timers: Timers<u64>,
@@ -259,6 +277,10 @@ impl<G: Gpu> Simulator<G> {
             nodes,
             epochs: vec![0; n],
             down: vec![false; n],
+            paused_until: vec![0; n],
+            armed_pauses: Vec::new(),
+            clocks: plan.clocks.clone(),
+            transport: plan.engine.transport,
             router: env_world::ROUTER,
             client,
             timers: Timers::new(),
@@ -324,6 +346,16 @@ impl<G: Gpu> Simulator<G> {
                 Pending::Crash {
                     node: c.node,
                     restart_ns: c.restart_ns,
+                },
+            );
+        }
+        for p in &plan.pauses {
+            self.push(
+                p.at_ns,
+                Pending::Pause {
+                    node: p.node,
+                    len_ns: p.len_ns,
+                    on_transfer: p.on_transfer,
                 },
             );
         }
@@ -499,6 +531,11 @@ impl<G: Gpu> Simulator<G> {
         };
         self.now_ns = at_ns;
         self.events += 1;
+        if let Some(wake) = self.held_until(&ev) {
+            // Waits in the frozen node's queues; in order, behind what waits already.
+            self.push(wake, ev);
+            return true;
+        }
         match ev {
             Pending::Submit { req } => self.on_submit(req),
             Pending::Cancel { req, how } => {
@@ -534,6 +571,12 @@ impl<G: Gpu> Simulator<G> {
             }
             Pending::Crash { node, restart_ns } => self.crash(node, restart_ns),
             Pending::Restart { node } => self.restart(node),
+            Pending::Pause {
+                node,
+                len_ns,
+                on_transfer: false,
+            } => self.pause(node, len_ns),
+            Pending::Pause { node, len_ns, .. } => self.armed_pauses.push((node, len_ns)),
             Pending::PartitionStart(p) => self.record(|| {
                 Record::Fault(FaultEvent::PartitionStart {
                     prefill: p.prefill,
@@ -548,6 +591,7 @@ impl<G: Gpu> Simulator<G> {
             }),
             Pending::Heal => {
                 self.net.heal();
+                self.armed_pauses.clear();
                 self.record(|| Record::Fault(FaultEvent::Heal));
                 for i in 0..self.nodes.len() {
                     if self.down[i] {
@@ -1032,6 +1076,58 @@ impl<G: Gpu> Simulator<G> {
         }
     }
 
+    /// If `ev` is an input of a frozen node, the instant it wakes. Its timers wait,
+    /// and so does every arrival the transport says needs its process
+    /// ([`KvTransport::arrival_waits_for_receiver`]); a crash does not wait (the
+    /// process is killed frozen).
+    fn held_until(&self, ev: &Pending<G::Kv>) -> Option<u64> {
+        let node = match ev {
+            Pending::Fire { node, .. } => *node,
+            Pending::Deliver { to, msg, .. }
+                if *to != self.client && self.transport.arrival_waits_for_receiver(msg) =>
+            {
+                *to
+            }
+            _ => return None,
+        };
+        let wake = self.paused_until.get(node.0 as usize).copied()?;
+        (wake > self.now_ns).then_some(wake)
+    }
+
+    /// A node freezes for `len_ns`, at most until the heal (a live one; a pause of a
+    /// crashed node is nothing). Its inputs are held by [`Simulator::held_until`].
+    fn pause(&mut self, node: NodeId, len_ns: u64) {
+        let i = node.0 as usize;
+        let heal = self.heal_at_ns.unwrap_or(u64::MAX);
+        let until_ns = self.now_ns.saturating_add(len_ns).min(heal);
+        if i >= self.nodes.len() || self.down[i] || until_ns <= self.now_ns {
+            return;
+        }
+        self.paused_until[i] = self.paused_until[i].max(until_ns);
+        self.stats.pauses += 1;
+        self.reach.paused(node);
+        self.emit(Record::Fault(FaultEvent::Pause {
+            node,
+            until_ns: self.paused_until[i],
+        }));
+    }
+
+    /// Strike an armed pause whose node this event is a transfer step of: the node
+    /// freezes once the step's handling is over (its later effects are held).
+    fn trigger_pause(&mut self, ev: &TraceEvent) {
+        if self.armed_pauses.is_empty() {
+            return;
+        }
+        let hit = self
+            .armed_pauses
+            .iter()
+            .position(|(node, _)| crate::stall::transfer_step(*node, ev));
+        if let Some(i) = hit {
+            let (node, len_ns) = self.armed_pauses.remove(i);
+            self.pause(node, len_ns);
+        }
+    }
+
     /// A crash: the node's incarnation dies with its timers and memory registrations
     /// (KV writes to it fail back to their writers; other messages to it reach the
     /// restarted incarnation late) and its NIC's queue (its own writes are flushed,
@@ -1044,6 +1140,9 @@ impl<G: Gpu> Simulator<G> {
         }
         self.stats.crashes += 1;
         self.reach.crashed(node);
+        // A frozen process can be killed: its held inputs are in the queue, and the
+        // crash walk below decides them as any other in flight.
+        self.paused_until[i] = 0;
         let dead = self.epochs[i];
         self.epochs[i] += 1;
         self.down[i] = true;
@@ -1171,7 +1270,8 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
                 self.seq += 1;
                 let token = self.seq;
                 self.timers.apply(node, op, token);
-                let at = self.now_ns.saturating_add(after_ns);
+                let after = self.clocks.true_ns(node, timer, after_ns);
+                let at = self.now_ns.saturating_add(after);
                 self.record(|| Record::TimerSet {
                     node,
                     timer,
@@ -1208,6 +1308,7 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
             }
         }
         self.trigger_cancels(&ev);
+        self.trigger_pause(&ev);
         let restart = match &ev {
             TraceEvent::Fault { node, fault } if fault.action() == FaultAction::Restart => {
                 Some(*node)

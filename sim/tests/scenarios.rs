@@ -187,6 +187,12 @@ const FOUND: &[(&str, &str, Invariant, u64)] = &[
         Invariant::S5,
         1,
     ),
+    (
+        "scenarios/stalls.toml",
+        "prefill-release-before-drain",
+        Invariant::S2,
+        50,
+    ),
 ];
 
 #[test]

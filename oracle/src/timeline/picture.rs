@@ -242,6 +242,7 @@ impl<'a> Picture<'a> {
             Record::Fault(f) => match f {
                 FaultEvent::Crash { node, .. } => (Some(self.lane(*node, None)), "fault crash"),
                 FaultEvent::Restart { node, .. } => (Some(self.lane(*node, None)), "fault restart"),
+                FaultEvent::Pause { node, .. } => (Some(self.lane(*node, None)), "fault pause"),
                 FaultEvent::PartitionStart { prefill, .. } => {
                     (Some(self.lane(*prefill, None)), "fault partition")
                 }

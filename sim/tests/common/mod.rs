@@ -14,9 +14,10 @@ pub const PARTITION: &str = include_str!("../../../scenarios/partition.toml");
 pub const GLM53_INCIDENT: &str = include_str!("../../../scenarios/glm53-incident.toml");
 pub const GLM53_TRUNCATE: &str = include_str!("../../../scenarios/glm53-truncate.toml");
 pub const DATA_FAULTS: &str = include_str!("../../../scenarios/data-faults.toml");
+pub const STALLS: &str = include_str!("../../../scenarios/stalls.toml");
 
 /// Every scenario file, by the path a replay command names.
-pub const ALL: [(&str, &str); 9] = [
+pub const ALL: [(&str, &str); 10] = [
     ("scenarios/mixed-faults.toml", MIXED_FAULTS),
     ("scenarios/abort-storm.toml", ABORT_STORM),
     (
@@ -29,6 +30,7 @@ pub const ALL: [(&str, &str); 9] = [
     ("scenarios/glm53-truncate.toml", GLM53_TRUNCATE),
     ("scenarios/data-faults.toml", DATA_FAULTS),
     ("scenarios/client-disconnects.toml", CLIENT_DISCONNECTS),
+    ("scenarios/stalls.toml", STALLS),
 ];
 
 pub fn scenario(path: &str) -> Scenario {
