@@ -38,10 +38,39 @@ fn sweep_exit_codes_and_summary() {
         vec!["sweep", MIXED, "--no-such-flag"],
         vec!["replay", MIXED],
         vec!["replay", MIXED, "--seed", "1", "--reduce", "keep=x"],
+        vec!["sweep", MIXED, "--faults", "pauze = 1"],
+        vec![
+            "replay",
+            MIXED,
+            "--seed",
+            "1",
+            "--faults",
+            "clock_skew_permille = 950",
+        ],
     ] {
         let o = kvsim(&usage);
         assert_eq!(o.status.code(), Some(2), "{usage:?}: {}", text(&o));
     }
+    // A fault laid over the file's is named in the replay command of a failing seed,
+    // and the replay reproduces it.
+    let over = ["--faults", "clock_skew_permille = 100"];
+    let mut args = vec![
+        "sweep", MIXED, "--seeds", "0..1", "--quiet", "--bugs", INCIDENT,
+    ];
+    args.extend(over);
+    let o = kvsim(&args);
+    assert!(
+        text(&o).contains("--faults 'clock_skew_permille = 100'"),
+        "{}",
+        text(&o)
+    );
+    let mut args = vec![
+        "replay", MIXED, "--seed", "0", "--bugs", INCIDENT, "--brief",
+    ];
+    args.extend(over);
+    let r = kvsim(&args);
+    assert_eq!(r.status.code(), Some(1), "{}", text(&r));
+    assert!(text(&r).contains("clock-skew n0 "), "{}", text(&r));
 }
 
 #[test]

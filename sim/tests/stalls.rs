@@ -167,3 +167,36 @@ fn a_skewed_clock_stretches_its_nodes_timeouts_only() {
     }
     assert!(checked > 0);
 }
+
+/// `--faults` overlays: a key replaces the file's value, an unknown key or a bad
+/// value is refused by name, and a failing seed's replay command repeats them.
+#[test]
+fn a_fault_overlay_is_checked_and_repeated_in_the_replay_command() {
+    let mut sc = common::scenario("scenarios/partition.toml");
+    let err = sc.overlay_faults("pauze = 3").unwrap_err().to_string();
+    assert!(err.contains("pauze"), "{err}");
+    let err = sc
+        .overlay_faults("clock_skew_permille = 950")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("faults.clock_skew_permille"), "{err}");
+    let err = sc.overlay_faults("pause = 3").unwrap_err().to_string();
+    assert!(err.contains("pause"), "{err}");
+    let mut sc = common::scenario("scenarios/partition.toml");
+    sc.overlay_faults("pause = { count = 0, max_ms = 0 }")
+        .unwrap();
+    sc.overlay_faults("clock_skew_permille = 300").unwrap();
+    assert_eq!(sc.faults.pause.count, 0);
+    assert_eq!(sc.faults.partition.count, 6, "the file's other keys stay");
+    let bugs = kvsim_engine::bugs::BugSet::parse("ack-ignores-generation").unwrap();
+    let plan = Plan::build(&sc, 112, Some(bugs), &Reduction::default()).unwrap();
+    assert!(plan.pauses.is_empty() && !plan.clocks.0.is_empty());
+    let out = run_plan(&plan, Backend::Symbolic, false);
+    let cmd = kvsim_sim::report::replay_command("scenarios/partition.toml", &out);
+    assert!(
+        cmd.ends_with(
+            "--faults 'pause = { count = 0, max_ms = 0 }' --faults 'clock_skew_permille = 300'"
+        ),
+        "{cmd}"
+    );
+}
