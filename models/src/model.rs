@@ -402,6 +402,24 @@ impl HandoffModel {
         }
     }
 
+    /// The timers that may fire: a compute tick always, a timeout when it is not
+    /// premature or the budget allows one, or when its node woke overdue; none of a
+    /// frozen node.
+    fn timer_actions(&self, s: &State, out: &mut Vec<Action>) {
+        let used = s.faults();
+        let frozen = used.frozen_node();
+        let timeouts_left = used.early_timeouts < self.spec.faults.early_timeouts
+            || !s.timeout_is_early(self.spec.engine.transport);
+        for (node, timer) in s.timers.iter() {
+            if Some(node) == frozen {
+                continue;
+            }
+            if timer == Timer::Compute || timeouts_left || used.is_overdue(node) {
+                out.push(Action::Fire(node, timer));
+            }
+        }
+    }
+
     /// A pause races whatever else can happen (a node frozen at the end freezes
     /// nothing); the frozen node may always wake.
     fn pause_actions(used: &FaultsUsed, pauses: u8, out: &mut Vec<Action>) {
@@ -1239,16 +1257,7 @@ impl Model for HandoffModel {
                 out.push(Action::LandStale(c.clone()));
             }
         }
-        let timeouts_left =
-            used.early_timeouts < bounds.early_timeouts || !s.timeout_is_early(transport);
-        for (node, timer) in s.timers.iter() {
-            if Some(node) == frozen {
-                continue;
-            }
-            if timer == Timer::Compute || timeouts_left || used.is_overdue(node) {
-                out.push(Action::Fire(node, timer));
-            }
-        }
+        self.timer_actions(s, out);
         // A crash races whatever else can happen; once nothing else can, the run is
         // over (and the quiescence property judges it), so a crash is not enabled.
         if used.crashes < bounds.crashes && !out.is_empty() {

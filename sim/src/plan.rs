@@ -686,6 +686,25 @@ fn draw_crashes(
     crashes
 }
 
+/// The bounded-cleanup bound (L6): the scenario's, or the one derived from the
+/// seed's timeouts and network, stretched by the slowest clock and lengthened by
+/// every pause.
+fn cleanup_bound(
+    sc: &Scenario,
+    engine: &EngineConfig,
+    net: &NetParams,
+    slow_writer_ns: u64,
+    (pauses, clocks): (&[PausePlan], &ClockRates),
+) -> u64 {
+    if sc.run.cleanup_bound_ms > 0 {
+        return sc.run.cleanup_bound_ms.saturating_mul(1_000_000);
+    }
+    let calm = derived_cleanup_bound_ns(engine, net, slow_writer_ns);
+    clocks
+        .slowest_ns(calm)
+        .saturating_add(stall::paused_total_ns(pauses))
+}
+
 /// The pauses (prefill and decode nodes, inside the safety phase) and every node's
 /// clock rate (router included); none when their kind is off.
 fn draw_stalls(
@@ -871,16 +890,8 @@ impl Plan {
 
         let deadline_ns = deadline_ns(sc, heal_at, &requests);
         engine.validate()?;
-        let cleanup_bound_ns = if sc.run.cleanup_bound_ms > 0 {
-            sc.run.cleanup_bound_ms.saturating_mul(1_000_000)
-        } else {
-            let slow = slow_writer.map_or(0, |(_, d)| d);
-            let calm = derived_cleanup_bound_ns(&engine, &net, slow);
-            // A slow clock stretches every timer; a pause adds its length.
-            clocks
-                .slowest_ns(calm)
-                .saturating_add(stall::paused_total_ns(&pauses))
-        };
+        let slow = slow_writer.map_or(0, |(_, d)| d);
+        let cleanup_bound_ns = cleanup_bound(sc, &engine, &net, slow, (&pauses, &clocks));
         Ok(Plan {
             scenario: sc.name.clone(),
             seed,

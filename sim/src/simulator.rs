@@ -574,9 +574,8 @@ impl<G: Gpu> Simulator<G> {
             Pending::Pause {
                 node,
                 len_ns,
-                on_transfer: false,
-            } => self.pause(node, len_ns),
-            Pending::Pause { node, len_ns, .. } => self.armed_pauses.push((node, len_ns)),
+                on_transfer,
+            } => self.on_pause(node, len_ns, on_transfer),
             Pending::PartitionStart(p) => self.record(|| {
                 Record::Fault(FaultEvent::PartitionStart {
                     prefill: p.prefill,
@@ -1110,6 +1109,15 @@ impl<G: Gpu> Simulator<G> {
             node,
             until_ns: self.paused_until[i],
         }));
+    }
+
+    /// A planned pause: it strikes now, or is armed for the node's next transfer step.
+    fn on_pause(&mut self, node: NodeId, len_ns: u64, on_transfer: bool) {
+        if on_transfer {
+            self.armed_pauses.push((node, len_ns));
+        } else {
+            self.pause(node, len_ns);
+        }
     }
 
     /// Strike an armed pause whose node this event is a transfer step of: the node
