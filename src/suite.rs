@@ -20,6 +20,9 @@ pub const GLM53_INCIDENT: &str = include_str!("../scenarios/glm53-incident.toml"
 /// The default sweep scenario (every fault kind under swarm testing).
 pub const MIXED_FAULTS: &str = include_str!("../scenarios/mixed-faults.toml");
 
+/// Stalled nodes and skewed clocks under swarm testing.
+pub const STALLS: &str = include_str!("../scenarios/stalls.toml");
+
 /// One row of the summary table.
 #[derive(Clone, Debug)]
 pub struct Row {
@@ -307,6 +310,58 @@ pub fn model_check_handoff() -> Result<Row> {
     })
 }
 
+/// Stalls and skewed clocks: 300 seeds of `stalls.toml` on the defended engine
+/// (clean, pauses struck, every declared path reached) and the `pause-race` model
+/// exhausted clean, where a pause alone lets decode's waiting timer fire while prefill
+/// is frozen mid-transfer.
+pub fn stalls() -> Result<Row> {
+    use kvsim_models::{check, names, CheckOptions, ModelSpec};
+    let t = Instant::now();
+    let path = "scenarios/stalls.toml";
+    let sc = Scenario::parse(STALLS, path)?;
+    let opts = kvsim_sim::sweep::SweepOptions {
+        seeds: kvsim_sim::sweep::SeedRange { start: 0, end: 300 },
+        ..Default::default()
+    };
+    let s = kvsim_sim::sweep::run_sweep(&sc, path, &opts)?;
+    let options = CheckOptions {
+        threads: 2,
+        ..CheckOptions::default()
+    };
+    let m = check(ModelSpec::pause_race(), &options)?;
+    let raced = matches!(
+        m.status(names::FROZEN_TIMEOUT),
+        Some(kvsim_models::check::Verdict::Reached { .. })
+    );
+    let paused = s
+        .coverage
+        .reach
+        .get("pause-mid-request")
+        .copied()
+        .unwrap_or(0);
+    let ok = s.clean()
+        && s.reach_failure().is_none()
+        && paused > 0
+        && m.complete
+        && !m.violated()
+        && raced;
+    let observed = format!(
+        "sweep: {} seeds, {}, a node frozen mid-request in {} of them; model pause-race: {} states, {}",
+        s.seeds_run,
+        if s.clean() { "clean" } else { "VIOLATED" },
+        paused,
+        m.unique,
+        if m.violated() { "VIOLATED" } else { "clean" }
+    );
+    Ok(Row {
+        check: "stalled nodes and skewed clocks (sweep stalls.toml, model pause-race)".into(),
+        expected: "clean; a timeout fires while a node is frozen".into(),
+        observed,
+        ok,
+        wall_s: t.elapsed().as_secs_f64(),
+    })
+}
+
 /// The bug matrix, quick pass: every historical switch hunted by the simulator (100
 /// seeds each) and the reduced models; each must be caught, the defended engine not.
 pub fn bug_matrix_quick() -> Result<Row> {
@@ -445,6 +500,7 @@ pub fn run_default_suite(quiet: bool) -> Result<ExitCode> {
         "model check of the handoff",
         model_check_handoff,
     )?);
+    rows.push(start(quiet, "stalls and skewed clocks", stalls)?);
     rows.push(start(quiet, "bug matrix (quick)", bug_matrix_quick)?);
     rows.push(start(quiet, "defense isolation", isolation_matrix)?);
 
