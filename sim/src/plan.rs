@@ -686,6 +686,14 @@ fn draw_crashes(
     crashes
 }
 
+/// The prefill node ids (1..=np) and the decode node ids after them.
+fn node_ids(np: u16, nd: u16) -> (Vec<NodeId>, Vec<NodeId>) {
+    (
+        (1..=np).map(NodeId).collect(),
+        (np + 1..=np + nd).map(NodeId).collect(),
+    )
+}
+
 /// The bounded-cleanup bound (L6): the scenario's, or the one derived from the
 /// seed's timeouts and network, stretched by the slowest clock and lengthened by
 /// every pause.
@@ -693,13 +701,13 @@ fn cleanup_bound(
     sc: &Scenario,
     engine: &EngineConfig,
     net: &NetParams,
-    slow_writer_ns: u64,
+    slow_writer: Option<(NodeId, u64)>,
     (pauses, clocks): (&[PausePlan], &ClockRates),
 ) -> u64 {
     if sc.run.cleanup_bound_ms > 0 {
         return sc.run.cleanup_bound_ms.saturating_mul(1_000_000);
     }
-    let calm = derived_cleanup_bound_ns(engine, net, slow_writer_ns);
+    let calm = derived_cleanup_bound_ns(engine, net, slow_writer.map_or(0, |(_, d)| d));
     clocks
         .slowest_ns(calm)
         .saturating_add(stall::paused_total_ns(pauses))
@@ -859,9 +867,7 @@ impl Plan {
         draw_router(sc, seed, &mut engine);
         let (prefill_pools, decode_pools) = draw_topology(sc, seed, &mut engine)?;
         let np = prefill_pools.len() as u16;
-        let nd = decode_pools.len() as u16;
-        let prefill_ids: Vec<NodeId> = (1..=np).map(NodeId).collect();
-        let decode_ids: Vec<NodeId> = (np + 1..=np + nd).map(NodeId).collect();
+        let (prefill_ids, decode_ids) = node_ids(np, decode_pools.len() as u16);
         let fs = &sc.faults;
         let levels = draw_levels(sc, seed, reduction);
         if let Some(l) = levels.of(FaultKind::ShortTimeouts) {
@@ -890,8 +896,8 @@ impl Plan {
 
         let deadline_ns = deadline_ns(sc, heal_at, &requests);
         engine.validate()?;
-        let slow = slow_writer.map_or(0, |(_, d)| d);
-        let cleanup_bound_ns = cleanup_bound(sc, &engine, &net, slow, (&pauses, &clocks));
+        let stalls = (&pauses[..], &clocks);
+        let cleanup_bound_ns = cleanup_bound(sc, &engine, &net, slow_writer, stalls);
         Ok(Plan {
             scenario: sc.name.clone(),
             seed,

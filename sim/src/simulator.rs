@@ -588,18 +588,22 @@ impl<G: Gpu> Simulator<G> {
                     decode: p.decode,
                 })
             }),
-            Pending::Heal => {
-                self.net.heal();
-                self.armed_pauses.clear();
-                self.record(|| Record::Fault(FaultEvent::Heal));
-                for i in 0..self.nodes.len() {
-                    if self.down[i] {
-                        self.restart(NodeId(i as u16));
-                    }
-                }
-            }
+            Pending::Heal => self.heal(),
         }
         true
+    }
+
+    /// The safety phase ends: the network stops injecting faults, armed pauses are
+    /// dropped, and every crashed node comes back up.
+    fn heal(&mut self) {
+        self.net.heal();
+        self.armed_pauses.clear();
+        self.record(|| Record::Fault(FaultEvent::Heal));
+        for i in 0..self.nodes.len() {
+            if self.down[i] {
+                self.restart(NodeId(i as u16));
+            }
+        }
     }
 
     fn on_submit(&mut self, req: RequestId) {
