@@ -10,8 +10,9 @@
 
 use crate::gather::GatherWriter;
 use crate::gpu::SharedGpu;
+use crate::landing::{LandingRecord, WireLanding};
 use crate::net::{spawn_listener, Inbound};
-use crate::node::{LandingRecord, NodeEvent, WireLanding};
+use crate::node::event::NodeEvent;
 use crate::wire::write_frame_with;
 use kvsim_engine::gpu::{Gpu, HostGpu};
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};

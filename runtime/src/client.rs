@@ -12,7 +12,8 @@
 //! closes its connection before the reply cancels its request (the router then
 //! cancels both halves).
 
-use crate::node::{NodeEvent, Reply, ReplyEv, ReplySink};
+use crate::node::event::NodeEvent;
+use crate::node::reply::{Reply, ReplyEv, ReplySink};
 use crate::server::PromptMode;
 use kvsim_engine::ids::{RequestId, TenantId};
 use serde::{Deserialize, Serialize};

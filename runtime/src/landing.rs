@@ -14,7 +14,7 @@
 
 use crate::gpu::SharedGpu;
 use crate::net::{Incoming, Lander};
-use crate::node::NodeEvent;
+use crate::node::event::NodeEvent;
 use crate::wire::{read_payload, skip_payload, FrameReader, KvHead, WireError};
 use kvsim_engine::gpu::{ByteWrite, Gpu, LandBytesError, WireWords};
 use kvsim_engine::ids::NodeId;

@@ -8,7 +8,7 @@
 //! the engine's rule (lost, or a failed completion for a KV write).
 
 use crate::gather::GatherWriter;
-use crate::node::NodeEvent;
+use crate::node::event::NodeEvent;
 use crate::wire::{read_head, read_payload, write_frame_with, Head, KvHead};
 use crate::wire::{FrameReader, WireError};
 use kvsim_engine::gpu::WireWords;

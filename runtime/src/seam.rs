@@ -11,7 +11,7 @@
 //! loop in process, with a virtual clock, for tests of the loop's rules.
 
 use crate::clock::Clock;
-use crate::node::NodeEvent;
+use crate::node::event::NodeEvent;
 use crate::trace::Tracer;
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;

@@ -7,7 +7,7 @@
 //! carry the `_total` suffix the format gives them.
 
 use super::FrontCounters;
-use crate::node::NodeStatus;
+use crate::node::status::NodeStatus;
 use kvsim_engine::node::Role;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;

@@ -1,0 +1,100 @@
+//! The one vocabulary of a node loop's inputs ([`NodeEvent`]): what its connections,
+//! its landing, its fronts and its server hand it. Not what the loop does with each
+//! (`NodeLoop::handle`).
+
+use crate::node::reply::ReplySink;
+use crate::node::status::NodeStatus;
+use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
+use kvsim_engine::kv::Refusal;
+use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::world::WriteFailure;
+use kvsim_oracle::schema::EndOutcome;
+use std::sync::mpsc::Sender;
+
+/// One thing for a node's loop to do.
+#[derive(Debug)]
+pub enum NodeEvent<K> {
+    /// A message read off a connection.
+    Msg {
+        from: NodeId,
+        msg: Msg<K>,
+    },
+    /// A KV write of `from` landed or was refused ([`crate::landing`]); one of a dead
+    /// incarnation fails back instead ([`NodeLoop::handle`](crate::node::NodeLoop::handle)).
+    Landed {
+        from: NodeId,
+        id: WriteId,
+        dst: Vec<PageTag>,
+        landing: Result<(), Refusal>,
+    },
+    /// The node's landing failed a KV write on arrival (the world's rule).
+    WriteFailedHere {
+        from: NodeId,
+        id: WriteId,
+        reason: WriteFailure,
+        completion: Msg<K>,
+    },
+    /// The failed completion of a KV write this node posted (already taken out of
+    /// the writes in flight): delivered to the node as from the write's receiver.
+    FailedBack {
+        from: NodeId,
+        msg: Msg<K>,
+    },
+    /// A message to `to` could not be written (no connection).
+    SendFailed {
+        to: NodeId,
+        msg: Msg<K>,
+    },
+    /// The connection to `peer` broke: KV writes posted on it fail back.
+    PeerLost {
+        peer: NodeId,
+    },
+    /// A client request (router only).
+    Submit {
+        req: RequestId,
+        tenant: TenantId,
+        /// The prompt's token ids, as the front made them.
+        prompt: Vec<Token>,
+        max_new_tokens: u32,
+        reply: ReplySink,
+    },
+    /// The client of `req` went away.
+    Cancel {
+        req: RequestId,
+    },
+    /// A worker front starts a half (`msg` is its `PrefillStart` or `DecodeStart`,
+    /// delivered as from the router, whose part the worker front plays): the half's
+    /// answers (its tokens, its finish) go to `reply`.
+    StartHalf {
+        room: RoomKey,
+        msg: Msg<K>,
+        /// The reply length the request asked for (for the trace's `routed` record).
+        max_new_tokens: u32,
+        reply: ReplySink,
+        /// A decode half: the incarnation of the prefill node whose bootstrap took the
+        /// room's registration (`None`: it did not say).
+        prefill_epoch: Option<u32>,
+    },
+    /// The worker front's client of `room` went away: the half is aborted, as the
+    /// router aborts it.
+    AbortHalf {
+        room: RoomKey,
+    },
+    /// Worker mode, decode: the prefill half of `room` is terminal (prefill's worker
+    /// said so). Once decode's half is too, the room is cleared (traced as the engine
+    /// router traces it, for the audit).
+    PeerHalfDone {
+        room: RoomKey,
+        status: Status,
+        /// Prefill's reason, when its half failed.
+        reason: Option<String>,
+    },
+    Status(Sender<NodeStatus>),
+    /// Stop taking client requests (router).
+    CloseIntake,
+    /// Write the trace's end and stop the loop.
+    Stop {
+        outcome: EndOutcome,
+        detail: String,
+    },
+}

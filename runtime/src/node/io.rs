@@ -1,0 +1,255 @@
+//! Everything of a node's loop but the node ([`Io`]): what carries out the node's
+//! effects (its sends, timers and events, as [`Driver`]) over the loop's runtime, the
+//! KV writes in flight, the clients waiting for answers, and the world's rule for a
+//! message that cannot be delivered. Not the loop's turns (`NodeLoop`) and not worker
+//! mode's halves (their methods are in `halves`), though `Io` holds their state.
+
+use crate::clock::TimerHeap;
+use crate::node::event::NodeEvent;
+use crate::node::reply::{Reply, ReplyEv, ReplySink};
+use crate::node::status::NodeCounts;
+use crate::seam::NodeRuntime;
+use kvsim_engine::env::TimerOp;
+use kvsim_engine::ids::{NodeId, RequestId, RoomKey, Token, WriteId};
+use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::trace::{FaultAction, TraceEvent};
+use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure, WritesInFlight};
+use kvsim_oracle::schema::{MsgView, Record};
+use std::collections::BTreeMap;
+
+/// A worker-mode half: where its answers go, its tokens so far, the engine's reason
+/// for its failure (from its node's own events).
+pub(super) struct Half {
+    pub(super) sink: ReplySink,
+    pub(super) tokens: Vec<Token>,
+    pub(super) reason: Option<String>,
+}
+
+/// Most early prefill-done words a decode worker keeps.
+pub(super) const EARLY_DONE: usize = 4096;
+
+/// Everything of a loop but the node: what carries out the node's effects, over the
+/// loop's runtime `R`.
+pub struct Io<R: NodeRuntime> {
+    pub id: NodeId,
+    pub epoch: u32,
+    pub client: NodeId,
+    /// The loop's inputs and outputs (its clock, its links, its trace).
+    pub rt: R,
+    pub timers: TimerHeap,
+    /// KV writes posted to each peer and not completed yet.
+    pub(super) writes: WritesInFlight,
+    pub(super) clients: BTreeMap<RequestId, ReplySink>,
+    /// Worker mode: the router's id, whose messages go to the worker front's halves.
+    pub worker_router: Option<NodeId>,
+    /// Worker mode: a failed prefill half ends its decode half with prefill's status
+    /// (the router's cancel-both, defense 6: `router_cancels_both`).
+    pub worker_cancels_both: bool,
+    /// Worker mode: each started half's answers, and (decode) its tokens so far.
+    pub(super) halves: BTreeMap<RoomKey, Half>,
+    /// Worker mode, decode: which halves of each room are terminal (1: decode's, 2:
+    /// prefill's; both: the room is cleared), and the prefill node and incarnation
+    /// that took the room's registration, where it said.
+    pub(super) clearing: BTreeMap<RoomKey, (u8, Option<(NodeId, u32)>)>,
+    /// Worker mode, decode: the latest incarnation each prefill node's bootstrap has
+    /// answered with.
+    pub(super) prefill_epochs: BTreeMap<NodeId, u32>,
+    /// Worker mode, decode: prefill's word that a room's half is done, come before
+    /// decode's half started (at most [`EARLY_DONE`], the oldest dropped).
+    pub(super) early_done: std::collections::VecDeque<(RoomKey, Status, Option<String>)>,
+    pub(super) fault: Option<String>,
+    /// The node asked to be restarted (a fault whose action is a restart).
+    pub(super) restart_asked: bool,
+    pub(super) counts: NodeCounts,
+}
+
+impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
+    pub fn new(id: NodeId, epoch: u32, client: NodeId, rt: R) -> Self {
+        Io {
+            id,
+            epoch,
+            client,
+            rt,
+            timers: TimerHeap::new(),
+            writes: WritesInFlight::new(),
+            clients: BTreeMap::new(),
+            worker_router: None,
+            worker_cancels_both: false,
+            halves: BTreeMap::new(),
+            clearing: BTreeMap::new(),
+            prefill_epochs: BTreeMap::new(),
+            early_done: std::collections::VecDeque::new(),
+            fault: None,
+            restart_asked: false,
+            counts: NodeCounts::default(),
+        }
+    }
+
+    pub(super) fn trace(&mut self, rec: impl FnOnce() -> Record) {
+        if self.rt.tracing() {
+            self.rt.trace(rec());
+        }
+    }
+
+    /// A message could not reach `to`: the world's rule for a receiver that is gone
+    /// (a KV write fails back with its one failed completion; anything else is lost).
+    pub(super) fn undeliverable(&mut self, to: NodeId, msg: Msg<K>) {
+        let at = Arriving {
+            sender_alive: true,
+            receiver_alive: false,
+            receiver_restarted: false,
+            receiver_epoch: 0,
+            partitioned: false,
+            injected_failure: false,
+        };
+        match world::arrival(&msg, &at) {
+            Arrival::Fail { reason, completion } => {
+                if let Some(id) = msg.write_id() {
+                    self.fail_back(to, id, reason, completion);
+                }
+            }
+            Arrival::Drop(reason) => {
+                let from = self.id;
+                self.trace(|| Record::Drop {
+                    from,
+                    to,
+                    msg: MsgView::of(&msg),
+                    reason,
+                });
+            }
+            Arrival::Deliver => {}
+        }
+    }
+
+    /// A write this node posted to `to` failed: trace it and deliver its one failed
+    /// completion to this node (once: a write no longer in flight is not failed twice).
+    fn fail_back(&mut self, to: NodeId, id: WriteId, reason: WriteFailure, completion: Msg<K>) {
+        if self.writes.fail(to, id) {
+            self.failed_back(to, id, reason, completion);
+        }
+    }
+
+    /// Trace the failure of a write taken out of flight, and deliver its one failed
+    /// completion to this node.
+    fn failed_back(&mut self, to: NodeId, id: WriteId, reason: WriteFailure, completion: Msg<K>) {
+        debug_assert!(
+            matches!(completion, Msg::WriteDone { id: c, ok: false } if c == id),
+            "a failed write's completion is its own, failed"
+        );
+        let from = self.id;
+        self.trace(|| Record::WriteFailed {
+            from,
+            to,
+            write: id,
+            reason,
+        });
+        self.rt.to_self(NodeEvent::FailedBack {
+            from: to,
+            msg: completion,
+        });
+    }
+
+    /// The transfer thread failed a KV write of `from` on arrival: traced, and its one
+    /// failed completion goes back on the writer's link (lost with the link).
+    pub(super) fn failed_here(
+        &mut self,
+        from: NodeId,
+        id: WriteId,
+        reason: WriteFailure,
+        completion: Msg<K>,
+    ) {
+        let me = self.id;
+        self.trace(|| Record::WriteFailed {
+            from,
+            to: me,
+            write: id,
+            reason,
+        });
+        let _ = self.rt.send(from, completion);
+    }
+
+    /// The connection to `peer` broke: every write posted on it fails back.
+    pub(super) fn peer_lost(&mut self, peer: NodeId) {
+        for id in self.writes.peer_lost(peer) {
+            let done = Msg::WriteDone { id, ok: false };
+            self.failed_back(peer, id, WriteFailure::ReceiverGone, done);
+        }
+    }
+}
+
+impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg<K>> for Io<R> {
+    fn send(&mut self, _from: NodeId, to: NodeId, msg: Msg<K>) {
+        if self.worker_router == Some(to) {
+            self.for_half(msg);
+            return;
+        }
+        if to == self.client {
+            if let Msg::Response {
+                req,
+                status,
+                tokens,
+                why,
+            } = msg
+            {
+                self.trace(|| Record::Response {
+                    req,
+                    status,
+                    tokens: tokens.clone(),
+                });
+                if let Some(mut c) = self.clients.remove(&req) {
+                    c.send(ReplyEv::Done(Reply {
+                        req: req.0,
+                        status: status.0,
+                        tokens,
+                        reason: why.map(|w| w.to_string()),
+                    }));
+                }
+            }
+            return;
+        }
+        self.writes.post(to, &msg);
+        // Write-ahead: the node's events reach the file (the kernel's, which a killed
+        // process does not lose) before a message they caused leaves the node, so no
+        // other node's trace can show an effect whose cause this trace lost.
+        self.rt.flush_trace();
+        if let Err(msg) = self.rt.send(to, msg) {
+            self.undeliverable(to, msg);
+        }
+    }
+
+    fn timer(&mut self, node: NodeId, op: TimerOp) {
+        let now = self.rt.now_ns();
+        self.timers.apply(node, op, now);
+    }
+
+    fn event(&mut self, node: NodeId, ev: TraceEvent) {
+        let why = match &ev {
+            TraceEvent::Rejected { room, reason, .. }
+            | TraceEvent::TransferRefused { room, reason, .. }
+            | TraceEvent::TransferFailed { room, reason, .. } => Some((*room, reason)),
+            _ => None,
+        };
+        if let Some(h) = why.and_then(|(room, _)| self.halves.get_mut(&room)) {
+            h.reason = why.map(|(_, r)| r.clone());
+        }
+        match &ev {
+            TraceEvent::TagMismatch { .. } => self.counts.tag_mismatches += 1,
+            TraceEvent::KvRefused { .. } => self.counts.kv_refused += 1,
+            TraceEvent::WriteCompleted { ok: false, .. } => self.counts.transfers_failed += 1,
+            _ => {}
+        }
+        if let TraceEvent::Fault { fault, .. } = &ev {
+            let what = match fault.action() {
+                FaultAction::Stop => "STOPPED ITSELF",
+                FaultAction::Restart => "RESTARTS in process with a new epoch",
+                FaultAction::Report => "reports",
+            };
+            eprintln!("kvsim serve: node {node} {what}: {fault}");
+            if fault.action() != FaultAction::Report {
+                self.fault = Some(fault.to_string());
+            }
+            self.restart_asked |= fault.action() == FaultAction::Restart;
+        }
+        self.trace(|| Record::Engine(ev));
+    }
+}
