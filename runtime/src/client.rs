@@ -14,7 +14,7 @@
 
 use crate::node::event::NodeEvent;
 use crate::node::reply::{Reply, ReplyEv, ReplySink};
-use crate::server::PromptMode;
+use crate::server::options::PromptMode;
 use kvsim_engine::ids::{RequestId, TenantId};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, ErrorKind, Write};
@@ -149,11 +149,11 @@ fn serve_client<K>(
 fn request_of(line: &str) -> Result<Request, String> {
     let req: Request =
         serde_json::from_str(line.trim()).map_err(|e| format!("bad request: {e}"))?;
-    if req.prompt_len > crate::http::MAX_PROMPT_TOKENS as u64 {
+    if req.prompt_len > crate::http::limits::MAX_PROMPT_TOKENS as u64 {
         return Err(format!(
             "prompt_len: {} is over the limit of {}",
             req.prompt_len,
-            crate::http::MAX_PROMPT_TOKENS
+            crate::http::limits::MAX_PROMPT_TOKENS
         ));
     }
     Ok(req)

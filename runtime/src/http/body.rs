@@ -6,6 +6,7 @@
 //! (`sampling_params.max_new_tokens`), so a wrong body gets a 400 that names the field
 //! and the reason. Unknown fields are accepted (SGLang's router adds a dozen).
 
+use crate::http::limits::MAX_PROMPT_TOKENS;
 use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::fmt;
@@ -268,10 +269,10 @@ impl<'de> Deserialize<'de> for Ids {
                 let mut out = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1 << 16));
                 let mut lists: Vec<Vec<u32>> = Vec::new();
                 loop {
-                    if out.len() > super::MAX_PROMPT_TOKENS {
+                    if out.len() > MAX_PROMPT_TOKENS {
                         return Err(de::Error::custom(format!(
                             "more than the front's limit of {} tokens",
-                            super::MAX_PROMPT_TOKENS
+                            MAX_PROMPT_TOKENS
                         )));
                     }
                     if out.is_empty() && lists.is_empty() {
@@ -335,7 +336,7 @@ impl<'de> Deserialize<'de> for IdOrList {
             fn visit_seq<A: SeqAccess<'de>>(self, mut a: A) -> Result<IdOrList, A::Error> {
                 let mut out = Vec::new();
                 while let Some(t) = a.next_element::<TokenId>()? {
-                    if out.len() >= super::MAX_PROMPT_TOKENS {
+                    if out.len() >= MAX_PROMPT_TOKENS {
                         return Err(de::Error::custom("a prompt over the front's limit"));
                     }
                     out.push(t.0);

@@ -6,7 +6,7 @@
 //! and the front's requests, refusals, disconnects and replies by status. Counters
 //! carry the `_total` suffix the format gives them.
 
-use super::FrontCounters;
+use crate::http::state::FrontCounters;
 use crate::node::status::NodeStatus;
 use kvsim_engine::node::Role;
 use prometheus_client::encoding::text::encode;

@@ -5,8 +5,14 @@
 //! (`{"error": {"message", "type", "param", "code"}}`). A streamed event carries only
 //! the new text (a delta), as OpenAI's do.
 
-use super::body::{self, field_err, ChatBody, CompletionBody, Prompt};
-use super::{json_reply, stream_reply, submit, FrontInfo, Job, Out, Reply, Shared, Streamer};
+use crate::http::body::{self, field_err, ChatBody, CompletionBody, Prompt};
+use crate::http::generate::{MaxNew, Tokenize};
+use crate::http::info::FrontInfo;
+use crate::http::pending::{submit, Job};
+use crate::http::response::{event, json_reply, Out};
+use crate::http::state::Shared;
+use crate::http::stream::{stream_reply, Streamer};
+use crate::node::reply::Reply;
 use hyper::Response;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
@@ -66,8 +72,8 @@ pub struct Checked {
 /// What checking a body needs from the server: its tokenizer, its `max_new_tokens`
 /// check, its default reply length and model name.
 pub struct Checks<'a> {
-    pub tokenize: &'a super::Tokenize<'a>,
-    pub max_new: &'a super::MaxNew<'a>,
+    pub tokenize: &'a Tokenize<'a>,
+    pub max_new: &'a MaxNew<'a>,
     pub default_max: u32,
     pub model: &'a str,
 }
@@ -325,7 +331,7 @@ impl Streamer for OpenAiStream {
         if self.n == 0 && self.kind == Kind::Chat {
             let first = json!({"index": 0, "delta": {"role": "assistant", "content": ""},
                                "logprobs": null, "finish_reason": null});
-            out.extend_from_slice(&super::event(&self.chunk(first)));
+            out.extend_from_slice(&event(&self.chunk(first)));
         }
         let delta = if self.n == 0 {
             word.to_string()
@@ -334,20 +340,20 @@ impl Streamer for OpenAiStream {
         };
         self.n += 1;
         let c = self.choice(Some(&delta), None);
-        out.extend_from_slice(&super::event(&self.chunk(c)));
+        out.extend_from_slice(&event(&self.chunk(c)));
     }
 
     fn finish(&mut self, _reply: &Reply, out: &mut Vec<u8>) {
         let c = self.choice(None, Some(finish_reason(self.n, self.max_new)));
-        out.extend_from_slice(&super::event(&self.chunk(c)));
+        out.extend_from_slice(&event(&self.chunk(c)));
         if self.include_usage {
             let mut u = self.chunk(Value::Null);
             u["usage"] = usage(self.prompt, self.n);
-            out.extend_from_slice(&super::event(&u));
+            out.extend_from_slice(&event(&u));
         }
     }
 
     fn failed(&mut self, status: u16, message: &str, out: &mut Vec<u8>) {
-        out.extend_from_slice(&super::event(&error_body(status, message)));
+        out.extend_from_slice(&event(&error_body(status, message)));
     }
 }
