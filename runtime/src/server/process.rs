@@ -4,6 +4,10 @@
 //! across incarnations (`incarnations`).
 
 use crate::client::{spawn_client_endpoint, StatusFn};
+use crate::http::front::{spawn_http_front, FrontParts};
+use crate::http::info::front_info;
+use crate::http::limits::FrontLimits;
+use crate::http::state::NodesFn;
 use crate::net::{spawn_listener, spawn_peer, Inbound};
 use crate::node::event::NodeEvent;
 use crate::node::io::Io;
@@ -14,6 +18,8 @@ use crate::server::incarnations::open_tracer;
 use crate::server::options::{NodePlan, ServeError, ServeOptions};
 use crate::server::report::{statuses, ExitReport};
 use crate::server::roles::build_node;
+use crate::worker::routes::spawn_worker;
+use crate::worker::state::WorkerParts;
 use kvsim_engine::gpu::{Gpu, WireWords};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
@@ -45,7 +51,7 @@ pub struct Server<K> {
     stop: Arc<AtomicBool>,
     connected: Vec<(NodeId, NodeId, Arc<AtomicBool>)>,
     /// The router's loop, its status and the request ids (the HTTP front shares them).
-    front: Option<(Sender<NodeEvent<K>>, StatusFn, crate::http::NodesFn)>,
+    front: Option<(Sender<NodeEvent<K>>, StatusFn, NodesFn)>,
     next: Arc<std::sync::atomic::AtomicU64>,
     opts: ServeOptions,
 }
@@ -202,7 +208,7 @@ where
     ) -> Result<(), ServeError> {
         let txs: Vec<Sender<NodeEvent<K>>> = self.nodes.iter().map(|h| h.tx.clone()).collect();
         let bugs: Vec<&'static str> = self.opts.cfg.bugs.iter().map(|b| b.name()).collect();
-        let nodes_fn: crate::http::NodesFn = Arc::new(move || statuses(&txs));
+        let nodes_fn: NodesFn = Arc::new(move || statuses(&txs));
         let of_nodes = nodes_fn.clone();
         let status: StatusFn = Arc::new(move || {
             let nodes = of_nodes();
@@ -230,7 +236,7 @@ where
     pub fn start_http(
         &self,
         listener: TcpListener,
-        limits: crate::http::FrontLimits,
+        limits: FrontLimits,
     ) -> Result<SocketAddr, ServeError> {
         let Some((router, status, nodes)) = &self.front else {
             return Err(ServeError::Io(std::io::Error::other(
@@ -238,14 +244,14 @@ where
             )));
         };
         let addr = listener.local_addr()?;
-        crate::http::spawn_http_front(
+        spawn_http_front(
             listener,
-            crate::http::FrontParts {
+            FrontParts {
                 router: router.clone(),
                 status: status.clone(),
                 nodes: nodes.clone(),
                 next: self.next.clone(),
-                info: crate::http::front_info(&self.opts),
+                info: front_info(&self.opts),
                 limits,
                 prompts: self.opts.prompts,
             },
@@ -262,7 +268,7 @@ where
         listener: TcpListener,
         bootstrap: Option<TcpListener>,
         prefills: BTreeMap<SocketAddr, NodeId>,
-        limits: crate::http::FrontLimits,
+        limits: FrontLimits,
         fail_first: u64,
     ) -> Result<SocketAddr, ServeError> {
         let node = self.nodes.iter().find(|h| h.id == id);
@@ -277,17 +283,17 @@ where
         ))?;
         let addr = listener.local_addr()?;
         let tx = node.tx.clone();
-        let nodes: crate::http::NodesFn = Arc::new(move || statuses(std::slice::from_ref(&tx)));
-        crate::worker::spawn_worker(
+        let nodes: NodesFn = Arc::new(move || statuses(std::slice::from_ref(&tx)));
+        spawn_worker(
             listener,
             bootstrap,
-            crate::worker::WorkerParts {
+            WorkerParts {
                 id,
                 url: format!("http://{addr}"),
                 role,
                 node: node.tx.clone(),
                 nodes,
-                info: crate::http::front_info(&self.opts),
+                info: front_info(&self.opts),
                 cfg: self.opts.cfg.clone(),
                 decodes: self.opts.topology.decode_ids(),
                 prefills,

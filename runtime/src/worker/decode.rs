@@ -1,0 +1,225 @@
+//! A decode worker: it finds its prefill node, registers the room at prefill's
+//! bootstrap, runs its half and answers (whole or streamed); and it hears prefill's
+//! word that prefill's half is done. Not prefill's side ([`crate::worker::prefill`]).
+
+use crate::http::body;
+use crate::http::openai;
+use crate::http::pending::{EventBody, Job, Pending};
+use crate::http::response::{error, error_body, event, json_reply, sse, Out};
+use crate::http::stream::{SglangStream, Streamer};
+use crate::node::event::NodeEvent;
+use crate::node::reply::{Reply, ReplyEv};
+use crate::worker::check::Half;
+use crate::worker::start::{bounded, engine_error, start};
+use crate::worker::state::{count, fail, release_room, room_key, Worker};
+use hyper::body::Bytes;
+use hyper::Response;
+use kvsim_engine::ids::{NodeId, RequestId};
+use kvsim_engine::msg::Msg;
+use serde_json::{json, Value};
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The prefill node a `bootstrap_host:bootstrap_port` names.
+fn prefill_of<K>(w: &Worker<K>, bootstrap: &str) -> Option<NodeId> {
+    let addrs = bootstrap.to_socket_addrs().ok()?;
+    addrs
+        .into_iter()
+        .find_map(|a| w.p.prefills.get(&a).copied())
+}
+
+/// Decode: find prefill, register the room at its bootstrap, run the half.
+pub(super) async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<Out> {
+    let r = half.room;
+    let Some(prefill) = prefill_of(w, &half.bootstrap) else {
+        return fail(
+            w,
+            400,
+            &format!(
+                "bootstrap_host:bootstrap_port {} names no prefill node of this deployment",
+                half.bootstrap
+            ),
+        );
+    };
+    let prefill_epoch = match register_at_prefill(w, r, &half.bootstrap).await {
+        Ok(e) => e,
+        Err((status, msg)) => return fail(w, status, &msg),
+    };
+    let key = room_key(r);
+    let msg = Msg::DecodeStart {
+        room: key,
+        req: RequestId(r),
+        prompt: half.job.ids.clone(),
+        max_new_tokens: half.job.max_new_tokens,
+        prefill,
+    };
+    let mut pending = match start(w, key, msg, &half.job, None, prefill_epoch) {
+        Ok(p) => p,
+        Err(m) => return fail(w, 503, &m),
+    };
+    if half.job.stream {
+        return stream(w, pending, half);
+    }
+    let mut tokens = Vec::new();
+    let Some(reply) = bounded(w, &mut pending, &mut tokens).await else {
+        return fail(
+            w,
+            504,
+            &format!("the decode half of room {r} got no answer in time"),
+        );
+    };
+    decode_answer(w, &half, reply, tokens)
+}
+
+/// Register room `r` at the prefill node's bootstrap (`host:port` as the router sent
+/// it), naming this decode node and its URL: the prefill node's incarnation, as its
+/// bootstrap says (`None` when it does not); the error is the HTTP status and why.
+async fn register_at_prefill<K>(
+    w: &Worker<K>,
+    r: u64,
+    bootstrap: &str,
+) -> Result<Option<u32>, (u16, String)> {
+    let url = format!("http://{bootstrap}");
+    let (me, my_url) = (w.p.id.0, w.p.url.clone());
+    let registered = tokio::task::spawn_blocking(move || {
+        let body = json!({"room": r, "decode": me, "notify": my_url}).to_string();
+        let a = crate::http_client::agent(Duration::from_secs(5));
+        crate::http_client::fetch_with(&a, &url, "POST", "/kvsim/bootstrap", Some(body.as_bytes()))
+    })
+    .await;
+    match registered {
+        Ok(Ok(rep)) if rep.status == 200 => Ok(serde_json::from_slice::<Value>(&rep.body)
+            .ok()
+            .and_then(|v| v["epoch"].as_u64())
+            .and_then(|e| u32::try_from(e).ok())),
+        Ok(Ok(rep)) => Err((
+            502,
+            format!("prefill's bootstrap refused room {r}: {}", rep.text()),
+        )),
+        Ok(Err(e)) => Err((502, format!("prefill's bootstrap: {e}"))),
+        Err(e) => Err((500, format!("bootstrap registration: {e}"))),
+    }
+}
+
+/// The HTTP answer of a decode half that ended with `reply` and `tokens`.
+fn decode_answer<K>(w: &Worker<K>, half: &Half, reply: Reply, tokens: Vec<u32>) -> Response<Out> {
+    let r = half.room;
+    count(w, reply.status);
+    if reply.status != 200 {
+        let why = reply.reason.clone();
+        return error(
+            reply.status,
+            &why.unwrap_or_else(|| engine_error(reply.status, "decode")),
+        );
+    }
+    let text = w
+        .vocab
+        .lock()
+        .map(|v| v.decode(&tokens))
+        .unwrap_or_default();
+    let n = tokens.len();
+    if let Some(c) = &half.openai {
+        let id = openai::reply_id(c, r);
+        return json_reply(200, &openai::answer(c, &id, &text, n));
+    }
+    json_reply(
+        200,
+        &json!({"text": text, "output_ids": tokens, "meta_info": meta(r, &half.job, n, true)}),
+    )
+}
+
+fn meta(r: u64, job: &Job, n: usize, done: bool) -> Value {
+    let finish = if !done {
+        Value::Null
+    } else if n >= job.max_new_tokens as usize {
+        json!({"type": "length", "length": n})
+    } else {
+        json!({"type": "stop", "matched": null})
+    };
+    json!({"id": format!("room{r}"), "prompt_tokens": job.ids.len(),
+           "completion_tokens": n, "finish_reason": finish})
+}
+
+/// Decode's stream (SGLang's events, or OpenAI's chunks): an event per token as decode
+/// makes it, then the end; the room is released when the body ends.
+fn stream<K: Send + 'static>(w: &Arc<Worker<K>>, pending: Pending, half: Half) -> Response<Out> {
+    let w2 = w.clone();
+    let r = half.room;
+    let mut s: Box<dyn Streamer> = match &half.openai {
+        Some(c) => Box::new(openai::streamer(c, openai::reply_id(c, r))),
+        None => {
+            let job = half.job.clone();
+            Box::new(SglangStream::new(move |n, done| meta(r, &job, n, done)))
+        }
+    };
+    let release = ReleaseOnDrop(w.clone(), r);
+    let mut sent = 0usize;
+    let render = move |ev: ReplyEv| -> Bytes {
+        let _keep = &release;
+        let mut out = Vec::new();
+        match ev {
+            ReplyEv::Token { index, token } if index as usize == sent => {
+                let word = w2.vocab.lock().map(|v| v.word(token)).unwrap_or_default();
+                s.token(&word, token, &mut out);
+                sent += 1;
+            }
+            ReplyEv::Token { .. } => {}
+            ReplyEv::Done(reply) => {
+                count(&w2, reply.status);
+                if reply.status == 200 {
+                    s.finish(&reply, &mut out);
+                } else {
+                    let why = reply.reason.clone();
+                    let why = why.unwrap_or_else(|| engine_error(reply.status, "decode"));
+                    s.failed(reply.status, &why, &mut out);
+                }
+                out.extend_from_slice(b"data: [DONE]\n\n");
+            }
+        }
+        Bytes::from(out)
+    };
+    let closing = event(&error_body(503, "the node is shutting down"));
+    let mut resp = sse(EventBody::new(pending, render, closing));
+    resp.headers_mut().insert(
+        "x-kvsim-streaming",
+        hyper::header::HeaderValue::from_static("1"),
+    );
+    resp
+}
+
+/// Releases a room when the streaming body that holds it is dropped.
+struct ReleaseOnDrop<K>(Arc<Worker<K>>, u64);
+
+impl<K> Drop for ReleaseOnDrop<K> {
+    fn drop(&mut self) {
+        release_room(&self.0, self.1);
+    }
+}
+
+/// Decode: prefill's half of a room is done (`POST /kvsim/prefill_done {"room": R}`).
+pub(super) fn prefill_done<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
+    #[derive(serde::Deserialize)]
+    struct Done {
+        room: Option<body::Int>,
+        status: Option<body::Int>,
+        reason: Option<body::Str>,
+    }
+    match body::parse::<Done>(b) {
+        Ok(Done {
+            room: Some(body::Int(r)),
+            status,
+            reason,
+        }) if r >= 0 => {
+            let st = status.map_or(500, |s| u16::try_from(s.0).unwrap_or(500));
+            let _ = w.p.node.send(NodeEvent::PeerHalfDone {
+                room: room_key(r as u64),
+                status: kvsim_engine::msg::Status(st),
+                reason: reason.map(|r| r.0.chars().take(1000).collect()),
+            });
+            json_reply(200, &json!({"ok": true}))
+        }
+        Ok(_) => error(400, "room: a room (0..2^63) is required"),
+        Err(m) => error(400, &m),
+    }
+}

@@ -1,0 +1,84 @@
+//! A half at the node: started with the engine's own message as from the router
+//! ([`start`]), its answer awaited within a bound ([`bounded`]), and the words for a
+//! half that failed without the engine's reason. Not what a prefill or decode half
+//! does around it.
+
+use crate::http::pending::{CancelGuard, Job, Pending};
+use crate::node::event::NodeEvent;
+use crate::node::reply::{Reply, ReplyEv, ReplySink};
+use crate::worker::state::Worker;
+use kvsim_engine::ids::RoomKey;
+use kvsim_engine::msg::Msg;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+pub(super) fn engine_error(status: u16, side: &str) -> String {
+    match status {
+        400 => format!("the {side} half refused the request (the prompt does not fit)"),
+        503 => format!("the {side} half has no capacity now (queue full or intake closed)"),
+        st => format!("the {side} half failed the request (status {st})"),
+    }
+}
+
+/// Called with a half's terminal status and reason.
+type OnDone = Box<dyn FnOnce(u16, Option<String>) + Send>;
+
+/// Start a half at the node; the guard aborts it when dropped armed.
+pub(super) fn start<K: Send + 'static>(
+    w: &Arc<Worker<K>>,
+    key: RoomKey,
+    msg: Msg<K>,
+    job: &Job,
+    mut on_done: Option<OnDone>,
+    prefill_epoch: Option<u32>,
+) -> Result<Pending, String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let prompt_len = job.ids.len();
+    let sink = ReplySink::new(move |ev| {
+        if let ReplyEv::Done(r) = &ev {
+            if let Some(f) = on_done.take() {
+                f(r.status, r.reason.clone());
+            }
+        }
+        tx.send(ev).is_ok()
+    });
+    let sent = w.p.node.send(NodeEvent::StartHalf {
+        room: key,
+        msg,
+        max_new_tokens: job.max_new_tokens,
+        reply: sink,
+        prefill_epoch,
+    });
+    if sent.is_err() {
+        return Err("the node is shutting down".into());
+    }
+    let (node, w2) = (w.p.node.clone(), w.clone());
+    Ok(Pending {
+        req: key.gen.0,
+        prompt_len,
+        rx,
+        guard: CancelGuard::new(move || {
+            w2.counters.disconnects.fetch_add(1, Ordering::Relaxed);
+            let _ = node.send(NodeEvent::AbortHalf { room: key });
+        }),
+    })
+}
+
+/// The bound on a half's answer: the engine's request bound twice over.
+fn answer_bound<K>(w: &Worker<K>) -> Duration {
+    Duration::from_nanos(w.p.cfg.timeouts.request_ns.max(1_000_000) * 2)
+}
+
+/// Wait for the half's terminal answer within [`answer_bound`]; past it the half is
+/// aborted (its guard) and `None` returned.
+pub(super) async fn bounded<K>(
+    w: &Worker<K>,
+    pending: &mut Pending,
+    tokens: &mut Vec<u32>,
+) -> Option<Reply> {
+    tokio::time::timeout(answer_bound(w), pending.done_with(tokens))
+        .await
+        .unwrap_or_default()
+}
