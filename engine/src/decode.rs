@@ -28,8 +28,7 @@ use crate::gpu::{
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
-use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::node::only_router;
+use crate::msg::{only_router, Msg, Status, TransferOutcome, Why};
 use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent, TransferClaim};
@@ -646,7 +645,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// The receiver applying one chunk write: [`land`] (the gate and the memory write,
     /// the one landing function every driver uses), then `landed`. With
-    /// the landing gate (two-sided only, `world::landing_gated`), a destination that is
+    /// the landing gate (two-sided only, `EngineConfig::landing_gated`), a destination that is
     /// not this room use's (stale generation, another owner, freed, `Ready`) refuses the
     /// whole chunk; on one-sided RDMA the write lands wherever it points.
     fn on_kv_write<E: Env<G::Kv>>(
@@ -660,7 +659,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let landing = land(
             &self.pool,
             &mut self.gpu,
-            crate::world::landing_gated(&self.cfg),
+            self.cfg.landing_gated(),
             id.room,
             &dst,
             &kv,
@@ -1373,7 +1372,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     }
 }
 
-impl<G: Gpu, P: PageRecords> crate::world::Stepper<G::Kv> for DecodeNode<G, P> {
+impl<G: Gpu, P: PageRecords> crate::step::Stepper<G::Kv> for DecodeNode<G, P> {
     fn handle(&mut self, input: Input<G::Kv>, out: &mut crate::env::Outbox<G::Kv>) {
         DecodeNode::handle(self, input, out);
     }

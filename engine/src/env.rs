@@ -14,6 +14,7 @@ use crate::compute::{Done, Job};
 use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
 use crate::kv::Refusal;
 use crate::msg::Msg;
+pub use crate::trace::Trace;
 use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
 
@@ -67,11 +68,6 @@ pub trait Clock {
 /// late, duplicated, reordered or never.
 pub trait Network<K> {
     fn send(&mut self, to: NodeId, msg: Msg<K>);
-}
-
-/// A sink for engine events that oracles and traces read. Never read back by the engine.
-pub trait Trace {
-    fn trace(&mut self, event: TraceEvent);
 }
 
 /// Device work, as the driver defines it: a node asks for a [`Job`] and gets its

@@ -34,8 +34,10 @@ pub mod prefill;
 pub mod retired;
 pub mod router;
 pub mod shared_cfg;
+pub mod step;
 mod sync;
 pub mod trace;
+pub mod transport;
 pub mod world;
 
 /// Every variant of an enum that derives `strum::VariantArray`, as an array of its

@@ -25,8 +25,7 @@ use crate::gpu::{device_fault, ids, trace_write, zero_on_free, DeviceError, Gpu,
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{PagePool, PageState};
-use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::node::only_router;
+use crate::msg::{only_router, Msg, Status, TransferOutcome, Why};
 use crate::retired::{holds, GenTable, RetiredRooms, RETIRED_MIN_HALF};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
@@ -1460,7 +1459,7 @@ impl<G: Gpu> PrefillNode<G> {
     }
 }
 
-impl<G: Gpu> crate::world::Stepper<G::Kv> for PrefillNode<G> {
+impl<G: Gpu> crate::step::Stepper<G::Kv> for PrefillNode<G> {
     fn handle(&mut self, input: Input<G::Kv>, out: &mut crate::env::Outbox<G::Kv>) {
         PrefillNode::handle(self, input, out);
     }

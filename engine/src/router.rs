@@ -801,7 +801,7 @@ impl Router {
     }
 }
 
-impl<K> crate::world::Stepper<K> for Router {
+impl<K> crate::step::Stepper<K> for Router {
     fn handle(&mut self, input: Input<K>, out: &mut crate::env::Outbox<K>) {
         Router::handle(self, input, out);
     }

@@ -18,10 +18,9 @@
 //! queue (its own writes are flushed, never applied); a write addressed with page tags of an earlier incarnation of its
 //! receiver fails, because the memory registration it names is gone.
 
-use crate::compute::{Done, Job};
 use crate::config::EngineConfig;
 use crate::decode::DecodeNode;
-use crate::env::{Effect, Input, Outbox, Timer, TimerOp};
+use crate::env::{Effect, Timer, TimerOp};
 use crate::gpu::Gpu;
 #[cfg(feature = "testing")]
 use crate::gpu::KvPayload;
@@ -32,7 +31,9 @@ use crate::node::{Node, Role};
 use crate::prefill::PrefillNode;
 use crate::router::Router;
 use crate::shared_cfg::Cfg;
+pub use crate::step::{step, Stepper};
 use crate::trace::TraceEvent;
+pub use crate::transport::KvTransport;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
@@ -40,58 +41,6 @@ use std::hash::{Hash, Hasher};
 use strum::{EnumCount, VariantArray};
 #[cfg(feature = "testing")]
 use {crate::ids::PageId, std::collections::VecDeque};
-
-/// How a KV write reaches the receiver's memory. The two transports the deployments
-/// use, stated once (docs/ARCHITECTURE.md, "Two transports").
-#[derive(
-    Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum KvTransport {
-    /// RDMA WRITE (Mooncake, NIXL): the writer's NIC places the byte range at the
-    /// address it names inside the receiver's registered memory; no receiver software
-    /// runs before the bytes land, so nothing there can refuse them. The completion
-    /// goes to the writer only; the receiver learns that a transfer finished from a
-    /// separate notification (`KvDone`), a control message like any other (lost, late,
-    /// duplicated, reordered with respect to the writes). The page tag travels with the
-    /// write's bytes, so a write that lands where it should not carries the tag its
-    /// writer meant, and only the read-time check can notice it.
-    #[default]
-    OneSided,
-    /// A receive that the receiver's thread copies into place (kvsim's runtime over
-    /// TCP): the receiver's software sees each write before it lands and can refuse it
-    /// (the landing gate, `Defenses::landing_gate`).
-    TwoSided,
-}
-
-impl KvTransport {
-    /// Does receiver software see a KV write before its bytes land?
-    pub fn receiver_sees_writes(self) -> bool {
-        matches!(self, KvTransport::TwoSided)
-    }
-
-    /// Does `msg`'s arrival at a frozen (paused) receiver wait until its process runs
-    /// again? Everything does (control messages and completions sit in its receive
-    /// queues), except a KV write on a one-sided transport: the NIC places its bytes
-    /// and reports its completion with no receiver software running.
-    pub fn arrival_waits_for_receiver<K>(self, msg: &Msg<K>) -> bool {
-        !matches!(msg, Msg::KvWrite { .. }) || self.receiver_sees_writes()
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            KvTransport::OneSided => "one-sided",
-            KvTransport::TwoSided => "two-sided",
-        }
-    }
-}
-
-/// Is a KV write checked against the receiver's page record before it lands? Only on
-/// a two-sided transport, and only with the landing gate on. The one statement of it,
-/// for every driver.
-pub fn landing_gated(cfg: &EngineConfig) -> bool {
-    cfg.transport.receiver_sees_writes() && cfg.defenses.landing_gate
-}
 
 /// The router, in every topology.
 pub const ROUTER: NodeId = NodeId(0);
@@ -1028,50 +977,6 @@ pub fn apply<M, T, D: Driver<M, T>>(
             Effect::Compute(job) => panic!(
                 "{node} left {job:?} unrun: world::step carries out every compute before apply"
             ),
-        }
-    }
-}
-
-/// A node as [`step`] drives it: its one door, and the device that runs its jobs (its
-/// own memory in the simulator, the model checker and the harness; the node's device
-/// thread in the hardware runtime).
-pub trait Stepper<K> {
-    /// The node's `handle`.
-    fn handle(&mut self, input: Input<K>, out: &mut Outbox<K>);
-    /// Carry out `job` on the node's device and say what it did.
-    fn compute(&mut self, job: Job) -> Done;
-}
-
-/// One step of a node, for every driver: `node` handles `input`, then every compute it
-/// asks for is carried out and its completion handled, in the same step, until it asks
-/// for none. A node asks for a compute only as its last effect, and the completion's
-/// effects follow the step's in `out`, so the driver applies the whole step in the
-/// order the node issued it, and no `Compute` is left in `out`
-/// (docs/ARCHITECTURE.md, "Compute as an effect").
-pub fn step<K, N: Stepper<K>>(node: &mut N, input: Input<K>, out: &mut Outbox<K>) {
-    node.handle(input, out);
-    while let Some(Effect::Compute(_)) = out.effects.last() {
-        let Some(Effect::Compute(job)) = out.effects.pop() else {
-            unreachable!("the last effect is a compute");
-        };
-        let done = node.compute(job);
-        node.handle(Input::Computed(done), out);
-    }
-    debug_assert!(
-        !out.effects.iter().any(|e| matches!(e, Effect::Compute(_))),
-        "a node asks for a compute only as its last effect"
-    );
-}
-
-impl<G: Gpu, P: crate::kv::PageRecords> Stepper<G::Kv> for Node<G, P> {
-    fn handle(&mut self, input: Input<G::Kv>, out: &mut Outbox<G::Kv>) {
-        Node::handle(self, input, out);
-    }
-    fn compute(&mut self, job: Job) -> Done {
-        match self {
-            Node::Router(_) => unreachable!("the router asks for no compute"),
-            Node::Prefill(n) => Stepper::compute(n, job),
-            Node::Decode(n) => Stepper::compute(n, job),
         }
     }
 }
