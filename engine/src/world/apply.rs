@@ -8,9 +8,9 @@ use crate::trace::TraceEvent;
 /// What a driver provides to carry out one node's effects (`M`: the message form it
 /// takes, `T`: the event form; owned `Msg<K>` and `TraceEvent` for most drivers).
 pub trait Driver<M, T = TraceEvent> {
-    /// `from` sent `msg` to `to`: the driver's network takes it (see [`transport`]).
+    /// `from` sent `msg` to `to`: the driver's network takes it (see [`transport`](crate::world::transport)).
     fn send(&mut self, from: NodeId, to: NodeId, msg: M);
-    /// `node` set or cancelled a timer (see [`Timers::apply`]).
+    /// `node` set or cancelled a timer (see [`Timers::apply`](crate::world::Timers::apply)).
     fn timer(&mut self, node: NodeId, op: TimerOp);
     /// `node` emitted an event (a [`TraceEvent::Fault`] asks the driver to act, see
     /// [`crate::trace::NodeFault::action`]).

@@ -98,7 +98,7 @@ pub enum Arrival<K> {
 }
 
 /// What happens to `msg` as it arrives. One rule for every driver. A write it
-/// delivers may then suffer a data fault the driver decided ([`alter`]).
+/// delivers may then suffer a data fault the driver decided (`alter`).
 pub fn arrival<K>(msg: &Msg<K>, at: &Arriving) -> Arrival<K> {
     match msg {
         Msg::KvWrite { dst, .. } => {

@@ -28,7 +28,7 @@ pub enum CrashFate<K> {
 
 /// One rule for every driver: a KV write to the dead incarnation fails back (its
 /// memory registration is gone); any other message to it stays on its way and reaches
-/// the restarted incarnation late, if it is up by then ([`arrival`]), as a completion
+/// the restarted incarnation late, if it is up by then ([`arrival`](crate::world::arrival)), as a completion
 /// of a write the dead one posted does; the dead incarnation's own KV writes are
 /// flushed; its control messages travel on.
 pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Msg<K>) -> CrashFate<K> {

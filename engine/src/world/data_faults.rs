@@ -20,7 +20,7 @@ use {
 /// What the wire or the receiving NIC gets wrong about a KV write that lands (a
 /// data fault: the completion still says success, the counts still add up, only the
 /// contents or the place are wrong). A driver decides *whether* (a rate, a bounded
-/// budget) and then calls [`alter`] on a write [`arrival`] delivers; what each fault
+/// budget) and then calls [`alter`] on a write [`arrival`](crate::world::arrival) delivers; what each fault
 /// does is stated here once.
 #[derive(
     Clone,
@@ -80,7 +80,7 @@ pub struct Altered {
     pub landed: PageTag,
 }
 
-/// Apply `fault` to a KV write [`arrival`] delivers to a node whose pool has
+/// Apply `fault` to a KV write [`arrival`](crate::world::arrival) delivers to a node whose pool has
 /// `receiver_pages` pages; `salt` (a driver's draw, or a fixed value in the model
 /// checker) picks the page and the slot. `None` when the fault has nothing to act on
 /// (not a write, no pages, a one-page pool for a misdirect) or does not change the
@@ -128,7 +128,7 @@ pub const DUPLICATE_WINDOW: usize = 16;
 
 /// The KV writes each node took lately (newest last, at most [`DUPLICATE_WINDOW`]
 /// per node), as their writers sent them, for a [`DataFault::StaleDuplicate`]. A
-/// driver that draws stale duplicates remembers every write [`arrival`] delivers
+/// driver that draws stale duplicates remembers every write [`arrival`](crate::world::arrival) delivers
 /// (before any [`alter`]) and forgets a node's writes when it crashes (the
 /// connections a retransmission would ride die with the incarnation). Keyed by node
 /// in a `BTreeMap`, so what it returns depends only on what was remembered, in order.
