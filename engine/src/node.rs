@@ -8,7 +8,7 @@
 
 use crate::compute::{Done, Job};
 use crate::decode::DecodeNode;
-use crate::env::{Env, Input, Outbox};
+use crate::env::{Input, Outbox};
 use crate::gpu::Gpu;
 use crate::ids::NodeId;
 use crate::invariant::Violation;
@@ -51,7 +51,7 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
     }
 
     /// Feed one input. The node's effects leave through `env`, in the order issued.
-    pub fn handle<E: Env<G::Kv>>(&mut self, input: Input<G::Kv>, env: &mut E) {
+    pub fn handle(&mut self, input: Input<G::Kv>, env: &mut Outbox<G::Kv>) {
         match self {
             Node::Router(n) => n.handle(input, env),
             Node::Prefill(n) => n.handle(input, env),

@@ -7,7 +7,7 @@
 use super::policy::Policy;
 use super::state::{other_side, reply, Answer, RoomUse, Router};
 use crate::bugs::Bug;
-use crate::env::Env;
+use crate::env::Outbox;
 use crate::ids::{RoomId, RoomKey};
 use crate::msg::{Msg, Status, Why};
 use crate::trace::Side;
@@ -23,12 +23,12 @@ impl Policy for Careful {
         free.pop()
     }
 
-    fn on_half<K, E: Env<K>>(
+    fn on_half<K>(
         r: &mut Router,
         key: RoomKey,
         (status, why): (Status, Option<Why>),
         side: Side,
-        env: &mut E,
+        env: &mut Outbox<K>,
     ) {
         let propagate =
             r.cfg.defenses.router_cancels_both && !r.cfg.bugs.has(Bug::RouterCancelsOneHalf);
@@ -70,7 +70,7 @@ impl Policy for Careful {
     }
 
     /// Answer 500 once, then keep asking both halves to abort until they answered.
-    fn on_request_timeout<K, E: Env<K>>(r: &mut Router, key: RoomKey, env: &mut E) {
+    fn on_request_timeout<K>(r: &mut Router, key: RoomKey, env: &mut Outbox<K>) {
         let Some(u) = r.slot(key) else { return };
         let first = !u.answers.client && !u.abandoned;
         u.answers.client = true;

@@ -5,14 +5,14 @@
 
 use super::state::{Answer, Answers, Attempt, Retry, RoomUse, Router};
 use crate::bugs::Bug;
-use crate::env::{Env, Input, Timer};
+use crate::env::{Input, Outbox, Timer};
 use crate::ids::{Generation, NodeId, RequestId, RoomKey, TenantId, Token};
 use crate::msg::{Msg, Status, Why};
 use crate::trace::{Side, TraceEvent};
 
 impl Router {
     /// Handle one input. Drain order of effects: messages in the order sent.
-    pub fn handle<K, E: Env<K>>(&mut self, input: Input<K>, env: &mut E) {
+    pub fn handle<K>(&mut self, input: Input<K>, env: &mut Outbox<K>) {
         match input {
             Input::Message { from, msg } => {
                 let verdict = self.check_peer(from, &msg);
@@ -33,7 +33,7 @@ impl Router {
         }
     }
 
-    fn on_message<K, E: Env<K>>(&mut self, from: NodeId, msg: Msg<K>, env: &mut E) {
+    fn on_message<K>(&mut self, from: NodeId, msg: Msg<K>, env: &mut Outbox<K>) {
         {
             match msg {
                 Msg::Submit {
@@ -67,9 +67,9 @@ impl Router {
         }
     }
 
-    pub(super) fn respond<K, E: Env<K>>(
+    pub(super) fn respond<K>(
         &self,
-        env: &mut E,
+        env: &mut Outbox<K>,
         client: NodeId,
         req: RequestId,
         room: Option<RoomKey>,
@@ -98,14 +98,14 @@ impl Router {
         );
     }
 
-    fn on_submit<K, E: Env<K>>(
+    fn on_submit<K>(
         &mut self,
         client: NodeId,
         req: RequestId,
         tenant: TenantId,
         prompt: Vec<Token>,
         max_new_tokens: u32,
-        env: &mut E,
+        env: &mut Outbox<K>,
     ) {
         if self.by_req.contains_key(&req) {
             return; // a duplicate of a live request
@@ -137,7 +137,7 @@ impl Router {
 
     /// Send one attempt of a request to a pair of halves in a new room; `false` when
     /// the room table is full.
-    pub(super) fn start_attempt<K, E: Env<K>>(&mut self, a: Attempt, env: &mut E) -> bool {
+    pub(super) fn start_attempt<K>(&mut self, a: Attempt, env: &mut Outbox<K>) -> bool {
         let Some(room) = self.take_room() else {
             return false;
         };
@@ -204,7 +204,7 @@ impl Router {
         true
     }
 
-    fn on_cancel<K, E: Env<K>>(&mut self, req: RequestId, env: &mut E) {
+    fn on_cancel<K>(&mut self, req: RequestId, env: &mut Outbox<K>) {
         let Some(&key) = self.by_req.get(&req) else {
             return;
         };
@@ -249,12 +249,12 @@ impl Router {
 
     /// Give up the attempt in `key` (answered `status`) and start `next`; a full room
     /// table answers the client 503.
-    pub(super) fn retry<K, E: Env<K>>(
+    pub(super) fn retry<K>(
         &mut self,
         key: RoomKey,
         status: Status,
         next: Attempt,
-        env: &mut E,
+        env: &mut Outbox<K>,
     ) {
         env.trace(TraceEvent::RouterRetried {
             node: self.id,
@@ -273,7 +273,7 @@ impl Router {
         }
     }
 
-    pub(super) fn clear<K, E: Env<K>>(&mut self, key: RoomKey, env: &mut E) {
+    pub(super) fn clear<K>(&mut self, key: RoomKey, env: &mut Outbox<K>) {
         let idx = key.room.0 as usize - 1;
         if let Some(u) = self.rooms[idx].live.take() {
             // An abandoned attempt's request may be served by a newer one.
@@ -292,7 +292,7 @@ impl Router {
     /// After the request timeout: keep asking both halves to abort until they answered
     /// (an abort may have been lost; a closed connection is noticed, however late), and
     /// set the request timer again.
-    pub(super) fn keep_asking<K, E: Env<K>>(&mut self, key: RoomKey, env: &mut E) {
+    pub(super) fn keep_asking<K>(&mut self, key: RoomKey, env: &mut Outbox<K>) {
         let request_ns = self.cfg.timeouts.request_ns;
         let Some(u) = self.slot(key) else { return };
         let (prefill, decode) = (u.prefill, u.decode);

@@ -7,7 +7,7 @@ use super::careful::Careful;
 use super::sglang::SglangRouter;
 use super::state::Router;
 use crate::config::RouterPolicy;
-use crate::env::Env;
+use crate::env::Outbox;
 use crate::ids::{RoomId, RoomKey};
 use crate::msg::{Status, Why};
 use crate::trace::Side;
@@ -26,16 +26,16 @@ pub(super) trait Policy {
     fn take_room(free: &mut Vec<RoomId>, rng: &mut u64) -> Option<RoomId>;
 
     /// `side` of the room use `key` answered `status` (for the reason `why`).
-    fn on_half<K, E: Env<K>>(
+    fn on_half<K>(
         r: &mut Router,
         key: RoomKey,
         answer: (Status, Option<Why>),
         side: Side,
-        env: &mut E,
+        env: &mut Outbox<K>,
     );
 
     /// The request timer of `key` fired.
-    fn on_request_timeout<K, E: Env<K>>(r: &mut Router, key: RoomKey, env: &mut E);
+    fn on_request_timeout<K>(r: &mut Router, key: RoomKey, env: &mut Outbox<K>);
 }
 
 /// The configured policy's answer to each decision: the one dispatch.
@@ -60,12 +60,12 @@ impl Router {
         }
     }
 
-    pub(super) fn on_half<K, E: Env<K>>(
+    pub(super) fn on_half<K>(
         &mut self,
         key: RoomKey,
         (status, why): (Status, Option<Why>),
         side: Side,
-        env: &mut E,
+        env: &mut Outbox<K>,
     ) {
         let answer = (status, why);
         match self.cfg.router {
@@ -74,7 +74,7 @@ impl Router {
         }
     }
 
-    pub(super) fn on_request_timeout<K, E: Env<K>>(&mut self, key: RoomKey, env: &mut E) {
+    pub(super) fn on_request_timeout<K>(&mut self, key: RoomKey, env: &mut Outbox<K>) {
         match self.cfg.router {
             RouterPolicy::Careful => Careful::on_request_timeout(self, key, env),
             RouterPolicy::SglangRouter => SglangRouter::on_request_timeout(self, key, env),

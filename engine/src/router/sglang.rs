@@ -10,7 +10,7 @@
 
 use super::policy::Policy;
 use super::state::{reply, Answer, Router};
-use crate::env::Env;
+use crate::env::Outbox;
 use crate::ids::{RoomId, RoomKey};
 use crate::msg::{Status, Why};
 use crate::trace::Side;
@@ -46,12 +46,12 @@ impl Policy for SglangRouter {
     /// Wait for both halves, never cancel one; then answer with decode's reply
     /// (prefill's error when only prefill failed), or retry a retryable status in a new
     /// room while attempts are left.
-    fn on_half<K, E: Env<K>>(
+    fn on_half<K>(
         r: &mut Router,
         key: RoomKey,
         (status, why): (Status, Option<Why>),
         side: Side,
-        env: &mut E,
+        env: &mut Outbox<K>,
     ) {
         let Some(u) = r.slot(key) else { return };
         if !u.answers.record(side, status) {
@@ -90,7 +90,7 @@ impl Policy for SglangRouter {
     /// The attempt's HTTP requests time out, which closes both connections (each node
     /// aborts its half) and is retried as a 502; the attempt stays, abandoned, until
     /// both halves answered.
-    fn on_request_timeout<K, E: Env<K>>(r: &mut Router, key: RoomKey, env: &mut E) {
+    fn on_request_timeout<K>(r: &mut Router, key: RoomKey, env: &mut Outbox<K>) {
         let Some(u) = r.slot(key) else { return };
         let give_up = !u.answers.client && !u.abandoned;
         if give_up {
