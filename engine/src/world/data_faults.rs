@@ -6,67 +6,16 @@
 #[cfg(feature = "testing")]
 use crate::gpu::KvPayload;
 use crate::ids::PageTag;
+pub use crate::transport::DataFault;
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 use std::hash::Hash;
-use strum::{EnumCount, VariantArray};
 #[cfg(feature = "testing")]
 use {
     crate::ids::{NodeId, PageId, WriteId},
     crate::msg::Msg,
     std::collections::{BTreeMap, VecDeque},
 };
-
-/// What the wire or the receiving NIC gets wrong about a KV write that lands (a
-/// data fault: the completion still says success, the counts still add up, only the
-/// contents or the place are wrong). A driver decides *whether* (a rate, a bounded
-/// budget) and then calls [`alter`] on a write [`arrival`](crate::world::arrival) delivers; what each fault
-/// does is stated here once.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Hash,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Serialize,
-    Deserialize,
-    strum::EnumCount,
-    strum::VariantArray,
-    strum::IntoStaticStr,
-)]
-#[serde(rename_all = "snake_case")]
-#[strum(serialize_all = "kebab-case")]
-pub enum DataFault {
-    /// One page's payload arrives with one slot's token changed
-    /// ([`KvPayload::corrupt`]).
-    Corrupt,
-    /// One page of the write lands at another page of the same node (the next page
-    /// id, wrapping within the pool), under the same generation; the page it was
-    /// meant for keeps what it held.
-    Misdirect,
-    /// The write's last page lands its leading half of slots only
-    /// ([`KvPayload::tear`]); the rest keep what they held.
-    Torn,
-    /// The write lands as it is, and a copy of an *earlier* KV write the same node
-    /// took (a retransmission from an earlier use of the room or of the page,
-    /// delivered late) lands again over the newer contents: with the original's write
-    /// id, destination tags (the earlier generation) and payload, as it was sent.
-    /// The earlier write already completed, so the writer gets no second completion
-    /// ([`duplicate_completion`]). Which earlier write: [`WriteHistory::duplicate`];
-    /// [`alter`] leaves the write it strikes unchanged.
-    StaleDuplicate,
-}
-
-impl DataFault {
-    pub const ALL: [DataFault; DataFault::COUNT] = crate::every(DataFault::VARIANTS);
-
-    pub fn name(self) -> &'static str {
-        self.into()
-    }
-}
 
 /// What a data fault did to one write: the page of the write it hit (index into the
 /// write's pages) and, for a misdirected page, where it went instead. For a stale
