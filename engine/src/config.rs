@@ -31,7 +31,7 @@ pub struct Defenses {
     /// 4b. The landing gate: the receiver's software checks a KV write's destination
     ///    tags against its page record before any byte lands, and refuses a write into
     ///    a page that is stale, another room use's or already `Ready`. It exists only on
-    ///    a two-sided transport ([`crate::world::KvTransport`]); on one-sided RDMA no
+    ///    a two-sided transport ([`crate::transport::KvTransport`]); on one-sided RDMA no
     ///    receiver software sees a write before it lands, so the switch does nothing.
     pub landing_gate: bool,
     /// 5. Pre-flight: a node refuses to start when its pool cannot hold its context.
@@ -192,8 +192,8 @@ pub struct EngineConfig {
     pub defenses: Defenses,
     /// How KV writes reach decode's memory: `one-sided` (RDMA WRITE, the default: the
     /// deployments the incident ran on) or `two-sided` (a receive a thread copies, as
-    /// kvsim's runtime over TCP). See [`crate::world::KvTransport`].
-    pub transport: crate::world::KvTransport,
+    /// kvsim's runtime over TCP). See [`crate::transport::KvTransport`].
+    pub transport: crate::transport::KvTransport,
     pub bugs: BugSet,
     /// Start even though a pool cannot hold the context (the incident configuration).
     pub allow_unsafe_pool: bool,
@@ -223,7 +223,7 @@ impl Default for EngineConfig {
             timeouts: Timeouts::default(),
             latencies: Latencies::default(),
             defenses: Defenses::default(),
-            transport: crate::world::KvTransport::default(),
+            transport: crate::transport::KvTransport::default(),
             bugs: BugSet::NONE,
             allow_unsafe_pool: false,
             allow_auto_truncate: false,
@@ -284,6 +284,13 @@ pub const MAX_CHUNK_PAGES: u32 = 1 << 24;
 pub const MAX_DRAIN_RETRIES: u32 = 1 << 20;
 
 impl EngineConfig {
+    /// Is a KV write checked against the receiver's page record before it lands? Only
+    /// on a transport whose receiver software sees writes, and only with the landing
+    /// gate on. The one statement of it, for every driver.
+    pub fn landing_gated(&self) -> bool {
+        self.transport.receiver_sees_writes() && self.defenses.landing_gate
+    }
+
     /// Check every stated relation between fields, and a bound on every size and
     /// duration (a value this machine can honour, and no arithmetic overflow later).
     pub fn validate(&self) -> Result<(), ConfigError> {

@@ -5,10 +5,9 @@
 //! a node's value but not of its state: `Hash` and `Eq` ignore them. Nothing in the
 //! engine reads them back to decide anything.
 
-use crate::env::Trace;
 use crate::ids::{NodeId, RoomKey};
 use crate::msg::Msg;
-use crate::trace::{NodeFault, TraceEvent};
+use crate::trace::{NodeFault, Trace, TraceEvent};
 use std::hash::{Hash, Hasher};
 
 #[derive(Clone, Copy, Debug, Default)]

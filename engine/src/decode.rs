@@ -20,7 +20,7 @@
 use crate::bugs::Bug;
 use crate::compute::{Done, Job, StepJob, StepOutcome};
 use crate::counters::Counters;
-use crate::env::{Env, Input, Timer};
+use crate::env::{Input, Outbox, Timer};
 use crate::gpu::{
     device_fault, ids, query_position, trace_write, zero_on_free, DeviceError, Gpu, TagError,
     TagMismatch, WriteError,
@@ -28,8 +28,7 @@ use crate::gpu::{
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{land, PagePool, PageRecords, PageState, Refusal};
-use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::node::only_router;
+use crate::msg::{only_router, Msg, Status, TransferOutcome, Why};
 use crate::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, ReleaseKind, Side, TraceEvent, TransferClaim};
@@ -251,14 +250,14 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// Trace the page changes the pool journaled since the last call, in order; a
     /// quarantine release names the drain ack that caused it (`acked`).
-    fn flush<E: Env<G::Kv>>(&mut self, env: &mut E, acked: Option<RoomKey>) {
+    fn flush(&mut self, env: &mut Outbox<G::Kv>, acked: Option<RoomKey>) {
         let id = self.id;
         self.pool
             .drain_changes(|c| env.trace(c.into_event(id, acked)));
     }
 
     /// Report a fault of this node (drivers act on it).
-    fn fault<E: Env<G::Kv>>(&mut self, fault: NodeFault, env: &mut E) {
+    fn fault(&mut self, fault: NodeFault, env: &mut Outbox<G::Kv>) {
         let id = self.id;
         self.counters.fault(env, id, fault);
     }
@@ -378,14 +377,14 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     }
 
     /// Ask for the scheduler loop's next pass (`Timer::Compute`), unless one is armed.
-    fn arm_compute<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    fn arm_compute(&mut self, env: &mut Outbox<G::Kv>) {
         if !self.compute_armed {
             self.compute_armed = true;
             env.set_timer(Timer::Compute, self.cfg.latencies.decode_step_ns);
         }
     }
 
-    pub fn handle<E: Env<G::Kv>>(&mut self, input: Input<G::Kv>, env: &mut E) {
+    pub fn handle(&mut self, input: Input<G::Kv>, env: &mut Outbox<G::Kv>) {
         match input {
             Input::Message { from, msg } => {
                 let verdict = self.check_peer(from, &msg);
@@ -454,13 +453,13 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// A write its receiver already landed (or refused), entering through `handle`: the
     /// peer rule of a delivered write first, then [`Self::landed`].
-    fn on_landed<E: Env<G::Kv>>(
+    fn on_landed(
         &mut self,
         from: NodeId,
         id: WriteId,
         dst: Vec<PageTag>,
         landing: Result<(), Refusal>,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         if let Err(reason) = self.check_writer(from, id) {
             // Refused as the delivered write would be, by the same rule, with the one
@@ -478,13 +477,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// Answer the router for `room`, once, with the engine's reason for an error
     /// `status` where it has one: a repeated answer (an abort seen again, for a use
     /// already answered) repeats the first status and reason.
-    fn answer<E: Env<G::Kv>>(
-        &mut self,
-        room: RoomKey,
-        status: Status,
-        why: Option<Why>,
-        env: &mut E,
-    ) {
+    fn answer(&mut self, room: RoomKey, status: Status, why: Option<Why>, env: &mut Outbox<G::Kv>) {
         let from = (self.id, self.router, Side::Decode);
         self.retired
             .answer_once(env, from, room, (status, why), &self.quarantine);
@@ -492,14 +485,14 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// The router's start: intake checks (a stopped node, the queue, the length), then
     /// the room waits in the prealloc queue for its pages.
-    fn on_start<E: Env<G::Kv>>(
+    fn on_start(
         &mut self,
         room: RoomKey,
         req: RequestId,
         prompt_len: u64,
         max_new_tokens: u32,
         prefill: NodeId,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         if self.requests.contains_key(&room) || self.is_stale(room) {
             return;
@@ -543,13 +536,13 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     }
 
     /// Refuse a start at intake, stating `reason`, and answer once with `why`.
-    fn reject_start<E: Env<G::Kv>>(
+    fn reject_start(
         &mut self,
         room: RoomKey,
         status: Status,
         why: Why,
         reason: String,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         env.trace(TraceEvent::Rejected {
             node: self.id,
@@ -564,12 +557,12 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// Decode's own length check: the prompt plus the reply must fit the admission
     /// limit. Returns the prompt length to reserve for (the legacy rejection, a bug
     /// switch, lets a 1-token placeholder through), or the reason to refuse.
-    fn check_length<E: Env<G::Kv>>(
+    fn check_length(
         &self,
         room: RoomKey,
         prompt_len: u64,
         max_new_tokens: u32,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) -> Result<u64, Why> {
         let need = prompt_len + u64::from(max_new_tokens);
         let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) else {
@@ -596,7 +589,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     }
 
     /// `pop_preallocated`: reserve pages FIFO and send each room's page list.
-    fn try_prealloc<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    fn try_prealloc(&mut self, env: &mut Outbox<G::Kv>) {
         while let Some(&room) = self.prealloc.front() {
             let Some(req) = self.requests.get(&room) else {
                 self.prealloc.pop_front();
@@ -646,21 +639,21 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// The receiver applying one chunk write: [`land`] (the gate and the memory write,
     /// the one landing function every driver uses), then `landed`. With
-    /// the landing gate (two-sided only, `world::landing_gated`), a destination that is
+    /// the landing gate (two-sided only, `EngineConfig::landing_gated`), a destination that is
     /// not this room use's (stale generation, another owner, freed, `Ready`) refuses the
     /// whole chunk; on one-sided RDMA the write lands wherever it points.
-    fn on_kv_write<E: Env<G::Kv>>(
+    fn on_kv_write(
         &mut self,
         from: NodeId,
         id: WriteId,
         dst: Vec<PageTag>,
         kv: Vec<G::Kv>,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         let landing = land(
             &self.pool,
             &mut self.gpu,
-            crate::world::landing_gated(&self.cfg),
+            self.cfg.landing_gated(),
             id.room,
             &dst,
             &kv,
@@ -672,13 +665,13 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// it, note the written pages, and complete the write (exactly one completion).
     /// The hardware runtime's transfer thread lands writes with [`land`] on the shared
     /// record and reports each one here as an [`Input::Landed`], through `handle`.
-    fn landed<E: Env<G::Kv>>(
+    fn landed(
         &mut self,
         from: NodeId,
         id: WriteId,
         dst: Vec<PageTag>,
         landing: Result<(), Refusal>,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         let room = id.room;
         if let Err(Refusal { tag, reason }) = landing {
@@ -722,12 +715,12 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// Prefill concluded the room's transfer: judge it ([`Self::judge_transfer`]), then
     /// accept it and run the request, or fail the room (refused at verification, a
     /// reported failure, or this node's device failing the check).
-    fn on_kv_done<E: Env<G::Kv>>(
+    fn on_kv_done(
         &mut self,
         from: NodeId,
         room: RoomKey,
         outcome: TransferOutcome,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         let Some(req) = self.requests.get(&room) else {
             return;
@@ -844,13 +837,13 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// Verification refused prefill's successful transfer: state both sides' counts and
     /// fail the room (its pages go to quarantine: a write may still land).
-    fn refuse_transfer<E: Env<G::Kv>>(
+    fn refuse_transfer(
         &mut self,
         room: RoomKey,
         facts: TransferFacts,
         (sent_tokens, sent_pages): (u64, u32),
         reason: String,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         self.counters.transfers_failed += 1;
         env.trace(TraceEvent::TransferRefused {
@@ -864,13 +857,13 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// The transfer was accepted: the destination pages hold verified KV; the request
     /// starts generating.
-    fn accept_transfer<E: Env<G::Kv>>(
+    fn accept_transfer(
         &mut self,
         room: RoomKey,
         facts: TransferFacts,
         sent_tokens: u64,
         sent_pages: u32,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         let Some(Phase::Transferring {
             pages, dst_pages, ..
@@ -908,7 +901,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// The device failed serving `room`: state it, and fail the request with its reason
     /// (its pages released, or quarantined while a write may still land).
-    fn device_failed<E: Env<G::Kv>>(&mut self, room: RoomKey, e: &DeviceError, env: &mut E) {
+    fn device_failed(&mut self, room: RoomKey, e: &DeviceError, env: &mut Outbox<G::Kv>) {
         self.fault(device_fault(Some(room), e), env);
         let why = Some(Why::DeviceFailed { side: Side::Decode });
         match self.requests.get(&room).map(|r| &r.phase) {
@@ -919,7 +912,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// The scheduler pass: one decode step for every running request (up to
     /// `max_batch`), one room's device work at a time ([`Self::next_step`]).
-    fn on_tick<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    fn on_tick(&mut self, env: &mut Outbox<G::Kv>) {
         debug_assert!(self.batch.is_empty(), "a pass starts with none under way");
         self.batch = self
             .requests
@@ -933,7 +926,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// Ask the device for the next room's step of the pass; at the end of the pass,
     /// ask for the next pass while any request runs.
-    fn next_step<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    fn next_step(&mut self, env: &mut Outbox<G::Kv>) {
         while let Some(room) = self.batch.pop_front() {
             if let Some(job) = self.step_job(room) {
                 env.compute(Job::DecodeStep(job));
@@ -978,7 +971,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// What the device did with one decode step of `room`: a refused tag check fails
     /// the request; otherwise the attention is traced, then the token's KV write, then
     /// the token goes to the router and the request advances (or finishes).
-    fn stepped<E: Env<G::Kv>>(&mut self, mut job: StepJob, outcome: StepOutcome, env: &mut E) {
+    fn stepped(&mut self, mut job: StepJob, outcome: StepOutcome, env: &mut Outbox<G::Kv>) {
         let room = job.room;
         let Some(Phase::Running { seq_len, step, .. }) = self.requests.get(&room).map(|r| &r.phase)
         else {
@@ -1023,7 +1016,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// State the step's attention; the event takes the job's page list (the step
     /// reads only `job.write` after this).
-    fn trace_attend<E: Env<G::Kv>>(&self, job: &mut StepJob, env: &mut E) {
+    fn trace_attend(&self, job: &mut StepJob, env: &mut Outbox<G::Kv>) {
         env.trace(TraceEvent::Attend {
             node: self.id,
             room: job.room,
@@ -1036,7 +1029,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// The step's token to the router; the request moves one position on, and
     /// finishes after its last token.
-    fn advance<E: Env<G::Kv>>(&mut self, job: &StepJob, token: Token, env: &mut E) {
+    fn advance(&mut self, job: &StepJob, token: Token, env: &mut Outbox<G::Kv>) {
         let (room, step, seq_len) = (job.room, job.step, job.seq_len);
         env.send(
             self.router,
@@ -1067,13 +1060,13 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// Defense 4 refused a step: a page does not carry the reader's tag. State it (with
     /// the page's current generation) and fail the request.
-    fn tag_mismatch<E: Env<G::Kv>>(
+    fn tag_mismatch(
         &mut self,
         room: RoomKey,
         (step, seq_len): (u32, u64),
         pages: Vec<PageTag>,
         m: TagMismatch,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         let current = self
             .pool
@@ -1094,13 +1087,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 
     /// Normal end (or a failed step): release the pages and answer once, with the
     /// engine's reason for an error `status` where it has one.
-    fn finish<E: Env<G::Kv>>(
-        &mut self,
-        room: RoomKey,
-        status: Status,
-        why: Option<Why>,
-        env: &mut E,
-    ) {
+    fn finish(&mut self, room: RoomKey, status: Status, why: Option<Why>, env: &mut Outbox<G::Kv>) {
         let Some(req) = self.requests.remove(&room) else {
             return;
         };
@@ -1124,12 +1111,12 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.answer(room, status, why, env);
     }
 
-    fn release<E: Env<G::Kv>>(
+    fn release(
         &mut self,
         room: RoomKey,
         pages: &[PageTag],
         how: ReleaseKind,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         match how {
             ReleaseKind::Unchecked => self.pool.free_unchecked(room, pages),
@@ -1144,7 +1131,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.after_free(pages, env);
     }
 
-    fn after_free<E: Env<G::Kv>>(&mut self, pages: &[PageTag], env: &mut E) {
+    fn after_free(&mut self, pages: &[PageTag], env: &mut Outbox<G::Kv>) {
         if self.cfg.defenses.zero_on_free {
             let pool = &self.pool;
             let is_free = |p| pool.page(p).is_some_and(|r| r.state == PageState::Free);
@@ -1157,13 +1144,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// The request failed (transfer failure, verification, timeout, abort, the device):
     /// answer with the engine's reason where it has one, and hand its pages to
     /// quarantine if a write may still land in them.
-    fn fail<E: Env<G::Kv>>(
-        &mut self,
-        room: RoomKey,
-        status: Status,
-        why: Option<Why>,
-        env: &mut E,
-    ) {
+    fn fail(&mut self, room: RoomKey, status: Status, why: Option<Why>, env: &mut Outbox<G::Kv>) {
         let Some(req) = self.requests.remove(&room) else {
             return;
         };
@@ -1207,7 +1188,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.answer(room, status, why, env);
     }
 
-    fn on_abort<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+    fn on_abort(&mut self, room: RoomKey, status: Status, env: &mut Outbox<G::Kv>) {
         if self.requests.contains_key(&room) {
             env.trace(TraceEvent::AbortNoted {
                 node: self.id,
@@ -1231,7 +1212,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.answer(room, status, None, env);
     }
 
-    fn on_drain_ack<E: Env<G::Kv>>(&mut self, ack: RoomKey, env: &mut E) {
+    fn on_drain_ack(&mut self, ack: RoomKey, env: &mut Outbox<G::Kv>) {
         let matching: Vec<RoomKey> = if self.cfg.bugs.has(Bug::AckIgnoresGeneration) {
             self.quarantine
                 .keys()
@@ -1266,7 +1247,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// made `arming` retries. Only the arming decode set last counts: an earlier one
     /// delivered again (a stale entry of a timer wheel, a cancelled timer) is ignored,
     /// so that it cannot use up the retry budget and stop the node early.
-    fn on_drain_retry<E: Env<G::Kv>>(&mut self, room: RoomKey, arming: u32, env: &mut E) {
+    fn on_drain_retry(&mut self, room: RoomKey, arming: u32, env: &mut Outbox<G::Kv>) {
         let max = self.cfg.timeouts.drain_retries;
         let retry_ns = self.cfg.timeouts.drain_retry_ns;
         let Some(q) = self.quarantine.get_mut(&room) else {
@@ -1373,7 +1354,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     }
 }
 
-impl<G: Gpu, P: PageRecords> crate::world::Stepper<G::Kv> for DecodeNode<G, P> {
+impl<G: Gpu, P: PageRecords> crate::step::Stepper<G::Kv> for DecodeNode<G, P> {
     fn handle(&mut self, input: Input<G::Kv>, out: &mut crate::env::Outbox<G::Kv>) {
         DecodeNode::handle(self, input, out);
     }

@@ -14,6 +14,7 @@ use crate::compute::{Done, Job};
 use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
 use crate::kv::Refusal;
 use crate::msg::Msg;
+pub use crate::trace::Trace;
 use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
 
@@ -51,38 +52,6 @@ impl Timer {
         }
     }
 }
-
-/// Time, as the driver defines it.
-pub trait Clock {
-    /// Nanoseconds since the driver started. Only for metrics: nothing that reaches
-    /// hashed node state may depend on it.
-    fn now_ns(&self) -> u64;
-    /// Ask for `timer` to fire after `after_ns` (replacing a pending one of that value).
-    fn set_timer(&mut self, timer: Timer, after_ns: u64);
-    /// Cancel a pending timer (no effect if none is pending).
-    fn cancel_timer(&mut self, timer: Timer);
-}
-
-/// Sending, as the driver defines it. Delivery is the driver's business: it may be
-/// late, duplicated, reordered or never.
-pub trait Network<K> {
-    fn send(&mut self, to: NodeId, msg: Msg<K>);
-}
-
-/// A sink for engine events that oracles and traces read. Never read back by the engine.
-pub trait Trace {
-    fn trace(&mut self, event: TraceEvent);
-}
-
-/// Device work, as the driver defines it: a node asks for a [`Job`] and gets its
-/// [`Done`] back as [`Input::Computed`] (through [`crate::world::step`]).
-pub trait Device {
-    fn compute(&mut self, job: Job);
-}
-
-/// Everything a node handler needs from its driver.
-pub trait Env<K>: Clock + Network<K> + Trace + Device {}
-impl<K, T: Clock + Network<K> + Trace + Device> Env<K> for T {}
 
 /// One input to a node: a delivered message, a fired timer, or a KV write that a
 /// driver's own receiver already landed (or refused). Every input enters a node through
@@ -148,8 +117,8 @@ impl<M, T> Effect<M, T> {
     }
 }
 
-/// An [`Env`] that only records: the effects of one handler call, drained by the
-/// driver afterwards (quinn-proto's `poll_*` shape). Every driver uses it, so no
+/// What a node handler asks of its driver, and all it can ask: the effects of one
+/// handler call, drained by the driver afterwards (quinn-proto's `poll_*` shape). Every driver uses it, so no
 /// driver needs its own trait implementation to get the same effects.
 ///
 /// Drain order: `effects` in the order the handler issued them, sends, timer
@@ -193,33 +162,45 @@ impl<K> Outbox<K> {
     }
 }
 
-impl<K> Clock for Outbox<K> {
-    fn now_ns(&self) -> u64 {
+/// What a node handler asks of its driver, recorded as effects in the order issued.
+impl<K> Outbox<K> {
+    /// Nanoseconds since the driver started. Only for metrics: nothing that reaches
+    /// hashed node state may depend on it.
+    pub fn now_ns(&self) -> u64 {
         self.now_ns
     }
-    fn set_timer(&mut self, timer: Timer, after_ns: u64) {
+
+    /// Ask for `timer` to fire after `after_ns` (replacing a pending one of that value).
+    pub fn set_timer(&mut self, timer: Timer, after_ns: u64) {
         self.effects
             .push(Effect::Timer(TimerOp::Set { timer, after_ns }));
     }
-    fn cancel_timer(&mut self, timer: Timer) {
+
+    /// Cancel a pending timer (no effect if none is pending).
+    pub fn cancel_timer(&mut self, timer: Timer) {
         self.effects.push(Effect::Timer(TimerOp::Cancel { timer }));
     }
-}
 
-impl<K> Network<K> for Outbox<K> {
-    fn send(&mut self, to: NodeId, msg: Msg<K>) {
+    /// Send `msg` to `to`. Delivery is the driver's business: it may be late,
+    /// duplicated, reordered or never.
+    pub fn send(&mut self, to: NodeId, msg: Msg<K>) {
         self.effects.push(Effect::Send { to, msg });
     }
-}
 
-impl<K> Device for Outbox<K> {
-    fn compute(&mut self, job: Job) {
+    /// Ask for device work: the driver carries `job` out and hands its [`Done`] back as
+    /// [`Input::Computed`] (through [`crate::world::step`]).
+    pub fn compute(&mut self, job: Job) {
         self.effects.push(Effect::Compute(job));
+    }
+
+    /// Emit an event for oracles and traces (never read back by the engine).
+    pub fn trace(&mut self, event: TraceEvent) {
+        self.effects.push(Effect::Trace(event));
     }
 }
 
 impl<K> Trace for Outbox<K> {
     fn trace(&mut self, event: TraceEvent) {
-        self.effects.push(Effect::Trace(event));
+        Outbox::trace(self, event);
     }
 }

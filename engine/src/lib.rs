@@ -6,11 +6,11 @@
 //! list, chunked KV writes, completion, abort and drain acks) with its defenses
 //! (`config::Defenses`) and, behind [`bugs::BugSet`], the historical bugs. The crate is
 //! pure: it does no I/O, reads no clock, starts no thread and draws no random number.
-//! Time, delivery and randomness belong to the driver, through [`env::Env`]; KV memory
-//! and compute belong to the node's [`gpu::Gpu`]. Same inputs in the same order give
+//! Time, delivery and randomness belong to the driver: a handler records what it asks
+//! for in an [`env::Outbox`]; KV memory and compute belong to the node's [`gpu::Gpu`]. Same inputs in the same order give
 //! the same effects, bit for bit.
 //!
-//! Drive a node with [`node::Node::handle`]; effects leave through the `Env` in the
+//! Drive a node with [`node::Node::handle`]; effects leave through the `Outbox` in the
 //! order they were issued (messages, timers, trace events interleaved as called).
 
 pub mod bugs;
@@ -34,8 +34,10 @@ pub mod prefill;
 pub mod retired;
 pub mod router;
 pub mod shared_cfg;
+pub mod step;
 mod sync;
 pub mod trace;
+pub mod transport;
 pub mod world;
 
 /// Every variant of an enum that derives `strum::VariantArray`, as an array of its
@@ -52,7 +54,7 @@ pub const fn every<T: Copy, const N: usize>(variants: &[T]) -> [T; N] {
 pub use bugs::{Bug, BugSet};
 pub use config::{ConfigError, Defenses, EngineConfig, RouterPolicy};
 pub use counters::Counters;
-pub use env::{Clock, Effect, Env, Input, Network, Outbox, Timer, TimerOp, Trace};
+pub use env::{Effect, Input, Outbox, Timer, TimerOp, Trace};
 pub use ids::{
     Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, Token, WriteId,
 };

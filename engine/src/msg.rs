@@ -6,9 +6,22 @@
 //! the [`RoomKey`] (room and generation) it belongs to.
 
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
-use crate::trace::Side;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+/// Which half of a room an event is about.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Side {
+    Prefill,
+    Decode,
+}
+
+/// A node's refusal of a start or an abort that did not come from `router`: only the
+/// router starts or aborts rooms (each node's peer check).
+pub(crate) fn only_router(router: NodeId, from: NodeId) -> String {
+    assert_ne!(router, from, "the router's own start or abort is believed");
+    format!("only the router ({router}) starts or aborts rooms")
+}
 
 /// An HTTP-like status code, as the client sees it.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

@@ -6,8 +6,9 @@
 //! driver but the hardware runtime, whose decode node decides with the
 //! [`crate::kv::SharedRecord`] its transfer thread gates landings with.
 
+use crate::compute::{Done, Job};
 use crate::decode::DecodeNode;
-use crate::env::{Env, Input};
+use crate::env::{Input, Outbox};
 use crate::gpu::Gpu;
 use crate::ids::NodeId;
 use crate::invariant::Violation;
@@ -50,7 +51,7 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
     }
 
     /// Feed one input. The node's effects leave through `env`, in the order issued.
-    pub fn handle<E: Env<G::Kv>>(&mut self, input: Input<G::Kv>, env: &mut E) {
+    pub fn handle(&mut self, input: Input<G::Kv>, env: &mut Outbox<G::Kv>) {
         match self {
             Node::Router(n) => n.handle(input, env),
             Node::Prefill(n) => n.handle(input, env),
@@ -115,9 +116,15 @@ impl<G: Gpu> Node<G> {
     }
 }
 
-/// A node's refusal of a start or an abort that did not come from `router`: only the
-/// router starts or aborts rooms (each node's peer check).
-pub(crate) fn only_router(router: NodeId, from: NodeId) -> String {
-    assert_ne!(router, from, "the router's own start or abort is believed");
-    format!("only the router ({router}) starts or aborts rooms")
+impl<G: Gpu, P: PageRecords> crate::step::Stepper<G::Kv> for Node<G, P> {
+    fn handle(&mut self, input: Input<G::Kv>, out: &mut Outbox<G::Kv>) {
+        Node::handle(self, input, out);
+    }
+    fn compute(&mut self, job: Job) -> Done {
+        match self {
+            Node::Router(_) => unreachable!("the router asks for no compute"),
+            Node::Prefill(n) => crate::step::Stepper::compute(n, job),
+            Node::Decode(n) => crate::step::Stepper::compute(n, job),
+        }
+    }
 }

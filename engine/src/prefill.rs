@@ -19,14 +19,13 @@
 use crate::bugs::Bug;
 use crate::compute::{Done, ForwardJob, Job};
 use crate::counters::Counters;
-use crate::env::{Env, Input, Timer};
+use crate::env::{Input, Outbox, Timer};
 use crate::gpu::KvPayload;
 use crate::gpu::{device_fault, ids, trace_write, zero_on_free, DeviceError, Gpu, WriteError};
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::invariant::{Invariant, Violation};
 use crate::kv::{PagePool, PageState};
-use crate::msg::{Msg, Status, TransferOutcome, Why};
-use crate::node::only_router;
+use crate::msg::{only_router, Msg, Status, TransferOutcome, Why};
 use crate::retired::{holds, GenTable, RetiredRooms, RETIRED_MIN_HALF};
 use crate::shared_cfg::Cfg;
 use crate::trace::{NodeFault, Side, TraceEvent};
@@ -166,7 +165,7 @@ fn epoch_of(dst: &[PageTag]) -> u32 {
 
 /// Tell `decode` that `room`'s transfer to the page list of its incarnation `epoch`
 /// failed (M7 `KvDone { Failed }`).
-fn tell_failed<K, E: Env<K>>(env: &mut E, room: RoomKey, decode: NodeId, epoch: u32) {
+fn tell_failed<K>(env: &mut Outbox<K>, room: RoomKey, decode: NodeId, epoch: u32) {
     env.send(
         decode,
         Msg::KvDone {
@@ -378,7 +377,7 @@ impl<G: Gpu> PrefillNode<G> {
         }
     }
 
-    pub fn handle<E: Env<G::Kv>>(&mut self, input: Input<G::Kv>, env: &mut E) {
+    pub fn handle(&mut self, input: Input<G::Kv>, env: &mut Outbox<G::Kv>) {
         match input {
             Input::Message { from, msg } => {
                 let verdict = self.check_peer(from, &msg);
@@ -455,7 +454,7 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     /// Trace the page changes the pool journaled since the last call, in order.
-    fn flush<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    fn flush(&mut self, env: &mut Outbox<G::Kv>) {
         let id = self.id;
         for c in self.pool.take_changes() {
             env.trace(c.into_event(id, None));
@@ -463,13 +462,13 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     /// Report a fault of this node (drivers act on it).
-    fn fault<E: Env<G::Kv>>(&mut self, fault: NodeFault, env: &mut E) {
+    fn fault(&mut self, fault: NodeFault, env: &mut Outbox<G::Kv>) {
         let id = self.id;
         self.counters.fault(env, id, fault);
     }
 
     /// Ask for the scheduler loop's next pass (`Timer::Compute`), unless one is armed.
-    fn arm_compute<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    fn arm_compute(&mut self, env: &mut Outbox<G::Kv>) {
         if !self.compute_armed {
             self.compute_armed = true;
             env.set_timer(Timer::Compute, self.cfg.latencies.prefill_forward_ns);
@@ -478,13 +477,13 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// The router's start (M1): intake checks (queue, length, the bootstrap-queue gate),
     /// then the room waits for decode's page list (which may have arrived first).
-    fn on_start<E: Env<G::Kv>>(
+    fn on_start(
         &mut self,
         room: RoomKey,
         req_id: RequestId,
         prompt: Vec<Token>,
         decode: NodeId,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         if self.requests.contains_key(&room) || self.is_stale(room) {
             return; // duplicate or late delivery of a room use this node already answered
@@ -534,7 +533,7 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// Decode's page list did not come in time: fail the room; its decode, if it
     /// reserved pages after all, is told when its list arrives.
-    fn on_bootstrap_timeout<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+    fn on_bootstrap_timeout(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
@@ -548,12 +547,12 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// Refuse a start at intake: retire the room use and answer once, with the reason;
     /// `decode`, which reserved pages for the room, is told the transfer failed.
-    fn reject_start<E: Env<G::Kv>>(
+    fn reject_start(
         &mut self,
         room: RoomKey,
         decode: NodeId,
         (status, why): (Status, Why),
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         self.owe_failure(room, decode, env);
         self.tombstone(room);
@@ -570,11 +569,11 @@ impl<G: Gpu> PrefillNode<G> {
     /// `validate_input_length`: a prompt over the admission limit is truncated (with
     /// auto-truncation on), kept as a 1-token placeholder with the error pending (the
     /// legacy rejection, a bug switch), or refused with the reason.
-    fn check_length<E: Env<G::Kv>>(
+    fn check_length(
         &self,
         room: RoomKey,
         req: &mut Request,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) -> Result<(), Why> {
         let len = req.prompt.len() as u64;
         let Some(limit) = self.cfg.admission_limit(self.pool.capacity() as u32) else {
@@ -611,7 +610,7 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// Page lists that arrived before this start: the room's decode node's is taken
     /// now, any other node's is refused by peer identity.
-    fn take_early_meta<E: Env<G::Kv>>(&mut self, room: RoomKey, decode: NodeId, env: &mut E) {
+    fn take_early_meta(&mut self, room: RoomKey, decode: NodeId, env: &mut Outbox<G::Kv>) {
         let early: Vec<(NodeId, Vec<PageTag>)> = self
             .early_meta
             .range((room, NodeId(0))..=(room, NodeId(u16::MAX)))
@@ -632,11 +631,11 @@ impl<G: Gpu> PrefillNode<G> {
     /// The drain requests that arrived before this start: those from a node that is not
     /// the room's decode are refused now; one from the room's decode retires the room
     /// (decode gave it up before the start arrived, and was told no write will come).
-    fn drained_before_start<E: Env<G::Kv>>(
+    fn drained_before_start(
         &mut self,
         room: RoomKey,
         decode: NodeId,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) -> bool {
         let early: Vec<NodeId> = self
             .early_drain
@@ -656,13 +655,7 @@ impl<G: Gpu> PrefillNode<G> {
         false
     }
 
-    fn on_meta<E: Env<G::Kv>>(
-        &mut self,
-        from: NodeId,
-        room: RoomKey,
-        dst: Vec<PageTag>,
-        env: &mut E,
-    ) {
+    fn on_meta(&mut self, from: NodeId, room: RoomKey, dst: Vec<PageTag>, env: &mut Outbox<G::Kv>) {
         let Some(req) = self.requests.get_mut(&room) else {
             if self.is_stale(room) {
                 self.on_failed_meta(from, room, &dst, env);
@@ -684,7 +677,7 @@ impl<G: Gpu> PrefillNode<G> {
     /// One pass of the scheduler loop: poll concluded transfers, finish the forward
     /// batch (one room's device work at a time, [`Self::next_forward`]), then admit
     /// waiting requests into the next batch.
-    fn on_tick<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    fn on_tick(&mut self, env: &mut Outbox<G::Kv>) {
         debug_assert!(self.batch.is_empty(), "a pass starts with none under way");
         let concluded: Vec<RoomKey> = self
             .requests
@@ -706,7 +699,7 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// Ask the device for the next room's forward of the pass; at the end of the
     /// forward batch, admit waiting requests and ask for the next pass while busy.
-    fn next_forward<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    fn next_forward(&mut self, env: &mut Outbox<G::Kv>) {
         while let Some(room) = self.batch.pop_front() {
             if let Some(job) = self.forward_job(room, env) {
                 env.compute(Job::Forward(job));
@@ -724,7 +717,7 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     /// `pop_bootstrapped` plus the batch admission: allocate source pages FIFO.
-    fn admit_waiting<E: Env<G::Kv>>(&mut self, env: &mut E) {
+    fn admit_waiting(&mut self, env: &mut Outbox<G::Kv>) {
         let mut batch = 0;
         while let Some(&room) = self.waiting.front() {
             if batch >= self.cfg.max_batch {
@@ -783,7 +776,7 @@ impl<G: Gpu> PrefillNode<G> {
     /// The device work of `room`'s forward (its prompt's KV into its source pages),
     /// unless the request was aborted: then it is retired here, not sent. `None` if
     /// there is nothing to compute.
-    fn forward_job<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) -> Option<ForwardJob> {
+    fn forward_job(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) -> Option<ForwardJob> {
         let req = self.requests.get(&room)?;
         let Phase::Forward { pages, .. } = &req.phase else {
             return None;
@@ -810,11 +803,11 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// `process_batch_result_disagg_prefill` for the last chunk: what the device did
     /// with `room`'s forward ([`Self::forward_job`]).
-    fn forwarded<E: Env<G::Kv>>(
+    fn forwarded(
         &mut self,
         job: ForwardJob,
         written: Result<(), WriteError>,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         let ForwardJob {
             room,
@@ -869,7 +862,7 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// Issue chunk writes up to the in-flight limit ([`Self::next_chunk`],
     /// [`Self::send_chunk`]); conclude the transfer when every one completed.
-    fn send_chunks<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+    fn send_chunks(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
         while let Some(chunk) = self.next_chunk(room) {
             if let Err(e) = self.send_chunk(room, chunk, env) {
                 self.send_failed_on_device(room, &e, env);
@@ -918,11 +911,11 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// Send one chunk write: read the source, hold it until the write completes (with
     /// deferred release), record the write as outstanding, state and send it.
-    fn send_chunk<E: Env<G::Kv>>(
+    fn send_chunk(
         &mut self,
         room: RoomKey,
         chunk: Chunk,
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) -> Result<(), DeviceError> {
         let Chunk {
             src,
@@ -992,7 +985,7 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// Every chunk was sent and completed: report the transfer to decode (M7) with
     /// prefill's own counts and the digest of what it sent.
-    fn conclude_send<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+    fn conclude_send(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
@@ -1048,7 +1041,7 @@ impl<G: Gpu> PrefillNode<G> {
         self.arm_compute(env);
     }
 
-    fn on_write_done<E: Env<G::Kv>>(&mut self, id: WriteId, ok: bool, env: &mut E) {
+    fn on_write_done(&mut self, id: WriteId, ok: bool, env: &mut Outbox<G::Kv>) {
         let room = id.room;
         let Some(out) = self.outstanding.get_mut(&room) else {
             return;
@@ -1118,7 +1111,7 @@ impl<G: Gpu> PrefillNode<G> {
         }
     }
 
-    fn maybe_ack_drain<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+    fn maybe_ack_drain(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
         let drained = self.drained(room);
         let Some(out) = self.outstanding.get_mut(&room) else {
             return;
@@ -1141,7 +1134,7 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     /// Decode aborted the room (M8): stop sending; ack once every write drained.
-    fn on_drain_request<E: Env<G::Kv>>(&mut self, from: NodeId, room: RoomKey, env: &mut E) {
+    fn on_drain_request(&mut self, from: NodeId, room: RoomKey, env: &mut Outbox<G::Kv>) {
         if let Some(req) = self.requests.get_mut(&room) {
             match &req.phase {
                 Phase::Sending { .. } => {
@@ -1180,7 +1173,7 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     /// An abort from the router (client gone, decode failed) or from decode.
-    fn on_abort<E: Env<G::Kv>>(&mut self, room: RoomKey, status: Status, env: &mut E) {
+    fn on_abort(&mut self, room: RoomKey, status: Status, env: &mut Outbox<G::Kv>) {
         let Some(req) = self.requests.get_mut(&room) else {
             // Unknown: the start message is late or lost, or we already answered. Either
             // way answer (again, with the first answer's status); the router ignores
@@ -1225,7 +1218,7 @@ impl<G: Gpu> PrefillNode<G> {
     /// scheduler tick polls the room (which releases the source pages once their writes
     /// drained). The three ways a send fails (a write failed, an abort, decode's drain
     /// request) all end here.
-    fn fail_send<E: Env<G::Kv>>(&mut self, room: RoomKey, owed: KvDoneOwed, env: &mut E) {
+    fn fail_send(&mut self, room: RoomKey, owed: KvDoneOwed, env: &mut Outbox<G::Kv>) {
         let Some(req) = self.requests.get_mut(&room) else {
             return;
         };
@@ -1250,17 +1243,12 @@ impl<G: Gpu> PrefillNode<G> {
     /// The device failed reading the source or its digest: state it and fail the send
     /// as a failed write does (decode told, the writes in flight still complete, the
     /// source released when they drained).
-    fn send_failed_on_device<E: Env<G::Kv>>(
-        &mut self,
-        room: RoomKey,
-        e: &DeviceError,
-        env: &mut E,
-    ) {
+    fn send_failed_on_device(&mut self, room: RoomKey, e: &DeviceError, env: &mut Outbox<G::Kv>) {
         self.fault(device_fault(Some(room), e), env);
         self.fail_send(room, KvDoneOwed::Yes, env);
     }
 
-    fn notify_decode_failed<E: Env<G::Kv>>(&self, room: RoomKey, env: &mut E) {
+    fn notify_decode_failed(&self, room: RoomKey, env: &mut Outbox<G::Kv>) {
         if let Some(req) = self.requests.get(&room) {
             tell_failed(env, room, req.decode, req.phase.decode_epoch());
         }
@@ -1269,7 +1257,7 @@ impl<G: Gpu> PrefillNode<G> {
     /// `room` failed before `decode`'s page list was used: tell `decode` at once if its
     /// list is here already (kept early), or record that it is owed the news
     /// ([`Self::on_failed_meta`]).
-    fn owe_failure<E: Env<G::Kv>>(&mut self, room: RoomKey, decode: NodeId, env: &mut E) {
+    fn owe_failure(&mut self, room: RoomKey, decode: NodeId, env: &mut Outbox<G::Kv>) {
         if let Some(dst) = self.early_meta.remove(&(room, decode)) {
             tell_failed(env, room, decode, epoch_of(&dst));
             return;
@@ -1285,12 +1273,12 @@ impl<G: Gpu> PrefillNode<G> {
     /// failed, once (peer identity, [`Self::check_peer`], refused a list from any other
     /// node), and then releases its pages instead of waiting for its own timeout. A
     /// late copy of a list already used changes nothing.
-    fn on_failed_meta<E: Env<G::Kv>>(
+    fn on_failed_meta(
         &mut self,
         from: NodeId,
         room: RoomKey,
         dst: &[PageTag],
-        env: &mut E,
+        env: &mut Outbox<G::Kv>,
     ) {
         let Some(decode) = self.owes_failure_to(room) else {
             return;
@@ -1301,7 +1289,7 @@ impl<G: Gpu> PrefillNode<G> {
     }
 
     /// `process_disagg_prefill_inflight_queue` for one concluded room.
-    fn poll_inflight<E: Env<G::Kv>>(&mut self, room: RoomKey, env: &mut E) {
+    fn poll_inflight(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
@@ -1335,7 +1323,7 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// `release_kv_cache` for the source pages. Held pages drain first, unless the
     /// `prefill-release-before-drain` bug frees them outright.
-    fn release_source<E: Env<G::Kv>>(&mut self, room: RoomKey, pages: &[PageTag], env: &mut E) {
+    fn release_source(&mut self, room: RoomKey, pages: &[PageTag], env: &mut Outbox<G::Kv>) {
         let unchecked = self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain) && !self.drained(room);
         if unchecked {
             self.pool.free_unchecked(room, pages);
@@ -1358,13 +1346,7 @@ impl<G: Gpu> PrefillNode<G> {
 
     /// Remove the request and answer the router once, with the engine's reason for an
     /// error `status` where it has one.
-    fn retire<E: Env<G::Kv>>(
-        &mut self,
-        room: RoomKey,
-        status: Status,
-        why: Option<Why>,
-        env: &mut E,
-    ) {
+    fn retire(&mut self, room: RoomKey, status: Status, why: Option<Why>, env: &mut Outbox<G::Kv>) {
         if self.requests.remove(&room).is_none() {
             return;
         }
@@ -1377,13 +1359,7 @@ impl<G: Gpu> PrefillNode<G> {
     /// Answer the router for `room`, once, with the engine's reason for an error
     /// `status` where it has one: a repeated answer (an abort seen again, for a use
     /// already answered) repeats the first status and reason.
-    fn answer<E: Env<G::Kv>>(
-        &mut self,
-        room: RoomKey,
-        status: Status,
-        why: Option<Why>,
-        env: &mut E,
-    ) {
+    fn answer(&mut self, room: RoomKey, status: Status, why: Option<Why>, env: &mut Outbox<G::Kv>) {
         let from = (self.id, self.router, Side::Prefill);
         self.retired
             .answer_once(env, from, room, (status, why), &self.outstanding);
@@ -1460,7 +1436,7 @@ impl<G: Gpu> PrefillNode<G> {
     }
 }
 
-impl<G: Gpu> crate::world::Stepper<G::Kv> for PrefillNode<G> {
+impl<G: Gpu> crate::step::Stepper<G::Kv> for PrefillNode<G> {
     fn handle(&mut self, input: Input<G::Kv>, out: &mut crate::env::Outbox<G::Kv>) {
         PrefillNode::handle(self, input, out);
     }

@@ -19,7 +19,7 @@
 //! unbounded table's); behind SGLang's router (worker mode), where every request has a
 //! room number of its own, the table stops growing at the bound.
 
-use crate::env::Env;
+use crate::env::Outbox;
 use crate::ids::{Generation, NodeId, RoomId, RoomKey};
 use crate::msg::{Msg, Status, Why};
 use crate::trace::{Side, TraceEvent};
@@ -122,8 +122,8 @@ pub type Answer = (Status, Option<Why>);
 
 /// A half's answer for `room` to its router (`PrefillFinished` or `DecodeFinished`),
 /// traced first as `Responded`: the one way both halves answer.
-pub fn send_answer<K, E: Env<K>>(
-    env: &mut E,
+pub fn send_answer<K>(
+    env: &mut Outbox<K>,
     (node, router, side): (NodeId, NodeId, Side),
     room: RoomKey,
     (status, why): Answer,
@@ -193,9 +193,9 @@ impl RetiredRooms {
     /// recorded ([`Self::answer`]; `held` are the node's rooms that still hold
     /// something) and sent ([`send_answer`]); a repeated answer repeats the first one's
     /// status and reason. The one definition both halves answer through.
-    pub fn answer_once<K, E: Env<K>, V>(
+    pub fn answer_once<K, V>(
         &mut self,
-        env: &mut E,
+        env: &mut Outbox<K>,
         from: (NodeId, NodeId, Side),
         room: RoomKey,
         (status, why): Answer,

@@ -12,15 +12,14 @@
 use crate::ids::{
     Generation, NodeId, PageId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId,
 };
+pub use crate::msg::Side;
 use crate::msg::Status;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// Which half of a room an event is about.
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Side {
-    Prefill,
-    Decode,
+/// A sink for engine events that oracles and traces read. Never read back by the engine.
+pub trait Trace {
+    fn trace(&mut self, event: TraceEvent);
 }
 
 /// How pages left their owner.

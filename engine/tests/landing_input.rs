@@ -18,7 +18,7 @@ use kvsim_engine::ids::{Generation, NodeId, PageId, PageTag, RoomKey, WriteId};
 use kvsim_engine::kv::land;
 use kvsim_engine::msg::Msg;
 use kvsim_engine::trace::TraceEvent;
-use kvsim_engine::world::{landing_gated, Topology};
+use kvsim_engine::world::Topology;
 use kvsim_engine::{Effect, EngineConfig, Input, Outbox, Timer};
 
 type H = common::H;
@@ -85,7 +85,7 @@ fn same_both_ways(cfg: &EngineConfig, node: &Node, room: RoomKey, from: NodeId, 
     let landing = land(
         node.records(),
         &mut memory,
-        landing_gated(cfg),
+        cfg.landing_gated(),
         id.room,
         &dst,
         &kv,
@@ -152,7 +152,7 @@ fn a_landing_gated_on_a_two_sided_transport_is_the_delivered_write() {
     let mut cfg = cfg();
     cfg.transport = kvsim_engine::world::KvTransport::TwoSided;
     cfg.defenses.landing_gate = true;
-    assert!(landing_gated(&cfg));
+    assert!(cfg.landing_gated());
     let (h, room) = sending(cfg.clone());
     let node = h.decode(D1).unwrap().clone();
     same_both_ways(&cfg, &node, room, P1, first_write(&h));

@@ -32,9 +32,8 @@ pub use host::HostGpu;
 pub use symbolic::{SymbolicGpu, SymbolicPage};
 
 use crate::counters::Counters;
-use crate::env::Trace;
 use crate::ids::{Generation, NodeId, PageId, PageTag, RoomKey, Token};
-use crate::trace::{NodeFault, TraceEvent};
+use crate::trace::{NodeFault, Trace, TraceEvent};
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 use std::hash::Hash;

@@ -20,11 +20,10 @@
 //! it is the state that exists because those writes may still land, and it ends only
 //! on the writer's drain ack, after the last completion (docs/ARCHITECTURE.md, "Writes
 //! into quarantined pages"). The gate exists only on a two-sided transport with
-//! `landing_gate` on (`world::landing_gated`); otherwise (one-sided RDMA, the default)
+//! `landing_gate` on (`EngineConfig::landing_gated`); otherwise (one-sided RDMA, the default)
 //! a write lands wherever it points inside the registered pool, as RDMA WRITE does.
 
 use super::pool::PagePool;
-use super::records::SharedRecord;
 use super::shared::{SharedError, SharedPool, WriteGuard};
 use crate::gpu::Gpu;
 use crate::ids::{PageTag, RoomKey};
@@ -89,14 +88,6 @@ impl WriteGate for SharedPool {
             }
             Err(e) => Err(e.to_string()),
         }
-    }
-}
-
-impl WriteGate for SharedRecord {
-    type Guard<'a> = WriteGuard<'a>;
-
-    fn admit(&self, room: RoomKey, t: PageTag) -> Result<WriteGuard<'_>, String> {
-        self.shared().admit(room, t)
     }
 }
 
@@ -180,33 +171,4 @@ pub fn land_with<W: WriteGate + ?Sized, G: Gpu, T>(
     );
     drop(guards);
     Ok(written)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kv::records::PageRecords;
-
-    /// Both records refuse a remote write into a page whose transfer was accepted,
-    /// take it while the transfer is open and again once the room is quarantined.
-    #[test]
-    fn a_write_into_a_ready_page_is_refused_by_both_records() {
-        fn check<R: PageRecords>(mut r: R) {
-            let room = RoomKey::new(1, 1);
-            let tags = r.alloc(1, room).unwrap();
-            r.expect_write(room, &tags).unwrap();
-            assert!(r.admit(room, tags[0]).is_ok());
-            r.mark_ready(room, &tags).unwrap();
-            assert_eq!(
-                r.admit(room, tags[0]).err(),
-                Some("page is Ready".to_string())
-            );
-            r.quarantine(room, &tags).unwrap();
-            assert!(r.admit(room, tags[0]).is_ok());
-        }
-        check(PagePool::new(4, 16));
-        check(SharedRecord::new(std::sync::Arc::new(SharedPool::new(
-            4, 16,
-        ))));
-    }
 }

@@ -16,7 +16,7 @@
 use super::landing::WriteGate;
 use super::lifecycle::PageState;
 use super::pool::{PageChange, PagePool, PageRecord};
-use super::shared::SharedPool;
+use super::shared::{SharedPool, WriteGuard};
 use crate::ids::{Generation, PageId, PageTag, RoomKey};
 use crate::invariant::Violation;
 use crate::trace::ReleaseKind;
@@ -215,6 +215,14 @@ impl SharedRecord {
     }
 }
 
+impl WriteGate for SharedRecord {
+    type Guard<'a> = WriteGuard<'a>;
+
+    fn admit(&self, room: RoomKey, t: PageTag) -> Result<WriteGuard<'_>, String> {
+        self.shared().admit(room, t)
+    }
+}
+
 impl PageRecords for SharedRecord {
     type Error = super::shared::SharedError;
 
@@ -402,5 +410,31 @@ fn moved_within(c: &PageChange) -> bool {
         }
         PageChange::Unheld { pages, freed } => freed.iter().all(|f| pages.contains(f)),
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both records refuse a remote write into a page whose transfer was accepted,
+    /// take it while the transfer is open and again once the room is quarantined.
+    #[test]
+    fn a_write_into_a_ready_page_is_refused_by_both_records() {
+        fn check<R: PageRecords>(mut r: R) {
+            let room = RoomKey::new(1, 1);
+            let tags = r.alloc(1, room).unwrap();
+            r.expect_write(room, &tags).unwrap();
+            assert!(r.admit(room, tags[0]).is_ok());
+            r.mark_ready(room, &tags).unwrap();
+            assert_eq!(
+                r.admit(room, tags[0]).err(),
+                Some("page is Ready".to_string())
+            );
+            r.quarantine(room, &tags).unwrap();
+            assert!(r.admit(room, tags[0]).is_ok());
+        }
+        check(PagePool::new(4, 16));
+        check(SharedRecord::new(Arc::new(SharedPool::new(4, 16))));
     }
 }

@@ -1,0 +1,36 @@
+//! Carrying out a node's effects: the one loop every driver runs over a step's
+//! effects, through the driver's own [`Driver`].
+
+use crate::env::{Effect, TimerOp};
+use crate::ids::NodeId;
+use crate::trace::TraceEvent;
+
+/// What a driver provides to carry out one node's effects (`M`: the message form it
+/// takes, `T`: the event form; owned `Msg<K>` and `TraceEvent` for most drivers).
+pub trait Driver<M, T = TraceEvent> {
+    /// `from` sent `msg` to `to`: the driver's network takes it (see [`transport`](crate::world::transport)).
+    fn send(&mut self, from: NodeId, to: NodeId, msg: M);
+    /// `node` set or cancelled a timer (see [`Timers::apply`](crate::world::Timers::apply)).
+    fn timer(&mut self, node: NodeId, op: TimerOp);
+    /// `node` emitted an event (a [`TraceEvent::Fault`] asks the driver to act, see
+    /// [`crate::trace::NodeFault::action`]).
+    fn event(&mut self, node: NodeId, event: T);
+}
+
+/// Carry out the effects of one handler call of `node`, in the order it issued them.
+pub fn apply<M, T, D: Driver<M, T>>(
+    node: NodeId,
+    effects: impl IntoIterator<Item = Effect<M, T>>,
+    d: &mut D,
+) {
+    for effect in effects {
+        match effect {
+            Effect::Send { to, msg } => d.send(node, to, msg),
+            Effect::Timer(op) => d.timer(node, op),
+            Effect::Trace(ev) => d.event(node, ev),
+            Effect::Compute(job) => panic!(
+                "{node} left {job:?} unrun: world::step carries out every compute before apply"
+            ),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! What the network and the NICs do to a message as it travels and arrives: the
+//! message's path class, why it is dropped, why a KV write fails, the one arrival rule
+//! of every driver and the one failed completion of a failed write.
+
+use crate::ids::NodeId;
+use crate::msg::Msg;
+use serde::{Deserialize, Serialize};
+use std::fmt::Debug;
+use std::hash::Hash;
+
+/// How a message travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// To or from the client endpoint: the test harness's own link, never faulted.
+    Client,
+    /// Control traffic between nodes: may be lost, duplicated, delayed, reordered.
+    Control,
+    /// A KV write: lands once or fails with one failed completion; may be slow or late.
+    Write,
+    /// A KV write's completion, the writer NIC's report: never lost to a partition.
+    Completion,
+}
+
+/// How `msg` from `from` to `to` travels, given the client endpoint's id.
+pub fn transport<K>(from: NodeId, to: NodeId, client: NodeId, msg: &Msg<K>) -> Transport {
+    if from == client || to == client {
+        Transport::Client
+    } else {
+        match msg {
+            Msg::KvWrite { .. } => Transport::Write,
+            Msg::WriteDone { .. } => Transport::Completion,
+            _ => Transport::Control,
+        }
+    }
+}
+
+/// Why a message was not delivered.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DropReason {
+    /// The network lost it.
+    Lost,
+    /// The two nodes were partitioned when it arrived.
+    Partitioned,
+    /// The receiver was down, or restarted since the message was sent (the
+    /// connection it was sent on died with the old incarnation).
+    ReceiverGone,
+    /// A KV write of a sender that crashed: flushed from its NIC, never applied.
+    SenderCrashed,
+}
+
+/// Why a KV write failed (not applied; its writer gets one failed completion).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteFailure {
+    /// The injected write failure.
+    Injected,
+    /// Across a partition.
+    Partitioned,
+    /// The receiver was down or restarted since.
+    ReceiverGone,
+    /// The destination tags belong to an earlier incarnation of the receiver (the
+    /// memory registration they name no longer exists).
+    StaleRegistration,
+}
+
+/// What the driver knows about a message as it arrives.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Arriving {
+    /// The sender's incarnation that sent it is still the current one.
+    pub sender_alive: bool,
+    /// The receiver is up and is the incarnation the message was sent to.
+    pub receiver_alive: bool,
+    /// The receiver is up in a later incarnation than the one the message was sent to
+    /// (it crashed and restarted while the message was on its way).
+    pub receiver_restarted: bool,
+    /// The receiver's current incarnation (its pool's epoch).
+    pub receiver_epoch: u32,
+    /// The sender and the receiver are partitioned right now.
+    pub partitioned: bool,
+    /// The driver decided to fail this write (a fault it injects).
+    pub injected_failure: bool,
+}
+
+/// The world's verdict on one arriving message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Arrival<K> {
+    /// The receiver handles it.
+    Deliver,
+    /// It is not delivered.
+    Drop(DropReason),
+    /// A KV write fails: nothing of it is applied, and `completion` (a failed
+    /// `WriteDone`) travels back to its writer.
+    Fail {
+        reason: WriteFailure,
+        completion: Msg<K>,
+    },
+}
+
+/// What happens to `msg` as it arrives. One rule for every driver. A write it
+/// delivers may then suffer a data fault the driver decided (`alter`).
+pub fn arrival<K>(msg: &Msg<K>, at: &Arriving) -> Arrival<K> {
+    match msg {
+        Msg::KvWrite { dst, .. } => {
+            if !at.sender_alive {
+                return Arrival::Drop(DropReason::SenderCrashed);
+            }
+            let reason = if at.injected_failure {
+                WriteFailure::Injected
+            } else if !at.receiver_alive {
+                WriteFailure::ReceiverGone
+            } else if at.partitioned {
+                WriteFailure::Partitioned
+            } else if dst.iter().any(|t| t.gen.epoch() != at.receiver_epoch) {
+                WriteFailure::StaleRegistration
+            } else {
+                return Arrival::Deliver;
+            };
+            match failed_completion(msg) {
+                Some(completion) => Arrival::Fail { reason, completion },
+                None => Arrival::Deliver,
+            }
+        }
+        // A completion is the sender NIC's own report: a partition cannot lose it. The
+        // incarnation that posted the write may be gone: a restarted one still gets
+        // it (and must know it is not its own, by the write id's epoch).
+        Msg::WriteDone { .. } if at.receiver_restarted => Arrival::Deliver,
+        Msg::WriteDone { .. } if !at.receiver_alive => Arrival::Drop(DropReason::ReceiverGone),
+        Msg::WriteDone { .. } => Arrival::Deliver,
+        // A control message sent to an earlier incarnation reaches the restarted one
+        // (a message queue that reconnects delivers what it held, as ZeroMQ, which
+        // SGLang's disaggregation uses for its control messages, does): the receiver
+        // must ignore what belongs to its earlier incarnation.
+        _ if !at.receiver_alive && !at.receiver_restarted => {
+            Arrival::Drop(DropReason::ReceiverGone)
+        }
+        _ if at.partitioned => Arrival::Drop(DropReason::Partitioned),
+        _ => Arrival::Deliver,
+    }
+}
+
+/// `WriteDone { ok: false }` for a KV write, `None` for any other message: the one
+/// completion a failed write produces, which travels back to the writer.
+pub fn failed_completion<K>(msg: &Msg<K>) -> Option<Msg<K>> {
+    match msg {
+        Msg::KvWrite { id, .. } => Some(Msg::WriteDone { id: *id, ok: false }),
+        _ => None,
+    }
+}
