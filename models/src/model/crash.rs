@@ -1,0 +1,155 @@
+//! A crash of the prefill or the decode node inside one transition: the node restarts
+//! at once into its next incarnation, and the world's crash walk decides the fate of
+//! each message in flight.
+//!
+//! Only the crash itself: the transition around it is [`crate::model::tx`].
+
+use crate::model::tx::Tx;
+use crate::model_state::{note, Envelope, DECODE, PREFILL};
+use kvsim_engine::gpu::SymbolicPage;
+use kvsim_engine::ids::{NodeId, WriteId};
+use kvsim_engine::msg::Msg;
+use kvsim_engine::world::{self, CrashWalk, Flying, WriteFailure};
+use kvsim_oracle::schema::{FaultEvent, Record};
+
+impl Tx<'_> {
+    fn epoch(&self, node: NodeId) -> u32 {
+        match node {
+            PREFILL => self.s.prefill.get().pool().epoch(),
+            DECODE => self.s.decode.get().pool().epoch(),
+            _ => 0,
+        }
+    }
+
+    /// The prefill or decode node crashes and restarts at once into its next
+    /// incarnation: the world's rules ([`world::crash_fate`]) decide each message in
+    /// flight, its timers die ([`Timers::crash`](world::Timers::crash)). `budget`: an environment fault (it
+    /// counts against the crash bound), not a restart the node asked for.
+    pub(super) fn crash(&mut self, node: NodeId, budget: bool) {
+        let busy = match node {
+            PREFILL => self.s.prefill.get().requests() > 0,
+            DECODE => {
+                let d = self.s.decode.get();
+                d.requests() > 0 || d.quarantined_rooms() > 0
+            }
+            _ => return,
+        };
+        if budget {
+            self.s.book(|b| {
+                b.faults.crashes += 1;
+                if busy {
+                    b.faults.busy_crashes += 1;
+                }
+            });
+        }
+        let f = self.s.faults();
+        if f.frozen_node() == Some(node) || f.is_overdue(node) {
+            // A frozen process can be killed; its successor is neither frozen nor late.
+            self.s.book(|b| {
+                if b.faults.frozen_node() == Some(node) {
+                    b.faults.frozen = 0;
+                }
+                if b.faults.is_overdue(node) {
+                    b.faults.overdue = 0;
+                }
+            });
+        }
+        let dead = self.epoch(node);
+        match node {
+            PREFILL => self.s.prefill.update(|n| world::restart(n, dead + 1)),
+            _ => self.s.decode.update(|n| world::restart(n, dead + 1)),
+        }
+        self.event_text(|| format!("{node} crashes and restarts into a new incarnation"));
+        self.forget_incarnation(node);
+        let (flushed, failed) = self.crash_walk(node, dead);
+        self.record(&Record::Fault(FaultEvent::Crash {
+            node,
+            epoch: dead,
+            flushed,
+        }));
+        self.fail_back(failed);
+        self.record(&Record::Fault(FaultEvent::Restart {
+            node,
+            epoch: dead + 1,
+        }));
+        if node == DECODE {
+            // The new incarnation has no quarantine and no retry count.
+            let rooms: Vec<_> = self.s.book.get().notes.iter().map(|(k, _)| *k).collect();
+            for room in rooms {
+                self.s.unnote(room, note::DRAIN_RETRIED);
+            }
+        }
+    }
+
+    /// What dies with `node`'s incarnation besides its messages: its timers (with its
+    /// timer wheel), its spent timers, and the kept copies of writes to or from it.
+    #[inline]
+    fn forget_incarnation(&mut self, node: NodeId) {
+        self.s.timers.crash(node);
+        // The dead incarnation's timers are gone with its timer wheel.
+        self.s.forget_spent(|n, _| n != node);
+        // A kept copy of a write to or from the dead incarnation is gone with its
+        // connections (the simulator's write history forgets them; one already on its
+        // way is dropped as it arrives).
+        if self
+            .s
+            .stale
+            .iter()
+            .any(|c| c.get().env.from == node || c.get().env.to == node)
+        {
+            self.s
+                .stale
+                .retain(|c| c.get().env.from != node && c.get().env.to != node);
+        }
+    }
+
+    /// The world's crash walk ([`CrashWalk`], with [`world::crash_fate`]) over the
+    /// messages in flight at the crash of `node`'s incarnation `dead`: the ones kept stay
+    /// in the network (a message to the dead incarnation reaches the next one at once:
+    /// the model has no time); returns the dead incarnation's flushed writes and the
+    /// writes to it that fail back, with their completions.
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    fn crash_walk(
+        &mut self,
+        node: NodeId,
+        dead: u32,
+    ) -> (Vec<WriteId>, Vec<(NodeId, NodeId, Msg<SymbolicPage>)>) {
+        let net = std::mem::take(&mut self.s.net);
+        let walk = CrashWalk::new(node, dead).walk(net, |e| {
+            let env = e.get();
+            Some(Flying {
+                from: env.from,
+                to: env.to,
+                msg: &env.msg,
+                epochs: None,
+                duplicate: false,
+            })
+        });
+        self.s.net = walk.kept.into_iter().map(|(e, _)| e).collect();
+        let failed = walk.failed.into_iter();
+        let failed = failed.map(|(e, done)| (e.get().from, e.get().to, done));
+        (walk.flushed, failed.collect())
+    }
+
+    /// Writes to a dead incarnation fail: the oracle hears each, and its failed
+    /// completion travels back to its writer.
+    #[inline]
+    fn fail_back(&mut self, failed: Vec<(NodeId, NodeId, Msg<SymbolicPage>)>) {
+        for (from, to, done) in failed {
+            if let Some(write) = done.write_id() {
+                self.record(&Record::WriteFailed {
+                    from,
+                    to,
+                    write,
+                    reason: WriteFailure::ReceiverGone,
+                });
+            }
+            self.s.send(Envelope {
+                from: to,
+                to: from,
+                msg: done,
+            });
+        }
+    }
+}
