@@ -49,6 +49,7 @@ pub mod schedule;
 pub use kvsim_oracle::shared;
 pub mod model_state;
 pub mod spec;
+mod standard;
 pub mod two_phase;
 pub mod view;
 

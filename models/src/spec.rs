@@ -3,14 +3,12 @@
 //! A [`ModelSpec`] is data: which requests the clients may send, how big each pool
 //! is, and how many faults of each kind the environment may inject in one run. The
 //! standard models ([`ModelSpec::standard`]) are named and documented in
-//! `spec/standard.rs`, with the reduced bounds the default `cargo test` runs; this file
+//! `standard.rs`, with the reduced bounds the default `cargo test` runs; this file
 //! holds the types, the engine configuration they share and the checks of a spec.
 //! Nothing here runs anything.
 
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::config::{ConfigError, EngineConfig, Timeouts};
-
-mod standard;
 
 /// What one client does: submit one request, and perhaps cancel it later.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]

@@ -2,7 +2,8 @@
 //! reduced (`-small`) bounds the default `cargo test` runs.
 //!
 //! Only the catalogue: the types of a spec, the engine configuration the models share
-//! ([`model_engine`]) and the checks of a spec are `spec.rs`'s.
+//! ([`model_engine`]) and the checks of a spec are [`crate::spec`]'s. A private module:
+//! its items are inherent items of [`ModelSpec`], reached as `ModelSpec::handoff()`.
 
 use crate::model::names;
 use crate::spec::{model_engine, ClientSpec, FaultBounds, ModelSpec, SpecError};
