@@ -156,8 +156,9 @@ fn prefetch_line(p: *const u8) {
 
 impl State {
     /// Fetch what expanding this state reads first: its shared parts and the lists
-    /// of messages in flight (the breadth-first checker's hint, [`Model::prefetch`];
-    /// a state taken off a long queue is otherwise all cache misses).
+    /// of messages in flight (the breadth-first checker's hint,
+    /// [`Model::prefetch`](stateright::Model::prefetch); a state taken off a long
+    /// queue is otherwise all cache misses).
     pub fn prefetch(&self, near: bool) {
         if near {
             // The list was fetched on the far call: its envelopes now.

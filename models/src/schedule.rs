@@ -7,8 +7,9 @@
 //! text round-trips through [`Schedule::parse`], so a counterexample can be kept as a
 //! file and replayed through the simulator's nodes and oracle ([`crate::replay`]).
 //!
-//! A message is named by its sender, receiver and [`Msg::summary`] (which leaves out
-//! the KV payload): the replayer picks the message in flight that matches.
+//! A message is named by its sender, receiver and
+//! [`Msg::summary`](kvsim_engine::msg::Msg::summary) (which leaves out the KV
+//! payload): the replayer picks the message in flight that matches.
 
 use crate::model::HandoffModel;
 use crate::model_state::{Action, State};
