@@ -83,6 +83,13 @@ mod tests {
             [RouterPolicy::Careful, RouterPolicy::SglangRouter]
         );
         assert_eq!(Invariant::ALL[10], Invariant::L1);
+        assert!(RouterPolicy::Careful.cancels_other_half());
+        assert!(!RouterPolicy::SglangRouter.cancels_other_half());
+        assert_eq!(RouterPolicy::Careful.max_attempts(), 1);
+        assert_eq!(
+            RouterPolicy::SglangRouter.max_attempts(),
+            router::SGLANG_MAX_ATTEMPTS
+        );
         assert_eq!(every::<u8, 2>(&[1, 2]), [1, 2]);
     }
 }

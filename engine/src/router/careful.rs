@@ -16,6 +16,7 @@ use crate::trace::Side;
 pub(super) struct Careful;
 
 impl Policy for Careful {
+    const CANCELS_OTHER_HALF: bool = true;
     const MAX_ATTEMPTS: u32 = 1;
 
     /// The last freed room.
@@ -30,8 +31,9 @@ impl Policy for Careful {
         side: Side,
         env: &mut Outbox<K>,
     ) {
-        let propagate =
-            r.cfg.defenses.router_cancels_both && !r.cfg.bugs.has(Bug::RouterCancelsOneHalf);
+        let propagate = Self::CANCELS_OTHER_HALF
+            && r.cfg.defenses.router_cancels_both
+            && !r.cfg.bugs.has(Bug::RouterCancelsOneHalf);
         let Some(u) = r.slot(key) else { return };
         if !u.answers.record(side, status) {
             return; // duplicate

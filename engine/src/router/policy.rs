@@ -20,6 +20,9 @@ use crate::trace::Side;
 pub(super) trait Policy {
     /// The most attempts of one request (1: no retry).
     const MAX_ATTEMPTS: u32;
+    /// Does a failed half make the router cancel the other (defense 6, when the
+    /// defense is on)? A policy without it has no such defense to turn on.
+    const CANCELS_OTHER_HALF: bool;
 
     /// A free room for a new attempt, taken out of `free` (the router's seeded
     /// generator `rng` is the policy's to draw from).
@@ -38,13 +41,29 @@ pub(super) trait Policy {
     fn on_request_timeout<K>(r: &mut Router, key: RoomKey, env: &mut Outbox<K>);
 }
 
-/// The configured policy's answer to each decision: the one dispatch.
-impl Router {
-    pub(super) fn max_attempts(&self) -> u32 {
-        match self.cfg.router {
+/// A policy's facts, for the drivers and the matrices that vary the policy.
+impl RouterPolicy {
+    /// The most attempts of one request (1: no retry).
+    pub fn max_attempts(self) -> u32 {
+        match self {
             RouterPolicy::Careful => Careful::MAX_ATTEMPTS,
             RouterPolicy::SglangRouter => SglangRouter::MAX_ATTEMPTS,
         }
+    }
+
+    /// Can defense 6 (the router cancels both halves) exist under this policy?
+    pub fn cancels_other_half(self) -> bool {
+        match self {
+            RouterPolicy::Careful => Careful::CANCELS_OTHER_HALF,
+            RouterPolicy::SglangRouter => SglangRouter::CANCELS_OTHER_HALF,
+        }
+    }
+}
+
+/// The configured policy's answer to each decision: the one dispatch.
+impl Router {
+    pub(super) fn max_attempts(&self) -> u32 {
+        self.cfg.router.max_attempts()
     }
 
     /// Does an attempt keep what a new attempt of its request needs?
