@@ -128,7 +128,7 @@ impl Job {
 
 /// One decode step on the device, in the order the scheduler does it.
 fn step<G: Gpu>(job: &StepJob, gpu: &mut G) -> StepOutcome {
-    debug_assert!(job.pages.len() <= job.write.len(), "{job:?}");
+    assert!(job.pages.len() <= job.write.len(), "{job:?}");
     if job.check_tags {
         if let Err(e) = gpu.check_tags(&job.pages, job.room) {
             return StepOutcome::TagsFailed(e);

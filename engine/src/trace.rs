@@ -101,8 +101,8 @@ impl NodeFault {
             op: op.to_string(),
             error: error.to_string(),
         };
-        debug_assert!(!op.is_empty(), "a refused record operation is named");
-        debug_assert_eq!(fault.action(), FaultAction::Restart);
+        assert!(!op.is_empty(), "a refused record operation is named");
+        assert_eq!(fault.action(), FaultAction::Restart);
         fault
     }
 

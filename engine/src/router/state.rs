@@ -60,7 +60,7 @@ impl Answers {
             return false;
         }
         *mine = Some(status);
-        debug_assert!(self.reported(side));
+        assert!(self.reported(side));
         true
     }
 

@@ -126,7 +126,7 @@ impl<T, K> CrashWalk<T, K> {
     /// [`crash_fate`] flushes. They leave flight, in (receiver, id) order.
     pub fn flush_posted(mut self, writes: &mut WritesInFlight) -> Self {
         self.flushed.extend(writes.crash());
-        debug_assert!(writes.is_empty(), "a crash leaves no write in flight");
+        assert!(writes.is_empty(), "a crash leaves no write in flight");
         self
     }
 
@@ -162,7 +162,7 @@ impl<T, K> CrashWalk<T, K> {
             CrashFate::FailBack(done) => self.failed.push((item, done)),
             CrashFate::Flush => {
                 let id = f.msg.write_id();
-                debug_assert!(id.is_some(), "only a KV write is flushed");
+                assert!(id.is_some(), "only a KV write is flushed");
                 self.flushed.extend(id);
             }
         }

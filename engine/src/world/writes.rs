@@ -39,7 +39,7 @@ impl WritesInFlight {
     /// replays a trace's `KvSent`).
     pub fn post_id(&mut self, to: NodeId, id: WriteId) {
         let fresh = self.posted.entry(to).or_default().insert(id);
-        debug_assert!(fresh, "a write id is posted once ({id} to {to})");
+        assert!(fresh, "a write id is posted once ({id} to {to})");
     }
 
     /// A completion of `id` came from `from`: `true` the one time it is the write's
@@ -59,7 +59,7 @@ impl WritesInFlight {
     /// and returned in id order, each for its one failed completion.
     pub fn peer_lost(&mut self, peer: NodeId) -> Vec<WriteId> {
         let lost: Vec<WriteId> = self.posted.remove(&peer).into_iter().flatten().collect();
-        debug_assert!(!self.posted.contains_key(&peer));
+        assert!(!self.posted.contains_key(&peer));
         lost
     }
 
@@ -71,7 +71,7 @@ impl WritesInFlight {
             .into_values()
             .flatten()
             .collect();
-        debug_assert!(self.is_empty());
+        assert!(self.is_empty());
         flushed
     }
 
