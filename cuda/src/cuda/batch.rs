@@ -149,7 +149,8 @@ impl CudaGpu {
         Ok((tokens, flags))
     }
 
-    /// [`Gpu::attend_batch`]: one upload, one launch, one synchronisation.
+    /// [`Gpu::attend_batch`](kvsim_engine::gpu::Gpu::attend_batch): one upload, one
+    /// launch, one synchronisation.
     pub fn try_attend_batch(
         &self,
         batch: &[AttendRequest<'_>],

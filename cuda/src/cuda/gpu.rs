@@ -105,8 +105,9 @@ impl CudaGpu {
         Ok(())
     }
 
-    /// [`Gpu::write_tokens`]: one launch, or one per table entry in order when the
-    /// touched entries repeat a page (so the last write wins, as on the CPU).
+    /// [`Gpu::write_tokens`](kvsim_engine::gpu::Gpu::write_tokens): one launch, or one
+    /// per table entry in order when the touched entries repeat a page (so the last
+    /// write wins, as on the CPU).
     pub fn try_write_tokens(
         &mut self,
         pages: &[PageTag],
@@ -149,7 +150,8 @@ impl CudaGpu {
         Ok(())
     }
 
-    /// [`Gpu::read_pages`]: one gather and one copy for all pages.
+    /// [`Gpu::read_pages`](kvsim_engine::gpu::Gpu::read_pages): one gather and one copy
+    /// for all pages.
     pub fn try_read_pages(&self, pages: &[PageId]) -> Result<Vec<Vec<u32>>, GpuError> {
         let valid = self.in_pool(pages);
         if valid.is_empty() {
@@ -186,7 +188,7 @@ impl CudaGpu {
             .collect())
     }
 
-    /// [`Gpu::write_page`].
+    /// [`Gpu::write_page`](kvsim_engine::gpu::Gpu::write_page).
     pub fn try_write_page(
         &mut self,
         dst: PageTag,
@@ -219,7 +221,7 @@ impl CudaGpu {
         Ok(())
     }
 
-    /// [`Gpu::page_tag`].
+    /// [`Gpu::page_tag`](kvsim_engine::gpu::Gpu::page_tag).
     pub fn try_page_tag(&self, page: PageId) -> Result<Option<WriteTag>, GpuError> {
         if page.0 > self.pages {
             return Ok(None);
@@ -232,7 +234,7 @@ impl CudaGpu {
         Ok(layout::decode_tag(w))
     }
 
-    /// [`Gpu::check_tags`]: the tag check alone, in one kernel.
+    /// [`Gpu::check_tags`](kvsim_engine::gpu::Gpu::check_tags): the tag check alone, in one kernel.
     pub fn try_check_tags(
         &self,
         pages: &[PageTag],
@@ -314,7 +316,7 @@ impl CudaGpu {
         Ok(out)
     }
 
-    /// [`Gpu::zero_page`] for several pages in one launch.
+    /// [`Gpu::zero_page`](kvsim_engine::gpu::Gpu::zero_page) for several pages in one launch.
     pub fn try_zero_pages(&mut self, pages: &[PageId]) -> Result<(), GpuError> {
         let valid = self.in_pool(pages);
         if valid.is_empty() {

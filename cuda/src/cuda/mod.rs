@@ -8,11 +8,15 @@
 //! memory, with the tag check where a real kernel would make it.
 //!
 //! Invariant: a CUDA error inside a trait method never panics: it returns the engine's
-//! [`DeviceError`](kvsim_engine::gpu::DeviceError) with the driver's message, and the node fails the request it was
+//! [`DeviceError`] with the driver's message, and the node fails the request it was
 //! serving; every operation also exists as a `try_*` method that returns
-//! [`GpuError`](crate::GpuError). Methods that return data synchronise the stream once per
-//! call; [`Gpu::attend_batch`](kvsim_engine::gpu::Gpu::attend_batch) does one launch and one synchronisation for a whole
+//! [`GpuError`]. Methods that return data synchronise the stream once per
+//! call; [`Gpu::attend_batch`] does one launch and one synchronisation for a whole
 //! decode batch.
+//!
+//! [`DeviceError`]: kvsim_engine::gpu::DeviceError
+//! [`GpuError`]: crate::GpuError
+//! [`Gpu::attend_batch`]: kvsim_engine::gpu::Gpu::attend_batch
 //!
 //! The files: the kernels and their launch shapes (`launch`), the device (`device`),
 //! a node's memory and its operations (`gpu`), batched attention (`batch`) and the

@@ -4,7 +4,7 @@
 //! real SGLang deployment or `kvsim serve --http`) or the OpenAI API;
 //! `kvsim canary-client` ([`run_line`]) to `kvsim serve`'s line endpoint, where a
 //! request's marker is the canary token sequence of its id (`kvsim_oracle::canary`).
-//! Both draw the same plan ([`Round`](plan::Round)), run it on the same workers ([`run_phase`](phase::run_phase)) and
+//! Both draw the same plan ([`Round`]), run it on the same workers ([`run_phase`]) and
 //! judge the same two facts: a 200 reply carrying another request's marker (a leak) and
 //! an over-length prompt answered 200 (the incident). Only the transport and the
 //! report differ.
@@ -22,6 +22,9 @@
 //! The files: the arguments (`args`), the plan and its record (`plan`), the workers
 //! (`phase`), the server's limits (`limits`), the HTTP canary (`http`) and its verdict
 //! (`report`), and the line endpoint's canary (`line`).
+//!
+//! [`Round`]: plan::Round
+//! [`run_phase`]: phase::run_phase
 
 mod args;
 mod http;
