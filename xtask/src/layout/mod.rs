@@ -164,15 +164,40 @@ fn measure_crate(
             }
         }
     }
-    for (shown, _, file) in &parsed {
+    let placed = nodes(&parsed);
+    let tests = test_modules(&placed);
+    for node in &placed {
+        let in_tests = tests
+            .iter()
+            .any(|(tree, m)| *tree == node.tree && node.module.starts_with(m));
+        if in_tests {
+            continue;
+        }
+        let (shown, file) = (&node.path, node.file);
         let fig = source::figures(file);
         c.pub_items += fig.pub_items;
         c.pub_crate_items += fig.pub_crate_items;
         let long = fig.fns.into_iter().filter(|f| f.lines > FN_LONG);
         c.long_fns.extend(long.map(|f| (shown.clone(), f)));
     }
-    c.cycles = graph::cycles(&nodes(&parsed));
+    c.cycles = graph::cycles(&placed);
     Ok(c)
+}
+
+/// The module paths a `#[cfg(test)] mod x;` declares: the files under them are tests.
+fn test_modules(nodes: &[graph::Node]) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for n in nodes {
+        for item in &n.file.items {
+            if let syn::Item::Mod(m) = item {
+                if m.content.is_none() && source::is_test(&m.attrs) {
+                    let module = [n.module.clone(), vec![m.ident.to_string()]].concat();
+                    out.push((n.tree.clone(), module));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A path for the report: `/`-separated, without a leading `./`.
