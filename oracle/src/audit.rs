@@ -12,8 +12,8 @@
 //! A trace ends with one `end` entry per file saying whether the run drained; without
 //! one the trace is taken as cut and liveness is not judged (and the report says so).
 
-pub(crate) mod outcome;
-pub(crate) mod text;
+mod outcome;
+mod text;
 
 pub use outcome::{AuditError, AuditOptions, AuditReport};
 pub use text::render;

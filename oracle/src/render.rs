@@ -3,7 +3,7 @@
 //! it involves, with repetitive stretches collapsed). `kvsim replay`, `kvsim run` and
 //! `kvsim audit` print the same forms. Formatting only; nothing here decides anything.
 
-pub(crate) mod entry;
+mod entry;
 pub(crate) mod event;
 
 pub use entry::{render_entry, render_tokens, render_trace, timer_name};

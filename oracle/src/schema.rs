@@ -13,8 +13,8 @@
 //! The schema is a contract: the oracle reads nothing but these lines, so a trace
 //! written by another engine in this form is judged exactly as kvsim's own.
 
-pub(crate) mod header;
-pub(crate) mod line;
+mod header;
+mod line;
 pub(crate) mod msg_view;
 pub(crate) mod record;
 

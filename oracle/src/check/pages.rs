@@ -9,10 +9,10 @@
 //! never wrote (S3). Invariant: page 0 is padding and never changes; a node's pool
 //! keeps its size across restarts; the open halves and quarantines are sorted sets.
 
-pub(crate) mod landing;
-pub(crate) mod lifecycle;
-pub(crate) mod nodes;
-pub(crate) mod release;
+mod landing;
+mod lifecycle;
+mod nodes;
+mod release;
 
 pub use crate::check::book::{NodeBook, PageFact, Provenance};
 pub use nodes::{BookEdit, Pages};
