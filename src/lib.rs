@@ -3,6 +3,7 @@
 //! Logic that the CLI prints lives here or in the crates below, so tests reach it
 //! directly; `src/main.rs` only parses arguments and prints.
 
+mod bench;
 pub mod cmd_audit;
 pub mod cmd_bugs;
 pub mod cmd_check;

@@ -12,7 +12,13 @@
 //! A trace ends with one `end` entry per file saying whether the run drained; without
 //! one the trace is taken as cut and liveness is not judged (and the report says so).
 
-use crate::oracle::{Finding, Leak, Oracle};
+mod outcome;
+mod text;
+
+pub use outcome::{AuditError, AuditOptions, AuditReport};
+pub use text::render;
+
+use crate::oracle::Oracle;
 use crate::render::{causal_trace, Focus};
 use crate::schema::{parse_line, EndOutcome, Entry, Line, Record, RunHeader};
 use kvsim_engine::trace::TraceEvent;
@@ -21,76 +27,6 @@ use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-
-/// A trace that cannot be used: which file, which line, and why.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum AuditError {
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("{path} line {line}: {reason}")]
-    Line {
-        path: String,
-        line: u64,
-        reason: String,
-    },
-    #[error("{path}: the first line must be the run header (`\"type\": \"header\"`)")]
-    NoHeader { path: String },
-    #[error("{path}: its header disagrees with {first}'s: {reason}")]
-    HeaderMismatch {
-        path: String,
-        first: String,
-        reason: String,
-    },
-    #[error("no trace given")]
-    Nothing,
-}
-
-/// What an audit prints besides the verdict.
-#[derive(Clone, Copy, Debug)]
-pub struct AuditOptions {
-    /// Collect the causal trace of each violation (a second pass over the files).
-    pub causal: bool,
-    /// Most lines of one causal trace.
-    pub max_lines: usize,
-    /// Causal traces for at most this many findings.
-    pub max_findings_explained: usize,
-}
-
-impl Default for AuditOptions {
-    fn default() -> Self {
-        AuditOptions {
-            causal: true,
-            max_lines: 60,
-            max_findings_explained: 3,
-        }
-    }
-}
-
-/// The verdict on a set of trace files.
-#[derive(Clone, Debug)]
-pub struct AuditReport {
-    pub header: RunHeader,
-    pub findings: Vec<Finding>,
-    pub leaks: Vec<Leak>,
-    /// Entries and bytes read.
-    pub entries: u64,
-    pub bytes: u64,
-    /// How the run ended (`Cut` when no file said).
-    pub end: EndOutcome,
-    /// For explained findings: the index into `findings` and its causal trace.
-    pub causal: Vec<(usize, Vec<String>)>,
-}
-
-impl AuditReport {
-    /// Any invariant violated (detections do not count: [`crate::fails`]).
-    pub fn violated(&self) -> bool {
-        crate::fails(&self.findings)
-    }
-}
 
 /// One input file being read.
 struct Source {
@@ -452,122 +388,6 @@ impl EntryAudit {
     pub fn finish(self) -> AuditReport {
         let (entries, last) = self.ends.finish(1);
         self.pass.finish(entries, &last, 0).0
-    }
-}
-
-/// The report as text: what was read, how the run ended, the verdict, every finding
-/// with the entries that prove it, and the causal traces.
-pub fn render(r: &AuditReport) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::new();
-    render_source(&mut s, r);
-    render_verdict(&mut s, r);
-    for f in &r.findings {
-        let _ = writeln!(
-            s,
-            "  [{} #{}] {}: {}",
-            crate::render::secs(f.at_ns),
-            f.event,
-            f.verdict(),
-            f.violation
-        );
-        for e in &f.evidence {
-            let _ = writeln!(s, "      evidence: {e}");
-        }
-    }
-    for (i, lines) in &r.causal {
-        let f = &r.findings[*i];
-        let _ = writeln!(
-            s,
-            "causal trace of {} ({}):",
-            f.verdict(),
-            f.room.map_or("-".into(), |r| r.to_string())
-        );
-        for l in lines {
-            let _ = writeln!(s, "  {l}");
-        }
-    }
-    s
-}
-
-/// What was read (entries, size, the run's source, nodes, defenses, bugs) and how the
-/// run ended.
-fn render_source(s: &mut String, r: &AuditReport) {
-    use std::fmt::Write as _;
-    let h = &r.header;
-    let what = match (&h.scenario, h.seed) {
-        (Some(sc), Some(seed)) => format!(", scenario {sc} seed {seed}"),
-        (Some(sc), None) => format!(", scenario {sc}"),
-        _ => String::new(),
-    };
-    let _ = writeln!(
-        s,
-        "audit: {} entries, {:.1} MB from {}{what}; {} nodes; defenses: {}; bugs: {}",
-        r.entries,
-        r.bytes as f64 / 1e6,
-        h.source,
-        h.nodes.len(),
-        defenses_on(&h.defenses),
-        h.bugs
-    );
-    let _ = writeln!(
-        s,
-        "run end: {}",
-        match r.end {
-            EndOutcome::Drained => "drained (liveness judged)",
-            EndOutcome::LivenessBound => "did not drain within its liveness bound",
-            EndOutcome::EventLimit => "did not drain within its event limit",
-            EndOutcome::Cut => "no end entry: the trace is cut, liveness not judged",
-        }
-    );
-}
-
-/// The verdict line: the invariants violated, and those a defense detected.
-fn render_verdict(s: &mut String, r: &AuditReport) {
-    use std::fmt::Write as _;
-    let names = |v: bool| {
-        let mut out: Vec<String> = Vec::new();
-        for f in r.findings.iter().filter(|f| f.violated() == v) {
-            let n = f.violation.invariant.to_string();
-            if !out.contains(&n) {
-                out.push(n);
-            }
-        }
-        out.join(", ")
-    };
-    let violated = names(true);
-    let detected = names(false);
-    let _ = writeln!(
-        s,
-        "verdict: {}{}",
-        if violated.is_empty() {
-            "CLEAN (no invariant violated)".to_string()
-        } else {
-            format!("VIOLATED {violated}")
-        },
-        if detected.is_empty() {
-            String::new()
-        } else {
-            format!("; DETECTED {detected} (a defense refused it, nothing leaked)")
-        }
-    );
-}
-
-fn defenses_on(d: &kvsim_engine::config::Defenses) -> String {
-    let all = [
-        ("admission_check", d.admission_check),
-        ("verify_on_completion", d.verify_on_completion),
-        ("deferred_release", d.deferred_release),
-        ("page_tags", d.page_tags),
-        ("preflight", d.preflight),
-        ("router_cancels_both", d.router_cancels_both),
-        ("zero_on_free", d.zero_on_free),
-    ];
-    let on: Vec<&str> = all.iter().filter(|(_, on)| *on).map(|(n, _)| *n).collect();
-    if on.is_empty() {
-        "none".into()
-    } else {
-        on.join(",")
     }
 }
 

@@ -67,9 +67,9 @@ impl WriteEntry {
     fn line(&self) -> String {
         format!(
             "[{} #{}] {}",
-            crate::render::secs(self.at_ns),
+            crate::render::event::secs(self.at_ns),
             self.seq,
-            crate::render::describe_event(&self.event())
+            crate::render::event::describe_event(&self.event())
         )
     }
 }

@@ -18,7 +18,8 @@
 //! set) and `tests/audit.rs` (every line of a sweep's traces) hold it to the derived
 //! reader.
 
-use crate::schema::{Entry, MsgView, Record};
+use crate::schema::msg_view::MsgView;
+use crate::schema::record::{Entry, Record};
 use kvsim_engine::ids::{Generation, NodeId, PageId, PageTag};
 use kvsim_engine::trace::TraceEvent;
 use serde::de::value::{

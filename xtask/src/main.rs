@@ -1,4 +1,4 @@
-//! `cargo xtask setup | test | book`: the README's test command and its set-up.
+//! `cargo xtask setup | test | book | layout`: the README's test command and its set-up.
 //!
 //! - `setup`: installs what the tests need, pinned and idempotently (Debian's packages
 //!   as root; the Python clients and NVRTC in `target/pyclients`; mdBook in
@@ -7,6 +7,8 @@
 //!   variable set (the namespace bed's only as root, since it needs root), so a
 //!   missing piece fails instead of skipping; prints last every skipped test and why.
 //! - `book`: builds the guide (`docs/`, mdBook) into `target/book` and checks its links.
+//! - `layout [--write-allow]`: the source layout limits of issue 35 against
+//!   `xtask/layout-allow.toml`; `--write-allow` rewrites the list from today's tree.
 
 use anyhow::{bail, Context, Result};
 use kvsim_testenv::{setup, skips, workspace_root};
@@ -19,8 +21,11 @@ fn main() -> Result<ExitCode> {
         Some("setup") => setup_all().map(|_| ExitCode::SUCCESS),
         Some("test") => test(&args[1..]),
         Some("book") => book().map(|()| ExitCode::SUCCESS),
+        Some("layout") => layout(&args[1..]),
         _ => {
-            eprintln!("usage: cargo xtask setup | test [CARGO TEST ARGS] | book");
+            eprintln!(
+                "usage: cargo xtask setup | test [CARGO TEST ARGS] | book | layout [--write-allow]"
+            );
             Ok(ExitCode::from(2))
         }
     }
@@ -132,4 +137,20 @@ fn book() -> Result<()> {
         root.join("target/book/index.html").display()
     );
     Ok(())
+}
+
+/// Check the layout limits against the allow-list, or rewrite the list.
+fn layout(args: &[String]) -> Result<ExitCode> {
+    let root = workspace_root();
+    let allow = root.join(xtask::layout::ALLOW_PATH);
+    if args.iter().any(|a| a == "--write-allow") {
+        xtask::layout::write_allow(&root, &allow)?;
+        println!("wrote {}", allow.display());
+    }
+    let outcome = xtask::layout::check(&root, &allow)?;
+    print!("{}", outcome.report);
+    Ok(match outcome.violations.is_empty() {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::FAILURE,
+    })
 }

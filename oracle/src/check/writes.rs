@@ -8,7 +8,7 @@
 //! drain ack (S9). Invariant: the writes are sorted by id, one per id, and the index
 //! counts exactly what they point at.
 
-use super::pages::Provenance;
+use super::book::Provenance;
 use super::rooms::{RoomFlag, Rooms};
 use super::{draft, Drafts};
 use crate::shared::Shared;

@@ -25,66 +25,22 @@
 //! columns, findings); `page` wraps the drawing in the page (the header, the rooms
 //! table, the embedded data, and `page.css` and `page.js` inline).
 
+mod html;
 mod page;
 mod picture;
+mod subject;
 mod svg;
 #[cfg(test)]
 mod tests;
 
 use crate::oracle::Finding;
-use crate::schema::{Entry, RunHeader};
+use crate::schema::Entry;
 use picture::Picture;
 use std::collections::VecDeque;
 
+pub use html::esc;
 pub use picture::page_runs;
-
-/// The most entries a page draws by default.
-pub const DEFAULT_MAX_ENTRIES: usize = 3000;
-
-/// The most (room use, node) columns drawn beside the lanes (every room use is in the
-/// table below the picture).
-pub const MAX_ROOM_COLUMNS: usize = 48;
-
-/// What to draw.
-pub struct Timeline<'a> {
-    pub header: &'a RunHeader,
-    /// The run's entries in order (or a window of them: see `first`, `total`).
-    pub entries: &'a [Entry],
-    /// The oracle's findings about the run (violations and detections), first first.
-    pub findings: &'a [Finding],
-    /// What the page shows, in a line (the command that reproduces the run).
-    pub title: String,
-    /// Further lines for the header (a shrunk run's reduction, a counterexample's
-    /// property).
-    pub notes: Vec<String>,
-    /// The position in the whole trace of `entries[0]` (0 unless a window was read).
-    pub first: u64,
-    /// The entries of the whole trace (`entries.len()` unless a window was read).
-    pub total: u64,
-    /// The most entries drawn: a longer list is cut around the first violation.
-    pub max_entries: usize,
-}
-
-impl<'a> Timeline<'a> {
-    /// The timeline of a whole run held in memory.
-    pub fn new(
-        header: &'a RunHeader,
-        entries: &'a [Entry],
-        findings: &'a [Finding],
-        title: impl Into<String>,
-    ) -> Self {
-        Timeline {
-            header,
-            entries,
-            findings,
-            title: title.into(),
-            notes: Vec::new(),
-            first: 0,
-            total: entries.len() as u64,
-            max_entries: DEFAULT_MAX_ENTRIES,
-        }
-    }
-}
+pub use subject::{Timeline, DEFAULT_MAX_ENTRIES, MAX_ROOM_COLUMNS};
 
 /// The time and step of the first violation (else the first finding), where a window
 /// is centred.
@@ -157,22 +113,6 @@ impl Collector {
     pub fn into_entries(self) -> Vec<Entry> {
         self.kept.into()
     }
-}
-
-/// Escape text for HTML and attribute values.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Render the page.

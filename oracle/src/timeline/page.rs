@@ -2,12 +2,13 @@
 //! legend), the rooms table, the data for scripts, and the page's CSS and script
 //! (`page.css` and `page.js`, inline: nothing is fetched).
 
-use super::picture::{time_label, Picture};
-use super::svg::{heads_svg, Drawing};
-use super::{esc, Timeline, MAX_ROOM_COLUMNS};
 use crate::oracle::Finding;
 use crate::render::distinct;
 use crate::schema::{ClockKind, RunHeader};
+use crate::timeline::html::esc;
+use crate::timeline::picture::{time_label, Picture};
+use crate::timeline::subject::{Timeline, MAX_ROOM_COLUMNS};
+use crate::timeline::svg::{heads_svg, Drawing};
 use std::fmt::Write as _;
 
 const CSS: &str = include_str!("page.css");

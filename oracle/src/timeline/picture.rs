@@ -2,10 +2,10 @@
 //! (an entry each, on its lane), and the pages each room use owns on each node over
 //! time (segments of rows in one state, and a history for the rooms table).
 
-use super::Timeline;
 use crate::oracle::Finding;
 use crate::render::secs;
 use crate::schema::{Entry, FaultEvent, MsgView, Record};
+use crate::timeline::subject::Timeline;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId};
 use kvsim_engine::node::Role;
 use kvsim_engine::trace::{ReleaseKind, TraceEvent};

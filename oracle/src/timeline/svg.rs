@@ -1,10 +1,11 @@
 //! The picture as SVG: the lane heads, the lanes and the time axis, the room columns,
 //! a row per entry, the arrows (messages and KV writes) and the findings.
 
-use super::picture::{msg_req, Picture};
-use super::{esc, MAX_ROOM_COLUMNS};
 use crate::oracle::Finding;
 use crate::schema::{MsgView, Record};
+use crate::timeline::html::esc;
+use crate::timeline::picture::{msg_req, Picture};
+use crate::timeline::subject::MAX_ROOM_COLUMNS;
 use kvsim_engine::ids::{NodeId, WriteId};
 use kvsim_engine::trace::TraceEvent;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

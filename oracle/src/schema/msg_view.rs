@@ -1,0 +1,265 @@
+//! [`MsgView`]: a message as the trace shows it (every field but the KV payload and
+//! the prompt's tokens), and its translation from the engine's own message. It does
+//! not hold the other records ([`crate::schema::record`]).
+
+use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
+use kvsim_engine::msg::{Msg, Status, TransferOutcome, Why};
+use serde::{Deserialize, Serialize};
+
+/// A message as the trace shows it: every field but the KV payload and the prompt's
+/// tokens (their count instead). The engine's own serde form of a message keeps both,
+/// because that form travels on the wire; a trace must stay small.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind")]
+pub enum MsgView {
+    Submit {
+        req: RequestId,
+        tenant: TenantId,
+        prompt_len: usize,
+        max_new_tokens: u32,
+    },
+    Cancel {
+        req: RequestId,
+    },
+    Response {
+        req: RequestId,
+        status: Status,
+        tokens: Vec<Token>,
+        /// The engine's reason for a status that is not 200, where it has one (`null`
+        /// otherwise; absent in traces written before it was added: read as `null`).
+        #[serde(default)]
+        why: Option<Why>,
+    },
+    PrefillStart {
+        room: RoomKey,
+        req: RequestId,
+        prompt_len: usize,
+        decode: NodeId,
+    },
+    DecodeStart {
+        room: RoomKey,
+        req: RequestId,
+        prompt_len: usize,
+        max_new_tokens: u32,
+        prefill: NodeId,
+    },
+    Abort {
+        room: RoomKey,
+    },
+    KvMeta {
+        room: RoomKey,
+        dst: Vec<PageTag>,
+        prompt_len: u64,
+    },
+    DrainRequest {
+        room: RoomKey,
+    },
+    WriteDone {
+        id: WriteId,
+        ok: bool,
+    },
+    KvWrite {
+        id: WriteId,
+        src: Vec<PageTag>,
+        dst: Vec<PageTag>,
+    },
+    KvDone {
+        room: RoomKey,
+        outcome: TransferOutcome,
+        /// The decode incarnation whose page list the transfer served (absent in traces
+        /// written before schema version 2 had it: read as 0).
+        #[serde(default)]
+        epoch: u32,
+    },
+    DrainAck {
+        room: RoomKey,
+    },
+    PrefillFinished {
+        room: RoomKey,
+        status: Status,
+        /// The engine's reason for a status that is not 200, where it has one (`null`
+        /// otherwise; absent in traces written before it was added: read as `null`).
+        #[serde(default)]
+        why: Option<Why>,
+    },
+    TokenOut {
+        room: RoomKey,
+        index: u32,
+        token: Token,
+    },
+    DecodeFinished {
+        room: RoomKey,
+        status: Status,
+        /// The engine's reason for a status that is not 200, where it has one (`null`
+        /// otherwise; absent in traces written before it was added: read as `null`).
+        #[serde(default)]
+        why: Option<Why>,
+    },
+}
+
+impl MsgView {
+    pub fn of<K>(m: &Msg<K>) -> MsgView {
+        match m {
+            Msg::Submit {
+                req,
+                tenant,
+                prompt,
+                max_new_tokens,
+            } => MsgView::Submit {
+                req: *req,
+                tenant: *tenant,
+                prompt_len: prompt.len(),
+                max_new_tokens: *max_new_tokens,
+            },
+            Msg::Cancel { req } => MsgView::Cancel { req: *req },
+            Msg::Response {
+                req,
+                status,
+                tokens,
+                why,
+            } => MsgView::Response {
+                req: *req,
+                status: *status,
+                tokens: tokens.clone(),
+                why: *why,
+            },
+            Msg::PrefillStart {
+                room,
+                req,
+                prompt,
+                decode,
+            } => MsgView::PrefillStart {
+                room: *room,
+                req: *req,
+                prompt_len: prompt.len(),
+                decode: *decode,
+            },
+            Msg::DecodeStart {
+                room,
+                req,
+                prompt,
+                max_new_tokens,
+                prefill,
+            } => MsgView::DecodeStart {
+                room: *room,
+                req: *req,
+                prompt_len: prompt.len(),
+                max_new_tokens: *max_new_tokens,
+                prefill: *prefill,
+            },
+            Msg::Abort { room } => MsgView::Abort { room: *room },
+            Msg::KvMeta {
+                room,
+                dst,
+                prompt_len,
+            } => MsgView::KvMeta {
+                room: *room,
+                dst: dst.clone(),
+                prompt_len: *prompt_len,
+            },
+            Msg::DrainRequest { room } => MsgView::DrainRequest { room: *room },
+            Msg::WriteDone { id, ok } => MsgView::WriteDone { id: *id, ok: *ok },
+            Msg::KvWrite { id, src, dst, .. } => MsgView::KvWrite {
+                id: *id,
+                src: src.clone(),
+                dst: dst.clone(),
+            },
+            Msg::KvDone {
+                room,
+                outcome,
+                epoch,
+            } => MsgView::KvDone {
+                room: *room,
+                outcome: outcome.clone(),
+                epoch: *epoch,
+            },
+            Msg::DrainAck { room } => MsgView::DrainAck { room: *room },
+            Msg::PrefillFinished { room, status, why } => MsgView::PrefillFinished {
+                room: *room,
+                status: *status,
+                why: *why,
+            },
+            Msg::TokenOut { room, index, token } => MsgView::TokenOut {
+                room: *room,
+                index: *index,
+                token: *token,
+            },
+            Msg::DecodeFinished { room, status, why } => MsgView::DecodeFinished {
+                room: *room,
+                status: *status,
+                why: *why,
+            },
+        }
+    }
+
+    pub fn room(&self) -> Option<RoomKey> {
+        use MsgView::*;
+        match self {
+            Submit { .. } | Cancel { .. } | Response { .. } => None,
+            PrefillStart { room, .. }
+            | DecodeStart { room, .. }
+            | Abort { room }
+            | KvMeta { room, .. }
+            | DrainRequest { room }
+            | KvDone { room, .. }
+            | DrainAck { room }
+            | PrefillFinished { room, .. }
+            | TokenOut { room, .. }
+            | DecodeFinished { room, .. } => Some(*room),
+            WriteDone { id, .. } | KvWrite { id, .. } => Some(id.room),
+        }
+    }
+
+    /// A one-line summary: the engine's own wording ([`Msg::summary`]) for the fields
+    /// a view keeps.
+    pub fn summary(&self) -> String {
+        use MsgView::*;
+        let tags = |t: &[PageTag]| kvsim_engine::ids::fmt_tags(t, 4);
+        match self {
+            Submit {
+                req,
+                tenant,
+                prompt_len,
+                max_new_tokens,
+            } => format!("Submit {req} {tenant} prompt={prompt_len} max_new={max_new_tokens}"),
+            Cancel { req } => format!("Cancel {req}"),
+            Response {
+                req,
+                status,
+                tokens,
+                ..
+            } => format!("Response {req} status={status} tokens={}", tokens.len()),
+            PrefillStart {
+                room,
+                req,
+                prompt_len,
+                decode,
+            } => format!("PrefillStart {room} {req} prompt={prompt_len} decode={decode}"),
+            DecodeStart {
+                room,
+                req,
+                prompt_len,
+                max_new_tokens,
+                prefill,
+            } => format!(
+                "DecodeStart {room} {req} prompt={prompt_len} max_new={max_new_tokens} prefill={prefill}"
+            ),
+            Abort { room } => format!("Abort {room}"),
+            KvMeta {
+                room,
+                dst,
+                prompt_len,
+            } => format!("KvMeta {room} prompt={prompt_len} dst=[{}]", tags(dst)),
+            DrainRequest { room } => format!("DrainRequest {room}"),
+            WriteDone { id, ok } => format!("WriteDone {id} ok={ok}"),
+            KvWrite { id, src, dst } => {
+                format!("KvWrite {id} src=[{}] dst=[{}]", tags(src), tags(dst))
+            }
+            KvDone { room, outcome, .. } => format!("KvDone {room} {outcome:?}"),
+            DrainAck { room } => format!("DrainAck {room}"),
+            PrefillFinished { room, status, .. } => format!("PrefillFinished {room} status={status}"),
+            TokenOut { room, index, token } => format!("TokenOut {room} #{index} token={token:#x}"),
+            DecodeFinished { room, status, .. } => format!("DecodeFinished {room} status={status}"),
+        }
+    }
+}
