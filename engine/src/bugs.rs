@@ -85,7 +85,7 @@ pub enum Bug {
 }
 
 impl Bug {
-    pub const ALL: [Bug; Bug::COUNT] = crate::every(Bug::VARIANTS);
+    pub const ALL: [Bug; Bug::COUNT] = crate::enum_table::every(Bug::VARIANTS);
 
     /// The switch name used on command lines and in scenario files.
     pub fn name(self) -> &'static str {

@@ -112,7 +112,8 @@ pub enum RouterPolicy {
 }
 
 impl RouterPolicy {
-    pub const ALL: [RouterPolicy; RouterPolicy::COUNT] = crate::every(RouterPolicy::VARIANTS);
+    pub const ALL: [RouterPolicy; RouterPolicy::COUNT] =
+        crate::enum_table::every(RouterPolicy::VARIANTS);
 
     /// The name a scenario and the CLI use.
     pub fn name(self) -> &'static str {

@@ -43,7 +43,7 @@ pub enum Invariant {
 }
 
 impl Invariant {
-    pub const ALL: [Invariant; Invariant::COUNT] = crate::every(Invariant::VARIANTS);
+    pub const ALL: [Invariant; Invariant::COUNT] = crate::enum_table::every(Invariant::VARIANTS);
 
     /// The one-line statement of the invariant.
     pub fn statement(self) -> &'static str {

@@ -18,6 +18,7 @@ pub mod compute;
 pub mod config;
 pub mod counters;
 pub mod decode;
+pub mod enum_table;
 pub mod env;
 pub mod gpu;
 /// The hand-stepped test driver: behind the `testing` feature, as the fault injection
@@ -40,20 +41,10 @@ pub mod trace;
 pub mod transport;
 pub mod world;
 
-/// Every variant of an enum that derives `strum::VariantArray`, as an array of its
-/// `strum::EnumCount` length, in declaration order: `pub const ALL: [T; T::COUNT] =
-/// every(T::VARIANTS)`, so a variant added later is in `ALL` without anyone listing it
-/// (and a length that disagrees fails to compile).
-pub const fn every<T: Copy, const N: usize>(variants: &[T]) -> [T; N] {
-    match variants.first_chunk::<N>() {
-        Some(all) if variants.len() == N => *all,
-        _ => panic!("an enum's every variant, exactly once"),
-    }
-}
-
 pub use bugs::{Bug, BugSet};
 pub use config::{ConfigError, Defenses, EngineConfig, RouterPolicy};
 pub use counters::Counters;
+pub use enum_table::every;
 pub use env::{Effect, Input, Outbox, Timer, TimerOp, Trace};
 pub use ids::{
     Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, Token, WriteId,

@@ -131,7 +131,8 @@ const TWO_SIDED: Semantics = Semantics {
 };
 
 impl KvTransport {
-    pub const ALL: [KvTransport; KvTransport::COUNT] = crate::every(KvTransport::VARIANTS);
+    pub const ALL: [KvTransport; KvTransport::COUNT] =
+        crate::enum_table::every(KvTransport::VARIANTS);
 
     /// The transport's row of the table: the one statement of what it does.
     pub const fn semantics(self) -> &'static Semantics {
@@ -209,7 +210,7 @@ pub enum DataFault {
 }
 
 impl DataFault {
-    pub const ALL: [DataFault; DataFault::COUNT] = crate::every(DataFault::VARIANTS);
+    pub const ALL: [DataFault; DataFault::COUNT] = crate::enum_table::every(DataFault::VARIANTS);
 
     pub fn name(self) -> &'static str {
         self.into()
