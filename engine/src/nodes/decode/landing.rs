@@ -62,7 +62,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// A KV write of `from` landed in (or was refused by) this node's memory: trace
     /// it, note the written pages, and complete the write (exactly one completion).
     /// The hardware runtime's transfer thread lands writes with [`land`] on the shared
-    /// record and reports each one here as an [`Input::Landed`](crate::env::Input::Landed), through `handle`.
+    /// record and reports each one here as an
+    /// [`Input::Landed`](crate::env::Input::Landed), through `handle`.
     pub(super) fn landed(
         &mut self,
         from: NodeId,
