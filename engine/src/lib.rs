@@ -17,7 +17,6 @@ pub mod bugs;
 pub mod compute;
 pub mod config;
 pub mod counters;
-pub mod decode;
 pub mod enum_table;
 pub mod env;
 pub mod gpu;
@@ -30,10 +29,7 @@ pub mod ids;
 pub mod invariant;
 pub mod kv;
 pub mod msg;
-pub mod node;
-pub mod prefill;
-pub mod retired;
-pub mod router;
+mod nodes;
 pub mod shared_cfg;
 pub mod step;
 mod sync;
@@ -52,6 +48,7 @@ pub use ids::{
 pub use invariant::{Invariant, Violation};
 pub use msg::{Msg, Status, TransferOutcome, Why};
 pub use node::{Node, Role};
+pub use nodes::{decode, node, prefill, retired, router};
 pub use shared_cfg::Cfg;
 pub use trace::TraceEvent;
 

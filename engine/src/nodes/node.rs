@@ -7,14 +7,14 @@
 //! [`crate::kv::SharedRecord`] its transfer thread gates landings with.
 
 use crate::compute::{Done, Job};
-use crate::decode::DecodeNode;
 use crate::env::{Input, Outbox};
 use crate::gpu::Gpu;
 use crate::ids::NodeId;
 use crate::invariant::Violation;
 use crate::kv::{PagePool, PageRecords};
-use crate::prefill::PrefillNode;
-use crate::router::Router;
+use crate::nodes::decode::DecodeNode;
+use crate::nodes::prefill::PrefillNode;
+use crate::nodes::router::Router;
 
 /// The role a node plays.
 #[derive(

@@ -1,0 +1,316 @@
+//! The transfer: KV writes land (refused when a destination tag is stale or not the
+//! room's), each acknowledged to the writer, and the verdict on completion (defense 2).
+//! It does not release pages nor run the decode loop.
+
+use super::state::{DecodeNode, Phase, Request, TransferFacts, Verdict};
+use crate::bugs::Bug;
+use crate::env::{Outbox, Timer};
+use crate::gpu::{device_fault, ids, DeviceError, Gpu};
+use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
+use crate::kv::{land, PageRecords, Refusal};
+use crate::msg::{Msg, Status, TransferOutcome, Why};
+use crate::trace::{NodeFault, Side, TraceEvent};
+
+impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
+    /// A write its receiver already landed (or refused), entering through `handle`: the
+    /// peer rule of a delivered write first, then [`Self::landed`].
+    pub(super) fn on_landed(
+        &mut self,
+        from: NodeId,
+        id: WriteId,
+        dst: Vec<PageTag>,
+        landing: Result<(), Refusal>,
+        env: &mut Outbox<G::Kv>,
+    ) {
+        if let Err(reason) = self.check_writer(from, id) {
+            // Refused as the delivered write would be, by the same rule, with the one
+            // completion the writer is owed.
+            let node = self.id;
+            let kind = "KvWrite";
+            self.counters
+                .refuse_peer(env, node, from, Some(id.room), kind, reason);
+            env.send(from, Msg::WriteDone { id, ok: false });
+            return;
+        }
+        self.landed(from, id, dst, landing, env)
+    }
+
+    /// The receiver applying one chunk write: [`land`] (the gate and the memory write,
+    /// the one landing function every driver uses), then `landed`. With
+    /// the landing gate (two-sided only, `EngineConfig::landing_gated`), a destination that is
+    /// not this room use's (stale generation, another owner, freed, `Ready`) refuses the
+    /// whole chunk; on one-sided RDMA the write lands wherever it points.
+    pub(super) fn on_kv_write(
+        &mut self,
+        from: NodeId,
+        id: WriteId,
+        dst: Vec<PageTag>,
+        kv: Vec<G::Kv>,
+        env: &mut Outbox<G::Kv>,
+    ) {
+        let landing = land(
+            &self.pool,
+            &mut self.gpu,
+            self.cfg.landing_gated(),
+            id.room,
+            &dst,
+            &kv,
+        );
+        self.landed(from, id, dst, landing, env);
+    }
+
+    /// A KV write of `from` landed in (or was refused by) this node's memory: trace
+    /// it, note the written pages, and complete the write (exactly one completion).
+    /// The hardware runtime's transfer thread lands writes with [`land`] on the shared
+    /// record and reports each one here as an
+    /// [`Input::Landed`](crate::env::Input::Landed), through `handle`.
+    pub(super) fn landed(
+        &mut self,
+        from: NodeId,
+        id: WriteId,
+        dst: Vec<PageTag>,
+        landing: Result<(), Refusal>,
+        env: &mut Outbox<G::Kv>,
+    ) {
+        let room = id.room;
+        if let Err(Refusal { tag, reason }) = landing {
+            self.counters.writes_refused += 1;
+            env.trace(TraceEvent::KvRefused {
+                node: self.id,
+                write: id,
+                tag,
+                reason,
+            });
+            env.send(from, Msg::WriteDone { id, ok: false });
+            return;
+        }
+        debug_assert!(
+            self.check_writer(from, id).is_ok(),
+            "a landing reaches here only past the peer rule"
+        );
+        env.trace(TraceEvent::KvLanded {
+            node: self.id,
+            write: id,
+            dst: dst.clone(),
+        });
+        if let Some(req) = self.requests.get_mut(&room) {
+            if let Phase::Transferring {
+                pages,
+                dst_pages,
+                written,
+            } = &mut req.phase
+            {
+                debug_assert_eq!(written.len(), *dst_pages, "one mark per destination page");
+                for t in &dst {
+                    if let Some(i) = pages[..*dst_pages].iter().position(|p| p == t) {
+                        written[i] = true;
+                    }
+                }
+            }
+        }
+        env.send(from, Msg::WriteDone { id, ok: true });
+    }
+
+    /// Prefill concluded the room's transfer: judge it ([`Self::judge_transfer`]), then
+    /// accept it and run the request, or fail the room (refused at verification, a
+    /// reported failure, or this node's device failing the check).
+    pub(super) fn on_kv_done(
+        &mut self,
+        from: NodeId,
+        room: RoomKey,
+        outcome: TransferOutcome,
+        env: &mut Outbox<G::Kv>,
+    ) {
+        let Some(req) = self.requests.get(&room) else {
+            return;
+        };
+        let Phase::Transferring {
+            pages,
+            dst_pages,
+            written,
+        } = &req.phase
+        else {
+            return;
+        };
+        env.trace(TraceEvent::TransferReported {
+            node: self.id,
+            room,
+            from,
+            success: matches!(outcome, TransferOutcome::Success { .. }),
+        });
+        let verdict = self.judge_transfer(req, &pages[..*dst_pages], written, &outcome);
+        let facts = TransferFacts {
+            from,
+            prompt_len: req.prompt_len,
+            reserved_pages: *dst_pages as u32,
+            fully_written: written.iter().all(|w| *w),
+        };
+        match (verdict, outcome) {
+            (Verdict::Accept { tokens, pages }, _) => {
+                self.accept_transfer(room, facts, tokens, pages, env)
+            }
+            (Verdict::Reject(reason), TransferOutcome::Success { tokens, pages, .. }) => {
+                self.refuse_transfer(room, facts, (tokens, pages), reason, env)
+            }
+            (Verdict::Reject(reason), TransferOutcome::Failed) => {
+                self.counters.transfers_failed += 1;
+                env.trace(TraceEvent::TransferFailed {
+                    node: self.id,
+                    room,
+                    reason,
+                });
+                self.fail(room, Status::INTERNAL, Some(Why::TransferFailed), env);
+            }
+            (Verdict::Device(e), _) => {
+                self.counters.transfers_failed += 1;
+                self.device_failed(room, &e, env);
+            }
+        }
+    }
+
+    /// Defense 2, verify on completion: do prefill's token and page counts, the written
+    /// marks and the checksum agree with what this node reserved? Reads only.
+    pub(super) fn judge_transfer(
+        &self,
+        req: &Request,
+        dst_tags: &[PageTag],
+        written: &[bool],
+        outcome: &TransferOutcome,
+    ) -> Verdict {
+        let dst = ids(dst_tags);
+        let verify = self.cfg.defenses.verify_on_completion;
+        let checksum_is = |tokens: u64, want: u64, what: &str| match self.gpu.digest(&dst, tokens) {
+            Err(e) => Err(Verdict::Device(e)),
+            Ok(d) if d != want => Err(Verdict::Reject(format!("checksum over {what} differs"))),
+            Ok(_) => Ok(()),
+        };
+        match *outcome {
+            TransferOutcome::Failed if self.cfg.bugs.has(Bug::FailOpenOnRecvError) => {
+                // vLLM #52234: a receive failure is treated as done; the request runs
+                // on whatever its pages hold.
+                Verdict::Accept {
+                    tokens: 0,
+                    pages: 0,
+                }
+            }
+            TransferOutcome::Failed => {
+                Verdict::Reject("prefill reported the transfer failed".into())
+            }
+            TransferOutcome::Success {
+                tokens,
+                pages,
+                checksum,
+            } => {
+                let checked = if verify && !self.cfg.bugs.has(Bug::NoLengthAgreement) {
+                    if tokens != req.prompt_len {
+                        Err(Verdict::Reject(format!(
+                            "prefill sent {tokens} tokens, decode expects {}",
+                            req.prompt_len
+                        )))
+                    } else if pages as usize != dst_tags.len() {
+                        Err(Verdict::Reject(format!(
+                            "prefill sent {pages} pages, decode reserved {}",
+                            dst_tags.len()
+                        )))
+                    } else if let Some(i) = written.iter().position(|w| !w) {
+                        Err(Verdict::Reject(format!(
+                            "destination page {} was never written",
+                            dst_tags[i]
+                        )))
+                    } else {
+                        checksum_is(req.prompt_len, checksum, "the reserved prompt")
+                    }
+                } else if verify {
+                    // The legacy digest covers only what prefill says it sent.
+                    checksum_is(tokens, checksum, "the sent tokens")
+                } else {
+                    Ok(())
+                };
+                match checked {
+                    Ok(()) => Verdict::Accept { tokens, pages },
+                    Err(v) => v,
+                }
+            }
+        }
+    }
+
+    /// Verification refused prefill's successful transfer: state both sides' counts and
+    /// fail the room (its pages go to quarantine: a write may still land).
+    pub(super) fn refuse_transfer(
+        &mut self,
+        room: RoomKey,
+        facts: TransferFacts,
+        (sent_tokens, sent_pages): (u64, u32),
+        reason: String,
+        env: &mut Outbox<G::Kv>,
+    ) {
+        self.counters.transfers_failed += 1;
+        env.trace(TraceEvent::TransferRefused {
+            node: self.id,
+            room,
+            claim: facts.claim((sent_tokens, sent_pages)),
+            reason,
+        });
+        self.fail(room, Status::INTERNAL, Some(Why::TransferRefused), env);
+    }
+
+    /// The transfer was accepted: the destination pages hold verified KV; the request
+    /// starts generating.
+    pub(super) fn accept_transfer(
+        &mut self,
+        room: RoomKey,
+        facts: TransferFacts,
+        sent_tokens: u64,
+        sent_pages: u32,
+        env: &mut Outbox<G::Kv>,
+    ) {
+        let Some(Phase::Transferring {
+            pages, dst_pages, ..
+        }) = self.requests.get(&room).map(|r| &r.phase)
+        else {
+            return;
+        };
+        let dst_tags = pages[..*dst_pages].to_vec();
+        // Under fail-open they may be Writing still; mark_ready accepts both.
+        if let Err(e) = self.pool.mark_ready(room, &dst_tags) {
+            self.fault(NodeFault::record_refused(room, "mark-ready", &e), env);
+        }
+        self.flush(env, None);
+        env.trace(TraceEvent::TransferAccepted {
+            node: self.id,
+            room,
+            claim: facts.claim((sent_tokens, sent_pages)),
+        });
+        env.trace(TraceEvent::Running {
+            node: self.id,
+            room,
+            side: Side::Decode,
+        });
+        env.cancel_timer(Timer::WaitingForKv(room));
+        if let Some(r) = self.requests.get_mut(&room) {
+            let pages = std::mem::take(&mut r.phase).into_pages();
+            r.phase = Phase::Running {
+                pages,
+                seq_len: facts.prompt_len,
+                step: 0,
+            };
+        }
+        self.arm_compute(env);
+    }
+
+    /// The device failed serving `room`: state it, and fail the request with its reason
+    /// (its pages released, or quarantined while a write may still land).
+    pub(super) fn device_failed(
+        &mut self,
+        room: RoomKey,
+        e: &DeviceError,
+        env: &mut Outbox<G::Kv>,
+    ) {
+        self.fault(device_fault(Some(room), e), env);
+        let why = Some(Why::DeviceFailed { side: Side::Decode });
+        match self.requests.get(&room).map(|r| &r.phase) {
+            Some(Phase::Running { .. }) => self.finish(room, Status::INTERNAL, why, env),
+            _ => self.fail(room, Status::INTERNAL, why, env),
+        }
+    }
+}
