@@ -4,7 +4,7 @@
 //! other half (defense 6); a request timeout answers 500 and keeps asking both halves
 //! to abort until they answered. Rooms are reused last-freed first.
 
-use super::policy::Policy;
+use super::rules::Policy;
 use super::state::{other_side, reply, Answer, RoomUse, Router};
 use crate::bugs::Bug;
 use crate::env::Outbox;

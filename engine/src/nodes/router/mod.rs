@@ -25,6 +25,7 @@
 mod careful;
 mod flow;
 mod policy;
+mod rules;
 mod sglang;
 mod state;
 

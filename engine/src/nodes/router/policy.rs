@@ -1,9 +1,10 @@
-//! A router policy: the decisions that differ between routers, as a type each policy
-//! implements ([`Policy`]), and the one place that picks the implementation for the
-//! configured [`RouterPolicy`]. Adding a policy is a variant of `RouterPolicy`, a
-//! module with its `impl Policy`, and one arm in each dispatch below.
+//! The one place that picks a router policy's implementation (its `impl Policy`, the
+//! trait in `rules.rs`) for the configured [`RouterPolicy`]. Adding a policy is a
+//! variant of `RouterPolicy`, a module with its `impl Policy`, and one arm in each
+//! dispatch below.
 
 use super::careful::Careful;
+use super::rules::Policy;
 use super::sglang::SglangRouter;
 use super::state::Router;
 use crate::config::RouterPolicy;
@@ -11,35 +12,6 @@ use crate::env::Outbox;
 use crate::ids::{RoomId, RoomKey};
 use crate::msg::{Status, Why};
 use crate::trace::Side;
-
-/// What a router policy decides. The router's core (`flow.rs`) keeps the room table,
-/// the request index, the peer check and the client's one answer; a policy says which
-/// room an attempt takes, whether a request may be attempted again, what a half's
-/// answer does (answer the client, cancel the other half, retry) and what the request
-/// timeout does.
-pub(super) trait Policy {
-    /// The most attempts of one request (1: no retry).
-    const MAX_ATTEMPTS: u32;
-    /// Does a failed half make the router cancel the other (defense 6, when the
-    /// defense is on)? A policy without it has no such defense to turn on.
-    const CANCELS_OTHER_HALF: bool;
-
-    /// A free room for a new attempt, taken out of `free` (the router's seeded
-    /// generator `rng` is the policy's to draw from).
-    fn take_room(free: &mut Vec<RoomId>, rng: &mut u64) -> Option<RoomId>;
-
-    /// `side` of the room use `key` answered `status` (for the reason `why`).
-    fn on_half<K>(
-        r: &mut Router,
-        key: RoomKey,
-        answer: (Status, Option<Why>),
-        side: Side,
-        env: &mut Outbox<K>,
-    );
-
-    /// The request timer of `key` fired.
-    fn on_request_timeout<K>(r: &mut Router, key: RoomKey, env: &mut Outbox<K>);
-}
 
 /// A policy's facts, for the drivers and the matrices that vary the policy.
 impl RouterPolicy {

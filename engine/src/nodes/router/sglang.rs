@@ -8,7 +8,7 @@
 //! half) and is retried as a 502, the abandoned attempt staying in the table until
 //! both its halves answered.
 
-use super::policy::Policy;
+use super::rules::Policy;
 use super::state::{reply, Answer, Router};
 use crate::env::Outbox;
 use crate::ids::{RoomId, RoomKey};
