@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-mod run;
+pub(crate) mod run;
 
 use run::phase_index;
 pub use run::{cancel_index, path_index, RunCoverage, CANCEL_PHASES, PATHS};

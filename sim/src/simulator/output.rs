@@ -29,7 +29,7 @@ pub struct FaultStats {
     pub pauses: u64,
     pub cancels: u64,
     /// Engine paths hit and cancel phases fired (the sweep's coverage summary).
-    pub coverage: crate::coverage::RunCoverage,
+    pub coverage: crate::coverage::run::RunCoverage,
     /// KV writes that landed with a data fault (corrupted, misdirected, torn), and
     /// stale duplicates that landed (delivered to their node; the gate may refuse them).
     pub data_faults: u64,
