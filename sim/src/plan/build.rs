@@ -40,8 +40,9 @@ pub struct Plan {
     /// Everything must have drained by this instant.
     pub deadline_ns: u64,
     /// The bounded-cleanup bound (L6): the scenario's `run.cleanup_bound_ms`, or,
-    /// when it states none, [`derived_cleanup_bound_ns`] of the seed's timeouts and
-    /// network. Always set: L6 is judged in every run.
+    /// when it states none,
+    /// [`derived_cleanup_bound_ns`](crate::plan::derived_cleanup_bound_ns) of the
+    /// seed's timeouts and network. Always set: L6 is judged in every run.
     pub cleanup_bound_ns: Option<u64>,
     pub max_events: u64,
     /// The fault kinds that are on, with their level (per mille of the scenario's

@@ -121,8 +121,10 @@ pub struct PlannedRequest {
     pub cancel: Option<Cancel>,
 }
 
-/// The largest scenario file [`Scenario::load`](crate::scenario::Scenario::load) reads, in bytes (the largest shipped
+/// The largest scenario file [`Scenario::load`] reads, in bytes (the largest shipped
 /// scenario is a few kilobytes).
+///
+/// [`Scenario::load`]: crate::scenario::Scenario::load
 pub const MAX_SCENARIO_BYTES: u64 = 1 << 20;
 
 /// The most requests a run may hold: canary tokens carry the request number in 16 bits.

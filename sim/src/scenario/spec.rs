@@ -168,8 +168,10 @@ pub struct FaultSpec {
     pub crash: WindowSpec,
     /// Per-mille of requests whose client aborts or disconnects, at a drawn phase.
     pub cancel_permille: u32,
-    /// The phases a drawn cancel may pick (names as in [`ReqPhase::parse`](crate::scenario::ReqPhase::parse)); empty:
+    /// The phases a drawn cancel may pick (names as in [`ReqPhase::parse`]); empty:
     /// every phase, plus a share of cancels at a drawn time after submission.
+    ///
+    /// [`ReqPhase::parse`]: crate::scenario::ReqPhase::parse
     pub cancel_phases: Vec<String>,
     /// Draw every engine timeout short (down to this many milliseconds) so that
     /// timeouts fire in the middle of transfers. 0 keeps the configured timeouts.
@@ -312,7 +314,9 @@ pub struct RequestSpec {
     #[serde(default)]
     pub cancel_after_us: Option<u64>,
     /// The client disconnects when the request reaches this phase (see
-    /// [`ReqPhase::parse`](crate::scenario::ReqPhase::parse)), `cancel_delay_us` later.
+    /// [`ReqPhase::parse`]), `cancel_delay_us` later.
+    ///
+    /// [`ReqPhase::parse`]: crate::scenario::ReqPhase::parse
     #[serde(default)]
     pub cancel_on: Option<String>,
     #[serde(default)]

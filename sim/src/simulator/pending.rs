@@ -18,7 +18,9 @@ pub(super) enum Pending<K> {
         to: NodeId,
         from_epoch: u32,
         to_epoch: u32,
-        /// Not boxed: the queue moves keys, never the event ([`EventQueue`](crate::queue::EventQueue)).
+        /// Not boxed: the queue moves keys, never the event ([`EventQueue`]).
+        ///
+        /// [`EventQueue`]: crate::queue::EventQueue
         msg: Msg<K>,
         /// A KV write whose failure was decided when it was sent.
         doomed: bool,
