@@ -5,7 +5,7 @@
 //! decides anything.
 
 use crate::scenario::PlannedRequest;
-use crate::simulator::ClientReply;
+use crate::simulator::output::ClientReply;
 use crate::RunOutcome;
 use kvsim_engine::ids::RequestId;
 use kvsim_engine::invariant::Invariant;

@@ -1,0 +1,87 @@
+//! How the simulator carries out the effects a node recorded: the engine's
+//! `Driver` trait for [`Simulator`]. Not the network model or the fault schedule
+//! it calls into.
+
+use super::pending::Pending;
+use super::Simulator;
+use kvsim_engine::env::TimerOp;
+use kvsim_engine::gpu::Gpu;
+use kvsim_engine::ids::NodeId;
+use kvsim_engine::msg::Msg;
+use kvsim_engine::trace::{FaultAction, TraceEvent};
+use kvsim_engine::world::Driver;
+use kvsim_oracle::schema::Record;
+use std::hash::Hash;
+
+/// The simulator carries out a node's effects: sends go through its network model,
+/// timers onto its queue (a replaced or cancelled timer is recognised by its token),
+/// events to the oracle and the trace, and a fault that asks for a restart crashes the
+/// node now and brings it back at once.
+impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
+    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) {
+        Simulator::send(self, from, to, msg);
+    }
+
+    fn timer(&mut self, node: NodeId, op: TimerOp) {
+        match op {
+            TimerOp::Set { timer, after_ns } => {
+                self.seq += 1;
+                let token = self.seq;
+                self.timers.apply(node, op, token);
+                let after = self.clocks.true_ns(node, timer, after_ns);
+                let at = self.now_ns.saturating_add(after);
+                self.record(|| Record::TimerSet {
+                    node,
+                    timer,
+                    fire_at_ns: at,
+                });
+                self.queue
+                    .push(at, token, Pending::Fire { node, timer, token });
+            }
+            TimerOp::Cancel { timer } => {
+                if self.timers.take(node, timer).is_some() {
+                    self.record(|| Record::TimerCancel { node, timer });
+                }
+            }
+        }
+    }
+
+    fn event(&mut self, _node: NodeId, ev: TraceEvent) {
+        if let Some(h) = &mut self.hash {
+            ev.hash(h);
+        }
+        self.stats.coverage.event(&ev);
+        self.reach.event(&ev);
+        if let TraceEvent::Routed { req, room, .. } = &ev {
+            self.room_req.insert(*room, *req);
+            if self.net.params().stale_replay_permille > 0 {
+                self.stale_replay(*room);
+            }
+        }
+        // And when a use of a reused number is quarantined: a stale drain ack then is
+        // what generation-blind handling gets wrong.
+        if let TraceEvent::Quarantined { room, .. } = &ev {
+            if self.net.params().stale_replay_permille > 0 {
+                self.stale_replay(*room);
+            }
+        }
+        self.trigger_cancels(&ev);
+        self.trigger_pause(&ev);
+        let restart = match &ev {
+            TraceEvent::Fault { node, fault } if fault.action() == FaultAction::Restart => {
+                Some(*node)
+            }
+            _ => None,
+        };
+        self.emit(Record::Engine(ev));
+        if let Some(node) = restart {
+            self.push(
+                self.now_ns,
+                Pending::Crash {
+                    node,
+                    restart_ns: self.now_ns,
+                },
+            );
+        }
+    }
+}
