@@ -5,7 +5,7 @@
 
 use crate::ids::{PageId, PageTag, Token};
 
-/// The transfer digest ([`Gpu::digest`]) of the tokens at positions `0, 1, ..`.
+/// The transfer digest ([`Gpu::digest`](crate::gpu::Gpu::digest)) of the tokens at positions `0, 1, ..`.
 pub fn digest_tokens(tokens: impl IntoIterator<Item = Token>) -> u64 {
     let mut d = TokenDigest::default();
     tokens.into_iter().for_each(|tok| d.push(tok));

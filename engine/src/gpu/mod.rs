@@ -21,6 +21,8 @@
 //!   exactly as an operator's canary check would see it.
 //!
 //! Pages are never zeroed unless the node asks (defense 7), as in SGLang.
+//!
+//! [`TraceEvent::KvWritten`]: crate::trace::TraceEvent::KvWritten
 
 pub mod bytes;
 mod echo;

@@ -30,7 +30,7 @@ pub trait Gpu {
     /// each touched page with `WriteTag { room, gen: page.gen }`. A write that runs past
     /// the pages it addresses, or names a page outside the pool, is refused whole
     /// ([`layout::check_token_write`](crate::gpu::layout::check_token_write)): nothing of it is applied, and it is never cut
-    /// short silently. Nodes call it through [`write_traced`], which states the write as
+    /// short silently. Nodes call it through [`write_traced`](crate::gpu::write_traced), which states the write as
     /// an event.
     fn write_tokens(
         &mut self,

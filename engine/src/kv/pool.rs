@@ -156,7 +156,7 @@ pub enum PoolError {
     },
     /// The tag is current, but its owner has let go (or aborted): KV arriving for it
     /// now is unwanted and is not written. Only the shared record's write gate
-    /// ([`crate::kv::SharedPool::begin_write`]) refuses this way.
+    /// ([`crate::kv::shared::SharedPool::begin_write`]) refuses this way.
     #[error("page {tag} is {state}: only an owned page accepts a write")]
     NotWritable { tag: PageTag, state: PageState },
 }

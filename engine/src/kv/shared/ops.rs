@@ -377,7 +377,7 @@ impl SharedPool {
         Ok(held)
     }
 
-    /// Upstream's unchecked `free()`, as [`PagePool::free_unchecked`]: every named page
+    /// Upstream's unchecked `free()`, as [`PagePool::free_unchecked`](crate::kv::pool::PagePool::free_unchecked): every named page
     /// goes to the free list whatever its state, owner or holders. Only bug switches
     /// call it; the result is what upstream would produce, duplicates included, which
     /// [`SharedPool::invariants`] then reports. A holder still holding such a page
