@@ -7,12 +7,11 @@
 //! check and the attention arithmetic are [`layout`]'s, the functions the CUDA kernels
 //! mirror line for line, so a GPU computes the same bits.
 
-use super::bytes::{self, ByteWrite, Fill, Landed};
-use super::layout::{self, TAG_WORDS};
-use super::{
-    hadamard, key_width, locate, locate_tag, DeviceError, Gpu, KvPayload, TagError, WriteError,
-    WriteTag, VALUE_LANES,
-};
+use crate::gpu::bytes::wire::{ByteWrite, Fill, Landed};
+use crate::gpu::echo::{hadamard, key_width, locate, locate_tag, VALUE_LANES};
+use crate::gpu::errors::{DeviceError, TagError, WriteError, WriteTag};
+use crate::gpu::layout::{self, TAG_WORDS};
+use crate::gpu::seam::{land_bytes_by_page, Gpu, KvPayload};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 use std::io::IoSliceMut;
 
@@ -237,7 +236,7 @@ impl Gpu for HostGpu {
             "one payload per destination page"
         );
         let Some(mut memory) = self.landing_memory(w.dst, w.words) else {
-            return bytes::land_bytes_by_page(self, w, fill);
+            return land_bytes_by_page(self, w, fill);
         };
         fill(&mut memory)?;
         drop(memory);

@@ -1,7 +1,7 @@
 //! The one kernel logic: KV memory layout, tag and flag encodings, the tag check and
 //! the echo-attention arithmetic, written once for the CPU.
 //!
-//! [`HostGpu`](super::HostGpu) runs these functions; the CUDA kernels in
+//! [`HostGpu`](crate::gpu::HostGpu) runs these functions; the CUDA kernels in
 //! `cuda/kernels/kv.cu` mirror them line for line, with the same constants as
 //! `#define`s (a test in `gpu-tests` parses the `.cu` file and compares them). This
 //! module is not a backend and holds no state. Its invariant: every float operation
@@ -16,7 +16,8 @@
 //! [`TAG_WORDS`] `u64` tag words: `[TAG_PRESENT | room, room generation, page
 //! generation]`, all zero when no write stamped a tag since the page was last zeroed.
 
-use super::{hadamard, TagMismatch, WriteRefused, WriteTag, VALUE_LANES};
+use crate::gpu::echo::{hadamard, VALUE_LANES};
+use crate::gpu::errors::{TagMismatch, WriteRefused, WriteTag};
 use crate::ids::{Generation, PageTag, RoomId, RoomKey, Token};
 
 /// `u64` words of one page's stored tag.

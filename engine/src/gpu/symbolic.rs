@@ -6,7 +6,11 @@
 //! which slot is the oracle's to know, from the trace's write events, never from the
 //! engine's memory.
 
-use super::{layout, locate, DeviceError, Gpu, KvPayload, TokenDigest, WriteError, WriteTag};
+use crate::gpu::bytes::wire::WireWords;
+use crate::gpu::echo::{locate, TokenDigest};
+use crate::gpu::errors::{DeviceError, WriteError, WriteTag};
+use crate::gpu::layout;
+use crate::gpu::seam::{Gpu, KvPayload};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 
 /// One page's contents: tokens per slot plus the stamped tag.
@@ -180,5 +184,19 @@ impl Gpu for SymbolicGpu {
             p.tag = None;
         }
         Ok(())
+    }
+}
+
+/// A symbolic page: its tokens (the tag is not copied by a transfer: the receiver
+/// stamps its own).
+impl WireWords for SymbolicPage {
+    fn wire_words(&self) -> &[u32] {
+        &self.tokens
+    }
+    fn from_wire_words(words: Vec<u32>) -> Self {
+        SymbolicPage {
+            tokens: words,
+            tag: None,
+        }
     }
 }
