@@ -246,7 +246,9 @@ fn serve_in_its_own_binary() -> Result<ExitCode> {
         let status = cmd
             .status()
             .with_context(|| format!("cannot run {}", server.display()))?;
-        Ok(ExitCode::from(status.code().unwrap_or(2).clamp(0, 255) as u8))
+        Ok(ExitCode::from(
+            status.code().unwrap_or(2).clamp(0, 255) as u8
+        ))
     }
 }
 
