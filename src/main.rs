@@ -191,7 +191,7 @@ fn main() -> ExitCode {
         Some(Command::Check(args)) => kvsim::cmd_check::run(&args),
         Some(Command::Bugs(args)) => kvsim::cmd_bugs::run(&args),
         Some(Command::Audit(args)) => kvsim::cmd_audit::run(&args),
-        Some(Command::Serve(args)) => kvsim::serve::serve(&args),
+        Some(Command::Serve(_)) => serve_in_its_own_binary(),
         Some(Command::BenchClient(args)) => kvsim::serve::bench(&args),
         Some(Command::BenchHttp(args)) => kvsim::serve::bench_http(&args),
         Some(Command::Preflight(args)) => kvsim_ops::preflight::run(&args, &|path| {
@@ -213,6 +213,42 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// `kvsim serve ARGS`: run the serving binary, `kvsim-server`, found beside this one,
+/// with the same arguments (clap has checked them already). It links none of the fault
+/// injection this binary carries for the simulator and the models; on Unix it replaces
+/// this process, so a signal sent to `kvsim serve` reaches the server itself.
+fn serve_in_its_own_binary() -> Result<ExitCode> {
+    let me = std::env::current_exe().context("cannot find this executable's path")?;
+    let server = me.with_file_name(format!("kvsim-server{}", std::env::consts::EXE_SUFFIX));
+    anyhow::ensure!(
+        server.is_file(),
+        "kvsim serve runs {}, which is not there: `cargo build --release` (or `cargo \
+         install --path .`) builds it beside kvsim",
+        server.display()
+    );
+    let args: Vec<std::ffi::OsString> = std::env::args_os()
+        .skip_while(|a| a != "serve")
+        .skip(1)
+        .collect();
+    let mut cmd = std::process::Command::new(&server);
+    cmd.args(&args);
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let err = cmd.exec();
+        Err(err).with_context(|| format!("cannot run {}", server.display()))
+    }
+    #[cfg(not(unix))]
+    {
+        let status = cmd
+            .status()
+            .with_context(|| format!("cannot run {}", server.display()))?;
+        Ok(ExitCode::from(
+            status.code().unwrap_or(2).clamp(0, 255) as u8
+        ))
     }
 }
 

@@ -21,8 +21,10 @@ pub mod enum_table;
 pub mod env;
 pub mod gpu;
 /// The hand-stepped test driver: behind the `testing` feature, as the fault injection
-/// of [`world`] is (`alter`, `WriteHistory`, `stale_landing`, `duplicate_completion`);
-/// a runtime build links none of it.
+/// of [`world`] is (`alter`, `WriteHistory`, `stale_landing`, `duplicate_completion`).
+/// The simulator and the models turn the feature on, so a workspace build compiles
+/// it; the serving binary, `kvsim-server`, links none of it (the root package's
+/// `tests/product_boundary.rs` reads its symbols).
 #[cfg(feature = "testing")]
 pub mod harness;
 pub mod ids;

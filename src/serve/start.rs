@@ -70,12 +70,10 @@ pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
         .map(BugSet::parse)
         .transpose()
         .map_err(anyhow::Error::from)?;
-    let plan = kvsim_sim::plan::Plan::build(
-        &sc,
-        a.seed.unwrap_or(sc.seed),
-        bugs,
-        &kvsim_sim::plan::Reduction::default(),
-    )?;
+    // The topology and engine only: the scenario's [faults] are the simulator's draws,
+    // and a server meets real faults (the fault bed's), so none is drawn here.
+    let plan = kvsim_sim::plan::Deployment::draw(&sc, a.seed.unwrap_or(sc.seed), bugs)?;
+    plan.engine.validate()?;
     let opts = ServeOptions {
         topology: Topology {
             prefill_pools: plan.prefill_pools.clone(),

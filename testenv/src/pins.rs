@@ -19,7 +19,8 @@ pub const MDBOOK_VERSION: &str = "0.5.4";
 
 /// The Debian packages the tests use, installed by `cargo xtask setup` as root:
 /// the namespace fault bed (`ip`, `tc`, `nft`), the incident write-ups' pool check
-/// (`curl`, `jq`) and the headless browser the HTML timeline test renders in.
+/// (`curl`, `jq`), the headless browser the HTML timeline test renders in, and `nm`,
+/// which the product-boundary test reads the server binary's symbols with.
 /// Each package with the commands the tests run from it.
 pub const APT_PACKAGES: &[(&str, &[&str])] = &[
     ("iproute2", &["ip", "tc"]),
@@ -27,4 +28,5 @@ pub const APT_PACKAGES: &[(&str, &[&str])] = &[
     ("jq", &["jq"]),
     ("curl", &["curl"]),
     ("chromium", &["chromium"]),
+    ("binutils", &["nm"]),
 ];

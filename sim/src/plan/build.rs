@@ -15,6 +15,42 @@ use kvsim_engine::bugs::BugSet;
 use kvsim_engine::config::EngineConfig;
 use kvsim_engine::ids::NodeId;
 
+/// What a scenario deploys for one seed, and nothing of a run: the engine (the drawn
+/// router and topology limits, the run's bug switches) and each node's pool, with no
+/// workload and no fault drawn. `kvsim serve` deploys it (real faults are the fault
+/// bed's, not the simulator's draws), so the server links no fault drawing;
+/// [`Plan::build`] starts from it.
+#[derive(Clone, Debug)]
+pub struct Deployment {
+    pub scenario: String,
+    pub seed: u64,
+    pub engine: EngineConfig,
+    pub prefill_pools: Vec<u32>,
+    pub decode_pools: Vec<u32>,
+}
+
+impl Deployment {
+    /// Draw the deployment of `seed` from `sc`, with `bugs` replacing the scenario's
+    /// bug switches when given. The engine is not validated here: a run validates it
+    /// once its timeouts are drawn ([`Plan::build`]), a server before it starts.
+    pub fn draw(sc: &Scenario, seed: u64, bugs: Option<BugSet>) -> Result<Self, ScenarioError> {
+        sc.validate()?;
+        let mut engine = sc.engine.clone();
+        if let Some(b) = bugs {
+            engine.bugs = b;
+        }
+        draw_router(sc, seed, &mut engine);
+        let (prefill_pools, decode_pools) = draw_topology(sc, seed, &mut engine)?;
+        Ok(Deployment {
+            scenario: sc.name.clone(),
+            seed,
+            engine,
+            prefill_pools,
+            decode_pools,
+        })
+    }
+}
+
 /// One concrete run.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -65,13 +101,12 @@ impl Plan {
         bugs: Option<BugSet>,
         reduction: &Reduction,
     ) -> Result<Plan, ScenarioError> {
-        sc.validate()?;
-        let mut engine = sc.engine.clone();
-        if let Some(b) = bugs {
-            engine.bugs = b;
-        }
-        draw_router(sc, seed, &mut engine);
-        let (prefill_pools, decode_pools) = draw_topology(sc, seed, &mut engine)?;
+        let Deployment {
+            mut engine,
+            prefill_pools,
+            decode_pools,
+            ..
+        } = Deployment::draw(sc, seed, bugs)?;
         let np = prefill_pools.len() as u16;
         let (prefill_ids, decode_ids) = node_ids(np, decode_pools.len() as u16);
         let fs = &sc.faults;

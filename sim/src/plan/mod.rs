@@ -18,7 +18,7 @@ mod draw;
 mod fault;
 mod reduction;
 
-pub use build::Plan;
+pub use build::{Deployment, Plan};
 pub use describe::ms;
 pub use fault::{derived_cleanup_bound_ns, CrashPlan, FaultKind, NetParams, Partition};
 pub use reduction::Reduction;
