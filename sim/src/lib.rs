@@ -15,6 +15,7 @@
 pub mod coverage;
 pub mod hash;
 pub mod net;
+pub mod outcome;
 pub mod plan;
 pub mod queue;
 pub mod reach;
@@ -29,15 +30,11 @@ pub mod sweep;
 
 use kvsim_engine::bugs::BugSet;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
-use kvsim_engine::ids::{RequestId, RoomKey, TenantId};
-use kvsim_engine::invariant::Invariant;
-use kvsim_engine::msg::Status;
-use kvsim_oracle::schema::{Entry, RunHeader};
-use kvsim_oracle::{Finding, Leak};
+use kvsim_oracle::schema::Entry;
+pub use outcome::RunOutcome;
 use plan::{Plan, Reduction};
-use scenario::{PlannedRequest, Scenario, ScenarioError};
-use simulator::{ClientReply, FaultStats, Simulator};
-use std::collections::BTreeMap;
+use scenario::{Scenario, ScenarioError};
+use simulator::Simulator;
 
 /// Which KV backend a run uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -46,70 +43,6 @@ pub enum Backend {
     Symbolic,
     /// Real f32 echo attention on the CPU (black-box canary check only).
     Host,
-}
-
-/// Everything a run produced.
-#[derive(Clone, Debug)]
-pub struct RunOutcome {
-    pub scenario: String,
-    pub seed: u64,
-    pub bugs: BugSet,
-    pub plan: Plan,
-    pub requests: Vec<PlannedRequest>,
-    pub replies: BTreeMap<RequestId, Vec<ClientReply>>,
-    pub room_requests: BTreeMap<RoomKey, RequestId>,
-    /// Every finding: violations and detections (a defense that fired).
-    pub findings: Vec<Finding>,
-    pub leaks: Vec<Leak>,
-    /// The trace's header (the facts a checker needs about the run).
-    pub header: RunHeader,
-    pub events: u64,
-    pub sim_ns: u64,
-    /// The trace hash ([`Simulator::trace_hash`]); `None` for a run that kept none
-    /// ([`run_plan_unhashed`]).
-    pub trace_hash: Option<u64>,
-    pub stats: FaultStats,
-    /// The full event log (empty unless the run was traced).
-    pub trace: Vec<Entry>,
-}
-
-impl RunOutcome {
-    /// No invariant violated (a defense that fired is a detection, not a violation).
-    pub fn clean(&self) -> bool {
-        !kvsim_oracle::fails(&self.findings)
-    }
-    /// The invariants violated, in order of first violation.
-    pub fn broken(&self) -> Vec<Invariant> {
-        report::distinct(self.findings.iter().filter(|f| f.violated()))
-    }
-    /// The invariants a defense detected (and stopped), in order.
-    pub fn detected(&self) -> Vec<Invariant> {
-        report::distinct(self.findings.iter().filter(|f| !f.violated()))
-    }
-    /// Every invariant found, violated or detected.
-    pub fn found(&self) -> Vec<Invariant> {
-        report::distinct(self.findings.iter())
-    }
-    /// The first violation, if any.
-    pub fn first(&self) -> Option<&Finding> {
-        self.findings.iter().find(|f| f.violated())
-    }
-    /// The first finding of either kind, if any.
-    pub fn first_finding(&self) -> Option<&Finding> {
-        self.findings.first()
-    }
-    /// The status of the first reply to the first request of `tenant` that got one.
-    pub fn status_of(&self, tenant: TenantId) -> Option<Status> {
-        self.requests
-            .iter()
-            .filter(|r| r.tenant == tenant)
-            .find_map(|r| {
-                self.replies
-                    .get(&r.req)
-                    .and_then(|v| v.first())
-                    .map(|c| c.status)
-            })
-    }
 }
 
 /// Options of one run.

@@ -4,9 +4,10 @@
 //! pages involved, and the command that replays it). Formatting only; nothing here
 //! decides anything.
 
+pub use crate::outcome::distinct;
+use crate::outcome::RunOutcome;
 use crate::scenario::PlannedRequest;
 use crate::simulator::output::ClientReply;
-use crate::RunOutcome;
 use kvsim_engine::ids::RequestId;
 use kvsim_engine::invariant::Invariant;
 use kvsim_oracle::Finding;
@@ -57,17 +58,6 @@ pub fn render_requests(
 /// kept none ([`crate::run_plan_unhashed`]).
 pub fn trace_hash(hash: Option<u64>) -> String {
     hash.map_or_else(|| "not kept".to_string(), |h| format!("{h:016x}"))
-}
-
-/// The distinct invariants of some findings, in order of first appearance.
-pub fn distinct<'a>(findings: impl IntoIterator<Item = &'a Finding>) -> Vec<Invariant> {
-    let mut out = Vec::new();
-    for f in findings {
-        if !out.contains(&f.violation.invariant) {
-            out.push(f.violation.invariant);
-        }
-    }
-    out
 }
 
 /// The command that replays a run.

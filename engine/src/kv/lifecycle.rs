@@ -247,10 +247,10 @@ pub fn check_hold(state: PageState) -> Result<(), IllegalTransition> {
 }
 
 /// Every state, for exhaustive tests over the table.
-pub const ALL_STATES: [PageState; PageState::COUNT] = crate::every(PageState::VARIANTS);
+pub const ALL_STATES: [PageState; PageState::COUNT] = crate::enum_table::every(PageState::VARIANTS);
 
 /// Every operation, for exhaustive tests over the table.
-pub const ALL_OPS: [PageOp; PageOp::COUNT] = crate::every(PageOp::VARIANTS);
+pub const ALL_OPS: [PageOp; PageOp::COUNT] = crate::enum_table::every(PageOp::VARIANTS);
 
 #[cfg(test)]
 mod tests {

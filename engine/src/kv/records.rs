@@ -67,7 +67,7 @@ pub trait PageRecords: WriteGate {
 }
 
 impl PageRecords for PagePool {
-    type Error = super::PoolError;
+    type Error = super::pool::PoolError;
 
     fn capacity(&self) -> usize {
         let pages = PagePool::capacity(self);
