@@ -25,7 +25,6 @@
 //! difference; the crate's tests run the reduced models that way.
 
 use crate::model_state::Envelope;
-use crate::shared::{hash_of, Shared};
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::{Effect as Step, Input, Outbox};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
@@ -33,6 +32,7 @@ use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
+use kvsim_oracle::shared::{hash_of, Shared};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::hash::Hash;
@@ -360,14 +360,18 @@ pub fn transition<N: Machine>(
 mod tests {
     use super::*;
     use crate::spec::ModelSpec;
-    use crate::HandoffModel;
     use kvsim_engine::env::Timer;
+    use kvsim_engine::Cfg;
 
+    /// The router of the small handoff model, as its initial state holds it.
     fn router() -> Shared<Router> {
-        HandoffModel::new(ModelSpec::handoff_small())
-            .expect("valid")
-            .initial()
-            .router
+        let cfg = Cfg::new(ModelSpec::handoff_small().engine);
+        Shared::new(Router::new(
+            NodeId(0),
+            cfg,
+            vec![NodeId(1)],
+            vec![NodeId(2)],
+        ))
     }
 
     /// The second identical step is answered from the cache, and a different input

@@ -12,7 +12,6 @@
 //! Invariant: `net` and `timers` are sorted and free of duplicates, the book's `notes`
 //! are sorted by room, so equal configurations are equal values.
 
-use crate::shared::Shared;
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::Timer;
 use kvsim_engine::gpu::SymbolicGpu;
@@ -25,6 +24,7 @@ use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::world::{self, Altered, DataFault, KvTransport, Timers};
 use kvsim_oracle::oracle_state::WriteFacts;
+use kvsim_oracle::shared::Shared;
 use kvsim_oracle::OracleState;
 use std::fmt;
 use std::hash::{Hash, Hasher};

@@ -13,10 +13,10 @@
 //! channel order); it only refuses a step that names a message not in flight or a
 //! timer not pending.
 
+use crate::model::HandoffModel;
 use crate::model_state::{altered, stale_landing, CLIENT, ROUTER};
 use crate::schedule::{MessageStep, Schedule, Step};
 use crate::spec::ModelSpec;
-use crate::HandoffModel;
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
 use kvsim_engine::harness::{Delivered, Flight, Happened, Harness, HarnessError, Mark};
 use kvsim_engine::ids::{NodeId, TenantId};

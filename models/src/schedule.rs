@@ -294,12 +294,13 @@ impl Schedule {
 
 /// The schedule step of one action taken from state `s`.
 pub fn step_of(model: &HandoffModel, s: &State, a: &Action) -> Step {
-    let message = |how, e: &crate::shared::Shared<crate::model_state::Envelope>| Step::Message {
-        how,
-        from: e.get().from,
-        to: e.get().to,
-        summary: e.get().msg.summary(),
-    };
+    let message =
+        |how, e: &kvsim_oracle::shared::Shared<crate::model_state::Envelope>| Step::Message {
+            how,
+            from: e.get().from,
+            to: e.get().to,
+            summary: e.get().msg.summary(),
+        };
     match a {
         Action::Submit(slot) => {
             let c = &s.clients()[*slot as usize];

@@ -17,22 +17,13 @@ pub mod setup;
 pub mod skips;
 
 mod need;
+mod paths;
 
-pub use need::{required, required_by, skip, skip_expected, visible, Need};
+pub use need::{required, required_by, skip, skip_expected, Need};
+pub use paths::{target_dir, workspace_root};
+pub use skips::visible;
 
 use std::path::PathBuf;
-
-/// The workspace root (this crate lives one level below it).
-pub fn workspace_root() -> PathBuf {
-    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    here.parent().map(PathBuf::from).unwrap_or(here)
-}
-
-/// Where set-up installs and skips are recorded: the workspace's `target/`, whatever
-/// `CARGO_TARGET_DIR` a build uses (the loom build has its own; the tools are shared).
-pub fn target_dir() -> PathBuf {
-    workspace_root().join("target")
-}
 
 /// The Python interpreter that has `module` importable (the pinned clients' virtual
 /// environment unless `KVSIM_PYTHON` names another), or the test skips: `None`, with

@@ -1,6 +1,6 @@
 //! The kinds of need, their require variables, and the one way a test skips.
 
-use crate::skips;
+use crate::skips::{self, visible};
 
 /// Something a test needs from the machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,15 +57,6 @@ pub fn skip(test: &str, need: Need, why: &str) {
 pub fn skip_expected(test: &str, why: &str) {
     visible(&format!("SKIPPED: {why} [{test}]"));
     skips::record(test, why, true);
-}
-
-/// Print a line past the test harness's output capture (which takes only `print!`),
-/// so `cargo test` shows it whether or not the test passes.
-pub fn visible(line: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    // A closed stdout is no reason to fail a test.
-    let _ = writeln!(out, "{line}");
 }
 
 #[cfg(test)]

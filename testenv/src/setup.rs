@@ -2,8 +2,8 @@
 //! test processes at once (one lock file under `target/`). The Python packages and
 //! mdBook go under `target/`; Debian's packages need root ([`system`]).
 
+use crate::paths::target_dir;
 use crate::pins::{APT_PACKAGES, MDBOOK_VERSION, PYTHON_PACKAGES};
-use crate::target_dir;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -6,7 +6,7 @@
 //! same process. The workspace's last test binary (`xtask`'s `zz_skipped`) and
 //! `cargo xtask test` print the list.
 
-use crate::target_dir;
+use crate::paths::target_dir;
 use std::path::PathBuf;
 
 /// One recorded skip.
@@ -56,7 +56,7 @@ pub fn record_in(run: &str, test: &str, why: &str, expected: bool) {
     );
     let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(dir.join(name), body));
     if let Err(e) = written {
-        crate::visible(&format!(
+        visible(&format!(
             "(the skip of {test} could not be recorded under {}: {e})",
             dir.display()
         ));
@@ -126,6 +126,15 @@ pub fn prune(keep: &str) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
+}
+
+/// Print a line past the test harness's output capture (which takes only `print!`),
+/// so `cargo test` shows it whether or not the test passes.
+pub fn visible(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    // A closed stdout is no reason to fail a test.
+    let _ = writeln!(out, "{line}");
 }
 
 #[cfg(test)]

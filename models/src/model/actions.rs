@@ -8,10 +8,10 @@
 use crate::model::handoff::HandoffModel;
 use crate::model::properties;
 use crate::model_state::{altered, Action, Envelope, FaultsUsed, State, DECODE, PREFILL};
-use crate::shared::Shared;
 use kvsim_engine::msg::Msg;
 use kvsim_engine::world::{self, Arrival, DataFault};
 use kvsim_engine::Timer;
+use kvsim_oracle::shared::Shared;
 use stateright::{Model, Property};
 
 impl HandoffModel {

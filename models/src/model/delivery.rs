@@ -7,9 +7,9 @@
 use crate::memo::Cause;
 use crate::model::tx::Tx;
 use crate::model_state::{altered, stale_landing, Envelope, StaleCopy, PREFILL};
-use crate::shared::Shared;
 use kvsim_engine::world::{self, Arrival, DataFault};
 use kvsim_oracle::schema::{FaultEvent, Record};
+use kvsim_oracle::shared::Shared;
 
 impl Tx<'_> {
     /// A KV write lands and the network keeps a copy of it, to land again later.

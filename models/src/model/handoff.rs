@@ -7,7 +7,6 @@
 
 use crate::memo::{self, Cause, Effect, Machine};
 use crate::model_state::{Book, Client, FaultsUsed, State, DECODE, PREFILL, ROUTER};
-use crate::shared::Shared;
 use crate::spec::{ClientSpec, ModelSpec, SpecError};
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::gpu::SymbolicGpu;
@@ -20,6 +19,7 @@ use kvsim_engine::world::{Arriving, Timers, Topology};
 use kvsim_engine::Cfg;
 use kvsim_oracle::oracle_state::must_reject;
 use kvsim_oracle::schema::{ClockKind, RunHeader};
+use kvsim_oracle::shared::Shared;
 use kvsim_oracle::OracleState;
 use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};

@@ -8,7 +8,6 @@
 use crate::memo::{Cause, Routed};
 use crate::model::handoff::HandoffModel;
 use crate::model_state::{note, Action, State, CLIENT, DECODE, PREFILL, ROUTER};
-use crate::shared::Shared;
 use kvsim_engine::decode::DecodePhase;
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
 use kvsim_engine::gpu::SymbolicPage;
@@ -22,6 +21,7 @@ use kvsim_engine::Timer;
 use kvsim_oracle::oracle_state::{Draft, WriteFacts};
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::Record;
+use kvsim_oracle::shared::Shared;
 use kvsim_oracle::OracleState;
 
 /// What one transition did, for counterexamples and the Explorer: the engine events

@@ -75,7 +75,7 @@ impl FaultsUsed {
 /// What the environment remembers besides the nodes and the network: the clients,
 /// the notes of its `sometimes` properties, the faults used and the invariants the
 /// oracle found broken. Most transitions leave it as it is, so a state shares it with its
-/// successors ([`Shared`](crate::shared::Shared)) until one changes it; its lists are inline, so that copy
+/// successors ([`Shared`](kvsim_oracle::shared::Shared)) until one changes it; its lists are inline, so that copy
 /// is a single allocation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Book {
