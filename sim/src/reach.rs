@@ -23,10 +23,13 @@ use kvsim_engine::ids::{NodeId, RoomKey, WriteId};
 use kvsim_engine::msg::Status;
 use kvsim_engine::trace::{NodeFault, Side, TraceEvent};
 use kvsim_oracle::schema::{Entry, FaultEvent, Record};
+use strum::{EnumCount, VariantArray};
 
 /// One protocol path a run may reach. Declaration order is the order every list
 /// prints them in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, strum::EnumCount, strum::VariantArray,
+)]
 pub enum ReachPath {
     RequestCompletes,
     RejectedAtIntake,
@@ -50,30 +53,144 @@ pub enum ReachPath {
     PauseMidRequest,
 }
 
+/// Each path's (path, name, meaning, witness), in declaration order: the one place
+/// each path is described ([`ReachPath::about`] reads it; a test checks the order).
+const ABOUT: [(ReachPath, &str, &str, &str); ReachPath::COUNT] = [
+    // The model checker's `a request completes`.
+    (
+        ReachPath::RequestCompletes,
+        "request-completes",
+        "a client got its answer with status 200",
+        "`RouterResponse` with status 200",
+    ),
+    // The model checker's `an over-length request is rejected` is the
+    // over-length case of this one.
+    (
+        ReachPath::RejectedAtIntake,
+        "rejected-at-intake",
+        "a half refused a request at intake, before it took any resource",
+        "`Rejected`",
+    ),
+    (
+        ReachPath::Truncated,
+        "truncated",
+        "prefill cut an over-length prompt to its limit (`allow_auto_truncate`)",
+        "`Truncated`",
+    ),
+    (
+        ReachPath::BootstrapTimeout,
+        "bootstrap-timeout",
+        "prefill gave up a room whose page list never came (its bootstrap timer)",
+        "`Responded` by a node while it handles its `Bootstrap` timer",
+    ),
+    (
+        ReachPath::TransferTimeout,
+        "transfer-timeout",
+        "decode's waiting timer failed a transfer that never completed",
+        "`TransferFailed` while the node handles its `WaitingForKv` timer",
+    ),
+    (
+        ReachPath::RequestTimeout,
+        "request-timeout",
+        "the router's request timer gave up an attempt (answered it, or retried it)",
+        "`RouterResponse` or `RouterRetried` while the router handles its `Request` timer",
+    ),
+    (
+        ReachPath::SendFailed,
+        "send-failed",
+        "prefill reported a failed KV send and decode heard it",
+        "`TransferReported` with `success: false`",
+    ),
+    (
+        ReachPath::TransferRefused,
+        "transfer-refused",
+        "decode's verification (defense 2) refused a transfer prefill reported complete",
+        "`TransferRefused`",
+    ),
+    // The model checker's `an abort races an in-flight KV write` (there: any
+    // loss of the destination's ownership, here: the abort itself).
+    (
+        ReachPath::AbortMidTransfer,
+        "abort-mid-transfer",
+        "decode noted an abort of a room while one of the room's KV writes was on its way to it",
+        "`AbortNoted` (decode) of a room after a `KvSent` of it and before that write's `KvLanded`, `KvRefused`, `write_failed` or `WriteCompleted`",
+    ),
+    (
+        ReachPath::Quarantine,
+        "quarantine",
+        "decode kept a failed room's pages out of circulation until the drain ack",
+        "`Quarantined`",
+    ),
+    (
+        ReachPath::LandedInQuarantine,
+        "landed-in-quarantine",
+        "a KV write landed in pages decode held in quarantine (what deferred release is for)",
+        "`KvLanded` of a room on a node between the room's `Quarantined` and `QuarantineReleased` there",
+    ),
+    // The model checker's `a drain ack arrives after a timeout`.
+    (
+        ReachPath::DrainAfterTimeout,
+        "drain-after-timeout",
+        "a quarantine ended on a drain ack that came after decode's drain-retry timer fired",
+        "`QuarantineReleased` of a room after a `DrainRetry` timer of it fired on that node while it was quarantined",
+    ),
+    (
+        ReachPath::DrainGaveUp,
+        "drain-gave-up",
+        "decode spent its drain-retry budget: the pages stay quarantined and the node stops taking requests",
+        "`Fault` `DrainAckMissing`",
+    ),
+    (
+        ReachPath::StaleWriteRefused,
+        "stale-write-refused",
+        "the landing-time tag check refused a KV write aimed at a page's other generation",
+        "`KvRefused` with a `tag`",
+    ),
+    (
+        ReachPath::TagMismatch,
+        "tag-mismatch",
+        "the read-time tag check (defense 4) refused a decode step",
+        "`TagMismatch`",
+    ),
+    (
+        ReachPath::PeerRefused,
+        "peer-refused",
+        "a node refused a message about a room from a node that is not the room's peer",
+        "`PeerRefused`",
+    ),
+    (
+        ReachPath::RetryNewRoom,
+        "retry-new-room",
+        "the router (`sglang-router`) gave up an attempt and retried the request in a new room",
+        "`RouterRetried`",
+    ),
+    // The model checker's `a request is retried while a given-up attempt's
+    // half is live`.
+    (
+        ReachPath::RetryWhileLive,
+        "retry-while-live",
+        "a half of a given-up attempt was still at work after the router retried it",
+        "an event of a room from a node other than the router after the room's `RouterRetried`",
+    ),
+    // The model checker's `a node crashes while it holds a request`.
+    (
+        ReachPath::CrashMidRequest,
+        "crash-mid-request",
+        "a prefill or decode node crashed while it held an admitted, unanswered request",
+        "the `crash` fault of a node after an `Admitted` there and before that half's `Responded`",
+    ),
+    // The model checker's `a node freezes while it holds a request`.
+    (
+        ReachPath::PauseMidRequest,
+        "pause-mid-request",
+        "a prefill or decode node froze (a stall) while it held an admitted, unanswered request",
+        "the `pause` fault of a node after an `Admitted` there and before that half's `Responded`",
+    ),
+];
+
 impl ReachPath {
     /// Every path, in declaration order.
-    pub const ALL: [ReachPath; 20] = [
-        ReachPath::RequestCompletes,
-        ReachPath::RejectedAtIntake,
-        ReachPath::Truncated,
-        ReachPath::BootstrapTimeout,
-        ReachPath::TransferTimeout,
-        ReachPath::RequestTimeout,
-        ReachPath::SendFailed,
-        ReachPath::TransferRefused,
-        ReachPath::AbortMidTransfer,
-        ReachPath::Quarantine,
-        ReachPath::LandedInQuarantine,
-        ReachPath::DrainAfterTimeout,
-        ReachPath::DrainGaveUp,
-        ReachPath::StaleWriteRefused,
-        ReachPath::TagMismatch,
-        ReachPath::PeerRefused,
-        ReachPath::RetryNewRoom,
-        ReachPath::RetryWhileLive,
-        ReachPath::CrashMidRequest,
-        ReachPath::PauseMidRequest,
-    ];
+    pub const ALL: [ReachPath; ReachPath::COUNT] = kvsim_engine::every(ReachPath::VARIANTS);
 
     /// The name a scenario's `reach` list and every report use.
     pub fn name(self) -> &'static str {
@@ -90,120 +207,11 @@ impl ReachPath {
         self.about().2
     }
 
-    /// (name, meaning, witness): the one place each path is described.
+    /// (name, meaning, witness), from [`ABOUT`].
     fn about(self) -> (&'static str, &'static str, &'static str) {
-        match self {
-            // The model checker's `a request completes`.
-            ReachPath::RequestCompletes => (
-                "request-completes",
-                "a client got its answer with status 200",
-                "`RouterResponse` with status 200",
-            ),
-            // The model checker's `an over-length request is rejected` is the
-            // over-length case of this one.
-            ReachPath::RejectedAtIntake => (
-                "rejected-at-intake",
-                "a half refused a request at intake, before it took any resource",
-                "`Rejected`",
-            ),
-            ReachPath::Truncated => (
-                "truncated",
-                "prefill cut an over-length prompt to its limit (`allow_auto_truncate`)",
-                "`Truncated`",
-            ),
-            ReachPath::BootstrapTimeout => (
-                "bootstrap-timeout",
-                "prefill gave up a room whose page list never came (its bootstrap timer)",
-                "`Responded` by a node while it handles its `Bootstrap` timer",
-            ),
-            ReachPath::TransferTimeout => (
-                "transfer-timeout",
-                "decode's waiting timer failed a transfer that never completed",
-                "`TransferFailed` while the node handles its `WaitingForKv` timer",
-            ),
-            ReachPath::RequestTimeout => (
-                "request-timeout",
-                "the router's request timer gave up an attempt (answered it, or retried it)",
-                "`RouterResponse` or `RouterRetried` while the router handles its `Request` timer",
-            ),
-            ReachPath::SendFailed => (
-                "send-failed",
-                "prefill reported a failed KV send and decode heard it",
-                "`TransferReported` with `success: false`",
-            ),
-            ReachPath::TransferRefused => (
-                "transfer-refused",
-                "decode's verification (defense 2) refused a transfer prefill reported complete",
-                "`TransferRefused`",
-            ),
-            // The model checker's `an abort races an in-flight KV write` (there: any
-            // loss of the destination's ownership, here: the abort itself).
-            ReachPath::AbortMidTransfer => (
-                "abort-mid-transfer",
-                "decode noted an abort of a room while one of the room's KV writes was on its way to it",
-                "`AbortNoted` (decode) of a room after a `KvSent` of it and before that write's `KvLanded`, `KvRefused`, `write_failed` or `WriteCompleted`",
-            ),
-            ReachPath::Quarantine => (
-                "quarantine",
-                "decode kept a failed room's pages out of circulation until the drain ack",
-                "`Quarantined`",
-            ),
-            ReachPath::LandedInQuarantine => (
-                "landed-in-quarantine",
-                "a KV write landed in pages decode held in quarantine (what deferred release is for)",
-                "`KvLanded` of a room on a node between the room's `Quarantined` and `QuarantineReleased` there",
-            ),
-            // The model checker's `a drain ack arrives after a timeout`.
-            ReachPath::DrainAfterTimeout => (
-                "drain-after-timeout",
-                "a quarantine ended on a drain ack that came after decode's drain-retry timer fired",
-                "`QuarantineReleased` of a room after a `DrainRetry` timer of it fired on that node while it was quarantined",
-            ),
-            ReachPath::DrainGaveUp => (
-                "drain-gave-up",
-                "decode spent its drain-retry budget: the pages stay quarantined and the node stops taking requests",
-                "`Fault` `DrainAckMissing`",
-            ),
-            ReachPath::StaleWriteRefused => (
-                "stale-write-refused",
-                "the landing-time tag check refused a KV write aimed at a page's other generation",
-                "`KvRefused` with a `tag`",
-            ),
-            ReachPath::TagMismatch => (
-                "tag-mismatch",
-                "the read-time tag check (defense 4) refused a decode step",
-                "`TagMismatch`",
-            ),
-            ReachPath::PeerRefused => (
-                "peer-refused",
-                "a node refused a message about a room from a node that is not the room's peer",
-                "`PeerRefused`",
-            ),
-            ReachPath::RetryNewRoom => (
-                "retry-new-room",
-                "the router (`sglang-router`) gave up an attempt and retried the request in a new room",
-                "`RouterRetried`",
-            ),
-            // The model checker's `a request is retried while a given-up attempt's
-            // half is live`.
-            ReachPath::RetryWhileLive => (
-                "retry-while-live",
-                "a half of a given-up attempt was still at work after the router retried it",
-                "an event of a room from a node other than the router after the room's `RouterRetried`",
-            ),
-            // The model checker's `a node crashes while it holds a request`.
-            ReachPath::CrashMidRequest => (
-                "crash-mid-request",
-                "a prefill or decode node crashed while it held an admitted, unanswered request",
-                "the `crash` fault of a node after an `Admitted` there and before that half's `Responded`",
-            ),
-            // The model checker's `a node freezes while it holds a request`.
-            ReachPath::PauseMidRequest => (
-                "pause-mid-request",
-                "a prefill or decode node froze (a stall) while it held an admitted, unanswered request",
-                "the `pause` fault of a node after an `Admitted` there and before that half's `Responded`",
-            ),
-        }
+        let (path, name, meaning, witness) = ABOUT[self as usize];
+        assert_eq!(path, self, "ABOUT is in declaration order");
+        (name, meaning, witness)
     }
 
     /// The path named `name`.
