@@ -6,7 +6,7 @@
 //! in the simulator, the model checker and the harness; on the node's device thread in
 //! the hardware runtime, whose loop waits for the completion before its next input).
 //! What the device does with a job is stated here once ([`Job::run`]); what the node
-//! does with the result is its completion handler (docs/ARCHITECTURE.md, "Compute as an
+//! does with the result is its completion handler (docs/DECISIONS.md, "Compute as an
 //! effect").
 
 use crate::gpu::{ids, DeviceError, Gpu, TagError, WriteError};

@@ -22,7 +22,7 @@ pub trait Stepper<K> {
 /// for none. A node asks for a compute only as its last effect, and the completion's
 /// effects follow the step's in `out`, so the driver applies the whole step in the
 /// order the node issued it, and no `Compute` is left in `out`
-/// (docs/ARCHITECTURE.md, "Compute as an effect").
+/// (docs/DECISIONS.md, "Compute as an effect").
 pub fn step<K, N: Stepper<K>>(node: &mut N, input: Input<K>, out: &mut Outbox<K>) {
     node.handle(input, out);
     while let Some(Effect::Compute(_)) = out.effects.last() {

@@ -7,7 +7,7 @@
 //!
 //! Adding a transport is a variant of [`KvTransport`] and its row in
 //! [`KvTransport::semantics`]; the world, the drivers and the oracle follow the row
-//! (docs/ARCHITECTURE.md, "Adding a transport").
+//! (docs/ARCHITECTURE.md, "Adding a transport, a router policy, a protocol").
 
 use crate::msg::Msg;
 use serde::{Deserialize, Serialize};

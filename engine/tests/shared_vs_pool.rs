@@ -108,7 +108,7 @@ fn resolve(issued: &[PageTag], p: &Pick) -> PageTag {
 
 /// What `begin_write` must answer, derived from the pool alone: the shared record's
 /// write gate is the pool's hold rule (owned or quarantined pages; the one rule for
-/// writes into quarantined pages, docs/ARCHITECTURE.md).
+/// writes into quarantined pages, docs/DECISIONS.md).
 fn expected_write(pool: &PagePool, tag: PageTag) -> Result<(), SharedError> {
     let last = pool.capacity() as u32;
     let Some(rec) = pool.record(tag.page).filter(|_| tag.page.0 <= last) else {

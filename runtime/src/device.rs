@@ -4,7 +4,7 @@
 //! The loop hands it one job and waits for what the device did before it takes its
 //! next input, so a step is as atomic as in every other driver (the model checker
 //! explores no input between a job and its completion, and neither may the runtime:
-//! docs/ARCHITECTURE.md, "Compute as an effect"). The transfer thread still lands KV
+//! docs/DECISIONS.md, "Compute as an effect"). The transfer thread still lands KV
 //! writes into the same memory meanwhile, gated by the node's one ownership record as
 //! before.
 

@@ -89,7 +89,7 @@ pub enum Compute {
 
 impl Compute {
     /// The engine configuration served: under `device` a compute pass is armed at once
-    /// and its cost is the device thread's run (docs/ARCHITECTURE.md, "Compute as an
+    /// and its cost is the device thread's run (docs/DECISIONS.md, "Compute as an
     /// effect").
     pub(super) fn engine(self, modelled: &EngineConfig) -> EngineConfig {
         let mut cfg = modelled.clone();

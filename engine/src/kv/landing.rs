@@ -18,7 +18,7 @@
 //! a remote write arriving then (a stale duplicate of one that landed, a data fault of
 //! the world) would overwrite it. Quarantine accepts its room's writes:
 //! it is the state that exists because those writes may still land, and it ends only
-//! on the writer's drain ack, after the last completion (docs/ARCHITECTURE.md, "Writes
+//! on the writer's drain ack, after the last completion (docs/DECISIONS.md, "Writes
 //! into quarantined pages"). The gate exists only on a two-sided transport with
 //! `landing_gate` on (`EngineConfig::landing_gated`); otherwise (one-sided RDMA, the default)
 //! a write lands wherever it points inside the registered pool, as RDMA WRITE does.

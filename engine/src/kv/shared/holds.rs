@@ -92,7 +92,7 @@ impl SharedPool {
     /// when `tag` is stale ([`SharedError::StaleTag`]) or the page's owner has let go
     /// ([`SharedError::NotWritable`]). A quarantined page still accepts it: quarantine
     /// is the state in which the writer's writes may still land (the one rule for
-    /// every driver, docs/ARCHITECTURE.md "Writes into quarantined pages"). A write
+    /// every driver, docs/DECISIONS.md "Writes into quarantined pages"). A write
     /// that began before an abort keeps its hold until the guard drops, so the page is
     /// not reused under it.
     #[inline]

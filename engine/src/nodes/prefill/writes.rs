@@ -43,7 +43,7 @@ impl<G: Gpu> PrefillNode<G> {
         // The prompt's last page, when partial, is sent as the slots it holds: a
         // one-sided write places the bytes it carries, so decode's generated KV in the
         // rest of that page is out of reach of this write and of any late copy of it
-        // (docs/ARCHITECTURE.md, "Two transports").
+        // (docs/DECISIONS.md, "Two transports").
         let ps = u64::from(self.cfg.page_size).max(1);
         let slots = (req.prompt.len() as u64 % ps) as usize;
         let tail = match pages.len().checked_sub(1) {
