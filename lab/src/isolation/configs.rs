@@ -93,16 +93,17 @@ pub fn configuration(name: &str) -> Option<Defenses> {
 pub const ROUTER_CANCEL_ROW: &str = "router cancels both + deferred";
 
 /// The configurations that exist under `router`: the router's cancel of both halves
-/// is a defense of the careful router only.
+/// is a defense only of a policy that can cancel the other half
+/// ([`RouterPolicy::cancels_other_half`]).
 pub fn configurations_under(router: RouterPolicy) -> Vec<(&'static str, Defenses)> {
     configurations()
         .into_iter()
-        .filter(|(name, _)| router == RouterPolicy::Careful || *name != ROUTER_CANCEL_ROW)
+        .filter(|(name, _)| router.cancels_other_half() || *name != ROUTER_CANCEL_ROW)
         .collect()
 }
 
 /// The transports every configuration runs on (default first).
-pub const TRANSPORTS: [KvTransport; 2] = [KvTransport::OneSided, KvTransport::TwoSided];
+pub const TRANSPORTS: [KvTransport; KvTransport::ALL.len()] = KvTransport::ALL;
 
 /// Does `strong` turn on every defense `weak` has (and maybe more)?
 pub fn adds_only(weak: Defenses, strong: Defenses) -> bool {
