@@ -130,6 +130,7 @@ impl BugSet {
 
     pub fn with(mut self, bug: Bug) -> BugSet {
         self.insert(bug);
+        // Restates the insert just above: debug only.
         debug_assert!(self.has(bug));
         self
     }

@@ -70,6 +70,7 @@ impl Defenses {
             router_cancels_both: false,
             zero_on_free: false,
         };
+        // Restates the literal above: debug only.
         debug_assert_ne!(d, Defenses::default());
         d
     }

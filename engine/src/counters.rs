@@ -76,6 +76,7 @@ impl Counters {
                 false
             }
         };
+        // Counter bookkeeping, not page safety: debug only.
         debug_assert_eq!(self.peer_refused, before + u64::from(!admitted));
         admitted
     }

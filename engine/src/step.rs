@@ -32,6 +32,7 @@ pub fn step<K, N: Stepper<K>>(node: &mut N, input: Input<K>, out: &mut Outbox<K>
         let done = node.compute(job);
         node.handle(Input::Computed(done), out);
     }
+    // O(effects in the outbox) on every step: debug only.
     debug_assert!(
         !out.effects.iter().any(|e| matches!(e, Effect::Compute(_))),
         "a node asks for a compute only as its last effect"

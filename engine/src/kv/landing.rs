@@ -165,7 +165,7 @@ pub fn land_with<W: WriteGate + ?Sized, G: Gpu, T>(
         }
     }
     let written = write(gpu);
-    debug_assert!(
+    assert!(
         !check_tags || guards.len() == dst.len(),
         "every page held while written"
     );

@@ -49,6 +49,7 @@ impl PageState {
             PageState::Reserved | PageState::Writing | PageState::Ready
         );
         // The table agrees: exactly an owned page may be released or quarantined.
+        // Facts of the constant table, which the tests walk: debug only.
         debug_assert_eq!(owned, transition(self, PageOp::Release).is_ok());
         debug_assert_eq!(owned, transition(self, PageOp::Quarantine).is_ok());
         owned
@@ -65,6 +66,7 @@ impl PageState {
         );
         // A page that takes a write may be held for it; a page whose transfer is
         // expected (Writing) always takes it.
+        // Facts of the constant table, which the tests walk: debug only.
         debug_assert!(
             !takes || check_hold(self).is_ok(),
             "{self} takes writes unheld"
@@ -77,6 +79,7 @@ impl PageState {
 impl fmt::Display for PageState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Every state is listed once in the table of all states the tests walk.
+        // Facts of the constant tables: debug only.
         debug_assert_eq!(ALL_STATES.iter().filter(|s| *s == self).count(), 1);
         debug_assert!(TRANSITIONS
             .iter()
@@ -160,6 +163,7 @@ pub fn transition(from: PageState, op: PageOp) -> Result<PageState, IllegalTrans
         .find(|(f, o, _)| *f == from && *o == op)
         .map(|(_, _, to)| *to)
         .ok_or(IllegalTransition { from, op })?;
+    // O(table) on every lookup, a fact of the constant table: debug only.
     debug_assert_eq!(
         TRANSITIONS
             .iter()
@@ -168,6 +172,7 @@ pub fn transition(from: PageState, op: PageOp) -> Result<PageState, IllegalTrans
         1,
         "the table is deterministic"
     );
+    // A fact of the constant table, which the tests walk: debug only.
     debug_assert_ne!(from, to, "every legal step moves the page");
     Ok(to)
 }
@@ -205,11 +210,13 @@ pub fn let_go_op(op: PageOp, holders: Holders) -> PageOp {
         (PageOp::DrainAcked, Holders::Present) => PageOp::DrainAckedHeld,
         (op, _) => op,
     };
+    // Restates the match above: debug only.
     debug_assert!(
         holders == Holders::Present || chosen == op,
         "without holders the operation is unchanged"
     );
     // A held twin never frees: every step it takes parks the page in Draining.
+    // O(table), a fact of the constant table: debug only.
     debug_assert!(
         chosen == op
             || TRANSITIONS
@@ -230,6 +237,7 @@ pub fn check_hold(state: PageState) -> Result<(), IllegalTransition> {
     let allowed = state.is_owned() || state == PageState::Quarantined;
     // A holdable page has a step out that waits for its holders (ReleaseHeld for an
     // owned page, DrainAckedHeld for a quarantined one); a Free or Draining page has none.
+    // Facts of the constant table and of the enum: debug only.
     debug_assert_eq!(
         allowed,
         transition(state, PageOp::ReleaseHeld).is_ok()

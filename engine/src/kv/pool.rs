@@ -366,12 +366,12 @@ impl PagePool {
             rec.owner = Some(owner);
             tags.push(PageTag { page, gen: rec.gen });
         }
-        debug_assert_eq!(
+        assert_eq!(
             tags.len(),
             n,
             "an allocation hands out exactly what it was asked"
         );
-        debug_assert!(tags.iter().all(|t| self.owns(owner, *t)));
+        assert!(tags.iter().all(|t| self.owns(owner, *t)));
         self.log(PageChange::Reserved {
             room: owner,
             pages: tags.clone(),
@@ -464,11 +464,11 @@ impl PagePool {
         for &t in tags {
             self.apply(owner, t, PageOp::ExpectWrite)?;
         }
-        debug_assert!(
+        assert!(
             tags.iter().all(|t| self.owns(owner, *t)),
             "still the owner's"
         );
-        debug_assert!(tags.iter().all(|t| self.state_is(*t, PageState::Writing)));
+        assert!(tags.iter().all(|t| self.state_is(*t, PageState::Writing)));
         self.log(PageChange::ExpectWrite {
             room: owner,
             pages: tags.to_vec(),
@@ -482,11 +482,11 @@ impl PagePool {
         for &t in tags {
             self.apply(owner, t, PageOp::MarkReady)?;
         }
-        debug_assert!(
+        assert!(
             tags.iter().all(|t| self.owns(owner, *t)),
             "still the owner's"
         );
-        debug_assert!(tags.iter().all(|t| self.state_is(*t, PageState::Ready)));
+        assert!(tags.iter().all(|t| self.state_is(*t, PageState::Ready)));
         self.log(PageChange::Ready {
             room: owner,
             pages: tags.to_vec(),
@@ -506,8 +506,8 @@ impl PagePool {
             .holders
             .checked_add(1)
             .expect("holder count bounded by in-flight limit");
-        debug_assert!(rec.holders >= 1 && rec.gen == tag.gen);
-        debug_assert_ne!(rec.state, PageState::Free, "a held page is never free");
+        assert!(rec.holders >= 1 && rec.gen == tag.gen);
+        assert_ne!(rec.state, PageState::Free, "a held page is never free");
         self.log_held(tag);
         Ok(())
     }
@@ -530,8 +530,8 @@ impl PagePool {
             self.free.push(tag.page);
             freed = Some(tag);
         }
-        debug_assert!(freed.is_none() || self.free.last() == Some(&tag.page));
-        debug_assert!(
+        assert!(freed.is_none() || self.free.last() == Some(&tag.page));
+        assert!(
             self.free.len() <= self.capacity(),
             "the free list is a set of pages"
         );

@@ -71,6 +71,7 @@ impl PageRecords for PagePool {
 
     fn capacity(&self) -> usize {
         let pages = PagePool::capacity(self);
+        // The pool's shape, fixed at construction: debug only.
         debug_assert!(pages == 0 || PagePool::record(self, page_id(pages)).is_some());
         debug_assert!(PagePool::record(self, page_id(pages + 1)).is_none());
         pages
@@ -78,6 +79,7 @@ impl PageRecords for PagePool {
     fn epoch(&self) -> u32 {
         let epoch = PagePool::epoch(self);
         let ends = [1, PagePool::capacity(self)].map(page_id);
+        // Two sample pages and Generation's arithmetic, fixed at construction: debug only.
         debug_assert!(
             ends.iter()
                 .all(|&p| PagePool::record(self, p).is_none_or(|r| r.gen.epoch() == epoch)),
@@ -88,50 +90,52 @@ impl PageRecords for PagePool {
     }
     fn page(&self, page: PageId) -> Option<PageRecord> {
         let record = self.record(page).cloned();
+        // Restates record()'s indexing: debug only.
         debug_assert_eq!(record.is_some(), in_range(page, PagePool::capacity(self)));
-        debug_assert!(record.as_ref().is_none_or(free_has_no_owner));
+        assert!(record.as_ref().is_none_or(free_has_no_owner));
         record
     }
     fn owns(&self, owner: RoomKey, tag: PageTag) -> bool {
         let owns = PagePool::owns(self, owner, tag);
+        // Restates owns(), which needs a record: debug only.
         debug_assert!(!owns || in_range(tag.page, PagePool::capacity(self)));
-        debug_assert!(!owns || tag.gen.epoch() == PagePool::epoch(self));
+        assert!(!owns || tag.gen.epoch() == PagePool::epoch(self));
         owns
     }
     fn alloc(&mut self, n: usize, owner: RoomKey) -> Result<Vec<PageTag>, Self::Error> {
         let pages = PagePool::alloc(self, n, owner)?;
-        debug_assert_eq!(pages.len(), n, "all or nothing");
-        debug_assert!(pages.iter().all(|&t| PagePool::owns(self, owner, t)));
+        assert_eq!(pages.len(), n, "all or nothing");
+        assert!(pages.iter().all(|&t| PagePool::owns(self, owner, t)));
         Ok(pages)
     }
     fn expect_write(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         PagePool::expect_write(self, owner, tags)?;
-        debug_assert!(all_in(self, tags, |r| r.state == PageState::Writing));
-        debug_assert!(tags.iter().all(|&t| PagePool::owns(self, owner, t)));
+        assert!(all_in(self, tags, |r| r.state == PageState::Writing));
+        assert!(tags.iter().all(|&t| PagePool::owns(self, owner, t)));
         Ok(())
     }
     fn mark_ready(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         PagePool::mark_ready(self, owner, tags)?;
-        debug_assert!(all_in(self, tags, |r| r.state == PageState::Ready));
-        debug_assert!(tags.iter().all(|&t| PagePool::owns(self, owner, t)));
+        assert!(all_in(self, tags, |r| r.state == PageState::Ready));
+        assert!(tags.iter().all(|&t| PagePool::owns(self, owner, t)));
         Ok(())
     }
     fn release(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         PagePool::release(self, owner, tags)?;
-        debug_assert!(all_in(self, tags, let_go));
-        debug_assert!(tags.iter().all(|&t| !PagePool::owns(self, owner, t)));
+        assert!(all_in(self, tags, let_go));
+        assert!(tags.iter().all(|&t| !PagePool::owns(self, owner, t)));
         Ok(())
     }
     fn quarantine(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         PagePool::quarantine(self, owner, tags)?;
-        debug_assert!(all_in(self, tags, |r| r.state == PageState::Quarantined));
-        debug_assert!(all_in(self, tags, |r| r.owner == Some(owner)));
+        assert!(all_in(self, tags, |r| r.state == PageState::Quarantined));
+        assert!(all_in(self, tags, |r| r.owner == Some(owner)));
         Ok(())
     }
     fn release_quarantined(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         PagePool::release_quarantined(self, owner, tags)?;
-        debug_assert!(all_in(self, tags, let_go));
-        debug_assert!(tags.iter().all(|&t| !PagePool::owns(self, owner, t)));
+        assert!(all_in(self, tags, let_go));
+        assert!(tags.iter().all(|&t| !PagePool::owns(self, owner, t)));
         Ok(())
     }
     fn free_unchecked(&mut self, room: RoomKey, tags: &[PageTag]) {
@@ -140,6 +144,7 @@ impl PageRecords for PagePool {
         let named = tags
             .iter()
             .filter(|t| in_range(t.page, PagePool::capacity(self)));
+        // Only bug switches reach free_unchecked: debug only.
         debug_assert_eq!(
             self.free_count(),
             before + named.count(),
@@ -150,10 +155,12 @@ impl PageRecords for PagePool {
     fn drain_changes(&mut self, mut f: impl FnMut(PageChange)) {
         let mut drained = 0usize;
         self.take_changes().for_each(|c| {
+            // O(pages squared) per change, over the whole journal: debug only.
             debug_assert!(moved_within(&c), "{c:?} names a page it did not move");
             drained += 1;
             f(c)
         });
+        // Restates the drain and the journal switch: debug only.
         debug_assert_eq!(
             self.take_changes().len(),
             0,
@@ -167,6 +174,7 @@ impl PageRecords for PagePool {
     fn with_pool<R>(&self, f: impl FnOnce(&PagePool) -> R) -> R {
         let (pages, free) = (PagePool::capacity(self), self.free_count());
         let out = f(self);
+        // A read through &self leaves the pool as it is, as its type says: debug only.
         debug_assert_eq!(
             PagePool::capacity(self),
             pages,
@@ -177,6 +185,7 @@ impl PageRecords for PagePool {
     }
     fn restarted(&self, epoch: u32) -> Self {
         let fresh = PagePool::with_epoch(self.capacity() as u32, self.page_size(), epoch).journal();
+        // Restates the construction above: debug only.
         debug_assert_eq!(
             fresh.free_count(),
             PagePool::capacity(self),
@@ -198,8 +207,8 @@ pub struct SharedRecord {
 
 impl SharedRecord {
     pub fn new(pool: Arc<SharedPool>) -> Self {
-        debug_assert!(pool.page_size() > 0, "a record of pages of no tokens");
-        debug_assert!(pool.capacity() < u32::MAX as usize, "page ids are 32-bit");
+        assert!(pool.page_size() > 0, "a record of pages of no tokens");
+        assert!(pool.capacity() < u32::MAX as usize, "page ids are 32-bit");
         SharedRecord {
             pool,
             journal: Vec::new(),
@@ -209,6 +218,7 @@ impl SharedRecord {
     /// The record itself, for the transfer thread's gate.
     pub fn shared(&self) -> &Arc<SharedPool> {
         // The node's handle and the transfer thread's share one record, never a copy.
+        // Restates Arc and the constructor: debug only.
         debug_assert!(Arc::strong_count(&self.pool) >= 1);
         debug_assert!(self.pool.page_size() > 0);
         &self.pool
@@ -228,6 +238,7 @@ impl PageRecords for SharedRecord {
 
     fn capacity(&self) -> usize {
         let pages = self.pool.capacity();
+        // The record's shape, fixed at construction: debug only.
         debug_assert!(pages == 0 || self.pool.record(page_id(pages)).is_some());
         debug_assert!(self.pool.record(page_id(pages + 1)).is_none());
         pages
@@ -235,6 +246,7 @@ impl PageRecords for SharedRecord {
     fn epoch(&self) -> u32 {
         let epoch = self.pool.epoch();
         let ends = [1, self.pool.capacity()].map(page_id);
+        // Two sample pages and Generation's arithmetic, fixed at construction: debug only.
         debug_assert!(
             ends.iter()
                 .all(|&p| self.pool.tag(p).is_none_or(|t| t.gen.epoch() == epoch)),
@@ -245,20 +257,22 @@ impl PageRecords for SharedRecord {
     }
     fn page(&self, page: PageId) -> Option<PageRecord> {
         let record = self.pool.record(page);
+        // Restates record()'s range: debug only.
         debug_assert_eq!(record.is_some(), in_range(page, self.pool.capacity()));
-        debug_assert!(record.as_ref().is_none_or(free_has_no_owner));
+        assert!(record.as_ref().is_none_or(free_has_no_owner));
         record
     }
     fn owns(&self, owner: RoomKey, tag: PageTag) -> bool {
         let owns = self.pool.owns(owner, tag);
+        // Restates owns(), which needs a record: debug only.
         debug_assert!(!owns || in_range(tag.page, self.pool.capacity()));
-        debug_assert!(!owns || tag.gen.epoch() == self.pool.epoch());
+        assert!(!owns || tag.gen.epoch() == self.pool.epoch());
         owns
     }
     fn alloc(&mut self, n: usize, owner: RoomKey) -> Result<Vec<PageTag>, Self::Error> {
         let pages = self.pool.alloc(n, owner)?;
-        debug_assert_eq!(pages.len(), n, "all or nothing");
-        debug_assert!(pages.iter().all(|&t| self.pool.owns(owner, t)));
+        assert_eq!(pages.len(), n, "all or nothing");
+        assert!(pages.iter().all(|&t| self.pool.owns(owner, t)));
         self.journal.push(PageChange::Reserved {
             room: owner,
             pages: pages.clone(),
@@ -267,8 +281,8 @@ impl PageRecords for SharedRecord {
     }
     fn expect_write(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         self.pool.expect_write(owner, tags)?;
-        debug_assert!(all_in(self, tags, |r| r.state == PageState::Writing));
-        debug_assert!(tags.iter().all(|&t| self.pool.owns(owner, t)));
+        assert!(all_in(self, tags, |r| r.state == PageState::Writing));
+        assert!(tags.iter().all(|&t| self.pool.owns(owner, t)));
         self.journal.push(PageChange::ExpectWrite {
             room: owner,
             pages: tags.to_vec(),
@@ -277,8 +291,8 @@ impl PageRecords for SharedRecord {
     }
     fn mark_ready(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         self.pool.mark_ready(owner, tags)?;
-        debug_assert!(all_in(self, tags, |r| r.state == PageState::Ready));
-        debug_assert!(tags.iter().all(|&t| self.pool.owns(owner, t)));
+        assert!(all_in(self, tags, |r| r.state == PageState::Ready));
+        assert!(tags.iter().all(|&t| self.pool.owns(owner, t)));
         self.journal.push(PageChange::Ready {
             room: owner,
             pages: tags.to_vec(),
@@ -288,7 +302,8 @@ impl PageRecords for SharedRecord {
     fn release(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         let held = self.pool.release_held(owner, tags)?;
         // A page left Draining may go Free at once on the transfer thread: both let go.
-        debug_assert!(all_in(self, tags, let_go));
+        assert!(all_in(self, tags, let_go));
+        // O(held x tags): debug only.
         debug_assert!(
             held.iter().all(|h| tags.contains(h)),
             "only released pages drain"
@@ -303,8 +318,8 @@ impl PageRecords for SharedRecord {
     }
     fn quarantine(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         self.pool.quarantine(owner, tags)?;
-        debug_assert!(all_in(self, tags, |r| r.state == PageState::Quarantined));
-        debug_assert!(all_in(self, tags, |r| r.owner == Some(owner)));
+        assert!(all_in(self, tags, |r| r.state == PageState::Quarantined));
+        assert!(all_in(self, tags, |r| r.owner == Some(owner)));
         self.journal.push(PageChange::Quarantined {
             room: owner,
             pages: tags.to_vec(),
@@ -313,7 +328,8 @@ impl PageRecords for SharedRecord {
     }
     fn release_quarantined(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), Self::Error> {
         let held = self.pool.release_quarantined_held(owner, tags)?;
-        debug_assert!(all_in(self, tags, let_go));
+        assert!(all_in(self, tags, let_go));
+        // O(held x tags): debug only.
         debug_assert!(
             held.iter().all(|h| tags.contains(h)),
             "only released pages drain"
@@ -332,6 +348,7 @@ impl PageRecords for SharedRecord {
         let named = tags
             .iter()
             .filter(|t| in_range(t.page, self.pool.capacity()));
+        // Only bug switches reach free_unchecked: debug only.
         debug_assert!(
             self.pool.free_count() >= before + named.count(),
             "every page is listed"
@@ -345,15 +362,18 @@ impl PageRecords for SharedRecord {
         });
     }
     fn drain_changes(&mut self, f: impl FnMut(PageChange)) {
+        // O(journal): debug only.
         debug_assert!(
             self.journal.iter().all(moved_within),
             "a change names a page it did not move"
         );
         self.journal.drain(..).for_each(f);
+        // Restates the drain: debug only.
         debug_assert!(self.journal.is_empty(), "the journal is empty once drained");
     }
     fn with_pool<R>(&self, f: impl FnOnce(&PagePool) -> R) -> R {
         let snapshot = self.pool.snapshot();
+        // Restates snapshot(): debug only.
         debug_assert_eq!(snapshot.capacity(), self.pool.capacity());
         debug_assert_eq!(snapshot.epoch(), self.pool.epoch());
         f(&snapshot)
@@ -364,6 +384,7 @@ impl PageRecords for SharedRecord {
             self.pool.page_size(),
             epoch,
         )));
+        // Restates the construction above: debug only.
         debug_assert_eq!(
             fresh.pool.free_count(),
             self.pool.capacity(),
@@ -376,7 +397,7 @@ impl PageRecords for SharedRecord {
 
 /// Page `n`.
 fn page_id(n: usize) -> PageId {
-    debug_assert!(n <= u32::MAX as usize, "page ids are 32-bit");
+    assert!(n <= u32::MAX as usize, "page ids are 32-bit");
     PageId(n as u32)
 }
 

@@ -202,7 +202,7 @@ impl RetiredRooms {
         held: &BTreeMap<RoomKey, V>,
     ) {
         let answer = self.answer(room, status, why, &|n| holds(held, n));
-        debug_assert!(
+        assert!(
             self.0.get(room.room).is_some_and(|(g, _)| *g >= room.gen),
             "the use (or a newer one) of the room is recorded once answered"
         );

@@ -48,11 +48,11 @@ impl PagePool {
     pub fn release(&mut self, owner: RoomKey, tags: &[PageTag]) -> Result<(), PoolError> {
         let free_before = self.free.len();
         let held = self.release_all(owner, tags, PageOp::Release)?;
-        debug_assert!(
+        assert!(
             tags.iter().all(|t| !self.owns(owner, *t)),
             "none is the owner's now"
         );
-        debug_assert_eq!(self.free.len(), free_before + tags.len() - held.len());
+        assert_eq!(self.free.len(), free_before + tags.len() - held.len());
         self.log(PageChange::Released {
             room: owner,
             pages: tags.to_vec(),
@@ -69,12 +69,12 @@ impl PagePool {
         for &t in tags {
             self.apply(owner, t, PageOp::Quarantine)?;
         }
-        debug_assert!(
+        assert!(
             tags.iter()
                 .all(|t| self.record(t.page).is_some_and(|r| r.owner == Some(owner))),
             "still the owner's"
         );
-        debug_assert!(tags
+        assert!(tags
             .iter()
             .all(|t| self.state_is(*t, PageState::Quarantined)));
         self.log(PageChange::Quarantined {
@@ -93,11 +93,11 @@ impl PagePool {
     ) -> Result<(), PoolError> {
         let free_before = self.free.len();
         let held = self.release_all(owner, tags, PageOp::DrainAcked)?;
-        debug_assert!(
+        assert!(
             tags.iter().all(|t| !self.owns(owner, *t)),
             "none is the owner's now"
         );
-        debug_assert_eq!(self.free.len(), free_before + tags.len() - held.len());
+        assert_eq!(self.free.len(), free_before + tags.len() - held.len());
         self.log(PageChange::QuarantineReleased {
             room: owner,
             pages: tags.to_vec(),

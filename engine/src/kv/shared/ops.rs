@@ -59,7 +59,8 @@ impl SharedPool {
                 gen: Generation(new.gen),
             });
         }
-        debug_assert_eq!(tags.len(), n, "all or nothing");
+        assert_eq!(tags.len(), n, "all or nothing");
+        // O(pages x free list): debug only.
         debug_assert!(
             tags.iter().all(|t| !book.free.contains(&t.page)),
             "S1: off the free list"
@@ -70,11 +71,11 @@ impl SharedPool {
     /// Announce remote writes into `tags` (Reserved -> Writing).
     pub fn expect_write(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
         self.owner_op(owner, tags, PageOp::ExpectWrite)?;
-        debug_assert!(
+        assert!(
             tags.iter().all(|t| self.tag(t.page) == Some(*t)),
             "no generation moved"
         );
-        debug_assert!(tags.iter().all(|t| self
+        assert!(tags.iter().all(|t| self
             .record(t.page)
             .is_some_and(|r| r.state == PageState::Writing)));
         Ok(())
@@ -83,11 +84,11 @@ impl SharedPool {
     /// The pages hold the owner's verified KV (-> Ready).
     pub fn mark_ready(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
         self.owner_op(owner, tags, PageOp::MarkReady)?;
-        debug_assert!(
+        assert!(
             tags.iter().all(|t| self.tag(t.page) == Some(*t)),
             "no generation moved"
         );
-        debug_assert!(tags.iter().all(|t| self
+        assert!(tags.iter().all(|t| self
             .record(t.page)
             .is_some_and(|r| r.state == PageState::Ready)));
         Ok(())
@@ -97,11 +98,11 @@ impl SharedPool {
     /// circulation until [`SharedPool::release_quarantined`].
     pub fn quarantine(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
         self.owner_op(owner, tags, PageOp::Quarantine)?;
-        debug_assert!(
+        assert!(
             tags.iter().all(|t| self.tag(t.page) == Some(*t)),
             "no generation moved"
         );
-        debug_assert!(tags.iter().all(|t| self
+        assert!(tags.iter().all(|t| self
             .record(t.page)
             .is_some_and(|r| r.state == PageState::Quarantined)));
         Ok(())
@@ -112,8 +113,8 @@ impl SharedPool {
     /// many pages this call put back on the free list.
     pub fn release(&self, owner: RoomKey, tags: &[PageTag]) -> Result<usize, SharedError> {
         let freed = self.let_go_all(owner, tags, PageOp::Release)?;
-        debug_assert!(freed <= tags.len());
-        debug_assert!(
+        assert!(freed <= tags.len());
+        assert!(
             tags.iter().all(|t| !self.owns(owner, *t)),
             "S8: the owner let go"
         );
@@ -129,8 +130,8 @@ impl SharedPool {
         tags: &[PageTag],
     ) -> Result<usize, SharedError> {
         let freed = self.let_go_all(owner, tags, PageOp::DrainAcked)?;
-        debug_assert!(freed <= tags.len());
-        debug_assert!(tags
+        assert!(freed <= tags.len());
+        assert!(tags
             .iter()
             .all(|t| self.record(t.page).is_some_and(|r| r.owner.is_none())));
         Ok(freed)
@@ -146,6 +147,7 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<(), SharedError> {
+        // Restates the callers, which pass fixed operations: debug only.
         debug_assert!(
             op != PageOp::Allocate,
             "allocation takes pages off the free list"
@@ -160,7 +162,7 @@ impl SharedPool {
                     source,
                 },
             )?;
-            debug_assert!(
+            assert!(
                 to != PageState::Free || w.holders == 0,
                 "{tag} freed under a holder"
             );
@@ -173,9 +175,10 @@ impl SharedPool {
         owner: RoomKey,
         tag: PageTag,
     ) -> Result<(), SharedError> {
+        // Restates slot(), which every caller passed: debug only.
         debug_assert_ne!(tag.page.0, 0, "the padding page has no owner");
         let current = book.owners[tag.page.0 as usize];
-        debug_assert!(current.is_none() || book.free.last().is_none_or(|p| *p != tag.page));
+        assert!(current.is_none() || book.free.last().is_none_or(|p| *p != tag.page));
         if current == Some(owner) {
             Ok(())
         } else {
@@ -226,8 +229,9 @@ impl SharedPool {
             let state = self.checked_next(book, owner, tag, op, w)?;
             let next = Word { state, ..w };
             // An owner operation moves the state only: generation and holders stay.
+            // Restates the struct update above: debug only.
             debug_assert_eq!((next.gen, next.holders), (w.gen, w.holders));
-            debug_assert!(
+            assert!(
                 state != PageState::Free || w.holders == 0,
                 "{tag} freed under a holder"
             );
@@ -256,8 +260,8 @@ impl SharedPool {
                 source,
             })?;
         // The owner's record is consulted: only its pages (owned or quarantined) move.
-        debug_assert!(w.state.is_owned() || w.state == PageState::Quarantined);
-        debug_assert!(
+        assert!(w.state.is_owned() || w.state == PageState::Quarantined);
+        assert!(
             held == Holders::Absent || next != PageState::Free,
             "{tag} freed under a holder"
         );
@@ -270,6 +274,7 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<(), SharedError> {
+        // Restates the callers, which pass fixed operations: debug only.
         debug_assert!(
             matches!(
                 op,
@@ -282,8 +287,8 @@ impl SharedPool {
         for &tag in tags {
             let state = self.apply_locked(&mut book, owner, tag, op)?;
             // The page stays the owner's (a quarantine too, until the drain ack).
-            debug_assert!(state.is_owned() || state == PageState::Quarantined);
-            debug_assert_eq!(book.owners[tag.page.0 as usize], Some(owner));
+            assert!(state.is_owned() || state == PageState::Quarantined);
+            assert_eq!(book.owners[tag.page.0 as usize], Some(owner));
         }
         Ok(())
     }
@@ -296,12 +301,13 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<usize, SharedError> {
+        // Restates the callers, which pass fixed operations: debug only.
         debug_assert!(
             matches!(op, PageOp::Release | PageOp::DrainAcked),
             "{op:?} lets go of nothing"
         );
         let (freed, held) = self.let_go_detailed(owner, tags, op)?;
-        debug_assert!(
+        assert!(
             freed + held.len() <= tags.len(),
             "each page freed or draining, once"
         );
@@ -326,16 +332,17 @@ impl SharedPool {
             let state = self.apply_locked(&mut book, owner, tag, op)?;
             book.owners[tag.page.0 as usize] = None;
             if state == PageState::Free {
+                // O(free list) per page: debug only.
                 debug_assert!(!book.free.contains(&tag.page), "{tag} listed twice (S8)");
                 book.free.push(tag.page);
                 freed += 1;
             } else {
-                debug_assert_eq!(state, PageState::Draining, "{tag}: let go but {state}");
+                assert_eq!(state, PageState::Draining, "{tag}: let go but {state}");
                 held.push(tag);
             }
         }
         held.sort();
-        debug_assert_eq!(
+        assert_eq!(
             freed + held.len(),
             tags.len(),
             "each page freed or draining"
@@ -351,11 +358,12 @@ impl SharedPool {
         tags: &[PageTag],
     ) -> Result<Vec<PageTag>, SharedError> {
         let (freed, held) = self.let_go_detailed(owner, tags, PageOp::Release)?;
-        debug_assert_eq!(
+        assert_eq!(
             freed + held.len(),
             tags.len(),
             "each page freed or draining"
         );
+        // Restates the sort in let_go_detailed: debug only.
         debug_assert!(held.windows(2).all(|w| w[0] < w[1]), "in page order");
         Ok(held)
     }
@@ -368,11 +376,12 @@ impl SharedPool {
         tags: &[PageTag],
     ) -> Result<Vec<PageTag>, SharedError> {
         let (freed, held) = self.let_go_detailed(owner, tags, PageOp::DrainAcked)?;
-        debug_assert_eq!(
+        assert_eq!(
             freed + held.len(),
             tags.len(),
             "each page freed or draining"
         );
+        // Restates the sort in let_go_detailed: debug only.
         debug_assert!(held.windows(2).all(|w| w[0] < w[1]), "in page order");
         Ok(held)
     }
@@ -402,12 +411,14 @@ impl SharedPool {
             );
             book.owners[t.page.0 as usize] = None;
             book.free.push(t.page);
+            // Only bug switches reach free_unchecked: debug only.
             debug_assert_eq!(
                 Word::unpack(slot.load(Ordering::Acquire)).state,
                 PageState::Free
             );
         }
         // Upstream's free lists every named pool page, duplicates included.
+        // Only bug switches reach free_unchecked: debug only.
         debug_assert!(book.free.len() >= tags.iter().filter(|t| self.slot(t.page).is_ok()).count());
         debug_assert_eq!(book.owners.len(), self.words.len());
     }

@@ -147,7 +147,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             let (prefill, prompt_len) = (req.prefill, req.prompt_len);
             self.flush(env, None);
             if let Some(r) = self.requests.get_mut(&room) {
-                debug_assert_eq!(r.phase, Phase::Prealloc);
+                assert_eq!(r.phase, Phase::Prealloc);
                 r.phase = Phase::Transferring {
                     pages,
                     dst_pages,

@@ -84,7 +84,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             env.send(from, Msg::WriteDone { id, ok: false });
             return;
         }
-        debug_assert!(
+        assert!(
             self.check_writer(from, id).is_ok(),
             "a landing reaches here only past the peer rule"
         );
@@ -100,7 +100,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 written,
             } = &mut req.phase
             {
-                debug_assert_eq!(written.len(), *dst_pages, "one mark per destination page");
+                assert_eq!(written.len(), *dst_pages, "one mark per destination page");
                 for t in &dst {
                     if let Some(i) = pages[..*dst_pages].iter().position(|p| p == t) {
                         written[i] = true;

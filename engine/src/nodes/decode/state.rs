@@ -108,6 +108,7 @@ impl TransferFacts {
             sent_pages,
             fully_written: self.fully_written,
         };
+        // Restates the fields copied just above: debug only.
         debug_assert_eq!(claim.from, self.from);
         debug_assert_eq!(claim.reserved_pages, self.reserved_pages);
         claim

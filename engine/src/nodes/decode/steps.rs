@@ -14,7 +14,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// The scheduler pass: one decode step for every running request (up to
     /// `max_batch`), one room's device work at a time ([`Self::next_step`]).
     pub(super) fn on_tick(&mut self, env: &mut Outbox<G::Kv>) {
-        debug_assert!(self.batch.is_empty(), "a pass starts with none under way");
+        assert!(self.batch.is_empty(), "a pass starts with none under way");
         self.batch = self
             .requests
             .iter()
@@ -155,7 +155,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             ..
         } = &mut req.phase
         {
-            debug_assert_eq!((*len, *at), (seq_len, step));
+            assert_eq!((*len, *at), (seq_len, step));
             *len = seq_len + 1;
             *at = step + 1;
         }

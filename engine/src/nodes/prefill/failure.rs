@@ -149,7 +149,7 @@ impl<G: Gpu> PrefillNode<G> {
             },
             other => other,
         });
-        debug_assert!(matches!(req.phase, Phase::Inflight { .. }));
+        assert!(matches!(req.phase, Phase::Inflight { .. }));
         if owed == KvDoneOwed::Yes {
             self.notify_decode_failed(room, env);
         }

@@ -15,7 +15,7 @@ impl<G: Gpu> PrefillNode<G> {
     /// batch (one room's device work at a time, [`Self::next_forward`]), then admit
     /// waiting requests into the next batch.
     pub(super) fn on_tick(&mut self, env: &mut Outbox<G::Kv>) {
-        debug_assert!(self.batch.is_empty(), "a pass starts with none under way");
+        assert!(self.batch.is_empty(), "a pass starts with none under way");
         let concluded: Vec<RoomKey> = self
             .requests
             .iter()
@@ -101,7 +101,7 @@ impl<G: Gpu> PrefillNode<G> {
                     Phase::Waiting { meta } => Phase::Forward { meta, pages },
                     other => other,
                 });
-                debug_assert!(matches!(r.phase, Phase::Forward { .. }));
+                assert!(matches!(r.phase, Phase::Forward { .. }));
             }
             batch += 1;
         }
@@ -196,7 +196,7 @@ impl<G: Gpu> PrefillNode<G> {
                 },
                 other => other,
             });
-            debug_assert!(matches!(r.phase, Phase::Sending { .. }));
+            assert!(matches!(r.phase, Phase::Sending { .. }));
         }
         self.send_chunks(room, env);
     }

@@ -72,7 +72,7 @@ impl Phase {
         // pages; nothing checks that the counts agree (decode's job).
         let to_send = pages.len().min(meta.dst.len());
         assert!(to_send <= pages.len() && to_send <= meta.dst.len());
-        debug_assert!(*next_page <= to_send, "no page is sent past the end");
+        assert!(*next_page <= to_send, "no page is sent past the end");
         Some(Sending {
             dst: &meta.dst,
             pages,

@@ -52,7 +52,7 @@ impl<G: Gpu> PrefillNode<G> {
             }
             _ => None,
         };
-        debug_assert!(next_page < end && end <= to_send);
+        assert!(next_page < end && end <= to_send);
         Some(Chunk {
             src: pages[next_page..end].to_vec(),
             dst: dst[next_page..end].to_vec(),
@@ -129,7 +129,7 @@ impl<G: Gpu> PrefillNode<G> {
             *next_page = end;
             *in_flight += 1;
         }
-        debug_assert!(self
+        assert!(self
             .outstanding
             .get(&room)
             .is_some_and(|o| o.chunks.contains_key(&id.chunk)));
@@ -181,7 +181,7 @@ impl<G: Gpu> PrefillNode<G> {
                 },
                 other => other,
             });
-            debug_assert!(matches!(r.phase, Phase::Inflight { .. }));
+            assert!(matches!(r.phase, Phase::Inflight { .. }));
         }
         env.send(
             decode,
@@ -205,11 +205,11 @@ impl<G: Gpu> PrefillNode<G> {
         if !ok {
             out.any_failed = true;
         }
-        debug_assert!(
+        assert!(
             !out.chunks.contains_key(&id.chunk),
             "one completion per write"
         );
-        debug_assert!(
+        assert!(
             id.chunk < out.next_chunk,
             "a completion of a write this room sent"
         );
