@@ -26,8 +26,7 @@ impl SharedPool {
             })
         });
         // While held the generation stays and the holder is counted.
-        assert!(held.is_err() || self.tag(tag.page) == Some(tag));
-        // A second book lock on the lock-free hold path: debug only.
+        debug_assert!(held.is_err() || self.tag(tag.page) == Some(tag));
         debug_assert!(
             held.is_err()
                 || self
@@ -50,7 +49,6 @@ impl SharedPool {
                 return Err(SharedError::NotHeld { tag });
             }
             // A held page is never on the free list, so never Free (S1).
-            // A word other threads change, inside the CAS loop: debug only.
             debug_assert_ne!(w.state, PageState::Free, "{tag} is held while free");
             debug_assert!(w.holders >= 1);
             if w.holders == 1 && w.state == PageState::Draining {
@@ -82,9 +80,8 @@ impl SharedPool {
     pub fn begin_read(&self, tag: PageTag) -> Result<ReadGuard<'_>, SharedError> {
         self.hold(tag)?;
         let guard = ReadGuard(Hold { pool: self, tag });
-        // Restates the guard just built: debug only.
         debug_assert_eq!(guard.tag(), tag);
-        assert!(
+        debug_assert!(
             self.tag(tag.page) == Some(tag),
             "a held page keeps its generation"
         );
@@ -108,9 +105,8 @@ impl SharedPool {
             }
         })?;
         let guard = WriteGuard(Hold { pool: self, tag });
-        // Restates the guard just built: debug only.
         debug_assert_eq!(guard.tag(), tag);
-        assert!(
+        debug_assert!(
             self.tag(tag.page) == Some(tag),
             "a held page keeps its generation"
         );
@@ -134,10 +130,8 @@ impl SharedPool {
             }
         })?;
         let guard = self.owned_by(owner, WriteGuard(Hold { pool: self, tag }))?;
-        // Restates the guard just built: debug only.
         debug_assert_eq!(guard.tag(), tag);
         // Held, the page cannot go back to Free under the landing.
-        // A second book lock on the landing path: debug only.
         debug_assert!(self
             .record(tag.page)
             .is_some_and(|r| r.state != PageState::Free));
@@ -155,9 +149,7 @@ impl SharedPool {
     ) -> Result<WriteGuard<'_>, SharedError> {
         let guard = self.begin_write(tag)?;
         let guard = self.owned_by(owner, guard)?;
-        // Restates the guard just built: debug only.
         debug_assert_eq!(guard.tag(), tag);
-        // A second book lock on the landing path: debug only.
         debug_assert!(
             self.record(tag.page)
                 .is_some_and(|r| r.state != PageState::Free),
@@ -173,7 +165,6 @@ impl SharedPool {
         guard: WriteGuard<'a>,
     ) -> Result<WriteGuard<'a>, SharedError> {
         let tag = guard.0.tag;
-        // Restates slot(), which made the guard: debug only.
         debug_assert!(self.slot(tag.page).is_ok(), "a guard holds a pool page");
         let current = self.book().owners[tag.page.0 as usize];
         if current != Some(owner) {
@@ -186,7 +177,7 @@ impl SharedPool {
             });
         }
         // The owner read is the held generation's: an owner changes only with a new one.
-        assert!(
+        debug_assert!(
             self.tag(tag.page) == Some(tag),
             "the held generation is current"
         );
@@ -202,7 +193,6 @@ impl SharedPool {
         admit: impl Fn(PageState) -> Result<(), SharedError>,
     ) -> Result<(), SharedError> {
         let slot = self.slot(tag.page)?;
-        // Restates slot(): debug only.
         debug_assert!(std::ptr::eq(slot, &self.words[tag.page.0 as usize]));
         #[cfg(any(test, loom))]
         if self.planted == Some(PlantedRace::SplitHoldCheck) {
@@ -219,7 +209,7 @@ impl SharedPool {
             Self::check_gen(w, tag)?;
             admit(w.state)?;
             // No admitted state is Free: a hold on a free page would outlive its owner.
-            assert_ne!(
+            debug_assert_ne!(
                 w.state,
                 PageState::Free,
                 "{tag}: a hold admitted on a free page"
@@ -256,7 +246,6 @@ impl SharedPool {
                 return Err(SharedError::NotHeld { tag });
             }
             let last = w.holders == 1 && w.state == PageState::Draining;
-            // A word other threads change, inside the CAS loop: debug only.
             debug_assert_ne!(w.state, PageState::Free, "{tag} is held while free");
             let next = if last {
                 let state = transition(w.state, PageOp::LastHolderGone).map_err(|source| {
@@ -280,9 +269,8 @@ impl SharedPool {
             {
                 Ok(_) => {
                     if next.state == PageState::Free {
-                        // O(free list): debug only.
                         debug_assert!(!book.free.contains(&tag.page), "{tag} listed twice (S8)");
-                        assert!(book.owners[tag.page.0 as usize].is_none());
+                        debug_assert!(book.owners[tag.page.0 as usize].is_none());
                         book.free.push(tag.page);
                     }
                     return Ok(next.state == PageState::Free);
@@ -305,11 +293,10 @@ impl Hold<'_> {
     fn end(&self) -> bool {
         let (pool, tag) = (self.pool, self.tag);
         // A hold was taken at the current generation of an allocated page.
-        assert!(
+        debug_assert!(
             tag.gen.0 > Generation::first_of_epoch(pool.epoch).0,
             "{tag} never allocated"
         );
-        // Restates slot(), which made the hold: debug only.
         debug_assert!(pool.slot(tag.page).is_ok(), "a hold is on a pool page");
         match self.pool.unhold(self.tag) {
             Ok(freed) => freed,
@@ -326,7 +313,6 @@ impl Hold<'_> {
 impl Drop for Hold<'_> {
     #[inline]
     fn drop(&mut self) {
-        // A hold is made only past slot(): debug only.
         debug_assert_ne!(self.tag.page.0, 0, "the padding page is never held");
         debug_assert!(
             self.pool.slot(self.tag.page).is_ok(),
@@ -349,7 +335,6 @@ macro_rules! guard_api {
         impl $guard<'_> {
             /// The page generation this guard holds.
             pub fn tag(&self) -> PageTag {
-                // A guard is made only past slot(): debug only.
                 debug_assert_ne!(self.0.tag.page.0, 0, "the padding page is never held");
                 debug_assert!(
                     self.0.pool.slot(self.0.tag.page).is_ok(),
@@ -363,7 +348,6 @@ macro_rules! guard_api {
             pub fn finish(self) -> bool {
                 let this = ManuallyDrop::new(self);
                 let tag = this.0.tag;
-                // A guard is made only past slot(): debug only.
                 debug_assert_ne!(tag.page.0, 0, "the padding page is never held");
                 debug_assert!(
                     this.0.pool.slot(tag.page).is_ok(),
@@ -375,7 +359,6 @@ macro_rules! guard_api {
 
         impl fmt::Debug for $guard<'_> {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                // A guard is made only past slot(): debug only.
                 debug_assert_ne!(self.0.tag.page.0, 0, "the padding page is never held");
                 debug_assert!(self.0.pool.slot(self.0.tag.page).is_ok());
                 write!(f, concat!(stringify!($guard), "({})"), self.0.tag)

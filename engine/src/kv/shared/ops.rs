@@ -59,8 +59,7 @@ impl SharedPool {
                 gen: Generation(new.gen),
             });
         }
-        assert_eq!(tags.len(), n, "all or nothing");
-        // O(pages x free list): debug only.
+        debug_assert_eq!(tags.len(), n, "all or nothing");
         debug_assert!(
             tags.iter().all(|t| !book.free.contains(&t.page)),
             "S1: off the free list"
@@ -71,11 +70,11 @@ impl SharedPool {
     /// Announce remote writes into `tags` (Reserved -> Writing).
     pub fn expect_write(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
         self.owner_op(owner, tags, PageOp::ExpectWrite)?;
-        assert!(
+        debug_assert!(
             tags.iter().all(|t| self.tag(t.page) == Some(*t)),
             "no generation moved"
         );
-        assert!(tags.iter().all(|t| self
+        debug_assert!(tags.iter().all(|t| self
             .record(t.page)
             .is_some_and(|r| r.state == PageState::Writing)));
         Ok(())
@@ -84,11 +83,11 @@ impl SharedPool {
     /// The pages hold the owner's verified KV (-> Ready).
     pub fn mark_ready(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
         self.owner_op(owner, tags, PageOp::MarkReady)?;
-        assert!(
+        debug_assert!(
             tags.iter().all(|t| self.tag(t.page) == Some(*t)),
             "no generation moved"
         );
-        assert!(tags.iter().all(|t| self
+        debug_assert!(tags.iter().all(|t| self
             .record(t.page)
             .is_some_and(|r| r.state == PageState::Ready)));
         Ok(())
@@ -98,11 +97,11 @@ impl SharedPool {
     /// circulation until [`SharedPool::release_quarantined`].
     pub fn quarantine(&self, owner: RoomKey, tags: &[PageTag]) -> Result<(), SharedError> {
         self.owner_op(owner, tags, PageOp::Quarantine)?;
-        assert!(
+        debug_assert!(
             tags.iter().all(|t| self.tag(t.page) == Some(*t)),
             "no generation moved"
         );
-        assert!(tags.iter().all(|t| self
+        debug_assert!(tags.iter().all(|t| self
             .record(t.page)
             .is_some_and(|r| r.state == PageState::Quarantined)));
         Ok(())
@@ -113,8 +112,8 @@ impl SharedPool {
     /// many pages this call put back on the free list.
     pub fn release(&self, owner: RoomKey, tags: &[PageTag]) -> Result<usize, SharedError> {
         let freed = self.let_go_all(owner, tags, PageOp::Release)?;
-        assert!(freed <= tags.len());
-        assert!(
+        debug_assert!(freed <= tags.len());
+        debug_assert!(
             tags.iter().all(|t| !self.owns(owner, *t)),
             "S8: the owner let go"
         );
@@ -130,8 +129,8 @@ impl SharedPool {
         tags: &[PageTag],
     ) -> Result<usize, SharedError> {
         let freed = self.let_go_all(owner, tags, PageOp::DrainAcked)?;
-        assert!(freed <= tags.len());
-        assert!(tags
+        debug_assert!(freed <= tags.len());
+        debug_assert!(tags
             .iter()
             .all(|t| self.record(t.page).is_some_and(|r| r.owner.is_none())));
         Ok(freed)
@@ -147,7 +146,6 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<(), SharedError> {
-        // Restates the callers, which pass fixed operations: debug only.
         debug_assert!(
             op != PageOp::Allocate,
             "allocation takes pages off the free list"
@@ -162,7 +160,7 @@ impl SharedPool {
                     source,
                 },
             )?;
-            assert!(
+            debug_assert!(
                 to != PageState::Free || w.holders == 0,
                 "{tag} freed under a holder"
             );
@@ -175,10 +173,9 @@ impl SharedPool {
         owner: RoomKey,
         tag: PageTag,
     ) -> Result<(), SharedError> {
-        // Restates slot(), which every caller passed: debug only.
         debug_assert_ne!(tag.page.0, 0, "the padding page has no owner");
         let current = book.owners[tag.page.0 as usize];
-        assert!(current.is_none() || book.free.last().is_none_or(|p| *p != tag.page));
+        debug_assert!(current.is_none() || book.free.last().is_none_or(|p| *p != tag.page));
         if current == Some(owner) {
             Ok(())
         } else {
@@ -229,9 +226,8 @@ impl SharedPool {
             let state = self.checked_next(book, owner, tag, op, w)?;
             let next = Word { state, ..w };
             // An owner operation moves the state only: generation and holders stay.
-            // Restates the struct update above: debug only.
             debug_assert_eq!((next.gen, next.holders), (w.gen, w.holders));
-            assert!(
+            debug_assert!(
                 state != PageState::Free || w.holders == 0,
                 "{tag} freed under a holder"
             );
@@ -260,8 +256,8 @@ impl SharedPool {
                 source,
             })?;
         // The owner's record is consulted: only its pages (owned or quarantined) move.
-        assert!(w.state.is_owned() || w.state == PageState::Quarantined);
-        assert!(
+        debug_assert!(w.state.is_owned() || w.state == PageState::Quarantined);
+        debug_assert!(
             held == Holders::Absent || next != PageState::Free,
             "{tag} freed under a holder"
         );
@@ -274,7 +270,6 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<(), SharedError> {
-        // Restates the callers, which pass fixed operations: debug only.
         debug_assert!(
             matches!(
                 op,
@@ -287,8 +282,8 @@ impl SharedPool {
         for &tag in tags {
             let state = self.apply_locked(&mut book, owner, tag, op)?;
             // The page stays the owner's (a quarantine too, until the drain ack).
-            assert!(state.is_owned() || state == PageState::Quarantined);
-            assert_eq!(book.owners[tag.page.0 as usize], Some(owner));
+            debug_assert!(state.is_owned() || state == PageState::Quarantined);
+            debug_assert_eq!(book.owners[tag.page.0 as usize], Some(owner));
         }
         Ok(())
     }
@@ -301,13 +296,12 @@ impl SharedPool {
         tags: &[PageTag],
         op: PageOp,
     ) -> Result<usize, SharedError> {
-        // Restates the callers, which pass fixed operations: debug only.
         debug_assert!(
             matches!(op, PageOp::Release | PageOp::DrainAcked),
             "{op:?} lets go of nothing"
         );
         let (freed, held) = self.let_go_detailed(owner, tags, op)?;
-        assert!(
+        debug_assert!(
             freed + held.len() <= tags.len(),
             "each page freed or draining, once"
         );
@@ -332,17 +326,16 @@ impl SharedPool {
             let state = self.apply_locked(&mut book, owner, tag, op)?;
             book.owners[tag.page.0 as usize] = None;
             if state == PageState::Free {
-                // O(free list) per page: debug only.
                 debug_assert!(!book.free.contains(&tag.page), "{tag} listed twice (S8)");
                 book.free.push(tag.page);
                 freed += 1;
             } else {
-                assert_eq!(state, PageState::Draining, "{tag}: let go but {state}");
+                debug_assert_eq!(state, PageState::Draining, "{tag}: let go but {state}");
                 held.push(tag);
             }
         }
         held.sort();
-        assert_eq!(
+        debug_assert_eq!(
             freed + held.len(),
             tags.len(),
             "each page freed or draining"
@@ -358,12 +351,11 @@ impl SharedPool {
         tags: &[PageTag],
     ) -> Result<Vec<PageTag>, SharedError> {
         let (freed, held) = self.let_go_detailed(owner, tags, PageOp::Release)?;
-        assert_eq!(
+        debug_assert_eq!(
             freed + held.len(),
             tags.len(),
             "each page freed or draining"
         );
-        // Restates the sort in let_go_detailed: debug only.
         debug_assert!(held.windows(2).all(|w| w[0] < w[1]), "in page order");
         Ok(held)
     }
@@ -376,12 +368,11 @@ impl SharedPool {
         tags: &[PageTag],
     ) -> Result<Vec<PageTag>, SharedError> {
         let (freed, held) = self.let_go_detailed(owner, tags, PageOp::DrainAcked)?;
-        assert_eq!(
+        debug_assert_eq!(
             freed + held.len(),
             tags.len(),
             "each page freed or draining"
         );
-        // Restates the sort in let_go_detailed: debug only.
         debug_assert!(held.windows(2).all(|w| w[0] < w[1]), "in page order");
         Ok(held)
     }
@@ -411,14 +402,12 @@ impl SharedPool {
             );
             book.owners[t.page.0 as usize] = None;
             book.free.push(t.page);
-            // Only bug switches reach free_unchecked: debug only.
             debug_assert_eq!(
                 Word::unpack(slot.load(Ordering::Acquire)).state,
                 PageState::Free
             );
         }
         // Upstream's free lists every named pool page, duplicates included.
-        // Only bug switches reach free_unchecked: debug only.
         debug_assert!(book.free.len() >= tags.iter().filter(|t| self.slot(t.page).is_ok()).count());
         debug_assert_eq!(book.owners.len(), self.words.len());
     }

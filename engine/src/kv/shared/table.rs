@@ -57,7 +57,6 @@ pub struct SharedPool {
 impl fmt::Debug for SharedPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let snapshot = self.snapshot();
-        // Restates snapshot(), in Debug output: debug only.
         debug_assert_eq!(snapshot.capacity(), self.capacity());
         debug_assert_eq!(snapshot.epoch(), self.epoch);
         f.debug_tuple("SharedPool").field(&snapshot).finish()
@@ -69,7 +68,6 @@ impl SharedPool {
     /// all Free, page 1 handed out first, as [`PagePool::new`].
     pub fn new(pages: u32, page_size: u32) -> Self {
         let pool = Self::with_epoch(pages, page_size, 0);
-        // Restates the construction above: debug only.
         debug_assert_eq!(pool.capacity(), pages as usize);
         debug_assert_eq!(pool.epoch, 0, "a first incarnation");
         pool
@@ -100,7 +98,6 @@ impl SharedPool {
             free: (1..=pages).rev().map(PageId).collect(),
             owners: vec![None; pages as usize + 1],
         };
-        // Restates the construction above: debug only.
         debug_assert_eq!(book.free.len(), pages as usize, "every page starts free");
         debug_assert_eq!(
             book.free.last(),
@@ -124,13 +121,11 @@ impl SharedPool {
         let mut pool = SharedPool::new(pages, page_size);
         assert!(pool.planted.is_none(), "one planted race at a time");
         pool.planted = Some(race);
-        // A test-only planted race: debug only.
         debug_assert_eq!(pool.epoch, 0, "a planted race lives in a first incarnation");
         pool
     }
 
     pub fn page_size(&self) -> u32 {
-        // Facts fixed at construction: debug only.
         debug_assert!(self.page_size > 0, "checked at construction");
         debug_assert!(!self.words.is_empty(), "index 0 is the padding page");
         self.page_size
@@ -138,7 +133,6 @@ impl SharedPool {
 
     /// The incarnation whose generations this record hands out.
     pub fn epoch(&self) -> u32 {
-        // Facts fixed at construction: debug only.
         debug_assert!(Generation::first_of_epoch(self.epoch).0 < GENERATION_MAX);
         debug_assert!(!self.words.is_empty(), "index 0 is the padding page");
         self.epoch
@@ -146,7 +140,6 @@ impl SharedPool {
 
     /// Usable pages (page 0 excluded).
     pub fn capacity(&self) -> usize {
-        // Facts fixed at construction: debug only.
         debug_assert!(!self.words.is_empty(), "index 0 is the padding page");
         let pages = self.words.len() - 1;
         debug_assert!(pages <= u32::MAX as usize, "page ids are 32-bit");
@@ -155,13 +148,11 @@ impl SharedPool {
 
     pub fn free_count(&self) -> usize {
         let book = self.book();
-        // Facts fixed at construction: debug only.
         debug_assert_eq!(
             book.owners.len(),
             self.words.len(),
             "one owner slot per page"
         );
-        // Restates that only pool pages are pushed: debug only.
         debug_assert!(book.free.last().is_none_or(|p| self.slot(*p).is_ok()));
         book.free.len()
     }
@@ -169,7 +160,6 @@ impl SharedPool {
     /// The free list, next-to-be-handed-out last.
     pub fn free_list(&self) -> Vec<PageId> {
         let list = self.book().free.clone();
-        // O(free list): debug only.
         debug_assert!(
             list.iter().all(|p| self.slot(*p).is_ok()),
             "only pool pages are free"
@@ -185,9 +175,8 @@ impl SharedPool {
     pub fn record(&self, page: PageId) -> Option<PageRecord> {
         let book = self.book();
         let record = self.record_locked(&book, page);
-        // Restates slot()'s range: debug only.
         debug_assert_eq!(record.is_some(), self.slot(page).is_ok());
-        assert!(record
+        debug_assert!(record
             .as_ref()
             .is_none_or(|r| r.state != PageState::Free || r.owner.is_none()));
         record
@@ -197,10 +186,9 @@ impl SharedPool {
     pub fn tag(&self, page: PageId) -> Option<PageTag> {
         let slot = self.slot(page).ok()?;
         let w = Word::unpack(slot.load(Ordering::Acquire));
-        // Restates slot(): debug only.
         debug_assert!(page.0 >= 1, "slot refuses the padding page");
         // A generation never goes below its incarnation's first.
-        assert!(w.gen >= Generation::first_of_epoch(self.epoch).0);
+        debug_assert!(w.gen >= Generation::first_of_epoch(self.epoch).0);
         Some(PageTag {
             page,
             gen: Generation(w.gen),
@@ -212,9 +200,8 @@ impl SharedPool {
         let owns = self
             .record(tag.page)
             .is_some_and(|r| r.gen == tag.gen && r.owner == Some(owner) && r.state.is_owned());
-        // Restates record(), which needs a slot: debug only.
         debug_assert!(!owns || self.slot(tag.page).is_ok());
-        assert!(
+        debug_assert!(
             !owns || tag.gen.0 > Generation::first_of_epoch(self.epoch).0,
             "allocated"
         );
@@ -231,7 +218,6 @@ impl SharedPool {
                 gen: Generation(Word::unpack(self.words[i].load(Ordering::Acquire)).gen),
             })
             .collect();
-        // O(pages x free list): debug only.
         debug_assert!(
             pages.windows(2).all(|w| w[0].page < w[1].page),
             "in page order"
@@ -255,7 +241,6 @@ impl SharedPool {
             })
             .collect();
         let snapshot = PagePool::from_parts(self.page_size, records, book.free.clone(), self.epoch);
-        // O(pool), restates the snapshot's construction: debug only.
         debug_assert_eq!(snapshot.capacity(), self.words.len() - 1);
         debug_assert_eq!(snapshot.free_count(), book.free.len());
         snapshot
@@ -268,7 +253,6 @@ impl SharedPool {
         let snapshot = self.snapshot();
         let verdict = snapshot.invariants();
         // A whole record lists exactly its Free pages, each once (S8).
-        // O(pool): debug only.
         debug_assert!(
             verdict.is_err()
                 || snapshot.free_count()
@@ -288,7 +272,6 @@ impl SharedPool {
             .book
             .lock()
             .expect("page book poisoned: a thread panicked on a broken invariant");
-        // Facts fixed at construction, on every lock: debug only.
         debug_assert_eq!(
             book.owners.len(),
             self.words.len(),
@@ -306,14 +289,12 @@ impl SharedPool {
         if page.0 == 0 || page.0 > last {
             return Err(SharedError::OutOfRange { page, last });
         }
-        // Restates the range check above: debug only.
         debug_assert!(page.0 >= 1 && (page.0 as usize) < self.words.len());
         debug_assert_eq!(last as usize + 1, self.words.len(), "page 0 pads the words");
         Ok(&self.words[page.0 as usize])
     }
 
     pub(super) fn check_gen(w: Word, tag: PageTag) -> Result<(), SharedError> {
-        // Restates unpack: debug only.
         debug_assert!(
             w.gen <= GENERATION_MAX,
             "an unpacked generation fits its bits"
@@ -335,8 +316,8 @@ impl SharedPool {
         let w = Word::unpack(slot.load(Ordering::Acquire));
         let owner = book.owners[page.0 as usize];
         // Under the book lock: a Free or Draining page has no owner, an owned one has.
-        assert!(!matches!(w.state, PageState::Free | PageState::Draining) || owner.is_none());
-        assert!(
+        debug_assert!(!matches!(w.state, PageState::Free | PageState::Draining) || owner.is_none());
+        debug_assert!(
             !w.state.is_owned() || owner.is_some(),
             "{page} is owned by no one"
         );

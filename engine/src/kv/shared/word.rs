@@ -29,7 +29,7 @@ pub(super) struct Word {
 
 impl Word {
     pub(super) fn pack(self) -> u64 {
-        assert!(self.gen <= GENERATION_MAX);
+        debug_assert!(self.gen <= GENERATION_MAX);
         let code: u64 = match self.state {
             PageState::Free => 0,
             PageState::Reserved => 1,
@@ -40,7 +40,6 @@ impl Word {
         };
         let bits = (self.gen << GEN_SHIFT) | (code << STATE_SHIFT) | u64::from(self.holders);
         // The three fields do not bleed into each other.
-        // They follow from the masks and the check above: debug only.
         debug_assert_eq!(bits & HOLDERS_MASK, u64::from(self.holders));
         debug_assert_eq!((bits >> STATE_SHIFT) & STATE_MASK, code);
         bits
@@ -63,7 +62,6 @@ impl Word {
             state,
             holders: (bits & HOLDERS_MASK) as u16,
         };
-        // They restate the shift and the masks: debug only.
         debug_assert!(w.gen <= GENERATION_MAX, "45 bits of generation");
         debug_assert_eq!(w.pack(), bits, "a word packs back to the bits it came from");
         w
