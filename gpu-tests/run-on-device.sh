@@ -15,8 +15,9 @@
 #
 # The device run: the CUDA tests (KVSIM_GPU_SEEDS random workloads), CudaGpu against
 # HostGpu on 3,000 random workloads, the full-scale incident scenario on CudaGpu
-# (bugs and defended, equal to HostGpu), and the attention benchmark (8 GiB pool,
-# with and without the tag check). Reports go to $OUT (default: a temp folder); the
+# (bugs and defended, equal to HostGpu), the attention benchmark (8 GiB pool,
+# with and without the tag check), and the decode step through one attend_batch
+# against one call per request (batches of 1 to 256). Reports go to $OUT (default: a temp folder); the
 # summary table is printed last. Exit status 0 only if every part passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -109,6 +110,10 @@ summary() {
         echo
         grep -E '^\||share' "$OUT/bench.txt" || true
     fi
+    if [ -f "$OUT/step.txt" ]; then
+        echo
+        grep -E '^\|' "$OUT/step.txt" || true
+    fi
     echo "reports: $OUT"
 }
 
@@ -127,6 +132,7 @@ case "${1:-}" in
     step cuda-tests-skip 60 "$BIN/cuda-tests" --test-threads=1
     step compare-cpu 120 "$BIN/gpu-device" compare --cpu --seeds 300 --ops 150
     step incident-cpu 240 "$BIN/gpu-device" incident --cpu --scenario "$SCENARIO"
+    step step-cpu 60 "$BIN/gpu-device" step --cpu --runs 5
     summary
     [ "$FAILED" -eq 0 ] || die "dry run failed"
     echo "dry run passed"
@@ -139,6 +145,7 @@ case "${1:-}" in
     step compare 120 "$BIN/gpu-device" compare --seeds 3000 --ops 100
     step incident 150 "$BIN/gpu-device" incident --scenario "$SCENARIO"
     step bench 90 "$BIN/gpu-device" bench --pool-gib 8 --runs 25
+    step step 60 "$BIN/gpu-device" step --runs 50
     summary
     [ "$FAILED" -eq 0 ] || die "device run failed"
     ;;

@@ -29,6 +29,8 @@ pub enum RunError {
     Divergence(#[from] Divergence),
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
+    #[error(transparent)]
+    Step(#[from] crate::step_bench::StepError),
     #[error("{0}")]
     Check(String),
 }

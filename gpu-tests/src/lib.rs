@@ -4,7 +4,8 @@
 //! [`compare`] runs one random workload on two `Gpu` backends and reports the first
 //! difference; [`device_run`] holds the parts of `gpu-tests/run-on-device.sh` (the
 //! probe, the PTX check, CudaGpu against HostGpu, the incident scenario on a backend);
-//! [`bench`] times the attention kernel with and without the tag check. The backend
+//! [`bench`] times the attention kernel with and without the tag check; [`step_bench`]
+//! a decode step as one batch against one call per request. The backend
 //! itself (kernels, NVRTC, probe) is the `kvsim-cuda` crate. This crate builds and
 //! tests on machines with no CUDA at all: every device test prints `SKIPPED: ...`
 //! where there is no device.
@@ -12,3 +13,4 @@
 pub mod bench;
 pub mod compare;
 pub mod device_run;
+pub mod step_bench;

@@ -11,9 +11,10 @@
 
 use kvsim_cuda::cuda::CudaDevice;
 use kvsim_cuda::probe::{self, Probe};
-use kvsim_engine::gpu::HostGpu;
+use kvsim_engine::gpu::{Gpu, HostGpu};
 use kvsim_gpu_tests::bench::{self, BenchConfig};
 use kvsim_gpu_tests::device_run::{self, RunError};
+use kvsim_gpu_tests::step_bench::{self, StepConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -55,13 +56,14 @@ fn run(args: &[String]) -> Result<String, RunError> {
             flag(args, "--seeds", 200)?,
             flag(args, "--ops", 200)?,
         ),
+        Some("step") if cpu => step_table(args, |pages, ps| Ok(HostGpu::new(pages, ps))),
         Some("incident") if cpu => {
             let path: PathBuf = flag(args, "--scenario", "scenarios/glm53-incident.toml".into())?;
             Ok(device_run::incident_on("HostGpu", &path, HostGpu::new, None)?.0)
         }
         Some(other) => Err(RunError::Check(format!("{other}: needs a device"))),
         None => Err(RunError::Check(
-            "usage: gpu-device probe|ptx|compare|incident|bench".into(),
+            "usage: gpu-device probe|ptx|compare|incident|bench|step".into(),
         )),
     }
 }
@@ -87,6 +89,7 @@ fn run_device(dev: &CudaDevice, args: &[String]) -> Result<String, RunError> {
             let (report, _) = device_run::incident_on("CudaGpu", &path, make, Some(&reference))?;
             Ok(host_report + &report)
         }
+        Some("step") => step_table(args, |pages, ps| Ok(dev.gpu(pages, ps)?)),
         Some("bench") => {
             let gib: f64 = flag(args, "--pool-gib", 8.0)?;
             let cfg = BenchConfig {
@@ -123,6 +126,32 @@ fn run_device(dev: &CudaDevice, args: &[String]) -> Result<String, RunError> {
         }
         _ => run(args),
     }
+}
+
+/// The decode step, batched against one call per request, at each `--batches` size
+/// (`--seq-pages` pages a request, page size 64) on backends `make` allocates.
+fn step_table<G: Gpu>(
+    args: &[String],
+    mut make: impl FnMut(u32, u32) -> Result<G, RunError>,
+) -> Result<String, RunError> {
+    let batches: String = flag(args, "--batches", "1,8,64,256".into())?;
+    let mut out = format!("{}\n", step_bench::TABLE_HEAD);
+    for b in batches.split(',') {
+        let batch: u32 = b
+            .trim()
+            .parse()
+            .map_err(|e| RunError::Check(format!("--batches: {b:?}: {e}")))?;
+        let cfg = StepConfig {
+            batch,
+            seq_pages: flag(args, "--seq-pages", 16)?,
+            warmup: 5,
+            runs: flag(args, "--runs", 50)?,
+        };
+        let mut gpu = make(cfg.pages(), 64)?;
+        out += &step_bench::run(&mut gpu, &cfg)?.row();
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 fn main() -> ExitCode {
