@@ -14,6 +14,7 @@ use kvsim_engine::bugs::BugSet;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu};
 use kvsim_engine::ids::TenantId;
 use kvsim_engine::msg::Status;
+use kvsim_oracle::schema::Entry;
 use kvsim_sim::plan::{Plan, Reduction};
 use kvsim_sim::scenario::{Scenario, ScenarioError};
 use kvsim_sim::{run_plan_with, RunOutcome};
@@ -176,7 +177,9 @@ pub fn incident_plans(path: &Path) -> Result<[(bool, Plan); 2], RunError> {
 }
 
 /// Run the scenario's two plans on a backend and check both outcomes; with a
-/// reference outcome per plan, the replies and trace must equal it too.
+/// reference outcome per plan, the replies and trace must equal it too. Runs are
+/// traced, so a difference names the first trace entry where the backends part, and
+/// a wrong outcome lists its replies and findings.
 pub fn incident_on<G: Gpu>(
     name: &str,
     path: &Path,
@@ -186,18 +189,22 @@ pub fn incident_on<G: Gpu>(
     let mut report = String::new();
     let mut outs = Vec::new();
     for (i, (bugs, plan)) in incident_plans(path)?.into_iter().enumerate() {
+        let variant = if bugs { "bugs" } else { "defended" };
         let t = Instant::now();
-        let out = run_plan_with(&plan, &make, false);
+        let out = run_plan_with(&plan, &make, true);
         let secs = t.elapsed().as_secs_f64();
-        let line = check_incident(&out, bugs)?;
         if let Some(r) = reference.map(|r| &r[i]) {
             if r.replies != out.replies || r.leaks != out.leaks || r.trace_hash != out.trace_hash {
                 return Err(RunError::Check(format!(
-                    "{name}: the incident ({}) differs from the reference backend",
-                    if bugs { "bugs" } else { "defended" }
+                    "{name}: the incident ({variant}) differs from the reference backend\n{}{}{}",
+                    differing_parts(r, &out),
+                    first_difference(&r.trace, &out.trace),
+                    explain(&out)
                 )));
             }
         }
+        let line = check_incident(&out, bugs)
+            .map_err(|e| RunError::Check(format!("{name} ({variant}): {e}\n{}", explain(&out))))?;
         report.push_str(&format!(
             "incident on {name} ({}): {line} [{secs:.1} s{}]\n",
             if bugs {
@@ -214,4 +221,66 @@ pub fn incident_on<G: Gpu>(
         outs.push(out);
     }
     Ok((report, outs))
+}
+
+/// Which of the replies, leaks and trace hash differ, with the first differing reply.
+fn differing_parts(a: &RunOutcome, b: &RunOutcome) -> String {
+    let mut s = String::new();
+    if a.trace_hash != b.trace_hash {
+        s += &format!("trace hash {:?} vs {:?}\n", a.trace_hash, b.trace_hash);
+    }
+    if a.leaks != b.leaks {
+        s += &format!("leaks: {} vs {}\n", a.leaks.len(), b.leaks.len());
+    }
+    let reply = a
+        .replies
+        .iter()
+        .find(|(k, v)| b.replies.get(*k) != Some(*v));
+    if let Some((req, ra)) = reply {
+        s += &format!(
+            "first differing reply, {req}: {ra:?} vs {:?}\n",
+            b.replies.get(req)
+        );
+    }
+    s
+}
+
+/// The first entry where two traces part, with the entries before it for context.
+pub fn first_difference(a: &[Entry], b: &[Entry]) -> String {
+    let at = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let mut out = format!(
+        "traces of {} and {} entries agree on the first {at}\n",
+        a.len(),
+        b.len()
+    );
+    for e in &a[at.saturating_sub(4)..at] {
+        out += &format!("  both:      {e:?}\n");
+    }
+    for (side, t) in [("reference", a), ("this", b)] {
+        for e in t.iter().skip(at).take(3) {
+            out += &format!("  {side:<10} {e:?}\n");
+        }
+    }
+    out
+}
+
+/// A wrong outcome's replies and findings, and the trace's node faults.
+pub fn explain(out: &RunOutcome) -> String {
+    let mut s = String::new();
+    for (req, replies) in &out.replies {
+        for r in replies {
+            s += &format!("  reply {req}: {} ({} tokens)\n", r.status, r.tokens.len());
+        }
+    }
+    for f in &out.findings {
+        s += &format!("  finding: {f:?}\n");
+    }
+    for e in out
+        .trace
+        .iter()
+        .filter(|e| format!("{:?}", e.rec).contains("Fault"))
+    {
+        s += &format!("  {e:?}\n");
+    }
+    s
 }

@@ -258,3 +258,24 @@ proptest! {
         }
     }
 }
+
+/// The incident check names where two backends part: a backend whose memory reads
+/// back zeros (every page as if never written) against HostGpu's reference runs
+/// differs, and the error shows the first differing trace entry and the replies.
+#[test]
+fn incident_difference_names_the_first_differing_entry() {
+    use kvsim_gpu_tests::device_run::incident_on;
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/glm53-incident.toml");
+    let (_, host) = incident_on("HostGpu", &path, HostGpu::new, None).expect("host runs");
+    let reference: [_; 2] = host.try_into().expect("two runs");
+    let err = incident_on("SymbolicGpu", &path, SymbolicGpu::new, Some(&reference))
+        .expect_err("a symbolic backend's trace is not HostGpu's");
+    let text = err.to_string();
+    assert!(
+        text.contains("differs from the reference backend"),
+        "{text}"
+    );
+    assert!(text.contains("agree on the first"), "{text}");
+    assert!(text.contains("reply "), "{text}");
+}
