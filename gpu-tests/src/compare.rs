@@ -11,7 +11,7 @@
 //! purpose). Invariant: a run is a pure function of its [`Workload`], so a divergence
 //! names a seed that reproduces it on any backend pair.
 
-use kvsim_engine::gpu::{ids, AttendRequest, DeviceError, Gpu};
+use kvsim_engine::gpu::{ids, AttendRequest, DeviceError, Gpu, KvPayload};
 use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey, Token};
 use rand::{Rng, RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -24,6 +24,10 @@ pub struct Workload {
     pub page_size: u32,
     /// Operations to run (each a write, a batch, a transfer, ...).
     pub ops: u32,
+    /// Transfers may carry a corrupted payload (`KvPayload::corrupt`): only between
+    /// backends of one payload type (its bits flipped alike on both sides); a
+    /// symbolic page's corruption is not a numeric page's.
+    pub corrupt: bool,
 }
 
 impl Workload {
@@ -37,6 +41,15 @@ impl Workload {
             pool_pages: rng.random_range(4..=40),
             page_size: SIZES[rng.random_range(0..SIZES.len())],
             ops,
+            corrupt: false,
+        }
+    }
+
+    /// The same workload with corrupted payloads among its transfers.
+    pub fn with_corruption(self) -> Self {
+        Workload {
+            corrupt: true,
+            ..self
         }
     }
 }
@@ -61,6 +74,9 @@ pub struct Stats {
     /// Requests that echoed a nonzero token.
     pub echoed: u64,
     pub transfers: u64,
+    /// Transfers whose payload was cut short or corrupted on the way
+    /// (`KvPayload::keep_slots`, `tear`, `corrupt`), identically on both sides.
+    pub shaped: u64,
     pub zeroed: u64,
     pub digests: u64,
 }
@@ -72,6 +88,7 @@ impl Stats {
         self.tag_mismatches += o.tag_mismatches;
         self.echoed += o.echoed;
         self.transfers += o.transfers;
+        self.shaped += o.shaped;
         self.zeroed += o.zeroed;
         self.digests += o.digests;
     }
@@ -322,9 +339,11 @@ impl<A: Gpu, B: Gpu, F: Fn(&A::Kv, &B::Kv) -> bool> Run<'_, A, B, F> {
         let dst = self.next_tag(dst);
         self.room_gen += 1;
         let room = RoomKey::new(self.rng.random_range(1..=6), self.room_gen);
+        let (mut pa, mut pb) = (ka[0].clone(), kb[0].clone());
+        self.shape(&mut pa, &mut pb);
         let (ra, rb) = (
-            self.a.write_page(dst, room, &ka[0]),
-            self.b.write_page(dst, room, &kb[0]),
+            self.a.write_page(dst, room, &pa),
+            self.b.write_page(dst, room, &pb),
         );
         if ra != rb {
             return Err(self.fail(format!("write_page to {dst}: {ra:?} vs {rb:?}")));
@@ -336,6 +355,31 @@ impl<A: Gpu, B: Gpu, F: Fn(&A::Kv, &B::Kv) -> bool> Run<'_, A, B, F> {
         });
         self.st.transfers += 1;
         Ok(())
+    }
+
+    /// Transfers carry a payload the way the world can deliver it: a third only its
+    /// leading slots (a prompt's last, partial page; any count, 0 to a page and one),
+    /// a sixth torn, and a sixth corrupted where the workload allows it; the same on
+    /// both sides.
+    fn shape(&mut self, a: &mut A::Kv, b: &mut B::Kv) {
+        match self.rng.random_range(0..6u32) {
+            0 | 1 => {
+                let slots = self.rng.random_range(0..=self.ps as usize + 1);
+                a.keep_slots(slots);
+                b.keep_slots(slots);
+            }
+            2 => {
+                a.tear();
+                b.tear();
+            }
+            3 if self.w.corrupt => {
+                let salt = self.rng.random();
+                a.corrupt(salt);
+                b.corrupt(salt);
+            }
+            _ => return,
+        }
+        self.st.shaped += 1;
     }
 
     /// Zero a drawn page (inside the pool or just past it) on both backends.

@@ -86,8 +86,16 @@ pub fn ptx_check() -> Result<Option<String>, RunError> {
 fn summarize(what: &str, seeds: u64, ops: u32, st: &Stats, secs: f64) -> String {
     format!(
         "{what}: {seeds} seeds x {ops} ops equal in {secs:.1} s: {} writes, {} attention \
-         requests ({} tag mismatches, {} echoed), {} transfers, {} zeroed, {} digests\n",
-        st.writes, st.attends, st.tag_mismatches, st.echoed, st.transfers, st.zeroed, st.digests
+         requests ({} tag mismatches, {} echoed), {} transfers ({} with a short, torn or \
+         corrupted payload), {} zeroed, {} digests\n",
+        st.writes,
+        st.attends,
+        st.tag_mismatches,
+        st.echoed,
+        st.transfers,
+        st.shaped,
+        st.zeroed,
+        st.digests
     )
 }
 
@@ -96,7 +104,7 @@ pub fn compare_cuda_host(dev: &CudaDevice, seeds: u64, ops: u32) -> Result<Strin
     let t = Instant::now();
     let mut total = Stats::default();
     for seed in 0..seeds {
-        let w = Workload::from_seed(seed, ops);
+        let w = Workload::from_seed(seed, ops).with_corruption();
         let mut cuda = dev.gpu(w.pool_pages, w.page_size)?;
         let mut host = HostGpu::new(w.pool_pages, w.page_size);
         total.add(&compare(&mut cuda, &mut host, &w, |a, b| a == b)?);

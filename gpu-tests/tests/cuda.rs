@@ -169,7 +169,7 @@ fn cuda_equals_host_on_random_workloads() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(50);
     for seed in 0..seeds {
-        let w = Workload::from_seed(seed, 100);
+        let w = Workload::from_seed(seed, 100).with_corruption();
         let mut cuda = dev
             .gpu(w.pool_pages, w.page_size)
             .unwrap_or_else(|e| panic!("{e}"));

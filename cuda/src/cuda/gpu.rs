@@ -196,11 +196,23 @@ impl CudaGpu {
         kv: &[u32],
     ) -> Result<(), GpuError> {
         let pf = self.page_floats();
-        // A payload of the wrong size (a hostile or mismatched peer) is not applied.
-        if dst.page.0 > self.pages || kv.len() != pf {
+        // `layout::payload_lands`: a payload of another shape (a hostile or
+        // mismatched peer) is not applied; a short one lands its leading slots over
+        // what the page holds (read back first), so the rest keep theirs.
+        if dst.page.0 > self.pages
+            || !layout::payload_lands(kv.len(), self.page_size, self.key_width)
+        {
             return Ok(());
         }
-        let floats: Vec<f32> = kv.iter().map(|&b| f32::from_bits(b)).collect();
+        let mut page: Vec<u32> = if kv.len() < pf {
+            let mut held = self.try_read_pages(&[dst.page])?;
+            held.pop().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        page.resize(pf, 0);
+        page[..kv.len()].copy_from_slice(kv);
+        let floats: Vec<f32> = page.iter().map(|&b| f32::from_bits(b)).collect();
         let input = self.htod(&floats)?;
         let list = self.htod(&[dst.page.0])?;
         let gens = self.htod(&[dst.gen.0])?;

@@ -210,12 +210,8 @@ impl Gpu for HostGpu {
 
     fn write_page(&mut self, dst: PageTag, room: RoomKey, kv: &Vec<u32>) -> Result<(), WriteError> {
         layout::check_page_write(self.pages, dst.page.0)?;
-        let sf = self.slot_floats();
         if let Some(r) = self.page_range(dst.page) {
-            // Whole slots only: a short (torn) payload lands its leading slots, the
-            // rest keep theirs. A payload of another shape (a hostile or mismatched
-            // peer) is not applied.
-            if kv.len() <= r.len() && kv.len().is_multiple_of(sf) {
+            if layout::payload_lands(kv.len(), self.page_size, self.key_width) {
                 for (d, bits) in self.data[r].iter_mut().zip(kv) {
                     *d = f32::from_bits(*bits);
                 }

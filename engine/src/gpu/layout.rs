@@ -116,6 +116,15 @@ pub fn check_page_write(pool_pages: u32, page: u32) -> Result<(), WriteRefused> 
     Ok(())
 }
 
+/// Whether a page payload of `len` words lands (`Gpu::write_page`): whole slots only,
+/// at most a page. A short payload (a torn write, or the filled slots of a prompt's last
+/// page, `KvPayload::keep_slots`) lands its leading slots and the rest of the page keeps
+/// what it held; a payload of any other shape (a hostile or mismatched peer) is not
+/// applied. Every backend decides by this one rule.
+pub fn payload_lands(len: usize, page_size: u32, key_width: usize) -> bool {
+    len <= page_floats(page_size, key_width) && len.is_multiple_of(slot_floats(key_width))
+}
+
 /// The stored words of a tag (`None`: all zero).
 pub fn encode_tag(tag: Option<WriteTag>) -> [u64; TAG_WORDS] {
     match tag {
@@ -274,6 +283,22 @@ pub fn attend_page(
 mod tests {
     use super::*;
     use crate::ids::PageId;
+
+    /// Whole slots up to a page land (a short payload too: the CUDA backend once
+    /// dropped every payload shorter than a page, and the incident's 1-token
+    /// placeholder page with it); any other shape does not.
+    #[test]
+    fn a_payload_lands_in_whole_slots_up_to_a_page() {
+        let (ps, kw) = (4, 8);
+        let sf = slot_floats(kw);
+        let page = page_floats(ps, kw);
+        for slots in 0..=ps as usize {
+            assert!(payload_lands(slots * sf, ps, kw), "{slots} whole slots");
+        }
+        assert!(!payload_lands(page + sf, ps, kw), "more than a page");
+        assert!(!payload_lands(sf + 1, ps, kw), "a slot and a word");
+        assert!(!payload_lands(page - 1, ps, kw), "a page less a word");
+    }
 
     #[test]
     fn echo_exp_is_close_to_exp() {
