@@ -32,6 +32,9 @@
 
 typedef unsigned int u32;
 typedef unsigned long long u64;
+// Loads in flight per thread while kv_attend stages a page (kernel-only: no Rust
+// mirror, it changes no value).
+constexpr u32 kv_stage_batch = 8;
 
 // layout::slot_floats
 __device__ __forceinline__ u64 kv_slot_floats(u32 key_width) {
@@ -261,12 +264,26 @@ extern "C" __global__ void kv_attend(const float* data, const u64* tags, u32 poo
     // staged, so the threads of a warp reading one column of keys hit distinct banks.
     u64 stride = sf;
     if (stage) {
+        // The page's valid slots are contiguous: consecutive threads copy consecutive
+        // floats, kv_stage_batch loads in flight per thread before any is stored (a
+        // loop that stores each load before issuing the next waits a memory latency
+        // per float it copies).
         float* staged = kv_smem + 2 * page_size;
-        u32 warp = tid / 32;
-        u32 lane = tid % 32;
-        for (u32 slot = warp; slot < valid; slot += blockDim.x / 32) {
-            for (u32 f = lane; f < sf; f += 32) {
-                staged[slot * (sf + 1) + f] = page[slot * sf + f];
+        u32 total = valid * (u32)sf;
+        for (u32 base = tid; base < total; base += kv_stage_batch * blockDim.x) {
+            float v[kv_stage_batch];
+#pragma unroll
+            for (u32 k = 0; k < kv_stage_batch; k++) {
+                u32 e = base + k * blockDim.x;
+                v[k] = e < total ? page[e] : 0.0f;
+            }
+#pragma unroll
+            for (u32 k = 0; k < kv_stage_batch; k++) {
+                u32 e = base + k * blockDim.x;
+                if (e < total) {
+                    u32 slot = e / (u32)sf;
+                    staged[slot * (sf + 1) + (e - slot * (u32)sf)] = v[k];
+                }
             }
         }
         __syncthreads();
