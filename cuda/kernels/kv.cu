@@ -34,7 +34,7 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 // Loads in flight per thread while kv_attend stages a page (kernel-only: no Rust
 // mirror, it changes no value).
-constexpr u32 kv_stage_batch = 8;
+constexpr u32 kv_stage_batch = 16;
 
 // layout::slot_floats
 __device__ __forceinline__ u64 kv_slot_floats(u32 key_width) {
@@ -334,12 +334,17 @@ extern "C" __global__ void kv_attend(const float* data, const u64* tags, u32 poo
         }
         return;
     }
+    // Each weight divided by the total once, in place (the same quotient
+    // layout::attend_page takes for each slot).
+    for (u32 slot = tid; slot < valid; slot += blockDim.x) {
+        weights[slot] = weights[slot] / total_s;
+    }
+    __syncthreads();
     // Values: one lane per thread of the first warp, a sequential weighted sum.
     if (tid < 32) {
         float acc = 0.0f;
-        float total = total_s;
         for (u32 slot = 0; slot < valid; slot++) {
-            acc += weights[slot] / total * page[slot * stride + key_width + tid];
+            acc += weights[slot] * page[slot * stride + key_width + tid];
         }
         u32 bits = __ballot_sync(0xffffffffu, acc > 0.5f);
         if (tid == 0) {
