@@ -117,7 +117,8 @@ pub fn hbm_bandwidth(dev: &CudaDevice) -> (f64, String) {
     }
 }
 
-fn median(v: &[f64]) -> f64 {
+/// The median of `v` (NaN for none).
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     match s.len() {

@@ -10,6 +10,7 @@
 //! are compared with what the fill wrote, so a fast wrong path fails instead of
 //! reporting. No timing assertion: the figures go to docs/PERFORMANCE.md by hand.
 
+use crate::bench::median;
 use kvsim_engine::gpu::{ids, AttendRequest, DeviceError, Gpu, TagError, WriteError};
 use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey, Token};
 use std::time::Instant;
@@ -79,6 +80,18 @@ struct Request {
     want: Token,
 }
 
+impl Request {
+    /// The attention request of this request's decode step.
+    fn attend(&self, seq_len: u64) -> AttendRequest<'_> {
+        AttendRequest {
+            pages: &self.table,
+            room: self.room,
+            seq_len,
+            query_pos: self.query,
+        }
+    }
+}
+
 /// Write every request's pages under its own room; the requests.
 fn fill<G: Gpu>(gpu: &mut G, cfg: &StepConfig) -> Result<Vec<Request>, StepError> {
     let ps = u64::from(gpu.page_size());
@@ -124,15 +137,6 @@ fn step_per_request<G: Gpu>(gpu: &G, reqs: &[AttendRequest<'_>]) -> Result<Vec<T
     Ok(out)
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// Run the benchmark on `gpu`, which must have at least [`StepConfig::pages`] pages.
 pub fn run<G: Gpu>(gpu: &mut G, cfg: &StepConfig) -> Result<StepResult, StepError> {
     if gpu.pages() < cfg.pages() || cfg.batch == 0 || cfg.seq_pages == 0 {
@@ -146,15 +150,7 @@ pub fn run<G: Gpu>(gpu: &mut G, cfg: &StepConfig) -> Result<StepResult, StepErro
     }
     let seq_len = u64::from(cfg.seq_pages) * u64::from(gpu.page_size());
     let requests = fill(gpu, cfg)?;
-    let reqs: Vec<AttendRequest<'_>> = requests
-        .iter()
-        .map(|r| AttendRequest {
-            pages: &r.table,
-            room: r.room,
-            seq_len,
-            query_pos: r.query,
-        })
-        .collect();
+    let reqs: Vec<AttendRequest<'_>> = requests.iter().map(|r| r.attend(seq_len)).collect();
     let want: Vec<Token> = requests.iter().map(|r| r.want).collect();
     let mut times = [Vec::new(), Vec::new()];
     for i in 0..(cfg.warmup + cfg.runs) * 2 {
@@ -177,11 +173,11 @@ pub fn run<G: Gpu>(gpu: &mut G, cfg: &StepConfig) -> Result<StepResult, StepErro
             times[usize::from(per_request)].push(us);
         }
     }
-    let [mut batched, mut single] = times;
+    let [batched, single] = times;
     Ok(StepResult {
         batch: cfg.batch,
-        median_us_batched: median(&mut batched),
-        median_us_per_request: median(&mut single),
+        median_us_batched: median(&batched),
+        median_us_per_request: median(&single),
     })
 }
 
@@ -225,15 +221,7 @@ mod tests {
         let intruder = RoomKey::new(99, 1);
         gpu.write_tokens(&reqs[2].table[1..2], 0, &[7; 16], intruder)
             .expect("overwrite");
-        let ar: Vec<AttendRequest<'_>> = reqs
-            .iter()
-            .map(|r| AttendRequest {
-                pages: &r.table,
-                room: r.room,
-                seq_len,
-                query_pos: r.query,
-            })
-            .collect();
+        let ar: Vec<AttendRequest<'_>> = reqs.iter().map(|r| r.attend(seq_len)).collect();
         assert!(matches!(step_batched(&gpu, &ar), Err(StepError::Tag(_))));
         assert!(matches!(
             step_per_request(&gpu, &ar),
