@@ -11,7 +11,7 @@
 //! whose timers carry no time can fire every timeout in every order.
 
 use crate::compute::{Done, Job};
-use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::kv::Refusal;
 use crate::msg::Msg;
 pub use crate::trace::Trace;
@@ -99,6 +99,17 @@ pub enum Effect<M, T = TraceEvent> {
     Timer(TimerOp),
     /// An engine event for oracles and traces.
     Trace(T),
+    /// Token `index` of request `req`'s reply, streamed to its client `to` as decode
+    /// makes it: the router emits it once per index it takes for a request it has not
+    /// answered. Not a message and not traced: no node reads it back, and the client's
+    /// one answer is still the router's `Response` (a front renders the stream; a
+    /// simulated client reads only the answer).
+    Stream {
+        to: NodeId,
+        req: RequestId,
+        index: u32,
+        token: Token,
+    },
     /// Device work for the node's device; its completion comes back as
     /// [`Input::Computed`]. [`crate::world::step`] carries it out before the driver
     /// applies the step's effects, so [`crate::world::apply`] never sees one.
@@ -112,6 +123,17 @@ impl<M, T> Effect<M, T> {
             Effect::Send { to, msg } => Effect::Send { to: *to, msg },
             Effect::Timer(op) => Effect::Timer(*op),
             Effect::Trace(t) => Effect::Trace(t),
+            Effect::Stream {
+                to,
+                req,
+                index,
+                token,
+            } => Effect::Stream {
+                to: *to,
+                req: *req,
+                index: *index,
+                token: *token,
+            },
             Effect::Compute(job) => Effect::Compute(job.clone()),
         }
     }
@@ -191,6 +213,16 @@ impl<K> Outbox<K> {
     /// [`Input::Computed`] (through [`crate::world::step`]).
     pub fn compute(&mut self, job: Job) {
         self.effects.push(Effect::Compute(job));
+    }
+
+    /// Stream token `index` of `req`'s reply to its client `to` ([`Effect::Stream`]).
+    pub fn stream(&mut self, to: NodeId, req: RequestId, index: u32, token: Token) {
+        self.effects.push(Effect::Stream {
+            to,
+            req,
+            index,
+            token,
+        });
     }
 
     /// Emit an event for oracles and traces (never read back by the engine).

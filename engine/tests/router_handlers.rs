@@ -586,3 +586,80 @@ fn a_missing_tail_of_the_token_stream_is_an_error_never_a_shorter_reply() {
         "{r:?}"
     );
 }
+
+// ---- Streaming ----------------------------------------------------------------------
+
+/// The router streams each token to the client once, as it takes it: from the room's
+/// decode node only, a duplicate not again, and nothing after the client's answer.
+#[test]
+fn each_taken_token_is_streamed_once_until_the_answer() {
+    use kvsim_engine::env::{Effect, Input, Outbox};
+    use kvsim_engine::ids::{RequestId, TenantId};
+    use kvsim_engine::router::Router;
+    use kvsim_engine::shared_cfg::Cfg;
+    type K = kvsim_engine::gpu::SymbolicPage;
+    let (r, p, d, client) = (NodeId(0), NodeId(1), NodeId(2), NodeId(9));
+    let mut router = Router::new(r, Cfg::new(EngineConfig::default()), vec![p], vec![d]);
+    let mut step = |from: NodeId, msg: Msg<K>| {
+        let mut out = Outbox::<K>::new(0);
+        router.handle(Input::Message { from, msg }, &mut out);
+        let streamed: Vec<(NodeId, RequestId, u32, u32)> = out
+            .effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Stream {
+                    to,
+                    req,
+                    index,
+                    token,
+                } => Some((*to, *req, *index, *token)),
+                _ => None,
+            })
+            .collect();
+        (out, streamed)
+    };
+    let (out, _) = step(
+        client,
+        Msg::Submit {
+            req: RequestId(7),
+            tenant: TenantId(1),
+            prompt: vec![1, 2, 3],
+            max_new_tokens: 2,
+        },
+    );
+    let room = out
+        .sends()
+        .find_map(|(_, m)| match m {
+            Msg::DecodeStart { room, .. } => Some(*room),
+            _ => None,
+        })
+        .expect("decode started");
+    let tok = |index, token| Msg::TokenOut { room, index, token };
+    assert_eq!(
+        step(p, tok(0, 99)).1,
+        [],
+        "prefill is not the room's decode node"
+    );
+    assert_eq!(step(d, tok(0, 5)).1, [(client, RequestId(7), 0, 5)]);
+    assert_eq!(
+        step(d, tok(0, 5)).1,
+        [],
+        "a duplicate is not streamed again"
+    );
+    assert_eq!(step(d, tok(1, 6)).1, [(client, RequestId(7), 1, 6)]);
+    let done = Msg::DecodeFinished {
+        room,
+        status: Status::OK,
+        why: None,
+    };
+    let (out, streamed) = step(d, done);
+    assert_eq!(streamed, []);
+    assert!(out
+        .sends()
+        .any(|(to, m)| to == client && matches!(m, Msg::Response { .. })));
+    assert_eq!(
+        step(d, tok(1, 7)).1,
+        [],
+        "nothing after the client's answer"
+    );
+}

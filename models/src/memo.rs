@@ -304,6 +304,17 @@ pub fn compute<N: Machine>(
             },
             Step::Timer(op) => Step::Timer(op),
             Step::Trace(ev) => Step::Trace(ev),
+            Step::Stream {
+                to,
+                req,
+                index,
+                token,
+            } => Step::Stream {
+                to,
+                req,
+                index,
+                token,
+            },
             // world::step carried it out, in this same transition.
             Step::Compute(job) => unreachable!("a compute left unrun: {job:?}"),
         })

@@ -3,7 +3,7 @@
 //! input while the driver takes its effects.
 
 use crate::env::TimerOp;
-use crate::ids::{NodeId, WriteId};
+use crate::ids::{NodeId, RequestId, Token, WriteId};
 use crate::msg::Msg;
 use crate::trace::TraceEvent;
 use crate::world::{self, Driver, Timers};
@@ -105,4 +105,7 @@ impl<K: Clone> Driver<Msg<K>> for World<K> {
         self.order.push(Logged::Event);
         self.events.push((node, event));
     }
+
+    /// The harness's client reads only the terminal answer: the token is in the trace already (decode's `TokenOut`).
+    fn stream(&mut self, _: NodeId, _: NodeId, _: RequestId, _: u32, _: Token) {}
 }

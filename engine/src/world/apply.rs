@@ -2,7 +2,7 @@
 //! effects, through the driver's own [`Driver`].
 
 use crate::env::{Effect, TimerOp};
-use crate::ids::NodeId;
+use crate::ids::{NodeId, RequestId, Token};
 use crate::trace::TraceEvent;
 
 /// What a driver provides to carry out one node's effects (`M`: the message form it
@@ -15,6 +15,10 @@ pub trait Driver<M, T = TraceEvent> {
     /// `node` emitted an event (a [`TraceEvent::Fault`] asks the driver to act, see
     /// [`crate::trace::NodeFault::action`]).
     fn event(&mut self, node: NodeId, event: T);
+    /// `node` streamed token `index` of `req`'s reply to its client `to`
+    /// ([`Effect::Stream`]): a driver whose client shows replies as they are made
+    /// passes it on; the others' clients read only the terminal answer.
+    fn stream(&mut self, node: NodeId, to: NodeId, req: RequestId, index: u32, token: Token);
 }
 
 /// Carry out the effects of one handler call of `node`, in the order it issued them.
@@ -28,6 +32,12 @@ pub fn apply<M, T, D: Driver<M, T>>(
             Effect::Send { to, msg } => d.send(node, to, msg),
             Effect::Timer(op) => d.timer(node, op),
             Effect::Trace(ev) => d.event(node, ev),
+            Effect::Stream {
+                to,
+                req,
+                index,
+                token,
+            } => d.stream(node, to, req, index, token),
             Effect::Compute(job) => panic!(
                 "{node} left {job:?} unrun: world::step carries out every compute before apply"
             ),

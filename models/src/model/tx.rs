@@ -11,7 +11,7 @@ use crate::model_state::{note, Action, State, CLIENT, DECODE, PREFILL, ROUTER};
 use kvsim_engine::decode::DecodePhase;
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
 use kvsim_engine::gpu::SymbolicPage;
-use kvsim_engine::ids::{NodeId, RequestId, TenantId, WriteId};
+use kvsim_engine::ids::{NodeId, RequestId, TenantId, Token, WriteId};
 use kvsim_engine::invariant::Violation;
 use kvsim_engine::kv::PageState;
 use kvsim_engine::msg::Msg;
@@ -415,4 +415,7 @@ impl<'r> Driver<&'r Routed, &'r TraceEvent> for Tx<'_> {
         self.drafts = drafts;
         self.judged();
     }
+
+    /// The model's client reads only the terminal answer: the token is in the trace already (decode's `TokenOut`).
+    fn stream(&mut self, _: NodeId, _: NodeId, _: RequestId, _: u32, _: Token) {}
 }

@@ -252,4 +252,12 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg<K>> for Io<R> {
         }
         self.trace(|| Record::Engine(ev));
     }
+
+    /// The router streams a token it took: to the client's reply, as it is made
+    /// (nothing for a client already answered: the router emits none then).
+    fn stream(&mut self, _node: NodeId, _to: NodeId, req: RequestId, index: u32, token: Token) {
+        if let Some(c) = self.clients.get_mut(&req) {
+            c.send(ReplyEv::Token { index, token });
+        }
+    }
 }

@@ -239,11 +239,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 return;
             }
         }
-        let token = self.streamable_token(&msg);
         self.dispatch(Input::Message { from, msg });
-        if let Some((room, index, token)) = token {
-            self.stream_token(from, room, index, token);
-        }
     }
 
     /// A client's request (router): traced, and submitted to the router as from the

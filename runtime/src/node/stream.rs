@@ -1,48 +1,8 @@
 //! What of a router's tokens reaches its client's stream as decode makes them: the
-//! stream decision, taken from the router's state after it handled the token's
-//! message. Not the terminal answer (the router's own `Response`, through
-//! [`Io`](crate::node::io::Io)) nor how a front renders the stream.
-
-use crate::node::node_loop::NodeLoop;
-use crate::node::reply::ReplyEv;
-use crate::seam::NodeRuntime;
-use kvsim_engine::gpu::Gpu;
-use kvsim_engine::ids::{NodeId, RoomKey, Token};
-use kvsim_engine::msg::Msg;
-use kvsim_engine::node::Node;
-
-impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
-    /// The token a message read off a connection carries to the router, to be passed
-    /// on ([`NodeLoop::stream_token`]) once the router has handled the message.
-    pub(super) fn streamable_token(&self, msg: &Msg<G::Kv>) -> Option<(RoomKey, u32, Token)> {
-        match (&self.node, msg) {
-            (Node::Router(_), Msg::TokenOut { room, index, token }) => {
-                Some((*room, *index, *token))
-            }
-            _ => None,
-        }
-    }
-
-    /// A token decode produced, to its client's stream as it is made: only a token the
-    /// router took (from the room's own decode node, for a room not yet answered, now
-    /// held at its index) is passed on, read from the router's state after it handled
-    /// the message; the terminal answer still comes from the router alone.
-    pub(super) fn stream_token(&mut self, from: NodeId, room: RoomKey, index: u32, token: Token) {
-        let Node::Router(r) = &self.node else {
-            return;
-        };
-        let Some(st) = r.room_state(room) else {
-            return;
-        };
-        let held = st.tokens.get(index as usize).copied().flatten() == Some(token);
-        if st.decode != from || st.answered || !held {
-            return;
-        }
-        if let Some(c) = self.io.clients.get_mut(&st.req) {
-            c.send(ReplyEv::Token { index, token });
-        }
-    }
-}
+//! router's own [`Effect::Stream`](kvsim_engine::env::Effect::Stream), which
+//! [`Io`](crate::node::io::Io) passes to the client's reply as the router emits it
+//! (once per index, for a request not yet answered, from the room's own decode node).
+//! This module holds its test over a router's loop.
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@ use super::pending::Pending;
 use super::Simulator;
 use kvsim_engine::env::TimerOp;
 use kvsim_engine::gpu::Gpu;
-use kvsim_engine::ids::NodeId;
+use kvsim_engine::ids::{NodeId, RequestId, Token};
 use kvsim_engine::msg::Msg;
 use kvsim_engine::trace::{FaultAction, TraceEvent};
 use kvsim_engine::world::Driver;
@@ -84,4 +84,7 @@ impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
             );
         }
     }
+
+    /// The simulated client reads only the terminal answer: the token is in the trace already (decode's `TokenOut`).
+    fn stream(&mut self, _: NodeId, _: NodeId, _: RequestId, _: u32, _: Token) {}
 }

@@ -49,21 +49,32 @@ impl Router {
                 Msg::DecodeFinished { room, status, why } => {
                     self.on_half(room, (status, why), Side::Decode, env)
                 }
-                Msg::TokenOut { room, index, token } => {
-                    let limit = self.cfg.max_new_tokens_limit as usize;
-                    if let Some(u) = self.slot(room) {
-                        let i = index as usize;
-                        if i < limit {
-                            if u.tokens.len() <= i {
-                                u.tokens.resize(i + 1, None);
-                            }
-                            u.tokens[i] = Some(token);
-                        }
-                    }
-                }
+                Msg::TokenOut { room, index, token } => self.on_token(room, index, token, env),
                 // Anything else is not for a router: ignore it rather than trust a peer.
                 _ => {}
             }
+        }
+    }
+
+    /// Decode's token `index` of room use `room` (the peer check admitted it from the
+    /// room's decode node): kept at its index, and, the first time that index is taken
+    /// for a request not yet answered nor given up, streamed to the client.
+    fn on_token<K>(&mut self, room: RoomKey, index: u32, token: Token, env: &mut Outbox<K>) {
+        let limit = self.cfg.max_new_tokens_limit as usize;
+        let Some(u) = self.slot(room) else {
+            return;
+        };
+        let i = index as usize;
+        if i >= limit {
+            return;
+        }
+        if u.tokens.len() <= i {
+            u.tokens.resize(i + 1, None);
+        }
+        let first = u.tokens[i].is_none();
+        u.tokens[i] = Some(token);
+        if first && !u.answers.client && !u.abandoned {
+            env.stream(u.client, u.req, index, token);
         }
     }
 
