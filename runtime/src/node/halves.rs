@@ -30,17 +30,17 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
                     h.sink.send(ReplyEv::Token { index, token });
                 }
             }
-            Msg::PrefillFinished { room, status, .. } => {
+            Msg::PrefillFinished { room, status, why } => {
                 if let Some(mut h) = self.halves.remove(&room) {
                     h.sink.send(ReplyEv::Done(Reply {
                         req: room.gen.0,
                         status: status.0,
                         tokens: Vec::new(),
-                        reason: h.reason,
+                        reason: why.map(|w| w.to_string()),
                     }));
                 }
             }
-            Msg::DecodeFinished { room, status, .. } => {
+            Msg::DecodeFinished { room, status, why } => {
                 self.half_done(room, 1);
                 if let Some(mut h) = self.halves.remove(&room) {
                     self.answered(room, status, h.tokens.clone());
@@ -48,7 +48,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
                         req: room.gen.0,
                         status: status.0,
                         tokens: h.tokens,
-                        reason: h.reason,
+                        reason: why.map(|w| w.to_string()),
                     }));
                 }
             }
@@ -211,7 +211,6 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         let half = Half {
             sink: reply,
             tokens: Vec::new(),
-            reason: None,
         };
         self.io.halves.insert(room, half);
         self.dispatch(Input::Message { from: router, msg });

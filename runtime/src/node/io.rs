@@ -17,12 +17,11 @@ use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure, WritesI
 use kvsim_oracle::schema::{MsgView, Record};
 use std::collections::BTreeMap;
 
-/// A worker-mode half: where its answers go, its tokens so far, the engine's reason
-/// for its failure (from its node's own events).
+/// A worker-mode half: where its answers go and its tokens so far. Its failure's
+/// reason is the engine's own, typed, in the half's finish message.
 pub(super) struct Half {
     pub(super) sink: ReplySink,
     pub(super) tokens: Vec<Token>,
-    pub(super) reason: Option<String>,
 }
 
 /// Most early prefill-done words a decode worker keeps.
@@ -223,15 +222,6 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg<K>> for Io<R> {
     }
 
     fn event(&mut self, node: NodeId, ev: TraceEvent) {
-        let why = match &ev {
-            TraceEvent::Rejected { room, reason, .. }
-            | TraceEvent::TransferRefused { room, reason, .. }
-            | TraceEvent::TransferFailed { room, reason, .. } => Some((*room, reason)),
-            _ => None,
-        };
-        if let Some(h) = why.and_then(|(room, _)| self.halves.get_mut(&room)) {
-            h.reason = why.map(|(_, r)| r.clone());
-        }
         match &ev {
             TraceEvent::TagMismatch { .. } => self.counts.tag_mismatches += 1,
             TraceEvent::KvRefused { .. } => self.counts.kv_refused += 1,
