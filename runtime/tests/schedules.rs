@@ -257,10 +257,12 @@ fn a_clean_run_replays_byte_for_byte() {
 fn replay_a_seed_or_schedule() {
     let planted = std::env::var("KVSIM_SCHEDULE_PLANTED").is_ok_and(|v| v == "1");
     if let Ok(path) = std::env::var("KVSIM_SCHEDULE_FILE") {
-        let f = move || {
-            run::one_run(planted);
-        };
-        shuttle::replay_from_file(f, path);
+        let mut replay = ReplayScheduler::new_from_file(&path).expect("KVSIM_SCHEDULE_FILE reads");
+        // The printed schedule ends at the failure; what follows is teardown.
+        replay.set_allow_incomplete();
+        if let Err(m) = run_with(replay, planted).result {
+            panic!("the schedule in {path}: {m}");
+        }
         return;
     }
     let seed: u64 = std::env::var("KVSIM_SCHEDULE_SEED")
