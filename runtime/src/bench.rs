@@ -13,6 +13,10 @@ use crate::gpu::SharedGpu;
 use crate::landing::{LandingRecord, WireLanding};
 use crate::net::{spawn_listener, Inbound};
 use crate::node::event::NodeEvent;
+use crate::sync::atomic::AtomicBool;
+use crate::sync::mpsc::channel;
+use crate::sync::thread;
+use crate::sync::Arc;
 use crate::wire::write_frame_with;
 use kvsim_engine::gpu::{Gpu, HostGpu};
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
@@ -20,10 +24,6 @@ use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::msg::Msg;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::AtomicBool;
-use std::sync::mpsc::channel;
-use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 /// What one run measured.
@@ -148,7 +148,7 @@ fn time_transfer_path(
         }
     }
     let path_s = t0.elapsed().as_secs_f64();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, crate::sync::atomic::Ordering::Relaxed);
     Ok(path_s)
 }
 
@@ -158,7 +158,7 @@ fn connected(
     addr: std::net::SocketAddr,
     writer: NodeId,
     room: RoomKey,
-    loop_rx: &std::sync::mpsc::Receiver<NodeEvent<Vec<u32>>>,
+    loop_rx: &crate::sync::mpsc::Receiver<NodeEvent<Vec<u32>>>,
 ) -> std::io::Result<GatherWriter<TcpStream>> {
     let mut w = GatherWriter::with_capacity(1 << 16, TcpStream::connect(addr)?);
     let hello = Msg::<Vec<u32>>::DrainAck { room };

@@ -15,14 +15,14 @@
 use crate::node::event::NodeEvent;
 use crate::node::reply::{Reply, ReplyEv, ReplySink};
 use crate::server::options::PromptMode;
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use crate::sync::thread;
+use crate::sync::Arc;
 use kvsim_engine::ids::{RequestId, TenantId};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
-use std::thread;
 use std::time::Duration;
 
 /// One request, as a client sends it.

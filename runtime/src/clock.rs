@@ -5,31 +5,102 @@
 //! with every driver) with a token per setting, and in a heap ordered by deadline on
 //! the monotonic clock. A replaced or cancelled timer stays in the heap until its
 //! deadline and is recognised by its token, never fired.
+//!
+//! Under `--cfg shuttle` the clock is a virtual timeline the scheduler moves
+//! (`crate::sync::timeline`), shared by the loops a test gives one [`Clock`], so the
+//! timers of a schedule fire where the schedule says and nowhere else.
 
+use crate::sync::mpsc::{Receiver, RecvTimeoutError};
 use kvsim_engine::env::{Timer, TimerOp};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::world::Timers;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long a loop with no timer pending waits before it looks again (wall clock only:
+/// on shuttle's timeline it waits for its next event).
+#[cfg(not(shuttle))]
+const IDLE_WAIT: Duration = Duration::from_millis(200);
 
 /// The monotonic clock of one process: nanoseconds since it started.
-#[derive(Clone, Copy, Debug)]
+#[cfg(not(shuttle))]
+#[derive(Clone, Debug)]
 pub struct Clock {
-    start: Instant,
+    start: std::time::Instant,
 }
 
+#[cfg(not(shuttle))]
 impl Default for Clock {
     fn default() -> Self {
         Clock {
-            start: Instant::now(),
+            start: std::time::Instant::now(),
         }
     }
 }
 
+#[cfg(not(shuttle))]
 impl Clock {
     pub fn now_ns(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// Another thread's clock on this one's timeline (the process's clock: the same).
+    pub fn another(&self) -> Clock {
+        self.clone()
+    }
+
+    /// The next item of `rx`, waiting at most `wait` (`None`: no timer is pending; the
+    /// caller looks again after a while).
+    pub fn recv<T>(&self, rx: &Receiver<T>, wait: Option<Duration>) -> Result<T, RecvTimeoutError> {
+        rx.recv_timeout(wait.unwrap_or(IDLE_WAIT))
+    }
+}
+
+/// A thread's virtual clock on a shuttle timeline: a node's loop's, or a thread's
+/// that carries messages between loops. Time passes only while every thread with a
+/// clock on the timeline waits in [`Clock::recv`].
+#[cfg(shuttle)]
+#[derive(Debug)]
+pub struct Clock {
+    timeline: crate::sync::Arc<crate::sync::timeline::Timeline>,
+}
+
+#[cfg(shuttle)]
+impl Default for Clock {
+    /// The first loop's clock on a new timeline.
+    fn default() -> Self {
+        let timeline = crate::sync::Arc::new(crate::sync::timeline::Timeline::default());
+        timeline.enlist();
+        Clock { timeline }
+    }
+}
+
+#[cfg(shuttle)]
+impl Drop for Clock {
+    fn drop(&mut self) {
+        self.timeline.leave();
+    }
+}
+
+#[cfg(shuttle)]
+impl Clock {
+    /// Another thread's clock on this one's timeline.
+    pub fn another(&self) -> Clock {
+        self.timeline.enlist();
+        Clock {
+            timeline: self.timeline.clone(),
+        }
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.timeline.now_ns()
+    }
+
+    /// The next item of `rx`, waiting until `wait` has passed on the timeline
+    /// (`None`: until one comes; `Err` only when every sender is gone).
+    pub fn recv<T>(&self, rx: &Receiver<T>, wait: Option<Duration>) -> Result<T, RecvTimeoutError> {
+        self.timeline.recv(rx, wait)
     }
 }
 

@@ -9,10 +9,10 @@
 //! before.
 
 use crate::gpu::SharedGpu;
+use crate::sync::mpsc::{channel, Receiver, Sender};
+use crate::sync::thread;
 use kvsim_engine::compute::{Done, Job};
 use kvsim_engine::gpu::{DeviceError, Gpu};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::thread;
 
 /// The loop's end of a device thread. Dropping it ends the thread.
 #[derive(Debug)]

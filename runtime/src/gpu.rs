@@ -6,10 +6,10 @@
 //! write which page is not decided here: the transfer thread writes only under a
 //! [`kvsim_engine::kv::shared::WriteGuard`] from the node's one ownership record.
 
+use crate::sync::{Arc, Mutex, MutexGuard};
 use kvsim_engine::gpu::bytes::{ByteWrite, Fill, Landed};
 use kvsim_engine::gpu::{DeviceError, Gpu, TagError, WireWords, WriteError, WriteTag};
 use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A [`Gpu`] shared between threads (each call takes the lock once).
 #[derive(Debug)]

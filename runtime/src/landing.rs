@@ -15,6 +15,8 @@
 use crate::gpu::SharedGpu;
 use crate::net::{Incoming, Lander};
 use crate::node::event::NodeEvent;
+use crate::sync::mpsc::{Receiver, Sender};
+use crate::sync::{Arc, RwLock, RwLockReadGuard};
 use crate::wire::{read_payload, skip_payload, FrameReader, KvHead, WireError};
 use kvsim_engine::gpu::{ByteWrite, Gpu, LandBytesError, WireWords};
 use kvsim_engine::ids::NodeId;
@@ -23,8 +25,6 @@ use kvsim_engine::kv::{land, land_with, Refusal};
 use kvsim_engine::msg::Msg;
 use kvsim_engine::world::{self, Arrival, Arriving};
 use std::io::Read;
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 /// The record a decode node's transfer thread lands writes with: the [`SharedPool`] of
@@ -33,26 +33,77 @@ use std::time::Instant;
 /// the landing in progress, and every later write is judged by the new incarnation's
 /// record and epoch.
 #[derive(Debug)]
-pub struct LandingRecord(RwLock<Arc<SharedPool>>);
+pub struct LandingRecord {
+    current: RwLock<Arc<SharedPool>>,
+    /// The planted race of the schedule test (`--cfg shuttle` only): a landing lets go
+    /// of the record as soon as it took it.
+    #[cfg(shuttle)]
+    planted: bool,
+}
+
+/// The current incarnation's record, as a landing holds it: a restart waits until it
+/// goes.
+pub struct Current<'a>(Held<'a>);
+
+enum Held<'a> {
+    Guard(RwLockReadGuard<'a, Arc<SharedPool>>),
+    /// The planted race: the record, its guard already dropped.
+    #[cfg(shuttle)]
+    Dropped(Arc<SharedPool>),
+}
+
+impl std::ops::Deref for Current<'_> {
+    type Target = Arc<SharedPool>;
+
+    fn deref(&self) -> &Arc<SharedPool> {
+        match &self.0 {
+            Held::Guard(g) => g,
+            #[cfg(shuttle)]
+            Held::Dropped(pool) => pool,
+        }
+    }
+}
 
 impl LandingRecord {
     pub fn new(pool: Arc<SharedPool>) -> Arc<Self> {
-        Arc::new(LandingRecord(RwLock::new(pool)))
+        Arc::new(LandingRecord {
+            current: RwLock::new(pool),
+            #[cfg(shuttle)]
+            planted: false,
+        })
+    }
+
+    /// A record whose landings drop their guard as soon as they take it (the schedule
+    /// test's planted race, `tests/schedules.rs`): a restart then need not wait for a
+    /// landing in progress, which goes on writing the dead incarnation's pages into
+    /// memory the new incarnation owns.
+    #[cfg(shuttle)]
+    pub fn with_planted_race(pool: Arc<SharedPool>) -> Arc<Self> {
+        Arc::new(LandingRecord {
+            current: RwLock::new(pool),
+            planted: true,
+        })
     }
 
     /// The current incarnation's record, held until the guard goes.
-    pub fn current(&self) -> RwLockReadGuard<'_, Arc<SharedPool>> {
+    pub fn current(&self) -> Current<'_> {
         // Nothing panics while holding it but a landing on a broken record, after
         // which no landing may go on.
-        self.0
+        let guard = self
+            .current
             .read()
-            .expect("landing record poisoned: a landing panicked")
+            .expect("landing record poisoned: a landing panicked");
+        #[cfg(shuttle)]
+        if self.planted {
+            return Current(Held::Dropped(Arc::clone(&guard)));
+        }
+        Current(Held::Guard(guard))
     }
 
     /// The node restarted with `pool`: waits for the landing in progress.
     pub(crate) fn replace(&self, pool: Arc<SharedPool>) {
         let mut cur = self
-            .0
+            .current
             .write()
             .expect("landing record poisoned: a landing panicked");
         assert!(
@@ -85,7 +136,7 @@ pub fn transfer_thread<G: Gpu>(
         }
         // A write still queued when its connection closed is the dead sender's NIC
         // queue (or one its live sender fails back itself): never applied.
-        let sender_alive = conn_alive.load(std::sync::atomic::Ordering::Acquire);
+        let sender_alive = conn_alive.load(crate::sync::atomic::Ordering::Acquire);
         let pool = record.current();
         let ev = match arrive(from, msg, sender_alive, &pool) {
             Arrived::Deliver(Msg::KvWrite { id, dst, kv, .. }) => {
@@ -272,10 +323,10 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::mpsc::channel;
     use crate::wire::{read_head, write_frame, Head};
     use kvsim_engine::gpu::HostGpu;
     use kvsim_engine::ids::{PageTag, RoomKey, WriteId};
-    use std::sync::mpsc::channel;
 
     const PAGES: u32 = 4;
     const PAGE: u32 = 4;

@@ -24,6 +24,7 @@ pub mod net;
 pub mod node;
 pub mod seam;
 pub mod server;
+pub mod sync;
 pub mod tokenizer;
 pub mod trace;
 pub mod wire;

@@ -9,6 +9,10 @@
 
 use crate::gather::GatherWriter;
 use crate::node::event::NodeEvent;
+use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use crate::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use crate::sync::thread;
+use crate::sync::Arc;
 use crate::wire::{read_head, read_payload, write_frame_with, Head, KvHead};
 use crate::wire::{FrameReader, WireError};
 use kvsim_engine::gpu::WireWords;
@@ -18,10 +22,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::{BufRead, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 /// The first wait before a reconnection, doubled per failure up to [`BACKOFF_MAX`].
@@ -128,8 +128,10 @@ fn read_conn<K: DeserializeOwned + WireWords>(
 }
 
 /// The frames of one connection, until its end, `stop`, or the loop is gone (`Ok`),
-/// or an unusable frame (the error).
-fn read_frames<K: DeserializeOwned + WireWords, R: Read>(
+/// or an unusable frame (the error): each message to the node's loop, each KV write
+/// to its landing. What reads a TCP connection; a test's in-process byte stream too
+/// (`tests/schedules.rs`).
+pub fn read_frames<K: DeserializeOwned + WireWords, R: Read>(
     r: &mut FrameReader<R>,
     inbound: &Inbound<K>,
     stop: &AtomicBool,
@@ -215,8 +217,7 @@ where
                 dead: Arc::new(AtomicBool::new(false)),
                 to_loop: to_loop.clone(),
                 buf: Vec::new(),
-                epoch: incarnation.load(Ordering::Acquire),
-                incarnation,
+                writer: Incarnation::new(incarnation),
             };
             while !stop.load(Ordering::Relaxed) {
                 let msg = match rx.recv_timeout(Duration::from_millis(50)) {
@@ -236,7 +237,7 @@ where
                     }
                 }
                 link.follow_incarnation();
-                batch.retain(|m| !link.flushed(m));
+                batch.retain(|m| !link.writer.flushed(m));
                 if batch.is_empty() {
                     continue;
                 }
@@ -270,9 +271,48 @@ struct Link<K> {
     to_loop: Sender<NodeEvent<K>>,
     /// The frame encoding buffer, kept from frame to frame.
     buf: Vec<u8>,
-    /// The writer's incarnation the connection was opened by, and the writer's now.
+    writer: Incarnation,
+}
+
+/// A link's view of its writer's incarnation: the one its connection was opened by,
+/// and the writer's now (which [`crate::seam::NodeRuntime::close_links`] moves on at
+/// an in-process restart). Every link follows it, over TCP or in process.
+#[derive(Debug)]
+pub struct Incarnation {
     epoch: u32,
-    incarnation: Arc<AtomicU32>,
+    now: Arc<AtomicU32>,
+}
+
+impl Incarnation {
+    pub fn new(now: Arc<AtomicU32>) -> Self {
+        Incarnation {
+            epoch: now.load(Ordering::Acquire),
+            now,
+        }
+    }
+
+    /// Whether the writer moved on to a new incarnation since the connection was
+    /// opened: the connection its dead incarnation wrote on must close, and from here
+    /// the link follows the new one.
+    pub fn moved_on(&mut self, me: NodeId) -> bool {
+        let now = self.now.load(Ordering::Acquire);
+        if now == self.epoch {
+            return false;
+        }
+        assert!(
+            now > self.epoch,
+            "{me}: incarnation {now} after {}",
+            self.epoch
+        );
+        self.epoch = now;
+        true
+    }
+
+    /// A KV write of a dead incarnation of the writer: flushed with its NIC's queue,
+    /// never sent (the crash record lists it).
+    pub fn flushed<K>(&self, msg: &Msg<K>) -> bool {
+        matches!(msg, Msg::KvWrite { id, .. } if id.epoch < self.epoch)
+    }
 }
 
 impl<K: Send + 'static> Link<K> {
@@ -280,25 +320,10 @@ impl<K: Send + 'static> Link<K> {
     /// closes (the receiver's reader ends, so the transfer thread applies none of the
     /// dead one's writes still queued behind it), and the next write reconnects.
     fn follow_incarnation(&mut self) {
-        let now = self.incarnation.load(Ordering::Acquire);
-        if now == self.epoch {
-            return;
+        if self.writer.moved_on(self.me) {
+            self.drop_conn();
+            self.next_try = Instant::now();
         }
-        assert!(
-            now > self.epoch,
-            "{}: incarnation {now} after {}",
-            self.me,
-            self.epoch
-        );
-        self.drop_conn();
-        self.next_try = Instant::now();
-        self.epoch = now;
-    }
-
-    /// A KV write of a dead incarnation of the writer: flushed with its NIC's queue,
-    /// never sent (the crash record lists it).
-    fn flushed(&self, msg: &Msg<K>) -> bool {
-        matches!(msg, Msg::KvWrite { id, .. } if id.epoch < self.epoch)
     }
 
     /// Connected, or reconnected now if the backoff allows.

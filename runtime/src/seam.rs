@@ -7,19 +7,19 @@
 //! A client's answers go through the [`crate::node::ReplySink`] its request came with.
 //!
 //! [`Threads`] is the production runtime (std channels, the process's monotonic clock,
-//! the connection queues of [`crate::net`], a trace file); [`InMemory`] runs the same
+//! the connection queues of [`crate::net`], a trace file or log); [`InMemory`] runs the same
 //! loop in process, with a virtual clock, for tests of the loop's rules.
 
 use crate::clock::Clock;
 use crate::node::event::NodeEvent;
+use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use crate::sync::Arc;
 use crate::trace::Tracer;
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Msg;
 use kvsim_oracle::schema::Record;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// What [`NodeRuntime::next_event`] found.
@@ -72,9 +72,6 @@ pub struct Threads<K> {
     incarnation: Arc<AtomicU32>,
 }
 
-/// How long an idle loop with no timer waits before it looks again.
-const IDLE_WAIT: Duration = Duration::from_millis(200);
-
 impl<K> Threads<K> {
     /// `me` and `rx` are the two ends of the loop's channel.
     pub fn new(
@@ -99,6 +96,13 @@ impl<K> Threads<K> {
         self.incarnation = incarnation;
         self
     }
+
+    /// The clock the loop's timers run on (a test's loops share one timeline under
+    /// `--cfg shuttle`).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
 }
 
 impl<K> NodeRuntime for Threads<K> {
@@ -119,7 +123,7 @@ impl<K> NodeRuntime for Threads<K> {
         // Idle: the trace reaches the file before the loop waits, so a node killed
         // while idle leaves a complete trace.
         self.flush_trace();
-        match self.rx.recv_timeout(wait.unwrap_or(IDLE_WAIT)) {
+        match self.clock.recv(&self.rx, wait) {
             Ok(ev) => Next::Event(ev),
             Err(RecvTimeoutError::Timeout) => Next::Idle,
             Err(RecvTimeoutError::Disconnected) => Next::Closed,

@@ -14,8 +14,8 @@
 //! as [`UNKNOWN`]). An id no word seen has (a client's own `input_ids`) decodes to
 //! `<id:N>`.
 
+use crate::sync::Arc;
 use std::collections::HashMap;
-use std::sync::Arc;
 
 /// The first id a word gets.
 pub const FIRST_ID: u32 = 1;

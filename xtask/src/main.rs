@@ -1,11 +1,15 @@
-//! `cargo xtask setup | test | book | layout`: the README's test command and its set-up.
+//! `cargo xtask setup | test | schedules | book | layout`: the README's test command and
+//! its set-up.
 //!
 //! - `setup`: installs what the tests need, pinned and idempotently (Debian's packages
 //!   as root; the Python clients and NVRTC in `target/pyclients`; mdBook in
 //!   `target/tools`). Prints what it could not install and why.
 //! - `test [ARGS]`: `setup`, then `cargo test --workspace ARGS` with every require
 //!   variable set (the namespace bed's only as root, since it needs root), so a
-//!   missing piece fails instead of skipping; prints last every skipped test and why.
+//!   missing piece fails instead of skipping; then the runtime's thread schedules
+//!   (`runtime/tests/schedules.rs`, built with `--cfg shuttle` in `target-shuttle`);
+//!   prints last every skipped test and why.
+//! - `schedules`: the thread schedules alone.
 //! - `book`: builds the guide (`docs/`, mdBook) into `target/book` and checks its links.
 //! - `layout [--write-allow]`: the source layout limits of issue 35 against
 //!   `xtask/layout-allow.toml`; `--write-allow` rewrites the list from today's tree.
@@ -20,11 +24,15 @@ fn main() -> Result<ExitCode> {
     match args.first().map(String::as_str) {
         Some("setup") => setup_all().map(|_| ExitCode::SUCCESS),
         Some("test") => test(&args[1..]),
+        Some("schedules") => Ok(match schedules()? {
+            true => ExitCode::SUCCESS,
+            false => ExitCode::FAILURE,
+        }),
         Some("book") => book().map(|()| ExitCode::SUCCESS),
         Some("layout") => layout(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask setup | test [CARGO TEST ARGS] | book | layout [--write-allow]"
+                "usage: cargo xtask setup | test [CARGO TEST ARGS] | schedules | book | layout [--write-allow]"
             );
             Ok(ExitCode::from(2))
         }
@@ -105,12 +113,34 @@ fn test(extra: &[String]) -> Result<ExitCode> {
     }
     println!("== cargo test --workspace {}", extra.join(" "));
     let status = cmd.status().context("running cargo test")?;
+    let schedules = schedules()?;
     print!("{}", skips::render(&skips::list(&run)));
     let _ = std::fs::remove_dir_all(skips::run_dir(&run));
-    Ok(match status.success() {
+    Ok(match status.success() && schedules {
         true => ExitCode::SUCCESS,
         false => ExitCode::FAILURE,
     })
+}
+
+/// The runtime's threads under shuttle's seeded scheduler: `--cfg shuttle` swaps the
+/// runtime's primitives (`runtime/src/sync/`) and rebuilds every dependency, so it
+/// builds in a target directory of its own, `target-shuttle` (as loom's models build
+/// in `target-loom`). About 4 minutes cold on the 2-core VM, then seconds.
+fn schedules() -> Result<bool> {
+    let root = workspace_root();
+    let flags = match std::env::var("RUSTFLAGS") {
+        Ok(f) if !f.trim().is_empty() => format!("{f} --cfg shuttle"),
+        _ => "--cfg shuttle".to_string(),
+    };
+    println!("== the runtime's thread schedules (--cfg shuttle, target-shuttle)");
+    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .current_dir(&root)
+        .args(["test", "-p", "kvsim-runtime", "--test", "schedules"])
+        .env("CARGO_TARGET_DIR", root.join("target-shuttle"))
+        .env("RUSTFLAGS", flags)
+        .status()
+        .context("running the schedule tests")?;
+    Ok(status.success())
 }
 
 /// Check the guide's links, then build it with mdBook into `target/book`.

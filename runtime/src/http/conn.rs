@@ -5,6 +5,8 @@
 
 use crate::http::limits::{MAX_BODY, MAX_HEAD, READ_DEADLINE};
 use crate::http::response::{close, error, Out};
+use crate::sync::thread;
+use crate::sync::Arc;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::CONTENT_LENGTH;
@@ -13,8 +15,6 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::TcpListener;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::thread;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 

@@ -13,15 +13,15 @@ use crate::http::response::{error, full, json_reply, Out};
 use crate::http::state::{FrontCounters, NodesFn, Prompts, Shared};
 use crate::node::event::NodeEvent;
 use crate::server::options::PromptMode;
+use crate::sync::atomic::AtomicU64;
+use crate::sync::mpsc::Sender;
+use crate::sync::thread;
+use crate::sync::{Arc, Mutex};
 use crate::tokenizer::Vocab;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use serde_json::Value;
 use std::net::TcpListener;
-use std::sync::atomic::AtomicU64;
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
-use std::thread;
 
 /// What the router process gives the front.
 pub struct FrontParts<K> {

@@ -7,10 +7,10 @@ use crate::http::pending::{submit, Job};
 use crate::http::response::{error, json_reply, Out};
 use crate::http::state::Shared;
 use crate::http::stream::{stream_reply, SglangStream};
+use crate::sync::atomic::Ordering;
+use crate::sync::Arc;
 use hyper::Response;
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// A field's text to token ids (`field`, `text`).
 pub type Tokenize<'a> = dyn Fn(&str, &str) -> Result<Vec<u32>, String> + 'a;

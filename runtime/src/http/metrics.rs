@@ -8,6 +8,7 @@
 
 use crate::http::state::FrontCounters;
 use crate::node::status::NodeStatus;
+use crate::sync::atomic::Ordering;
 use kvsim_engine::node::Role;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -15,7 +16,6 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::Ordering;
 
 /// The scrape's content type (OpenMetrics text).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -180,7 +180,7 @@ fn register_node_counts(reg: &mut Registry, nodes: &[NodeStatus]) {
 /// The HTTP front's own counters: requests, refusals at the front, disconnects and
 /// replies by status.
 fn register_front(reg: &mut Registry, c: &FrontCounters) {
-    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let load = |a: &crate::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     counter(
         reg,
         "kvsim_http_requests",

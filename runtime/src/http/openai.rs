@@ -13,10 +13,10 @@ use crate::http::response::{event, json_reply, Out};
 use crate::http::state::Shared;
 use crate::http::stream::{stream_reply, Streamer};
 use crate::node::reply::Reply;
+use crate::sync::atomic::Ordering;
+use crate::sync::Arc;
 use hyper::Response;
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// An error in OpenAI's shape; `param` is the field a `field: reason` message names.
 pub fn error(status: u16, message: &str) -> Response<Out> {

@@ -6,12 +6,12 @@
 use crate::http::state::Shared;
 use crate::node::event::NodeEvent;
 use crate::node::reply::{Reply, ReplyEv, ReplySink};
+use crate::sync::atomic::Ordering;
+use crate::sync::Arc;
 use hyper::body::{Body, Bytes, Frame};
 use kvsim_engine::ids::{RequestId, TenantId};
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 

@@ -11,12 +11,12 @@ use crate::http::response::Out;
 use crate::node::event::NodeEvent;
 use crate::node::reply::Reply;
 use crate::node::status::NodeStatus;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::mpsc::Sender;
+use crate::sync::{Arc, Mutex};
 use crate::tokenizer::Vocab;
 use hyper::Response;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
 
 /// Positions of a prompt the front remembers (the canary token keeps 16 bits).
 const KEPT_POSITIONS: usize = 1 << 16;

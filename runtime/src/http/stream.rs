@@ -6,10 +6,10 @@ use crate::http::pending::{EventBody, Pending};
 use crate::http::response::{error_body, event, sse, Out};
 use crate::http::state::Shared;
 use crate::node::reply::{Reply, ReplyEv};
+use crate::sync::Arc;
 use hyper::body::Bytes;
 use hyper::Response;
 use serde_json::{json, Value};
-use std::sync::Arc;
 
 /// How a stream renders its events (into `out`).
 pub trait Streamer: Send + 'static {

@@ -4,12 +4,12 @@
 
 use crate::node::reply::ReplySink;
 use crate::node::status::NodeStatus;
+use crate::sync::mpsc::Sender;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::kv::Refusal;
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::world::WriteFailure;
 use kvsim_oracle::schema::EndOutcome;
-use std::sync::mpsc::Sender;
 
 /// One thing for a node's loop to do.
 #[derive(Debug)]

@@ -11,6 +11,7 @@ use crate::node::reply::{Reply, ReplyEv, ReplySink};
 use crate::node::status::NodeStatus;
 use crate::node::step::{pace_idle_pass, OnDevice, RuntimeNode};
 use crate::seam::{Next, NodeRuntime};
+use crate::sync::Arc;
 use kvsim_engine::env::{Input, Outbox, Timer};
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, RequestId, TenantId, Token, WriteId};
@@ -19,7 +20,6 @@ use kvsim_engine::msg::{Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::world::{self, CrashWalk, WriteFailure};
 use kvsim_oracle::schema::{CancelHow, FaultEvent, Record};
-use std::sync::Arc;
 
 /// A node's loop: the node and its [`Io`], over the runtime `R`.
 pub struct NodeLoop<G: Gpu, R: NodeRuntime<Kv = G::Kv>> {

@@ -2,8 +2,8 @@
 //! events it arrives in ([`ReplyEv`]) and where they go ([`ReplySink`]). Not how a loop
 //! decides what to answer (the loop, [`crate::node`]) nor how a front renders it.
 
+use crate::sync::mpsc::Sender;
 use serde::Serialize;
-use std::sync::mpsc::Sender;
 
 /// A reply to a client.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]

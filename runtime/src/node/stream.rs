@@ -12,6 +12,7 @@ mod tests {
     use crate::node::reply::{ReplyEv, ReplySink};
     use crate::node::step::RuntimeNode;
     use crate::seam::Threads;
+    use crate::sync::mpsc::channel;
     use kvsim_engine::config::EngineConfig;
     use kvsim_engine::gpu::SymbolicGpu;
     use kvsim_engine::ids::{NodeId, RequestId, TenantId};
@@ -19,7 +20,6 @@ mod tests {
     use kvsim_engine::router::Router;
     use kvsim_engine::shared_cfg::Cfg;
     use std::collections::BTreeMap;
-    use std::sync::mpsc::channel;
 
     /// The router's loop passes each token it took to the client's stream as it
     /// arrives, and nothing it refused (a token from a node that is not the room's

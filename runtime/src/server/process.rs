@@ -18,6 +18,10 @@ use crate::server::incarnations::open_tracer;
 use crate::server::options::{NodePlan, ServeError, ServeOptions};
 use crate::server::report::{statuses, ExitReport};
 use crate::server::roles::build_node;
+use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use crate::sync::mpsc::{channel, Sender};
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::Arc;
 use crate::worker::routes::spawn_worker;
 use crate::worker::state::WorkerParts;
 use kvsim_engine::gpu::{Gpu, WireWords};
@@ -30,10 +34,6 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 struct Handle<K> {
@@ -52,7 +52,7 @@ pub struct Server<K> {
     connected: Vec<(NodeId, NodeId, Arc<AtomicBool>)>,
     /// The router's loop, its status and the request ids (the HTTP front shares them).
     front: Option<(Sender<NodeEvent<K>>, StatusFn, NodesFn)>,
-    next: Arc<std::sync::atomic::AtomicU64>,
+    next: Arc<crate::sync::atomic::AtomicU64>,
     opts: ServeOptions,
 }
 
@@ -117,7 +117,7 @@ where
             stop: stop.clone(),
             connected: Vec::new(),
             front: None,
-            next: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            next: Arc::new(crate::sync::atomic::AtomicU64::new(0)),
             opts: opts.clone(),
         };
         let mut client_endpoint = None;

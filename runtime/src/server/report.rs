@@ -4,8 +4,8 @@
 
 use crate::node::event::NodeEvent;
 use crate::node::status::NodeStatus;
+use crate::sync::mpsc::{channel, Sender};
 use serde::Serialize;
-use std::sync::mpsc::{channel, Sender};
 use std::time::Duration;
 
 /// Ask every loop for its status (one that does not answer within a second is left

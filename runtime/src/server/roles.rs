@@ -9,6 +9,8 @@ use crate::net::Lander;
 use crate::node::event::NodeEvent;
 use crate::node::step::RuntimeNode;
 use crate::server::options::ServeError;
+use crate::sync::mpsc::Sender;
+use crate::sync::Arc;
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::gpu::{Gpu, WireWords};
 use kvsim_engine::ids::NodeId;
@@ -21,8 +23,6 @@ use kvsim_engine::world::{self, Topology, ROUTER};
 use kvsim_engine::Cfg;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use std::sync::mpsc::Sender;
-use std::sync::Arc;
 
 /// How a decode node's connections land the KV writes that arrive on them, and the
 /// record they land them on (replaced at an in-process restart).

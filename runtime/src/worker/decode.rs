@@ -9,6 +9,7 @@ use crate::http::response::{error, error_body, event, json_reply, sse, Out};
 use crate::http::stream::{SglangStream, Streamer};
 use crate::node::event::NodeEvent;
 use crate::node::reply::{Reply, ReplyEv};
+use crate::sync::Arc;
 use crate::worker::check::Half;
 use crate::worker::start::{bounded, engine_error, start};
 use crate::worker::state::{count, fail, release_room, room_key, Worker};
@@ -18,7 +19,6 @@ use kvsim_engine::ids::{NodeId, RequestId};
 use kvsim_engine::msg::Msg;
 use serde_json::{json, Value};
 use std::net::ToSocketAddrs;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The prefill node a `bootstrap_host:bootstrap_port` names.

@@ -6,6 +6,8 @@ use crate::http::body;
 use crate::http::conn::read_body;
 use crate::http::response::{error, full, json_reply, Out};
 use crate::node::reply::Reply;
+use crate::sync::atomic::Ordering;
+use crate::sync::Arc;
 use crate::worker::check::Half;
 use crate::worker::start::{bounded, engine_error, start};
 use crate::worker::state::{bootstrap_wait, count, fail, room_key, Told, Worker, MAX_REGISTERED};
@@ -14,14 +16,12 @@ use hyper::{Method, Request, Response};
 use kvsim_engine::ids::{NodeId, RequestId};
 use kvsim_engine::msg::Msg;
 use serde_json::json;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Prefill: tell each finished half's decode node (`POST /kvsim/prefill_done`), in
 /// order, one at a time; a decode node that cannot be reached is told nothing (its
 /// room then stays open in the audit, which is what is known).
-pub(super) fn tell_decode(rx: std::sync::mpsc::Receiver<Told>) {
+pub(super) fn tell_decode(rx: crate::sync::mpsc::Receiver<Told>) {
     let a = crate::http_client::agent(Duration::from_secs(2));
     for (room, status, reason, url) in rx {
         let body = json!({ "room": room, "status": status, "reason": reason }).to_string();

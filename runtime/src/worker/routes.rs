@@ -9,6 +9,8 @@ use crate::http::metrics;
 use crate::http::openai;
 use crate::http::response::{error, full, json_reply, Out};
 use crate::http::state::FrontCounters;
+use crate::sync::atomic::Ordering;
+use crate::sync::{Arc, Mutex};
 use crate::tokenizer::Vocab;
 use crate::worker::check::{check_halves, Half};
 use crate::worker::decode::{decode, prefill_done};
@@ -22,8 +24,6 @@ use kvsim_engine::node::Role;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::TcpListener;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 /// Serve the worker API on `listener` (and a prefill node's bootstrap on `bootstrap`).
@@ -37,15 +37,15 @@ pub fn spawn_worker<K: Send + 'static>(
         None => None,
     };
     let max = p.limits.max_connections;
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<Told>();
-    std::thread::Builder::new()
+    let (done_tx, done_rx) = crate::sync::mpsc::channel::<Told>();
+    crate::sync::thread::Builder::new()
         .name(format!("{}-done", p.id))
         .spawn(move || tell_decode(done_rx))?;
     let rooms = Mutex::new(Rooms::new(&p.cfg));
     let w = Arc::new(Worker {
         done_tx: Mutex::new(done_tx),
         gone: Mutex::new(BTreeMap::new()),
-        fail_first: std::sync::atomic::AtomicU64::new(p.fail_first),
+        fail_first: crate::sync::atomic::AtomicU64::new(p.fail_first),
         p,
         vocab: Mutex::new(Vocab::new()),
         rooms,
@@ -56,10 +56,10 @@ pub fn spawn_worker<K: Send + 'static>(
     });
     if w.p.role == Role::Prefill {
         let w2 = w.clone();
-        std::thread::Builder::new()
+        crate::sync::thread::Builder::new()
             .name(format!("{}-bootstrap-prune", w.p.id))
             .spawn(move || loop {
-                std::thread::sleep(bootstrap_wait(&w2) / 4);
+                crate::sync::thread::sleep(bootstrap_wait(&w2) / 4);
                 prune_registrations(&w2);
             })?;
     }

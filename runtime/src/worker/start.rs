@@ -6,11 +6,11 @@
 use crate::http::pending::{CancelGuard, Job, Pending};
 use crate::node::event::NodeEvent;
 use crate::node::reply::{Reply, ReplyEv, ReplySink};
+use crate::sync::atomic::Ordering;
+use crate::sync::Arc;
 use crate::worker::state::Worker;
 use kvsim_engine::ids::RoomKey;
 use kvsim_engine::msg::Msg;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 

@@ -8,6 +8,8 @@ use crate::http::limits::FrontLimits;
 use crate::http::response::{error, Out};
 use crate::http::state::{FrontCounters, NodesFn};
 use crate::node::event::NodeEvent;
+use crate::sync::mpsc::Sender;
+use crate::sync::Mutex;
 use crate::tokenizer::Vocab;
 use hyper::Response;
 use kvsim_engine::config::EngineConfig;
@@ -16,8 +18,6 @@ use kvsim_engine::node::Role;
 use kvsim_engine::retired::{GenTable, RETIRED_MIN_HALF};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::sync::mpsc::Sender;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
@@ -79,14 +79,14 @@ pub(super) struct Worker<K> {
     /// Prefill: rooms registered by decode nodes (the node, its URL), with when.
     pub(super) registered: Mutex<BTreeMap<u64, (NodeId, String, Instant)>>,
     /// Prefill: (room, decode's URL) of each finished half, to tell decode.
-    pub(super) done_tx: Mutex<std::sync::mpsc::Sender<Told>>,
+    pub(super) done_tx: Mutex<crate::sync::mpsc::Sender<Told>>,
     /// Prefill: rooms whose half ended here without running (no registration in time,
     /// refused, the router gone), with the status: a decode node that registers one
     /// later is told at once, so its half ends too.
     pub(super) gone: Mutex<BTreeMap<u64, (u16, Instant)>>,
     /// Prefill: answer this many more `/generate` requests 503 without running them
     /// (`--worker-fail-first`: a half that fails, for the router's retries).
-    pub(super) fail_first: std::sync::atomic::AtomicU64,
+    pub(super) fail_first: crate::sync::atomic::AtomicU64,
     pub(super) registered_changed: Notify,
     pub(super) counters: FrontCounters,
     pub(super) bootstrap_port: Option<u16>,
@@ -147,11 +147,11 @@ pub(super) fn bootstrap_wait<K>(w: &Worker<K>) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sync::Arc;
     use serde_json::json;
-    use std::sync::Arc;
 
     fn worker() -> Worker<()> {
-        let (node, _rx) = std::sync::mpsc::channel();
+        let (node, _rx) = crate::sync::mpsc::channel();
         let info = FrontInfo {
             model_path: "m".into(),
             context_len: 1024,
@@ -179,9 +179,9 @@ mod tests {
             rooms: Mutex::new(Rooms::new(&EngineConfig::default())),
             registered: Mutex::new(BTreeMap::new()),
             registered_changed: Notify::new(),
-            done_tx: Mutex::new(std::sync::mpsc::channel().0),
+            done_tx: Mutex::new(crate::sync::mpsc::channel().0),
             gone: Mutex::new(BTreeMap::new()),
-            fail_first: std::sync::atomic::AtomicU64::new(0),
+            fail_first: crate::sync::atomic::AtomicU64::new(0),
             counters: FrontCounters::default(),
             bootstrap_port: None,
         }
