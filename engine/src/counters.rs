@@ -61,11 +61,11 @@ impl Counters {
 
     /// `node`'s peer check of `msg` from `from` gave `verdict`: a refusal is counted and
     /// stated ([`Counters::refuse_peer`]). `true`: the message is admitted.
-    pub fn admit_peer<K, E: Trace>(
+    pub fn admit_peer<E: Trace>(
         &mut self,
         env: &mut E,
         (node, from): (NodeId, NodeId),
-        msg: &Msg<K>,
+        msg: &Msg,
         verdict: Result<(), String>,
     ) -> bool {
         let before = self.peer_refused;

@@ -41,7 +41,7 @@ fn check(h: &mut H, room: RoomKey, act: impl FnOnce(&mut H), want: Want) {
     h.invariants().unwrap();
 }
 
-fn from(node: NodeId, msg: Msg<kvsim_engine::gpu::SymbolicPage>) -> impl FnOnce(&mut H) {
+fn from(node: NodeId, msg: Msg) -> impl FnOnce(&mut H) {
     move |h| handled(h.inject(node, R, msg).unwrap())
 }
 
@@ -324,7 +324,7 @@ fn a_half_failing_answers_the_error_and_aborts_the_other_half() {
     }
 }
 
-fn token(room: RoomKey, index: u32) -> Msg<kvsim_engine::gpu::SymbolicPage> {
+fn token(room: RoomKey, index: u32) -> Msg {
     Msg::TokenOut {
         room,
         index,

@@ -14,7 +14,7 @@ use crate::clock::Clock;
 use crate::node::event::NodeEvent;
 use crate::trace::Tracer;
 use kvsim_engine::ids::NodeId;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::Carried;
 use kvsim_oracle::schema::Record;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -42,8 +42,9 @@ pub trait NodeRuntime {
     fn next_event(&mut self, wait: Option<Duration>) -> Next<Self::Kv>;
     /// An event already queued, without waiting (`None`: nothing is queued now).
     fn ready_event(&mut self) -> Option<NodeEvent<Self::Kv>>;
-    /// Put `msg` on the link to `to`; it comes back when there is no such link.
-    fn send(&mut self, to: NodeId, msg: Msg<Self::Kv>) -> Result<(), Msg<Self::Kv>>;
+    /// Put `msg` (a message or a KV write) on the link to `to`; it comes back when
+    /// there is no such link.
+    fn send(&mut self, to: NodeId, msg: Carried<Self::Kv>) -> Result<(), Carried<Self::Kv>>;
     /// An event for this loop itself, after the ones already queued (a write's failed
     /// completion, delivered back to its writer).
     fn to_self(&mut self, ev: NodeEvent<Self::Kv>);
@@ -65,7 +66,7 @@ pub trait NodeRuntime {
 pub struct Threads<K> {
     clock: Clock,
     tracer: Option<Tracer>,
-    peers: BTreeMap<NodeId, Sender<Msg<K>>>,
+    peers: BTreeMap<NodeId, Sender<Carried<K>>>,
     me: Sender<NodeEvent<K>>,
     rx: Receiver<NodeEvent<K>>,
     /// The node's incarnation, shared with its links ([`crate::net::spawn_peer`]).
@@ -79,7 +80,7 @@ impl<K> Threads<K> {
     /// `me` and `rx` are the two ends of the loop's channel.
     pub fn new(
         tracer: Option<Tracer>,
-        peers: BTreeMap<NodeId, Sender<Msg<K>>>,
+        peers: BTreeMap<NodeId, Sender<Carried<K>>>,
         me: Sender<NodeEvent<K>>,
         rx: Receiver<NodeEvent<K>>,
     ) -> Self {
@@ -126,7 +127,7 @@ impl<K> NodeRuntime for Threads<K> {
         }
     }
 
-    fn send(&mut self, to: NodeId, msg: Msg<K>) -> Result<(), Msg<K>> {
+    fn send(&mut self, to: NodeId, msg: Carried<K>) -> Result<(), Carried<K>> {
         match self.peers.get(&to) {
             Some(link) => link.send(msg).map_err(|e| e.0),
             None => Err(msg),
@@ -168,7 +169,7 @@ pub struct InMemory<K> {
     pub now_ns: u64,
     pub events: VecDeque<NodeEvent<K>>,
     /// Sent and not taken yet: what is on its way on the node's links.
-    pub sent: Vec<(NodeId, Msg<K>)>,
+    pub sent: Vec<(NodeId, Carried<K>)>,
     pub records: Vec<Record>,
     pub unreachable: BTreeSet<NodeId>,
     /// How many times the trace was flushed.
@@ -197,7 +198,7 @@ impl<K> InMemory<K> {
     }
 
     /// The messages sent since the last call, taken out.
-    pub fn take_sent(&mut self) -> Vec<(NodeId, Msg<K>)> {
+    pub fn take_sent(&mut self) -> Vec<(NodeId, Carried<K>)> {
         std::mem::take(&mut self.sent)
     }
 }
@@ -228,7 +229,7 @@ impl<K> NodeRuntime for InMemory<K> {
         }
     }
 
-    fn send(&mut self, to: NodeId, msg: Msg<K>) -> Result<(), Msg<K>> {
+    fn send(&mut self, to: NodeId, msg: Carried<K>) -> Result<(), Carried<K>> {
         if self.unreachable.contains(&to) {
             return Err(msg);
         }
@@ -252,8 +253,8 @@ impl<K> NodeRuntime for InMemory<K> {
         // `sent` is what is on its way: the dead incarnation's KV writes in it are
         // flushed (they never reach their receiver), the rest travel on.
         self.sent.retain(|(_, m)| match m {
-            Msg::KvWrite { id, .. } => id.epoch >= epoch,
-            _ => true,
+            Carried::Write(w) => w.id.epoch >= epoch,
+            Carried::Msg(_) => true,
         });
         assert!(
             self.links_closed.last().is_none_or(|&e| e < epoch),

@@ -14,7 +14,7 @@ use kvsim_engine::node::Node;
 impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
     /// The token a message read off a connection carries to the router, to be passed
     /// on ([`NodeLoop::stream_token`]) once the router has handled the message.
-    pub(super) fn streamable_token(&self, msg: &Msg<G::Kv>) -> Option<(RoomKey, u32, Token)> {
+    pub(super) fn streamable_token(&self, msg: &Msg) -> Option<(RoomKey, u32, Token)> {
         match (&self.node, msg) {
             (Node::Router(_), Msg::TokenOut { room, index, token }) => {
                 Some((*room, *index, *token))
@@ -55,7 +55,7 @@ mod tests {
     use kvsim_engine::config::EngineConfig;
     use kvsim_engine::gpu::SymbolicGpu;
     use kvsim_engine::ids::{NodeId, RequestId, TenantId};
-    use kvsim_engine::msg::Msg;
+    use kvsim_engine::msg::{Carried, Msg};
     use kvsim_engine::router::Router;
     use kvsim_engine::shared_cfg::Cfg;
     use std::collections::BTreeMap;
@@ -84,7 +84,7 @@ mod tests {
             reply: ReplySink::channel(tx),
         });
         let room = match drx.try_recv() {
-            Ok(Msg::DecodeStart { room, .. }) => room,
+            Ok(Carried::Msg(Msg::DecodeStart { room, .. })) => room,
             other => panic!("decode was not started: {other:?}"),
         };
         let out = |index, token| Msg::TokenOut { room, index, token };
