@@ -77,9 +77,12 @@ pub fn receive<G: Gpu, P: PageRecords, N: Receiver<G, P>>(
         return;
     };
     let (at, id) = (d.id(), write.id);
+    // The gate exists only where receiver software sees the write (the row's
+    // `receiver_sees`), and only with defense 4b on.
+    let gate = d.config().landing_gated();
     match d.config().transport.semantics().completed_by {
         CompletedBy::WriterNic => {
-            let landing = d.take_write(&write, false);
+            let landing = d.take_write(&write, gate);
             nic_landed(at, from, write, landing, out);
         }
         CompletedBy::ReceiverSoftware => {
@@ -87,7 +90,7 @@ pub fn receive<G: Gpu, P: PageRecords, N: Receiver<G, P>>(
                 // Refused by the peer rule before any byte lands; `handle` refuses it
                 // again, by the same rule, and completes it once.
                 Err(reason) => Err(Refusal { tag: None, reason }),
-                Ok(()) => d.take_write(&write, d.config().landing_gated()),
+                Ok(()) => d.take_write(&write, gate),
             };
             let dst = write.dst;
             step(
