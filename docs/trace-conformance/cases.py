@@ -202,6 +202,13 @@ e=[routed(), accepted(full=False)]
 case("s4-unwritten", e, findings=[("VIOLATED","S4",last(e))], clause="S4.unwritten")
 e=[routed(), accepted()]
 case("s4-near-miss", e, near_miss=["S4.tokens","S4.pages","S4.unwritten","S7.peer"])
+# Where the trace records decode's destination pages, "every reserved page written" is
+# judged from the landings (KvLanded), not from decode's claim: on one-sided RDMA
+# decode sees no landing and reads its pages' tags, which a later write can change.
+e=[routed(), reserve(2,A,[D1,D2]), E("PagesExpectWrite",2,room=A,pages=[D1,D2]), landed(A,[D1]), accepted(full=True)]
+case("s4-unlanded", e, findings=[("VIOLATED","S4",last(e))], clause="S4.unwritten", note="decode claims every page written; the landings show page 2 never was")
+e=[routed(), reserve(2,A,[D1,D2]), E("PagesExpectWrite",2,room=A,pages=[D1,D2]), landed(A,[D1,D2]), accepted(full=False)]
+case("s4-landed-near-miss", e, near_miss=["S4.unwritten"], note="decode's tags say a page is not its room's (a stale duplicate landed over it), but every page was written: not S4")
 e=[routed(), E("TransferReported",2,room=A,**{"from":1},success=False), accepted(st=0,sp=0,full=False)]
 case("s4-after-failed-report", e, near_miss=["S4.tokens"], points=[7], note="decode accepted after a failure report (fail-open): not S4")
 e=[routed(), E("TransferRefused",2,room=A,**{"from":1},prompt_len=6,reserved_pages=2,sent_tokens=6,sent_pages=2,fully_written=True,reason="checksum over the reserved prompt differs")]

@@ -17,7 +17,9 @@ pub struct Counters {
     pub peer_refused: u64,
     /// Decode reads the page-tag check refused (defense 4).
     pub tag_mismatches: u64,
-    /// KV writes the receiver refused (landing-time tag check, malformed writes).
+    /// KV writes the receiver's software refused (landing-time tag check, malformed
+    /// writes), on a transport whose receiver copies each write; on one-sided RDMA the
+    /// NIC refuses (the world traces `KvRefused`) and no software counts it.
     pub writes_refused: u64,
     /// Transfers decode failed (failure reports, verification, timeouts).
     pub transfers_failed: u64,
@@ -61,11 +63,11 @@ impl Counters {
 
     /// `node`'s peer check of `msg` from `from` gave `verdict`: a refusal is counted and
     /// stated ([`Counters::refuse_peer`]). `true`: the message is admitted.
-    pub fn admit_peer<K, E: Trace>(
+    pub fn admit_peer<E: Trace>(
         &mut self,
         env: &mut E,
         (node, from): (NodeId, NodeId),
-        msg: &Msg<K>,
+        msg: &Msg,
         verdict: Result<(), String>,
     ) -> bool {
         let before = self.peer_refused;

@@ -13,7 +13,7 @@
 use crate::compute::{Done, Job};
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use crate::kv::Refusal;
-use crate::msg::Msg;
+use crate::msg::{KvWrite, Msg};
 pub use crate::trace::Trace;
 use crate::trace::TraceEvent;
 use serde::{Deserialize, Serialize};
@@ -53,21 +53,25 @@ impl Timer {
     }
 }
 
-/// One input to a node: a delivered message, a fired timer, or a KV write that a
-/// driver's own receiver already landed (or refused). Every input enters a node through
-/// its `handle`, which applies the same peer checks to each.
+/// One input to a node: a delivered message, a fired timer, or a KV write that the
+/// receiver's own copy already landed (or refused). Every input enters a node through
+/// its `handle`, which applies the same peer checks to each. No input carries KV
+/// bytes: a node never handles them.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Input<K> {
+pub enum Input {
     Message {
         from: NodeId,
-        msg: Msg<K>,
+        msg: Msg,
     },
     Timer(Timer),
-    /// Decode only: the KV write `id` of `from` was applied to (or refused by) the
-    /// node's memory outside its loop, by [`crate::kv::land`] on the node's shared
-    /// record (the hardware runtime's transfer thread). The node traces it and
-    /// completes the write exactly once, as for a delivered `KvWrite`; a landing whose
-    /// sender is not the room's writer is refused like that write would be.
+    /// Decode only, on a transport whose receiver software sees every write
+    /// (`Semantics::receiver_sees`, two-sided): the KV write `id` of `from` was
+    /// copied into (or refused by) the node's memory by the receiver's copy,
+    /// [`crate::kv::land`] with the landing gate ([`crate::world::receive`]; the
+    /// hardware runtime's transfer thread). The node traces it and completes the write
+    /// exactly once; a landing whose sender is not the room's writer is refused.
+    /// On a one-sided transport no receiver software runs, and no such input exists:
+    /// the world traces the landing and the writer's NIC completes it.
     Landed {
         from: NodeId,
         id: WriteId,
@@ -88,13 +92,17 @@ pub enum TimerOp {
     Cancel { timer: Timer },
 }
 
-/// One effect of a handler call, as an [`Outbox`] records it: over `Msg<K>` and
-/// `TraceEvent`, or over a driver's own forms of them (the model checker keeps its
-/// sends pre-routed, and applies cached effects by reference, [`Effect::as_ref`]).
+/// One effect of a handler call, as an [`Outbox`] records it: over `Msg`,
+/// `TraceEvent` and `KvWrite<K>`, or over a driver's own forms of them (the model
+/// checker keeps its sends and writes pre-routed, and applies cached effects by
+/// reference, [`Effect::as_ref`]).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub enum Effect<M, T = TraceEvent> {
+pub enum Effect<M, T = TraceEvent, W = M> {
     /// Send `msg` to `to` (a node or the client endpoint).
     Send { to: NodeId, msg: M },
+    /// Post the KV write `write` into `to`'s pool: the world carries and lands it
+    /// ([`crate::world::receive`]).
+    Write { to: NodeId, write: W },
     /// Set or cancel one of the node's timers.
     Timer(TimerOp),
     /// An engine event for oracles and traces.
@@ -116,11 +124,12 @@ pub enum Effect<M, T = TraceEvent> {
     Compute(Job),
 }
 
-impl<M, T> Effect<M, T> {
+impl<M, T, W> Effect<M, T, W> {
     /// The same effect, borrowed.
-    pub fn as_ref(&self) -> Effect<&M, &T> {
+    pub fn as_ref(&self) -> Effect<&M, &T, &W> {
         match self {
             Effect::Send { to, msg } => Effect::Send { to: *to, msg },
+            Effect::Write { to, write } => Effect::Write { to: *to, write },
             Effect::Timer(op) => Effect::Timer(*op),
             Effect::Trace(t) => Effect::Trace(t),
             Effect::Stream {
@@ -150,8 +159,11 @@ impl<M, T> Effect<M, T> {
 #[derive(Clone, Debug, Default)]
 pub struct Outbox<K> {
     pub now_ns: u64,
-    pub effects: Vec<Effect<Msg<K>>>,
+    pub effects: Vec<OutEffect<K>>,
 }
+
+/// An effect as an [`Outbox`] records it.
+pub type OutEffect<K> = Effect<Msg, TraceEvent, KvWrite<K>>;
 
 impl<K> Outbox<K> {
     pub fn new(now_ns: u64) -> Self {
@@ -168,9 +180,17 @@ impl<K> Outbox<K> {
     }
 
     /// The messages sent, in order.
-    pub fn sends(&self) -> impl Iterator<Item = (NodeId, &Msg<K>)> {
+    pub fn sends(&self) -> impl Iterator<Item = (NodeId, &Msg)> {
         self.effects.iter().filter_map(|e| match e {
             Effect::Send { to, msg } => Some((*to, msg)),
+            _ => None,
+        })
+    }
+
+    /// The KV writes posted, in order.
+    pub fn writes(&self) -> impl Iterator<Item = (NodeId, &KvWrite<K>)> {
+        self.effects.iter().filter_map(|e| match e {
+            Effect::Write { to, write } => Some((*to, write)),
             _ => None,
         })
     }
@@ -205,8 +225,16 @@ impl<K> Outbox<K> {
 
     /// Send `msg` to `to`. Delivery is the driver's business: it may be late,
     /// duplicated, reordered or never.
-    pub fn send(&mut self, to: NodeId, msg: Msg<K>) {
+    pub fn send(&mut self, to: NodeId, msg: Msg) {
         self.effects.push(Effect::Send { to, msg });
+    }
+
+    /// Post the KV write `write` into `to`'s pool (an RDMA WRITE, or a send on a
+    /// two-sided transport). The world carries it: it lands once or fails with one
+    /// failed completion, and what the receiver sees of it is the transport's
+    /// (`world::receive`).
+    pub fn post_write(&mut self, to: NodeId, write: KvWrite<K>) {
+        self.effects.push(Effect::Write { to, write });
     }
 
     /// Ask for device work: the driver carries `job` out and hands its [`Done`] back as

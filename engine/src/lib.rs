@@ -48,7 +48,7 @@ pub use ids::{
     Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, Token, WriteId,
 };
 pub use invariant::{Invariant, Violation};
-pub use msg::{Msg, Status, TransferOutcome, Why};
+pub use msg::{Carried, KvWrite, Msg, Status, TransferOutcome, Why};
 pub use node::{Node, Role};
 pub use nodes::{decode, node, prefill, retired, router};
 pub use shared_cfg::Cfg;

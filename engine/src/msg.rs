@@ -1,9 +1,15 @@
 //! The messages nodes exchange: one vocabulary for every driver.
 //!
-//! A message is a value; nothing in it points into a node. KV writes and drain acks
-//! are messages too, so a simulator can delay, drop or reorder them and a model
-//! checker can explore a write that lands late. Every message of the handoff carries
-//! the [`RoomKey`] (room and generation) it belongs to.
+//! A message is a value; nothing in it points into a node. Drain acks and write
+//! completions are messages too, so a simulator can delay, drop or reorder them and a
+//! model checker can explore one that arrives late. Every message of the handoff
+//! carries the [`RoomKey`] (room and generation) it belongs to.
+//!
+//! A KV write is not a message: its bytes do not enter a node's software on a
+//! one-sided transport. The writer posts a [`KvWrite`] through its outbox
+//! ([`Outbox::post_write`](crate::env::Outbox::post_write)) and the world carries and
+//! lands it (`world::receive`, by the transport's `Semantics` row); a driver holds a
+//! write in flight beside the messages as a [`Carried`].
 
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use serde::{Deserialize, Serialize};
@@ -154,9 +160,43 @@ pub enum TransferOutcome {
     Failed,
 }
 
+/// One chunk of KV pages a writer posts into a receiver's pool (SGLang's M6, an
+/// RDMA WRITE on a one-sided transport). `src` names the writer's pages being read,
+/// `dst` the receiver's pages (with the tags the receiver handed out), `kv` their
+/// contents, one payload per page, with the page tags the write stamps. Not a
+/// [`Msg`]: a node posts it and never handles one; the world lands it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KvWrite<K> {
+    pub id: WriteId,
+    pub src: Vec<PageTag>,
+    pub dst: Vec<PageTag>,
+    pub kv: Vec<K>,
+}
+
+impl<K> KvWrite<K> {
+    /// A one-line human summary (no payload), as the trace has always worded it.
+    pub fn summary(&self) -> String {
+        let tags = |t: &[PageTag]| crate::ids::fmt_tags(t, 6);
+        format!(
+            "KvWrite {} src=[{}] dst=[{}]",
+            self.id,
+            tags(&self.src),
+            tags(&self.dst)
+        )
+    }
+
+    /// The failed completion its writer gets when it does not land.
+    pub fn failed(&self) -> Msg {
+        Msg::WriteDone {
+            id: self.id,
+            ok: false,
+        }
+    }
+}
+
 /// A message between two nodes (or a client and the router).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Msg<K> {
+pub enum Msg {
     // Client <-> router.
     /// A client submits a request.
     Submit {
@@ -205,18 +245,12 @@ pub enum Msg<K> {
     },
     /// Decode aborted the room: stop sending and ack once your writes drained (M8).
     DrainRequest { room: RoomKey },
-    /// The NIC's completion of one chunk write (RDMA write completion).
+    /// The completion of one chunk write ([`KvWrite`]), to its writer: the writer
+    /// NIC's own on a one-sided transport, the receiver software's on a two-sided one
+    /// (`Semantics::completed_by`).
     WriteDone { id: WriteId, ok: bool },
 
     // Prefill -> decode.
-    /// One chunk of KV pages written into decode's pool (M6). `src` names the prefill
-    /// pages being read, `dst` the decode pages (with the tags decode handed out).
-    KvWrite {
-        id: WriteId,
-        src: Vec<PageTag>,
-        dst: Vec<PageTag>,
-        kv: Vec<K>,
-    },
     /// The room's transfer concluded (M7).
     KvDone {
         room: RoomKey,
@@ -252,7 +286,7 @@ pub enum Msg<K> {
     },
 }
 
-impl<K> Msg<K> {
+impl Msg {
     /// The room a handoff message belongs to (client messages have none).
     pub fn room(&self) -> Option<RoomKey> {
         match self {
@@ -267,14 +301,14 @@ impl<K> Msg<K> {
             | Msg::PrefillFinished { room, .. }
             | Msg::TokenOut { room, .. }
             | Msg::DecodeFinished { room, .. } => Some(*room),
-            Msg::WriteDone { id, .. } | Msg::KvWrite { id, .. } => Some(id.room),
+            Msg::WriteDone { id, .. } => Some(id.room),
         }
     }
 
-    /// The KV write a write or its completion is about.
+    /// The KV write a completion is about.
     pub fn write_id(&self) -> Option<WriteId> {
         match self {
-            Msg::WriteDone { id, .. } | Msg::KvWrite { id, .. } => Some(*id),
+            Msg::WriteDone { id, .. } => Some(*id),
             _ => None,
         }
     }
@@ -291,7 +325,6 @@ impl<K> Msg<K> {
             Msg::KvMeta { .. } => "KvMeta",
             Msg::DrainRequest { .. } => "DrainRequest",
             Msg::WriteDone { .. } => "WriteDone",
-            Msg::KvWrite { .. } => "KvWrite",
             Msg::KvDone { .. } => "KvDone",
             Msg::DrainAck { .. } => "DrainAck",
             Msg::PrefillFinished { .. } => "PrefillFinished",
@@ -355,9 +388,6 @@ impl<K> Msg<K> {
             }
             Msg::DrainRequest { room } => format!("DrainRequest {room}"),
             Msg::WriteDone { id, ok } => format!("WriteDone {id} ok={ok}"),
-            Msg::KvWrite { id, src, dst, .. } => {
-                format!("KvWrite {id} src=[{}] dst=[{}]", tags(src), tags(dst))
-            }
             Msg::KvDone { room, outcome, .. } => format!("KvDone {room} {outcome:?}"),
             Msg::DrainAck { room } => format!("DrainAck {room}"),
             Msg::PrefillFinished { room, status, .. } => {
@@ -370,5 +400,79 @@ impl<K> Msg<K> {
                 format!("DecodeFinished {room} status={status}")
             }
         }
+    }
+}
+
+/// What a driver holds in flight between two nodes: a control message (or a write
+/// completion), or a KV write that a writer posted ([`Outbox::post_write`]). The two
+/// travel differently ([`transport`](crate::world::transport)) and arrive differently: a message enters its
+/// receiver through `handle`, a write lands through [`receive`](crate::world::receive).
+///
+/// [`Outbox::post_write`]: crate::env::Outbox::post_write
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Carried<K> {
+    Msg(Msg),
+    Write(KvWrite<K>),
+}
+
+impl<K> Carried<K> {
+    /// The room it belongs to (client messages have none).
+    pub fn room(&self) -> Option<RoomKey> {
+        match self {
+            Carried::Msg(m) => m.room(),
+            Carried::Write(w) => Some(w.id.room),
+        }
+    }
+
+    /// The KV write a write or its completion is about.
+    pub fn write_id(&self) -> Option<WriteId> {
+        match self {
+            Carried::Msg(m) => m.write_id(),
+            Carried::Write(w) => Some(w.id),
+        }
+    }
+
+    /// A short name for traces (`KvWrite` for a write).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Carried::Msg(m) => m.kind(),
+            Carried::Write(_) => "KvWrite",
+        }
+    }
+
+    /// A one-line human summary (no KV payloads).
+    pub fn summary(&self) -> String {
+        match self {
+            Carried::Msg(m) => m.summary(),
+            Carried::Write(w) => w.summary(),
+        }
+    }
+
+    /// The message, if it is one.
+    pub fn msg(&self) -> Option<&Msg> {
+        match self {
+            Carried::Msg(m) => Some(m),
+            Carried::Write(_) => None,
+        }
+    }
+
+    /// The KV write, if it is one.
+    pub fn write(&self) -> Option<&KvWrite<K>> {
+        match self {
+            Carried::Msg(_) => None,
+            Carried::Write(w) => Some(w),
+        }
+    }
+}
+
+impl<K> From<Msg> for Carried<K> {
+    fn from(m: Msg) -> Self {
+        Carried::Msg(m)
+    }
+}
+
+impl<K> From<KvWrite<K>> for Carried<K> {
+    fn from(w: KvWrite<K>) -> Self {
+        Carried::Write(w)
     }
 }

@@ -12,7 +12,7 @@ use crate::env::{Effect, Input, Outbox};
 /// thread in the hardware runtime).
 pub trait Stepper<K> {
     /// The node's `handle`.
-    fn handle(&mut self, input: Input<K>, out: &mut Outbox<K>);
+    fn handle(&mut self, input: Input, out: &mut Outbox<K>);
     /// Carry out `job` on the node's device and say what it did.
     fn compute(&mut self, job: Job) -> Done;
 }
@@ -23,7 +23,7 @@ pub trait Stepper<K> {
 /// effects follow the step's in `out`, so the driver applies the whole step in the
 /// order the node issued it, and no `Compute` is left in `out`
 /// (docs/DECISIONS.md, "Compute as an effect").
-pub fn step<K, N: Stepper<K>>(node: &mut N, input: Input<K>, out: &mut Outbox<K>) {
+pub fn step<K, N: Stepper<K>>(node: &mut N, input: Input, out: &mut Outbox<K>) {
     node.handle(input, out);
     while let Some(Effect::Compute(_)) = out.effects.last() {
         let Some(Effect::Compute(job)) = out.effects.pop() else {

@@ -6,10 +6,11 @@
 //! the NICs can commit. No node handler branches on a transport.
 //!
 //! Adding a transport is a variant of [`KvTransport`] and its row in
-//! [`KvTransport::semantics`]; the world, the drivers and the oracle follow the row
-//! (docs/ARCHITECTURE.md, "Adding a transport, a router policy, a protocol").
+//! [`KvTransport::semantics`]; the world ([`crate::world::receive`] lands a delivered
+//! write by the row), the drivers and the oracle follow it (docs/ARCHITECTURE.md,
+//! "Adding a transport, a router policy, a protocol").
 
-use crate::msg::Msg;
+use crate::msg::Carried;
 use serde::{Deserialize, Serialize};
 use strum::{EnumCount, VariantArray};
 
@@ -147,12 +148,12 @@ impl KvTransport {
         self.semantics().receiver_sees == ReceiverSees::EveryWrite
     }
 
-    /// Does `msg`'s arrival at a frozen (paused) receiver wait until its process runs
+    /// Does `c`'s arrival at a frozen (paused) receiver wait until its process runs
     /// again? Everything does (control messages and completions sit in its receive
     /// queues), except a KV write on a transport whose writes land while the receiver
     /// is frozen ([`Semantics::while_frozen`]).
-    pub fn arrival_waits_for_receiver<K>(self, msg: &Msg<K>) -> bool {
-        !matches!(msg, Msg::KvWrite { .. }) || self.semantics().while_frozen == WhileFrozen::Waits
+    pub fn arrival_waits_for_receiver<K>(self, c: &Carried<K>) -> bool {
+        !matches!(c, Carried::Write(_)) || self.semantics().while_frozen == WhileFrozen::Waits
     }
 
     /// Can the wire and the NICs commit `fault` on this transport?

@@ -23,7 +23,7 @@ use kvsim_engine::ids::{
     Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, WriteId,
 };
 use kvsim_engine::kv::PageState;
-use kvsim_engine::msg::{Msg, Status, TransferOutcome};
+use kvsim_engine::msg::{Carried, KvWrite, Msg, Status, TransferOutcome};
 use kvsim_engine::world::{Topology, Transport};
 use kvsim_engine::{Timer, Token};
 use proptest::prelude::*;
@@ -260,9 +260,9 @@ fn prompt(len: u8) -> Vec<Token> {
     (0..u32::from(len)).map(|i| 100 + i).collect()
 }
 
-fn message(h: &H, seen: &Seen, to: NodeId, f: &Forged) -> Msg<SymbolicPage> {
+fn message(h: &H, seen: &Seen, to: NodeId, f: &Forged) -> Carried<SymbolicPage> {
     let room = |s: &RoomSel| seen.room(s);
-    match f {
+    Carried::Msg(match f {
         Forged::PrefillStart(r, len, d) => Msg::PrefillStart {
             room: room(r),
             req: RequestId(1),
@@ -292,23 +292,25 @@ fn message(h: &H, seen: &Seen, to: NodeId, f: &Forged) -> Msg<SymbolicPage> {
             },
             ok: *ok,
         },
-        Forged::KvWrite(w, e, r, c, src, dst, kv) => Msg::KvWrite {
-            id: WriteId {
-                writer: NodeId(*w),
-                epoch: *e,
-                room: room(r),
-                chunk: *c,
-            },
-            src: tags(h, NodeId(*w), src),
-            dst: tags(h, to, dst),
-            kv: kv
-                .iter()
-                .map(|&n| SymbolicPage {
-                    tokens: (0..u32::from(n)).map(|i| 7 + i).collect(),
-                    tag: None,
-                })
-                .collect(),
-        },
+        Forged::KvWrite(w, e, r, c, src, dst, kv) => {
+            return Carried::Write(KvWrite {
+                id: WriteId {
+                    writer: NodeId(*w),
+                    epoch: *e,
+                    room: room(r),
+                    chunk: *c,
+                },
+                src: tags(h, NodeId(*w), src),
+                dst: tags(h, to, dst),
+                kv: kv
+                    .iter()
+                    .map(|&n| SymbolicPage {
+                        tokens: (0..u32::from(n)).map(|i| 7 + i).collect(),
+                        tag: None,
+                    })
+                    .collect(),
+            })
+        }
         Forged::KvDone(r, o) => Msg::KvDone {
             room: room(r),
             outcome: match *o {
@@ -350,7 +352,7 @@ fn message(h: &H, seen: &Seen, to: NodeId, f: &Forged) -> Msg<SymbolicPage> {
             tokens: vec![1],
             why: None,
         },
-    }
+    })
 }
 
 /// The router is the authority on the topology: a node knows only its router, and
@@ -360,7 +362,8 @@ fn message(h: &H, seen: &Seen, to: NodeId, f: &Forged) -> Msg<SymbolicPage> {
 /// arbitrary. (A decode node told by its router that its prefill is some other
 /// endpoint quarantines an aborted room's pages until that endpoint acks the drain,
 /// which is forever: quarantine is released only by the writer's ack, by design.)
-fn trust_router_topology(msg: &mut Msg<SymbolicPage>) {
+fn trust_router_topology(msg: &mut Carried<SymbolicPage>) {
+    let Carried::Msg(msg) = msg else { return };
     match msg {
         Msg::PrefillStart { decode, .. } => *decode = NodeId(3 + decode.0 % 2),
         Msg::DecodeStart { prefill, .. } => *prefill = NodeId(1 + prefill.0 % 2),
@@ -421,7 +424,12 @@ fn apply(h: &mut H, seen: &mut Seen, op: &Op) {
                 .in_flight()
                 .iter()
                 .enumerate()
-                .filter(|(_, f)| matches!(f.msg, Msg::WriteDone { .. } | Msg::KvDone { .. }))
+                .filter(|(_, f)| {
+                    matches!(
+                        f.msg,
+                        Carried::Msg(Msg::WriteDone { .. } | Msg::KvDone { .. })
+                    )
+                })
                 .map(|(k, _)| k)
                 .collect();
             if !done.is_empty() {

@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use kvsim_engine::config::RouterPolicy;
 use kvsim_engine::harness::Harness;
-use kvsim_engine::msg::{Msg, Status, Why};
+use kvsim_engine::msg::{Carried, Msg, Status, Why};
 use kvsim_engine::trace::{Side, TraceEvent};
 
 /// The reason the node `node` traced in its `Rejected` event.
@@ -30,9 +30,10 @@ fn last_why(h: &H, node: kvsim_engine::ids::NodeId) -> Option<Why> {
         .iter()
         .rev()
         .find_map(|s| match (&s.msg, s.from == node) {
-            (Msg::PrefillFinished { why, .. } | Msg::DecodeFinished { why, .. }, true) => {
-                Some(*why)
-            }
+            (
+                Carried::Msg(Msg::PrefillFinished { why, .. } | Msg::DecodeFinished { why, .. }),
+                true,
+            ) => Some(*why),
             _ => None,
         })
         .expect("the node answered")
@@ -88,7 +89,7 @@ fn a_repeated_answer_repeats_the_first_reason() {
     let repeats = h
         .sends()
         .iter()
-        .filter(|s| matches!(s.msg, Msg::DecodeFinished { status, .. } if status == Status::BAD_REQUEST))
+        .filter(|s| matches!(s.msg, Carried::Msg(Msg::DecodeFinished { status, .. }) if status == Status::BAD_REQUEST))
         .count();
     assert_eq!(repeats, 2, "the same answer twice");
 }

@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use kvsim_engine::harness::{Delivered, HarnessError};
-use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::msg::{Carried, Msg, Status};
 use kvsim_engine::world::WriteFailure;
 use kvsim_engine::Timer;
 
@@ -67,7 +67,7 @@ fn a_failed_write_sends_its_one_failed_completion_back() {
     let done = h.find_kind("WriteDone", P).unwrap();
     let f = &h.in_flight()[done];
     assert_eq!(f.from, D);
-    assert!(matches!(f.msg, Msg::WriteDone { ok: false, id } if id.room == room));
+    assert!(matches!(f.msg, Carried::Msg(Msg::WriteDone { ok: false, id }) if id.room == room));
 }
 
 #[test]

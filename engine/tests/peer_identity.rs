@@ -15,7 +15,7 @@ use kvsim_engine::gpu::SymbolicPage;
 use kvsim_engine::harness::Harness;
 use kvsim_engine::ids::RoomId;
 use kvsim_engine::ids::{Generation, NodeId, PageId, PageTag, RequestId, RoomKey, WriteId};
-use kvsim_engine::msg::{Msg, Status, TransferOutcome};
+use kvsim_engine::msg::{Carried, KvWrite, Msg, Status, TransferOutcome};
 use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::world::Topology;
 use kvsim_engine::{Bug, BugSet, EngineConfig, Node, Timer, Token};
@@ -31,8 +31,20 @@ const D2: NodeId = NodeId(4);
 const STRANGER: NodeId = NodeId(9);
 
 fn h2() -> H {
+    h2_on(cfg())
+}
+
+/// [`h2`] on a two-sided transport: the receiver's software sees each KV write, so
+/// its peer rule can refuse one (on one-sided RDMA nothing at the receiver runs).
+fn h2_two_sided() -> H {
+    let mut cfg = cfg();
+    cfg.transport = kvsim_engine::world::KvTransport::TwoSided;
+    h2_on(cfg)
+}
+
+fn h2_on(cfg: kvsim_engine::EngineConfig) -> H {
     Harness::with_topology(
-        cfg(),
+        cfg,
         Topology {
             prefill_pools: vec![8, 8],
             decode_pools: vec![8, 8],
@@ -107,7 +119,8 @@ fn completes(h: &mut H, tokens: &[Token]) {
     h.invariants().unwrap();
 }
 
-fn send(from: NodeId, to: NodeId, msg: Msg<SymbolicPage>) -> impl FnOnce(&mut H) {
+fn send(from: NodeId, to: NodeId, msg: impl Into<Carried<SymbolicPage>>) -> impl FnOnce(&mut H) {
+    let msg = msg.into();
     move |h| handled(h.inject(from, to, msg).unwrap())
 }
 
@@ -157,10 +170,10 @@ fn sending(h: &mut H) -> RoomKey {
 }
 
 /// P1's first chunk write, as `from` would forge it with `writer` as its id's writer.
-fn forged_write(h: &H, writer: NodeId) -> Msg<SymbolicPage> {
+fn forged_write(h: &H, writer: NodeId) -> KvWrite<SymbolicPage> {
     let i = h.find_kind("KvWrite", D1).unwrap();
     match h.in_flight()[i].msg.clone() {
-        Msg::KvWrite { id, src, dst, kv } => Msg::KvWrite {
+        Carried::Write(KvWrite { id, src, dst, kv }) => KvWrite {
             id: WriteId {
                 writer,
                 chunk: 7,
@@ -177,7 +190,7 @@ fn forged_write(h: &H, writer: NodeId) -> Msg<SymbolicPage> {
 #[test]
 fn a_kv_write_from_a_node_that_is_not_the_rooms_prefill_is_refused() {
     let tokens = reference();
-    let mut h = h2();
+    let mut h = h2_two_sided();
     let room = sending(&mut h);
     let msg = forged_write(&h, P2);
     let m = h.mark();
@@ -197,7 +210,7 @@ fn a_kv_write_whose_id_names_another_writer_is_refused() {
     // From a wrong node naming the right writer, and from the right node naming a
     // wrong writer.
     for (from, writer) in [(P2, P1), (P1, P2)] {
-        let mut h = h2();
+        let mut h = h2_two_sided();
         sending(&mut h);
         let msg = forged_write(&h, writer);
         let why = refused(&mut h, D1, from, send(from, D1, msg));
@@ -476,7 +489,7 @@ fn half_reports_and_tokens_from_the_wrong_node_are_refused_at_the_router() {
     let mut h = h2();
     let room = start(&mut h);
     let before = h.router_room(room);
-    let forgeries: Vec<(NodeId, Msg<SymbolicPage>)> = vec![
+    let forgeries: Vec<(NodeId, Msg)> = vec![
         (
             P2,
             Msg::PrefillFinished {

@@ -12,7 +12,7 @@ use common::*;
 use kvsim_engine::harness::Delivered;
 use kvsim_engine::ids::RoomKey;
 use kvsim_engine::kv::PageState::{self, *};
-use kvsim_engine::msg::{Msg, Status, TransferOutcome};
+use kvsim_engine::msg::{Carried, Msg, Status, TransferOutcome};
 use kvsim_engine::prefill::PrefillPhase::{self, *};
 use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::{Bug, BugSet, Timer};
@@ -58,7 +58,7 @@ fn finished(h: &H) -> Vec<Status> {
     h.sends()
         .iter()
         .filter_map(|s| match s.msg {
-            Msg::PrefillFinished { status, .. } if s.from == P => Some(status),
+            Carried::Msg(Msg::PrefillFinished { status, .. }) if s.from == P => Some(status),
             _ => None,
         })
         .collect()
@@ -422,10 +422,10 @@ fn a_failed_completion_fails_the_room_and_tells_decode() {
     let done = h.find_kind("KvDone", D).unwrap();
     assert!(matches!(
         h.in_flight()[done].msg,
-        Msg::KvDone {
+        Carried::Msg(Msg::KvDone {
             outcome: TransferOutcome::Failed,
             ..
-        }
+        })
     ));
     // The other write is still in flight and still holds its page: the poll leaves
     // that page Draining, never Free.
@@ -781,7 +781,7 @@ fn kv_done_since(h: &H, m: kvsim_engine::harness::Mark) -> Vec<(TransferOutcome,
     h.sends_since(m)
         .iter()
         .filter_map(|s| match &s.msg {
-            Msg::KvDone { outcome, epoch, .. } if s.from == P && s.to == D => {
+            Carried::Msg(Msg::KvDone { outcome, epoch, .. }) if s.from == P && s.to == D => {
                 Some((outcome.clone(), *epoch))
             }
             _ => None,

@@ -41,7 +41,7 @@ fn check(h: &mut H, room: RoomKey, act: impl FnOnce(&mut H), want: Want) {
     h.invariants().unwrap();
 }
 
-fn from(node: NodeId, msg: Msg<kvsim_engine::gpu::SymbolicPage>) -> impl FnOnce(&mut H) {
+fn from(node: NodeId, msg: Msg) -> impl FnOnce(&mut H) {
     move |h| handled(h.inject(node, R, msg).unwrap())
 }
 
@@ -324,7 +324,7 @@ fn a_half_failing_answers_the_error_and_aborts_the_other_half() {
     }
 }
 
-fn token(room: RoomKey, index: u32) -> Msg<kvsim_engine::gpu::SymbolicPage> {
+fn token(room: RoomKey, index: u32) -> Msg {
     Msg::TokenOut {
         room,
         index,
@@ -600,7 +600,7 @@ fn each_taken_token_is_streamed_once_until_the_answer() {
     type K = kvsim_engine::gpu::SymbolicPage;
     let (r, p, d, client) = (NodeId(0), NodeId(1), NodeId(2), NodeId(9));
     let mut router = Router::new(r, Cfg::new(EngineConfig::default()), vec![p], vec![d]);
-    let mut step = |from: NodeId, msg: Msg<K>| {
+    let mut step = |from: NodeId, msg: Msg| {
         let mut out = Outbox::<K>::new(0);
         router.handle(Input::Message { from, msg }, &mut out);
         let streamed: Vec<(NodeId, RequestId, u32, u32)> = out

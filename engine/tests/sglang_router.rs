@@ -13,7 +13,7 @@ use common::*;
 use kvsim_engine::config::RouterPolicy;
 use kvsim_engine::harness::Harness;
 use kvsim_engine::ids::RoomKey;
-use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::msg::{Carried, Msg, Status};
 use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::{EngineConfig, Timer};
 
@@ -29,7 +29,7 @@ fn h(seed: u64) -> H {
     Harness::new(sglang(seed)).unwrap()
 }
 
-fn report(h: &mut H, from: kvsim_engine::ids::NodeId, msg: Msg<kvsim_engine::gpu::SymbolicPage>) {
+fn report(h: &mut H, from: kvsim_engine::ids::NodeId, msg: Msg) {
     handled(h.inject(from, R, msg).unwrap());
 }
 
@@ -47,7 +47,7 @@ fn routed(h: &H) -> Vec<RoomKey> {
 fn aborts_since(h: &H, m: kvsim_engine::harness::Mark) -> usize {
     h.sends_since(m)
         .iter()
-        .filter(|s| matches!(s.msg, Msg::Abort { .. }))
+        .filter(|s| matches!(s.msg, Carried::Msg(Msg::Abort { .. })))
         .count()
 }
 
@@ -260,9 +260,9 @@ fn a_start_refused_by_prefill_frees_decodes_pages_before_its_waiting_timeout() {
         .sends()
         .iter()
         .filter_map(|s| match s.msg {
-            Msg::DecodeFinished {
+            Carried::Msg(Msg::DecodeFinished {
                 room: r, status, ..
-            } if r == room => Some(status),
+            }) if r == room => Some(status),
             _ => None,
         })
         .collect();

@@ -29,7 +29,7 @@ use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::env::{Effect as Step, Input, Outbox};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
 use kvsim_engine::ids::NodeId;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Carried, KvWrite, Msg};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_oracle::shared::{hash_of, Shared};
@@ -42,9 +42,16 @@ use std::thread::LocalKey;
 /// Entries per node kind and thread (a power of two).
 pub const SLOTS: usize = 1 << 15;
 
-/// A node the model drives: the engine's handler.
+/// A node the model drives: the engine's handler, and the world's landing of a KV
+/// write at it ([`kvsim_engine::world::receive`]).
 pub trait Machine: Clone + Hash + Eq + Sized + 'static {
-    fn step(&mut self, input: Input<SymbolicPage>, out: &mut Outbox<SymbolicPage>);
+    fn step(&mut self, input: Input, out: &mut Outbox<SymbolicPage>);
+    fn receive(
+        &mut self,
+        from: NodeId,
+        write: KvWrite<SymbolicPage>,
+        out: &mut Outbox<SymbolicPage>,
+    );
     /// This kind's cache on the current thread.
     fn memo() -> &'static LocalKey<RefCell<Memo<Self>>>;
 }
@@ -53,7 +60,7 @@ pub trait Machine: Clone + Hash + Eq + Sized + 'static {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Routed {
     /// A response to a client (client traffic is not faulted: it arrives at once).
-    Client(Msg<SymbolicPage>),
+    Client(Msg),
     /// A message put in flight, prebuilt and prehashed.
     Peer(Shared<Envelope>),
 }
@@ -74,7 +81,7 @@ pub enum Cause {
     /// The message in this envelope reaches its destination.
     Delivered(Shared<Envelope>),
     /// A client's message or a fired timer.
-    Input(Input<SymbolicPage>),
+    Input(Input),
 }
 
 impl Cause {
@@ -85,14 +92,24 @@ impl Cause {
         }
     }
 
-    /// The input the node's handler takes.
-    pub fn input(&self) -> Input<SymbolicPage> {
+    /// Carry it out on `node`: a message or a timer through the node's handler, a KV
+    /// write through the world's landing ([`kvsim_engine::world::receive`]).
+    pub fn apply<N: Machine>(&self, node: &mut N, out: &mut Outbox<SymbolicPage>) {
         match self {
-            Cause::Delivered(e) => Input::Message {
-                from: e.get().from,
-                msg: e.get().msg.clone(),
-            },
-            Cause::Input(i) => i.clone(),
+            Cause::Delivered(e) => {
+                let from = e.get().from;
+                match &e.get().msg {
+                    Carried::Msg(msg) => node.step(
+                        Input::Message {
+                            from,
+                            msg: msg.clone(),
+                        },
+                        out,
+                    ),
+                    Carried::Write(w) => node.receive(from, w.clone(), out),
+                }
+            }
+            Cause::Input(i) => node.step(i.clone(), out),
         }
     }
 }
@@ -145,6 +162,10 @@ impl<N: Hash + Eq> Memo<N> {
         for e in &mut effect.effects {
             if let Step::Send {
                 msg: Routed::Peer(env),
+                ..
+            }
+            | Step::Write {
+                write: Routed::Peer(env),
                 ..
             } = e
             {
@@ -267,8 +288,16 @@ thread_local! {
 macro_rules! machine {
     ($node:ty, $memo:ident) => {
         impl Machine for $node {
-            fn step(&mut self, input: Input<SymbolicPage>, out: &mut Outbox<SymbolicPage>) {
+            fn step(&mut self, input: Input, out: &mut Outbox<SymbolicPage>) {
                 kvsim_engine::world::step(self, input, out);
+            }
+            fn receive(
+                &mut self,
+                from: NodeId,
+                write: KvWrite<SymbolicPage>,
+                out: &mut Outbox<SymbolicPage>,
+            ) {
+                kvsim_engine::world::receive::<SymbolicGpu, _, _>(self, from, write, out);
             }
             fn memo() -> &'static LocalKey<RefCell<Memo<Self>>> {
                 &$memo
@@ -281,15 +310,11 @@ machine!(Router, ROUTER_MEMO);
 machine!(PrefillNode<SymbolicGpu>, PREFILL_MEMO);
 machine!(DecodeNode<SymbolicGpu>, DECODE_MEMO);
 
-/// Run the engine: node `id` in state `before` handles `input`.
-pub fn compute<N: Machine>(
-    id: NodeId,
-    before: &Shared<N>,
-    input: Input<SymbolicPage>,
-) -> Effect<N> {
+/// Run the engine: node `id` in state `before` takes `cause`.
+pub fn compute<N: Machine>(id: NodeId, before: &Shared<N>, cause: &Cause) -> Effect<N> {
     let mut out = Outbox::new(0);
     let mut after = before.clone();
-    after.update(|n| n.step(input, &mut out));
+    after.update(|n| cause.apply(n, &mut out));
     let effects = out
         .effects
         .drain(..)
@@ -299,8 +324,20 @@ pub fn compute<N: Machine>(
                 msg: if to == crate::model_state::CLIENT {
                     Routed::Client(msg)
                 } else {
-                    Routed::Peer(Shared::new(Envelope { from: id, to, msg }))
+                    Routed::Peer(Shared::new(Envelope {
+                        from: id,
+                        to,
+                        msg: Carried::Msg(msg),
+                    }))
                 },
+            },
+            Step::Write { to, write } => Step::Write {
+                to,
+                write: Routed::Peer(Shared::new(Envelope {
+                    from: id,
+                    to,
+                    msg: Carried::Write(write),
+                })),
             },
             Step::Timer(op) => Step::Timer(op),
             Step::Trace(ev) => Step::Trace(ev),
@@ -343,7 +380,7 @@ pub fn transition<N: Machine>(
     tally(model, hit.is_some());
     if let Some(effect) = hit {
         if verify {
-            let fresh = compute(id, before, cause.input());
+            let fresh = compute(id, before, &cause);
             assert!(
                 fresh == *effect,
                 "memoized transition of {id} differs from the engine's: the handler is not a pure function of (node, input)"
@@ -351,7 +388,7 @@ pub fn transition<N: Machine>(
         }
         return effect;
     }
-    let mut computed = compute(id, before, cause.input());
+    let mut computed = compute(id, before, &cause);
     N::memo().with(|m| {
         let mut m = m.borrow_mut();
         m.intern(model, &mut computed);

@@ -19,7 +19,7 @@ use kvsim_engine::gpu::SymbolicPage;
 use kvsim_engine::ids::{NodeId, RequestId, RoomKey};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::kv::PagePool;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Carried, Msg};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::world::{self, Altered, DataFault, KvTransport, Timers};
@@ -47,14 +47,17 @@ pub const CLIENT: NodeId = NodeId(3);
 pub struct Envelope {
     pub from: NodeId,
     pub to: NodeId,
-    pub msg: Msg<SymbolicPage>,
+    pub msg: Carried<SymbolicPage>,
 }
 
 impl Envelope {
     /// KV writes and their completions ride an RDMA reliable connection: they may be
     /// late or fail, never be lost or duplicated. Everything else is control traffic.
     pub fn is_rdma(&self) -> bool {
-        matches!(self.msg, Msg::KvWrite { .. } | Msg::WriteDone { .. })
+        matches!(
+            self.msg,
+            Carried::Write(_) | Carried::Msg(Msg::WriteDone { .. })
+        )
     }
 
     /// Does this message wait in the queues of `frozen` (the world's rule,
@@ -409,21 +412,20 @@ pub fn pool_pages(spec: &crate::spec::ModelSpec, node: NodeId) -> u32 {
 pub fn altered(
     spec: &crate::spec::ModelSpec,
     to: NodeId,
-    msg: &Msg<SymbolicPage>,
+    msg: &Carried<SymbolicPage>,
     fault: DataFault,
-) -> Option<(Msg<SymbolicPage>, Altered)> {
-    let mut m = msg.clone();
-    let a = world::alter(&mut m, fault, pool_pages(spec, to), DATA_FAULT_SALT)?;
-    Some((m, a))
+) -> Option<(Carried<SymbolicPage>, Altered)> {
+    let mut w = msg.write()?.clone();
+    let a = world::alter(&mut w, fault, pool_pages(spec, to), DATA_FAULT_SALT)?;
+    Some((Carried::Write(w), a))
 }
 
 /// What a stale duplicate `msg` does as it lands at a node whose pool is `pool`
 /// ([`world::stale_landing`] against the current tags of the pages it addresses).
 /// The model and the replayer both describe the landing through this.
-pub fn stale_landing(pool: &PagePool, msg: &Msg<SymbolicPage>) -> Option<Altered> {
-    let Msg::KvWrite { dst, .. } = msg else {
-        return None;
-    };
+pub fn stale_landing(pool: &PagePool, msg: &Carried<SymbolicPage>) -> Option<Altered> {
+    let w = msg.write()?;
+    let dst = &w.dst;
     let now: Vec<_> = dst
         .iter()
         .filter_map(|t| {
@@ -433,7 +435,7 @@ pub fn stale_landing(pool: &PagePool, msg: &Msg<SymbolicPage>) -> Option<Altered
             })
         })
         .collect();
-    world::stale_landing(msg, &now)
+    world::stale_landing(w, &now)
 }
 
 /// A timer as `Kind room` text (`Compute`, `Request room1.1`).

@@ -21,12 +21,14 @@ use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
 use kvsim_engine::harness::{Delivered, Flight, Happened, Harness, HarnessError, Mark};
 use kvsim_engine::ids::{NodeId, TenantId};
 use kvsim_engine::invariant::Invariant;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Carried, Msg};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
 use kvsim_engine::world::{Altered, DataFault, DropReason, WriteFailure};
 use kvsim_engine::Timer;
 use kvsim_oracle::render::describe_event;
-use kvsim_oracle::schema::{ClockKind, EndOutcome, Entry, FaultEvent, MsgView, Record, RunHeader};
+use kvsim_oracle::schema::{
+    ClockKind, EndOutcome, Entry, FaultEvent, MsgView, Record, RunHeader, Viewed,
+};
 use kvsim_oracle::{Finding, Oracle};
 
 /// A step the replayer cannot apply.
@@ -142,12 +144,12 @@ impl Replayer<'_> {
                     records.push((false, sent_record(sent.from, sent.to, &sent.msg)));
                     if let (
                         CLIENT,
-                        Msg::Response {
+                        Carried::Msg(Msg::Response {
                             req,
                             status,
                             tokens,
                             ..
-                        },
+                        }),
                     ) = (sent.to, &sent.msg)
                     {
                         self.log.push(format!(
@@ -179,7 +181,7 @@ impl Replayer<'_> {
     /// a failed write is recorded (its completion is in flight).
     fn delivered(
         &mut self,
-        (from, to, msg): (NodeId, NodeId, &Msg<SymbolicPage>),
+        (from, to, msg): (NodeId, NodeId, &Carried<SymbolicPage>),
         mark: Mark,
         outcome: Delivered,
         fault: Option<Altered>,
@@ -292,7 +294,7 @@ impl Replayer<'_> {
     }
 
     /// A client's message, handed to the router at once.
-    fn client_sends(&mut self, msg: Msg<SymbolicPage>) -> Result<(), Refused> {
+    fn client_sends(&mut self, msg: Msg) -> Result<(), Refused> {
         self.note(sent_record(CLIENT, ROUTER, &msg));
         self.note(Record::Deliver {
             from: CLIENT,
@@ -398,7 +400,7 @@ impl Replayer<'_> {
             .iter()
             .position(is)
             .ok_or(Refused::NoSuchMessage)?;
-        let is_write = matches!(self.h.in_flight()[i].msg, Msg::KvWrite { .. });
+        let is_write = matches!(self.h.in_flight()[i].msg, Carried::Write(_));
         match how {
             MessageStep::Deliver | MessageStep::Overtake => self.deliver(i, Landing::AsSent)?,
             MessageStep::Duplicate => {
@@ -447,7 +449,7 @@ impl Replayer<'_> {
 }
 
 /// The trace record of a message sent (due at once: the model has no clock).
-fn sent_record(from: NodeId, to: NodeId, msg: &Msg<SymbolicPage>) -> Record {
+fn sent_record<V: Viewed + ?Sized>(from: NodeId, to: NodeId, msg: &V) -> Record {
     Record::Send {
         from,
         to,

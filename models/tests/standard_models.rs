@@ -11,7 +11,7 @@ use kvsim_engine::config::Defenses;
 use kvsim_engine::decode::DecodePhase;
 use kvsim_engine::ids::RoomKey;
 use kvsim_engine::invariant::Invariant;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Carried, KvWrite};
 use kvsim_engine::world::DataFault;
 use kvsim_engine::Timer;
 use kvsim_models::check::{invariant_of, Verdict};
@@ -117,7 +117,7 @@ fn decode_crash_mid_transfer_drains_and_replays_through_the_simulator() {
         let write_in_flight = s
             .net
             .iter()
-            .any(|e| matches!(e.get().msg, Msg::KvWrite { .. }));
+            .any(|e| matches!(e.get().msg, Carried::Write(_)));
         let action = if !crashed && write_in_flight {
             crashed = true;
             assert!(enabled.contains(&Action::Crash(DECODE)));
@@ -391,7 +391,7 @@ fn every_data_fault_kind_is_a_model_step() {
             let write = s
                 .net
                 .iter()
-                .find(|e| matches!(e.get().msg, Msg::KvWrite { .. }))
+                .find(|e| matches!(e.get().msg, Carried::Write(_)))
                 .unwrap();
             let applicable: Vec<DataFault> = DataFault::ALL
                 .into_iter()
@@ -1060,7 +1060,7 @@ fn kept_copy_lands_on_a_ready_page(spec: ModelSpec, gated: bool) {
             }
         } else {
             let copy = s.stale.first().expect("the copy is kept until it lands");
-            let Msg::KvWrite { id, dst, .. } = &copy.get().env.msg else {
+            let Carried::Write(KvWrite { id, dst, .. }) = &copy.get().env.msg else {
                 unreachable!()
             };
             let ready = s.decode.get().pool().record(dst[0].page).is_some_and(|r| {

@@ -52,7 +52,7 @@ use crate::schema::{FaultEvent, Record, RunHeader};
 use enumset::EnumSet;
 use kvsim_engine::ids::{NodeId, RoomKey, WriteId};
 use kvsim_engine::kv::PageOp;
-use kvsim_engine::trace::{NodeFault, ReleaseKind, Side, TraceEvent};
+use kvsim_engine::trace::{NodeFault, ReleaseKind, Side, TraceEvent, TransferClaim};
 
 /// The oracle's model of the run: one state per checker. Its parts are shared and
 /// hashed separately ([`crate::shared::Shared`]): a copy of the model (the model
@@ -354,6 +354,15 @@ impl OracleState {
             } => (*node, *room, *claim),
             _ => unreachable!("not a transfer event: {ev:?}"),
         };
+        // Whether every reserved page was written is the trace's landings where the
+        // trace records the pages, not decode's claim: decode reads its pages' tags,
+        // which a later write (a stale duplicate) may have changed, and on one-sided
+        // RDMA it saw no landing. A trace without page records has only the claim.
+        let claim = TransferClaim {
+            fully_written: (self.pages.transfer_written(node, room)).unwrap_or(claim.fully_written),
+            ..claim
+        };
+        self.pages.transfer_judged(node, room);
         let TransferRefused { reason, .. } = ev else {
             return transfer::accepted(&self.rooms, (node, room), &claim, out);
         };

@@ -20,7 +20,7 @@ pub(crate) mod record;
 
 pub use header::{ClockKind, NodeInfo, RunHeader, READS_VERSIONS, SCHEMA_VERSION};
 pub use line::{entry_line, header_line, parse_line, Line, LineError};
-pub use msg_view::MsgView;
+pub use msg_view::{MsgView, Viewed};
 pub use record::{CancelHow, EndOutcome, Entry, FaultEvent, Record};
 
 #[cfg(test)]

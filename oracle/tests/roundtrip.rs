@@ -12,7 +12,7 @@ use kvsim_engine::ids::{
     Generation, NodeId, PageId, PageTag, RequestId, RoomId, RoomKey, TenantId, WriteId,
 };
 use kvsim_engine::invariant::{Invariant, Violation};
-use kvsim_engine::msg::{Msg, Status, TransferOutcome, Why};
+use kvsim_engine::msg::{Carried, KvWrite, Msg, Status, TransferOutcome, Why};
 use kvsim_engine::trace::{NodeFault, ReleaseKind, Side, TraceEvent, TransferClaim};
 use kvsim_engine::world::{DataFault, DropReason, WriteFailure};
 use kvsim_oracle::schema::{
@@ -278,9 +278,15 @@ fn events() -> Vec<TraceEvent> {
 }
 
 /// One of every message, every field set.
-fn messages() -> Vec<Msg<u8>> {
+fn messages() -> Vec<Carried<u8>> {
     let (room, req) = (room(), RequestId(13));
-    vec![
+    let kv_write = Carried::Write(KvWrite {
+        id: write(),
+        src: tags(),
+        dst: vec![tag(8), tag(9)],
+        kv: vec![1, 2],
+    });
+    let msgs = vec![
         Msg::Submit {
             req,
             tenant: TenantId(2),
@@ -322,12 +328,6 @@ fn messages() -> Vec<Msg<u8>> {
             id: write(),
             ok: true,
         },
-        Msg::KvWrite {
-            id: write(),
-            src: tags(),
-            dst: vec![tag(8), tag(9)],
-            kv: vec![1, 2],
-        },
         Msg::KvDone {
             room,
             outcome: TransferOutcome::Success {
@@ -356,11 +356,18 @@ fn messages() -> Vec<Msg<u8>> {
             status: Status::UNAVAILABLE,
             why: Some(Why::QueueFull { side: Side::Decode }),
         },
-    ]
+    ];
+    let mut all: Vec<Carried<u8>> = msgs.into_iter().map(Carried::Msg).collect();
+    all.push(kv_write);
+    all
 }
 
 /// The name of a message variant (exhaustive: a new variant must be added above).
-fn msg_name(m: &Msg<u8>) -> &'static str {
+fn msg_name(m: &Carried<u8>) -> &'static str {
+    let m = match m {
+        Carried::Write(_) => return "KvWrite",
+        Carried::Msg(m) => m,
+    };
     match m {
         Msg::Submit { .. } => "Submit",
         Msg::Cancel { .. } => "Cancel",
@@ -371,7 +378,6 @@ fn msg_name(m: &Msg<u8>) -> &'static str {
         Msg::KvMeta { .. } => "KvMeta",
         Msg::DrainRequest { .. } => "DrainRequest",
         Msg::WriteDone { .. } => "WriteDone",
-        Msg::KvWrite { .. } => "KvWrite",
         Msg::KvDone { .. } => "KvDone",
         Msg::DrainAck { .. } => "DrainAck",
         Msg::PrefillFinished { .. } => "PrefillFinished",
@@ -516,8 +522,15 @@ fn every_message_view_carries_every_field_of_its_message() {
     assert_eq!(names.len(), msgs.len(), "one of every message");
     for m in &msgs {
         let view = MsgView::of(m);
-        // The message's own fields, as its wire form has them.
-        let wire = serde_json::to_value(m).expect("a message serializes");
+        // The message's own fields, as its wire form has them (a write's under its
+        // kind, as a message's are).
+        let wire = match m {
+            Carried::Msg(m) => serde_json::to_value(m),
+            Carried::Write(w) => {
+                serde_json::to_value(w).map(|w| serde_json::json!({ "KvWrite": w }))
+            }
+        }
+        .expect("a message serializes");
         let (kind, fields) = wire
             .as_object()
             .and_then(|o| o.iter().next())
@@ -546,10 +559,14 @@ fn every_message_view_carries_every_field_of_its_message() {
     }
 }
 
-fn room_of(m: &Msg<u8>) -> Option<RoomKey> {
+fn room_of(m: &Carried<u8>) -> Option<RoomKey> {
+    let m = match m {
+        Carried::Write(w) => return Some(w.id.room),
+        Carried::Msg(m) => m,
+    };
     match m {
         Msg::Submit { .. } | Msg::Cancel { .. } | Msg::Response { .. } => None,
-        Msg::WriteDone { id, .. } | Msg::KvWrite { id, .. } => Some(id.room),
+        Msg::WriteDone { id, .. } => Some(id.room),
         Msg::PrefillStart { room, .. }
         | Msg::DecodeStart { room, .. }
         | Msg::Abort { room }

@@ -21,7 +21,7 @@ use crate::wire::write_frame_with;
 use kvsim_engine::gpu::{Gpu, HostGpu};
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Carried, KvWrite, Msg};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -115,7 +115,7 @@ fn time_transfer_path(
     )?;
     // One message, re-sent with the next chunk's id: the sender reads the same pages
     // each time, as the plain copy re-sends one block.
-    let mut m = Msg::KvWrite {
+    let mut w = KvWrite {
         id: WriteId {
             writer,
             epoch: 0,
@@ -126,16 +126,19 @@ fn time_transfer_path(
         dst: dst.to_vec(),
         kv: kv.to_vec(),
     };
-    let (mut w, mut buf) = (connected(addr, writer, room, &loop_rx)?, Vec::new());
+    let (mut conn, mut buf) = (connected(addr, writer, room, &loop_rx)?, Vec::new());
     let t0 = Instant::now();
     for i in 0..writes {
-        if let Msg::KvWrite { id, .. } = &mut m {
-            id.chunk = i;
-        }
-        write_frame_with(&mut w, writer, &m, &mut buf)
+        w.id.chunk = i;
+        let m = Carried::Write(w);
+        write_frame_with(&mut conn, writer, &m, &mut buf)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let Carried::Write(back) = m else {
+            unreachable!("the write just wrapped")
+        };
+        w = back;
     }
-    w.flush()?;
+    conn.flush()?;
     let mut landed = 0u32;
     while landed < writes {
         match loop_rx.recv_timeout(Duration::from_secs(60)) {
@@ -161,7 +164,7 @@ fn connected(
     loop_rx: &crate::sync::mpsc::Receiver<NodeEvent<Vec<u32>>>,
 ) -> std::io::Result<GatherWriter<TcpStream>> {
     let mut w = GatherWriter::with_capacity(1 << 16, TcpStream::connect(addr)?);
-    let hello = Msg::<Vec<u32>>::DrainAck { room };
+    let hello = Carried::<Vec<u32>>::Msg(Msg::DrainAck { room });
     write_frame_with(&mut w, writer, &hello, &mut Vec::new())
         .map_err(|e| std::io::Error::other(e.to_string()))?;
     w.flush()?;

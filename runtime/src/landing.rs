@@ -1,13 +1,17 @@
 //! Where a decode node's KV writes land: off its connections ([`WireLanding`], what
-//! `kvsim serve` runs) or off a channel ([`transfer_thread`], writes that arrive as
-//! whole messages), concurrently with the node's loop, never through it.
+//! `kvsim serve` runs) or off a channel ([`transfer_thread`], writes that arrive
+//! whole), concurrently with the node's loop, never through it. This is the receiver's
+//! copy of a two-sided transport (TCP: a thread takes each write off the wire), as
+//! `world::receive` states it for every driver: the writer's peer rule and the landing
+//! gate before any byte lands, then the landing handed to the node as
+//! `Input::Landed`, which traces it and completes the write.
 //!
 //! Both judge a write the same way, by one function each from the engine:
-//! [`world::arrival`] against the node's current incarnation ([`LandingRecord`]),
+//! [`world::write_arrival`] against the node's current incarnation ([`LandingRecord`]),
 //! then the landing rule, [`kvsim_engine::kv::land_with`], gated by the node's one
 //! ownership record (the [`SharedPool`] its loop decides with); both report the landing
 //! to the loop, where the node traces it and completes the write. What differs is only
-//! where the payload comes from: a message's pages ([`land`]), or the bytes that follow
+//! where the payload comes from: a write's pages ([`land`]), or the bytes that follow
 //! a KV head on the connection, read straight into the destination pages' memory
 //! ([`Gpu::land_bytes`]) once the rule admitted the write, and into a scratch buffer
 //! when it did not.
@@ -17,12 +21,12 @@ use crate::net::{Incoming, Lander};
 use crate::node::event::NodeEvent;
 use crate::sync::mpsc::{Receiver, Sender};
 use crate::sync::{Arc, RwLock, RwLockReadGuard};
-use crate::wire::{read_payload, skip_payload, FrameReader, KvHead, WireError};
+use crate::wire::{skip_payload, FrameReader, KvHead, WireError};
 use kvsim_engine::gpu::{ByteWrite, Gpu, LandBytesError, WireWords};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::{land, land_with, Refusal};
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::KvWrite;
 use kvsim_engine::world::{self, Arrival, Arriving};
 use std::io::Read;
 use std::time::Instant;
@@ -119,8 +123,8 @@ impl LandingRecord {
 /// earlier incarnation fails; a write whose connection closed before it was taken is
 /// flushed), then landed by the engine's [`land`] on that incarnation's shared record
 /// and memory, and reported to the node's loop. A write whose id names another writer
-/// than its sender goes to the loop as a message, where the node refuses it by peer
-/// identity.
+/// than its sender lands nothing: it is reported refused, and the node refuses it by
+/// peer identity ([`named_by_another`]).
 pub fn transfer_thread<G: Gpu>(
     rx: Receiver<Incoming<G::Kv>>,
     record: Arc<LandingRecord>,
@@ -129,9 +133,8 @@ pub fn transfer_thread<G: Gpu>(
     to_loop: Sender<NodeEvent<G::Kv>>,
 ) {
     for (from, msg, conn_alive) in rx {
-        let writer_ok = matches!(&msg, Msg::KvWrite { id, .. } if id.writer == from);
-        if !writer_ok {
-            let _ = to_loop.send(NodeEvent::Msg { from, msg });
+        if msg.id.writer != from {
+            let _ = to_loop.send(named_by_another(from, msg.id, msg.dst));
             continue;
         }
         // A write still queued when its connection closed is the dead sender's NIC
@@ -139,7 +142,7 @@ pub fn transfer_thread<G: Gpu>(
         let sender_alive = conn_alive.load(crate::sync::atomic::Ordering::Acquire);
         let pool = record.current();
         let ev = match arrive(from, msg, sender_alive, &pool) {
-            Arrived::Deliver(Msg::KvWrite { id, dst, kv, .. }) => {
+            Arrived::Deliver(KvWrite { id, dst, kv, .. }) => {
                 let landing = land(&**pool, &mut gpu, page_tags, id.room, &dst, &kv);
                 NodeEvent::Landed {
                     from,
@@ -148,7 +151,7 @@ pub fn transfer_thread<G: Gpu>(
                     landing,
                 }
             }
-            Arrived::Deliver(_) | Arrived::Drop => continue,
+            Arrived::Drop => continue,
             Arrived::Fail(ev) => ev,
         };
         drop(pool);
@@ -158,10 +161,29 @@ pub fn transfer_thread<G: Gpu>(
     }
 }
 
+/// A write of `from` whose id names another writer: nothing of it lands, and the
+/// node's peer rule refuses it (`Input::Landed` checks the writer first), with the one
+/// failed completion it is owed.
+fn named_by_another<K>(
+    from: NodeId,
+    id: kvsim_engine::ids::WriteId,
+    dst: Vec<kvsim_engine::ids::PageTag>,
+) -> NodeEvent<K> {
+    NodeEvent::Landed {
+        from,
+        id,
+        dst,
+        landing: Err(Refusal {
+            tag: None,
+            reason: format!("the write {id} names another writer"),
+        }),
+    }
+}
+
 /// What the arrival rule made of a KV write.
 enum Arrived<K> {
     /// Delivered: it lands.
-    Deliver(Msg<K>),
+    Deliver(KvWrite<K>),
     /// Failed on arrival: what the loop hears of it.
     Fail(NodeEvent<K>),
     /// Dropped: the loop hears nothing.
@@ -169,7 +191,7 @@ enum Arrived<K> {
 }
 
 /// One KV write of `from`, judged by the world's arrival rule on `pool`'s incarnation.
-fn arrive<K>(from: NodeId, msg: Msg<K>, sender_alive: bool, pool: &SharedPool) -> Arrived<K> {
+fn arrive<K>(from: NodeId, msg: KvWrite<K>, sender_alive: bool, pool: &SharedPool) -> Arrived<K> {
     let at = Arriving {
         sender_alive,
         receiver_alive: true,
@@ -178,16 +200,13 @@ fn arrive<K>(from: NodeId, msg: Msg<K>, sender_alive: bool, pool: &SharedPool) -
         partitioned: false,
         injected_failure: false,
     };
-    match world::arrival(&msg, &at) {
-        Arrival::Fail { reason, completion } => match msg.write_id() {
-            Some(id) => Arrived::Fail(NodeEvent::WriteFailedHere {
-                from,
-                id,
-                reason,
-                completion,
-            }),
-            None => Arrived::Drop,
-        },
+    match world::write_arrival(&msg, &at) {
+        Arrival::Fail { reason, completion } => Arrived::Fail(NodeEvent::WriteFailedHere {
+            from,
+            id: msg.id,
+            reason,
+            completion,
+        }),
         Arrival::Drop(_) => Arrived::Drop,
         Arrival::Deliver => Arrived::Deliver(msg),
     }
@@ -227,22 +246,21 @@ where
             dst,
             words,
         } = head;
-        if id.writer != from {
-            // Refused by the node's loop, by peer identity, as a message.
-            let kv = read_payload(r, &words)?;
-            let msg = Msg::KvWrite { id, src, dst, kv };
-            return Ok(self.to_loop.send(NodeEvent::Msg { from, msg }).is_ok());
-        }
         let bytes = kvsim_engine::gpu::bytes::payload_bytes(&words);
+        if id.writer != from {
+            // Refused by the node's peer rule; none of its bytes land.
+            skip_payload(r, bytes, scratch)?;
+            return Ok(self.to_loop.send(named_by_another(from, id, dst)).is_ok());
+        }
         let pool = self.record.current();
-        let msg = Msg::KvWrite {
+        let msg = KvWrite {
             id,
             src,
             dst,
             kv: Vec::new(),
         };
         let ev = match arrive(from, msg, true, &pool) {
-            Arrived::Deliver(Msg::KvWrite { id, dst, .. }) => {
+            Arrived::Deliver(KvWrite { id, dst, .. }) => {
                 let landing = self.land_payload(&pool, id.room, &dst, &words, r, scratch)?;
                 if matches!(landing, Err((_, false))) {
                     skip_payload(r, bytes, scratch)?;
@@ -254,7 +272,7 @@ where
                     landing: landing.map_err(|(refusal, _)| refusal),
                 }
             }
-            Arrived::Deliver(_) | Arrived::Drop => {
+            Arrived::Drop => {
                 skip_payload(r, bytes, scratch)?;
                 return Ok(true);
             }
@@ -327,6 +345,7 @@ mod tests {
     use crate::wire::{read_head, write_frame, Head};
     use kvsim_engine::gpu::HostGpu;
     use kvsim_engine::ids::{PageTag, RoomKey, WriteId};
+    use kvsim_engine::msg::Carried;
 
     const PAGES: u32 = 4;
     const PAGE: u32 = 4;
@@ -354,7 +373,7 @@ mod tests {
         (l, dst, rx)
     }
 
-    fn write(room: RoomKey, chunk: u32, dst: Vec<PageTag>, kv: Vec<Vec<u32>>) -> Msg<Vec<u32>> {
+    fn write(room: RoomKey, chunk: u32, dst: Vec<PageTag>, kv: Vec<Vec<u32>>) -> Carried<Vec<u32>> {
         let writer = NodeId(1);
         let id = WriteId {
             writer,
@@ -363,12 +382,12 @@ mod tests {
             chunk,
         };
         let src = Vec::new();
-        Msg::KvWrite { id, src, dst, kv }
+        Carried::Write(KvWrite { id, src, dst, kv })
     }
 
     /// The frames of `msgs` from node 1, each taken by `l` off one stream: what each
     /// take returned.
-    fn take_all(l: &WireLanding<HostGpu>, msgs: &[Msg<Vec<u32>>]) -> Vec<Result<bool, String>> {
+    fn take_all(l: &WireLanding<HostGpu>, msgs: &[Carried<Vec<u32>>]) -> Vec<Result<bool, String>> {
         let mut bytes = Vec::new();
         for m in msgs {
             write_frame(&mut bytes, NodeId(1), m).unwrap();
@@ -379,7 +398,7 @@ mod tests {
             Vec::new(),
         );
         let mut out = Vec::new();
-        while let Ok(Some(Head::Kv(h))) = read_head::<Vec<u32>, _>(&mut r, &mut buf) {
+        while let Ok(Some(Head::Kv(h))) = read_head(&mut r, &mut buf) {
             out.push(l.take(h, &mut r, &mut scratch).map_err(|e| e.to_string()));
         }
         out
@@ -446,7 +465,7 @@ mod tests {
         assert_eq!(landed(&rx), vec![Ok(()); 3]);
         let (mut reference, pool) = (HostGpu::new(PAGES, PAGE), SharedPool::new(PAGES, PAGE));
         for m in &msgs {
-            let Msg::KvWrite { dst, kv, .. } = m else {
+            let Carried::Write(KvWrite { dst, kv, .. }) = m else {
                 unreachable!()
             };
             land(&pool, &mut reference, false, room, dst, kv).unwrap();
@@ -477,7 +496,7 @@ mod tests {
             Vec::new(),
             Vec::new(),
         );
-        let Ok(Some(Head::Kv(h))) = read_head::<Vec<u32>, _>(&mut r, &mut buf) else {
+        let Ok(Some(Head::Kv(h))) = read_head(&mut r, &mut buf) else {
             panic!("the head reads whole");
         };
         let err = l.take(h, &mut r, &mut scratch).unwrap_err();

@@ -17,7 +17,7 @@ use crate::wire::{read_head, read_payload, write_frame_with, Head, KvHead};
 use crate::wire::{FrameReader, WireError};
 use kvsim_engine::gpu::WireWords;
 use kvsim_engine::ids::NodeId;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Carried, KvWrite};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::{BufRead, ErrorKind, Read, Write};
@@ -38,9 +38,9 @@ pub const STALL: Duration = Duration::from_secs(2);
 /// copied out of it, the rest is read straight into the pages.
 const READ_BUF: usize = 64 << 10;
 
-/// A KV write as the transfer thread takes it: its sender, the message, and whether
+/// A KV write as the transfer thread takes it: its sender, the write, and whether
 /// the connection it came on is still open.
-pub type Incoming<K> = (NodeId, Msg<K>, Arc<AtomicBool>);
+pub type Incoming<K> = (NodeId, KvWrite<K>, Arc<AtomicBool>);
 
 /// A decode node's landing of the KV writes that arrive on its connections
 /// ([`crate::node::WireLanding`]).
@@ -138,7 +138,7 @@ pub fn read_frames<K: DeserializeOwned + WireWords, R: Read>(
 ) -> Result<(), WireError> {
     let (mut buf, mut scratch) = (Vec::new(), Vec::new());
     while next_frame_begins(r, stop)? {
-        let sent = match read_head::<K, _>(r, &mut buf)? {
+        let sent = match read_head(r, &mut buf)? {
             None => return Ok(()),
             Some(Head::Msg(f)) => inbound
                 .to_loop
@@ -150,12 +150,17 @@ pub fn read_frames<K: DeserializeOwned + WireWords, R: Read>(
             Some(Head::Kv(head)) => match &inbound.landing {
                 Some(l) => l.take(head, r, &mut scratch)?,
                 None => {
+                    // No landing here (not a decode node): the loop hands the write
+                    // to the world's rule (`world::receive`), which fails it back.
                     let kv = read_payload(r, &head.words)?;
                     let KvHead {
                         from, id, src, dst, ..
                     } = head;
-                    let msg = Msg::KvWrite { id, src, dst, kv };
-                    inbound.to_loop.send(NodeEvent::Msg { from, msg }).is_ok()
+                    let write = KvWrite { id, src, dst, kv };
+                    inbound
+                        .to_loop
+                        .send(NodeEvent::Write { from, write })
+                        .is_ok()
                 }
             },
         };
@@ -195,7 +200,7 @@ pub fn spawn_peer<K>(
     me: NodeId,
     peer: NodeId,
     addr: SocketAddr,
-    rx: Receiver<Msg<K>>,
+    rx: Receiver<Carried<K>>,
     to_loop: Sender<NodeEvent<K>>,
     (connected, incarnation): (Arc<AtomicBool>, Arc<AtomicU32>),
     stop: Arc<AtomicBool>,
@@ -310,8 +315,8 @@ impl Incarnation {
 
     /// A KV write of a dead incarnation of the writer: flushed with its NIC's queue,
     /// never sent (the crash record lists it).
-    pub fn flushed<K>(&self, msg: &Msg<K>) -> bool {
-        matches!(msg, Msg::KvWrite { id, .. } if id.epoch < self.epoch)
+    pub fn flushed<K>(&self, msg: &Carried<K>) -> bool {
+        matches!(msg, Carried::Write(w) if w.id.epoch < self.epoch)
     }
 }
 
@@ -372,7 +377,7 @@ impl<K: Send + 'static> Link<K> {
         }
     }
 
-    fn write(&mut self, me: NodeId, batch: &[Msg<K>]) -> bool
+    fn write(&mut self, me: NodeId, batch: &[Carried<K>]) -> bool
     where
         K: Serialize + WireWords,
     {

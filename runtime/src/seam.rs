@@ -17,7 +17,7 @@ use crate::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use crate::sync::Arc;
 use crate::trace::Tracer;
 use kvsim_engine::ids::NodeId;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::Carried;
 use kvsim_oracle::schema::Record;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
@@ -42,8 +42,9 @@ pub trait NodeRuntime {
     fn next_event(&mut self, wait: Option<Duration>) -> Next<Self::Kv>;
     /// An event already queued, without waiting (`None`: nothing is queued now).
     fn ready_event(&mut self) -> Option<NodeEvent<Self::Kv>>;
-    /// Put `msg` on the link to `to`; it comes back when there is no such link.
-    fn send(&mut self, to: NodeId, msg: Msg<Self::Kv>) -> Result<(), Msg<Self::Kv>>;
+    /// Put `msg` (a message or a KV write) on the link to `to`; it comes back when
+    /// there is no such link.
+    fn send(&mut self, to: NodeId, msg: Carried<Self::Kv>) -> Result<(), Carried<Self::Kv>>;
     /// An event for this loop itself, after the ones already queued (a write's failed
     /// completion, delivered back to its writer).
     fn to_self(&mut self, ev: NodeEvent<Self::Kv>);
@@ -65,7 +66,7 @@ pub trait NodeRuntime {
 pub struct Threads<K> {
     clock: Clock,
     tracer: Option<Tracer>,
-    peers: BTreeMap<NodeId, Sender<Msg<K>>>,
+    peers: BTreeMap<NodeId, Sender<Carried<K>>>,
     me: Sender<NodeEvent<K>>,
     rx: Receiver<NodeEvent<K>>,
     /// The node's incarnation, shared with its links ([`crate::net::spawn_peer`]).
@@ -76,7 +77,7 @@ impl<K> Threads<K> {
     /// `me` and `rx` are the two ends of the loop's channel.
     pub fn new(
         tracer: Option<Tracer>,
-        peers: BTreeMap<NodeId, Sender<Msg<K>>>,
+        peers: BTreeMap<NodeId, Sender<Carried<K>>>,
         me: Sender<NodeEvent<K>>,
         rx: Receiver<NodeEvent<K>>,
     ) -> Self {
@@ -130,7 +131,7 @@ impl<K> NodeRuntime for Threads<K> {
         }
     }
 
-    fn send(&mut self, to: NodeId, msg: Msg<K>) -> Result<(), Msg<K>> {
+    fn send(&mut self, to: NodeId, msg: Carried<K>) -> Result<(), Carried<K>> {
         match self.peers.get(&to) {
             Some(link) => link.send(msg).map_err(|e| e.0),
             None => Err(msg),
@@ -172,7 +173,7 @@ pub struct InMemory<K> {
     pub now_ns: u64,
     pub events: VecDeque<NodeEvent<K>>,
     /// Sent and not taken yet: what is on its way on the node's links.
-    pub sent: Vec<(NodeId, Msg<K>)>,
+    pub sent: Vec<(NodeId, Carried<K>)>,
     pub records: Vec<Record>,
     pub unreachable: BTreeSet<NodeId>,
     /// How many times the trace was flushed.
@@ -201,7 +202,7 @@ impl<K> InMemory<K> {
     }
 
     /// The messages sent since the last call, taken out.
-    pub fn take_sent(&mut self) -> Vec<(NodeId, Msg<K>)> {
+    pub fn take_sent(&mut self) -> Vec<(NodeId, Carried<K>)> {
         std::mem::take(&mut self.sent)
     }
 }
@@ -232,7 +233,7 @@ impl<K> NodeRuntime for InMemory<K> {
         }
     }
 
-    fn send(&mut self, to: NodeId, msg: Msg<K>) -> Result<(), Msg<K>> {
+    fn send(&mut self, to: NodeId, msg: Carried<K>) -> Result<(), Carried<K>> {
         if self.unreachable.contains(&to) {
             return Err(msg);
         }
@@ -256,8 +257,8 @@ impl<K> NodeRuntime for InMemory<K> {
         // `sent` is what is on its way: the dead incarnation's KV writes in it are
         // flushed (they never reach their receiver), the rest travel on.
         self.sent.retain(|(_, m)| match m {
-            Msg::KvWrite { id, .. } => id.epoch >= epoch,
-            _ => true,
+            Carried::Write(w) => w.id.epoch >= epoch,
+            Carried::Msg(_) => true,
         });
         assert!(
             self.links_closed.last().is_none_or(|&e| e < epoch),

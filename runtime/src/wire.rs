@@ -1,13 +1,14 @@
 //! Frames between nodes: a 4-byte big-endian length, then the frame's head in postcard
 //! (the engine's own serde form, encoded compactly: integers as variable-length
-//! LEB128). A message travels whole in its head ([`Head::Msg`]). A KV write's head
+//! LEB128). A message travels whole in its head ([`Head::Msg`]). A KV write (not a
+//! message: a writer posts it, `Carried::Write`) travels as a head of its own
 //! ([`KvHead`]) names the write, its pages and each page payload's length in words; the
 //! payload follows the head as raw bytes (each word 4 bytes little-endian), so the
 //! receiver can read it straight into the destination pages once the landing rule
 //! admitted the write (`crate::node::WireLanding`), and a refused write's bytes into a
 //! scratch buffer. A head over [`MAX_FRAME`], a payload over [`MAX_FRAME`], a head that
-//! does not parse or has bytes left after it, and a KV write inside a message head end
-//! the connection with an error naming the reason. JSON was the first encoding (about
+//! does not parse or has bytes left after it end the connection with an error naming
+//! the reason. JSON was the first encoding (about
 //! 6% of a plain TCP copy), then bincode 1.3 (replaced: a RustSec advisory), then
 //! postcard for whole frames (a KV word took one to five bytes); figures in
 //! docs/PERFORMANCE-LOG.md. A hostile length prefix inside a head cannot make the reader
@@ -17,8 +18,7 @@
 use kvsim_engine::gpu::bytes::payload_bytes;
 use kvsim_engine::gpu::WireWords;
 use kvsim_engine::ids::{NodeId, PageTag, WriteId};
-use kvsim_engine::msg::Msg;
-use serde::de::DeserializeOwned;
+use kvsim_engine::msg::{Carried, KvWrite, Msg};
 use serde::{Deserialize, Serialize, Serializer};
 use std::io::{self, BufRead, IoSlice, IoSliceMut, Read, Write};
 use std::time::Instant;
@@ -27,11 +27,18 @@ use std::time::Instant;
 /// of many host pages fits).
 pub const MAX_FRAME: u32 = 256 << 20;
 
-/// One message on the wire, with the node that sent it.
-#[derive(Debug, Serialize, Deserialize)]
+/// One message or KV write on the wire, with the node that sent it.
+#[derive(Debug)]
 pub struct Frame<K> {
     pub from: NodeId,
-    pub msg: Msg<K>,
+    pub msg: Carried<K>,
+}
+
+/// A message's frame head: the message whole, with the node that sent it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct MsgFrame {
+    pub from: NodeId,
+    pub msg: Msg,
 }
 
 /// A KV write's frame head: the write but its payload, and the length of each page's
@@ -55,8 +62,8 @@ impl KvHead {
 
 /// What a frame's head carries.
 #[derive(Debug, Deserialize)]
-pub enum Head<K> {
-    Msg(Frame<K>),
+pub enum Head {
+    Msg(MsgFrame),
     Kv(KvHead),
 }
 
@@ -73,21 +80,19 @@ pub enum WireError {
     Parse(#[from] postcard::Error),
     #[error("frame does not parse: {0} bytes left after its message")]
     Trailing(usize),
-    #[error("frame does not parse: a KV write inside a message head (it travels as a KV head and its payload)")]
-    KvInMessage,
 }
 
 #[derive(Serialize)]
-struct FrameRef<'a, K> {
+struct FrameRef<'a> {
     from: NodeId,
-    msg: &'a Msg<K>,
+    msg: &'a Msg,
 }
 
 /// [`Head`] as it is written, borrowing the message.
 #[derive(Serialize)]
-#[serde(bound = "K: Serialize + WireWords")]
+#[serde(bound = "K: WireWords")]
 enum HeadRef<'a, K> {
-    Msg(FrameRef<'a, K>),
+    Msg(FrameRef<'a>),
     Kv(KvHeadRef<'a, K>),
 }
 
@@ -108,11 +113,11 @@ fn word_counts<K: WireWords, S: Serializer>(kv: &&[K], s: S) -> Result<S::Ok, S:
     s.collect_seq(kv.iter().map(|p| p.wire_words().len() as u32))
 }
 
-/// Write `msg` from `from` as one frame.
-pub fn write_frame<K: Serialize + WireWords, W: Write>(
+/// Write `msg` (a message or a KV write) from `from` as one frame.
+pub fn write_frame<K: WireWords, W: Write>(
     w: &mut W,
     from: NodeId,
-    msg: &Msg<K>,
+    msg: &Carried<K>,
 ) -> Result<(), WireError> {
     write_frame_with(w, from, msg, &mut Vec::new())
 }
@@ -121,14 +126,14 @@ pub fn write_frame<K: Serialize + WireWords, W: Write>(
 /// to frame (a connection's writer encodes every head into the same memory instead of
 /// asking the allocator for a fresh block per frame). A KV write's payload is written
 /// from the message's pages as it is, after the head.
-pub fn write_frame_with<K: Serialize + WireWords, W: Write>(
+pub fn write_frame_with<K: WireWords, W: Write>(
     w: &mut W,
     from: NodeId,
-    msg: &Msg<K>,
+    msg: &Carried<K>,
     buf: &mut Vec<u8>,
 ) -> Result<(), WireError> {
     let head = match msg {
-        Msg::KvWrite { id, src, dst, kv } => {
+        Carried::Write(KvWrite { id, src, dst, kv }) => {
             let bytes: u64 = kv.iter().map(|p| p.wire_words().len() as u64 * 4).sum();
             if bytes > u64::from(MAX_FRAME) {
                 return Err(WireError::PayloadTooLong(bytes));
@@ -141,7 +146,7 @@ pub fn write_frame_with<K: Serialize + WireWords, W: Write>(
                 words: kv,
             })
         }
-        _ => HeadRef::Msg(FrameRef { from, msg }),
+        Carried::Msg(msg) => HeadRef::Msg(FrameRef { from, msg }),
     };
     buf.clear();
     *buf = postcard::to_extend(&head, std::mem::take(buf))?;
@@ -152,8 +157,8 @@ pub fn write_frame_with<K: Serialize + WireWords, W: Write>(
     w.write_all(&len.to_be_bytes())?;
     w.write_all(buf)?;
     match msg {
-        Msg::KvWrite { kv, .. } => write_payload(w, kv),
-        _ => Ok(()),
+        Carried::Write(write) => write_payload(w, &write.kv),
+        Carried::Msg(_) => Ok(()),
     }
 }
 
@@ -195,22 +200,23 @@ fn write_all_vectored<W: Write>(w: &mut W, mut parts: &mut [IoSlice<'_>]) -> io:
 }
 
 /// Read one frame; `Ok(None)` at a clean end of the stream.
-pub fn read_frame<K: DeserializeOwned + WireWords, R: Read>(
-    r: &mut R,
-) -> Result<Option<Frame<K>>, WireError> {
+pub fn read_frame<K: WireWords, R: Read>(r: &mut R) -> Result<Option<Frame<K>>, WireError> {
     read_frame_with(r, &mut Vec::new())
 }
 
 /// [`read_frame`] reading the frame's head into `buf`, a buffer the caller keeps from
 /// frame to frame (it grows to the largest head seen, never past [`MAX_FRAME`]); a KV
 /// write's payload is read into pages of its own.
-pub fn read_frame_with<K: DeserializeOwned + WireWords, R: Read>(
+pub fn read_frame_with<K: WireWords, R: Read>(
     r: &mut R,
     buf: &mut Vec<u8>,
 ) -> Result<Option<Frame<K>>, WireError> {
     Ok(match read_head(r, buf)? {
         None => None,
-        Some(Head::Msg(f)) => Some(f),
+        Some(Head::Msg(MsgFrame { from, msg })) => Some(Frame {
+            from,
+            msg: Carried::Msg(msg),
+        }),
         Some(Head::Kv(h)) => {
             let kv = read_payload(r, &h.words)?;
             let KvHead {
@@ -218,7 +224,7 @@ pub fn read_frame_with<K: DeserializeOwned + WireWords, R: Read>(
             } = h;
             Some(Frame {
                 from,
-                msg: Msg::KvWrite { id, src, dst, kv },
+                msg: Carried::Write(KvWrite { id, src, dst, kv }),
             })
         }
     })
@@ -227,10 +233,10 @@ pub fn read_frame_with<K: DeserializeOwned + WireWords, R: Read>(
 /// Read one frame's head; `Ok(None)` at a clean end of the stream. A KV head's
 /// payload follows on `r`: the caller reads it ([`read_payload`],
 /// [`FrameReader::read_payload_into`], [`skip_payload`]) before the next head.
-pub fn read_head<K: DeserializeOwned, R: Read + ?Sized>(
+pub fn read_head<R: Read + ?Sized>(
     r: &mut R,
     buf: &mut Vec<u8>,
-) -> Result<Option<Head<K>>, WireError> {
+) -> Result<Option<Head>, WireError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
@@ -243,15 +249,11 @@ pub fn read_head<K: DeserializeOwned, R: Read + ?Sized>(
     }
     buf.resize(len as usize, 0);
     r.read_exact(buf)?;
-    let (head, rest) = postcard::take_from_bytes::<Head<K>>(buf)?;
+    let (head, rest) = postcard::take_from_bytes::<Head>(buf)?;
     if !rest.is_empty() {
         return Err(WireError::Trailing(rest.len()));
     }
     match &head {
-        Head::Msg(Frame {
-            msg: Msg::KvWrite { .. },
-            ..
-        }) => Err(WireError::KvInMessage),
         Head::Kv(h) if h.payload_bytes() > u64::from(MAX_FRAME) => {
             Err(WireError::PayloadTooLong(h.payload_bytes()))
         }
@@ -392,9 +394,9 @@ mod tests {
     fn frames_round_trip_and_bad_ones_are_named() {
         let f: Frame<Vec<u32>> = Frame {
             from: NodeId(2),
-            msg: Msg::DrainAck {
+            msg: Carried::Msg(Msg::DrainAck {
                 room: RoomKey::new(3, 1),
-            },
+            }),
         };
         let mut buf = Vec::new();
         write_frame(&mut buf, f.from, &f.msg).unwrap();
@@ -422,7 +424,7 @@ mod tests {
         use kvsim_engine::ids::{Generation, PageId, PageTag, WriteId};
         let room = RoomKey::new(3, 1);
         let kv = vec![vec![0u32, 1, u32::MAX, 0x3f80_0000, 0xdead_beef]];
-        let msg: Msg<Vec<u32>> = Msg::KvWrite {
+        let msg: Carried<Vec<u32>> = Carried::Write(KvWrite {
             id: WriteId {
                 writer: NodeId(1),
                 epoch: 0,
@@ -435,7 +437,7 @@ mod tests {
                 gen: Generation(2),
             }],
             kv,
-        };
+        });
         let mut buf = Vec::new();
         write_frame(&mut buf, NodeId(1), &msg).unwrap();
         let back: Frame<Vec<u32>> = read_frame(&mut &buf[..]).unwrap().unwrap();
@@ -482,11 +484,11 @@ mod tests {
             Why::DeviceFailed { side: Side::Decode },
         ];
         for why in whys {
-            let msg: Msg<Vec<u32>> = Msg::DecodeFinished {
+            let msg: Carried<Vec<u32>> = Carried::Msg(Msg::DecodeFinished {
                 room: RoomKey::new(3, 1),
                 status: Status::BAD_REQUEST,
                 why: Some(why),
-            };
+            });
             let mut buf = Vec::new();
             write_frame(&mut buf, NodeId(2), &msg).unwrap();
             let back: Frame<Vec<u32>> = read_frame(&mut &buf[..]).unwrap().unwrap();
@@ -496,7 +498,8 @@ mod tests {
 
     /// A KV head whose payload lengths add up past [`MAX_FRAME`] is refused before any
     /// byte of the payload is read or any memory is set aside for it, naming the
-    /// length; a KV write inside a message head is refused too.
+    /// length. (A KV write inside a message head cannot be written: a `Msg` holds
+    /// none.)
     #[test]
     fn a_hostile_payload_length_is_refused_at_the_head() {
         use kvsim_engine::ids::{Generation, PageId, PageTag, WriteId};
@@ -527,7 +530,7 @@ mod tests {
         let mut bytes = vec![1u8];
         bytes.extend(postcard::to_stdvec(&head).unwrap());
         let f = frame(bytes);
-        let err = read_head::<Vec<u32>, _>(&mut &f[..], &mut Vec::new()).unwrap_err();
+        let err = read_head(&mut &f[..], &mut Vec::new()).unwrap_err();
         let want = format!(
             "KV payload of {} bytes exceeds the limit",
             8 * u64::from(u32::MAX)
@@ -535,22 +538,6 @@ mod tests {
         assert!(err.to_string().contains(&want), "{err}");
         let err = read_frame::<Vec<u32>, _>(&mut &f[..]).unwrap_err();
         assert!(err.to_string().contains(&want), "{err}");
-        let msg: Msg<Vec<u32>> = Msg::KvWrite {
-            id,
-            src: Vec::new(),
-            dst: vec![tag],
-            kv: vec![vec![7]],
-        };
-        let inside = HeadRef::Msg(FrameRef {
-            from: NodeId(1),
-            msg: &msg,
-        });
-        let f = frame(postcard::to_stdvec(&inside).unwrap());
-        let err = read_frame::<Vec<u32>, _>(&mut &f[..]).unwrap_err();
-        assert!(
-            err.to_string().contains("a KV write inside a message head"),
-            "{err}"
-        );
     }
 
     /// A KV write's payload follows its head as the pages' words, 4 bytes each,
@@ -559,7 +546,7 @@ mod tests {
     fn a_kv_payload_travels_as_its_words() {
         use kvsim_engine::ids::{Generation, PageId, PageTag, WriteId};
         let words = vec![vec![1u32, 0xdead_beef], vec![u32::MAX]];
-        let msg: Msg<Vec<u32>> = Msg::KvWrite {
+        let msg: Carried<Vec<u32>> = Carried::Write(KvWrite {
             id: WriteId {
                 writer: NodeId(1),
                 epoch: 0,
@@ -575,7 +562,7 @@ mod tests {
                 2
             ],
             kv: words,
-        };
+        });
         let mut buf = Vec::new();
         write_frame(&mut buf, NodeId(1), &msg).unwrap();
         let head = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
@@ -586,7 +573,7 @@ mod tests {
             .collect();
         assert_eq!(payload, &want[..]);
         let mut r = &buf[..];
-        let Some(Head::Kv(h)) = read_head::<Vec<u32>, _>(&mut r, &mut Vec::new()).unwrap() else {
+        let Some(Head::Kv(h)) = read_head(&mut r, &mut Vec::new()).unwrap() else {
             panic!("a KV head");
         };
         assert_eq!((h.words, r.len()), (vec![2, 1], want.len()));

@@ -14,7 +14,7 @@ use kvsim_engine::gpu::SymbolicGpu;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::{PageRecords, SharedRecord};
-use kvsim_engine::msg::{Msg, Status, TransferOutcome};
+use kvsim_engine::msg::{Carried, Msg, Status, TransferOutcome};
 use kvsim_engine::node::Node;
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
@@ -91,12 +91,16 @@ impl Deployment {
         &mut self.loops[id.0 as usize]
     }
 
-    /// Every message sent goes into its receiver's queue, as from its sender.
+    /// Every message sent and KV write posted goes into its receiver's queue, as from
+    /// its sender (a write lands there as the world says: no transfer thread here).
     fn carry(&mut self) {
         for from in 0..self.loops.len() {
             for (to, msg) in self.loops[from].io.rt.take_sent() {
                 let from = NodeId(from as u16);
-                let ev = NodeEvent::Msg { from, msg };
+                let ev = match msg {
+                    Carried::Msg(msg) => NodeEvent::Msg { from, msg },
+                    Carried::Write(write) => NodeEvent::Write { from, write },
+                };
                 self.loops[to.0 as usize].io.rt.events.push_back(ev);
             }
         }
@@ -143,7 +147,7 @@ impl Deployment {
     fn until_prefill_writes(&mut self) {
         for _ in 0..TURNS {
             let sent = &self.node(PREFILL).io.rt.sent;
-            if sent.iter().any(|(_, m)| matches!(m, Msg::KvWrite { .. })) {
+            if sent.iter().any(|(_, m)| matches!(m, Carried::Write(_))) {
                 return;
             }
             self.carry();
@@ -307,7 +311,7 @@ fn start_decode(lp: &mut Loop, room: RoomKey) -> Vec<PageTag> {
     });
     for _ in 0..TURNS {
         let meta = lp.io.rt.sent.iter().find_map(|(_, m)| match m {
-            Msg::KvMeta { room: r, dst, .. } if *r == room => Some(dst.clone()),
+            Carried::Msg(Msg::KvMeta { room: r, dst, .. }) if *r == room => Some(dst.clone()),
             _ => None,
         });
         if let Some(dst) = meta {
@@ -392,7 +396,10 @@ fn a_node_that_asks_to_be_restarted_restarts_in_process() {
     });
     assert!(failed, "the dead incarnation's landing fails back");
     let back = lp.io.rt.take_sent();
-    assert_eq!(back, vec![(PREFILL, Msg::WriteDone { id, ok: false })]);
+    assert_eq!(
+        back,
+        vec![(PREFILL, Carried::Msg(Msg::WriteDone { id, ok: false }))]
+    );
 
     // The new incarnation serves, with tags of its own epoch.
     let fresh = start_decode(&mut lp, RoomKey::new(2, 2));

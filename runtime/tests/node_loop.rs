@@ -11,7 +11,7 @@ use kvsim_engine::config::EngineConfig;
 use kvsim_engine::gpu::SymbolicGpu;
 use kvsim_engine::ids::{Generation, NodeId, PageId, PageTag, RequestId, RoomKey, TenantId};
 use kvsim_engine::ids::{Token, WriteId};
-use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::msg::{Carried, Msg, Status};
 use kvsim_engine::node::Node;
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
@@ -249,9 +249,7 @@ fn a_write_with_no_link_fails_back_at_once() {
     }
     let on_wire = lp.io.rt.sent.iter();
     assert!(
-        !on_wire
-            .clone()
-            .any(|(_, m)| matches!(m, Msg::KvWrite { .. })),
+        !on_wire.clone().any(|(_, m)| matches!(m, Carried::Write(_))),
         "a write with no link is not sent"
     );
     assert!(lp.writes_in_flight().is_empty());

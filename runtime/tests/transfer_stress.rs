@@ -20,7 +20,7 @@ use kvsim_engine::gpu::SymbolicGpu;
 use kvsim_engine::ids::{NodeId, RequestId, TenantId, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::SharedRecord;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::Carried;
 use kvsim_engine::node::Node;
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
@@ -132,12 +132,16 @@ impl Bed {
         for from in 0..self.loops.len() {
             for (to, msg) in self.loops[from].io.rt.take_sent() {
                 let from = NodeId(from as u16);
-                if to == DECODE && matches!(msg, Msg::KvWrite { .. }) {
-                    let sent = self.to_transfer.send((from, msg, self.conn_alive.clone()));
-                    assert!(sent.is_ok(), "the transfer thread is running");
-                    self.in_transfer += 1;
-                    continue;
-                }
+                let msg = match msg {
+                    Carried::Write(w) => {
+                        assert_eq!(to, DECODE, "writes go to decode");
+                        let sent = self.to_transfer.send((from, w, self.conn_alive.clone()));
+                        assert!(sent.is_ok(), "the transfer thread is running");
+                        self.in_transfer += 1;
+                        continue;
+                    }
+                    Carried::Msg(msg) => msg,
+                };
                 let ev = NodeEvent::Msg { from, msg };
                 self.loops[to.0 as usize].io.rt.events.push_back(ev);
             }

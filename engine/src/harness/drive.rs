@@ -5,7 +5,7 @@ use crate::config::EngineConfig;
 use crate::env::{Input, Outbox, Timer};
 use crate::gpu::{Gpu, SymbolicGpu};
 use crate::ids::{NodeId, RequestId, RoomKey, TenantId, Token};
-use crate::msg::Msg;
+use crate::msg::{Carried, KvWrite, Msg};
 use crate::node::{Node, Role};
 use crate::shared_cfg::Cfg;
 use crate::world::{self, Arrival, Arriving, CrashWalk, Flying, Timers, Topology, ROUTER};
@@ -97,7 +97,7 @@ impl<G: Gpu> Harness<G> {
 
     /// Hand `node` one input and carry out its effects, in order, through
     /// [`world::apply`].
-    fn step(&mut self, node: NodeId, input: Input<G::Kv>) -> Result<(), HarnessError> {
+    fn step(&mut self, node: NodeId, input: Input) -> Result<(), HarnessError> {
         let n = self
             .nodes
             .get_mut(node.0 as usize)
@@ -109,21 +109,50 @@ impl<G: Gpu> Harness<G> {
         Ok(())
     }
 
-    /// Put a message in flight from `from` to `to`, as if `from` had sent it (a test
-    /// forging a message from a wrong peer uses this). Returns its index. It is not
-    /// logged as a send ([`Harness::sends`] lists what nodes sent).
-    pub fn post(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) -> usize {
-        self.world.post(from, to, msg, Sender::Test);
+    /// The KV write `write` of `from` arrives at `node` and lands as the world says
+    /// ([`world::receive`]); the effects are carried out as the receiver's.
+    fn receive(
+        &mut self,
+        node: NodeId,
+        from: NodeId,
+        write: KvWrite<G::Kv>,
+    ) -> Result<(), HarnessError> {
+        let n = self
+            .nodes
+            .get_mut(node.0 as usize)
+            .ok_or(HarnessError::NoSuchNode(node))?;
+        self.out.reset(0);
+        world::receive(n, from, write, &mut self.out);
+        let effects = std::mem::take(&mut self.out.effects);
+        world::apply(node, effects, &mut self.world);
+        Ok(())
+    }
+
+    /// Hand what arrived to its receiver: a message through its `handle`, a KV write
+    /// through [`world::receive`].
+    fn hand_over(&mut self, f: Flight<G::Kv>) -> Result<(), HarnessError> {
+        match f.msg {
+            Carried::Msg(msg) => self.step(f.to, Input::Message { from: f.from, msg }),
+            Carried::Write(w) => self.receive(f.to, f.from, w),
+        }
+    }
+
+    /// Put a message or a KV write in flight from `from` to `to`, as if `from` had
+    /// sent it (a test forging a message from a wrong peer uses this). Returns its
+    /// index. It is not logged as a send ([`Harness::sends`] lists what nodes sent).
+    pub fn post(&mut self, from: NodeId, to: NodeId, msg: impl Into<Carried<G::Kv>>) -> usize {
+        self.world.post(from, to, msg.into(), Sender::Test);
         self.world.flights.len() - 1
     }
 
-    /// Post a message and deliver it at once.
+    /// Post a message (or a write) and deliver it at once.
     pub fn inject(
         &mut self,
         from: NodeId,
         to: NodeId,
-        msg: Msg<G::Kv>,
+        msg: impl Into<Carried<G::Kv>>,
     ) -> Result<Delivered, HarnessError> {
+        let msg = msg.into();
         if to == self.client() {
             self.world.post(from, to, msg, Sender::Test);
             return Ok(Delivered::Handled);
@@ -182,13 +211,7 @@ impl<G: Gpu> Harness<G> {
     fn arrive(&mut self, f: Flight<G::Kv>, delivery: Delivery) -> Result<Delivered, HarnessError> {
         match world::arrival(&f.msg, &self.arriving(&f, delivery)) {
             Arrival::Deliver => {
-                self.step(
-                    f.to,
-                    Input::Message {
-                        from: f.from,
-                        msg: f.msg,
-                    },
-                )?;
+                self.hand_over(f)?;
                 Ok(Delivered::Handled)
             }
             Arrival::Drop(why) => Ok(Delivered::Dropped(why)),
@@ -202,14 +225,14 @@ impl<G: Gpu> Harness<G> {
 
     /// A failed completion travelling back to `writer` (incarnation `epoch`), as the
     /// report about a write to `about`.
-    fn push_completion(&mut self, about: NodeId, writer: NodeId, epoch: u32, msg: Msg<G::Kv>) {
+    fn push_completion(&mut self, about: NodeId, writer: NodeId, epoch: u32, msg: Msg) {
         let seq = self.world.next_seq;
         self.world.next_seq += 1;
         self.world.flights.push(Flight {
             seq,
             from: about,
             to: writer,
-            msg,
+            msg: Carried::Msg(msg),
             from_epoch: self.world.epoch(about),
             to_epoch: epoch,
         });
@@ -225,10 +248,14 @@ impl<G: Gpu> Harness<G> {
     /// Deliver the message in flight at `index`, but hand its receiver `msg` instead
     /// if the world delivers it: a data fault the driver decided, applied to what
     /// lands ([`world::alter`]). What arrives is judged on the message as sent.
-    pub fn deliver_as(&mut self, index: usize, msg: Msg<G::Kv>) -> Result<Delivered, HarnessError> {
+    pub fn deliver_as(
+        &mut self,
+        index: usize,
+        msg: impl Into<Carried<G::Kv>>,
+    ) -> Result<Delivered, HarnessError> {
         let mut f = self.take_flight(index)?;
         if let Arrival::Deliver = world::arrival(&f.msg, &self.arriving(&f, Delivery::AsSent)) {
-            f.msg = msg;
+            f.msg = msg.into();
         }
         self.arrive(f, Delivery::AsSent)
     }
@@ -244,11 +271,7 @@ impl<G: Gpu> Harness<G> {
             Arrival::Fail { reason, .. } => return Ok(Delivered::Failed(reason)),
         }
         self.world.replaying = copy.msg.write_id();
-        let input = Input::Message {
-            from: copy.from,
-            msg: copy.msg,
-        };
-        let handled = self.step(copy.to, input);
+        let handled = self.hand_over(copy);
         self.world.replaying = None;
         handled.map(|()| Delivered::Handled)
     }
@@ -263,8 +286,8 @@ impl<G: Gpu> Harness<G> {
         self.deliver(i)
     }
 
-    /// Deliver the first message in flight of this kind (see [`Msg::kind`]) to `to`
-    /// about `room`.
+    /// Deliver the first message in flight of this kind (see [`Carried::kind`]) to
+    /// `to` about `room`.
     pub fn deliver_for(
         &mut self,
         kind: &str,
@@ -277,7 +300,8 @@ impl<G: Gpu> Harness<G> {
         })
     }
 
-    /// Deliver the first message in flight of this kind (see [`Msg::kind`]) to `to`.
+    /// Deliver the first message in flight of this kind (see [`Carried::kind`]) to
+    /// `to`.
     pub fn deliver_kind(&mut self, kind: &str, to: NodeId) -> Result<Delivered, HarnessError> {
         let what = format!("{kind} to {to}");
         self.deliver_where(&what, |f| f.msg.kind() == kind && f.to == to)

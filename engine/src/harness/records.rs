@@ -5,31 +5,32 @@
 use crate::config::ConfigError;
 use crate::env::Timer;
 use crate::ids::{NodeId, RequestId, Token, WriteId};
-use crate::msg::{Msg, Status, Why};
+use crate::msg::{Carried, Status, Why};
 use crate::trace::TraceEvent;
 use crate::world::{DropReason, WriteFailure};
 
-/// A message on its way: who sent it, to whom, and the incarnations of both at the
-/// time it was sent (what [`world::Arriving`] needs to know when it arrives).
+/// A message or a KV write on its way: who sent it, to whom, and the incarnations of
+/// both at the time it was sent (what [`world::Arriving`] needs to know when it
+/// arrives).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Flight<K> {
     /// A number unique within the harness, in sending order.
     pub seq: u64,
     pub from: NodeId,
     pub to: NodeId,
-    pub msg: Msg<K>,
+    pub msg: Carried<K>,
     /// The sender's incarnation (its pool epoch) when it sent the message.
     pub from_epoch: u32,
     /// The receiver's incarnation when the message was sent to it.
     pub to_epoch: u32,
 }
 
-/// One message a node sent, as the send log records it.
+/// One message a node sent (or KV write it posted), as the send log records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sent<K> {
     pub from: NodeId,
     pub to: NodeId,
-    pub msg: Msg<K>,
+    pub msg: Carried<K>,
 }
 
 /// One answer the client endpoint received.

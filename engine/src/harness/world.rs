@@ -4,7 +4,7 @@
 
 use crate::env::TimerOp;
 use crate::ids::{NodeId, RequestId, Token, WriteId};
-use crate::msg::Msg;
+use crate::msg::{Carried, KvWrite, Msg};
 use crate::trace::TraceEvent;
 use crate::world::{self, Driver, Timers};
 
@@ -42,8 +42,8 @@ impl<K: Clone> World<K> {
         self.epochs.get(node.0 as usize).copied().unwrap_or(0)
     }
 
-    /// Put a message on its way; a node's send is logged as one.
-    pub(super) fn post(&mut self, from: NodeId, to: NodeId, msg: Msg<K>, sender: Sender) {
+    /// Put a message or a write on its way; a node's send is logged as one.
+    pub(super) fn post(&mut self, from: NodeId, to: NodeId, msg: Carried<K>, sender: Sender) {
         if sender == Sender::Node {
             self.order.push(Logged::Send);
             self.sends.push(Sent {
@@ -53,12 +53,12 @@ impl<K: Clone> World<K> {
             });
         }
         if to == self.client {
-            if let Msg::Response {
+            if let Carried::Msg(Msg::Response {
                 req,
                 status,
                 tokens,
                 why,
-            } = msg
+            }) = msg
             {
                 self.responses.push(ClientResponse {
                     req,
@@ -82,15 +82,19 @@ impl<K: Clone> World<K> {
     }
 }
 
-impl<K: Clone> Driver<Msg<K>> for World<K> {
-    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<K>) {
+impl<K: Clone> Driver<Msg, TraceEvent, KvWrite<K>> for World<K> {
+    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg) {
         if let Some(dup) = self.replaying {
             if world::duplicate_completion(dup, &msg) {
                 self.order.push(Logged::DroppedCompletion(from));
                 return;
             }
         }
-        self.post(from, to, msg, Sender::Node);
+        self.post(from, to, Carried::Msg(msg), Sender::Node);
+    }
+
+    fn write(&mut self, from: NodeId, to: NodeId, write: KvWrite<K>) {
+        self.post(from, to, Carried::Write(write), Sender::Node);
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {

@@ -4,11 +4,11 @@
 //! the NIC writes it. In the engine that is [`land`]: the gate (defense 4's check at
 //! landing, against the node's one ownership record) and the memory write, nothing
 //! else. The simulator, the model checker and the hand-stepped driver reach it through
-//! `DecodeNode::handle` (a delivered `KvWrite`); the hardware runtime calls it on the
-//! node's transfer thread, with the node's [`SharedPool`] as the gate, concurrently
-//! with the node's loop, and hands the result to the node as an input
-//! (`Input::Landed`, through `DecodeNode::handle` and its peer check), which traces it
-//! and completes the write.
+//! `world::receive` (a delivered KV write, by the transport's row); the hardware
+//! runtime calls it on the node's transfer thread, with the node's [`SharedPool`] as
+//! the gate, concurrently with the node's loop, and hands the result to the node as an
+//! input (`Input::Landed`, through `DecodeNode::handle` and its peer check), which
+//! traces it and completes the write.
 //!
 //! The rule (the same for both records): a write of room use `room` lands in `dst`
 //! only when every destination tag is current (same generation), the page belongs to

@@ -51,7 +51,7 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
     }
 
     /// Feed one input. The node's effects leave through `env`, in the order issued.
-    pub fn handle(&mut self, input: Input<G::Kv>, env: &mut Outbox<G::Kv>) {
+    pub fn handle(&mut self, input: Input, env: &mut Outbox<G::Kv>) {
         match self {
             Node::Router(n) => n.handle(input, env),
             Node::Prefill(n) => n.handle(input, env),
@@ -117,7 +117,7 @@ impl<G: Gpu> Node<G> {
 }
 
 impl<G: Gpu, P: PageRecords> crate::step::Stepper<G::Kv> for Node<G, P> {
-    fn handle(&mut self, input: Input<G::Kv>, out: &mut Outbox<G::Kv>) {
+    fn handle(&mut self, input: Input, out: &mut Outbox<G::Kv>) {
         Node::handle(self, input, out);
     }
     fn compute(&mut self, job: Job) -> Done {

@@ -6,10 +6,15 @@ use crate::ids::{NodeId, RequestId, Token};
 use crate::trace::TraceEvent;
 
 /// What a driver provides to carry out one node's effects (`M`: the message form it
-/// takes, `T`: the event form; owned `Msg<K>` and `TraceEvent` for most drivers).
-pub trait Driver<M, T = TraceEvent> {
+/// takes, `T`: the event form, `W`: the KV write form; owned `Msg`, `TraceEvent` and
+/// `KvWrite<K>` for most drivers).
+pub trait Driver<M, T = TraceEvent, W = M> {
     /// `from` sent `msg` to `to`: the driver's network takes it (see [`transport`](crate::world::transport)).
     fn send(&mut self, from: NodeId, to: NodeId, msg: M);
+    /// `from` posted the KV write `write` into `to`'s pool: the driver carries it
+    /// (a [`Carried::Write`](crate::world::Carried)) to [`arrival`](crate::world::arrival)
+    /// and [`receive`](crate::world::receive).
+    fn write(&mut self, from: NodeId, to: NodeId, write: W);
     /// `node` set or cancelled a timer (see [`Timers::apply`](crate::world::Timers::apply)).
     fn timer(&mut self, node: NodeId, op: TimerOp);
     /// `node` emitted an event (a [`TraceEvent::Fault`] asks the driver to act, see
@@ -22,14 +27,15 @@ pub trait Driver<M, T = TraceEvent> {
 }
 
 /// Carry out the effects of one handler call of `node`, in the order it issued them.
-pub fn apply<M, T, D: Driver<M, T>>(
+pub fn apply<M, T, W, D: Driver<M, T, W>>(
     node: NodeId,
-    effects: impl IntoIterator<Item = Effect<M, T>>,
+    effects: impl IntoIterator<Item = Effect<M, T, W>>,
     d: &mut D,
 ) {
     for effect in effects {
         match effect {
             Effect::Send { to, msg } => d.send(node, to, msg),
+            Effect::Write { to, write } => d.write(node, to, write),
             Effect::Timer(op) => d.timer(node, op),
             Effect::Trace(ev) => d.event(node, ev),
             Effect::Stream {

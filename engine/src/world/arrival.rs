@@ -1,9 +1,10 @@
-//! What the network and the NICs do to a message as it travels and arrives: the
-//! message's path class, why it is dropped, why a KV write fails, the one arrival rule
-//! of every driver and the one failed completion of a failed write.
+//! What the network and the NICs do to what travels between nodes (a message or a
+//! KV write, a [`Carried`]) as it travels and arrives: its path class, why it is
+//! dropped, why a KV write fails, the one arrival rule of every driver and the one
+//! failed completion of a failed write.
 
 use crate::ids::NodeId;
-use crate::msg::Msg;
+use crate::msg::{Carried, KvWrite, Msg};
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -21,16 +22,13 @@ pub enum Transport {
     Completion,
 }
 
-/// How `msg` from `from` to `to` travels, given the client endpoint's id.
-pub fn transport<K>(from: NodeId, to: NodeId, client: NodeId, msg: &Msg<K>) -> Transport {
-    if from == client || to == client {
-        Transport::Client
-    } else {
-        match msg {
-            Msg::KvWrite { .. } => Transport::Write,
-            Msg::WriteDone { .. } => Transport::Completion,
-            _ => Transport::Control,
-        }
+/// How `c` from `from` to `to` travels, given the client endpoint's id.
+pub fn transport<K>(from: NodeId, to: NodeId, client: NodeId, c: &Carried<K>) -> Transport {
+    match c {
+        _ if from == client || to == client => Transport::Client,
+        Carried::Write(_) => Transport::Write,
+        Carried::Msg(Msg::WriteDone { .. }) => Transport::Completion,
+        Carried::Msg(_) => Transport::Control,
     }
 }
 
@@ -82,9 +80,9 @@ pub struct Arriving {
     pub injected_failure: bool,
 }
 
-/// The world's verdict on one arriving message.
+/// The world's verdict on one arriving message or write.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Arrival<K> {
+pub enum Arrival {
     /// The receiver handles it.
     Deliver,
     /// It is not delivered.
@@ -93,34 +91,19 @@ pub enum Arrival<K> {
     /// `WriteDone`) travels back to its writer.
     Fail {
         reason: WriteFailure,
-        completion: Msg<K>,
+        completion: Msg,
     },
 }
 
-/// What happens to `msg` as it arrives. One rule for every driver. A write it
-/// delivers may then suffer a data fault the driver decided (`alter`).
-pub fn arrival<K>(msg: &Msg<K>, at: &Arriving) -> Arrival<K> {
+/// What happens to `c` as it arrives. One rule for every driver. A write it delivers
+/// may then suffer a data fault the driver decided (`alter`), and lands through
+/// [`receive`](crate::world::receive).
+pub fn arrival<K>(c: &Carried<K>, at: &Arriving) -> Arrival {
+    let msg = match c {
+        Carried::Write(w) => return write_arrival(w, at),
+        Carried::Msg(msg) => msg,
+    };
     match msg {
-        Msg::KvWrite { dst, .. } => {
-            if !at.sender_alive {
-                return Arrival::Drop(DropReason::SenderCrashed);
-            }
-            let reason = if at.injected_failure {
-                WriteFailure::Injected
-            } else if !at.receiver_alive {
-                WriteFailure::ReceiverGone
-            } else if at.partitioned {
-                WriteFailure::Partitioned
-            } else if dst.iter().any(|t| t.gen.epoch() != at.receiver_epoch) {
-                WriteFailure::StaleRegistration
-            } else {
-                return Arrival::Deliver;
-            };
-            match failed_completion(msg) {
-                Some(completion) => Arrival::Fail { reason, completion },
-                None => Arrival::Deliver,
-            }
-        }
         // A completion is the sender NIC's own report: a partition cannot lose it. The
         // incarnation that posted the write may be gone: a restarted one still gets
         // it (and must know it is not its own, by the write id's epoch).
@@ -139,11 +122,32 @@ pub fn arrival<K>(msg: &Msg<K>, at: &Arriving) -> Arrival<K> {
     }
 }
 
-/// `WriteDone { ok: false }` for a KV write, `None` for any other message: the one
-/// completion a failed write produces, which travels back to the writer.
-pub fn failed_completion<K>(msg: &Msg<K>) -> Option<Msg<K>> {
-    match msg {
-        Msg::KvWrite { id, .. } => Some(Msg::WriteDone { id: *id, ok: false }),
-        _ => None,
+/// A KV write as it arrives: flushed with a crashed writer's NIC, failed back (the
+/// receiver gone, a partition, a stale registration, an injected failure), or
+/// delivered to land.
+pub fn write_arrival<K>(w: &KvWrite<K>, at: &Arriving) -> Arrival {
+    if !at.sender_alive {
+        return Arrival::Drop(DropReason::SenderCrashed);
     }
+    let reason = if at.injected_failure {
+        WriteFailure::Injected
+    } else if !at.receiver_alive {
+        WriteFailure::ReceiverGone
+    } else if at.partitioned {
+        WriteFailure::Partitioned
+    } else if w.dst.iter().any(|t| t.gen.epoch() != at.receiver_epoch) {
+        WriteFailure::StaleRegistration
+    } else {
+        return Arrival::Deliver;
+    };
+    Arrival::Fail {
+        reason,
+        completion: w.failed(),
+    }
+}
+
+/// `WriteDone { ok: false }` for a KV write, `None` for a message: the one completion
+/// a failed write produces, which travels back to the writer.
+pub fn failed_completion<K>(c: &Carried<K>) -> Option<Msg> {
+    c.write().map(KvWrite::failed)
 }

@@ -7,6 +7,7 @@ use crate::decode::DecodeNode;
 use crate::gpu::Gpu;
 use crate::ids::{NodeId, WriteId};
 use crate::kv::PageRecords;
+use crate::msg::Carried;
 use crate::msg::Msg;
 use crate::node::Node;
 use crate::prefill::PrefillNode;
@@ -14,14 +15,14 @@ use std::fmt::Debug;
 
 /// What a crash of `crashed` does to one message in flight from `from` to `to`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CrashFate<K> {
+pub enum CrashFate {
     /// Unaffected: it travels on.
     Keep,
     /// Lost with the dead incarnation's connections.
     Lose,
     /// A KV write to the dead incarnation: it fails, and this failed completion
     /// travels back to its writer instead.
-    FailBack(Msg<K>),
+    FailBack(Msg),
     /// One of the dead incarnation's own KV writes: flushed from its NIC, never applied.
     Flush,
 }
@@ -31,14 +32,14 @@ pub enum CrashFate<K> {
 /// the restarted incarnation late, if it is up by then ([`arrival`](crate::world::arrival)), as a completion
 /// of a write the dead one posted does; the dead incarnation's own KV writes are
 /// flushed; its control messages travel on.
-pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Msg<K>) -> CrashFate<K> {
+pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Carried<K>) -> CrashFate {
     if to == crashed {
         match failed_completion(msg) {
             Some(done) if from != crashed => CrashFate::FailBack(done),
             Some(_) => CrashFate::Lose,
             None => CrashFate::Keep,
         }
-    } else if from == crashed && matches!(msg, Msg::KvWrite { .. }) {
+    } else if from == crashed && matches!(msg, Carried::Write(_)) {
         CrashFate::Flush
     } else {
         CrashFate::Keep
@@ -51,7 +52,7 @@ pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Msg<K>) ->
 pub struct Flying<'a, K> {
     pub from: NodeId,
     pub to: NodeId,
-    pub msg: &'a Msg<K>,
+    pub msg: &'a Carried<K>,
     /// The incarnations of its sender and receiver when it was sent, where the driver
     /// records them (`None`: the driver keeps no incarnations with its messages, so
     /// every message to or from the crashed node is the dead incarnation's).
@@ -74,7 +75,7 @@ pub enum Travel {
 /// harness's flights, the runtime's posted writes). Each message meets
 /// [`crash_fate`]; what is taken out of flight is listed here, in the order walked.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CrashWalk<T, K> {
+pub struct CrashWalk<T> {
     pub node: NodeId,
     /// The incarnation that died.
     pub dead: u32,
@@ -85,12 +86,12 @@ pub struct CrashWalk<T, K> {
     pub flushed: Vec<WriteId>,
     /// KV writes to the dead incarnation, each with the failed completion that
     /// travels back to its writer instead.
-    pub failed: Vec<(T, Msg<K>)>,
+    pub failed: Vec<(T, Msg)>,
     /// Lost with the dead incarnation's connections.
     pub lost: Vec<T>,
 }
 
-impl<T, K> CrashWalk<T, K> {
+impl<T> CrashWalk<T> {
     /// The crash of `node`'s incarnation `dead`, before anything in flight is walked.
     pub fn new(node: NodeId, dead: u32) -> Self {
         CrashWalk {
@@ -110,7 +111,7 @@ impl<T, K> CrashWalk<T, K> {
 
     /// Walk what a driver holds in flight; `view` says what each entry is (`None`:
     /// not a message, such as a driver's own scheduled event; it stays as it is).
-    pub fn walk(
+    pub fn walk<K>(
         mut self,
         flights: impl IntoIterator<Item = T>,
         view: impl for<'a> Fn(&'a T) -> Option<Flying<'a, K>>,
@@ -134,7 +135,7 @@ impl<T, K> CrashWalk<T, K> {
     /// with its connection (its writer expects no completion for it); a message sent to
     /// or by an earlier incarnation than the dead one is not touched; any other meets
     /// [`crash_fate`].
-    fn judge(&mut self, item: T, view: &impl for<'a> Fn(&'a T) -> Option<Flying<'a, K>>) {
+    fn judge<K>(&mut self, item: T, view: &impl for<'a> Fn(&'a T) -> Option<Flying<'a, K>>) {
         let (node, dead) = (self.node, self.dead);
         let Some(f) = view(&item) else {
             self.kept.push((item, Travel::OnItsWay));

@@ -13,7 +13,7 @@ use std::hash::Hash;
 #[cfg(feature = "testing")]
 use {
     crate::ids::{NodeId, PageId, WriteId},
-    crate::msg::Msg,
+    crate::msg::{KvWrite, Msg},
     std::collections::{BTreeMap, VecDeque},
 };
 
@@ -32,18 +32,16 @@ pub struct Altered {
 /// Apply `fault` to a KV write [`arrival`](crate::world::arrival) delivers to a node whose pool has
 /// `receiver_pages` pages; `salt` (a driver's draw, or a fixed value in the model
 /// checker) picks the page and the slot. `None` when the fault has nothing to act on
-/// (not a write, no pages, a one-page pool for a misdirect) or does not change the
-/// write itself (a stale duplicate is a second write: [`WriteHistory::duplicate`]).
+/// (no pages, a one-page pool for a misdirect) or does not change the write itself
+/// (a stale duplicate is a second write: [`WriteHistory::duplicate`]).
 #[cfg(feature = "testing")]
 pub fn alter<K: KvPayload>(
-    msg: &mut Msg<K>,
+    write: &mut KvWrite<K>,
     fault: DataFault,
     receiver_pages: u32,
     salt: u64,
 ) -> Option<Altered> {
-    let Msg::KvWrite { dst, kv, .. } = msg else {
-        return None;
-    };
+    let KvWrite { dst, kv, .. } = write;
     if dst.is_empty() || dst.len() != kv.len() {
         return None;
     }
@@ -84,7 +82,7 @@ pub const DUPLICATE_WINDOW: usize = 16;
 #[derive(Clone, Debug, Default)]
 #[cfg(feature = "testing")]
 pub struct WriteHistory<K> {
-    taken: BTreeMap<NodeId, VecDeque<(NodeId, Msg<K>)>>,
+    taken: BTreeMap<NodeId, VecDeque<(NodeId, KvWrite<K>)>>,
 }
 
 #[cfg(feature = "testing")]
@@ -95,11 +93,8 @@ impl<K: Clone> WriteHistory<K> {
         }
     }
 
-    /// `to` took the KV write `msg` of `from` (anything else is ignored).
-    pub fn remember(&mut self, from: NodeId, to: NodeId, msg: &Msg<K>) {
-        if !matches!(msg, Msg::KvWrite { .. }) {
-            return;
-        }
+    /// `to` took the KV write `msg` of `from`.
+    pub fn remember(&mut self, from: NodeId, to: NodeId, msg: &KvWrite<K>) {
         let q = self.taken.entry(to).or_default();
         if q.len() == DUPLICATE_WINDOW {
             q.pop_front();
@@ -124,30 +119,26 @@ impl<K: Clone> WriteHistory<K> {
     pub fn duplicate(
         &self,
         to: NodeId,
-        newer: &Msg<K>,
+        newer: &KvWrite<K>,
         salt: u64,
-    ) -> Option<(NodeId, Msg<K>, Altered)> {
-        let Msg::KvWrite {
+    ) -> Option<(NodeId, KvWrite<K>, Altered)> {
+        let KvWrite {
             id: new_id,
             dst: new_dst,
             ..
-        } = newer
-        else {
-            return None;
-        };
-        let earlier: Vec<&(NodeId, Msg<K>)> = self
+        } = newer;
+        let earlier: Vec<&(NodeId, KvWrite<K>)> = self
             .taken
             .get(&to)?
             .iter()
-            .filter(|(_, m)| m.write_id() != Some(*new_id))
+            .filter(|(_, m)| m.id != *new_id)
             .collect();
-        let overlap = |m: &Msg<K>| match m {
-            Msg::KvWrite { dst, .. } => dst
+        let overlap = |m: &KvWrite<K>| {
+            m.dst
                 .iter()
-                .position(|t| new_dst.iter().any(|n| n.page == t.page)),
-            _ => None,
+                .position(|t| new_dst.iter().any(|n| n.page == t.page))
         };
-        let over: Vec<&(NodeId, Msg<K>)> = earlier
+        let over: Vec<&(NodeId, KvWrite<K>)> = earlier
             .iter()
             .copied()
             .filter(|(_, m)| overlap(m).is_some())
@@ -163,14 +154,12 @@ impl<K: Clone> WriteHistory<K> {
 /// pages, or the pages' current tags): the first of its pages that `newer` also holds
 /// (else its first page) is the one it lands over, `landed` its own (earlier) tag and
 /// `meant` the newer tag of that page (its own when `newer` has none). `None` for a
-/// message that is not a KV write with pages. The one statement of the fault's record,
-/// for [`WriteHistory::duplicate`] and for a driver that keeps a copy of a write
-/// itself (the model checker).
+/// write without pages. The one statement of the fault's record, for
+/// [`WriteHistory::duplicate`] and for a driver that keeps a copy of a write itself
+/// (the model checker).
 #[cfg(feature = "testing")]
-pub fn stale_landing<K>(dup: &Msg<K>, newer: &[PageTag]) -> Option<Altered> {
-    let Msg::KvWrite { dst, .. } = dup else {
-        return None;
-    };
+pub fn stale_landing<K>(dup: &KvWrite<K>, newer: &[PageTag]) -> Option<Altered> {
+    let dst = &dup.dst;
     let index = dst
         .iter()
         .position(|t| newer.iter().any(|n| n.page == t.page))
@@ -194,6 +183,6 @@ pub fn stale_landing<K>(dup: &Msg<K>, newer: &[PageTag]) -> Option<Altered> {
 /// completed the write once, when it first landed, and reports nothing for a
 /// retransmission it does not know about.
 #[cfg(feature = "testing")]
-pub fn duplicate_completion<K>(dup: WriteId, msg: &Msg<K>) -> bool {
+pub fn duplicate_completion(dup: WriteId, msg: &Msg) -> bool {
     matches!(msg, Msg::WriteDone { id, .. } if *id == dup)
 }

@@ -22,6 +22,7 @@ mod apply;
 mod arrival;
 mod crash;
 mod data_faults;
+mod receive;
 mod timers;
 mod topology;
 mod writes;
@@ -29,16 +30,19 @@ mod writes;
 #[cfg(test)]
 mod tests;
 
+pub use crate::msg::Carried;
 pub use crate::step::{step, Stepper};
 pub use crate::transport::KvTransport;
 pub use apply::{apply, Driver};
 pub use arrival::{
-    arrival, failed_completion, transport, Arrival, Arriving, DropReason, Transport, WriteFailure,
+    arrival, failed_completion, transport, write_arrival, Arrival, Arriving, DropReason, Transport,
+    WriteFailure,
 };
 pub use crash::{crash_fate, restart, CrashFate, CrashWalk, Flying, Incarnation, Travel};
 #[cfg(feature = "testing")]
 pub use data_faults::{alter, duplicate_completion, stale_landing, WriteHistory};
 pub use data_faults::{Altered, DataFault, DUPLICATE_WINDOW};
+pub use receive::{receive, Receiver};
 pub use timers::Timers;
 pub use topology::{Topology, ROUTER};
 pub use writes::WritesInFlight;

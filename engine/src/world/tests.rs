@@ -4,10 +4,10 @@ use super::*;
 use crate::env::{Timer, TimerOp};
 use crate::gpu::SymbolicPage;
 use crate::ids::{Generation, NodeId, PageId, PageTag, RoomKey, WriteId};
-use crate::msg::Msg;
+use crate::msg::{Carried, KvWrite, Msg};
 
-fn write(epoch: u32) -> Msg<()> {
-    Msg::KvWrite {
+fn write(epoch: u32) -> Carried<()> {
+    Carried::Write(KvWrite {
         id: WriteId {
             writer: NodeId(1),
             epoch: 0,
@@ -20,7 +20,7 @@ fn write(epoch: u32) -> Msg<()> {
             gen: Generation(Generation::first_of_epoch(epoch).0 + 1),
         }],
         kv: vec![()],
-    }
+    })
 }
 
 #[test]
@@ -101,7 +101,7 @@ fn a_write_fails_back_for_every_reason_and_lands_otherwise() {
 
 #[test]
 fn a_completion_crosses_a_partition_and_a_control_message_does_not() {
-    let done: Msg<()> = failed_completion(&write(0)).unwrap();
+    let done: Carried<()> = Carried::Msg(failed_completion(&write(0)).unwrap());
     let cut = Arriving {
         partitioned: true,
         ..ALIVE
@@ -109,9 +109,9 @@ fn a_completion_crosses_a_partition_and_a_control_message_does_not() {
     assert_eq!(arrival(&done, &cut), Arrival::Deliver);
     assert_eq!(
         arrival(
-            &Msg::<()>::Abort {
+            &Carried::<()>::Msg(Msg::Abort {
                 room: RoomKey::new(1, 1)
-            },
+            }),
             &cut
         ),
         Arrival::Drop(DropReason::Partitioned)
@@ -122,8 +122,8 @@ fn a_completion_crosses_a_partition_and_a_control_message_does_not() {
 fn what_was_on_its_way_to_a_crashed_node_reaches_its_next_incarnation() {
     let (p, d) = (NodeId(1), NodeId(2));
     let room = RoomKey::new(1, 1);
-    let abort = Msg::<()>::Abort { room };
-    let done: Msg<()> = failed_completion(&write(0)).unwrap();
+    let abort = Carried::<()>::Msg(Msg::Abort { room });
+    let done: Carried<()> = Carried::Msg(failed_completion(&write(0)).unwrap());
     // At the crash of d: a write to it fails back, anything else to it travels on.
     assert!(matches!(
         crash_fate(d, p, d, &write(0)),
@@ -162,17 +162,12 @@ fn what_was_on_its_way_to_a_crashed_node_reaches_its_next_incarnation() {
 }
 
 /// [`write`], written by `writer` as its chunk `chunk`.
-fn write_of(writer: NodeId, chunk: u32) -> Msg<()> {
+fn write_of(writer: NodeId, chunk: u32) -> Carried<()> {
     match write(0) {
-        Msg::KvWrite {
-            mut id,
-            src,
-            dst,
-            kv,
-        } => {
-            id.writer = writer;
-            id.chunk = chunk;
-            Msg::KvWrite { id, src, dst, kv }
+        Carried::Write(mut w) => {
+            w.id.writer = writer;
+            w.id.chunk = chunk;
+            Carried::Write(w)
         }
         m => m,
     }
@@ -181,9 +176,9 @@ fn write_of(writer: NodeId, chunk: u32) -> Msg<()> {
 #[test]
 fn the_crash_walk_judges_each_message_in_flight_once() {
     let (r, p, d) = (ROUTER, NodeId(1), NodeId(2));
-    let abort = Msg::<()>::Abort {
+    let abort = Carried::<()>::Msg(Msg::Abort {
         room: RoomKey::new(1, 1),
-    };
+    });
     let own = |chunk| write_of(d, chunk);
     // (from, to, message, epochs at sending, a stale duplicate), walked at the crash
     // of d's incarnation 1.
@@ -241,15 +236,18 @@ fn a_crash_walk_flushes_posted_writes_and_keeps_what_is_no_message() {
     let (p, d) = (NodeId(1), NodeId(2));
     // A driver whose writes left its hands: every posted write is flushed.
     let mut posted = WritesInFlight::new();
-    posted.post(p, &write_of(d, 3));
-    let walk = CrashWalk::<(), ()>::new(d, 1).flush_posted(&mut posted);
+    let Carried::Write(own) = write_of(d, 3) else {
+        unreachable!("a write")
+    };
+    posted.post(p, &own);
+    let walk = CrashWalk::<()>::new(d, 1).flush_posted(&mut posted);
     assert_eq!(
         walk.flushed,
         write_of(d, 3).write_id().into_iter().collect::<Vec<_>>()
     );
     assert!(posted.is_empty());
     // Not a message: it stays as it is.
-    let walk = CrashWalk::<u8, ()>::new(d, 1).walk([9u8], |_| None);
+    let walk = CrashWalk::<u8>::new(d, 1).walk([9u8], |_: &u8| -> Option<Flying<'_, ()>> { None });
     assert_eq!(walk.kept, vec![(9, Travel::OnItsWay)]);
 }
 
@@ -263,7 +261,7 @@ fn data_faults_change_one_page_of_a_write_as_stated() {
         page: PageId(p),
         gen: Generation(3),
     };
-    let w = || Msg::KvWrite {
+    let w = || KvWrite {
         id: WriteId {
             writer: NodeId(1),
             epoch: 0,
@@ -274,10 +272,7 @@ fn data_faults_change_one_page_of_a_write_as_stated() {
         dst: vec![tag(4), tag(8)],
         kv: vec![page(10), page(20)],
     };
-    let parts = |m: &Msg<SymbolicPage>| match m {
-        Msg::KvWrite { dst, kv, .. } => (dst.clone(), kv.clone()),
-        _ => unreachable!(),
-    };
+    let parts = |m: &KvWrite<SymbolicPage>| (m.dst.clone(), m.kv.clone());
     // Misdirect: the page goes to the next page id, wrapping in the pool.
     let mut m = w();
     let a = alter(&mut m, DataFault::Misdirect, 8, 1).unwrap();
@@ -299,12 +294,8 @@ fn data_faults_change_one_page_of_a_write_as_stated() {
         .filter(|t| **t != [10, 20][a.index])
         .count();
     assert_eq!(changed, 1);
-    // Nothing to act on: a one-page pool, a control message.
+    // Nothing to act on: a one-page pool.
     assert_eq!(alter(&mut w(), DataFault::Misdirect, 1, 0), None);
-    let mut abort = Msg::<SymbolicPage>::Abort {
-        room: RoomKey::new(1, 1),
-    };
-    assert_eq!(alter(&mut abort, DataFault::Corrupt, 8, 0), None);
 }
 
 /// The writer and the receiver of the stale-duplicate tests.
@@ -320,8 +311,8 @@ fn tag_at(page: u32, gen: u64) -> PageTag {
 
 /// A write by [`DUP_FROM`] of chunk `chunk` of room `room` to `dst`, every page
 /// filled with `fill`.
-fn filled_write(room: u32, chunk: u32, dst: Vec<PageTag>, fill: u32) -> Msg<SymbolicPage> {
-    Msg::KvWrite {
+fn filled_write(room: u32, chunk: u32, dst: Vec<PageTag>, fill: u32) -> KvWrite<SymbolicPage> {
+    KvWrite {
         id: WriteId {
             writer: DUP_FROM,
             epoch: 0,
@@ -342,7 +333,7 @@ fn filled_write(room: u32, chunk: u32, dst: Vec<PageTag>, fill: u32) -> Msg<Symb
 
 /// A history of three writes from [`DUP_FROM`]: two to [`DUP_TO`] (the first to
 /// pages 5 and 6 at generation 2), one to another node; and that first write.
-fn three_writes() -> (WriteHistory<SymbolicPage>, Msg<SymbolicPage>) {
+fn three_writes() -> (WriteHistory<SymbolicPage>, KvWrite<SymbolicPage>) {
     let (p, d, w, tag) = (DUP_FROM, DUP_TO, filled_write, tag_at);
     let mut h: WriteHistory<SymbolicPage> = WriteHistory::new();
     let first = w(1, 0, vec![tag(5, 2), tag(6, 2)], 10);
@@ -369,15 +360,12 @@ fn a_stale_duplicate_replays_an_earlier_write_of_a_page_being_rewritten() {
     // No earlier write shares a page: any earlier write to d, never the write itself.
     let elsewhere = w(4, 0, vec![tag(9, 4)], 40);
     let ids: Vec<_> = (0..4)
-        .map(|s| h.duplicate(d, &elsewhere, s).unwrap().1.write_id())
+        .map(|s| h.duplicate(d, &elsewhere, s).unwrap().1.id)
         .collect();
-    assert!(ids.contains(&first.write_id()));
-    assert!(!ids.contains(&elsewhere.write_id()));
+    assert!(ids.contains(&first.id));
+    assert!(!ids.contains(&elsewhere.id));
     h.remember(p, d, &elsewhere);
-    assert_ne!(
-        h.duplicate(d, &elsewhere, 0).unwrap().1.write_id(),
-        elsewhere.write_id()
-    );
+    assert_ne!(h.duplicate(d, &elsewhere, 0).unwrap().1.id, elsewhere.id);
 }
 
 #[test]
@@ -389,10 +377,7 @@ fn the_duplicate_window_is_bounded_and_a_writer_crash_forgets() {
     for c in 0..DUPLICATE_WINDOW as u32 {
         h.remember(p, d, &w(7, c, vec![tag(2, 2)], 70));
     }
-    assert_ne!(
-        h.duplicate(d, &newer, 0).unwrap().1.write_id(),
-        first.write_id()
-    );
+    assert_ne!(h.duplicate(d, &newer, 0).unwrap().1.id, first.id);
     // A crash of the writer forgets its writes; alter leaves the write unchanged.
     h.crash(p);
     assert!(h.duplicate(d, &newer, 0).is_none());
@@ -400,15 +385,12 @@ fn the_duplicate_window_is_bounded_and_a_writer_crash_forgets() {
     assert_eq!(alter(&mut m, DataFault::StaleDuplicate, 8, 0), None);
     assert_eq!(m, newer);
     // The duplicate's completion is the one the driver drops.
-    let id = first.write_id().unwrap();
-    assert!(duplicate_completion(
-        id,
-        &Msg::<()>::WriteDone { id, ok: true }
-    ));
+    let id = first.id;
+    assert!(duplicate_completion(id, &Msg::WriteDone { id, ok: true }));
     assert!(!duplicate_completion(
         id,
-        &Msg::<()>::WriteDone {
-            id: newer.write_id().unwrap(),
+        &Msg::WriteDone {
+            id: newer.id,
             ok: true
         }
     ));
@@ -422,9 +404,9 @@ fn a_crash_keeps_fails_back_or_flushes() {
         CrashFate::FailBack(Msg::WriteDone { ok: false, .. })
     ));
     assert_eq!(crash_fate(p, p, d, &write(0)), CrashFate::Flush);
-    let abort = Msg::<()>::Abort {
+    let abort = Carried::<()>::Msg(Msg::Abort {
         room: RoomKey::new(1, 1),
-    };
+    });
     // To the dead incarnation: it reaches the restarted one (it used to be lost).
     assert_eq!(crash_fate(d, r, d, &abort), CrashFate::Keep);
     assert_eq!(crash_fate(d, r, p, &abort), CrashFate::Keep);
@@ -454,14 +436,14 @@ fn timers_replace_cancel_and_die_with_their_node() {
     assert!(t.is_empty());
 }
 
-fn posted(chunk: u32) -> (WriteId, Msg<()>) {
+fn posted(chunk: u32) -> (WriteId, KvWrite<()>) {
     let id = WriteId {
         writer: NodeId(1),
         epoch: 0,
         room: RoomKey::new(1, 1),
         chunk,
     };
-    let msg = Msg::KvWrite {
+    let msg = KvWrite {
         id,
         src: vec![],
         dst: vec![],
@@ -478,7 +460,6 @@ fn a_write_in_flight_leaves_once() {
     w.post(d1, &a.1);
     w.post(d1, &b.1);
     w.post(d2, &c.1);
-    w.post(d1, &Msg::<()>::DrainAck { room: a.0.room });
     assert_eq!(w.len(), 3, "only KV writes are in flight");
     assert!(
         !w.complete(d2, a.0),

@@ -2,7 +2,7 @@
 //! per write, for a driver whose writes leave its hands (the hardware runtime).
 
 use crate::ids::{NodeId, WriteId};
-use crate::msg::Msg;
+use crate::msg::KvWrite;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -26,13 +26,9 @@ impl WritesInFlight {
         Self::default()
     }
 
-    /// `msg` leaves for `to`: a KV write is in flight from now on (any other message
-    /// is ignored).
-    pub fn post<K>(&mut self, to: NodeId, msg: &Msg<K>) {
-        let Msg::KvWrite { id, .. } = msg else {
-            return;
-        };
-        self.post_id(to, *id);
+    /// `write` leaves for `to`: it is in flight from now on.
+    pub fn post<K>(&mut self, to: NodeId, write: &KvWrite<K>) {
+        self.post_id(to, write.id);
     }
 
     /// The write `id` left for `to` (as [`post`](Self::post), by its id: a driver that

@@ -8,7 +8,7 @@
 use crate::model::handoff::HandoffModel;
 use crate::model::properties;
 use crate::model_state::{altered, Action, Envelope, FaultsUsed, State, DECODE, PREFILL};
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::Carried;
 use kvsim_engine::world::{self, Arrival, DataFault};
 use kvsim_engine::Timer;
 use kvsim_oracle::shared::Shared;
@@ -22,7 +22,7 @@ impl HandoffModel {
     fn write_actions(&self, s: &State, e: &Shared<Envelope>, out: &mut Vec<Action>) {
         let bounds = &self.spec.faults;
         let used = &s.faults();
-        let is_write = matches!(e.get().msg, Msg::KvWrite { .. });
+        let is_write = matches!(e.get().msg, Carried::Write(_));
         if is_write && used.write_failures < bounds.write_failures {
             out.push(Action::FailWrite(e.clone()));
         }

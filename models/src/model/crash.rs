@@ -6,9 +6,8 @@
 
 use crate::model::tx::Tx;
 use crate::model_state::{note, Envelope, DECODE, PREFILL};
-use kvsim_engine::gpu::SymbolicPage;
 use kvsim_engine::ids::{NodeId, WriteId};
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Carried, Msg};
 use kvsim_engine::world::{self, CrashWalk, Flying, WriteFailure};
 use kvsim_oracle::schema::{FaultEvent, Record};
 
@@ -114,7 +113,7 @@ impl Tx<'_> {
         &mut self,
         node: NodeId,
         dead: u32,
-    ) -> (Vec<WriteId>, Vec<(NodeId, NodeId, Msg<SymbolicPage>)>) {
+    ) -> (Vec<WriteId>, Vec<(NodeId, NodeId, Msg)>) {
         let net = std::mem::take(&mut self.s.net);
         let walk = CrashWalk::new(node, dead).walk(net, |e| {
             let env = e.get();
@@ -135,7 +134,7 @@ impl Tx<'_> {
     /// Writes to a dead incarnation fail: the oracle hears each, and its failed
     /// completion travels back to its writer.
     #[inline]
-    fn fail_back(&mut self, failed: Vec<(NodeId, NodeId, Msg<SymbolicPage>)>) {
+    fn fail_back(&mut self, failed: Vec<(NodeId, NodeId, Msg)>) {
         for (from, to, done) in failed {
             if let Some(write) = done.write_id() {
                 self.record(&Record::WriteFailed {
@@ -148,7 +147,7 @@ impl Tx<'_> {
             self.s.send(Envelope {
                 from: to,
                 to: from,
-                msg: done,
+                msg: Carried::Msg(done),
             });
         }
     }

@@ -7,6 +7,7 @@
 use crate::memo::Cause;
 use crate::model::tx::Tx;
 use crate::model_state::{altered, stale_landing, Envelope, StaleCopy, PREFILL};
+use kvsim_engine::msg::Carried;
 use kvsim_engine::world::{self, Arrival, DataFault};
 use kvsim_oracle::schema::{FaultEvent, Record};
 use kvsim_oracle::shared::Shared;
@@ -93,7 +94,7 @@ impl Tx<'_> {
                 self.s.send(Envelope {
                     from: env.to,
                     to: env.from,
-                    msg: completion,
+                    msg: Carried::Msg(completion),
                 });
             }
         }

@@ -129,7 +129,7 @@ impl HandoffModel {
     ) -> Arc<Effect<N>> {
         if self.memo_off {
             memo::tally(self.id, false);
-            Arc::new(memo::compute(id, before, cause.input()))
+            Arc::new(memo::compute(id, before, &cause))
         } else {
             memo::transition(self.id, id, before, cause, self.memo_check)
         }

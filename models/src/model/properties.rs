@@ -9,7 +9,7 @@ use crate::model::handoff::HandoffModel;
 use crate::model::names;
 use crate::model_state::{note, State, DECODE};
 use kvsim_engine::invariant::Invariant;
-use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::msg::{Carried, KvWrite, Msg, Status};
 use kvsim_oracle::schema::EndOutcome;
 use stateright::Property;
 use std::sync::atomic::Ordering as AtomicOrdering;
@@ -116,11 +116,13 @@ fn abort_races_write(m: &HandoffModel, s: &State) -> bool {
     let pool = s.decode.get().pool();
     !latched(m, BIT_ABORT_RACE)
         && s.net.iter().any(|e| match &e.get().msg {
-            Msg::KvWrite { id, dst, .. } if e.get().to == DECODE => dst.iter().any(|t| {
-                !pool.record(t.page).is_some_and(|r| {
-                    r.gen == t.gen && r.owner == Some(id.room) && r.state.is_owned()
+            Carried::Write(KvWrite { id, dst, .. }) if e.get().to == DECODE => {
+                dst.iter().any(|t| {
+                    !pool.record(t.page).is_some_and(|r| {
+                        r.gen == t.gen && r.owner == Some(id.room) && r.state.is_owned()
+                    })
                 })
-            }),
+            }
             _ => false,
         })
         && latch_first(m, BIT_ABORT_RACE)
@@ -131,7 +133,9 @@ fn abort_races_write(m: &HandoffModel, s: &State) -> bool {
 fn drain_ack_after_timeout(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_LATE_ACK)
         && s.net.iter().any(|e| match &e.get().msg {
-            Msg::DrainAck { room } => e.get().to == DECODE && s.noted(*room, note::DRAIN_RETRIED),
+            Carried::Msg(Msg::DrainAck { room }) => {
+                e.get().to == DECODE && s.noted(*room, note::DRAIN_RETRIED)
+            }
             _ => false,
         })
         && latch_first(m, BIT_LATE_ACK)

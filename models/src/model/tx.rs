@@ -10,7 +10,6 @@ use crate::model::handoff::HandoffModel;
 use crate::model_state::{note, Action, State, CLIENT, DECODE, PREFILL, ROUTER};
 use kvsim_engine::decode::DecodePhase;
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
-use kvsim_engine::gpu::SymbolicPage;
 use kvsim_engine::ids::{NodeId, RequestId, TenantId, Token, WriteId};
 use kvsim_engine::invariant::Violation;
 use kvsim_engine::kv::PageState;
@@ -325,7 +324,7 @@ impl Tx<'_> {
     }
 
     /// The router answered a client (delivered at once: client traffic is reliable).
-    fn respond(&mut self, msg: &Msg<SymbolicPage>) {
+    fn respond(&mut self, msg: &Msg) {
         let &Msg::Response {
             req,
             status,
@@ -365,8 +364,8 @@ impl<'r> Driver<&'r Routed, &'r TraceEvent> for Tx<'_> {
         match msg {
             Routed::Client(msg) => self.respond(msg),
             Routed::Peer(e) => {
-                if let Some(dup) = self.replaying {
-                    if world::duplicate_completion(dup, &e.get().msg) {
+                if let (Some(dup), Some(msg)) = (self.replaying, e.get().msg.msg()) {
+                    if world::duplicate_completion(dup, msg) {
                         self.event_text(|| {
                             format!("{from}'s completion of the stale duplicate is dropped")
                         });
@@ -383,6 +382,11 @@ impl<'r> Driver<&'r Routed, &'r TraceEvent> for Tx<'_> {
                 self.s.send_shared(e.clone());
             }
         }
+    }
+
+    /// A posted KV write goes in flight as a send does (pre-routed the same way).
+    fn write(&mut self, from: NodeId, to: NodeId, write: &'r Routed) {
+        self.send(from, to, write);
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {

@@ -92,6 +92,13 @@ pub struct PageFact {
     /// those bytes, detected when the read-time tag check or verification refuses
     /// them; cleared without a finding when they are overwritten or zeroed unread.
     pub stray: bool,
+    /// A KV write of the page's owner landed in it, at its generation, while it was
+    /// that room use's transfer destination (`Writing`): the trace's own record of
+    /// "this reserved page was written", for S4. Decode cannot note it on a one-sided
+    /// transport (nothing runs at the receiver), so the oracle keeps it from the
+    /// `KvLanded` records. Cleared when the page leaves `Writing` for anything but
+    /// `Ready`, and once the accepted transfer is judged.
+    pub landed: bool,
 }
 
 /// Written by hand: the model checker hashes these on every transition, so each page
@@ -104,7 +111,8 @@ impl std::hash::Hash for PageFact {
         let (writer_room, writer_gen) = room(self.prov.writer);
         h.write_u64(self.state as u64 | u64::from(self.holders) << 8 | owner_room << 24);
         h.write_u64(self.gen.0 ^ owner_gen.rotate_left(32));
-        h.write_u64(writer_room | u64::from(self.stray) << 32 | u64::from(self.prov.lo) << 40);
+        let flags = u64::from(self.stray) | u64::from(self.landed) << 1;
+        h.write_u64(writer_room | flags << 32 | u64::from(self.prov.lo) << 40);
         h.write_u64(writer_gen ^ u64::from(self.prov.hi).rotate_left(48));
     }
 }
@@ -133,6 +141,7 @@ impl NodeBook {
             holders: 0,
             prov: Provenance::default(),
             stray: false,
+            landed: false,
         };
         NodeBook {
             role,

@@ -3,7 +3,7 @@
 //! not hold the other records ([`crate::schema::record`]).
 
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
-use kvsim_engine::msg::{Msg, Status, TransferOutcome, Why};
+use kvsim_engine::msg::{Carried, KvWrite, Msg, Status, TransferOutcome, Why};
 use serde::{Deserialize, Serialize};
 
 /// A message as the trace shows it: every field but the KV payload and the prompt's
@@ -97,8 +97,45 @@ pub enum MsgView {
     },
 }
 
+/// What a trace shows as a message: a [`Msg`], a [`KvWrite`] (a write is its own
+/// effect and arrival in the engine, and the trace keeps showing it as a `KvWrite`
+/// message record) or either as a driver carries it ([`Carried`]).
+pub trait Viewed {
+    fn view(&self) -> MsgView;
+}
+
+impl Viewed for Msg {
+    fn view(&self) -> MsgView {
+        MsgView::of_msg(self)
+    }
+}
+
+impl<K> Viewed for KvWrite<K> {
+    fn view(&self) -> MsgView {
+        MsgView::KvWrite {
+            id: self.id,
+            src: self.src.clone(),
+            dst: self.dst.clone(),
+        }
+    }
+}
+
+impl<K> Viewed for Carried<K> {
+    fn view(&self) -> MsgView {
+        match self {
+            Carried::Msg(m) => m.view(),
+            Carried::Write(w) => w.view(),
+        }
+    }
+}
+
 impl MsgView {
-    pub fn of<K>(m: &Msg<K>) -> MsgView {
+    /// The view of a message, a KV write, or either as carried.
+    pub fn of<V: Viewed + ?Sized>(m: &V) -> MsgView {
+        m.view()
+    }
+
+    fn of_msg(m: &Msg) -> MsgView {
         match m {
             Msg::Submit {
                 req,
@@ -159,11 +196,6 @@ impl MsgView {
             },
             Msg::DrainRequest { room } => MsgView::DrainRequest { room: *room },
             Msg::WriteDone { id, ok } => MsgView::WriteDone { id: *id, ok: *ok },
-            Msg::KvWrite { id, src, dst, .. } => MsgView::KvWrite {
-                id: *id,
-                src: src.clone(),
-                dst: dst.clone(),
-            },
             Msg::KvDone {
                 room,
                 outcome,

@@ -7,7 +7,7 @@ use crate::node::status::NodeStatus;
 use crate::sync::mpsc::Sender;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::kv::Refusal;
-use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::msg::{Carried, KvWrite, Msg, Status};
 use kvsim_engine::world::WriteFailure;
 use kvsim_oracle::schema::EndOutcome;
 
@@ -17,7 +17,14 @@ pub enum NodeEvent<K> {
     /// A message read off a connection.
     Msg {
         from: NodeId,
-        msg: Msg<K>,
+        msg: Msg,
+    },
+    /// A KV write of `from` that no landing took (a node without one: a write to it
+    /// fails back; an in-process deployment's decode): it lands as the world says,
+    /// `world::receive`.
+    Write {
+        from: NodeId,
+        write: KvWrite<K>,
     },
     /// A KV write of `from` landed or was refused ([`crate::landing`]); one of a dead
     /// incarnation fails back instead ([`NodeLoop::handle`](crate::node::NodeLoop::handle)).
@@ -32,18 +39,18 @@ pub enum NodeEvent<K> {
         from: NodeId,
         id: WriteId,
         reason: WriteFailure,
-        completion: Msg<K>,
+        completion: Msg,
     },
     /// The failed completion of a KV write this node posted (already taken out of
     /// the writes in flight): delivered to the node as from the write's receiver.
     FailedBack {
         from: NodeId,
-        msg: Msg<K>,
+        msg: Msg,
     },
-    /// A message to `to` could not be written (no connection).
+    /// A message or KV write to `to` could not be written (no connection).
     SendFailed {
         to: NodeId,
-        msg: Msg<K>,
+        msg: Carried<K>,
     },
     /// The connection to `peer` broke: KV writes posted on it fail back.
     PeerLost {
@@ -67,7 +74,7 @@ pub enum NodeEvent<K> {
     /// answers (its tokens, its finish) go to `reply`.
     StartHalf {
         room: RoomKey,
-        msg: Msg<K>,
+        msg: Msg,
         /// The reply length the request asked for (for the trace's `routed` record).
         max_new_tokens: u32,
         reply: ReplySink,

@@ -20,7 +20,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
     /// A half's message to the router, in worker mode: to the worker front's half. A
     /// decode half's finish is the client's answer (SGLang's router returns decode's):
     /// traced as the engine router traces its response, so the audit closes the room.
-    pub(super) fn for_half(&mut self, msg: Msg<K>) {
+    pub(super) fn for_half(&mut self, msg: Msg) {
         match msg {
             Msg::TokenOut { room, index, token } => {
                 if let Some(h) = self.halves.get_mut(&room) {
@@ -160,7 +160,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
     pub(super) fn start_half(
         &mut self,
         room: RoomKey,
-        msg: Msg<G::Kv>,
+        msg: Msg,
         max_new_tokens: u32,
         mut reply: ReplySink,
         prefill_epoch: Option<u32>,

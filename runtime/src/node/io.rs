@@ -11,7 +11,7 @@ use crate::node::status::NodeCounts;
 use crate::seam::NodeRuntime;
 use kvsim_engine::env::TimerOp;
 use kvsim_engine::ids::{NodeId, RequestId, RoomKey, Token, WriteId};
-use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::msg::{Carried, KvWrite, Msg, Status};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
 use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure, WritesInFlight};
 use kvsim_oracle::schema::{MsgView, Record};
@@ -92,7 +92,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
 
     /// A message could not reach `to`: the world's rule for a receiver that is gone
     /// (a KV write fails back with its one failed completion; anything else is lost).
-    pub(super) fn undeliverable(&mut self, to: NodeId, msg: Msg<K>) {
+    pub(super) fn undeliverable(&mut self, to: NodeId, msg: Carried<K>) {
         let at = Arriving {
             sender_alive: true,
             receiver_alive: false,
@@ -122,7 +122,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
 
     /// A write this node posted to `to` failed: trace it and deliver its one failed
     /// completion to this node (once: a write no longer in flight is not failed twice).
-    fn fail_back(&mut self, to: NodeId, id: WriteId, reason: WriteFailure, completion: Msg<K>) {
+    fn fail_back(&mut self, to: NodeId, id: WriteId, reason: WriteFailure, completion: Msg) {
         if self.writes.fail(to, id) {
             self.failed_back(to, id, reason, completion);
         }
@@ -130,7 +130,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
 
     /// Trace the failure of a write taken out of flight, and deliver its one failed
     /// completion to this node.
-    fn failed_back(&mut self, to: NodeId, id: WriteId, reason: WriteFailure, completion: Msg<K>) {
+    fn failed_back(&mut self, to: NodeId, id: WriteId, reason: WriteFailure, completion: Msg) {
         debug_assert!(
             matches!(completion, Msg::WriteDone { id: c, ok: false } if c == id),
             "a failed write's completion is its own, failed"
@@ -155,7 +155,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
         from: NodeId,
         id: WriteId,
         reason: WriteFailure,
-        completion: Msg<K>,
+        completion: Msg,
     ) {
         let me = self.id;
         self.trace(|| Record::WriteFailed {
@@ -164,7 +164,18 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
             write: id,
             reason,
         });
-        let _ = self.rt.send(from, completion);
+        let _ = self.rt.send(from, Carried::Msg(completion));
+    }
+
+    /// `msg` leaves the node on the link to `to`. Write-ahead: the node's events reach
+    /// the file (the kernel's, which a killed process does not lose) before a message
+    /// they caused leaves the node, so no other node's trace can show an effect whose
+    /// cause this trace lost.
+    fn leave(&mut self, to: NodeId, msg: Carried<K>) {
+        self.rt.flush_trace();
+        if let Err(msg) = self.rt.send(to, msg) {
+            self.undeliverable(to, msg);
+        }
     }
 
     /// The connection to `peer` broke: every write posted on it fails back.
@@ -176,8 +187,14 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
     }
 }
 
-impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg<K>> for Io<R> {
-    fn send(&mut self, _from: NodeId, to: NodeId, msg: Msg<K>) {
+impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg, TraceEvent, KvWrite<K>> for Io<R> {
+    /// A KV write leaves on the link to `to`, in flight until its one completion.
+    fn write(&mut self, _from: NodeId, to: NodeId, write: KvWrite<K>) {
+        self.writes.post(to, &write);
+        self.leave(to, Carried::Write(write));
+    }
+
+    fn send(&mut self, _from: NodeId, to: NodeId, msg: Msg) {
         if self.worker_router == Some(to) {
             self.for_half(msg);
             return;
@@ -206,14 +223,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg<K>> for Io<R> {
             }
             return;
         }
-        self.writes.post(to, &msg);
-        // Write-ahead: the node's events reach the file (the kernel's, which a killed
-        // process does not lose) before a message they caused leaves the node, so no
-        // other node's trace can show an effect whose cause this trace lost.
-        self.rt.flush_trace();
-        if let Err(msg) = self.rt.send(to, msg) {
-            self.undeliverable(to, msg);
-        }
+        self.leave(to, Carried::Msg(msg));
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {

@@ -16,7 +16,7 @@ use kvsim_engine::env::{Input, Outbox, Timer};
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, RequestId, TenantId, Token, WriteId};
 use kvsim_engine::kv::PageRecords;
-use kvsim_engine::msg::{Msg, Status};
+use kvsim_engine::msg::{KvWrite, Msg, Status};
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::world::{self, CrashWalk, WriteFailure};
 use kvsim_oracle::schema::{CancelHow, FaultEvent, Record};
@@ -66,7 +66,18 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         Ok(self)
     }
 
-    pub(super) fn dispatch(&mut self, input: Input<G::Kv>) {
+    /// A KV write no landing took arrives at the node: the world lands it
+    /// ([`world::receive`]) and its effects are carried out as the node's.
+    fn receive(&mut self, from: NodeId, write: KvWrite<G::Kv>) {
+        self.outbox.reset(self.io.rt.now_ns());
+        world::receive(&mut self.node, from, write, &mut self.outbox);
+        let mut effects = std::mem::take(&mut self.outbox.effects);
+        world::apply(self.io.id, effects.drain(..), &mut self.io);
+        self.outbox.effects = effects;
+        self.check_node();
+    }
+
+    pub(super) fn dispatch(&mut self, input: Input) {
         self.outbox.reset(self.io.rt.now_ns());
         let pass = matches!(input, Input::Timer(Timer::Compute));
         let mut node = OnDevice {
@@ -104,7 +115,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         let epoch = dead + 1;
         self.io.timers.crash(node);
         // The world's one crash walk: the messages this loop holds are its posted writes.
-        let walk = CrashWalk::<(), G::Kv>::new(node, dead).flush_posted(&mut self.io.writes);
+        let walk = CrashWalk::<()>::new(node, dead).flush_posted(&mut self.io.writes);
         let flushed = walk.flushed;
         self.io.trace(|| {
             Record::Fault(FaultEvent::Crash {
@@ -231,7 +242,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
     }
 
     /// A message read off a connection.
-    fn on_msg(&mut self, from: NodeId, msg: Msg<G::Kv>) {
+    fn on_msg(&mut self, from: NodeId, msg: Msg) {
         if let Msg::WriteDone { id, .. } = &msg {
             // Exactly one completion per write: one already failed back (its connection
             // broke) is not completed again.
@@ -327,6 +338,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         match ev {
             NodeEvent::Msg { from, msg } => self.on_msg(from, msg),
             NodeEvent::FailedBack { from, msg } => self.dispatch(Input::Message { from, msg }),
+            NodeEvent::Write { from, write } => self.receive(from, write),
             NodeEvent::Landed {
                 from,
                 id,

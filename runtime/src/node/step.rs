@@ -35,7 +35,7 @@ pub const IDLE_PASS_NS: u64 = 100_000;
 
 /// A pass that ran no device work re-arms its next pass no sooner than
 /// [`IDLE_PASS_NS`].
-pub(super) fn pace_idle_pass<M>(effects: &mut [Effect<M>]) {
+pub(super) fn pace_idle_pass<M, T, W>(effects: &mut [Effect<M, T, W>]) {
     for e in effects.iter_mut() {
         if let Effect::Timer(TimerOp::Set {
             timer: Timer::Compute,
@@ -49,7 +49,7 @@ pub(super) fn pace_idle_pass<M>(effects: &mut [Effect<M>]) {
 }
 
 impl<G: Gpu> world::Stepper<G::Kv> for OnDevice<'_, G> {
-    fn handle(&mut self, input: Input<G::Kv>, out: &mut Outbox<G::Kv>) {
+    fn handle(&mut self, input: Input, out: &mut Outbox<G::Kv>) {
         self.node.handle(input, out);
     }
     fn compute(&mut self, job: Job) -> Done {

@@ -16,7 +16,7 @@ mod tests {
     use kvsim_engine::config::EngineConfig;
     use kvsim_engine::gpu::SymbolicGpu;
     use kvsim_engine::ids::{NodeId, RequestId, TenantId};
-    use kvsim_engine::msg::Msg;
+    use kvsim_engine::msg::{Carried, Msg};
     use kvsim_engine::router::Router;
     use kvsim_engine::shared_cfg::Cfg;
     use std::collections::BTreeMap;
@@ -44,7 +44,7 @@ mod tests {
             reply: ReplySink::channel(tx),
         });
         let room = match drx.try_recv() {
-            Ok(Msg::DecodeStart { room, .. }) => room,
+            Ok(Carried::Msg(Msg::DecodeStart { room, .. })) => room,
             other => panic!("decode was not started: {other:?}"),
         };
         let out = |index, token| Msg::TokenOut { room, index, token };

@@ -26,7 +26,7 @@ use crate::worker::routes::spawn_worker;
 use crate::worker::state::WorkerParts;
 use kvsim_engine::gpu::{Gpu, WireWords};
 use kvsim_engine::ids::NodeId;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::Carried;
 use kvsim_engine::world::ROUTER;
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::EndOutcome;
@@ -174,7 +174,7 @@ where
         plan: &NodePlan,
         to_loop: &Sender<NodeEvent<K>>,
         incarnation: &Arc<AtomicU32>,
-    ) -> Result<BTreeMap<NodeId, Sender<Msg<K>>>, ServeError> {
+    ) -> Result<BTreeMap<NodeId, Sender<Carried<K>>>, ServeError> {
         let id = plan.id;
         let mut peers = BTreeMap::new();
         for (peer, _, _) in self.opts.topology.nodes() {

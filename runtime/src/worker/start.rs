@@ -29,7 +29,7 @@ type OnDone = Box<dyn FnOnce(u16, Option<String>) + Send>;
 pub(super) fn start<K: Send + 'static>(
     w: &Arc<Worker<K>>,
     key: RoomKey,
-    msg: Msg<K>,
+    msg: Msg,
     job: &Job,
     mut on_done: Option<OnDone>,
     prefill_epoch: Option<u32>,

@@ -7,7 +7,7 @@ use super::Simulator;
 use kvsim_engine::env::TimerOp;
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, RequestId, Token};
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{KvWrite, Msg};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
 use kvsim_engine::world::Driver;
 use kvsim_oracle::schema::Record;
@@ -17,9 +17,13 @@ use std::hash::Hash;
 /// timers onto its queue (a replaced or cancelled timer is recognised by its token),
 /// events to the oracle and the trace, and a fault that asks for a restart crashes the
 /// node now and brings it back at once.
-impl<G: Gpu> Driver<Msg<G::Kv>> for Simulator<G> {
-    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) {
+impl<G: Gpu> Driver<Msg, TraceEvent, KvWrite<G::Kv>> for Simulator<G> {
+    fn send(&mut self, from: NodeId, to: NodeId, msg: Msg) {
         Simulator::send(self, from, to, msg);
+    }
+
+    fn write(&mut self, from: NodeId, to: NodeId, write: KvWrite<G::Kv>) {
+        Simulator::send(self, from, to, write);
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {

@@ -7,7 +7,7 @@ use super::Simulator;
 use crate::scenario::ReqPhase;
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::NodeId;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::Carried;
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{Side, TraceEvent};
 use kvsim_engine::world::{self as env_world, CrashWalk, DropReason, Flying, Travel, WriteFailure};
@@ -46,7 +46,7 @@ fn flying<K>(q: &Queued<K>) -> Option<Flying<'_, K>> {
 }
 
 /// The message of a queued delivery (the ones the crash walk took out of flight).
-fn delivery<K>(q: &Queued<K>) -> Option<(NodeId, NodeId, &Msg<K>)> {
+fn delivery<K>(q: &Queued<K>) -> Option<(NodeId, NodeId, &Carried<K>)> {
     match &q.ev {
         Pending::Deliver { from, to, msg, .. } => Some((*from, *to, msg)),
         _ => None,
@@ -198,7 +198,7 @@ impl<G: Gpu> Simulator<G> {
 
     /// Record a crash and carry out what it did to the messages in flight: flushed
     /// writes, lost messages, failed-back writes.
-    fn report_crash(&mut self, walk: CrashWalk<Queued<G::Kv>, G::Kv>) {
+    fn report_crash(&mut self, walk: CrashWalk<Queued<G::Kv>>) {
         let CrashWalk {
             node,
             dead,

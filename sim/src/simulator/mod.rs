@@ -38,7 +38,7 @@ use crate::stall::ClockRates;
 use kvsim_engine::env::{Input, Outbox};
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, RequestId, RoomKey, WriteId};
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Carried, Msg};
 use kvsim_engine::node::Node;
 use kvsim_engine::world::{
     self as env_world, DropReason, KvTransport, Timers, Topology, WriteHistory,
@@ -54,7 +54,7 @@ use std::collections::BTreeMap;
 /// A room number's latest use and its control messages as sent (from, to, message).
 /// A room use's remembered control messages: sender, receiver, the pair's incarnations
 /// at the send, the message.
-type LastUse<K> = (RoomKey, Vec<(NodeId, NodeId, (u32, u32), Msg<K>)>);
+type LastUse = (RoomKey, Vec<(NodeId, NodeId, (u32, u32), Msg)>);
 
 /// The driver of one run.
 pub struct Simulator<G: Gpu> {
@@ -97,9 +97,9 @@ pub struct Simulator<G: Gpu> {
     slow_writer: Option<(NodeId, u64)>,
     /// Per room number, the control messages of its latest use (at most 8), for the
     /// stale replay at its next reuse.
-    last_use: BTreeMap<u32, LastUse<G::Kv>>,
+    last_use: BTreeMap<u32, LastUse>,
     /// The use before the latest, per room number.
-    prev_use: BTreeMap<u32, LastUse<G::Kv>>,
+    prev_use: BTreeMap<u32, LastUse>,
     /// The KV writes each node took lately, for stale duplicates (kept only when
     /// they are drawn).
     history: WriteHistory<G::Kv>,
@@ -262,7 +262,7 @@ impl<G: Gpu> Simulator<G> {
     }
 
     /// A message that never reached its node, for the trace (when traced).
-    fn record_drop(&mut self, (from, to): (NodeId, NodeId), msg: &Msg<G::Kv>, why: DropReason) {
+    fn record_drop(&mut self, (from, to): (NodeId, NodeId), msg: &Carried<G::Kv>, why: DropReason) {
         self.record(|| Record::Drop {
             from,
             to,

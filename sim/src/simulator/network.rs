@@ -10,7 +10,7 @@ use crate::net::{ControlFate, WriteFate};
 use kvsim_engine::env::Input;
 use kvsim_engine::gpu::Gpu;
 use kvsim_engine::ids::{NodeId, RoomKey, WriteId};
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Carried, KvWrite, Msg};
 use kvsim_engine::world::{
     self as env_world, Altered, Arrival, Arriving, DataFault, DropReason, Transport, WriteFailure,
 };
@@ -19,7 +19,7 @@ use std::hash::Hash;
 
 impl<G: Gpu> Simulator<G> {
     /// Keep a control message of a room use for a stale replay at the number's reuse.
-    fn remember_control(&mut self, from: NodeId, to: NodeId, msg: &Msg<G::Kv>) {
+    fn remember_control(&mut self, from: NodeId, to: NodeId, msg: &Msg) {
         let Some(room) = msg.room() else { return };
         let sent = (from, to, self.pair_epochs(from, to), msg.clone());
         let e = self
@@ -72,6 +72,7 @@ impl<G: Gpu> Simulator<G> {
             self.stats.duplicated += 1;
             self.stats.stale_replayed += 1;
             let at = self.now_ns + self.net.latency_ns();
+            let msg = Carried::Msg(msg);
             self.log_send(from, to, &msg, at, true);
             self.enqueue(at, from, to, msg, false);
         }
@@ -87,7 +88,7 @@ impl<G: Gpu> Simulator<G> {
         }
     }
 
-    fn enqueue(&mut self, at_ns: u64, from: NodeId, to: NodeId, msg: Msg<G::Kv>, doomed: bool) {
+    fn enqueue(&mut self, at_ns: u64, from: NodeId, to: NodeId, msg: Carried<G::Kv>, doomed: bool) {
         self.enqueue_write(at_ns, from, to, msg, doomed, None);
     }
 
@@ -96,7 +97,7 @@ impl<G: Gpu> Simulator<G> {
         at_ns: u64,
         from: NodeId,
         to: NodeId,
-        msg: Msg<G::Kv>,
+        msg: Carried<G::Kv>,
         doomed: bool,
         data: Option<(DataFault, u64)>,
     ) {
@@ -116,10 +117,12 @@ impl<G: Gpu> Simulator<G> {
         );
     }
 
-    /// A node (or the client) sends: the network model decides the message's fate.
-    pub(super) fn send(&mut self, from: NodeId, to: NodeId, msg: Msg<G::Kv>) {
-        if let Some(dup) = self.replaying {
-            if env_world::duplicate_completion(dup, &msg) {
+    /// A node (or the client) sends a message or posts a KV write: the network model
+    /// decides its fate.
+    pub(super) fn send(&mut self, from: NodeId, to: NodeId, msg: impl Into<Carried<G::Kv>>) {
+        let msg = msg.into();
+        if let (Some(dup), Carried::Msg(m)) = (self.replaying, &msg) {
+            if env_world::duplicate_completion(dup, m) {
                 return;
             }
         }
@@ -154,8 +157,9 @@ impl<G: Gpu> Simulator<G> {
             }
             Transport::Control => {
                 self.stats.messages += 1;
-                if self.net.params().stale_replay_permille > 0 {
-                    self.remember_control(from, to, &msg);
+                if let (true, Carried::Msg(m)) = (self.net.params().stale_replay_permille > 0, &msg)
+                {
+                    self.remember_control(from, to, m);
                 }
                 match self.net.control(true) {
                     ControlFate::Lost => {
@@ -176,7 +180,14 @@ impl<G: Gpu> Simulator<G> {
         }
     }
 
-    fn log_send(&mut self, from: NodeId, to: NodeId, msg: &Msg<G::Kv>, at: u64, duplicate: bool) {
+    fn log_send(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        msg: &Carried<G::Kv>,
+        at: u64,
+        duplicate: bool,
+    ) {
         self.record(|| Record::Send {
             from,
             to,
@@ -193,7 +204,7 @@ impl<G: Gpu> Simulator<G> {
         from: NodeId,
         to: NodeId,
         id: WriteId,
-        completion: Msg<G::Kv>,
+        completion: Msg,
         reason: WriteFailure,
     ) {
         self.stats.writes_failed += 1;
@@ -212,7 +223,7 @@ impl<G: Gpu> Simulator<G> {
                 to: from,
                 from_epoch: self.epochs[to.0 as usize],
                 to_epoch: id.epoch,
-                msg: completion,
+                msg: Carried::Msg(completion),
                 doomed: false,
                 data: None,
                 replay: None,
@@ -249,12 +260,14 @@ impl<G: Gpu> Simulator<G> {
         to: NodeId,
         from_epoch: u32,
         to_epoch: u32,
-        mut msg: Msg<G::Kv>,
+        msg: Carried<G::Kv>,
         doomed: bool,
         data: Option<(DataFault, u64)>,
     ) {
         if to == self.client {
-            self.deliver_to_client(msg);
+            if let Carried::Msg(msg) = msg {
+                self.deliver_to_client(msg);
+            }
             return;
         }
         let Some(at) = self.arriving((from, from_epoch), (to, to_epoch), doomed) else {
@@ -278,34 +291,54 @@ impl<G: Gpu> Simulator<G> {
                 return;
             }
         }
+        match msg {
+            Carried::Msg(msg) => {
+                self.record(|| Record::Deliver {
+                    from,
+                    to,
+                    msg: MsgView::of(&msg),
+                });
+                self.dispatch(to, Input::Message { from, msg });
+            }
+            Carried::Write(w) => self.land(from, to, w, data),
+        }
+    }
+
+    /// A KV write the world delivered lands at `to`, after the data fault it drew
+    /// (and, for a stale duplicate, the earlier copy it schedules).
+    fn land(
+        &mut self,
+        from: NodeId,
+        to: NodeId,
+        mut w: KvWrite<G::Kv>,
+        data: Option<(DataFault, u64)>,
+    ) {
         if self.net.params().stale_duplicate_write_permille > 0 {
             if let Some((DataFault::StaleDuplicate, salt)) = data {
-                self.schedule_stale_duplicate(to, &msg, salt);
+                self.schedule_stale_duplicate(to, &w, salt);
             }
-            self.history.remember(from, to, &msg);
+            self.history.remember(from, to, &w);
         }
         if let Some((fault, salt)) = data {
-            self.alter_landing(from, to, &mut msg, fault, salt);
+            self.alter_landing(from, to, &mut w, fault, salt);
         }
         self.record(|| Record::Deliver {
             from,
             to,
-            msg: MsgView::of(&msg),
+            msg: MsgView::of(&w),
         });
-        self.dispatch(to, Input::Message { from, msg });
+        self.receive(to, from, w);
     }
 
     /// A KV write landing at `to` drew a stale duplicate: queue a copy of an earlier
     /// write to `to` ([`WriteHistory::duplicate`]), if it took one.
-    fn schedule_stale_duplicate(&mut self, to: NodeId, msg: &Msg<G::Kv>, salt: u64) {
+    fn schedule_stale_duplicate(&mut self, to: NodeId, msg: &KvWrite<G::Kv>, salt: u64) {
         let Some((writer, dup, a)) = self.history.duplicate(to, msg, salt) else {
             return;
         };
         let at = self.now_ns + crate::net::stale_duplicate_delay(salt);
-        let (from_epoch, to_epoch) = (
-            dup.write_id().map_or(0, |id| id.epoch),
-            self.epochs[to.0 as usize],
-        );
+        let (from_epoch, to_epoch) = (dup.id.epoch, self.epochs[to.0 as usize]);
+        let dup = Carried::Write(dup);
         self.log_send(writer, to, &dup, at, true);
         self.push(
             at,
@@ -328,7 +361,7 @@ impl<G: Gpu> Simulator<G> {
         &mut self,
         from: NodeId,
         to: NodeId,
-        msg: &mut Msg<G::Kv>,
+        msg: &mut KvWrite<G::Kv>,
         fault: DataFault,
         salt: u64,
     ) {
@@ -345,9 +378,7 @@ impl<G: Gpu> Simulator<G> {
             // when it lands (`deliver_duplicate`).
             DataFault::StaleDuplicate => {}
         }
-        if let Some(write) = msg.write_id() {
-            self.emit(Record::Fault(FaultEvent::data_fault(from, to, write, &a)));
-        }
+        self.emit(Record::Fault(FaultEvent::data_fault(from, to, msg.id, &a)));
     }
 
     /// A stale duplicate of an earlier KV write arrives. The world's rule for an
@@ -360,10 +391,12 @@ impl<G: Gpu> Simulator<G> {
         to: NodeId,
         from_epoch: u32,
         to_epoch: u32,
-        msg: Msg<G::Kv>,
+        msg: Carried<G::Kv>,
         a: Altered,
     ) {
-        let Some(write) = msg.write_id() else { return };
+        let Carried::Write(w) = msg else { return };
+        let write = w.id;
+        let msg = Carried::Write(w);
         let Some(at) = self.arriving((from, from_epoch), (to, to_epoch), false) else {
             return;
         };
@@ -387,12 +420,13 @@ impl<G: Gpu> Simulator<G> {
             to,
             msg: MsgView::of(&msg),
         });
+        let Carried::Write(w) = msg else { return };
         self.replaying = Some(write);
-        self.dispatch(to, Input::Message { from, msg });
+        self.receive(to, from, w);
         self.replaying = None;
     }
 
-    fn deliver_to_client(&mut self, msg: Msg<G::Kv>) {
+    fn deliver_to_client(&mut self, msg: Msg) {
         if let Msg::Response {
             req,
             status,
@@ -415,8 +449,22 @@ impl<G: Gpu> Simulator<G> {
         }
     }
 
+    /// The KV write `w` of `from` arrives at `node` and lands as the world says
+    /// ([`env_world::receive`]); its effects are carried out as the receiver's.
+    fn receive(&mut self, node: NodeId, from: NodeId, w: KvWrite<G::Kv>) {
+        let i = node.0 as usize;
+        if let Some(h) = &mut self.hash {
+            (self.now_ns, node, from, &w).hash(h);
+        }
+        self.outbox.reset(self.now_ns);
+        env_world::receive(&mut self.nodes[i], from, w, &mut self.outbox);
+        let mut effects = std::mem::take(&mut self.outbox.effects);
+        env_world::apply(node, effects.drain(..), self);
+        self.outbox.effects = effects;
+    }
+
     /// Feed one input to one node and carry out its effects, in the order issued.
-    pub(super) fn dispatch(&mut self, node: NodeId, input: Input<G::Kv>) {
+    pub(super) fn dispatch(&mut self, node: NodeId, input: Input) {
         let i = node.0 as usize;
         if let Some(h) = &mut self.hash {
             (self.now_ns, node, &input).hash(h);

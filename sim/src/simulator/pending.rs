@@ -6,7 +6,7 @@
 use crate::plan::Partition;
 use kvsim_engine::env::Timer;
 use kvsim_engine::ids::{NodeId, RequestId};
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::Carried;
 use kvsim_engine::world::{Altered, DataFault};
 use kvsim_oracle::schema::CancelHow;
 
@@ -21,7 +21,7 @@ pub(super) enum Pending<K> {
         /// Not boxed: the queue moves keys, never the event ([`EventQueue`]).
         ///
         /// [`EventQueue`]: crate::queue::EventQueue
-        msg: Msg<K>,
+        msg: Carried<K>,
         /// A KV write whose failure was decided when it was sent.
         doomed: bool,
         /// A data fault the KV write suffers if it lands, with its salt.

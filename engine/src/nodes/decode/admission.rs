@@ -148,11 +148,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             self.flush(env, None);
             if let Some(r) = self.requests.get_mut(&room) {
                 assert_eq!(r.phase, Phase::Prealloc);
-                r.phase = Phase::Transferring {
-                    pages,
-                    dst_pages,
-                    written: vec![false; dst_pages],
-                };
+                r.phase = Phase::Transferring { pages, dst_pages };
             }
             env.send(
                 prefill,

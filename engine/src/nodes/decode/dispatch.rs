@@ -27,13 +27,12 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.counters.fault(env, id, fault);
     }
 
-    /// Peer identity: the router starts and aborts rooms; a KV write, a transfer's
-    /// conclusion and a drain ack about a room this node knows are believed only from
-    /// that room's prefill node, and a write only when its id names its sender. For a
-    /// room this node does not know there is no recorded peer: a write for it is then
-    /// judged by the page tags alone (as RDMA into a registered region would be), and an
-    /// ack for it releases nothing.
-    pub(super) fn check_peer(&self, from: NodeId, msg: &Msg<G::Kv>) -> Result<(), String> {
+    /// Peer identity: the router starts and aborts rooms; a transfer's conclusion and
+    /// a drain ack about a room this node knows are believed only from that room's
+    /// prefill node (a KV write copied by the receiver's software: [`Self::check_writer`]).
+    /// For a room this node does not know there is no recorded peer: an ack for it
+    /// releases nothing.
+    pub(super) fn check_peer(&self, from: NodeId, msg: &Msg) -> Result<(), String> {
         let prefill_of = |room: &RoomKey| {
             self.requests
                 .get(room)
@@ -47,7 +46,6 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             Msg::DecodeStart { room, prefill, .. } if !self.prefills.contains(prefill) => Err(
                 format!("{room}'s start names {prefill}, which is not a prefill node"),
             ),
-            Msg::KvWrite { id, .. } => self.check_writer(from, *id),
             Msg::KvDone { room, .. } => match prefill_of(room) {
                 Some(p) if p != from => Err(format!("{room}'s prefill node is {p}")),
                 _ => Ok(()),
@@ -79,9 +77,13 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
-    /// The peer rule of a KV write, delivered or landed by the driver's receiver: its
-    /// id names its sender, and a room this node knows is written only by its prefill.
-    pub(super) fn check_writer(&self, from: NodeId, id: WriteId) -> Result<(), String> {
+    /// The peer rule of a KV write the receiver's software copies (a two-sided
+    /// transport; the world asks it before the copy, [`crate::world::receive`], and
+    /// `handle` again at the landing): its id names its sender, and a room this node
+    /// knows is written only by its prefill. For a room this node does not know there
+    /// is no recorded peer: the write is judged by the page tags alone. On a one-sided
+    /// transport nothing at the receiver asks.
+    pub(crate) fn check_writer(&self, from: NodeId, id: WriteId) -> Result<(), String> {
         if id.writer != from {
             return Err(format!("the write {id} names another writer"));
         }
@@ -149,7 +151,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
-    pub fn handle(&mut self, input: Input<G::Kv>, env: &mut Outbox<G::Kv>) {
+    pub fn handle(&mut self, input: Input, env: &mut Outbox<G::Kv>) {
         match input {
             Input::Message { from, msg } => {
                 let verdict = self.check_peer(from, &msg);
@@ -157,10 +159,6 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     .counters
                     .admit_peer(env, (self.id, from), &msg, verdict)
                 {
-                    if let Msg::KvWrite { id, .. } = msg {
-                        // Exactly one completion per write, even for a refused one.
-                        env.send(from, Msg::WriteDone { id, ok: false });
-                    }
                     return;
                 }
                 match msg {
@@ -173,7 +171,6 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     } => {
                         self.on_start(room, req, prompt.len() as u64, max_new_tokens, prefill, env)
                     }
-                    Msg::KvWrite { id, dst, kv, .. } => self.on_kv_write(from, id, dst, kv, env),
                     // A conclusion about a dead incarnation's page list: not ours.
                     Msg::KvDone { epoch, .. } if epoch != self.pool.epoch() => {}
                     Msg::KvDone { room, outcome, .. } => self.on_kv_done(from, room, outcome, env),
@@ -233,7 +230,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
 }
 
 impl<G: Gpu, P: PageRecords> crate::step::Stepper<G::Kv> for DecodeNode<G, P> {
-    fn handle(&mut self, input: Input<G::Kv>, out: &mut crate::env::Outbox<G::Kv>) {
+    fn handle(&mut self, input: Input, out: &mut crate::env::Outbox<G::Kv>) {
         DecodeNode::handle(self, input, out);
     }
     /// The node's own memory runs the job (every driver but the hardware runtime, whose

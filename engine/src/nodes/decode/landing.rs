@@ -1,14 +1,15 @@
-//! The transfer: KV writes land (refused when a destination tag is stale or not the
-//! room's), each acknowledged to the writer, and the verdict on completion (defense 2).
-//! It does not release pages nor run the decode loop.
+//! The transfer: the node's memory taking a KV write (for the world, which lands it),
+//! a landing the receiver's software copied (two-sided) traced and completed, and the
+//! verdict on completion (defense 2) over what the destination pages store. It does
+//! not release pages nor run the decode loop.
 
 use super::state::{DecodeNode, Phase, Request, TransferFacts, Verdict};
 use crate::bugs::Bug;
 use crate::env::{Outbox, Timer};
-use crate::gpu::{device_fault, ids, DeviceError, Gpu};
+use crate::gpu::{device_fault, ids, DeviceError, Gpu, TagError};
 use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
 use crate::kv::{land, PageRecords, Refusal};
-use crate::msg::{Msg, Status, TransferOutcome, Why};
+use crate::msg::{KvWrite, Msg, Status, TransferOutcome, Why};
 use crate::trace::{NodeFault, Side, TraceEvent};
 
 impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
@@ -35,35 +36,28 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.landed(from, id, dst, landing, env)
     }
 
-    /// The receiver applying one chunk write: [`land`] (the gate and the memory write,
-    /// the one landing function every driver uses), then `landed`. With
-    /// the landing gate (two-sided only, `EngineConfig::landing_gated`), a destination that is
-    /// not this room use's (stale generation, another owner, freed, `Ready`) refuses the
-    /// whole chunk; on one-sided RDMA the write lands wherever it points.
-    pub(super) fn on_kv_write(
-        &mut self,
-        from: NodeId,
-        id: WriteId,
-        dst: Vec<PageTag>,
-        kv: Vec<G::Kv>,
-        env: &mut Outbox<G::Kv>,
-    ) {
-        let landing = land(
+    /// The receiver's memory takes the KV write `write` ([`land`], the one landing
+    /// function): gated by the node's ownership record when `gate` (the landing gate,
+    /// which only receiver software that sees the write can run), placed wherever it
+    /// points inside the registered pool otherwise. Only the world calls it
+    /// ([`crate::world::receive`]): on a one-sided transport it is the receiver's NIC,
+    /// and the node's software runs nothing.
+    pub(crate) fn take_write(&mut self, write: &KvWrite<G::Kv>, gate: bool) -> Result<(), Refusal> {
+        land(
             &self.pool,
             &mut self.gpu,
-            self.cfg.landing_gated(),
-            id.room,
-            &dst,
-            &kv,
-        );
-        self.landed(from, id, dst, landing, env);
+            gate,
+            write.id.room,
+            &write.dst,
+            &write.kv,
+        )
     }
 
-    /// A KV write of `from` landed in (or was refused by) this node's memory: trace
-    /// it, note the written pages, and complete the write (exactly one completion).
-    /// The hardware runtime's transfer thread lands writes with [`land`] on the shared
-    /// record and reports each one here as an
-    /// [`Input::Landed`](crate::env::Input::Landed), through `handle`.
+    /// A KV write of `from` landed in (or was refused by) this node's memory, copied
+    /// by the receiver's software (a two-sided transport: [`crate::world::receive`],
+    /// the hardware runtime's transfer thread): trace it and complete the write
+    /// (exactly one completion). Nothing is noted: verification reads what the pages
+    /// store ([`Self::unwritten`]).
     pub(super) fn landed(
         &mut self,
         from: NodeId,
@@ -72,7 +66,6 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         landing: Result<(), Refusal>,
         env: &mut Outbox<G::Kv>,
     ) {
-        let room = id.room;
         if let Err(Refusal { tag, reason }) = landing {
             self.counters.writes_refused += 1;
             env.trace(TraceEvent::KvRefused {
@@ -91,23 +84,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         env.trace(TraceEvent::KvLanded {
             node: self.id,
             write: id,
-            dst: dst.clone(),
+            dst,
         });
-        if let Some(req) = self.requests.get_mut(&room) {
-            if let Phase::Transferring {
-                pages,
-                dst_pages,
-                written,
-            } = &mut req.phase
-            {
-                assert_eq!(written.len(), *dst_pages, "one mark per destination page");
-                for t in &dst {
-                    if let Some(i) = pages[..*dst_pages].iter().position(|p| p == t) {
-                        written[i] = true;
-                    }
-                }
-            }
-        }
         env.send(from, Msg::WriteDone { id, ok: true });
     }
 
@@ -124,12 +102,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         let Some(req) = self.requests.get(&room) else {
             return;
         };
-        let Phase::Transferring {
-            pages,
-            dst_pages,
-            written,
-        } = &req.phase
-        else {
+        let Phase::Transferring { pages, dst_pages } = &req.phase else {
             return;
         };
         env.trace(TraceEvent::TransferReported {
@@ -138,12 +111,14 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             from,
             success: matches!(outcome, TransferOutcome::Success { .. }),
         });
-        let verdict = self.judge_transfer(req, &pages[..*dst_pages], written, &outcome);
+        let dst = &pages[..*dst_pages];
+        let unwritten = self.unwritten(room, dst);
+        let verdict = self.judge_transfer(req, dst, &unwritten, &outcome);
         let facts = TransferFacts {
             from,
             prompt_len: req.prompt_len,
             reserved_pages: *dst_pages as u32,
-            fully_written: written.iter().all(|w| *w),
+            fully_written: matches!(unwritten, Ok(None)),
         };
         match (verdict, outcome) {
             (Verdict::Accept { tokens, pages }, _) => {
@@ -168,13 +143,31 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
-    /// Defense 2, verify on completion: do prefill's token and page counts, the written
-    /// marks and the checksum agree with what this node reserved? Reads only.
+    /// The first of the destination pages `dst` of `room` that no write of this room
+    /// use stamped (its page tag is not `room`'s with the page's generation), or `None`
+    /// when every one carries it. What the receiver can see of a transfer: the tag a
+    /// write lands with each page, read from its own memory, whichever transport (and
+    /// NIC) placed the bytes.
+    pub(super) fn unwritten(
+        &self,
+        room: RoomKey,
+        dst: &[PageTag],
+    ) -> Result<Option<PageTag>, DeviceError> {
+        match self.gpu.check_tags(dst, room) {
+            Ok(()) => Ok(None),
+            Err(TagError::Mismatch(m)) => Ok(Some(m.expected)),
+            Err(TagError::Device(e)) => Err(e),
+        }
+    }
+
+    /// Defense 2, verify on completion: do prefill's token and page counts, the
+    /// destination pages' tags ([`Self::unwritten`]) and the checksum agree with what
+    /// this node reserved? Reads only.
     pub(super) fn judge_transfer(
         &self,
         req: &Request,
         dst_tags: &[PageTag],
-        written: &[bool],
+        unwritten: &Result<Option<PageTag>, DeviceError>,
         outcome: &TransferOutcome,
     ) -> Verdict {
         let dst = ids(dst_tags);
@@ -212,13 +205,16 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                             "prefill sent {pages} pages, decode reserved {}",
                             dst_tags.len()
                         )))
-                    } else if let Some(i) = written.iter().position(|w| !w) {
-                        Err(Verdict::Reject(format!(
-                            "destination page {} was never written",
-                            dst_tags[i]
-                        )))
                     } else {
-                        checksum_is(req.prompt_len, checksum, "the reserved prompt")
+                        match unwritten {
+                            Err(e) => Err(Verdict::Device(e.clone())),
+                            Ok(Some(t)) => Err(Verdict::Reject(format!(
+                                "destination page {t} was never written"
+                            ))),
+                            Ok(None) => {
+                                checksum_is(req.prompt_len, checksum, "the reserved prompt")
+                            }
+                        }
                     }
                 } else if verify {
                     // The legacy digest covers only what prefill says it sent.

@@ -58,8 +58,11 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         if let Some(r) = self.requests.get(&room) {
             return Some(match &r.phase {
                 Phase::Prealloc => DecodePhase::Prealloc,
-                Phase::Transferring { written, .. } => DecodePhase::Transferring {
-                    written: written.clone(),
+                Phase::Transferring { pages, dst_pages } => DecodePhase::Transferring {
+                    written: pages[..*dst_pages]
+                        .iter()
+                        .map(|t| matches!(self.unwritten(room, &[*t]), Ok(None)))
+                        .collect(),
                 },
                 Phase::Running { seq_len, step, .. } => DecodePhase::Running {
                     step: *step,

@@ -3,6 +3,7 @@
 //! transitions live in the sibling concern files, which take names from here; this
 //! file takes none from them.
 
+use crate::config::EngineConfig;
 use crate::counters::Counters;
 use crate::gpu::{DeviceError, Gpu};
 use crate::ids::{NodeId, PageTag, RoomKey};
@@ -21,12 +22,12 @@ pub(super) enum Phase {
     #[default]
     Prealloc,
     /// Pages reserved and announced; KV writes may land. The first `dst_pages` of
-    /// `pages` are the transfer destination, and `written[i]` says whether destination
-    /// page `i` has been written (`written.len() == dst_pages`).
+    /// `pages` are the transfer destination. Which of them a write landed in is not
+    /// noted here (a one-sided write runs nothing at the receiver): it is what each
+    /// page's tag says.
     Transferring {
         pages: Vec<PageTag>,
         dst_pages: usize,
-        written: Vec<bool>,
     },
     /// Generating.
     Running {
@@ -61,7 +62,7 @@ pub enum DecodePhase {
     /// Receiver created; waiting for pages.
     Prealloc,
     /// Pages reserved and announced; `written[i]` says whether destination page `i`
-    /// has been written.
+    /// carries this room use's tag (a write of it landed there).
     Transferring { written: Vec<bool> },
     /// Generating: the next step and the sequence length so far.
     Running { step: u32, seq_len: u64 },
@@ -202,6 +203,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     }
     pub fn id(&self) -> NodeId {
         self.id
+    }
+    /// The configuration the node runs with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
     }
     /// The node's ownership record.
     pub fn records(&self) -> &P {

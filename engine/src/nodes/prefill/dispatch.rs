@@ -11,7 +11,7 @@ use crate::msg::{only_router, Msg, Status};
 use crate::trace::NodeFault;
 
 impl<G: Gpu> PrefillNode<G> {
-    pub fn handle(&mut self, input: Input<G::Kv>, env: &mut Outbox<G::Kv>) {
+    pub fn handle(&mut self, input: Input, env: &mut Outbox<G::Kv>) {
         match input {
             Input::Message { from, msg } => {
                 let verdict = self.check_peer(from, &msg);
@@ -58,7 +58,7 @@ impl<G: Gpu> PrefillNode<G> {
     /// a write this incarnation issued. A room this node does not know has no recorded
     /// peer, and what it may do for such a room moves no page (it answers, or keeps a
     /// page list for a start message still on its way).
-    pub(super) fn check_peer(&self, from: NodeId, msg: &Msg<G::Kv>) -> Result<(), String> {
+    pub(super) fn check_peer(&self, from: NodeId, msg: &Msg) -> Result<(), String> {
         let decode_of = |room: &RoomKey| {
             self.requests
                 .get(room)
@@ -111,7 +111,7 @@ impl<G: Gpu> PrefillNode<G> {
 }
 
 impl<G: Gpu> crate::step::Stepper<G::Kv> for PrefillNode<G> {
-    fn handle(&mut self, input: Input<G::Kv>, out: &mut crate::env::Outbox<G::Kv>) {
+    fn handle(&mut self, input: Input, out: &mut crate::env::Outbox<G::Kv>) {
         PrefillNode::handle(self, input, out);
     }
     fn compute(&mut self, job: crate::compute::Job) -> crate::compute::Done {

@@ -9,7 +9,8 @@
 //! has completed (defense 3); source pages are held by their in-flight sends, so a
 //! release while a send still reads them leaves them Draining, never Free.
 //!
-//! It is not a transport: writes are messages, and each write gets exactly one
+//! It is not a transport: it posts each write through its outbox
+//! (`Outbox::post_write`) and the world carries it; each write gets exactly one
 //! completion (`WriteDone`, as an RDMA reliable connection gives one completion per
 //! work request, success or error).
 //!

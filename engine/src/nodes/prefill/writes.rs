@@ -9,7 +9,7 @@ use crate::gpu::KvPayload;
 use crate::gpu::{ids, zero_on_free, DeviceError, Gpu};
 use crate::ids::{PageTag, RoomKey, WriteId};
 use crate::kv::PageState;
-use crate::msg::{Msg, Status, TransferOutcome, Why};
+use crate::msg::{KvWrite, Msg, Status, TransferOutcome, Why};
 use crate::trace::{NodeFault, Side, TraceEvent};
 
 impl<G: Gpu> PrefillNode<G> {
@@ -119,7 +119,7 @@ impl<G: Gpu> PrefillNode<G> {
             dst: dst.clone(),
             to: Some(to),
         });
-        env.send(to, Msg::KvWrite { id, src, dst, kv });
+        env.post_write(to, KvWrite { id, src, dst, kv });
         if let Some(Phase::Sending {
             next_page,
             in_flight,

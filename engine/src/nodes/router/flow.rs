@@ -12,7 +12,7 @@ use crate::trace::{Side, TraceEvent};
 
 impl Router {
     /// Handle one input. Drain order of effects: messages in the order sent.
-    pub fn handle<K>(&mut self, input: Input<K>, env: &mut Outbox<K>) {
+    pub fn handle<K>(&mut self, input: Input, env: &mut Outbox<K>) {
         match input {
             Input::Message { from, msg } => {
                 let verdict = self.check_peer(from, &msg);
@@ -33,7 +33,7 @@ impl Router {
         }
     }
 
-    fn on_message<K>(&mut self, from: NodeId, msg: Msg<K>, env: &mut Outbox<K>) {
+    fn on_message<K>(&mut self, from: NodeId, msg: Msg, env: &mut Outbox<K>) {
         {
             match msg {
                 Msg::Submit {

@@ -224,7 +224,7 @@ impl Router {
     /// Peer identity: a half's status and tokens about a room are believed only from
     /// the node the room was sent to, and a cancel only from the client that submitted
     /// the request. Anything about a room this router does not have live moves nothing.
-    pub(super) fn check_peer<K>(&self, from: NodeId, msg: &Msg<K>) -> Result<(), String> {
+    pub(super) fn check_peer(&self, from: NodeId, msg: &Msg) -> Result<(), String> {
         let live = |room: &RoomKey| {
             let slot = self.rooms.get((room.room.0 as usize).checked_sub(1)?)?;
             if slot.gen != room.gen {
@@ -333,7 +333,7 @@ impl Router {
 }
 
 impl<K> crate::step::Stepper<K> for Router {
-    fn handle(&mut self, input: Input<K>, out: &mut crate::env::Outbox<K>) {
+    fn handle(&mut self, input: Input, out: &mut crate::env::Outbox<K>) {
         Router::handle(self, input, out);
     }
     fn compute(&mut self, job: crate::compute::Job) -> crate::compute::Done {

@@ -63,6 +63,8 @@ impl Pages {
             for (i, t) in dst.iter().enumerate() {
                 let prov = prov.and_then(|p| p.get(i).copied()).unwrap_or(whole);
                 if let Some(p) = b.page_mut(t.page) {
+                    p.landed |=
+                        p.state == PageState::Writing && p.owner == Some(room) && p.gen == t.gen;
                     p.prov = p.prov.after_landing(prov);
                     p.stray = strays.contains(t) || (p.stray && p.prov.writer != Some(room));
                 }

@@ -61,6 +61,7 @@ impl Pages {
                     p.gen = t.gen;
                     p.owner = Some(room);
                     p.holders = 0;
+                    p.landed = false;
                 }
             }
         }
@@ -83,7 +84,10 @@ impl Pages {
                     continue;
                 };
                 match lifecycle::transition(p.state, op) {
-                    Ok(to) if p.gen == t.gen && p.owner == Some(room) => p.state = to,
+                    Ok(to) if p.gen == t.gen && p.owner == Some(room) => {
+                        p.state = to;
+                        p.landed &= matches!(to, PageState::Writing | PageState::Ready);
+                    }
                     Ok(_) => {
                         bad.get_or_insert((
                             *t,
@@ -173,6 +177,7 @@ impl Pages {
                 if let Some(p) = b.page_mut(t.page) {
                     if p.state == PageState::Draining && p.holders == 0 {
                         p.state = PageState::Free;
+                        p.landed = false;
                     }
                 }
             }

@@ -195,6 +195,39 @@ impl Pages {
         out
     }
 
+    /// Did a write of `room` land in every page of its transfer destination on `node`
+    /// (its pages in `Writing`, or just made `Ready` by the acceptance being judged)?
+    /// S4's "every reserved page written", from the trace's `KvLanded` records
+    /// ([`PageFact::landed`](crate::check::book::PageFact::landed)). `None` when the
+    /// trace holds no such page (a trace without page records, written by hand or of
+    /// one node only).
+    pub fn transfer_written(&self, node: NodeId, room: RoomKey) -> Option<bool> {
+        let b = self.book(node)?;
+        let mut dst = b
+            .pages
+            .iter()
+            .filter(|p| p.owner == Some(room))
+            .filter(|p| matches!(p.state, PageState::Writing | PageState::Ready))
+            .peekable();
+        dst.peek()?;
+        Some(dst.all(|p| p.landed))
+    }
+
+    /// The transfer of `room` on `node` was judged: its pages' landing marks are spent.
+    pub fn transfer_judged(&mut self, node: NodeId, room: RoomKey) {
+        let marked = self
+            .book(node)
+            .is_some_and(|b| b.pages.iter().any(|p| p.owner == Some(room) && p.landed));
+        if !marked {
+            return;
+        }
+        if let Some(mut b) = self.book_mut(node) {
+            for p in b.pages.iter_mut().filter(|p| p.owner == Some(room)) {
+                p.landed = false;
+            }
+        }
+    }
+
     /// The pages `node` has for `room`, at their generations.
     pub fn owned_by(&self, node: NodeId, room: RoomKey) -> Vec<PageTag> {
         self.book(node).map_or(Vec::new(), |b| {

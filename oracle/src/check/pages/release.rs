@@ -83,6 +83,7 @@ impl Pages {
             for (page, to_free) in changes {
                 if let Some(p) = b.page_mut(page) {
                     p.owner = None;
+                    p.landed = false;
                     if to_free {
                         p.state = PageState::Free;
                         p.holders = 0;
