@@ -22,7 +22,7 @@ use kvsim_engine::gpu::{Gpu, SymbolicGpu};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::SharedRecord;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::Carried;
 use kvsim_engine::node::Node;
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
@@ -178,8 +178,8 @@ impl Bed {
         incarnations: &BTreeMap<NodeId, Arc<AtomicU32>>,
         decode: &DecodeParts,
         clock: &Clock,
-    ) -> BTreeMap<NodeId, BTreeMap<NodeId, Sender<Msg<Kv>>>> {
-        let mut peers: BTreeMap<NodeId, BTreeMap<NodeId, Sender<Msg<Kv>>>> = BTreeMap::new();
+    ) -> BTreeMap<NodeId, BTreeMap<NodeId, Sender<Carried<Kv>>>> {
+        let mut peers: BTreeMap<NodeId, BTreeMap<NodeId, Sender<Carried<Kv>>>> = BTreeMap::new();
         for from in NODES {
             for to in NODES.into_iter().filter(|&to| to != from) {
                 let reader = match to {
@@ -325,7 +325,13 @@ fn run_loop(mut lp: Loop, restart: Arc<AtomicBool>, live: Option<Live>) -> Loop 
 
 /// The link from `from`: its messages in order to the reader, the writer's dead
 /// incarnation's KV writes flushed.
-fn link(from: NodeId, rx: Receiver<Msg<Kv>>, writer: Incarnation, reader: Reader, clock: Clock) {
+fn link(
+    from: NodeId,
+    rx: Receiver<Carried<Kv>>,
+    writer: Incarnation,
+    reader: Reader,
+    clock: Clock,
+) {
     let mut link = Link {
         from,
         rx,
@@ -336,14 +342,17 @@ fn link(from: NodeId, rx: Receiver<Msg<Kv>>, writer: Incarnation, reader: Reader
         Reader::Wire(inbound) => return link.wire(inbound),
         Reader::Loop(tx) => tx,
     };
-    while let Some(msg) = link.next() {
-        let _ = tx.send(NodeEvent::Msg { from, msg });
+    while let Some(carried) = link.next() {
+        let _ = tx.send(match carried {
+            Carried::Msg(msg) => NodeEvent::Msg { from, msg },
+            Carried::Write(write) => NodeEvent::Write { from, write },
+        });
     }
 }
 
 struct Link {
     from: NodeId,
-    rx: Receiver<Msg<Kv>>,
+    rx: Receiver<Carried<Kv>>,
     writer: Incarnation,
     clock: Clock,
 }
@@ -351,7 +360,7 @@ struct Link {
 impl Link {
     /// The next message to carry (the dead incarnation's KV writes flushed), and
     /// whether the writer restarted since the last; `None` once the writer is gone.
-    fn next_after(&mut self) -> Option<(Msg<Kv>, bool)> {
+    fn next_after(&mut self) -> Option<(Carried<Kv>, bool)> {
         let mut moved = false;
         while let Ok(msg) = self.clock.recv(&self.rx, None) {
             moved |= self.writer.moved_on(self.from);
@@ -362,7 +371,7 @@ impl Link {
         None
     }
 
-    fn next(&mut self) -> Option<Msg<Kv>> {
+    fn next(&mut self) -> Option<Carried<Kv>> {
         self.next_after().map(|(msg, _)| msg)
     }
 
