@@ -87,6 +87,25 @@ pub struct FaultBounds {
     pub pauses: u8,
 }
 
+/// How many prefill and decode nodes a model deploys (every prefill node has
+/// [`ModelSpec::prefill_pages`], every decode node [`ModelSpec::decode_pages`]). Ids
+/// as the simulator numbers them (`world::Topology`): the router `n0`, the prefill
+/// nodes `n1..=nP`, the decode nodes after them, the client endpoint last.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Nodes {
+    pub prefill: u8,
+    pub decode: u8,
+}
+
+impl Nodes {
+    /// One prefill and one decode node: router `n0`, prefill `n1`, decode `n2`,
+    /// client `n3`.
+    pub const ONE_EACH: Nodes = Nodes {
+        prefill: 1,
+        decode: 1,
+    };
+}
+
 /// One model: the engine under a bounded environment.
 #[derive(Clone, Debug)]
 pub struct ModelSpec {
@@ -94,6 +113,8 @@ pub struct ModelSpec {
     /// One paragraph: what the model explores and its bounds.
     pub about: String,
     pub engine: EngineConfig,
+    /// How many prefill and decode nodes (each with the pool below).
+    pub nodes: Nodes,
     pub prefill_pages: u32,
     pub decode_pages: u32,
     pub clients: Vec<ClientSpec>,
@@ -172,6 +193,11 @@ impl ModelSpec {
             .map_err(config)?;
         if self.clients.is_empty() || self.clients.len() > 8 {
             return Err(invalid("a model has 1 to 8 clients"));
+        }
+        if !(1..=4).contains(&self.nodes.prefill) || !(1..=4).contains(&self.nodes.decode) {
+            return Err(invalid(
+                "a model has 1 to 4 prefill and 1 to 4 decode nodes",
+            ));
         }
         if self.faults.pauses > 3 {
             return Err(invalid(

@@ -7,7 +7,7 @@
 
 use crate::model::handoff::HandoffModel;
 use crate::model::names;
-use crate::model_state::{note, State, DECODE};
+use crate::model_state::{note, State};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::{Msg, Status};
 use kvsim_oracle::schema::EndOutcome;
@@ -110,19 +110,21 @@ fn over_length_rejected(m: &HandoffModel, s: &State) -> bool {
         && latch_first(m, BIT_REJECTED)
 }
 
-/// A KV write is in flight to decode while its destination no longer belongs to a
-/// live request of its room (the room was aborted or failed: quarantined, or freed).
+/// A KV write is in flight to a decode node while its destination no longer belongs
+/// to a live request of its room (the room was aborted or failed: quarantined, or
+/// freed).
 fn abort_races_write(m: &HandoffModel, s: &State) -> bool {
-    let pool = s.decode.get().pool();
     !latched(m, BIT_ABORT_RACE)
-        && s.net.iter().any(|e| match &e.get().msg {
-            Msg::KvWrite { id, dst, .. } if e.get().to == DECODE => dst.iter().any(|t| {
-                !pool.record(t.page).is_some_and(|r| {
-                    r.gen == t.gen && r.owner == Some(id.room) && r.state.is_owned()
-                })
-            }),
-            _ => false,
-        })
+        && s.net
+            .iter()
+            .any(|e| match (&e.get().msg, s.decode(e.get().to)) {
+                (Msg::KvWrite { id, dst, .. }, Some(decode)) => dst.iter().any(|t| {
+                    !decode.pool().record(t.page).is_some_and(|r| {
+                        r.gen == t.gen && r.owner == Some(id.room) && r.state.is_owned()
+                    })
+                }),
+                _ => false,
+            })
         && latch_first(m, BIT_ABORT_RACE)
 }
 
@@ -131,7 +133,9 @@ fn abort_races_write(m: &HandoffModel, s: &State) -> bool {
 fn drain_ack_after_timeout(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_LATE_ACK)
         && s.net.iter().any(|e| match &e.get().msg {
-            Msg::DrainAck { room } => e.get().to == DECODE && s.noted(*room, note::DRAIN_RETRIED),
+            Msg::DrainAck { room } => {
+                s.is_decode(e.get().to) && s.noted(*room, note::DRAIN_RETRIED)
+            }
             _ => false,
         })
         && latch_first(m, BIT_LATE_ACK)
