@@ -72,6 +72,7 @@ const BIT_REFIRED: u32 = 28;
 const BIT_UNCAUSED: u32 = 29;
 const BIT_RETRIED_LIVE: u32 = 30;
 const BIT_FROZEN_TIMEOUT: u32 = 31;
+const BIT_SPREAD: u32 = 32;
 
 fn quiescence_holds(m: &HandoffModel, s: &State) -> bool {
     latched(m, BIT_QUIESCENCE)
@@ -173,6 +174,15 @@ fn retried_while_live(m: &HandoffModel, s: &State) -> bool {
         && latch_first(m, BIT_RETRIED_LIVE)
 }
 
+/// Every decode node holds a request at the same time (a model with more than one:
+/// the router spread its attempts over the pairs).
+fn spread_over_nodes(m: &HandoffModel, s: &State) -> bool {
+    !latched(m, BIT_SPREAD)
+        && s.decodes.len() > 1
+        && s.decodes.iter().all(|d| d.get().requests() > 0)
+        && latch_first(m, BIT_SPREAD)
+}
+
 /// A spent timer was delivered again.
 fn timer_refired(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_REFIRED) && s.faults().timer_refires > 0 && latch_first(m, BIT_REFIRED)
@@ -199,7 +209,8 @@ pub(super) fn all(m: &HandoffModel) -> Vec<Property<HandoffModel>> {
         Property::always(names::QUIESCENCE, quiescence_holds),
         Property::always(names::CAUSED, error_has_cause),
     ];
-    let sometimes: [(&'static str, Condition); 10] = [
+    let sometimes: [(&'static str, Condition); 11] = [
+        (names::SPREAD, spread_over_nodes),
         (names::FROZEN_TIMEOUT, timeout_while_frozen),
         (names::RETRIED_LIVE, retried_while_live),
         (names::STOPPED, defense_stops),
