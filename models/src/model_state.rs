@@ -1,4 +1,5 @@
-//! The model state and actions: three engine nodes plus the environment around them.
+//! The model state and actions: the engine's nodes (a router, one or more prefill and
+//! decode nodes) plus the environment around them.
 //!
 //! The nodes are the engine's own `Router`, `PrefillNode` and `DecodeNode` with
 //! `SymbolicGpu`; everything else here is the environment (clients, the network,

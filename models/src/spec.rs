@@ -58,7 +58,7 @@ pub struct FaultBounds {
     pub early_timeouts: u8,
     /// Messages delivered ahead of older ones on their channel.
     pub overtakes: u8,
-    /// Crashes of the prefill or the decode node, each followed at once by a restart
+    /// Crashes of a prefill or a decode node, each followed at once by a restart
     /// into a new incarnation (the simulator's semantics): its timers die, messages in
     /// flight to it are lost (a KV write to it fails back to its writer), its own KV
     /// writes in flight are flushed, and a later write addressed with page tags of the
@@ -78,7 +78,7 @@ pub struct FaultBounds {
     /// Deliveries of a timer that already fired or was cancelled (a timer wheel that
     /// delivers a stale entry): the node gets the same timer input again.
     pub timer_refires: u8,
-    /// Pauses of the prefill or the decode node (a stall: GC, swap, SIGSTOP), each
+    /// Pauses of a prefill or a decode node (a stall: GC, swap, SIGSTOP), each
     /// until a later wake: while frozen, the node's timers and the arrivals that need
     /// its process (all but one-sided KV writes) wait, and the other nodes' timers
     /// fire as on time (work waiting for the frozen node is not progress that could

@@ -1,4 +1,4 @@
-//! A crash of the prefill or the decode node inside one transition: the node restarts
+//! A crash of a prefill or a decode node inside one transition: the node restarts
 //! at once into its next incarnation, and the world's crash walk decides the fate of
 //! each message in flight.
 //!

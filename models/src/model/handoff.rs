@@ -229,7 +229,7 @@ impl HandoffModel {
         };
         State {
             router: Shared::new(router),
-            prefills: self.topology.prefill_ids().iter().map(prefill).collect(),
+            prefills: prefills.iter().map(prefill).collect(),
             decodes: decodes.iter().map(decode).collect(),
             net: Vec::new(),
             timers: Timers::new(),
@@ -276,6 +276,10 @@ impl HandoffModel {
 /// them is not an automorphism of the engine (the pool releases a batch in page-id
 /// order, as SGLang's `free` sorts it, so ids decide which page is handed out next;
 /// see `renaming_pages_is_not_an_automorphism_of_the_allocator` in the engine's tests).
+/// Nor are nodes: on a topology with several pairs the router takes a pair by its
+/// attempt cursor (never by client), so sorting clients stays sound there, while
+/// swapping pairs would need the cursor and every stored node id renamed
+/// (docs/DECISIONS.md, "The real topology and the model checker's reductions").
 pub fn representative(s: &State) -> State {
     let mut r = s.clone();
     r.book(|b| b.clients.sort());
