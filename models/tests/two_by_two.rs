@@ -9,7 +9,9 @@
 //! unreduced searches give every property, the liveness ones included (L1-L4 at
 //! quiescence, L5, "an error answer has a cause") and every `sometimes`, the same
 //! verdict on small 2x2 models, on the defended engine and under bug switches that
-//! break it. The full model, with the reduction, is behind `#[ignore]`.
+//! break it, and every counterexample of either search replays on the 2x2 topology
+//! through the simulator's nodes and oracle to its invariant. The full model, with
+//! the reduction, is behind `#[ignore]`.
 
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_models::check::Verdict;
@@ -74,6 +76,27 @@ fn two_by_two_small_is_clean_with_a_pinned_state_count() {
 const TWO_BY_TWO_SMALL: usize = 33_847;
 const TWO_BY_TWO_SMALL_SYMMETRY: usize = 5_654;
 
+/// Every counterexample of an invariant replays on the 2x2 topology, through the
+/// simulator's nodes and oracle, to that invariant (the reduced search's too: its
+/// paths are real paths, not paths between representatives).
+fn replays(r: &CheckReport) {
+    for c in &r.counterexamples {
+        let outcome = c.replay.as_ref().expect("the schedule replays");
+        if c.property.starts_with('S') || c.property.starts_with("L5") {
+            assert!(
+                outcome
+                    .broken
+                    .iter()
+                    .any(|i| c.property.starts_with(&format!("{i} "))),
+                "{}: {} replays to {:?}",
+                r.spec.name,
+                c.property,
+                outcome.broken
+            );
+        }
+    }
+}
+
 /// Small 2x2 models where the reduction has something to merge: the three requests
 /// of `two-by-two-small`, and two interchangeable requests where one KV write may
 /// fail, each prompt in two one-page writes (decode fails the transfer while the other
@@ -125,6 +148,8 @@ fn symmetry_changes_no_verdict_on_the_real_topology_liveness_included() {
                 assert_clean(&plain);
             }
             broken += usize::from(plain.violated());
+            replays(&plain);
+            replays(&reduced);
             eprintln!(
                 "{} {bugs:?}: {} states, {} with symmetry, violated {}",
                 spec.name,
