@@ -17,10 +17,11 @@
 #               of target-loom of 2 to 3 minutes), `cargo test --workspace` (its debug
 #               build, then the tests), the criterion benches (about 2 minutes), the
 #               serve/HTTP benches (about 5 minutes, 2 of them the real router's
-#               48 ms streams) and the KV path (about 2 minutes); the rest is seconds.
+#               48 ms streams), the KV path (about 2 minutes) and the real topology's
+#               model check (about 3 minutes); the rest is seconds.
 #   --only "S..."  run just these sections of the full run (names as in the list at the
 #               end: incident suite sweeps check_rows rss_row sweep_10k other_sweeps
-#               check_all audit_file audit_pipe sweep_audit kv_path serve_loopback
+#               check_all two_by_two audit_file audit_pipe sweep_audit kv_path serve_loopback
 #               http_front invariants_cost bugs_full ttc stalls criterion loom tests), e.g. to
 #               finish a run that was cut.
 #   --no-build  use the binaries already built (target/release/kvsim and, in the full
@@ -275,6 +276,17 @@ check_all() {
     per=$(awk '/^model /{ m = $2 } /^states: /{ for (i = 1; i <= NF; i++) if ($(i + 1) == "s,") t = $i; printf "%s%s %s s", sep, m, t; sep = ", " }' "$OUT/check-all.out")
     add_row "model checker, the four standard models exhausted (goal: each in at most 60 s on 2 cores)" \
         "$(either "$per" "$(wall check-all) s wall ($per), peak RSS $(rss_mib check-all) MiB" "$(na check-all '"states:" lines')")" "$c"
+}
+
+# The real topology (issue 39): two-by-two exhausted with the symmetry reduction over
+# requests (about 3 minutes; without it, about 15: not run here, docs/PERFORMANCE.md).
+two_by_two() {
+    local c="kvsim check --model two-by-two --symmetry --threads 2 --quiet"
+    run two-by-two "$KV" check --model two-by-two --symmetry --threads 2 --quiet
+    local st
+    st=$(sed -nE 's/^states: [0-9]+ generated, ([0-9]+) unique, max depth [0-9]+; ([0-9.]+) s, ([0-9]+) unique states\/s.*/\2 s, \1 unique states, \3 unique states\/s/p' "$OUT/two-by-two.out")
+    add_row "model checker, the real topology two-by-two (2 prefill, 2 decode, sglang-router, 3 requests; goal: exhausted in under 10 min on 2 cores), with the symmetry reduction over requests" \
+        "$(either "$st" "$st; $(cpu two-by-two) CPU s, peak RSS $(rss_mib two-by-two) MiB" "$(na two-by-two '"states:" line')")" "$c"
 }
 
 # big_toml REPEAT FILE: glm53-incident with tenant 1's request repeated, 20 ms apart
@@ -586,6 +598,7 @@ else
     section rss_row rss-dfs2 "DFS, 2 threads" --threads 2 --dfs
     section rss_row rss-bfs2 "BFS, 2 threads" --threads 2
     section check_all
+    section two_by_two
     section audit_file 250 "1 GB trace (glm53-incident x 250 requests)"
     section audit_pipe
     section sweep_audit

@@ -319,9 +319,11 @@ pub fn compute<N: Machine>(id: NodeId, before: &Shared<N>, cause: &Cause) -> Eff
         .effects
         .drain(..)
         .map(|e| match e {
+            // A `Response` is the router's answer to a client, the only message a
+            // client gets and one no node sends a peer (`router/flow.rs`, `respond`).
             Step::Send { to, msg } => Step::Send {
                 to,
-                msg: if to == crate::model_state::CLIENT {
+                msg: if matches!(msg, Msg::Response { .. }) {
                     Routed::Client(msg)
                 } else {
                     Routed::Peer(Shared::new(Envelope {

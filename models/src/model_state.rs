@@ -1,4 +1,5 @@
-//! The model state and actions: three engine nodes plus the environment around them.
+//! The model state and actions: the engine's nodes (a router, one or more prefill and
+//! decode nodes) plus the environment around them.
 //!
 //! The nodes are the engine's own `Router`, `PrefillNode` and `DecodeNode` with
 //! `SymbolicGpu`; everything else here is the environment (clients, the network,
@@ -26,6 +27,7 @@ use kvsim_engine::world::{self, Altered, DataFault, KvTransport, Timers};
 use kvsim_oracle::oracle_state::WriteFacts;
 use kvsim_oracle::shared::Shared;
 use kvsim_oracle::OracleState;
+use smallvec::SmallVec;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
@@ -35,12 +37,23 @@ pub use book::{note, Book, Client, FaultsUsed};
 
 /// The router, as in the simulator's topology.
 pub const ROUTER: NodeId = NodeId(0);
-/// The one prefill node.
+/// The first prefill node (the only one in a model with one of each).
 pub const PREFILL: NodeId = NodeId(1);
-/// The one decode node.
+/// The decode node of a model with one of each (`n2`; in general the decode nodes
+/// follow the prefill nodes: [`State::decode_ids`]).
 pub const DECODE: NodeId = NodeId(2);
-/// The client endpoint (every client shares it; requests tell them apart).
-pub const CLIENT: NodeId = NodeId(3);
+
+/// The prefill nodes of a state, in id order.
+pub type Prefills = SmallVec<[Shared<PrefillNode<SymbolicGpu>>; 2]>;
+/// The decode nodes of a state, in id order.
+pub type Decodes = SmallVec<[Shared<DecodeNode<SymbolicGpu>>; 2]>;
+
+/// A prefill or decode node of a state, by its place in the topology.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvNode {
+    Prefill(usize),
+    Decode(usize),
+}
 
 /// A message in flight between two nodes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
@@ -99,13 +112,16 @@ impl fmt::Display for StaleCopy {
 /// One state of a model.
 ///
 /// Small on purpose (stateright moves and clones a state several times per
-/// successor): three shared nodes, the network, the timers and the shared [`Book`].
-/// `Hash` is written by hand (below): it hashes exactly the fields `Eq` compares.
+/// successor): the shared nodes (inline up to two prefill and two decode nodes), the
+/// network, the timers and the shared [`Book`]. Node ids follow the simulator's
+/// topology: the router `n0`, then the prefill nodes, then the decode nodes, then
+/// the client endpoint. `Hash` is written by hand (below): it hashes exactly the
+/// fields `Eq` compares.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct State {
     pub router: Shared<Router>,
-    pub prefill: Shared<PrefillNode<SymbolicGpu>>,
-    pub decode: Shared<DecodeNode<SymbolicGpu>>,
+    pub prefills: Prefills,
+    pub decodes: Decodes,
     /// Messages in flight: FIFO channels (see [`Envelope::channel`]) laid end to end,
     /// sorted by channel, oldest first within one. Overtaking is the bounded fault
     /// `Overtake`. A retransmission identical to a message still queued on its channel
@@ -125,8 +141,13 @@ pub struct State {
 impl Hash for State {
     fn hash<H: Hasher>(&self, h: &mut H) {
         h.write_u64(self.router.digest());
-        h.write_u64(self.prefill.digest());
-        h.write_u64(self.decode.digest());
+        // One of each hashes as it always did (the node counts are the model's).
+        for p in &self.prefills {
+            h.write_u64(p.digest());
+        }
+        for d in &self.decodes {
+            h.write_u64(d.digest());
+        }
         h.write_u64(self.book.digest());
         h.write_u64(self.oracle.digest());
         // The lengths, so that no two different splits of the lists hash alike.
@@ -170,8 +191,6 @@ impl State {
         }
         for p in [
             self.router.as_ptr(),
-            self.prefill.as_ptr(),
-            self.decode.as_ptr(),
             self.book.as_ptr(),
             self.oracle.as_ptr(),
             self.net.as_ptr().cast(),
@@ -179,6 +198,66 @@ impl State {
         ] {
             prefetch_line(p);
         }
+        self.prefills.iter().for_each(|n| prefetch_line(n.as_ptr()));
+        self.decodes.iter().for_each(|n| prefetch_line(n.as_ptr()));
+    }
+
+    /// Which prefill or decode node `node` is (`None`: the router, the client).
+    pub fn kv_node(&self, node: NodeId) -> Option<KvNode> {
+        let (i, p) = (usize::from(node.0), self.prefills.len());
+        match i {
+            0 => None,
+            i if i <= p => Some(KvNode::Prefill(i - 1)),
+            i if i <= p + self.decodes.len() => Some(KvNode::Decode(i - 1 - p)),
+            _ => None,
+        }
+    }
+
+    /// The prefill nodes' ids, in order.
+    pub fn prefill_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        (1..=self.prefills.len()).map(|i| NodeId(i as u16))
+    }
+
+    /// The decode nodes' ids, in order.
+    pub fn decode_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        let p = self.prefills.len();
+        (p + 1..=p + self.decodes.len()).map(|i| NodeId(i as u16))
+    }
+
+    /// Every prefill and decode node's id, in order.
+    pub fn kv_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        (1..=self.prefills.len() + self.decodes.len()).map(|i| NodeId(i as u16))
+    }
+
+    /// The client endpoint every client shares (requests tell them apart).
+    pub fn client_id(&self) -> NodeId {
+        NodeId((1 + self.prefills.len() + self.decodes.len()) as u16)
+    }
+
+    /// Is `node` a decode node?
+    pub fn is_decode(&self, node: NodeId) -> bool {
+        matches!(self.kv_node(node), Some(KvNode::Decode(_)))
+    }
+
+    /// The decode node `node`, if it is one.
+    pub fn decode(&self, node: NodeId) -> Option<&DecodeNode<SymbolicGpu>> {
+        match self.kv_node(node)? {
+            KvNode::Decode(i) => Some(self.decodes[i].get()),
+            KvNode::Prefill(_) => None,
+        }
+    }
+
+    /// The page pool of a prefill or decode node.
+    pub fn pool(&self, node: NodeId) -> Option<&PagePool> {
+        match self.kv_node(node)? {
+            KvNode::Prefill(i) => Some(self.prefills[i].get().pool()),
+            KvNode::Decode(i) => Some(self.decodes[i].get().pool()),
+        }
+    }
+
+    /// The incarnation of a prefill or decode node (0 for any other id).
+    pub fn epoch(&self, node: NodeId) -> u32 {
+        self.pool(node).map_or(0, PagePool::epoch)
     }
 
     pub fn clients(&self) -> &[Client] {
@@ -399,9 +478,15 @@ pub const DATA_FAULT_SALT: u64 = 0;
 
 /// How many pages the pool of `node` has in a model's topology (0: not a KV node).
 pub fn pool_pages(spec: &crate::spec::ModelSpec, node: NodeId) -> u32 {
-    match node {
-        PREFILL => spec.prefill_pages,
-        DECODE => spec.decode_pages,
+    let (i, p, d) = (
+        usize::from(node.0),
+        usize::from(spec.nodes.prefill),
+        usize::from(spec.nodes.decode),
+    );
+    match i {
+        0 => 0,
+        i if i <= p => spec.prefill_pages,
+        i if i <= p + d => spec.decode_pages,
         _ => 0,
     }
 }

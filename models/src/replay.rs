@@ -2,7 +2,7 @@
 //!
 //! This is the check that a counterexample is the engine's, not the model's: it
 //! steps the engine's hand-stepped driver, [`Harness`], on the topology the simulator
-//! builds (`world::Topology`: router `n0`, prefill `n1`, decode `n2`, `SymbolicGpu`
+//! builds (`world::Topology`: router `n0`, the prefill nodes, the decode nodes, `SymbolicGpu`
 //! pools), forcing the inputs the schedule names, in order; the harness carries out
 //! their effects through the world module as the simulator does, and the replayer
 //! judges the records with the `kvsim_oracle::Oracle` the simulator feeds. None of the
@@ -14,7 +14,7 @@
 //! timer not pending.
 
 use crate::model::HandoffModel;
-use crate::model_state::{altered, stale_landing, CLIENT, ROUTER};
+use crate::model_state::{altered, stale_landing, ROUTER};
 use crate::schedule::{MessageStep, Schedule, Step};
 use crate::spec::ModelSpec;
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
@@ -94,6 +94,8 @@ impl From<HarnessError> for Refused {
 struct Replayer<'a> {
     spec: &'a ModelSpec,
     h: Harness<SymbolicGpu>,
+    /// The client endpoint of the topology.
+    client: NodeId,
     /// Copies of landed KV writes kept to land again as stale duplicates.
     stale: Vec<Flight<SymbolicPage>>,
     oracle: Oracle,
@@ -142,15 +144,12 @@ impl Replayer<'_> {
                 }
                 Happened::Sent(sent) => {
                     records.push((false, sent_record(sent.from, sent.to, &sent.msg)));
-                    if let (
-                        CLIENT,
-                        Carried::Msg(Msg::Response {
-                            req,
-                            status,
-                            tokens,
-                            ..
-                        }),
-                    ) = (sent.to, &sent.msg)
+                    if let Carried::Msg(Msg::Response {
+                        req,
+                        status,
+                        tokens,
+                        ..
+                    }) = &sent.msg
                     {
                         self.log.push(format!(
                             "    client gets {status} for {req} ({} tokens)",
@@ -295,14 +294,15 @@ impl Replayer<'_> {
 
     /// A client's message, handed to the router at once.
     fn client_sends(&mut self, msg: Msg) -> Result<(), Refused> {
-        self.note(sent_record(CLIENT, ROUTER, &msg));
+        let client = self.client;
+        self.note(sent_record(client, ROUTER, &msg));
         self.note(Record::Deliver {
-            from: CLIENT,
+            from: client,
             to: ROUTER,
             msg: MsgView::of(&msg),
         });
         let mark = self.h.mark();
-        self.h.inject(CLIENT, ROUTER, msg)?;
+        self.h.inject(client, ROUTER, msg)?;
         self.log_and_judge(mark);
         Ok(())
     }
@@ -462,6 +462,7 @@ fn sent_record<V: Viewed + ?Sized>(from: NodeId, to: NodeId, msg: &V) -> Record 
 /// Replay `schedule` on the topology and engine configuration of `spec`.
 pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, ReplayError> {
     let topology = HandoffModel::topology_of(spec);
+    let client = topology.client();
     let header = RunHeader::new(
         "kvsim-replay",
         ClockKind::Simulated,
@@ -473,6 +474,7 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
     let mut r = Replayer {
         spec,
         h,
+        client,
         stale: Vec::new(),
         oracle: Oracle::new(header.clone()),
         log: Vec::new(),

@@ -58,7 +58,7 @@ pub struct FaultBounds {
     pub early_timeouts: u8,
     /// Messages delivered ahead of older ones on their channel.
     pub overtakes: u8,
-    /// Crashes of the prefill or the decode node, each followed at once by a restart
+    /// Crashes of a prefill or a decode node, each followed at once by a restart
     /// into a new incarnation (the simulator's semantics): its timers die, messages in
     /// flight to it are lost (a KV write to it fails back to its writer), its own KV
     /// writes in flight are flushed, and a later write addressed with page tags of the
@@ -78,13 +78,32 @@ pub struct FaultBounds {
     /// Deliveries of a timer that already fired or was cancelled (a timer wheel that
     /// delivers a stale entry): the node gets the same timer input again.
     pub timer_refires: u8,
-    /// Pauses of the prefill or the decode node (a stall: GC, swap, SIGSTOP), each
+    /// Pauses of a prefill or a decode node (a stall: GC, swap, SIGSTOP), each
     /// until a later wake: while frozen, the node's timers and the arrivals that need
     /// its process (all but one-sided KV writes) wait, and the other nodes' timers
     /// fire as on time (work waiting for the frozen node is not progress that could
     /// come first). Once it wakes its timers are overdue: they may fire before its
     /// queued inputs, not counted as early, until it handles a message.
     pub pauses: u8,
+}
+
+/// How many prefill and decode nodes a model deploys (every prefill node has
+/// [`ModelSpec::prefill_pages`], every decode node [`ModelSpec::decode_pages`]). Ids
+/// as the simulator numbers them (`world::Topology`): the router `n0`, the prefill
+/// nodes `n1..=nP`, the decode nodes after them, the client endpoint last.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Nodes {
+    pub prefill: u8,
+    pub decode: u8,
+}
+
+impl Nodes {
+    /// One prefill and one decode node: router `n0`, prefill `n1`, decode `n2`,
+    /// client `n3`.
+    pub const ONE_EACH: Nodes = Nodes {
+        prefill: 1,
+        decode: 1,
+    };
 }
 
 /// One model: the engine under a bounded environment.
@@ -94,6 +113,8 @@ pub struct ModelSpec {
     /// One paragraph: what the model explores and its bounds.
     pub about: String,
     pub engine: EngineConfig,
+    /// How many prefill and decode nodes (each with the pool below).
+    pub nodes: Nodes,
     pub prefill_pages: u32,
     pub decode_pages: u32,
     pub clients: Vec<ClientSpec>,
@@ -172,6 +193,11 @@ impl ModelSpec {
             .map_err(config)?;
         if self.clients.is_empty() || self.clients.len() > 8 {
             return Err(invalid("a model has 1 to 8 clients"));
+        }
+        if !(1..=4).contains(&self.nodes.prefill) || !(1..=4).contains(&self.nodes.decode) {
+            return Err(invalid(
+                "a model has 1 to 4 prefill and 1 to 4 decode nodes",
+            ));
         }
         if self.faults.pauses > 3 {
             return Err(invalid(

@@ -6,12 +6,12 @@
 //! its items are inherent items of [`ModelSpec`], reached as `ModelSpec::handoff()`.
 
 use crate::model::names;
-use crate::spec::{model_engine, ClientSpec, FaultBounds, ModelSpec, SpecError};
+use crate::spec::{model_engine, ClientSpec, FaultBounds, ModelSpec, Nodes, SpecError};
 use kvsim_engine::config::RouterPolicy;
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 17] = [
+    pub const NAMES: [&'static str; 19] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -29,6 +29,8 @@ impl ModelSpec {
         "retry-race-small",
         "pause-race",
         "pause-race-small",
+        "two-by-two",
+        "two-by-two-small",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -52,6 +54,7 @@ impl ModelSpec {
                     most 1 lost and 1 overtaking control message"
                 .into(),
             engine: model_engine(),
+            nodes: Nodes::ONE_EACH,
             prefill_pages: 3,
             decode_pages: 4,
             clients: vec![
@@ -102,6 +105,7 @@ impl ModelSpec {
                     and 1 duplicated control message"
                 .into(),
             engine: model_engine(),
+            nodes: Nodes::ONE_EACH,
             prefill_pages: 2,
             decode_pages: 2,
             clients: vec![
@@ -340,6 +344,7 @@ impl ModelSpec {
                     at most 1 premature timeout and 1 duplicated control message"
                 .into(),
             engine,
+            nodes: Nodes::ONE_EACH,
             prefill_pages: 2,
             decode_pages: 2,
             clients: vec![ClientSpec::normal(1, 3).aborting()],
@@ -400,6 +405,58 @@ impl ModelSpec {
         spec
     }
 
+    /// `two-by-two`: the real topology, 2 prefill and 2 decode nodes, under the real
+    /// gateway's policy (`sglang-router`: pairs taken round robin, no cancel of the
+    /// other half, a retryable answer or a request timeout retried in a new room, up to
+    /// five attempts). Each decode pool (2 pages) holds one request at a time, so the
+    /// third of three interchangeable 3-token requests (each prompt in one KV write)
+    /// waits for the pages of the first on its pair. One timeout may fire prematurely
+    /// (an attempt is given up and retried on the other pair while its halves are
+    /// live) and one KV write may fail (decode fails the transfer, the router retries
+    /// the 500 in a new room). Exhausted with the symmetry reduction over the
+    /// requests (`--symmetry`): about 29 million states against some 170 million
+    /// without it (docs/PERFORMANCE.md).
+    pub fn two_by_two() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.router = RouterPolicy::SglangRouter;
+        engine.chunk_pages = 2;
+        ModelSpec {
+            name: "two-by-two".into(),
+            about: "sglang-router policy; 2 prefill nodes (2 pages each), 2 decode nodes (2 \
+                    pages each: one request at a time), context 16; three interchangeable \
+                    3-token requests, each prompt in one KV write; at most 1 premature \
+                    timeout and 1 failed KV write"
+                .into(),
+            engine,
+            nodes: Nodes {
+                prefill: 2,
+                decode: 2,
+            },
+            prefill_pages: 2,
+            decode_pages: 2,
+            clients: vec![ClientSpec::normal(1, 3); 3],
+            faults: FaultBounds {
+                early_timeouts: 1,
+                write_failures: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES, names::RETRIED_LIVE, names::SPREAD],
+            detections_hold: false,
+        }
+    }
+
+    /// `two-by-two-small`: `two-by-two` with no fault (the default `cargo test`
+    /// exhausts it, with and without the reduction): the third request still waits
+    /// for the first one's decode pages on its pair.
+    pub fn two_by_two_small() -> ModelSpec {
+        let mut spec = ModelSpec::two_by_two();
+        spec.name = "two-by-two-small".into();
+        spec.about = "two-by-two with no fault".into();
+        spec.faults = FaultBounds::default();
+        spec.reaches = vec![names::COMPLETES, names::SPREAD];
+        spec
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -420,6 +477,8 @@ impl ModelSpec {
             "retry-race-small" => Ok(ModelSpec::retry_race_small()),
             "pause-race" => Ok(ModelSpec::pause_race()),
             "pause-race-small" => Ok(ModelSpec::pause_race_small()),
+            "two-by-two" => Ok(ModelSpec::two_by_two()),
+            "two-by-two-small" => Ok(ModelSpec::two_by_two_small()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

@@ -3,7 +3,7 @@
 //! decode see it, the pages each pool holds, the messages in flight and the
 //! pending timers, in the trace's notation (`room1.g1`, `p2@g3`, `n1`).
 
-use crate::model_state::{State, DECODE, PREFILL, ROUTER};
+use crate::model_state::{State, ROUTER};
 use kvsim_engine::ids::RoomKey;
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::kv::{PagePool, PageState};
@@ -56,7 +56,7 @@ fn rooms(s: &State) -> Vec<RoomKey> {
         .iter()
         .filter_map(|c| c.req.and_then(|r| router.room_of(r)))
         .collect();
-    for pool in [s.prefill.get().pool(), s.decode.get().pool()] {
+    for pool in s.kv_ids().filter_map(|n| s.pool(n)) {
         out.extend(pool.records().filter_map(|(_, r)| r.owner));
     }
     out.extend(s.net.iter().filter_map(|e| e.get().msg.room()));
@@ -111,7 +111,9 @@ fn clients_text(out: &mut String, s: &State) {
 /// Each room use as the router, prefill and decode see it.
 fn rooms_text(out: &mut String, s: &State) {
     let router = s.router.get();
-    let (prefill, decode) = (s.prefill.get(), s.decode.get());
+    // The room's phase on whichever node of each kind holds it.
+    let prefill = |room| s.prefills.iter().find_map(|n| n.get().room_phase(room));
+    let decode = |room| s.decodes.iter().find_map(|n| n.get().room_phase(room));
     let _ = writeln!(out, "rooms:");
     let keys = rooms(s);
     if keys.is_empty() {
@@ -134,40 +136,41 @@ fn rooms_text(out: &mut String, s: &State) {
         let _ = writeln!(
             out,
             "  {room}: router {at_router}; prefill {}; decode {}",
-            prefill
-                .room_phase(room)
-                .map_or("-".to_string(), |p| format!("{p:?}")),
-            decode
-                .room_phase(room)
-                .map_or("-".to_string(), |p| format!("{p:?}"))
+            prefill(room).map_or("-".to_string(), |p| format!("{p:?}")),
+            decode(room).map_or("-".to_string(), |p| format!("{p:?}"))
         );
     }
 }
 
 /// The router's live rooms, and each node's requests and pages.
 fn nodes_text(out: &mut String, s: &State) {
-    let (prefill, decode) = (s.prefill.get(), s.decode.get());
     let _ = writeln!(
         out,
         "router {ROUTER}: {} live rooms",
         s.router.get().live_rooms()
     );
-    let _ = writeln!(
-        out,
-        "prefill {PREFILL}: {} requests; pages {}",
-        prefill.requests(),
-        pages(prefill.pool())
-    );
-    let _ = writeln!(
-        out,
-        "decode {DECODE}: {} requests, {} quarantined rooms{}; pages {}",
-        decode.requests(),
-        decode.quarantined_rooms(),
-        decode
-            .fatal()
-            .map_or(String::new(), |f| format!(", STOPPED: {f}")),
-        pages(decode.pool())
-    );
+    for (id, prefill) in s.prefill_ids().zip(&s.prefills) {
+        let prefill = prefill.get();
+        let _ = writeln!(
+            out,
+            "prefill {id}: {} requests; pages {}",
+            prefill.requests(),
+            pages(prefill.pool())
+        );
+    }
+    for (id, decode) in s.decode_ids().zip(&s.decodes) {
+        let decode = decode.get();
+        let _ = writeln!(
+            out,
+            "decode {id}: {} requests, {} quarantined rooms{}; pages {}",
+            decode.requests(),
+            decode.quarantined_rooms(),
+            decode
+                .fatal()
+                .map_or(String::new(), |f| format!(", STOPPED: {f}")),
+            pages(decode.pool())
+        );
+    }
 }
 
 /// The messages in flight, the copies kept to land again, the pending timers.

@@ -511,7 +511,7 @@ const STALE_RETRY: &str = "a spent drain retry delivered again counts as no retr
 
 /// Decode's view of `room`: its phase (with the retry count) and whether it stopped.
 fn drain_view(s: &State, room: RoomKey) -> (Option<DecodePhase>, bool) {
-    let d = s.decode.get();
+    let d = s.decodes[0].get();
     (d.room_phase(room), d.fatal().is_some())
 }
 
@@ -1063,9 +1063,13 @@ fn kept_copy_lands_on_a_ready_page(spec: ModelSpec, gated: bool) {
             let Carried::Write(KvWrite { id, dst, .. }) = &copy.get().env.msg else {
                 unreachable!()
             };
-            let ready = s.decode.get().pool().record(dst[0].page).is_some_and(|r| {
-                r.state == PageState::Ready && r.owner == Some(id.room) && r.gen == dst[0].gen
-            });
+            let ready = s.decodes[0]
+                .get()
+                .pool()
+                .record(dst[0].page)
+                .is_some_and(|r| {
+                    r.state == PageState::Ready && r.owner == Some(id.room) && r.gen == dst[0].gen
+                });
             if ready {
                 let land = Action::LandStale(copy.clone());
                 assert!(enabled.contains(&land));

@@ -7,7 +7,7 @@
 
 use crate::model::handoff::HandoffModel;
 use crate::model::properties;
-use crate::model_state::{altered, Action, Envelope, FaultsUsed, State, DECODE, PREFILL};
+use crate::model_state::{altered, Action, Envelope, FaultsUsed, State};
 use kvsim_engine::msg::Carried;
 use kvsim_engine::world::{self, Arrival, DataFault};
 use kvsim_engine::Timer;
@@ -67,14 +67,13 @@ impl HandoffModel {
         }
     }
 
-    /// A pause races whatever else can happen (a node frozen at the end freezes
-    /// nothing); the frozen node may always wake.
-    fn pause_actions(used: &FaultsUsed, pauses: u8, out: &mut Vec<Action>) {
+    /// A pause of any prefill or decode node races whatever else can happen (a node
+    /// frozen at the end freezes nothing); the frozen node may always wake.
+    fn pause_actions(s: &State, used: &FaultsUsed, pauses: u8, out: &mut Vec<Action>) {
         match used.frozen_node() {
             Some(node) => out.push(Action::Wake(node)),
             None if used.pauses < pauses && !out.is_empty() => {
-                out.push(Action::Pause(PREFILL));
-                out.push(Action::Pause(DECODE));
+                out.extend(s.kv_ids().map(Action::Pause));
             }
             None => {}
         }
@@ -154,10 +153,9 @@ impl Model for HandoffModel {
         // A crash races whatever else can happen; once nothing else can, the run is
         // over (and the quiescence property judges it), so a crash is not enabled.
         if used.crashes < bounds.crashes && !out.is_empty() {
-            out.push(Action::Crash(PREFILL));
-            out.push(Action::Crash(DECODE));
+            out.extend(s.kv_ids().map(Action::Crash));
         }
-        Self::pause_actions(used, bounds.pauses, out);
+        Self::pause_actions(s, used, bounds.pauses, out);
         // A spent timer may be delivered again at any point, even after everything
         // else is done (a stale entry of a timer wheel); see `is_quiescent`.
         if used.timer_refires < bounds.timer_refires {

@@ -1,37 +1,31 @@
-//! A crash of the prefill or the decode node inside one transition: the node restarts
+//! A crash of a prefill or a decode node inside one transition: the node restarts
 //! at once into its next incarnation, and the world's crash walk decides the fate of
 //! each message in flight.
 //!
 //! Only the crash itself: the transition around it is [`crate::model::tx`].
 
 use crate::model::tx::Tx;
-use crate::model_state::{note, Envelope, DECODE, PREFILL};
+use crate::model_state::{note, Envelope, KvNode};
 use kvsim_engine::ids::{NodeId, WriteId};
 use kvsim_engine::msg::{Carried, Msg};
 use kvsim_engine::world::{self, CrashWalk, Flying, WriteFailure};
 use kvsim_oracle::schema::{FaultEvent, Record};
 
 impl Tx<'_> {
-    fn epoch(&self, node: NodeId) -> u32 {
-        match node {
-            PREFILL => self.s.prefill.get().pool().epoch(),
-            DECODE => self.s.decode.get().pool().epoch(),
-            _ => 0,
-        }
-    }
-
     /// The prefill or decode node crashes and restarts at once into its next
     /// incarnation: the world's rules ([`world::crash_fate`]) decide each message in
     /// flight, its timers die ([`Timers::crash`](world::Timers::crash)). `budget`: an environment fault (it
     /// counts against the crash bound), not a restart the node asked for.
     pub(super) fn crash(&mut self, node: NodeId, budget: bool) {
-        let busy = match node {
-            PREFILL => self.s.prefill.get().requests() > 0,
-            DECODE => {
-                let d = self.s.decode.get();
+        let Some(kv) = self.s.kv_node(node) else {
+            return;
+        };
+        let busy = match kv {
+            KvNode::Prefill(i) => self.s.prefills[i].get().requests() > 0,
+            KvNode::Decode(i) => {
+                let d = self.s.decodes[i].get();
                 d.requests() > 0 || d.quarantined_rooms() > 0
             }
-            _ => return,
         };
         if budget {
             self.s.book(|b| {
@@ -53,10 +47,10 @@ impl Tx<'_> {
                 }
             });
         }
-        let dead = self.epoch(node);
-        match node {
-            PREFILL => self.s.prefill.update(|n| world::restart(n, dead + 1)),
-            _ => self.s.decode.update(|n| world::restart(n, dead + 1)),
+        let dead = self.s.epoch(node);
+        match kv {
+            KvNode::Prefill(i) => self.s.prefills[i].update(|n| world::restart(n, dead + 1)),
+            KvNode::Decode(i) => self.s.decodes[i].update(|n| world::restart(n, dead + 1)),
         }
         self.event_text(|| format!("{node} crashes and restarts into a new incarnation"));
         self.forget_incarnation(node);
@@ -71,9 +65,18 @@ impl Tx<'_> {
             node,
             epoch: dead + 1,
         }));
-        if node == DECODE {
-            // The new incarnation has no quarantine and no retry count.
-            let rooms: Vec<_> = self.s.book.get().notes.iter().map(|(k, _)| *k).collect();
+        if let KvNode::Decode(i) = kv {
+            // The new incarnation has no quarantine and no retry count: every note of
+            // a room use is its, but those another decode node holds.
+            let s = &self.s;
+            let elsewhere = |room| {
+                let others = s.decodes.iter().enumerate().filter(|&(j, _)| j != i);
+                others
+                    .map(|(_, d)| d)
+                    .any(|d| d.get().room_phase(room).is_some())
+            };
+            let notes = s.book.get().notes.iter().map(|(k, _)| *k);
+            let rooms: Vec<_> = notes.filter(|&room| !elsewhere(room)).collect();
             for room in rooms {
                 self.s.unnote(room, note::DRAIN_RETRIED);
             }

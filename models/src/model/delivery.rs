@@ -6,7 +6,7 @@
 
 use crate::memo::Cause;
 use crate::model::tx::Tx;
-use crate::model_state::{altered, stale_landing, Envelope, StaleCopy, PREFILL};
+use crate::model_state::{altered, stale_landing, Envelope, StaleCopy};
 use kvsim_engine::msg::Carried;
 use kvsim_engine::world::{self, Arrival, DataFault};
 use kvsim_oracle::schema::{FaultEvent, Record};
@@ -113,11 +113,11 @@ impl Tx<'_> {
         let Some(write) = env.msg.write_id() else {
             return;
         };
-        let pool = match env.to {
-            PREFILL => self.s.prefill.get().pool(),
-            _ => self.s.decode.get().pool(),
-        };
-        let Some(a) = stale_landing(pool, &env.msg) else {
+        let Some(a) = self
+            .s
+            .pool(env.to)
+            .and_then(|pool| stale_landing(pool, &env.msg))
+        else {
             return;
         };
         self.event_text(|| {

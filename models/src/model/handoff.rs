@@ -6,7 +6,7 @@
 //! ([`crate::model::properties`]).
 
 use crate::memo::{self, Cause, Effect, Machine};
-use crate::model_state::{Book, Client, FaultsUsed, State, DECODE, PREFILL, ROUTER};
+use crate::model_state::{Book, Client, FaultsUsed, State, ROUTER};
 use crate::spec::{ClientSpec, ModelSpec, SpecError};
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::gpu::SymbolicGpu;
@@ -32,6 +32,8 @@ pub struct HandoffModel {
     cfg: Cfg,
     /// The facts of the run the oracle needs (the same header a simulator trace has).
     pub(super) header: RunHeader,
+    /// The nodes and their ids ([`HandoffModel::topology_of`]).
+    topology: Topology,
     /// Per client slot, its group: the first slot with an identical spec.
     groups: Vec<u8>,
     /// Properties that already have a discovery (one bit each, see [`latch_first`](crate::model::properties::latch_first)).
@@ -54,6 +56,7 @@ impl Clone for HandoffModel {
             spec: self.spec.clone(),
             cfg: self.cfg.clone(),
             header: self.header.clone(),
+            topology: self.topology.clone(),
             groups: self.groups.clone(),
             latched: AtomicU64::new(0),
             id: self.id,
@@ -74,15 +77,17 @@ impl HandoffModel {
                 first.expect("a client is equal to itself") as u8
             })
             .collect();
+        let topology = Self::topology_of(&spec);
         let header = RunHeader::new(
             "kvsim-models",
             ClockKind::Simulated,
             &spec.engine,
-            &Self::topology_of(&spec),
+            &topology,
         );
         Ok(HandoffModel {
             cfg: Cfg::new(spec.engine.clone()),
             header,
+            topology,
             spec,
             groups,
             latched: AtomicU64::new(0),
@@ -92,13 +97,19 @@ impl HandoffModel {
         })
     }
 
-    /// One prefill and one decode node: router `n0`, prefill `n1`, decode `n2`,
-    /// client `n3`, as the simulator numbers them.
+    /// The spec's prefill and decode nodes as the simulator numbers them: router
+    /// `n0`, the prefill nodes, the decode nodes, the client endpoint last (with one
+    /// of each: prefill `n1`, decode `n2`, client `n3`).
     pub fn topology_of(spec: &ModelSpec) -> Topology {
         Topology {
-            prefill_pools: vec![spec.prefill_pages],
-            decode_pools: vec![spec.decode_pages],
+            prefill_pools: vec![spec.prefill_pages; usize::from(spec.nodes.prefill)],
+            decode_pools: vec![spec.decode_pages; usize::from(spec.nodes.decode)],
         }
+    }
+
+    /// The deployment's topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
     }
 
     /// Recompute every node transition the cache answers and panic if the engine now
@@ -157,17 +168,23 @@ impl HandoffModel {
         kvsim_oracle::canary::prompt(req, self.client_spec(c).prompt_len)
     }
 
-    /// Must either half reject this request (the oracle's rule)?
+    /// Must either half reject this request (the oracle's rule), on some pair of
+    /// nodes the router may choose?
     pub fn over_length(&self, spec: &ClientSpec) -> bool {
-        [Side::Prefill, Side::Decode].into_iter().any(|side| {
-            must_reject(
-                &self.header,
-                side,
-                PREFILL,
-                DECODE,
-                spec.prompt_len,
-                spec.max_new_tokens,
-            )
+        let decodes = self.topology.decode_ids();
+        self.topology.prefill_ids().into_iter().any(|prefill| {
+            decodes.iter().any(|&decode| {
+                [Side::Prefill, Side::Decode].into_iter().any(|side| {
+                    must_reject(
+                        &self.header,
+                        side,
+                        prefill,
+                        decode,
+                        spec.prompt_len,
+                        spec.max_new_tokens,
+                    )
+                })
+            })
         })
     }
 
@@ -198,25 +215,22 @@ impl HandoffModel {
 
     /// The initial state: fresh nodes, idle clients, nothing in flight.
     pub fn initial(&self) -> State {
-        let router = Router::new(ROUTER, self.cfg.clone(), vec![PREFILL], vec![DECODE]);
+        let (prefills, decodes) = (self.topology.prefill_ids(), self.topology.decode_ids());
+        let router = Router::new(ROUTER, self.cfg.clone(), prefills.clone(), decodes.clone());
         let ps = self.cfg.page_size;
-        let prefill = PrefillNode::new(
-            PREFILL,
-            self.cfg.clone(),
-            ROUTER,
-            SymbolicGpu::new(self.spec.prefill_pages, ps),
-        );
-        let decode = DecodeNode::new(
-            DECODE,
-            self.cfg.clone(),
-            ROUTER,
-            vec![PREFILL],
-            SymbolicGpu::new(self.spec.decode_pages, ps),
-        );
+        let prefill = |&id: &NodeId| {
+            let gpu = SymbolicGpu::new(self.spec.prefill_pages, ps);
+            Shared::new(PrefillNode::new(id, self.cfg.clone(), ROUTER, gpu))
+        };
+        let decode = |&id: &NodeId| {
+            let gpu = SymbolicGpu::new(self.spec.decode_pages, ps);
+            let node = DecodeNode::new(id, self.cfg.clone(), ROUTER, prefills.clone(), gpu);
+            Shared::new(node)
+        };
         State {
             router: Shared::new(router),
-            prefill: Shared::new(prefill),
-            decode: Shared::new(decode),
+            prefills: prefills.iter().map(prefill).collect(),
+            decodes: decodes.iter().map(decode).collect(),
             net: Vec::new(),
             timers: Timers::new(),
             stale: Vec::new(),
@@ -249,11 +263,7 @@ impl HandoffModel {
             sender_alive: true,
             receiver_alive: true,
             receiver_restarted: false,
-            receiver_epoch: match to {
-                PREFILL => s.prefill.get().pool().epoch(),
-                DECODE => s.decode.get().pool().epoch(),
-                _ => 0,
-            },
+            receiver_epoch: s.epoch(to),
             partitioned: false,
             injected_failure: fail,
         }
@@ -266,6 +276,10 @@ impl HandoffModel {
 /// them is not an automorphism of the engine (the pool releases a batch in page-id
 /// order, as SGLang's `free` sorts it, so ids decide which page is handed out next;
 /// see `renaming_pages_is_not_an_automorphism_of_the_allocator` in the engine's tests).
+/// Nor are nodes: on a topology with several pairs the router takes a pair by its
+/// attempt cursor (never by client), so sorting clients stays sound there, while
+/// swapping pairs would need the cursor and every stored node id renamed
+/// (docs/DECISIONS.md, "The real topology and the model checker's reductions").
 pub fn representative(s: &State) -> State {
     let mut r = s.clone();
     r.book(|b| b.clients.sort());

@@ -27,3 +27,4 @@ pub const REFIRED: &str = "a spent timer is delivered again";
 pub const CAUSED: &str = "an error answer has a cause";
 pub const RETRIED_LIVE: &str = "a request is retried while a given-up attempt's half is live";
 pub const FROZEN_TIMEOUT: &str = "a timeout fires while a node is frozen";
+pub const SPREAD: &str = "every decode node holds a request at once";

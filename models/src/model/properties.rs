@@ -7,7 +7,7 @@
 
 use crate::model::handoff::HandoffModel;
 use crate::model::names;
-use crate::model_state::{note, State, DECODE};
+use crate::model_state::{note, State};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::{Carried, KvWrite, Msg, Status};
 use kvsim_oracle::schema::EndOutcome;
@@ -72,6 +72,7 @@ const BIT_REFIRED: u32 = 28;
 const BIT_UNCAUSED: u32 = 29;
 const BIT_RETRIED_LIVE: u32 = 30;
 const BIT_FROZEN_TIMEOUT: u32 = 31;
+const BIT_SPREAD: u32 = 32;
 
 fn quiescence_holds(m: &HandoffModel, s: &State) -> bool {
     latched(m, BIT_QUIESCENCE)
@@ -110,21 +111,21 @@ fn over_length_rejected(m: &HandoffModel, s: &State) -> bool {
         && latch_first(m, BIT_REJECTED)
 }
 
-/// A KV write is in flight to decode while its destination no longer belongs to a
-/// live request of its room (the room was aborted or failed: quarantined, or freed).
+/// A KV write is in flight to a decode node while its destination no longer belongs
+/// to a live request of its room (the room was aborted or failed: quarantined, or
+/// freed).
 fn abort_races_write(m: &HandoffModel, s: &State) -> bool {
-    let pool = s.decode.get().pool();
     !latched(m, BIT_ABORT_RACE)
-        && s.net.iter().any(|e| match &e.get().msg {
-            Carried::Write(KvWrite { id, dst, .. }) if e.get().to == DECODE => {
-                dst.iter().any(|t| {
-                    !pool.record(t.page).is_some_and(|r| {
+        && s.net
+            .iter()
+            .any(|e| match (&e.get().msg, s.decode(e.get().to)) {
+                (Carried::Write(KvWrite { id, dst, .. }), Some(decode)) => dst.iter().any(|t| {
+                    !decode.pool().record(t.page).is_some_and(|r| {
                         r.gen == t.gen && r.owner == Some(id.room) && r.state.is_owned()
                     })
-                })
-            }
-            _ => false,
-        })
+                }),
+                _ => false,
+            })
         && latch_first(m, BIT_ABORT_RACE)
 }
 
@@ -134,7 +135,7 @@ fn drain_ack_after_timeout(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_LATE_ACK)
         && s.net.iter().any(|e| match &e.get().msg {
             Carried::Msg(Msg::DrainAck { room }) => {
-                e.get().to == DECODE && s.noted(*room, note::DRAIN_RETRIED)
+                s.is_decode(e.get().to) && s.noted(*room, note::DRAIN_RETRIED)
             }
             _ => false,
         })
@@ -173,6 +174,15 @@ fn retried_while_live(m: &HandoffModel, s: &State) -> bool {
         && latch_first(m, BIT_RETRIED_LIVE)
 }
 
+/// Every decode node holds a request at the same time (a model with more than one:
+/// the router spread its attempts over the pairs).
+fn spread_over_nodes(m: &HandoffModel, s: &State) -> bool {
+    !latched(m, BIT_SPREAD)
+        && s.decodes.len() > 1
+        && s.decodes.iter().all(|d| d.get().requests() > 0)
+        && latch_first(m, BIT_SPREAD)
+}
+
 /// A spent timer was delivered again.
 fn timer_refired(m: &HandoffModel, s: &State) -> bool {
     !latched(m, BIT_REFIRED) && s.faults().timer_refires > 0 && latch_first(m, BIT_REFIRED)
@@ -199,7 +209,8 @@ pub(super) fn all(m: &HandoffModel) -> Vec<Property<HandoffModel>> {
         Property::always(names::QUIESCENCE, quiescence_holds),
         Property::always(names::CAUSED, error_has_cause),
     ];
-    let sometimes: [(&'static str, Condition); 10] = [
+    let sometimes: [(&'static str, Condition); 11] = [
+        (names::SPREAD, spread_over_nodes),
         (names::FROZEN_TIMEOUT, timeout_while_frozen),
         (names::RETRIED_LIVE, retried_while_live),
         (names::STOPPED, defense_stops),

@@ -7,7 +7,7 @@
 
 use crate::memo::{Cause, Routed};
 use crate::model::handoff::HandoffModel;
-use crate::model_state::{note, Action, State, CLIENT, DECODE, PREFILL, ROUTER};
+use crate::model_state::{note, Action, KvNode, State, ROUTER};
 use kvsim_engine::decode::DecodePhase;
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
 use kvsim_engine::ids::{NodeId, RequestId, TenantId, Token, WriteId};
@@ -168,13 +168,12 @@ impl Tx<'_> {
         self.judged();
     }
 
-    fn quarantined(&self, room: kvsim_engine::ids::RoomKey) -> bool {
-        self.s
-            .decode
-            .get()
-            .pool()
-            .records()
-            .any(|(_, r)| r.owner == Some(room) && r.state == PageState::Quarantined)
+    /// Does the decode node `node` hold pages of `room` in quarantine?
+    fn quarantined(&self, node: NodeId, room: kvsim_engine::ids::RoomKey) -> bool {
+        self.s.pool(node).is_some_and(|pool| {
+            pool.records()
+                .any(|(_, r)| r.owner == Some(room) && r.state == PageState::Quarantined)
+        })
     }
 
     /// Client `slot` submits: it is given the next request id, the oracle sees the
@@ -197,7 +196,8 @@ impl Tx<'_> {
             prompt: self.m.prompt(&client, req),
             max_new_tokens: spec.max_new_tokens,
         };
-        self.dispatch(ROUTER, Cause::Input(Input::Message { from: CLIENT, msg }));
+        let from = self.s.client_id();
+        self.dispatch(ROUTER, Cause::Input(Input::Message { from, msg }));
     }
 
     /// Client `slot` disconnects: the router hears a cancel if it has a request.
@@ -205,13 +205,9 @@ impl Tx<'_> {
     fn cancel(&mut self, slot: usize) {
         self.s.book(|b| b.clients[slot].cancelled = true);
         if let Some(req) = self.s.clients()[slot].req {
-            self.dispatch(
-                ROUTER,
-                Cause::Input(Input::Message {
-                    from: CLIENT,
-                    msg: Msg::Cancel { req },
-                }),
-            );
+            let from = self.s.client_id();
+            let msg = Msg::Cancel { req };
+            self.dispatch(ROUTER, Cause::Input(Input::Message { from, msg }));
         }
     }
 
@@ -273,13 +269,13 @@ impl Tx<'_> {
 
     /// A timer input reaches its node (fired, or delivered again).
     fn fire(&mut self, node: NodeId, timer: Timer) {
-        if let (DECODE, Timer::DrainRetry(room, arming)) = (node, timer) {
+        if let (Some(decode), Timer::DrainRetry(room, arming)) = (self.s.decode(node), timer) {
             // Only the arming decode set last is a retry (a stale copy is ignored).
             let counted = matches!(
-                self.s.decode.get().room_phase(room),
+                decode.room_phase(room),
                 Some(DecodePhase::Quarantined { retries }) if retries == arming
             );
-            if counted && self.quarantined(room) {
+            if counted && self.quarantined(node, room) {
                 self.s.note(room, note::DRAIN_RETRIED);
             }
         }
@@ -300,20 +296,20 @@ impl Tx<'_> {
 
     /// Feed one input to one node and carry out its effects, in order.
     pub(super) fn dispatch(&mut self, node: NodeId, cause: Cause) {
-        match node {
-            ROUTER => {
+        match (node, self.s.kv_node(node)) {
+            (ROUTER, _) => {
                 let e = self.m.transition(node, &self.s.router, cause);
                 self.s.router = e.after.clone();
                 world::apply(node, e.effects.iter().map(Step::as_ref), self);
             }
-            PREFILL => {
-                let e = self.m.transition(node, &self.s.prefill, cause);
-                self.s.prefill = e.after.clone();
+            (_, Some(KvNode::Prefill(i))) => {
+                let e = self.m.transition(node, &self.s.prefills[i], cause);
+                self.s.prefills[i] = e.after.clone();
                 world::apply(node, e.effects.iter().map(Step::as_ref), self);
             }
-            DECODE => {
-                let e = self.m.transition(node, &self.s.decode, cause);
-                self.s.decode = e.after.clone();
+            (_, Some(KvNode::Decode(i))) => {
+                let e = self.m.transition(node, &self.s.decodes[i], cause);
+                self.s.decodes[i] = e.after.clone();
                 world::apply(node, e.effects.iter().map(Step::as_ref), self);
             }
             _ => {}
