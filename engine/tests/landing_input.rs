@@ -275,3 +275,31 @@ fn a_two_sided_write_whose_id_names_another_writer_is_refused() {
     assert_eq!(id.writer, P1);
     refused_as_a_write(&node, first_write(&h), STRANGER, id, "names another writer");
 }
+
+/// A KV write to a node that registers no memory for writes (a prefill node, the
+/// router) lands nothing and fails back with its one failed completion, as a remote
+/// access error does: the world's rule, whatever the transport.
+#[test]
+fn a_write_to_a_node_that_takes_none_fails_back() {
+    for cfg in [cfg(), two_sided()] {
+        let (mut h, _) = sending(cfg);
+        let write = first_write(&h);
+        let before = h.node(P2).and_then(AnyNode::gpu).cloned();
+        let m = h.mark();
+        handled(h.inject(P1, P2, write.clone()).unwrap());
+        assert_eq!(h.send_kinds_since(m), vec![(P2, "WriteDone", P1)]);
+        let done = h.find_kind("WriteDone", P1).unwrap();
+        assert_eq!(
+            h.in_flight()[done].msg,
+            Carried::Msg(Msg::WriteDone {
+                id: write.id,
+                ok: false
+            })
+        );
+        assert_eq!(h.node(P2).and_then(AnyNode::gpu).cloned(), before);
+        assert!(
+            h.events_since(m).is_empty(),
+            "nothing traced, nothing landed"
+        );
+    }
+}
