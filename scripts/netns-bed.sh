@@ -13,8 +13,9 @@
 # `kvsim canary` (with client disconnects) through the router from the host. The faults
 # are on the links (loss on the router's and on decode's link, one- and two-way
 # partitions between prefill and decode and between the router and decode, a slow
-# link, a link down and up) and a paused prefill; no process is killed (a worker
-# restarted behind the router is not built).
+# link, a link down and up), a paused prefill, and SIGKILL of the decode and of the
+# prefill worker with a restart at a new epoch at the same address (the router keeps
+# its worker list: it finds the restarted worker by its health checks and retries).
 #
 #   scripts/netns-bed.sh SEED [--bugs LIST] [--scenario FILE] [--router PY]
 #
@@ -125,6 +126,8 @@ wait_line() { # FILE TEXT
     for _ in $(seq 200); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
     echo "timeout waiting for '$2' in $1"; cat "$1"; return 1
 }
+READY="running"
+[ -n "$ROUTER_PY" ] && READY="worker http on"
 if [ -n "$ROUTER_PY" ]; then
     start p n1 0; start d n2 0
     for f in n1-e0 n2-e0; do wait_line "$DIR/$f.out" "worker http on" || exit 1; done
@@ -157,6 +160,8 @@ if [ -n "$ROUTER_PY" ]; then
         "partition p d $(ms 400 800)"
         "linkdown p $(ms 300 600)"
         "pause p $(ms 300 700)"
+        "kill d $(ms 200 400)"
+        "kill p $(ms 200 400)"
     )
 fi
 # Shuffle the order by the seed.
@@ -208,7 +213,7 @@ for f in "${SCHEDULE[@]}"; do
         pause) kill -STOP "${PID[$2]}"; sleep "$dur"; kill -CONT "${PID[$2]}" ;;
         kill) kill -9 "${PID[$2]}"; wait "${PID[$2]}" 2>/dev/null; sleep "$dur"
               EPOCH[$2]=$(( EPOCH[$2] + 1 )); start "$2" "${NODE[$2]}" "${EPOCH[$2]}"
-              wait_line "$DIR/${NODE[$2]}-e${EPOCH[$2]}.out" "running" || exit 1 ;;
+              wait_line "$DIR/${NODE[$2]}-e${EPOCH[$2]}.out" "$READY" || exit 1 ;;
     esac
     sleep 0.2
 done

@@ -12,9 +12,10 @@
 //! The same bed with SGLang's real router (`--router PY`): prefill and decode in
 //! worker mode in their namespaces, `sglang-router` 0.3.2 in PD mode in its own, faults
 //! on every link (loss on the router's and decode's, partitions between prefill and
-//! decode and between the router and decode, a slow link, a link down) and a paused
-//! prefill, `kvsim canary` through the router with client disconnects; then the audit
-//! of both nodes' traces and both pools whole. The router comes from `KVSIM_PYTHON`'s
+//! decode and between the router and decode, a slow link, a link down), a paused
+//! prefill, and SIGKILL of the decode and of the prefill worker, each restarted at a new
+//! epoch behind the router, `kvsim canary` through the router with client disconnects;
+//! then the audit of both nodes' traces (every incarnation's) and both pools whole. The router comes from `KVSIM_PYTHON`'s
 //! environment (SKIPPED without it, failing under `KVSIM_REQUIRE_PY_CLIENTS=1`).
 
 mod cli;
@@ -129,10 +130,15 @@ fn netns_bed_real_router_drives_prefill_and_decode_through_link_faults() {
         "fault: loss r ",
         "fault: partition r d ",
         "fault: partition p d ",
+        "fault: kill d ",
+        "fault: kill p ",
     ] {
         assert!(text.contains(fault), "{fault} was applied:\n{text}");
     }
     assert_eq!(code, 0, "{text}");
+    for restarted in ["Prefill (epoch 1)", "Decode (epoch 1)"] {
+        assert!(text.contains(restarted), "{restarted} drained: {text}");
+    }
     assert!(
         text.contains("bed result: canary rc 0, audit rc 0, drained 1"),
         "{text}"
