@@ -75,6 +75,19 @@ pub enum Verdict {
     NotReached,
 }
 
+impl Verdict {
+    /// The verdict's kind, without its steps (a reduced search may reach the same
+    /// class of states by another path, so two searches agree on kinds, not steps).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Verdict::Holds => "holds",
+            Verdict::Violated { .. } => "violated",
+            Verdict::Reached { .. } => "reached",
+            Verdict::NotReached => "not reached",
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct PropertyStatus {
     pub name: &'static str,

@@ -9,7 +9,6 @@
 //! and without it, on the defended engine and under bug switches that break it.
 
 use kvsim_engine::bugs::{Bug, BugSet};
-use kvsim_models::check::Verdict;
 use kvsim_models::{check, names, CheckOptions, CheckReport, ClientSpec, FaultBounds, ModelSpec};
 
 /// Two interchangeable 3-token requests on abort-race's pools (decode holds one at a
@@ -27,21 +26,11 @@ fn spec() -> ModelSpec {
     s
 }
 
-/// A verdict's kind (the steps of a counterexample may differ: the reduced search
-/// reaches the same class of states by another path).
-fn kind(v: &Verdict) -> &'static str {
-    match v {
-        Verdict::Holds => "holds",
-        Verdict::Violated { .. } => "violated",
-        Verdict::Reached { .. } => "reached",
-        Verdict::NotReached => "not reached",
-    }
-}
-
+/// Each property's name and verdict kind (`Verdict::kind`).
 fn verdicts(r: &CheckReport) -> Vec<(String, &'static str)> {
     r.properties
         .iter()
-        .map(|p| (p.name.to_string(), kind(&p.verdict)))
+        .map(|p| (p.name.to_string(), p.verdict.kind()))
         .collect()
 }
 

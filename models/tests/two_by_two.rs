@@ -38,21 +38,11 @@ fn assert_clean(r: &CheckReport) {
     }
 }
 
-/// A verdict's kind (the steps of a counterexample may differ: the reduced search
-/// reaches the same class of states by another path).
-fn kind(v: &Verdict) -> &'static str {
-    match v {
-        Verdict::Holds => "holds",
-        Verdict::Violated { .. } => "violated",
-        Verdict::Reached { .. } => "reached",
-        Verdict::NotReached => "not reached",
-    }
-}
-
+/// Each property's name and verdict kind ([`Verdict::kind`]).
 fn verdicts(r: &CheckReport) -> Vec<(String, &'static str)> {
     r.properties
         .iter()
-        .map(|p| (p.name.to_string(), kind(&p.verdict)))
+        .map(|p| (p.name.to_string(), p.verdict.kind()))
         .collect()
 }
 
