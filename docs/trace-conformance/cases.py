@@ -272,6 +272,12 @@ case("s6-decode-failed-near-miss", e, near_miss=["S6.decode-failed"])
 # ---------- S7 ----------
 e=[routed(), accepted(frm=4)]
 case("s7-peer", e, findings=[("VIOLATED","S7",last(e))], clause="S7.peer")
+e=[routed(), routed()]
+case("s7-routed-twice", e, findings=[("VIOLATED","S7",last(e))], clause="S7.routed-twice", note="the router routes room1.g1 again while its first attempt is open: a replay in the same room use")
+e=[routed(), E("RoomCleared",0,room=A), routed()]
+case("s7-routed-twice-after-clear", e, findings=[("VIOLATED","S7",last(e))], note="the same room use routed again after it was cleared: still two attempts in one room use")
+e=[routed(), E("RoomCleared",0,room=A), routed(R(1,2))]
+case("s7-routed-twice-near-miss", e, near_miss=["S7.routed-twice"], note="room number 1 routed again at a newer generation: a new room use")
 # ---------- S8 ----------
 e=[routed(), routed(B,req=1), reserve(2,A,[D1]), release(2,B,[D1])]
 case("s8-not-owned", e, findings=[("VIOLATED","S8",last(e))], clause="S8.not-owned")

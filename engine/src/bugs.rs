@@ -82,6 +82,29 @@ pub enum Bug {
     /// answer has a cause" property catches it (an availability defect). Found by a
     /// mutation run, not an upstream report.
     AbortAfterSuccess,
+    /// Issue 37, class 2: SGLang #40125 (fix proposed in #40185; the Mooncake #1400
+    /// `check_status` KeyError): `bootstrap_room` is a plain field of the request,
+    /// and neither half checks that a room is in use. Prefill's bootstrap state is
+    /// keyed by the room number alone (`MooncakeKVManager`'s bootstrap thread:
+    /// `transfer_infos[room][session] = TransferInfo.from_zmq(..)`, no liveness check),
+    /// so a second start for a live room takes the live room's entry over: here
+    /// prefill takes the second start's request, prompt and decode node into the live
+    /// room use, and decode joins it silently. Without the switch both halves refuse a
+    /// start naming another request for a room use they hold (peer-refused, no page
+    /// moves). The live request is then served from the other request's prompt (S10,
+    /// or S4 when the lengths differ), or paired with a decode that reserved nothing.
+    DuplicateRoomJoinsLive,
+    /// Issue 37, class 3, the replay: the `sglang-router` policy draws a request's
+    /// bootstrap room once, before its retry loop, and replays every attempt in it
+    /// (kthena #1423, fixed by #1424: `SGLangConnector` stored the room it drew at
+    /// construction and the router called it once per worker-pair attempt; the class of
+    /// SGLang #34570, tracked in #34572: a replay of a request that may already be
+    /// dispatched). A retried attempt reaches the halves as a second start for the room
+    /// use the given-up attempt may still hold (a duplicate bootstrap entry), and the
+    /// router, which keeps one attempt per room, forgets the first (orphaned: its
+    /// halves' answers are taken for the replay's). Breaks S7 first (a room use routed
+    /// for two attempts: the halves cannot tell whose metadata they hold).
+    RetryReusesRoom,
 }
 
 impl Bug {

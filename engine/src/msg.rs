@@ -29,6 +29,13 @@ pub(crate) fn only_router(router: NodeId, from: NodeId) -> String {
     format!("only the router ({router}) starts or aborts rooms")
 }
 
+/// A node's refusal of a start for a room use it holds for another request: a
+/// `bootstrap_room` that collides with a live one, whoever supplied it (issue 37,
+/// class 2). The live room use is left as it was; no page moves.
+pub(crate) fn in_use(room: RoomKey, held_by: RequestId) -> String {
+    format!("{room} is in use by {held_by}: a start for another request is refused")
+}
+
 /// An HTTP-like status code, as the client sees it.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]

@@ -269,3 +269,71 @@ fn a_start_refused_by_prefill_frees_decodes_pages_before_its_waiting_timeout() {
     assert_eq!(decode_answers, vec![Status::INTERNAL]);
     h.invariants().unwrap();
 }
+
+/// Issue 37, class 3 (SGLang #29482: `execute_dual_dispatch_internal` joins both legs,
+/// so a decode leg that failed to dispatch leaves the prefill leg waiting until the
+/// request timeout, 1800 s by default): the router's wait is the real policy's, and
+/// kvsim's nodes must survive it. Decode's start never arrives. Prefill's own bootstrap
+/// timer (SGLang's `SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`) bounds the orphan: the
+/// room fails and retires when it fires, holding no page meanwhile (source pages are
+/// taken only once decode's page list came). The router, still waiting for decode,
+/// gives the attempt up at its request timer and retries in a new room, which completes.
+#[test]
+fn a_decode_start_that_never_arrives_leaves_prefill_to_its_bootstrap_timer() {
+    let mut h = h(7);
+    let room = bootstrapping(&mut h);
+    let lost = h.find_kind("DecodeStart", D).unwrap();
+    h.drop_flight(lost).unwrap();
+    assert_eq!(h.free_pages(P), 8, "the orphan holds no page");
+    assert!(h.timer_pending(P, Timer::Bootstrap(room)));
+    h.fire(P, Timer::Bootstrap(room)).unwrap();
+    assert_eq!(h.prefill_phase(P, room), None, "prefill let the room go");
+    assert_eq!(h.prefill(P).unwrap().requests(), 0);
+    handled(h.deliver_kind("PrefillFinished", R).unwrap());
+    let live = h.router_room(room).unwrap();
+    assert_eq!(live.prefill_status, Some(Status::INTERNAL));
+    assert!(
+        live.decode_status.is_none(),
+        "the router still waits for decode"
+    );
+    assert!(h.responses().is_empty());
+    h.fire(R, Timer::Request(room)).unwrap();
+    let second = h.room_of(1).unwrap();
+    assert_ne!(second, room, "retried in a new room");
+    h.settle(400).unwrap();
+    assert_eq!(h.response(1).unwrap().status, Status::OK);
+    assert_eq!((h.free_pages(P), h.free_pages(D)), (8, 8));
+    h.invariants().unwrap();
+}
+
+/// Issue 37, class 3, the replay (`retry-reuses-room`): a request timeout gives the
+/// attempt up while its halves still work, and the retry goes out in the same room use
+/// (the room drawn once for the request). The halves see a second start for the room
+/// use they hold; the router has forgotten the first attempt and takes the answers its
+/// halves give to their aborts for the replay's. Without the switch the retry takes a
+/// new room (`a_timed_out_attempt_is_given_up_...`).
+#[test]
+fn retry_reuses_room_replays_the_attempt_in_the_room_it_gave_up() {
+    let mut cfg = sglang(3);
+    cfg.bugs = kvsim_engine::bugs::BugSet::NONE.with(kvsim_engine::bugs::Bug::RetryReusesRoom);
+    let mut h: H = Harness::new(cfg).unwrap();
+    let room = bootstrapping(&mut h);
+    h.fire(R, Timer::Request(room)).unwrap();
+    assert_eq!(
+        routed(&h),
+        vec![room, room],
+        "the replay is in the same room use"
+    );
+    let starts = h
+        .in_flight()
+        .iter()
+        .filter(|f| matches!(&f.msg, Carried::Msg(Msg::PrefillStart { room: r, .. }) if *r == room))
+        .count();
+    assert_eq!(
+        starts, 1,
+        "the replay's start is on its way to the prefill that holds it"
+    );
+    let live = h.router_room(room).unwrap();
+    assert!(live.prefill_status.is_none() && live.decode_status.is_none());
+    h.router().unwrap().invariants().unwrap();
+}

@@ -55,12 +55,16 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "scenarios/data-faults.toml",
         include_str!("../../scenarios/data-faults.toml"),
     ),
+    (
+        "scenarios/client-rooms.toml",
+        include_str!("../../scenarios/client-rooms.toml"),
+    ),
 ];
 
 /// Which scenario hunts which switch (the one whose faults reach its code path).
 pub fn scenario_for(bugs: BugSet) -> &'static str {
     let only = |b: Bug| bugs == BugSet::NONE.with(b);
-    if only(Bug::SuccessOverwritesAbort) {
+    if only(Bug::SuccessOverwritesAbort) || only(Bug::RetryReusesRoom) {
         "scenarios/abort-storm.toml"
     } else if only(Bug::DecodeReleaseImmediate) || only(Bug::PrefillReleaseBeforeDrain) {
         "scenarios/disconnect-mid-transfer.toml"
@@ -72,6 +76,8 @@ pub fn scenario_for(bugs: BugSet) -> &'static str {
         "scenarios/client-disconnects.toml"
     } else if only(Bug::SkipPreflight) {
         "scenarios/glm53-incident.toml"
+    } else if only(Bug::DuplicateRoomJoinsLive) {
+        "scenarios/client-rooms.toml"
     } else if only(Bug::NoLengthAgreement) {
         // Alone, the length check has nothing to catch unless something else makes the
         // halves disagree: prompt truncation at asymmetric limits does.
@@ -86,14 +92,24 @@ pub fn scenario_for(bugs: BugSet) -> &'static str {
 /// waits for a drain ack: the careful router reuses the number it just freed (LIFO);
 /// `sglang-router` draws a random free room (the real gateway's 63-bit rooms never
 /// reuse one), where it is found on far fewer seeds. It is swept under the careful
-/// router; `partition.toml` draws both for everything else.
+/// router; `partition.toml` draws both for everything else. `retry-reuses-room` is a
+/// switch of `sglang-router`'s retries (the careful router makes one attempt): it is
+/// swept under that router.
 pub fn load_for(bugs: BugSet) -> Result<Scenario, LabError> {
     let mut sc = load(scenario_for(bugs))?;
     if bugs == BugSet::NONE.with(Bug::AckIgnoresGeneration) {
         sc.routers = vec![kvsim_engine::RouterPolicy::Careful];
     }
+    if bugs == BugSet::NONE.with(Bug::RetryReusesRoom) {
+        sc.routers = vec![kvsim_engine::RouterPolicy::SglangRouter];
+    }
     Ok(sc)
 }
+
+/// Why the models cannot reach `duplicate-room-joins-live`: it needs a start for a live
+/// room use from another request; the simulator's `client_room_permille` supplies one
+/// (`scenarios/client-rooms.toml`), the models have no such client yet.
+const NO_COLLIDING_SUPPLIER: &str = "no model has a client that supplies a live room (the simulator's client_room_permille does); engine/tests/duplicate_room.rs drives it by hand";
 
 /// Why the simulator cannot catch a switch, if it cannot by design.
 pub fn sim_not_applicable(bugs: BugSet) -> Option<&'static str> {
@@ -111,6 +127,8 @@ pub fn mc_not_applicable(bugs: BugSet) -> Option<&'static str> {
         Some("liveness over time: decode's own waiting timer (300 s upstream) rescues it, and model timers carry no time")
     } else if only(Bug::SkipPreflight) {
         Some("a start-up config rule, not a runtime transition")
+    } else if only(Bug::DuplicateRoomJoinsLive) {
+        Some(NO_COLLIDING_SUPPLIER)
     } else {
         None
     }
@@ -247,8 +265,15 @@ fn defended_baseline(
 
 /// The standard models searched for a switch, in order: `models` with the abort-race
 /// ones first for a switch on the abort, drain or failed-transfer paths (their faults
-/// reach its code), as given otherwise.
+/// reach its code), as given otherwise; a switch of `sglang-router`'s retries is
+/// searched in `retry-race-small` first, the model of that router (the others run the
+/// careful router, which never retries).
 pub fn model_order(bugs: BugSet, models: &[&'static str]) -> Vec<&'static str> {
+    if bugs == BugSet::NONE.with(Bug::RetryReusesRoom) {
+        let mut order = vec!["retry-race-small"];
+        order.extend(models.iter().filter(|m| **m != "retry-race-small"));
+        return order;
+    }
     let abort_first = [
         Bug::SuccessOverwritesAbort,
         Bug::DecodeReleaseImmediate,

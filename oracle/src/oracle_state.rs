@@ -185,7 +185,7 @@ impl OracleState {
             | RoomCleared { .. }
             | RejectedLegacy { .. }
             | AbortNoted { .. }
-            | TransferReported { .. } => self.room_event(ev),
+            | TransferReported { .. } => self.room_event(ev, out),
             Admitted { .. } | Running { .. } | Responded { .. } | RouterResponse { .. } => {
                 self.answer_event(h, ev, out)
             }
@@ -299,7 +299,7 @@ impl OracleState {
     }
 
     /// The facts of the room registry: routing, clearing, the flags the nodes set.
-    fn room_event(&mut self, ev: &TraceEvent) {
+    fn room_event(&mut self, ev: &TraceEvent, out: &mut Drafts) {
         use TraceEvent::*;
         match ev {
             Routed {
@@ -323,6 +323,7 @@ impl OracleState {
                     flags: EnumSet::empty(),
                     answered: [None; 2],
                 },
+                out,
             ),
             RoomCleared { room, .. } => self.rooms.cleared(*room),
             RejectedLegacy { node, room, .. } => {

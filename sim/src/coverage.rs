@@ -37,6 +37,7 @@ fn fired(kind: FaultKind, st: &FaultStats) -> Option<u64> {
         FaultKind::MisdirectWrite => Some(st.misdirected),
         FaultKind::TornWrite => Some(st.torn),
         FaultKind::StaleReplay => Some(st.stale_replayed),
+        FaultKind::ClientRoom => Some(st.client_rooms),
         FaultKind::StaleDuplicateWrite => Some(st.stale_duplicates),
         FaultKind::Pause => Some(st.pauses),
         FaultKind::Delay

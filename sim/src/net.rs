@@ -75,6 +75,7 @@ pub struct NetModel {
     fail: rng::Rng,
     data: rng::Rng,
     stale: rng::Rng,
+    client: rng::Rng,
 }
 
 impl NetModel {
@@ -91,6 +92,7 @@ impl NetModel {
             fail: rng::stream(seed, Component::WriteFail),
             data: rng::stream(seed, Component::WriteData),
             stale: rng::stream(seed, Component::StaleReplay),
+            client: rng::stream(seed, Component::ClientRoom),
         }
     }
 
@@ -152,6 +154,11 @@ impl NetModel {
     /// A room number is reused: redeliver its previous use's control messages now?
     pub fn stale_replay(&mut self) -> bool {
         !self.healed && chance(&mut self.stale, self.p.stale_replay_permille)
+    }
+
+    /// A room use was routed: does a client supply its room for a request of its own?
+    pub fn client_room(&mut self) -> bool {
+        !self.healed && chance(&mut self.client, self.p.client_room_permille)
     }
 
     /// Decide a KV write's fate.

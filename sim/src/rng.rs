@@ -58,6 +58,8 @@ pub enum Component {
     WriteData = 23,
     /// Per reuse of a room number: redeliver the earlier use's control messages.
     StaleReplay = 24,
+    /// Per routed room use: a client's start for it from another request.
+    ClientRoom = 25,
 }
 
 /// The stream of one component for one seed.

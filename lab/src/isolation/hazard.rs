@@ -103,11 +103,21 @@ impl Hazard {
 /// Every hazard: each runtime bug switch, the incident pair, the four data faults,
 /// the slow writer. `abort-after-success` is no hazard a defense stops: its requests
 /// are answered with an error safely (no page at risk), and only the model checker's
-/// "an error answer has a cause" judges it.
+/// "an error answer has a cause" judges it. Nor is `retry-reuses-room`: the router's
+/// replay is the router's fault, judged where it happens (S7 at its second `Routed`),
+/// and no node defense can tell a replay from a duplicated start. Nor
+/// `duplicate-room-joins-live`: the peer check refuses the colliding start, which is
+/// no defense switch (`engine/tests/duplicate_room.rs`, `scenarios/client-rooms.toml`).
 pub fn hazards() -> Vec<Hazard> {
+    let router_only = [
+        Bug::SkipPreflight,
+        Bug::AbortAfterSuccess,
+        Bug::DuplicateRoomJoinsLive,
+        Bug::RetryReusesRoom,
+    ];
     let mut v: Vec<Hazard> = Bug::ALL
         .into_iter()
-        .filter(|b| *b != Bug::SkipPreflight && *b != Bug::AbortAfterSuccess)
+        .filter(|b| !router_only.contains(b))
         .map(|b| Hazard::Bugs(BugSet::NONE.with(b)))
         .collect();
     v.push(Hazard::Bugs(BugSet::INCIDENT));

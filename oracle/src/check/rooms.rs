@@ -5,10 +5,13 @@
 //! It judges nothing; every checker reads it to name a room use in a finding and to
 //! know its true size. Invariant: sorted by room key, one entry per key.
 
+use super::{draft, Drafts};
 use crate::shared::Shared;
 use enumset::{EnumSet, EnumSetType};
-use kvsim_engine::ids::{NodeId, RequestId, RoomKey, TenantId};
+use kvsim_engine::ids::{Generation, NodeId, RequestId, RoomId, RoomKey, TenantId};
+use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::Status;
+use std::collections::BTreeMap;
 
 /// What the oracle remembers about a room use, from the router's `Routed` event until
 /// the router clears the room.
@@ -41,24 +44,31 @@ pub enum RoomFlag {
     DrainAcked,
 }
 
-/// Routed room uses not yet cleared, sorted by key. Shared and hashed as one part.
+/// Routed room uses not yet cleared, sorted by key, and the newest generation routed
+/// in each room number. Each shared and hashed as one part.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct Rooms {
     pub rooms: Shared<Vec<(RoomKey, RoomFacts)>>,
+    /// Per room number, the newest generation the router routed in it: a room use is
+    /// one attempt's, so a `Routed` at that generation or an older one is a room use
+    /// routed twice (S7). One entry per room number used: the router's room table
+    /// bounds it (an audit of the worker front's 63-bit rooms keeps one per request).
+    pub newest: Shared<BTreeMap<RoomId, Generation>>,
 }
 
 impl Default for Rooms {
     fn default() -> Self {
         Rooms {
             rooms: Shared::new(Vec::new()),
+            newest: Shared::new(BTreeMap::new()),
         }
     }
 }
 
 impl Rooms {
-    /// The same list, shared (see [`crate::OracleState::same_parts`]).
+    /// The same lists, shared (see [`crate::OracleState::same_parts`]).
     pub(crate) fn same_parts(&self, other: &Rooms) -> bool {
-        self.rooms.same(&other.rooms)
+        self.rooms.same(&other.rooms) && self.newest.same(&other.newest)
     }
 
     fn index(&self, room: RoomKey) -> Result<usize, usize> {
@@ -83,8 +93,26 @@ impl Rooms {
             .map(|(k, _)| *k)
     }
 
-    /// The router routed `room`: its facts replace any earlier ones.
-    pub fn routed(&mut self, room: RoomKey, facts: RoomFacts) {
+    /// The router routed `room`: its facts replace any earlier ones. A room use routed
+    /// before (S7): the halves key everything they hold by the room use, so a second
+    /// attempt in it is a second start for state the first may still hold, and the
+    /// router can no longer tell whose answers it gets.
+    pub fn routed(&mut self, room: RoomKey, facts: RoomFacts, out: &mut Drafts) {
+        match self.newest.get().get(&room.room) {
+            Some(&newest) if newest >= room.gen => {
+                let open = match self.get(room) {
+                    Some(f) => format!("its earlier attempt ({}) still open", f.req),
+                    None => "after it was cleared".to_string(),
+                };
+                out.push(draft(Invariant::S7, Some(room), format!(
+                    "the router routed {room} for {} though generation {} of {} was routed already, {open}: two attempts in one room use, which its halves cannot tell apart",
+                    facts.req, newest.0, room.room
+                )));
+            }
+            _ => {
+                self.newest.edit().insert(room.room, room.gen);
+            }
+        }
         match self.index(room) {
             Ok(i) => self.rooms.edit()[i].1 = facts,
             Err(i) => self.rooms.edit().insert(i, (room, facts)),

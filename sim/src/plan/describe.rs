@@ -197,6 +197,7 @@ impl Plan {
             }
             FaultKind::TornWrite => format!("torn-write {}‰", n.torn_write_permille),
             FaultKind::StaleReplay => format!("stale-replay {}‰", n.stale_replay_permille),
+            FaultKind::ClientRoom => format!("client-room {}‰", n.client_room_permille),
             FaultKind::StaleDuplicateWrite => format!(
                 "stale-duplicate-write {}‰",
                 n.stale_duplicate_write_permille

@@ -57,6 +57,7 @@ fn configured(fs: &FaultSpec, k: FaultKind) -> bool {
         FaultKind::StaleDuplicateWrite => fs.stale_duplicate_write_permille > 0,
         FaultKind::Pause => fs.pause.count > 0 && fs.pause.max_ms > 0,
         FaultKind::ClockSkew => fs.clock_skew_permille > 0,
+        FaultKind::ClientRoom => fs.client_room_permille > 0,
     }
 }
 
@@ -457,6 +458,7 @@ pub(super) fn net_params(sc: &Scenario, lv: &Levels) -> NetParams {
         loss_permille: lv.scale32(fs.loss_permille, FaultKind::Loss),
         duplicate_permille: lv.scale32(fs.duplicate_permille, FaultKind::Duplicate),
         stale_replay_permille: lv.scale32(fs.stale_replay_permille, FaultKind::StaleReplay),
+        client_room_permille: lv.scale32(fs.client_room_permille, FaultKind::ClientRoom),
         slow_write_permille: lv.scale32(fs.slow_write.permille, FaultKind::SlowWrite),
         slow_write_max_ns: fs.slow_write.max_ms.saturating_mul(1_000_000),
         late_write_permille: lv.scale32(fs.late_write.permille, FaultKind::LateWrite),

@@ -59,6 +59,10 @@ pub enum FaultKind {
     Pause,
     /// Each node's clock at its own rate, so timeouts last longer or shorter.
     ClockSkew,
+    /// A client that supplies a live room use's `bootstrap_room` for its own request
+    /// (SGLang's worker API takes the field from the request body; issue 37, class 2):
+    /// a start pair for that room use from another request.
+    ClientRoom,
 }
 
 impl FaultKind {
@@ -96,6 +100,7 @@ pub struct NetParams {
     pub loss_permille: u32,
     pub duplicate_permille: u32,
     pub stale_replay_permille: u32,
+    pub client_room_permille: u32,
     pub slow_write_permille: u32,
     pub slow_write_max_ns: u64,
     pub late_write_permille: u32,

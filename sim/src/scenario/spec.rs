@@ -135,6 +135,11 @@ pub struct FaultSpec {
     /// (up to 8, kept as they were sent) are delivered again: stale duplicates aimed
     /// at the moments generation-blind handling gets wrong.
     pub stale_replay_permille: u32,
+    /// Per-mille chance, when a room use is routed, that a client of SGLang's worker
+    /// API supplies the same `bootstrap_room` for a request of its own: a start pair
+    /// for that room use, from another request with a prompt of the same length,
+    /// reaches both halves just after the router's (issue 37, class 2).
+    pub client_room_permille: u32,
     /// Every control message gets up to this much extra latency, so messages overtake
     /// each other (reordering), in microseconds.
     pub reorder_jitter_us: u64,

@@ -364,6 +364,7 @@ impl Scenario {
             ("loss_permille", fs.loss_permille),
             ("duplicate_permille", fs.duplicate_permille),
             ("stale_replay_permille", fs.stale_replay_permille),
+            ("client_room_permille", fs.client_room_permille),
             ("slow_write.permille", fs.slow_write.permille),
             ("late_write.permille", fs.late_write.permille),
             ("write_fail_permille", fs.write_fail_permille),

@@ -50,7 +50,7 @@ impl<G: Gpu> Driver<Msg, TraceEvent, KvWrite<G::Kv>> for Simulator<G> {
         }
     }
 
-    fn event(&mut self, _node: NodeId, ev: TraceEvent) {
+    fn event(&mut self, node: NodeId, ev: TraceEvent) {
         if let Some(h) = &mut self.hash {
             ev.hash(h);
         }
@@ -60,6 +60,9 @@ impl<G: Gpu> Driver<Msg, TraceEvent, KvWrite<G::Kv>> for Simulator<G> {
             self.room_req.insert(*room, *req);
             if self.net.params().stale_replay_permille > 0 {
                 self.stale_replay(*room);
+            }
+            if self.net.params().client_room_permille > 0 {
+                self.client_room(node, &ev);
             }
         }
         // And when a use of a reused number is quarantined: a stale drain ack then is

@@ -9,13 +9,19 @@ use super::Simulator;
 use crate::net::{ControlFate, WriteFate};
 use kvsim_engine::env::Input;
 use kvsim_engine::gpu::Gpu;
-use kvsim_engine::ids::{NodeId, RoomKey, WriteId};
+use kvsim_engine::ids::{NodeId, RequestId, RoomKey, WriteId};
 use kvsim_engine::msg::{Carried, KvWrite, Msg};
+use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::world::{
     self as env_world, Altered, Arrival, Arriving, DataFault, DropReason, Transport, WriteFailure,
 };
+use kvsim_engine::Token;
 use kvsim_oracle::schema::{FaultEvent, MsgView, Record};
 use std::hash::Hash;
+
+/// The first request id of a client that supplies a live room use's room
+/// ([`Simulator::client_room`]): far above any workload's.
+pub const CLIENT_ROOM_REQ: u64 = 1 << 48;
 
 impl<G: Gpu> Simulator<G> {
     /// Keep a control message of a room use for a stale replay at the number's reuse.
@@ -75,6 +81,58 @@ impl<G: Gpu> Simulator<G> {
             let msg = Carried::Msg(msg);
             self.log_send(from, to, &msg, at, true);
             self.enqueue(at, from, to, msg, false);
+        }
+    }
+
+    /// The router `router` routed a room use (`routed`): maybe a client supplies the
+    /// same room for a request of its own, as SGLang's worker API lets it (the worker
+    /// front delivers a client's start as from the router): a start pair from request
+    /// `CLIENT_ROOM_REQ + n`, with a prompt of the same length and other tokens, reaches
+    /// both halves one latency after the router's own.
+    pub(super) fn client_room(&mut self, router: NodeId, routed: &TraceEvent) {
+        let TraceEvent::Routed {
+            room,
+            prefill,
+            decode,
+            prompt_len,
+            max_new_tokens,
+            ..
+        } = *routed
+        else {
+            return;
+        };
+        if !self.net.client_room() {
+            return;
+        }
+        self.stats.client_rooms += 1;
+        let req = RequestId(CLIENT_ROOM_REQ + self.stats.client_rooms);
+        let prompt: Vec<Token> = (0..prompt_len as u32).map(|i| 7 + 3 * i).collect();
+        let at = self.now_ns + 2 * self.net.latency_ns();
+        let starts = [
+            (
+                decode,
+                Msg::DecodeStart {
+                    room,
+                    req,
+                    prompt: prompt.clone(),
+                    max_new_tokens,
+                    prefill,
+                },
+            ),
+            (
+                prefill,
+                Msg::PrefillStart {
+                    room,
+                    req,
+                    prompt,
+                    decode,
+                },
+            ),
+        ];
+        for (to, msg) in starts {
+            let msg = Carried::Msg(msg);
+            self.log_send(router, to, &msg, at, false);
+            self.enqueue(at, router, to, msg, false);
         }
     }
 

@@ -41,6 +41,8 @@ pub struct FaultStats {
     /// Control messages of an earlier use redelivered at a room number's reuse (also
     /// counted in `duplicated`).
     pub stale_replayed: u64,
+    /// Start pairs a client sent for a live room use of another request.
+    pub client_rooms: u64,
 }
 
 /// Where a run's trace goes besides the oracle.

@@ -54,6 +54,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.requests.insert(
             room,
             Request {
+                req,
                 prefill,
                 prompt_len,
                 max_new_tokens,

@@ -9,7 +9,7 @@ use crate::env::{Input, Outbox, Timer};
 use crate::gpu::Gpu;
 use crate::ids::{NodeId, RoomKey, WriteId};
 use crate::kv::PageRecords;
-use crate::msg::{only_router, Msg, Status, Why};
+use crate::msg::{in_use, only_router, Msg, Status, Why};
 use crate::trace::{NodeFault, Side, TraceEvent};
 
 impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
@@ -46,6 +46,14 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             Msg::DecodeStart { room, prefill, .. } if !self.prefills.contains(prefill) => Err(
                 format!("{room}'s start names {prefill}, which is not a prefill node"),
             ),
+            Msg::DecodeStart { room, req, .. } => match self.requests.get(room) {
+                Some(held)
+                    if held.req != *req && !self.cfg.bugs.has(Bug::DuplicateRoomJoinsLive) =>
+                {
+                    Err(in_use(*room, held.req))
+                }
+                _ => Ok(()),
+            },
             Msg::KvDone { room, .. } => match prefill_of(room) {
                 Some(p) if p != from => Err(format!("{room}'s prefill node is {p}")),
                 _ => Ok(()),

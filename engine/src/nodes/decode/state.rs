@@ -6,7 +6,7 @@
 use crate::config::EngineConfig;
 use crate::counters::Counters;
 use crate::gpu::{DeviceError, Gpu};
-use crate::ids::{NodeId, PageTag, RoomKey};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey};
 use crate::kv::{PagePool, PageRecords};
 use crate::nodes::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
@@ -73,6 +73,9 @@ pub enum DecodePhase {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub(super) struct Request {
+    /// The request the router's start named: a start naming another one for this room
+    /// use is refused (the peer check).
+    pub(super) req: RequestId,
     pub(super) prefill: NodeId,
     pub(super) prompt_len: u64,
     pub(super) max_new_tokens: u32,

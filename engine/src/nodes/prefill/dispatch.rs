@@ -3,11 +3,12 @@
 //! It does not hold the node's state (`state`) nor decide any transition itself.
 
 use super::state::PrefillNode;
+use crate::bugs::Bug;
 use crate::compute::Done;
 use crate::env::{Input, Outbox, Timer};
 use crate::gpu::Gpu;
 use crate::ids::{NodeId, RoomKey};
-use crate::msg::{only_router, Msg, Status};
+use crate::msg::{in_use, only_router, Msg, Status};
 use crate::trace::NodeFault;
 
 impl<G: Gpu> PrefillNode<G> {
@@ -70,6 +71,14 @@ impl<G: Gpu> PrefillNode<G> {
             Msg::PrefillStart { .. } | Msg::Abort { .. } if from != self.router => {
                 Err(only_router(self.router, from))
             }
+            Msg::PrefillStart { room, req, .. } => match self.requests.get(room) {
+                Some(held)
+                    if held.req != *req && !self.cfg.bugs.has(Bug::DuplicateRoomJoinsLive) =>
+                {
+                    Err(in_use(*room, held.req))
+                }
+                _ => Ok(()),
+            },
             Msg::KvMeta { room, .. } | Msg::DrainRequest { room } => match decode_of(room) {
                 Some(d) if d != from => Err(format!("{room}'s decode node is {d}")),
                 _ => Ok(()),

@@ -21,8 +21,19 @@ impl<G: Gpu> PrefillNode<G> {
         decode: NodeId,
         env: &mut Outbox<G::Kv>,
     ) {
-        if self.requests.contains_key(&room) || self.is_stale(room) {
-            return; // duplicate or late delivery of a room use this node already answered
+        let fits = (self.cfg.admission_limit(self.pool.capacity() as u32))
+            .is_none_or(|limit| prompt.len() as u64 <= limit);
+        if let Some(held) = self.requests.get_mut(&room) {
+            // Another request's start passed the peer check only under the switch: an
+            // admitted one takes the live room's bootstrap entry over, as SGLang's is
+            // keyed by the room number alone. Otherwise this is a duplicate delivery.
+            if held.req != req_id && fits {
+                (held.req, held.prompt, held.decode) = (req_id, prompt, decode);
+            }
+            return;
+        }
+        if self.is_stale(room) {
+            return; // late delivery of a room use this node already answered
         }
         if self.drained_before_start(room, decode, env) {
             return;

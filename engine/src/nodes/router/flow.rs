@@ -140,16 +140,39 @@ impl Router {
             max_new_tokens,
             number: 1,
         };
-        if !self.start_attempt(first, env) {
+        if !self.start_attempt(first, None, env) {
             let answer = Answer::error(Status::UNAVAILABLE, Some(Why::NoRoom));
             self.respond(env, client, req, None, answer);
         }
     }
 
-    /// Send one attempt of a request to a pair of halves in a new room; `false` when
-    /// the room table is full.
-    pub(super) fn start_attempt<K>(&mut self, a: Attempt, env: &mut Outbox<K>) -> bool {
-        let Some(room) = self.take_room() else {
+    /// The room use a new attempt takes: a free room at its next generation, or, for a
+    /// replay under `retry-reuses-room`, the use `reuse` the given-up attempt had
+    /// (taken back from the free rooms, or out of the hands of that attempt, which the
+    /// router then forgets); `None` when the room table is full.
+    fn open_room(&mut self, reuse: Option<RoomKey>) -> Option<RoomKey> {
+        if let Some(key) = reuse {
+            self.free_rooms.retain(|&r| r != key.room);
+            return Some(key);
+        }
+        let room = self.take_room()?;
+        let slot = &mut self.rooms[room.0 as usize - 1];
+        slot.gen = Generation(slot.gen.0 + 1);
+        Some(RoomKey {
+            room,
+            gen: slot.gen,
+        })
+    }
+
+    /// Send one attempt of a request to a pair of halves in a new room (in `reuse`'s,
+    /// see [`Router::open_room`]); `false` when the room table is full.
+    pub(super) fn start_attempt<K>(
+        &mut self,
+        a: Attempt,
+        reuse: Option<RoomKey>,
+        env: &mut Outbox<K>,
+    ) -> bool {
+        let Some(key) = self.open_room(reuse) else {
             return false;
         };
         let pick = self.next_pair as usize;
@@ -157,12 +180,7 @@ impl Router {
         let prefill = self.prefills[pick % self.prefills.len()];
         let decode = self.decodes[pick % self.decodes.len()];
         let retries = self.retries();
-        let slot = &mut self.rooms[room.0 as usize - 1];
-        slot.gen = Generation(slot.gen.0 + 1);
-        let key = RoomKey {
-            room,
-            gen: slot.gen,
-        };
+        let slot = &mut self.rooms[key.room.0 as usize - 1];
         let retry = retries.then(|| Retry {
             tenant: a.tenant,
             prompt: a.prompt.clone(),
@@ -278,7 +296,9 @@ impl Router {
             self.by_req.remove(&next.req);
         }
         let (client, req) = (next.client, next.req);
-        if !self.start_attempt(next, env) {
+        // The replay: the room drawn once for the request, kept for every attempt.
+        let reuse = self.cfg.bugs.has(Bug::RetryReusesRoom).then_some(key);
+        if !self.start_attempt(next, reuse, env) {
             let answer = Answer::error(Status::UNAVAILABLE, Some(Why::NoRoom));
             self.respond(env, client, req, Some(key), answer);
         }
