@@ -137,6 +137,18 @@ impl MsgView {
 
     fn of_msg(m: &Msg) -> MsgView {
         match m {
+            Msg::Submit { .. } | Msg::Cancel { .. } | Msg::Response { .. } => Self::of_client(m),
+            Msg::PrefillStart { .. } | Msg::DecodeStart { .. } => Self::of_start(m),
+            Msg::TokenOut { .. } | Msg::PrefillFinished { .. } | Msg::DecodeFinished { .. } => {
+                Self::of_answer(m)
+            }
+            _ => Self::of_transfer(m),
+        }
+    }
+
+    /// A client's message: its request, its cancel, its answer.
+    fn of_client(m: &Msg) -> MsgView {
+        match m {
             Msg::Submit {
                 req,
                 tenant,
@@ -160,6 +172,13 @@ impl MsgView {
                 tokens: tokens.clone(),
                 why: *why,
             },
+            _ => unreachable!("of_client is called for its own messages only"),
+        }
+    }
+
+    /// A half's start, as the router sends it.
+    fn of_start(m: &Msg) -> MsgView {
+        match m {
             Msg::PrefillStart {
                 room,
                 req,
@@ -184,6 +203,35 @@ impl MsgView {
                 max_new_tokens: *max_new_tokens,
                 prefill: *prefill,
             },
+            _ => unreachable!("of_start is called for its own messages only"),
+        }
+    }
+
+    /// What a half tells the router: its tokens and its finish.
+    fn of_answer(m: &Msg) -> MsgView {
+        match m {
+            Msg::PrefillFinished { room, status, why } => MsgView::PrefillFinished {
+                room: *room,
+                status: *status,
+                why: *why,
+            },
+            Msg::TokenOut { room, index, token } => MsgView::TokenOut {
+                room: *room,
+                index: *index,
+                token: *token,
+            },
+            Msg::DecodeFinished { room, status, why } => MsgView::DecodeFinished {
+                room: *room,
+                status: *status,
+                why: *why,
+            },
+            _ => unreachable!("of_answer is called for its own messages only"),
+        }
+    }
+
+    /// An abort, and the transfer between the halves and its cleanup.
+    fn of_transfer(m: &Msg) -> MsgView {
+        match m {
             Msg::Abort { room } => MsgView::Abort { room: *room },
             Msg::KvMeta {
                 room,
@@ -206,21 +254,7 @@ impl MsgView {
                 epoch: *epoch,
             },
             Msg::DrainAck { room } => MsgView::DrainAck { room: *room },
-            Msg::PrefillFinished { room, status, why } => MsgView::PrefillFinished {
-                room: *room,
-                status: *status,
-                why: *why,
-            },
-            Msg::TokenOut { room, index, token } => MsgView::TokenOut {
-                room: *room,
-                index: *index,
-                token: *token,
-            },
-            Msg::DecodeFinished { room, status, why } => MsgView::DecodeFinished {
-                room: *room,
-                status: *status,
-                why: *why,
-            },
+            _ => unreachable!("of_transfer is called for its own messages only"),
         }
     }
 

@@ -7,7 +7,7 @@ use crate::bugs::Bug;
 use crate::env::{Outbox, Timer};
 use crate::gpu::KvPayload;
 use crate::gpu::{ids, zero_on_free, DeviceError, Gpu};
-use crate::ids::{PageTag, RoomKey, WriteId};
+use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
 use crate::kv::PageState;
 use crate::msg::{KvWrite, Msg, Status, TransferOutcome, Why};
 use crate::trace::{NodeFault, Side, TraceEvent};
@@ -81,37 +81,13 @@ impl<G: Gpu> PrefillNode<G> {
         // Read before holding: a device that fails here fails the send with no hold
         // taken for a write that never leaves.
         let mut kv = self.gpu.read_pages(&ids(&src))?;
-        let hold = !self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain)
-            && self.cfg.defenses.deferred_release;
-        if hold {
-            for &t in &src {
-                // Our own Ready pages: a refusal means the record is corrupt.
-                self.pool
-                    .hold(t)
-                    .expect("sending room owns its source pages (S1)");
-            }
-            for c in self.pool.take_changes() {
-                env.trace(c.into_event(self.id, None));
-            }
-        }
+        let hold = self.hold_sources(&src, env);
         if let Some((i, slots)) = tail {
             if let Some(k) = kv.get_mut(i) {
                 k.keep_slots(slots);
             }
         }
-        let out = self.outstanding.entry(room).or_insert_with(|| Outstanding {
-            to,
-            ..Outstanding::default()
-        });
-        let id = WriteId {
-            writer: self.id,
-            epoch: self.pool.epoch(),
-            room,
-            chunk: out.next_chunk,
-        };
-        out.next_chunk += 1;
-        out.chunks
-            .insert(id.chunk, if hold { src.clone() } else { Vec::new() });
+        let id = self.record_write(room, to, if hold { src.clone() } else { Vec::new() });
         env.trace(TraceEvent::KvSent {
             node: self.id,
             write: id,
@@ -134,6 +110,43 @@ impl<G: Gpu> PrefillNode<G> {
             .get(&room)
             .is_some_and(|o| o.chunks.contains_key(&id.chunk)));
         Ok(())
+    }
+
+    /// Hold a chunk's source pages until its write completes (deferred release, unless
+    /// a bug switch releases before the drain): whether they are held.
+    fn hold_sources(&mut self, src: &[PageTag], env: &mut Outbox<G::Kv>) -> bool {
+        let hold = !self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain)
+            && self.cfg.defenses.deferred_release;
+        if hold {
+            for &t in src {
+                // Our own Ready pages: a refusal means the record is corrupt.
+                self.pool
+                    .hold(t)
+                    .expect("sending room owns its source pages (S1)");
+            }
+            for c in self.pool.take_changes() {
+                env.trace(c.into_event(self.id, None));
+            }
+        }
+        hold
+    }
+
+    /// The id of a new chunk write of `room` to `to`, recorded as outstanding with the
+    /// source pages it holds.
+    fn record_write(&mut self, room: RoomKey, to: NodeId, held: Vec<PageTag>) -> WriteId {
+        let out = self.outstanding.entry(room).or_insert_with(|| Outstanding {
+            to,
+            ..Outstanding::default()
+        });
+        let id = WriteId {
+            writer: self.id,
+            epoch: self.pool.epoch(),
+            room,
+            chunk: out.next_chunk,
+        };
+        out.next_chunk += 1;
+        out.chunks.insert(id.chunk, held);
+        id
     }
 
     /// Every chunk was sent and completed: report the transfer to decode (M7) with
