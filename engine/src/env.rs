@@ -259,6 +259,37 @@ impl<K> Outbox<K> {
     }
 }
 
+/// What a node that posts no KV write and asks for no device work (the router, a
+/// worker front) can ask of its driver: the part of an [`Outbox`] it uses, whatever
+/// the KV type of the node it shares a driver with. Its handlers take `&mut dyn
+/// Control`, so no KV type parameter runs through them as plumbing. Its events go
+/// through [`Trace`].
+pub trait Control: Trace {
+    /// [`Outbox::set_timer`].
+    fn set_timer(&mut self, timer: Timer, after_ns: u64);
+    /// [`Outbox::cancel_timer`].
+    fn cancel_timer(&mut self, timer: Timer);
+    /// [`Outbox::send`].
+    fn send(&mut self, to: NodeId, msg: Msg);
+    /// [`Outbox::stream`].
+    fn stream(&mut self, to: NodeId, req: RequestId, index: u32, token: Token);
+}
+
+impl<K> Control for Outbox<K> {
+    fn set_timer(&mut self, timer: Timer, after_ns: u64) {
+        Outbox::set_timer(self, timer, after_ns);
+    }
+    fn cancel_timer(&mut self, timer: Timer) {
+        Outbox::cancel_timer(self, timer);
+    }
+    fn send(&mut self, to: NodeId, msg: Msg) {
+        Outbox::send(self, to, msg);
+    }
+    fn stream(&mut self, to: NodeId, req: RequestId, index: u32, token: Token) {
+        Outbox::stream(self, to, req, index, token);
+    }
+}
+
 impl<K> Trace for Outbox<K> {
     fn trace(&mut self, event: TraceEvent) {
         Outbox::trace(self, event);

@@ -5,14 +5,14 @@
 
 use super::state::{Answer, Answers, Attempt, Retry, RoomUse, Router};
 use crate::bugs::Bug;
-use crate::env::{Input, Outbox, Timer};
+use crate::env::{Control, Input, Timer};
 use crate::ids::{Generation, NodeId, RequestId, RoomKey, TenantId, Token};
 use crate::msg::{Msg, Status, Why};
 use crate::trace::{Side, TraceEvent};
 
 impl Router {
     /// Handle one input. Drain order of effects: messages in the order sent.
-    pub fn handle<K>(&mut self, input: Input, env: &mut Outbox<K>) {
+    pub fn handle(&mut self, input: Input, env: &mut dyn Control) {
         match input {
             Input::Message { from, msg } => {
                 let verdict = self.check_peer(from, &msg);
@@ -33,7 +33,7 @@ impl Router {
         }
     }
 
-    fn on_message<K>(&mut self, from: NodeId, msg: Msg, env: &mut Outbox<K>) {
+    fn on_message(&mut self, from: NodeId, msg: Msg, env: &mut dyn Control) {
         {
             match msg {
                 Msg::Submit {
@@ -59,7 +59,7 @@ impl Router {
     /// Decode's token `index` of room use `room` (the peer check admitted it from the
     /// room's decode node): kept at its index, and, the first time that index is taken
     /// for a request not yet answered nor given up, streamed to the client.
-    fn on_token<K>(&mut self, room: RoomKey, index: u32, token: Token, env: &mut Outbox<K>) {
+    fn on_token(&mut self, room: RoomKey, index: u32, token: Token, env: &mut dyn Control) {
         let limit = self.cfg.max_new_tokens_limit as usize;
         let Some(u) = self.slot(room) else {
             return;
@@ -78,9 +78,9 @@ impl Router {
         }
     }
 
-    pub(super) fn respond<K>(
+    pub(super) fn respond(
         &self,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
         client: NodeId,
         req: RequestId,
         room: Option<RoomKey>,
@@ -109,14 +109,14 @@ impl Router {
         );
     }
 
-    fn on_submit<K>(
+    fn on_submit(
         &mut self,
         client: NodeId,
         req: RequestId,
         tenant: TenantId,
         prompt: Vec<Token>,
         max_new_tokens: u32,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     ) {
         if self.by_req.contains_key(&req) {
             return; // a duplicate of a live request
@@ -148,7 +148,7 @@ impl Router {
 
     /// Send one attempt of a request to a pair of halves in a new room; `false` when
     /// the room table is full.
-    pub(super) fn start_attempt<K>(&mut self, a: Attempt, env: &mut Outbox<K>) -> bool {
+    pub(super) fn start_attempt(&mut self, a: Attempt, env: &mut dyn Control) -> bool {
         let Some(room) = self.take_room() else {
             return false;
         };
@@ -215,7 +215,7 @@ impl Router {
         true
     }
 
-    fn on_cancel<K>(&mut self, req: RequestId, env: &mut Outbox<K>) {
+    fn on_cancel(&mut self, req: RequestId, env: &mut dyn Control) {
         let Some(&key) = self.by_req.get(&req) else {
             return;
         };
@@ -260,12 +260,12 @@ impl Router {
 
     /// Give up the attempt in `key` (answered `status`) and start `next`; a full room
     /// table answers the client 503.
-    pub(super) fn retry<K>(
+    pub(super) fn retry(
         &mut self,
         key: RoomKey,
         status: Status,
         next: Attempt,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     ) {
         env.trace(TraceEvent::RouterRetried {
             node: self.id,
@@ -284,7 +284,7 @@ impl Router {
         }
     }
 
-    pub(super) fn clear<K>(&mut self, key: RoomKey, env: &mut Outbox<K>) {
+    pub(super) fn clear(&mut self, key: RoomKey, env: &mut dyn Control) {
         let idx = key.room.0 as usize - 1;
         if let Some(u) = self.rooms[idx].live.take() {
             // An abandoned attempt's request may be served by a newer one.
@@ -303,7 +303,7 @@ impl Router {
     /// After the request timeout: keep asking both halves to abort until they answered
     /// (an abort may have been lost; a closed connection is noticed, however late), and
     /// set the request timer again.
-    pub(super) fn keep_asking<K>(&mut self, key: RoomKey, env: &mut Outbox<K>) {
+    pub(super) fn keep_asking(&mut self, key: RoomKey, env: &mut dyn Control) {
         let request_ns = self.cfg.timeouts.request_ns;
         let Some(u) = self.slot(key) else { return };
         let (prefill, decode) = (u.prefill, u.decode);

@@ -8,7 +8,7 @@ use super::rules::Policy;
 use super::sglang::SglangRouter;
 use super::state::Router;
 use crate::config::RouterPolicy;
-use crate::env::Outbox;
+use crate::env::Control;
 use crate::ids::{RoomId, RoomKey};
 use crate::msg::{Status, Why};
 use crate::trace::Side;
@@ -51,12 +51,12 @@ impl Router {
         }
     }
 
-    pub(super) fn on_half<K>(
+    pub(super) fn on_half(
         &mut self,
         key: RoomKey,
         (status, why): (Status, Option<Why>),
         side: Side,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     ) {
         let answer = (status, why);
         match self.cfg.router {
@@ -65,7 +65,7 @@ impl Router {
         }
     }
 
-    pub(super) fn on_request_timeout<K>(&mut self, key: RoomKey, env: &mut Outbox<K>) {
+    pub(super) fn on_request_timeout(&mut self, key: RoomKey, env: &mut dyn Control) {
         match self.cfg.router {
             RouterPolicy::Careful => Careful::on_request_timeout(self, key, env),
             RouterPolicy::SglangRouter => SglangRouter::on_request_timeout(self, key, env),

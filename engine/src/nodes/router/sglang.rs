@@ -10,7 +10,7 @@
 
 use super::rules::Policy;
 use super::state::{reply, Answer, Router};
-use crate::env::Outbox;
+use crate::env::Control;
 use crate::ids::{RoomId, RoomKey};
 use crate::msg::{Status, Why};
 use crate::trace::Side;
@@ -47,12 +47,12 @@ impl Policy for SglangRouter {
     /// Wait for both halves, never cancel one; then answer with decode's reply
     /// (prefill's error when only prefill failed), or retry a retryable status in a new
     /// room while attempts are left.
-    fn on_half<K>(
+    fn on_half(
         r: &mut Router,
         key: RoomKey,
         (status, why): (Status, Option<Why>),
         side: Side,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     ) {
         let Some(u) = r.slot(key) else { return };
         if !u.answers.record(side, status) {
@@ -91,7 +91,7 @@ impl Policy for SglangRouter {
     /// The attempt's HTTP requests time out, which closes both connections (each node
     /// aborts its half) and is retried as a 502; the attempt stays, abandoned, until
     /// both halves answered.
-    fn on_request_timeout<K>(r: &mut Router, key: RoomKey, env: &mut Outbox<K>) {
+    fn on_request_timeout(r: &mut Router, key: RoomKey, env: &mut dyn Control) {
         let Some(u) = r.slot(key) else { return };
         let give_up = !u.answers.client && !u.abandoned;
         if give_up {
