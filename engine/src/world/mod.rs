@@ -42,7 +42,7 @@ pub use crash::{crash_fate, restart, CrashFate, CrashWalk, Flying, Incarnation, 
 #[cfg(feature = "testing")]
 pub use data_faults::{alter, duplicate_completion, stale_landing, WriteHistory};
 pub use data_faults::{Altered, DataFault, DUPLICATE_WINDOW};
-pub use receive::{receive, Receiver};
+pub use receive::{copy_in, receive, Receiver};
 pub use timers::Timers;
 pub use topology::{Topology, ROUTER};
 pub use writes::WritesInFlight;

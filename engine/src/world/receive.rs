@@ -6,8 +6,9 @@
 use crate::decode::DecodeNode;
 use crate::env::{Input, Outbox};
 use crate::gpu::Gpu;
-use crate::ids::NodeId;
-use crate::kv::{PagePool, PageRecords, Refusal};
+use crate::ids::{NodeId, WriteId};
+use crate::kv::landing::{writer_rule, Refusal};
+use crate::kv::{PagePool, PageRecords};
 use crate::msg::{KvWrite, Msg};
 use crate::node::Node;
 use crate::prefill::PrefillNode;
@@ -86,12 +87,8 @@ pub fn receive<G: Gpu, P: PageRecords, N: Receiver<G, P>>(
             nic_landed(at, from, write, landing, out);
         }
         CompletedBy::ReceiverSoftware => {
-            let landing = match d.check_writer(from, id) {
-                // Refused by the peer rule before any byte lands; `handle` refuses it
-                // again, by the same rule, and completes it once.
-                Err(reason) => Err(Refusal { tag: None, reason }),
-                Ok(()) => d.take_write(&write, gate),
-            };
+            let prefill = d.room_prefill(id.room);
+            let landing = copy_in(from, id, prefill, || d.take_write(&write, gate)).and_then(|l| l);
             let dst = write.dst;
             step(
                 node,
@@ -105,6 +102,23 @@ pub fn receive<G: Gpu, P: PageRecords, N: Receiver<G, P>>(
             );
         }
     }
+}
+
+/// The receiver's copy of a two-sided transport, stated once for every driver (this
+/// module's [`receive`], the hardware runtime's transfer thread and its connection
+/// readers): the writer's peer rule ([`writer_rule`], against the room's prefill
+/// where the copier knows it) before any byte lands, then `land` (the landing gate
+/// and the memory write, [`crate::kv::land`] or a byte transport's `land_with`). A
+/// write the rule refuses runs nothing of `land`; the node hears the refusal as
+/// [`Input::Landed`], refuses it again by the same rule, and completes it once.
+pub fn copy_in<T>(
+    from: NodeId,
+    id: WriteId,
+    room_prefill: Option<NodeId>,
+    land: impl FnOnce() -> T,
+) -> Result<T, Refusal> {
+    writer_rule(from, id, room_prefill).map_err(|reason| Refusal { tag: None, reason })?;
+    Ok(land())
 }
 
 /// A write the receiver's NIC placed (or refused): the world's record of it and the

@@ -8,6 +8,7 @@ use crate::compute::{Done, Job};
 use crate::env::{Input, Outbox, Timer};
 use crate::gpu::Gpu;
 use crate::ids::{NodeId, RoomKey, WriteId};
+use crate::kv::landing::writer_rule;
 use crate::kv::PageRecords;
 use crate::msg::{only_router, Msg, Status, Why};
 use crate::trace::{NodeFault, Side, TraceEvent};
@@ -77,25 +78,21 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
-    /// The peer rule of a KV write the receiver's software copies (a two-sided
-    /// transport; the world asks it before the copy, [`crate::world::receive`], and
-    /// `handle` again at the landing): its id names its sender, and a room this node
-    /// knows is written only by its prefill. For a room this node does not know there
-    /// is no recorded peer: the write is judged by the page tags alone. On a one-sided
-    /// transport nothing at the receiver asks.
-    pub(crate) fn check_writer(&self, from: NodeId, id: WriteId) -> Result<(), String> {
-        if id.writer != from {
-            return Err(format!("the write {id} names another writer"));
-        }
-        let prefill = self
-            .requests
-            .get(&id.room)
+    /// The prefill node this node knows for `room` (a live request's, or a
+    /// quarantined room's), the peer its writes must come from.
+    pub(crate) fn room_prefill(&self, room: RoomKey) -> Option<NodeId> {
+        self.requests
+            .get(&room)
             .map(|r| r.prefill)
-            .or_else(|| self.quarantine.get(&id.room).map(|q| q.prefill));
-        match prefill {
-            Some(p) if p != from => Err(format!("{}'s prefill node is {p}", id.room)),
-            _ => Ok(()),
-        }
+            .or_else(|| self.quarantine.get(&room).map(|q| q.prefill))
+    }
+
+    /// The peer rule of a KV write the receiver's software copies (a two-sided
+    /// transport): [`writer_rule`] with the room's prefill as this node
+    /// knows it, asked before the copy (`world::copy_in`) and by `handle`
+    /// again at the landing. On a one-sided transport nothing at the receiver asks.
+    pub(crate) fn check_writer(&self, from: NodeId, id: WriteId) -> Result<(), String> {
+        writer_rule(from, id, self.room_prefill(id.room))
     }
 
     /// Become the next incarnation, `epoch` (a driver asks for it through
