@@ -50,7 +50,7 @@ pub use ids::{
 pub use invariant::{Invariant, Violation};
 pub use msg::{Carried, KvWrite, Msg, Status, TransferOutcome, Why};
 pub use node::{Node, Role};
-pub use nodes::{decode, node, prefill, retired, router};
+pub use nodes::{decode, node, prefill, retired, router, worker};
 pub use shared_cfg::Cfg;
 pub use trace::TraceEvent;
 

@@ -7,7 +7,7 @@ use crate::node::status::NodeStatus;
 use crate::sync::mpsc::Sender;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::kv::Refusal;
-use kvsim_engine::msg::{Carried, KvWrite, Msg, Status};
+use kvsim_engine::msg::{Carried, KvWrite, Msg, Status, Why};
 use kvsim_engine::world::WriteFailure;
 use kvsim_oracle::schema::EndOutcome;
 
@@ -93,8 +93,8 @@ pub enum NodeEvent<K> {
     PeerHalfDone {
         room: RoomKey,
         status: Status,
-        /// Prefill's reason, when its half failed.
-        reason: Option<String>,
+        /// The engine's reason prefill's half ended with, where it gave one.
+        why: Option<Why>,
     },
     Status(Sender<NodeStatus>),
     /// Stop taking client requests (router).

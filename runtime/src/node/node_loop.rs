@@ -269,6 +269,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 status: Status::UNAVAILABLE.0,
                 tokens: Vec::new(),
                 reason: None,
+                why: None,
             }));
             return;
         }
@@ -374,11 +375,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 prefill_epoch,
             } => self.start_half(room, msg, max_new_tokens, reply, prefill_epoch),
             NodeEvent::AbortHalf { room } => self.abort_half(room),
-            NodeEvent::PeerHalfDone {
-                room,
-                status,
-                reason,
-            } => self.peer_half_done(room, status, reason),
+            NodeEvent::PeerHalfDone { room, status, why } => self.peer_half_done(room, status, why),
             NodeEvent::Status(tx) => {
                 let _ = tx.send(self.status());
             }

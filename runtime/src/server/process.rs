@@ -27,6 +27,8 @@ use crate::worker::state::WorkerParts;
 use kvsim_engine::gpu::{Gpu, WireWords};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Carried;
+use kvsim_engine::node::Role;
+use kvsim_engine::worker::WorkerFront;
 use kvsim_engine::world::ROUTER;
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::EndOutcome;
@@ -132,8 +134,9 @@ where
             let tracer = open_tracer(opts, id, plan.epoch)?;
             let rt = Threads::new(tracer, peers, tx.clone(), rx).with_incarnation(incarnation);
             let mut io = Io::new(id, plan.epoch, topo.client(), rt);
-            io.worker_router = opts.worker.then_some(ROUTER);
-            io.worker_cancels_both = opts.cfg.defenses.router_cancels_both;
+            let cancels_both = opts.cfg.defenses.router_cancels_both;
+            io.front = (opts.worker && role != Role::Router)
+                .then(|| WorkerFront::new(id, role, ROUTER, cancels_both));
             let (node, transfer) = build_node(role, id, plan.epoch, topo, &cfg, &make_gpu, &tx)?;
             spawn_listener(
                 id,
