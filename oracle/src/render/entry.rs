@@ -153,6 +153,35 @@ impl Entry {
             Record::ClientCancel { req, how, plan } => {
                 format!("client {} {req} ({plan})", cancel_verb(*how))
             }
+            Record::Send { .. }
+            | Record::Deliver { .. }
+            | Record::Drop { .. }
+            | Record::WriteFailed { .. } => self.network_text(),
+            Record::TimerSet { .. } | Record::TimerCancel { .. } | Record::TimerFire { .. } => {
+                self.timer_text()
+            }
+            Record::Engine(ev) => format!("  {}", describe_event(ev)),
+            Record::Response {
+                req,
+                status,
+                tokens,
+            } => response_text(*req, *status, tokens),
+            Record::Fault(f) => fault_text(f),
+            Record::Violation {
+                violation,
+                detected_by,
+                ..
+            } => match detected_by {
+                None => format!("!! VIOLATION {violation}"),
+                Some(d) => format!("!! DETECTED (refused by {d}, nothing leaked) {violation}"),
+            },
+            Record::End { outcome, detail } => format!("END {outcome:?}: {detail}"),
+        }
+    }
+
+    /// A message's or KV write's fate on the network, as one line.
+    fn network_text(&self) -> String {
+        match &self.rec {
             Record::Send {
                 from,
                 to,
@@ -181,6 +210,13 @@ impl Entry {
                 write,
                 reason,
             } => format!("KV write {write} {from} -> {to} fails, not applied ({reason:?})"),
+            _ => unreachable!("network_text is called for the network's records only"),
+        }
+    }
+
+    /// A timer's set, cancel or firing, as one line.
+    fn timer_text(&self) -> String {
+        match &self.rec {
             Record::TimerSet {
                 node,
                 timer,
@@ -196,22 +232,7 @@ impl Entry {
             Record::TimerFire { node, timer } => {
                 format!("{node} timer {} fires", timer_name(timer))
             }
-            Record::Engine(ev) => format!("  {}", describe_event(ev)),
-            Record::Response {
-                req,
-                status,
-                tokens,
-            } => response_text(*req, *status, tokens),
-            Record::Fault(f) => fault_text(f),
-            Record::Violation {
-                violation,
-                detected_by,
-                ..
-            } => match detected_by {
-                None => format!("!! VIOLATION {violation}"),
-                Some(d) => format!("!! DETECTED (refused by {d}, nothing leaked) {violation}"),
-            },
-            Record::End { outcome, detail } => format!("END {outcome:?}: {detail}"),
+            _ => unreachable!("timer_text is called for timer records only"),
         }
     }
 
