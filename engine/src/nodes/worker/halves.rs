@@ -5,7 +5,7 @@
 use super::state::{Clearing, FrontEffect, FrontInput, Half, HalfEv, WorkerFront, EARLY_DONE};
 use crate::ids::{RequestId, RoomKey, TenantId};
 use crate::msg::{Msg, Side, Status, Why};
-use crate::node::Role;
+use crate::nodes::node::Role;
 use crate::trace::TraceEvent;
 
 impl WorkerFront {

@@ -9,7 +9,8 @@
 //! the half's answer, and, on a decode node, clears a room once both halves are
 //! terminal, traced as the engine router traces it so the audit closes the room; a
 //! prefill node's later incarnation ends the prefill halves of its earlier ones (the
-//! epoch rule, `epochs.rs`).
+//! epoch rule, `epochs.rs`); a killed decode process's open rooms are cleared by
+//! the next one (`killed.rs`).
 //!
 //! It is a state machine like the nodes: inputs in ([`FrontInput`], and
 //! [`WorkerFront::from_node`] for the node's messages to the router), effects out
@@ -18,12 +19,15 @@
 //! worker API itself (`runtime/src/worker/`), nor the nodes behind it.
 //!
 //! Its parts: the state and the vocabulary (`state.rs`), a half's start, abort and
-//! answer (`halves.rs`), room clearing and the epoch rule (`epochs.rs`).
+//! answer (`halves.rs`), room clearing and the epoch rule (`epochs.rs`), the rooms a
+//! killed decode process left open and their clearing by its successor (`killed.rs`).
 
 mod epochs;
 mod halves;
+mod killed;
 mod state;
 #[cfg(test)]
 mod tests;
 
+pub use killed::LeftOpen;
 pub use state::{FrontEffect, FrontInput, HalfEv, WorkerFront, EARLY_DONE};

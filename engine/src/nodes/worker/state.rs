@@ -4,7 +4,7 @@
 
 use crate::ids::{NodeId, RequestId, RoomKey, Token};
 use crate::msg::{Msg, Side, Status, Why};
-use crate::node::Role;
+use crate::nodes::node::Role;
 use crate::trace::TraceEvent;
 use std::collections::{BTreeMap, VecDeque};
 

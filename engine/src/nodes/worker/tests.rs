@@ -5,7 +5,7 @@
 use super::state::{FrontEffect, FrontInput, HalfEv, WorkerFront};
 use crate::ids::{NodeId, RequestId, RoomKey};
 use crate::msg::{Msg, Side, Status, Why};
-use crate::node::Role;
+use crate::nodes::node::Role;
 use crate::trace::TraceEvent;
 
 const ROUTER: NodeId = NodeId(0);
@@ -246,4 +246,46 @@ fn a_restarted_prefill_ends_the_halves_of_its_dead_incarnation() {
         &mut all,
     );
     assert_eq!(cleared(&all), vec![a, b, d], "c's prefill half is alive");
+}
+
+/// A killed decode process's front left open the rooms it routed and did not clear
+/// (not a room another decode node serves, nor one traced by this node as its own
+/// router); the next process clears each, as the router it stood in for.
+#[test]
+fn a_killed_decode_front_leaves_its_open_rooms_to_be_cleared() {
+    use super::killed::LeftOpen;
+    let routed = |room: RoomKey, node: NodeId, decode: NodeId| TraceEvent::Routed {
+        node,
+        req: RequestId(room.gen.0),
+        tenant: crate::ids::TenantId(0),
+        room,
+        prefill: PREFILL,
+        decode,
+        prompt_len: 4,
+        max_new_tokens: 2,
+    };
+    let (a, b, c, d) = (
+        RoomKey::new(1, 1),
+        RoomKey::new(2, 2),
+        RoomKey::new(3, 3),
+        RoomKey::new(4, 4),
+    );
+    let mut left = LeftOpen::new(DECODE);
+    for ev in [
+        routed(a, ROUTER, DECODE),
+        routed(b, ROUTER, DECODE),
+        routed(c, ROUTER, NodeId(3)),
+        routed(d, DECODE, DECODE),
+        TraceEvent::RoomCleared {
+            node: ROUTER,
+            room: b,
+        },
+    ] {
+        left.event(&ev);
+    }
+    let cleared = vec![TraceEvent::RoomCleared {
+        node: ROUTER,
+        room: a,
+    }];
+    assert_eq!(left.cleared(), cleared);
 }
