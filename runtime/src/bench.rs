@@ -110,6 +110,7 @@ fn time_transfer_path(
         Inbound {
             to_loop: loop_tx,
             landing: Some(landing),
+            book: None,
         },
         stop.clone(),
     )?;
