@@ -29,6 +29,7 @@
 //! processes on one machine); `UCX_NET_DEVICES` is the caller's (`lo` on loopback).
 
 mod agent;
+pub mod bench;
 mod receiver;
 mod writer;
 

@@ -21,17 +21,20 @@ const IDLE_POLL: Duration = Duration::from_micros(200);
 /// A decode node's NIXL agent with its KV memory registered; the registrations end
 /// (and the agent goes) when the last holder drops it.
 pub struct NixlReceiver {
-    meta: NixlMeta,
-    _agent: Agent,
+    pub(super) meta: NixlMeta,
+    // Dropped in this order: the registrations, the agent, then the memory they named.
     _regs: Vec<RegistrationHandle>,
+    _agent: Agent,
+    _owner: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl NixlReceiver {
-    /// Register `memory` (decode node `node`'s pages and tags) with a new agent and
-    /// start pulling its notifications into `to_loop` until `stop`.
+    /// Register `memory` (decode node `node`'s pages and tags, which `owner` keeps
+    /// alive: it lives as long as the registrations) with a new agent and start
+    /// pulling its notifications into `to_loop` until `stop`.
     pub fn start<K: Send + 'static>(
         node: NodeId,
-        memory: HostMemory,
+        (owner, memory): (Box<dyn std::any::Any + Send + Sync>, HostMemory),
         to_loop: Sender<NodeEvent<K>>,
         stop: Arc<AtomicBool>,
     ) -> Result<Arc<Self>, String> {
@@ -60,8 +63,9 @@ impl NixlReceiver {
             .map_err(|e| format!("nixl: the notification thread: {e}"))?;
         Ok(Arc::new(NixlReceiver {
             meta,
-            _agent: agent,
             _regs: regs,
+            _agent: agent,
+            _owner: owner,
         }))
     }
 

@@ -47,7 +47,7 @@ pub(super) fn wire_parts<K, G>(
 ) -> Result<WireParts<K>, ServeError>
 where
     K: WireWords + Send + 'static,
-    G: Gpu<Kv = K>,
+    G: Gpu<Kv = K> + Send + 'static,
 {
     match wire {
         KvWire::Tcp => Ok(WireParts::default()),
@@ -64,20 +64,21 @@ fn nixl_parts<K, G>(
 ) -> Result<WireParts<K>, ServeError>
 where
     K: WireWords + Send + 'static,
-    G: Gpu<Kv = K>,
+    G: Gpu<Kv = K> + Send + 'static,
 {
     use crate::nixl::{NixlReceiver, NixlWriter};
     use kvsim_engine::node::Node;
     let fail = |reason: String| ServeError::Nixl { node: id, reason };
     match node {
         Node::Decode(d) => {
-            let memory = d.gpu().clone().host_memory().ok_or_else(|| {
-                fail(
-                    "the KV backend's pages are not host memory NIXL can register (use --gpu host)"
-                        .into(),
-                )
-            })?;
-            let r = NixlReceiver::start(id, memory, tx.clone(), stop.clone()).map_err(fail)?;
+            let mut gpu = d.gpu().clone();
+            let why = "the KV backend's pages are not host memory NIXL can register (--gpu host)";
+            let memory = gpu.host_memory().ok_or_else(|| fail(why.into()))?;
+            let owned = (
+                Box::new(gpu) as Box<dyn std::any::Any + Send + Sync>,
+                memory,
+            );
+            let r = NixlReceiver::start(id, owned, tx.clone(), stop.clone()).map_err(fail)?;
             Ok(WireParts {
                 hello: Some(Arc::new(r.hello().map_err(fail)?)),
                 keep: Some(r),

@@ -15,7 +15,7 @@ use crate::node::node_loop::NodeLoop;
 use crate::node::status::NodeStatus;
 use crate::seam::Threads;
 use crate::server::incarnations::open_tracer;
-use crate::server::kv_wire::wire_parts;
+use crate::server::kv_wire::{wire_parts, WireParts};
 use crate::server::options::{NodePlan, ServeError, ServeOptions};
 use crate::server::report::{statuses, ExitReport};
 use crate::server::roles::build_node;
@@ -132,14 +132,9 @@ where
                 .role(id)
                 .ok_or(ServeError::NoSuchNode(id, topo.client().0 - 1))?;
             let (tx, rx) = channel::<NodeEvent<K>>();
-            let incarnation = Arc::new(AtomicU32::new(plan.epoch));
             let (node, transfer) = build_node(role, id, plan.epoch, topo, &cfg, &make_gpu, &tx)?;
             let wire = wire_parts(opts.kv_wire, id, &node, &tx, &stop)?;
-            let peers = server.link_peers(&plan, &tx, (&incarnation, &wire.hello))?;
-            let tracer = open_tracer(opts, id, plan.epoch)?;
-            let rt = Threads::new(tracer, peers, tx.clone(), rx)
-                .with_incarnation(incarnation)
-                .with_kv_path(wire.path.clone());
+            let rt = server.runtime(&plan, (tx.clone(), rx), &wire)?;
             let mut io = Io::new(id, plan.epoch, topo.client(), rt);
             io.worker_router = opts.worker.then_some(ROUTER);
             io.worker_cancels_both = opts.cfg.defenses.router_cancels_both;
@@ -175,6 +170,25 @@ where
             server.start_client_endpoint(cl, router)?;
         }
         Ok(server)
+    }
+
+    /// Node `plan.id`'s runtime: its loop's channel, its links (each writing `wire`'s
+    /// first frame on every connection), its trace, and `wire`'s KV path.
+    fn runtime(
+        &mut self,
+        plan: &NodePlan,
+        (tx, rx): (
+            Sender<NodeEvent<K>>,
+            crate::sync::mpsc::Receiver<NodeEvent<K>>,
+        ),
+        wire: &WireParts<K>,
+    ) -> Result<Threads<K>, ServeError> {
+        let incarnation = Arc::new(AtomicU32::new(plan.epoch));
+        let peers = self.link_peers(plan, &tx, (&incarnation, &wire.hello))?;
+        let tracer = open_tracer(&self.opts, plan.id, plan.epoch)?;
+        Ok(Threads::new(tracer, peers, tx, rx)
+            .with_incarnation(incarnation)
+            .with_kv_path(wire.path.clone()))
     }
 
     /// A link from node `plan.id` to every other node of the topology (in worker mode,
