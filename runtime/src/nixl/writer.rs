@@ -9,7 +9,7 @@ use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::mpsc::Sender;
 use crate::sync::thread;
 use crate::sync::{Arc, Mutex};
-use kvsim_engine::gpu::layout::encode_tag;
+use kvsim_engine::gpu::layout::{encode_tag, TAG_WORDS};
 use kvsim_engine::gpu::{HostMemory, Region, WireWords, WriteTag};
 use kvsim_engine::ids::{NodeId, PageTag, RoomKey, WriteId};
 use kvsim_engine::msg::{Carried, KvWrite, Msg};
@@ -54,15 +54,24 @@ struct Remote {
     memory: HostMemory,
 }
 
-/// One write in flight: its transfer, and the staged bytes it reads from (registered
-/// until the transfer ends).
+/// A staging buffer registered with the writer's agent over its whole capacity (it
+/// never grows, so its address holds), reused from write to write: registering
+/// memory per write cost more than the copy.
+struct Staging {
+    buf: Vec<u8>,
+    _reg: RegistrationHandle,
+}
+
+/// Most spare staging buffers a writer keeps.
+const MOST_SPARE: usize = 64;
+
+/// One write in flight: its transfer, and the staged bytes it reads from.
 struct Posted {
     to: NodeId,
     id: WriteId,
     dst: Vec<PageTag>,
     req: XferRequest,
-    _reg: RegistrationHandle,
-    _staging: Vec<u8>,
+    staging: Staging,
 }
 
 #[derive(Default)]
@@ -80,6 +89,7 @@ pub struct NixlWriter {
     agent: Agent,
     book: Mutex<Book>,
     posted: Mutex<Vec<Posted>>,
+    spare: Mutex<Vec<Staging>>,
 }
 
 impl NixlWriter {
@@ -96,6 +106,7 @@ impl NixlWriter {
             agent: make(&name, false)?,
             book: Mutex::new(Book::default()),
             posted: Mutex::new(Vec::new()),
+            spare: Mutex::new(Vec::new()),
         });
         let poll = w.clone();
         thread::Builder::new()
@@ -123,11 +134,8 @@ impl NixlWriter {
         let remote = self
             .remote(to, w.id.room)
             .ok_or_else(|| format!("no NIXL metadata of {to} for room {}", w.id.room))?;
-        let (staging, local, far) = stage(w, &remote.memory)?;
-        let reg = self
-            .agent
-            .register_memory(&Dram(region_of(&staging)), None)
-            .map_err(|e| format!("registering the staging buffer: {e}"))?;
+        let mut staging = self.staging(staged_len(w))?;
+        let (local, far) = stage(w, &remote.memory, &mut staging.buf)?;
         let mut l = XferDescList::new(MemType::Dram).map_err(|e| e.to_string())?;
         let mut r = XferDescList::new(MemType::Dram).map_err(|e| e.to_string())?;
         for (a, b) in local.iter().zip(&far) {
@@ -156,11 +164,37 @@ impl NixlWriter {
             id: w.id,
             dst: w.dst.clone(),
             req,
-            _reg: reg,
-            _staging: staging,
+            staging,
         };
         self.posted.lock().expect("nixl posted poisoned").push(p);
         Ok(())
+    }
+
+    /// A registered staging buffer of at least `len` bytes: a spare one, or a new one.
+    fn staging(&self, len: usize) -> Result<Staging, String> {
+        let mut spare = self.spare.lock().expect("nixl spare poisoned");
+        if let Some(i) = spare.iter().position(|s| s.buf.capacity() >= len) {
+            return Ok(spare.swap_remove(i));
+        }
+        drop(spare);
+        let buf = Vec::with_capacity(len.next_power_of_two());
+        let region = Region {
+            addr: buf.as_ptr() as u64,
+            len: buf.capacity() as u64,
+        };
+        let reg = self
+            .agent
+            .register_memory(&Dram(region), None)
+            .map_err(|e| format!("registering a staging buffer: {e}"))?;
+        Ok(Staging { buf, _reg: reg })
+    }
+
+    /// A finished transfer's staging buffer, kept for the next write.
+    fn give_back(&self, staging: Staging) {
+        let mut spare = self.spare.lock().expect("nixl spare poisoned");
+        if spare.len() < MOST_SPARE {
+            spare.push(staging);
+        }
     }
 
     /// Send `msg` to `to`'s agent as a notification, behind the room's writes.
@@ -203,6 +237,7 @@ impl NixlWriter {
                 continue;
             }
             for (p, ok) in ended {
+                self.give_back(p.staging);
                 let ev = match ok {
                     true => NodeEvent::TransferDone {
                         to: p.to,
@@ -219,33 +254,41 @@ impl NixlWriter {
     }
 }
 
-fn region_of(buf: &[u8]) -> Region {
-    Region {
-        addr: buf.as_ptr() as u64,
-        len: buf.len() as u64,
-    }
+/// The bytes [`stage`] writes for `w`.
+fn staged_len<K: WireWords>(w: &KvWrite<K>) -> usize {
+    let words: usize = w.kv.iter().map(|p| p.wire_words().len()).sum();
+    words * 4 + w.dst.len() * TAG_WORDS * 8
 }
 
-/// A write's staged bytes, and each span of them with the remote span it goes to.
-type Staged = (Vec<u8>, Vec<Region>, Vec<Region>);
+/// Each span of a write's staged bytes, with the remote span it goes to.
+type Spans = (Vec<Region>, Vec<Region>);
 
-/// The staged bytes of `w` (each page's payload, then each page's tag words as its
-/// writer means them) and the pairs of descriptors (staged, remote) that carry them.
-/// `Err` for a destination outside the receiver's pool.
-fn stage<K: WireWords>(w: &KvWrite<K>, memory: &HostMemory) -> Result<Staged, String> {
-    let mut staging = Vec::new();
+/// Stage `w` into `out` (emptied; its capacity holds [`staged_len`], so it does not
+/// move): each page's payload, then each page's tag words as its writer means them.
+/// The pairs of descriptors (staged, remote) that carry them; `Err` for a destination
+/// outside the receiver's pool.
+fn stage<K: WireWords>(
+    w: &KvWrite<K>,
+    memory: &HostMemory,
+    out: &mut Vec<u8>,
+) -> Result<Spans, String> {
+    assert!(
+        out.capacity() >= staged_len(w),
+        "a staging buffer never grows"
+    );
+    out.clear();
     let (mut spans, mut far) = (Vec::new(), Vec::new());
     for (t, kv) in w.dst.iter().zip(&w.kv) {
         let page = memory
             .page(t.page)
             .ok_or_else(|| format!("{t} is outside the receiver's pool"))?;
         let words = kv.wire_words();
-        spans.push((staging.len(), words.len() * 4));
+        spans.push((out.len(), words.len() * 4));
         far.push(Region {
             addr: page.addr,
             len: words.len() as u64 * 4,
         });
-        staging.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+        out.extend(words.iter().flat_map(|w| w.to_le_bytes()));
     }
     for t in &w.dst {
         let tag = memory
@@ -255,11 +298,11 @@ fn stage<K: WireWords>(w: &KvWrite<K>, memory: &HostMemory) -> Result<Staged, St
             room: w.id.room,
             gen: t.gen,
         }));
-        spans.push((staging.len(), tag.len as usize));
+        spans.push((out.len(), tag.len as usize));
         far.push(tag);
-        staging.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+        out.extend(words.iter().flat_map(|w| w.to_le_bytes()));
     }
-    let base = staging.as_ptr() as u64;
+    let base = out.as_ptr() as u64;
     let local = spans
         .into_iter()
         .map(|(at, len)| Region {
@@ -267,7 +310,7 @@ fn stage<K: WireWords>(w: &KvWrite<K>, memory: &HostMemory) -> Result<Staged, St
             len: len as u64,
         })
         .collect();
-    Ok((staging, local, far))
+    Ok((local, far))
 }
 
 impl RemoteBook for NixlWriter {
@@ -327,5 +370,95 @@ impl<K: WireWords + Send> KvPath<K> for NixlWriter {
             }
             other => Carry::NotMine(other),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvsim_engine::ids::{Generation, PageId};
+
+    fn tag(page: u32, gen: u64) -> PageTag {
+        PageTag {
+            page: PageId(page),
+            gen: Generation(gen),
+        }
+    }
+
+    fn memory() -> HostMemory {
+        let mut gpu = kvsim_engine::gpu::HostGpu::new(4, 2);
+        kvsim_engine::gpu::Gpu::host_memory(&mut gpu).expect("host memory")
+    }
+
+    fn write(dst: Vec<PageTag>, kv: Vec<Vec<u32>>) -> KvWrite<Vec<u32>> {
+        let id = WriteId {
+            writer: NodeId(1),
+            epoch: 0,
+            room: RoomKey::new(3, 1),
+            chunk: 0,
+        };
+        KvWrite {
+            id,
+            src: Vec::new(),
+            dst,
+            kv,
+        }
+    }
+
+    /// A write stages each payload, then each page's tag words as its writer means
+    /// them (room use and page generation), and each staged span goes to that page's
+    /// floats or tag in the receiver's memory, length for length.
+    #[test]
+    fn a_write_stages_its_payloads_then_its_tags() {
+        let m = memory();
+        let tags = [tag(1, 1), tag(3, 2)];
+        let w = write(tags.to_vec(), vec![vec![7, 8], vec![9]]);
+        let mut staged = Vec::with_capacity(staged_len(&w));
+        let (local, far) = stage(&w, &m, &mut staged).unwrap();
+        assert_eq!(local.len(), 4);
+        assert_eq!(
+            far[0],
+            Region {
+                addr: m.page(PageId(1)).unwrap().addr,
+                len: 8
+            }
+        );
+        assert_eq!(
+            far[1],
+            Region {
+                addr: m.page(PageId(3)).unwrap().addr,
+                len: 4
+            }
+        );
+        assert_eq!(far[2], m.tag(PageId(1)).unwrap());
+        assert_eq!(far[3], m.tag(PageId(3)).unwrap());
+        let words: Vec<u32> = staged[..12]
+            .chunks(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(words, vec![7, 8, 9]);
+        let tag = encode_tag(Some(WriteTag {
+            room: w.id.room,
+            gen: tags[1].gen,
+        }));
+        let at = 12 + TAG_WORDS * 8;
+        let got: Vec<u64> = staged[at..at + TAG_WORDS * 8]
+            .chunks(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, tag.to_vec());
+        for (l, f) in local.iter().zip(&far) {
+            assert_eq!(l.len, f.len);
+        }
+    }
+
+    /// A destination outside the receiver's pool is refused before anything is posted.
+    #[test]
+    fn a_page_outside_the_pool_is_refused() {
+        let w = write(vec![tag(5, 1)], vec![vec![1]]);
+        let mut out = Vec::with_capacity(staged_len(&w));
+        assert!(stage(&w, &memory(), &mut out)
+            .unwrap_err()
+            .contains("outside"));
     }
 }
