@@ -34,6 +34,23 @@ pub enum NodeEvent<K> {
         dst: Vec<PageTag>,
         landing: Result<(), Refusal>,
     },
+    /// The transfer carrying a KV write this node posted to `to` on its KV path
+    /// (`--transport nixl`) finished: the library placed the bytes in `to`'s
+    /// registered memory with no code of `to` running. The world's record of the
+    /// landing (`KvLanded` at `to`), then the write's completion (the writer NIC's
+    /// own on a one-sided transport).
+    TransferDone {
+        to: NodeId,
+        id: WriteId,
+        dst: Vec<PageTag>,
+    },
+    /// The transfer carrying a KV write this node posted to `to` on its KV path ended
+    /// in an error (the peer disconnected, the request was refused): the write's one
+    /// failed completion.
+    TransferFailed {
+        to: NodeId,
+        id: WriteId,
+    },
     /// The node's landing failed a KV write on arrival (the world's rule).
     WriteFailedHere {
         from: NodeId,

@@ -10,7 +10,7 @@ use crate::node::reply::{Reply, ReplyEv, ReplySink};
 use crate::node::status::NodeCounts;
 use crate::seam::NodeRuntime;
 use kvsim_engine::env::TimerOp;
-use kvsim_engine::ids::{NodeId, RequestId, RoomKey, Token, WriteId};
+use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use kvsim_engine::msg::{Carried, KvWrite, Msg};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
 use kvsim_engine::worker::WorkerFront;
@@ -151,6 +151,29 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
         if let Err(msg) = self.rt.send(to, msg) {
             self.undeliverable(to, msg);
         }
+    }
+
+    /// A write this node posted landed in `to`'s registered memory with no code of
+    /// `to` running (`--transport nixl`): the world's record of it, as
+    /// `world::receive` states a one-sided landing, written when the library reports
+    /// the transfer done (the first moment anyone knows the bytes are placed; `to`
+    /// learns of it later, from the write's notification, or not at all). Recorded
+    /// even for a write already failed back: its bytes landed all the same.
+    pub(super) fn landed_at(&mut self, to: NodeId, id: WriteId, dst: Vec<PageTag>) {
+        self.trace(|| {
+            Record::Engine(TraceEvent::KvLanded {
+                node: to,
+                write: id,
+                dst,
+            })
+        });
+    }
+
+    /// The transfer of a write this node posted to `to` ended in an error: its one
+    /// failed completion, unless it already had one.
+    pub(super) fn transfer_failed(&mut self, to: NodeId, id: WriteId) {
+        let done = Msg::WriteDone { id, ok: false };
+        self.fail_back(to, id, WriteFailure::ReceiverGone, done);
     }
 
     /// The connection to `peer` broke: every write posted on it fails back.

@@ -357,6 +357,11 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 reason,
                 completion,
             } => self.io.failed_here(from, id, reason, completion),
+            NodeEvent::TransferDone { to, id, dst } => {
+                self.io.landed_at(to, id, dst);
+                self.on_msg(to, Msg::WriteDone { id, ok: true });
+            }
+            NodeEvent::TransferFailed { to, id } => self.io.transfer_failed(to, id),
             NodeEvent::SendFailed { to, msg } => self.io.undeliverable(to, msg),
             NodeEvent::PeerLost { peer } => self.io.peer_lost(peer),
             NodeEvent::Submit {

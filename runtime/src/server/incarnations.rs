@@ -268,6 +268,7 @@ mod tests {
             prompts: PromptMode::Own,
             worker: true,
             node_invariants: true,
+            kv_wire: Default::default(),
         }
     }
 
