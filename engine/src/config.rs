@@ -181,6 +181,13 @@ pub struct EngineConfig {
     pub chunk_pages: u32,
     /// Most chunk writes one room may have in flight at once.
     pub max_inflight_chunks: u32,
+    /// Prefill's radix-cache hit, in pages: the leading pages of every prompt whose KV
+    /// prefill already holds (a page-aligned match, at most all but the prompt's last
+    /// page). Their forward chunks are skipped, so they are no send of their own: the
+    /// first KV write carries them with the first computed chunk (SGLang's cached-prefix
+    /// early send, sglang #30545). 0 (the default): no prefix hit, every chunk is
+    /// `chunk_pages` long.
+    pub prefix_hit_pages: u32,
     /// Size of the router's room table; room numbers are reused (LIFO).
     pub max_rooms: u32,
     /// Most requests one node holds in its queues (beyond it: 503).
@@ -218,6 +225,7 @@ impl Default for EngineConfig {
             context_len: 8192,
             chunk_pages: 16,
             max_inflight_chunks: 4,
+            prefix_hit_pages: 0,
             max_rooms: 64,
             max_queue: 256,
             max_batch: 32,
@@ -321,6 +329,7 @@ impl EngineConfig {
             self.chunk_pages.into(),
         )?;
         at_least("max_inflight_chunks", 1, self.max_inflight_chunks.into())?;
+        at_most("prefix_hit_pages", 1 << 24, self.prefix_hit_pages.into())?;
         at_most("max_inflight_chunks", 1024, self.max_inflight_chunks.into())?;
         at_least("max_rooms", 1, self.max_rooms.into())?;
         at_most("max_rooms", MAX_ROOMS.into(), self.max_rooms.into())?;

@@ -62,9 +62,11 @@ mod tests {
     /// tables named them.
     #[test]
     fn derived_tables_keep_every_variant_and_its_name() {
-        assert_eq!(Bug::ALL.len(), 13);
+        assert_eq!(Bug::ALL.len(), 14);
         assert_eq!(Bug::ALL[0], Bug::GateChecksFinishedOnly);
         assert_eq!(Bug::ALL[12], Bug::AbortAfterSuccess);
+        assert_eq!(Bug::ALL[13], Bug::ChunkIndexByPosition);
+        assert_eq!(Bug::ChunkIndexByPosition.name(), "chunk-index-by-position");
         assert_eq!(Bug::FailOpenOnRecvError.name(), "fail-open-on-recv-error");
         assert_eq!(world::DataFault::StaleDuplicate.name(), "stale-duplicate");
         assert_eq!(RouterPolicy::SglangRouter.name(), "sglang-router");

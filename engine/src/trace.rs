@@ -260,14 +260,20 @@ pub enum TraceEvent {
         pages: Vec<PageTag>,
         freed: Vec<PageTag>,
     },
-    /// The node wrote the KV of `tokens` tokens at sequence positions `start..` into
-    /// `pages` for `room` (prefill's forward; a decode step's own token).
+    /// The node wrote the KV of `tokens` tokens at offset `start` into `pages` for
+    /// `room` (prefill's forward; a decode step's own token), meant for the sequence
+    /// positions `pos..` (added within schema version 2: the position a write was
+    /// meant for, which S3 judges a read against; absent in older traces, where S3
+    /// judges the owner only). The engine writes position `p` to page `p / page_size`
+    /// of the room's list, so `pos - start` is a multiple of the page size.
     KvWritten {
         node: NodeId,
         room: RoomKey,
         pages: Vec<PageTag>,
         start: u64,
         tokens: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pos: Option<u64>,
     },
     /// Pages zeroed on free (defense 7): whatever they held is gone.
     PagesZeroed { node: NodeId, pages: Vec<PageId> },

@@ -11,7 +11,7 @@ use kvsim_engine::config::RouterPolicy;
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 19] = [
+    pub const NAMES: [&'static str; 20] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -31,6 +31,7 @@ impl ModelSpec {
         "pause-race-small",
         "two-by-two",
         "two-by-two-small",
+        "prefix-hit",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -405,6 +406,35 @@ impl ModelSpec {
         spec
     }
 
+    /// `prefix-hit`: prefill's radix cache hits the first page of a 7-token prompt
+    /// (4 pages of 2 tokens) on a chunk grid of two pages (sglang #30545): the first
+    /// KV write carries the cached page with the first computed chunk (3 pages), the
+    /// second the last page, off the grid. One prefill and one decode of 4 pages each;
+    /// one KV write may fail. Small enough for the default `cargo test` as it is.
+    pub fn prefix_hit() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.chunk_pages = 2;
+        engine.prefix_hit_pages = 1;
+        ModelSpec {
+            name: "prefix-hit".into(),
+            about: "1 prefill, 1 decode (4 pages of 2 tokens each), context 16, chunks of 2 \
+                    pages; one 7-token request whose first page prefill's cache holds; at \
+                    most 1 failed KV write"
+                .into(),
+            engine,
+            nodes: Nodes::ONE_EACH,
+            prefill_pages: 4,
+            decode_pages: 4,
+            clients: vec![ClientSpec::normal(1, 7)],
+            faults: FaultBounds {
+                write_failures: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES],
+            detections_hold: false,
+        }
+    }
+
     /// `two-by-two`: the real topology, 2 prefill and 2 decode nodes, under the real
     /// gateway's policy (`sglang-router`: pairs taken round robin, no cancel of the
     /// other half, a retryable answer or a request timeout retried in a new room, up to
@@ -479,6 +509,7 @@ impl ModelSpec {
             "pause-race-small" => Ok(ModelSpec::pause_race_small()),
             "two-by-two" => Ok(ModelSpec::two_by_two()),
             "two-by-two-small" => Ok(ModelSpec::two_by_two_small()),
+            "prefix-hit" => Ok(ModelSpec::prefix_hit()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

@@ -260,8 +260,9 @@ impl OracleState {
                 pages,
                 start,
                 tokens,
+                pos,
             } => {
-                let span = (*start, *tokens);
+                let span = (*start, *tokens, *pos);
                 let rooms = &self.rooms;
                 self.pages
                     .written(rooms, h, (*node, *room), pages, span, out)

@@ -146,6 +146,7 @@ fn events() -> Vec<TraceEvent> {
             pages: tags(),
             start: 3,
             tokens: 5,
+            pos: Some(67),
         },
         PagesZeroed {
             node,

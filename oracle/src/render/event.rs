@@ -134,6 +134,7 @@ fn describe_page_event(ev: &TraceEvent) -> String {
             pages,
             start,
             tokens,
+            ..
         } => format!(
             "{node} writes {tokens} tokens of {room} at position {start} of [{}]",
             tags(pages)

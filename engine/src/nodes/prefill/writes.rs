@@ -39,7 +39,7 @@ impl<G: Gpu> PrefillNode<G> {
         if in_flight >= self.cfg.max_inflight_chunks || next_page >= to_send {
             return None;
         }
-        let end = (next_page + self.cfg.chunk_pages as usize).min(to_send);
+        let (end, at) = self.chunk_bounds(next_page, pages.len(), to_send);
         // The prompt's last page, when partial, is sent as the slots it holds: a
         // one-sided write places the bytes it carries, so decode's generated KV in the
         // rest of that page is out of reach of this write and of any late copy of it
@@ -52,14 +52,40 @@ impl<G: Gpu> PrefillNode<G> {
             }
             _ => None,
         };
-        assert!(next_page < end && end <= to_send);
+        assert!(next_page < end && end <= to_send && at + (end - next_page) <= to_send);
         Some(Chunk {
             src: pages[next_page..end].to_vec(),
-            dst: dst[next_page..end].to_vec(),
+            dst: dst[at..at + (end - next_page)].to_vec(),
             end,
             tail,
             to: req.decode,
         })
+    }
+
+    /// Where the chunk starting at page `next_page` of a prompt of `pages` pages ends,
+    /// and where in decode's page list it lands. A prefix hit (`prefix_hit_pages`, at
+    /// most all but the last page) skips the cached pages' forward chunks, so the first
+    /// send carries them with the first computed chunk; every chunk after it is
+    /// `chunk_pages` long. The defended sender writes each chunk at exactly its own
+    /// position (`next_page`). Under `chunk-index-by-position` (sglang #30545) a chunk
+    /// is identified by its index on the uniform chunk grid, `next_page / chunk_pages`,
+    /// and lands at that grid slot: after a prefix hit that is not a whole number of
+    /// chunks, every chunk after the first lands short of its position.
+    fn chunk_bounds(&self, next_page: usize, pages: usize, to_send: usize) -> (usize, usize) {
+        let grid = self.cfg.chunk_pages as usize;
+        let hit = if next_page == 0 {
+            (self.cfg.prefix_hit_pages as usize).min(pages.saturating_sub(1))
+        } else {
+            0
+        };
+        let end = (next_page + hit + grid).min(to_send);
+        let at = if self.cfg.bugs.has(Bug::ChunkIndexByPosition) {
+            next_page / grid * grid
+        } else {
+            next_page
+        };
+        assert!(at <= next_page, "a chunk never lands past its own position");
+        (end, at)
     }
 
     /// Send one chunk write: read the source, hold it until the write completes (with
