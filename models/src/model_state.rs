@@ -531,6 +531,8 @@ pub fn timer_text(timer: Timer) -> String {
         Timer::WaitingForKv(r) => format!("WaitingForKv {r}"),
         Timer::DrainRetry(r, n) => format!("DrainRetry {r} #{n}"),
         Timer::Request(r) => format!("Request {r}"),
+        Timer::Lease(r) => format!("Lease {r}"),
+        Timer::Heartbeat(r) => format!("Heartbeat {r}"),
     }
 }
 

@@ -42,6 +42,8 @@ fn timer(t: Timer) -> String {
         Timer::WaitingForKv(k) => format!("WaitingForKv {k}"),
         Timer::DrainRetry(k, n) => format!("DrainRetry {k} #{n}"),
         Timer::Request(k) => format!("Request {k}"),
+        Timer::Lease(k) => format!("Lease {k}"),
+        Timer::Heartbeat(k) => format!("Heartbeat {k}"),
     }
 }
 

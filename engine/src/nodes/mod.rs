@@ -9,5 +9,6 @@
 pub mod decode;
 pub mod node;
 pub mod prefill;
+pub mod prefill_vllm;
 pub mod retired;
 pub mod router;
