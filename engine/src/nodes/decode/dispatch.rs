@@ -52,9 +52,11 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                     "{room}'s start names {prefill}, which is not a prefill node"
                 ))
             }
-            // A READ's completion is the reader NIC's own report, to itself.
-            Msg::WriteDone { id, .. } if from != self.id || id.writer != self.id => {
-                Err(format!("the completion of {id} is not this node's own"))
+            // A READ's completion is the reader NIC's own report (from its own NIC when
+            // the READ completed, from the wire's side when it failed there): it names
+            // one of this node's own READs.
+            Msg::WriteDone { id, .. } if id.writer != self.id => {
+                Err(format!("the completion of {id} is not of this node's READ"))
             }
             Msg::KvDone { room, .. } => match prefill_of(room) {
                 Some(p) if p != from => Err(format!("{room}'s prefill node is {p}")),

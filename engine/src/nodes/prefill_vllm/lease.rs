@@ -45,7 +45,9 @@ impl<G: Gpu> VllmPrefill<G> {
     /// abort repeats the first answer.
     pub(super) fn on_abort(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
         let Some(r) = self.requests.get(&room) else {
-            return;
+            // Unknown or already let go: answer again (the first answer, if it gave
+            // one), so that a lost answer cannot wedge the router's room.
+            return self.answer(room, Status::CLIENT_CLOSED, None, env);
         };
         match &r.phase {
             Phase::Leased { .. } => {}
