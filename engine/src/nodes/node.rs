@@ -119,6 +119,26 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
         }
     }
 
+    /// The requests (rooms, on the router) the node holds now.
+    pub fn live_requests(&self) -> usize {
+        match self {
+            Node::Router(n) => n.live_rooms(),
+            Node::Prefill(n) => n.requests(),
+            Node::Decode(n) => n.requests(),
+            Node::VllmPrefill(n) => n.requests(),
+        }
+    }
+
+    /// A prefill node's phase of `room`, as text (`None`: not a prefill node, or no
+    /// request of the room there).
+    pub fn prefill_phase_text(&self, room: crate::ids::RoomKey) -> Option<String> {
+        match self {
+            Node::Prefill(n) => n.room_phase(room).map(|p| format!("{p:?}")),
+            Node::VllmPrefill(n) => n.room_phase(room).map(|p| format!("{p:?}")),
+            Node::Router(_) | Node::Decode(_) => None,
+        }
+    }
+
     pub fn as_prefill(&self) -> Option<&PrefillNode<G>> {
         match self {
             Node::Prefill(n) => Some(n),
