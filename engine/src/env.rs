@@ -36,6 +36,11 @@ pub enum Timer {
     DrainRetry(RoomKey, u32),
     /// Router: the request got no terminal answer in time.
     Request(RoomKey),
+    /// vLLM prefill: the lease on a finished room's pages ran out (setting it again
+    /// is a renewal).
+    Lease(RoomKey),
+    /// vLLM decode: renew the lease on the room's pages at its prefill (a heartbeat).
+    Heartbeat(RoomKey),
 }
 
 impl Timer {
@@ -49,6 +54,8 @@ impl Timer {
             Timer::WaitingForKv(r) => (2, r, 0),
             Timer::DrainRetry(r, n) => (3, r, n),
             Timer::Request(r) => (4, r, 0),
+            Timer::Lease(r) => (5, r, 0),
+            Timer::Heartbeat(r) => (6, r, 0),
         }
     }
 }

@@ -51,6 +51,8 @@ pub enum ReachPath {
     RetryWhileLive,
     CrashMidRequest,
     PauseMidRequest,
+    ReadNotified,
+    LeaseExpired,
 }
 
 /// Each path's (path, name, meaning, witness), in declaration order: the one place
@@ -185,6 +187,18 @@ const ABOUT: [(ReachPath, &str, &str, &str); ReachPath::COUNT] = [
         "pause-mid-request",
         "a prefill or decode node froze (a stall) while it held an admitted, unanswered request",
         "the `pause` fault of a node after an `Admitted` there and before that half's `Responded`",
+    ),
+    (
+        ReachPath::ReadNotified,
+        "read-notified",
+        "a vLLM prefill freed a room's leased pages on its reader's notification (pull)",
+        "`LeaseEnded` with `expired: false`",
+    ),
+    (
+        ReachPath::LeaseExpired,
+        "lease-expired",
+        "a vLLM prefill's lease on a room's pages expired with no notification (pull)",
+        "`LeaseEnded` with `expired: true`",
     ),
 ];
 
@@ -460,6 +474,10 @@ impl ReachTracker {
                 fault: NodeFault::DrainAckMissing { .. },
                 ..
             } => self.hit(ReachPath::DrainGaveUp),
+            E::LeaseEnded { expired, .. } => self.hit(match expired {
+                true => ReachPath::LeaseExpired,
+                false => ReachPath::ReadNotified,
+            }),
             _ => {}
         }
     }

@@ -11,6 +11,7 @@
 pub mod decode;
 pub mod node;
 pub mod prefill;
+pub mod prefill_vllm;
 pub mod retired;
 pub mod router;
 pub mod worker;

@@ -3,6 +3,7 @@
 //! and read from the transport's [`Semantics`](crate::transport::Semantics) row. No
 //! node handler takes a write or asks which transport carried it.
 
+use super::read::is_read_response;
 use crate::decode::DecodeNode;
 use crate::env::{Input, Outbox};
 use crate::gpu::Gpu;
@@ -27,7 +28,7 @@ impl<G: Gpu, P: PageRecords> Receiver<G, P> for Node<G, P> {
     fn write_target(&mut self) -> Option<&mut DecodeNode<G, P>> {
         match self {
             Node::Decode(d) => Some(d),
-            Node::Router(_) | Node::Prefill(_) => None,
+            Node::Router(_) | Node::Prefill(_) | Node::VllmPrefill(_) => None,
         }
     }
 }
@@ -81,7 +82,13 @@ pub fn receive<G: Gpu, P: PageRecords, N: Receiver<G, P>>(
     // The gate exists only where receiver software sees the write (the row's
     // `receiver_sees`), and only with defense 4b on.
     let gate = d.config().landing_gated();
+    // A READ's response is one-sided whatever the row: the reader's NIC places it.
+    let nic = is_read_response(at, write.id);
     match d.config().transport.semantics().completed_by {
+        _ if nic => {
+            let landing = d.take_write(&write, false);
+            nic_landed(at, from, write, landing, out);
+        }
         CompletedBy::WriterNic => {
             let landing = d.take_write(&write, gate);
             nic_landed(at, from, write, landing, out);
@@ -122,7 +129,9 @@ pub fn copy_in<T>(
 }
 
 /// A write the receiver's NIC placed (or refused): the world's record of it and the
-/// completion the writer's NIC reports, exactly one.
+/// completion the poster's NIC reports, exactly one: the writer's for a write, the
+/// reader's own for a READ's response ([`is_read_response`]), which also carries
+/// NIXL's notification to the source once it landed.
 fn nic_landed<K>(
     at: NodeId,
     from: NodeId,
@@ -145,5 +154,12 @@ fn nic_landed<K>(
             reason,
         }),
     }
-    out.send(from, Msg::WriteDone { id, ok });
+    if is_read_response(at, id) {
+        out.send(at, Msg::WriteDone { id, ok });
+        if ok {
+            out.send(from, Msg::ReadNotify { room: id.room });
+        }
+    } else {
+        out.send(from, Msg::WriteDone { id, ok });
+    }
 }

@@ -47,6 +47,8 @@ pub fn timer_name(t: &Timer) -> String {
         Timer::WaitingForKv(r) => format!("WaitingForKv({r})"),
         Timer::DrainRetry(r, n) => format!("DrainRetry({r}, {n})"),
         Timer::Request(r) => format!("Request({r})"),
+        Timer::Lease(r) => format!("Lease({r})"),
+        Timer::Heartbeat(r) => format!("Heartbeat({r})"),
     }
 }
 
@@ -55,7 +57,9 @@ fn timer_room(t: &Timer) -> Option<RoomKey> {
         Timer::Bootstrap(r)
         | Timer::WaitingForKv(r)
         | Timer::DrainRetry(r, _)
-        | Timer::Request(r) => Some(*r),
+        | Timer::Request(r)
+        | Timer::Lease(r)
+        | Timer::Heartbeat(r) => Some(*r),
         Timer::Compute => None,
     }
 }

@@ -95,6 +95,30 @@ pub enum MsgView {
         #[serde(default)]
         why: Option<Why>,
     },
+    KvParams {
+        room: RoomKey,
+        src: Vec<PageTag>,
+        tokens: u64,
+    },
+    PullStart {
+        room: RoomKey,
+        req: RequestId,
+        prompt_len: usize,
+        max_new_tokens: u32,
+        prefill: NodeId,
+        src: Vec<PageTag>,
+    },
+    KvRead {
+        id: WriteId,
+        src: Vec<PageTag>,
+        dst: Vec<PageTag>,
+    },
+    ReadNotify {
+        room: RoomKey,
+    },
+    Heartbeat {
+        room: RoomKey,
+    },
 }
 
 /// What a trace shows as a message: a [`Msg`], a [`KvWrite`] (a write is its own
@@ -142,6 +166,11 @@ impl MsgView {
             Msg::TokenOut { .. } | Msg::PrefillFinished { .. } | Msg::DecodeFinished { .. } => {
                 Self::of_answer(m)
             }
+            Msg::KvParams { .. }
+            | Msg::PullStart { .. }
+            | Msg::KvRead { .. }
+            | Msg::ReadNotify { .. }
+            | Msg::Heartbeat { .. } => Self::of_pull(m),
             _ => Self::of_transfer(m),
         }
     }
@@ -258,6 +287,40 @@ impl MsgView {
         }
     }
 
+    /// [`MsgView::of_msg`] of vLLM pull's messages.
+    fn of_pull(m: &Msg) -> MsgView {
+        match m {
+            Msg::KvParams { room, src, tokens } => MsgView::KvParams {
+                room: *room,
+                src: src.clone(),
+                tokens: *tokens,
+            },
+            Msg::PullStart {
+                room,
+                req,
+                prompt,
+                max_new_tokens,
+                prefill,
+                src,
+            } => MsgView::PullStart {
+                room: *room,
+                req: *req,
+                prompt_len: prompt.len(),
+                max_new_tokens: *max_new_tokens,
+                prefill: *prefill,
+                src: src.clone(),
+            },
+            Msg::KvRead { id, src, dst } => MsgView::KvRead {
+                id: *id,
+                src: src.clone(),
+                dst: dst.clone(),
+            },
+            Msg::ReadNotify { room } => MsgView::ReadNotify { room: *room },
+            Msg::Heartbeat { room } => MsgView::Heartbeat { room: *room },
+            other => unreachable!("{} is not a pull message", other.kind()),
+        }
+    }
+
     pub fn room(&self) -> Option<RoomKey> {
         use MsgView::*;
         match self {
@@ -271,8 +334,12 @@ impl MsgView {
             | DrainAck { room }
             | PrefillFinished { room, .. }
             | TokenOut { room, .. }
-            | DecodeFinished { room, .. } => Some(*room),
-            WriteDone { id, .. } | KvWrite { id, .. } => Some(id.room),
+            | DecodeFinished { room, .. }
+            | KvParams { room, .. }
+            | PullStart { room, .. }
+            | ReadNotify { room }
+            | Heartbeat { room } => Some(*room),
+            WriteDone { id, .. } | KvWrite { id, .. } | KvRead { id, .. } => Some(id.room),
         }
     }
 
@@ -326,6 +393,25 @@ impl MsgView {
             PrefillFinished { room, status, .. } => format!("PrefillFinished {room} status={status}"),
             TokenOut { room, index, token } => format!("TokenOut {room} #{index} token={token:#x}"),
             DecodeFinished { room, status, .. } => format!("DecodeFinished {room} status={status}"),
+            KvParams { room, src, tokens } => {
+                format!("KvParams {room} tokens={tokens} src=[{}]", tags(src))
+            }
+            PullStart {
+                room,
+                req,
+                prompt_len,
+                prefill,
+                src,
+                ..
+            } => format!(
+                "PullStart {room} {req} prompt={prompt_len} prefill={prefill} src=[{}]",
+                tags(src)
+            ),
+            KvRead { id, src, dst } => {
+                format!("KvRead {id} src=[{}] dst=[{}]", tags(src), tags(dst))
+            }
+            ReadNotify { room } => format!("ReadNotify {room}"),
+            Heartbeat { room } => format!("Heartbeat {room}"),
         }
     }
 }

@@ -179,6 +179,13 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 0,
                 0,
             ),
+            Node::VllmPrefill(p) => (
+                Some(p.pool().free_count()),
+                Some(p.pool().capacity()),
+                p.requests(),
+                0,
+                0,
+            ),
             Node::Decode(d) => (
                 Some(d.records().shared().free_count()),
                 Some(d.records().capacity()),

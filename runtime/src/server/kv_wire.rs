@@ -93,6 +93,9 @@ where
                 ..WireParts::default()
             })
         }
+        Node::VllmPrefill(_) => Err(fail(
+            "vLLM's pull protocol is not served over NIXL (its READ path in the runtime is issue 36's)".into(),
+        )),
         Node::Router(_) => Ok(WireParts::default()),
     }
 }

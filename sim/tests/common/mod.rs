@@ -16,9 +16,10 @@ pub const GLM53_TRUNCATE: &str = include_str!("../../../scenarios/glm53-truncate
 pub const DATA_FAULTS: &str = include_str!("../../../scenarios/data-faults.toml");
 pub const STALLS: &str = include_str!("../../../scenarios/stalls.toml");
 pub const PREFIX_HIT: &str = include_str!("../../../scenarios/prefix-hit.toml");
+pub const VLLM_PULL: &str = include_str!("../../../scenarios/vllm-pull.toml");
 
 /// Every scenario file, by the path a replay command names.
-pub const ALL: [(&str, &str); 11] = [
+pub const ALL: [(&str, &str); 12] = [
     ("scenarios/mixed-faults.toml", MIXED_FAULTS),
     ("scenarios/abort-storm.toml", ABORT_STORM),
     (
@@ -33,6 +34,7 @@ pub const ALL: [(&str, &str); 11] = [
     ("scenarios/client-disconnects.toml", CLIENT_DISCONNECTS),
     ("scenarios/stalls.toml", STALLS),
     ("scenarios/prefix-hit.toml", PREFIX_HIT),
+    ("scenarios/vllm-pull.toml", VLLM_PULL),
 ];
 
 pub fn scenario(path: &str) -> Scenario {

@@ -41,12 +41,24 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 .or_else(|| self.quarantine.get(room).map(|q| q.prefill))
         };
         match msg {
-            Msg::DecodeStart { .. } | Msg::Abort { .. } if from != self.router => {
+            Msg::DecodeStart { .. } | Msg::PullStart { .. } | Msg::Abort { .. }
+                if from != self.router =>
+            {
                 Err(only_router(self.router, from))
             }
-            Msg::DecodeStart { room, prefill, .. } if !self.prefills.contains(prefill) => Err(
-                format!("{room}'s start names {prefill}, which is not a prefill node"),
-            ),
+            Msg::DecodeStart { room, prefill, .. } | Msg::PullStart { room, prefill, .. }
+                if !self.prefills.contains(prefill) =>
+            {
+                Err(format!(
+                    "{room}'s start names {prefill}, which is not a prefill node"
+                ))
+            }
+            // A READ's completion is the reader NIC's own report (from its own NIC when
+            // the READ completed, from the wire's side when it failed there): it names
+            // one of this node's own READs.
+            Msg::WriteDone { id, .. } if id.writer != self.id => {
+                Err(format!("the completion of {id} is not of this node's READ"))
+            }
             Msg::KvDone { room, .. } => match prefill_of(room) {
                 Some(p) if p != from => Err(format!("{room}'s prefill node is {p}")),
                 _ => Ok(()),
@@ -166,8 +178,21 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                         max_new_tokens,
                         prefill,
                     } => {
-                        self.on_start(room, req, prompt.len() as u64, max_new_tokens, prefill, env)
+                        let peers = (prefill, None);
+                        self.on_start(room, req, prompt.len() as u64, max_new_tokens, peers, env)
                     }
+                    Msg::PullStart {
+                        room,
+                        req,
+                        prompt,
+                        max_new_tokens,
+                        prefill,
+                        src,
+                    } => {
+                        let peers = (prefill, Some(src));
+                        self.on_start(room, req, prompt.len() as u64, max_new_tokens, peers, env)
+                    }
+                    Msg::WriteDone { id, ok } => self.on_read_done(id, ok, env),
                     // A conclusion about a dead incarnation's page list: not ours.
                     Msg::KvDone { epoch, .. } if epoch != self.pool.epoch() => {}
                     Msg::KvDone { room, outcome, .. } => self.on_kv_done(from, room, outcome, env),
@@ -180,20 +205,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 self.compute_armed = false;
                 self.on_tick(env)
             }
-            Input::Timer(Timer::WaitingForKv(room)) => {
-                if matches!(
-                    self.requests.get(&room).map(|r| &r.phase),
-                    Some(Phase::Transferring { .. })
-                ) {
-                    env.trace(TraceEvent::TransferFailed {
-                        node: self.id,
-                        room,
-                        reason: "waiting timeout".into(),
-                    });
-                    self.fail(room, Status::INTERNAL, Some(Why::TransferFailed), env);
-                }
-            }
+            Input::Timer(Timer::WaitingForKv(room)) => self.on_waiting_timeout(room, env),
             Input::Timer(Timer::DrainRetry(room, arming)) => self.on_drain_retry(room, arming, env),
+            Input::Timer(Timer::Heartbeat(room)) => self.on_heartbeat(room, env),
             Input::Timer(_) => {}
             Input::Landed {
                 from,
@@ -207,6 +221,21 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             }
             // A forward is a prefill node's.
             Input::Computed(Done::Forward { .. }) => {}
+        }
+    }
+
+    /// The room's KV never completed in time: a transferring room fails.
+    fn on_waiting_timeout(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
+        if matches!(
+            self.requests.get(&room).map(|r| &r.phase),
+            Some(Phase::Transferring { .. })
+        ) {
+            env.trace(TraceEvent::TransferFailed {
+                node: self.id,
+                room,
+                reason: "waiting timeout".into(),
+            });
+            self.fail(room, Status::INTERNAL, Some(Why::TransferFailed), env);
         }
     }
 

@@ -17,6 +17,7 @@ pub(super) struct Careful;
 
 impl Policy for Careful {
     const CANCELS_OTHER_HALF: bool = true;
+    const SEQUENTIAL: bool = false;
     const MAX_ATTEMPTS: u32 = 1;
 
     /// The last freed room.

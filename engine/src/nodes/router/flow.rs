@@ -50,6 +50,7 @@ impl Router {
                     self.on_half(room, (status, why), Side::Decode, env)
                 }
                 Msg::TokenOut { room, index, token } => self.on_token(room, index, token, env),
+                Msg::KvParams { room, src, .. } => self.on_params(room, src, env),
                 // Anything else is not for a router: ignore it rather than trust a peer.
                 _ => {}
             }
@@ -156,7 +157,8 @@ impl Router {
         self.next_pair = self.next_pair.wrapping_add(1);
         let prefill = self.prefills[pick % self.prefills.len()];
         let decode = self.decodes[pick % self.decodes.len()];
-        let retries = self.retries();
+        let retries = self.retries() || self.cfg.router.sequential();
+        let sequential = self.cfg.router.sequential();
         let slot = &mut self.rooms[room.0 as usize - 1];
         slot.gen = Generation(slot.gen.0 + 1);
         let key = RoomKey {
@@ -180,6 +182,8 @@ impl Router {
             attempt: a.number,
             retry,
             abandoned: false,
+            decode_started: !sequential,
+            params: None,
         });
         self.by_req.insert(a.req, key);
         env.trace(TraceEvent::Routed {
@@ -192,16 +196,17 @@ impl Router {
             prompt_len: a.prompt.len() as u64,
             max_new_tokens: a.max_new_tokens,
         });
-        env.send(
-            decode,
-            Msg::DecodeStart {
+        if !sequential {
+            let (req, prompt, max_new_tokens) = (a.req, a.prompt.clone(), a.max_new_tokens);
+            let start = Msg::DecodeStart {
                 room: key,
-                req: a.req,
-                prompt: a.prompt.clone(),
-                max_new_tokens: a.max_new_tokens,
+                req,
+                prompt,
+                max_new_tokens,
                 prefill,
-            },
-        );
+            };
+            env.send(decode, start);
+        }
         env.send(
             prefill,
             Msg::PrefillStart {
@@ -226,7 +231,7 @@ impl Router {
         }
         u.answers.client = true;
         let (client, prefill, decode) = (u.client, u.prefill, u.decode);
-        let (p_open, d_open) = u.answers.open();
+        let (p_open, d_open) = u.open();
         self.respond(
             env,
             client,
@@ -307,7 +312,7 @@ impl Router {
         let request_ns = self.cfg.timeouts.request_ns;
         let Some(u) = self.slot(key) else { return };
         let (prefill, decode) = (u.prefill, u.decode);
-        let (p_open, d_open) = u.answers.open();
+        let (p_open, d_open) = u.open();
         if p_open {
             env.send(prefill, Msg::Abort { room: key });
         }

@@ -30,6 +30,7 @@ mod policy;
 mod rules;
 mod sglang;
 mod state;
+mod vllm;
 
 pub use sglang::SGLANG_MAX_ATTEMPTS;
 pub use state::{Router, RouterRoomState};

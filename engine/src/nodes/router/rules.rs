@@ -18,6 +18,9 @@ pub(super) trait Policy {
     /// Does a failed half make the router cancel the other (defense 6, when the
     /// defense is on)? A policy without it has no such defense to turn on.
     const CANCELS_OTHER_HALF: bool;
+    /// Does decode start only after prefill answered 200, with prefill's
+    /// `kv_transfer_params` (`vllm-router`)? Otherwise both halves start at once.
+    const SEQUENTIAL: bool;
 
     /// A free room for a new attempt, taken out of `free` (the router's seeded
     /// generator `rng` is the policy's to draw from).

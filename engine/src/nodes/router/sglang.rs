@@ -33,6 +33,7 @@ pub(super) struct SglangRouter;
 
 impl Policy for SglangRouter {
     const CANCELS_OTHER_HALF: bool = false;
+    const SEQUENTIAL: bool = false;
     const MAX_ATTEMPTS: u32 = SGLANG_MAX_ATTEMPTS;
 
     /// A room drawn at random from the free rooms: a new random room every attempt.
