@@ -235,25 +235,67 @@ pub struct BenchTransferArgs {
     /// Runs of each, alternating; the summary is the median ratio.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub repeat: u32,
+    /// Also land the same writes over NIXL (UCX over loopback TCP, two agents in this
+    /// process; a build with `--features nixl`, `LD_LIBRARY_PATH` at the nixl-cu12
+    /// wheel's libraries; `KVSIM_NIXL_PTHR_DELAY_US` sets the receiver's progress
+    /// thread delay, 100 by default; the writer's progress thread is off).
+    #[arg(long)]
+    pub nixl: bool,
+}
+
+/// The NIXL path's timing, when this build has it.
+fn nixl_path(asked: bool) -> Result<Option<kvsim_runtime::bench::OtherPath>> {
+    if !asked {
+        return Ok(None);
+    }
+    #[cfg(feature = "nixl")]
+    {
+        kvsim_runtime::nixl::available().map_err(anyhow::Error::msg)?;
+        kvsim_runtime::nixl::prepare_env();
+        Ok(Some(kvsim_runtime::nixl::bench::time_nixl))
+    }
+    #[cfg(not(feature = "nixl"))]
+    anyhow::bail!("--nixl: this build has no NIXL (build with `--features nixl`)")
 }
 
 /// The transfer path's GB/s against a plain TCP copy of the same bytes, run by run,
 /// then the median ratio.
 pub fn bench_transfer(a: &BenchTransferArgs) -> Result<ExitCode> {
-    let runs = kvsim_runtime::bench::bench_transfer(a.page_size, a.chunk, a.writes, a.repeat)?;
+    let other = nixl_path(a.nixl)?;
+    let sizes = (a.chunk, a.writes, a.repeat);
+    let runs = kvsim_runtime::bench::bench_transfer_with(a.page_size, sizes, other)?;
     let mut ratios = Vec::with_capacity(runs.len());
+    let mut nixl = Vec::new();
     for (i, f) in runs.iter().enumerate() {
         let ratio = f.landed_bytes_per_s / f.tcp_bytes_per_s;
+        let over_nixl = f.nixl_bytes_per_s.map(|n| {
+            nixl.push(n / f.tcp_bytes_per_s);
+            format!(
+                ", NIXL {:.3} GB/s (ratio {:.3})",
+                n / 1e9,
+                n / f.tcp_bytes_per_s
+            )
+        });
         println!(
-            "run {}/{}: {:.1} MB of host KV: transfer path {:.3} GB/s landed, plain TCP copy {:.3} GB/s, ratio {:.3}",
+            "run {}/{}: {:.1} MB of host KV: transfer path {:.3} GB/s landed, plain TCP copy {:.3} GB/s, ratio {:.3}{}",
             i + 1,
             runs.len(),
             f.kv_bytes as f64 / 1e6,
             f.landed_bytes_per_s / 1e9,
             f.tcp_bytes_per_s / 1e9,
-            ratio
+            ratio,
+            over_nixl.unwrap_or_default()
         );
         ratios.push(ratio);
+    }
+    if !nixl.is_empty() {
+        nixl.sort_by(f64::total_cmp);
+        println!(
+            "NIXL / plain TCP copy, run by run: median {:.3}, lowest {:.3}, highest {:.3}",
+            nixl[nixl.len() / 2],
+            nixl[0],
+            nixl[nixl.len() - 1]
+        );
     }
     ratios.sort_by(f64::total_cmp);
     let best = |f: fn(&kvsim_runtime::bench::TransferFigures) -> f64| {

@@ -364,7 +364,26 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
     let mut sc = load_to_run(&a.scenario, a.gpu == "host", a.allow_expensive)?;
     overlay(&mut sc, &a.faults)?;
     let path = a.scenario.display().to_string();
-    let opts = ReplayOptions {
+    let opts = replay_options(a)?;
+    if a.shrink && a.reduce.is_some() {
+        anyhow::bail!("--shrink searches its own reduction: drop --reduce");
+    }
+    // The minimal failing case first: shrink, then show the shrunk run's report.
+    let shrunk = if a.shrink {
+        shrunk_first(&sc, a.seed, &opts, &path)?
+    } else {
+        None
+    };
+    let r = replay::replay(&sc, &path, &opts, a.check_determinism)?;
+    print!("{}", crate::render::pasteable(&r.text));
+    write_replay_files(a, &path, shrunk.as_ref(), &r)?;
+    let clean = r.outcome.clean() && r.deterministic != Some(false) && shrunk.is_none();
+    Ok(verdict(clean))
+}
+
+/// What `kvsim replay`'s arguments ask of the replay.
+fn replay_options(a: &ReplayArgs) -> Result<ReplayOptions> {
+    Ok(ReplayOptions {
         seed: a.seed,
         bugs: bugs(a.bugs.as_deref())?,
         reduction: a
@@ -381,35 +400,44 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
         // With --shrink the minimal case comes first and the full trace only on
         // request; without it, the full trace unless --brief.
         full_trace: if a.shrink { a.full_trace } else { !a.brief },
-    };
-    if a.shrink && a.reduce.is_some() {
-        anyhow::bail!("--shrink searches its own reduction: drop --reduce");
-    }
-    // The minimal failing case first: shrink, then show the shrunk run's report.
-    let shrunk = if a.shrink {
-        println!("== minimal failing case ==");
-        match shrink::shrink(&sc, a.seed, opts.bugs, None, 2_000)? {
-            None => {
-                println!("the seed does not fail; nothing to shrink\n");
-                None
-            }
-            Some(s) => {
-                println!("{}", crate::render::pasteable(&s.summary()));
-                if let Some(rep) = report::failure_report(&s.outcome, &path) {
-                    print!("{}", crate::render::pasteable(&rep));
-                }
-                println!("\n== the seed as drawn ==");
-                Some(s)
-            }
+    })
+}
+
+/// `--shrink`: the seed's minimal failing case, printed with its report before the
+/// seed as drawn (`None` when the seed does not fail).
+fn shrunk_first(
+    sc: &Scenario,
+    seed: u64,
+    opts: &ReplayOptions,
+    path: &str,
+) -> Result<Option<shrink::Shrunk>> {
+    println!("== minimal failing case ==");
+    match shrink::shrink(sc, seed, opts.bugs, None, 2_000)? {
+        None => {
+            println!("the seed does not fail; nothing to shrink\n");
+            Ok(None)
         }
-    } else {
-        None
-    };
-    let r = replay::replay(&sc, &path, &opts, a.check_determinism)?;
-    print!("{}", crate::render::pasteable(&r.text));
+        Some(s) => {
+            println!("{}", crate::render::pasteable(&s.summary()));
+            if let Some(rep) = report::failure_report(&s.outcome, path) {
+                print!("{}", crate::render::pasteable(&rep));
+            }
+            println!("\n== the seed as drawn ==");
+            Ok(Some(s))
+        }
+    }
+}
+
+/// `--trace-json` and `--html`: the shrunk run's when there is one (the smallest to
+/// study), else the replay's.
+fn write_replay_files(
+    a: &ReplayArgs,
+    path: &str,
+    shrunk: Option<&shrink::Shrunk>,
+    r: &replay::Replay,
+) -> Result<()> {
     if let Some(j) = &a.trace_json {
-        // The shrunk run's trace when there is one: the smallest trace to study.
-        let (what, out) = match &shrunk {
+        let (what, out) = match shrunk {
             Some(s) => ("the shrunk run's", &s.outcome),
             None => ("the run's", &r.outcome),
         };
@@ -422,7 +450,7 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
         );
     }
     if let Some(file) = &a.html {
-        let (out, notes) = match &shrunk {
+        let (out, notes) = match shrunk {
             Some(s) => (
                 &s.outcome,
                 vec![format!(
@@ -437,13 +465,12 @@ pub fn replay(a: &ReplayArgs) -> Result<ExitCode> {
             &out.header,
             &out.trace,
             &out.findings,
-            report::replay_command(&path, out),
+            report::replay_command(path, out),
         );
         t.notes = notes;
         println!("{}", crate::html::write(file, &t)?);
     }
-    let clean = r.outcome.clean() && r.deterministic != Some(false) && shrunk.is_none();
-    Ok(verdict(clean))
+    Ok(())
 }
 
 pub fn merge(a: &MergeArgs) -> Result<ExitCode> {

@@ -64,6 +64,7 @@ fn bug_line(b: Bug) -> &'static str {
         Bug::FailOpenOnRecvError => "vLLM #52234: a KV receive failure is answered 200 with stale pages (S3/S6)",
         Bug::SkipPreflight => "the GLM-5.3 configuration: a node starts with a pool below its context (pre-flight)",
         Bug::AbortAfterSuccess => "the router aborts the other half after a half succeeded: safe, but fault-free requests fail (model checker: an error answer has a cause)",
+        Bug::ChunkIndexByPosition => "SGLang #30545: after a prefill prefix hit, chunks identified by grid index land at wrong offsets in the room's own pages (S4, S3 by position)",
         Bug::DuplicateRoomJoinsLive => "SGLang #40125 / Mooncake #1400: a start for a live room from another request takes the room's bootstrap state over (S10, S4)",
         Bug::RetryReusesRoom => "kthena #1423 / SGLang #34570 class: sglang-router replays a retry in the room of the attempt it gave up, which may still be live (S7)",
     }

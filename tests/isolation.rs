@@ -5,16 +5,21 @@
 //! `cargo test --release --test isolation -- --ignored --nocapture`.
 
 use kvsim_engine::config::Defenses;
+use kvsim_engine::config::Protocol;
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::world::KvTransport;
 use kvsim_engine::RouterPolicy;
 use kvsim_lab::isolation::{self, Hazard};
 
-/// Every transport with every router policy.
+/// Every transport with every router policy of SGLang's family (the matrix's nodes).
 fn transports_and_routers() -> Vec<(KvTransport, RouterPolicy)> {
     isolation::TRANSPORTS
         .into_iter()
-        .flat_map(|t| RouterPolicy::ALL.map(|r| (t, r)))
+        .flat_map(|t| {
+            RouterPolicy::of(Protocol::Sglang)
+                .into_iter()
+                .map(move |r| (t, r))
+        })
         .collect()
 }
 
@@ -54,7 +59,7 @@ fn a_configuration_that_only_adds_defenses_never_looks_worse() {
     let m = isolation::run(5, |_| {}).unwrap();
     let breaches = m.monotonicity_breaches();
     assert!(breaches.is_empty(), "{}", m.render());
-    assert_eq!(m.routers(), RouterPolicy::ALL.to_vec());
+    assert_eq!(m.routers(), RouterPolicy::of(Protocol::Sglang));
     for h in isolation::hazards() {
         for (t, r) in transports_and_routers() {
             let all = m.get_in(t, r, "all defenses", h).unwrap();

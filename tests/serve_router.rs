@@ -61,7 +61,16 @@ struct Bed {
     router_log: std::path::PathBuf,
 }
 
-fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>, prefill_args: &[&str]) -> Bed {
+/// What a bed's nodes get besides the scenario and the bugs: arguments for prefill
+/// alone, arguments for both nodes, and their environment.
+#[derive(Default)]
+struct Extra<'a> {
+    prefill: &'a [&'a str],
+    both: &'a [&'a str],
+    env: &'a [(&'a str, String)],
+}
+
+fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>, extra: Extra<'_>) -> Bed {
     let dir = tmp_in("router", tag);
     let traces = dir.join("traces");
     let _ = std::fs::remove_dir_all(&traces);
@@ -91,11 +100,13 @@ fn start_bed(py: &str, tag: &str, sc: &str, bugs: Option<&str>, prefill_args: &[
             args.extend(["--bugs", b]);
         }
         args.extend(more);
-        let mut s = Served::start(&args);
+        args.extend(extra.both);
+        let mut s = Served::start_env(&args, extra.env);
         s.wait_for("worker http", kvsim::serve::worker_of);
         (s, args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
     };
-    let ((prefill, p_args), (decode, d_args)) = (node("n1", ph, prefill_args), node("n2", dh, &[]));
+    let ((prefill, p_args), (decode, d_args)) =
+        (node("n1", ph, extra.prefill), node("n2", dh, &[]));
     let (prefill_http, decode_http) = (
         format!("http://127.0.0.1:{ph}"),
         format!("http://127.0.0.1:{dh}"),
@@ -206,7 +217,7 @@ fn the_real_router_drives_kvsim_prefill_and_decode() {
     let Some(py) = router_python("the_real_router_drives_kvsim_prefill_and_decode") else {
         return;
     };
-    let bed = start_bed(&py, "clean", LOOPBACK, None, &[]);
+    let bed = start_bed(&py, "clean", LOOPBACK, None, Extra::default());
     // The workers answer SGLang's probes.
     let info = fetch(&bed.prefill_http, "GET", "/get_server_info", None, T).unwrap();
     let info: Value = serde_json::from_slice(&info.body).unwrap();
@@ -383,7 +394,7 @@ fn the_incident_leak_is_found_through_the_real_router() {
     let Some(py) = router_python("the_incident_leak_is_found_through_the_real_router") else {
         return;
     };
-    let bed = start_bed(&py, "incident", INCIDENT_SC, Some(BUGS), &[]);
+    let bed = start_bed(&py, "incident", INCIDENT_SC, Some(BUGS), Extra::default());
     let (rc, out) = canary(&bed.router.url, &LEAK_LOAD);
     assert_eq!(rc, 1, "{out}");
     assert!(out.contains("LEAK: reply to request"), "{out}");
@@ -400,7 +411,16 @@ fn a_failed_half_is_retried_with_a_new_room() {
     let Some(py) = router_python("a_failed_half_is_retried_with_a_new_room") else {
         return;
     };
-    let bed = start_bed(&py, "retry", LOOPBACK, None, &["--worker-fail-first", "2"]);
+    let bed = start_bed(
+        &py,
+        "retry",
+        LOOPBACK,
+        None,
+        Extra {
+            prefill: &["--worker-fail-first", "2"],
+            ..Extra::default()
+        },
+    );
     let r = fetch(
         &bed.router.url,
         "POST",
@@ -779,7 +799,7 @@ fn workers_killed_and_restarted_behind_the_real_router() {
     let Some(py) = router_python("workers_killed_and_restarted_behind_the_real_router") else {
         return;
     };
-    let mut bed = start_bed(&py, "kill", LOOPBACK, None, &[]);
+    let mut bed = start_bed(&py, "kill", LOOPBACK, None, Extra::default());
     let (stop, shots) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(Mutex::new(Vec::new())),
@@ -884,4 +904,44 @@ fn workers_killed_and_restarted_behind_the_real_router() {
     }
     let (rc, audit) = stop_and_audit(bed);
     assert_eq!(rc, 0, "the audit over every incarnation's trace: {audit}");
+}
+
+/// Issue 41: SGLang's real router in front of kvsim's prefill and decode workers whose
+/// KV moves over NVIDIA's NIXL library (`--transport nixl`, UCX over TCP on loopback):
+/// the canary passes through the router (every over-length prompt 400, no reply with
+/// another request's marker), both workers end whole, and the audit of their traces is
+/// clean. Skips where the NIXL wheel or the `nixl` feature is missing (a failure under
+/// `KVSIM_REQUIRE_NIXL=1`).
+#[test]
+fn the_real_router_drives_prefill_and_decode_over_nixl() {
+    let name = "the_real_router_drives_prefill_and_decode_over_nixl";
+    let Some(py) = router_python(name) else {
+        return;
+    };
+    let Some(lib) = kvsim_testenv::nixl_lib_dir(name, cfg!(feature = "nixl")) else {
+        return;
+    };
+    let env = [
+        ("LD_LIBRARY_PATH", lib.display().to_string()),
+        ("UCX_TLS", "tcp".to_string()),
+        ("UCX_NET_DEVICES", "lo".to_string()),
+    ];
+    let extra = Extra {
+        both: &["--gpu", "host", "--transport", "nixl"],
+        env: &env,
+        ..Extra::default()
+    };
+    let bed = start_bed(&py, "nixl", LOOPBACK, None, extra);
+    let load = ["--requests", "32", "--over-length", "4", "--seed", "41"];
+    let (rc, out) = canary(&bed.router.url, &load);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("canary: PASS") && out.contains("400: 4"),
+        "{out}"
+    );
+    wait_whole(&bed.prefill_http);
+    wait_whole(&bed.decode_http);
+    let (code, report) = stop_and_audit(bed);
+    assert_eq!(code, 0, "{report}");
+    assert!(report.contains("verdict: CLEAN"), "{report}");
 }

@@ -30,7 +30,10 @@ def sent(room,src,dst,c=0,to=2,epoch=0):
     if to is not None: f['to']=to
     return E("KvSent",1,**f)
 def landed(room,dst,c=0,epoch=0): return E("KvLanded",2,write=W(room,c,epoch=epoch),dst=dst)
-def written(node,room,pages,start,tokens): return E("KvWritten",node,room=room,pages=pages,start=start,tokens=tokens)
+def written(node,room,pages,start,tokens,pos=None):
+    f=dict(room=room,pages=pages,start=start,tokens=tokens)
+    if pos is not None: f['pos']=pos
+    return E("KvWritten",node,**f)
 def accepted(room=A,frm=1,prompt=6,res=2,st=6,sp=2,full=True): return E("TransferAccepted",2,room=room,**{"from":frm},prompt_len=prompt,reserved_pages=res,sent_tokens=st,sent_pages=sp,fully_written=full)
 def attend(room,step,seq,pages,q=0): return E("Attend",2,room=room,step=step,query_pos=q,seq_len=seq,pages=pages)
 def end(outcome="drained",detail=None): return X("end",outcome=outcome,detail=detail or outcome)
@@ -45,7 +48,7 @@ def base(drop=(), outcome="drained", extra_end=()):
      ("expect",E("PagesExpectWrite",2,room=A,pages=[D1,D2])),
      ("res_p",reserve(1,A,[P1,P2])),
      ("run_p",E("Running",1,room=A,side="Prefill")),
-     ("fwd",written(1,A,[P1,P2],0,6)),
+     ("fwd",written(1,A,[P1,P2],0,6,pos=0)),
      ("ready_p",E("PagesReady",1,room=A,pages=[P1,P2])),
      ("held",E("PagesHeld",1,pages=[P1,P2])),
      ("sent",sent(A,[P1,P2],[D1,D2])),
@@ -59,9 +62,9 @@ def base(drop=(), outcome="drained", extra_end=()):
      ("resp_p",E("Responded",1,room=A,side="Prefill",status=200)),
      ("run_d",E("Running",2,room=A,side="Decode")),
      ("att0",attend(A,0,6,[D1,D2])),
-     ("step0",written(2,A,[D2],2,1)),
+     ("step0",written(2,A,[D2],2,1,pos=6)),
      ("att1",attend(A,1,7,[D1,D2],q=5)),
-     ("step1",written(2,A,[D2],3,1)),
+     ("step1",written(2,A,[D2],3,1,pos=7)),
      ("resp_d",E("Responded",2,room=A,side="Decode",status=200)),
      ("rel_d",release(2,A,[D1,D2])),
      ("answer",E("RouterResponse",0,req=0,room=A,status=200,tokens=[65536,65541])),
@@ -84,7 +87,7 @@ def last(entries): return len(entries)+1
 def at(entries, ev): return line(entries, lambda e: e is ev)
 
 # ---------- the clean run and liveness ----------
-b=base(); case("clean-one-request", b, points=[1,4,6], note="one request served end to end: every judged record, no finding (KvWritten.start is an offset into the listed pages: the decode steps write slots 2 and 3 of their one page)", near_miss=["L1.bound","L1.unanswered","L1.open","L2.rooms","L4.pages","S3.attend"])
+b=base(); case("clean-one-request", b, points=[1,4,6], note="one request served end to end: every judged record, no finding (KvWritten.start is an offset into the listed pages: the decode steps write slots 2 and 3 of their one page, meant for positions 6 and 7, its pos)", near_miss=["L1.bound","L1.unanswered","L1.open","L2.rooms","L4.pages","S3.attend"])
 b=base(outcome="liveness_bound"); case("l1-bound", b, findings=[("VIOLATED","L1",last(b))], clause="L1.bound", points=[8], note="the same run ending at its liveness bound: L1 alone (L2-L4 are judged too and hold)")
 b=base(drop=("cleared",), outcome="event_limit"); case("l1-bound-and-l2", b, findings=[("VIOLATED","L1",last(b)),("VIOLATED","L2",last(b))], clause="L2.rooms", points=[8], note="at event_limit L2-L4 are judged as at drained: the room never cleared is L2")
 b=base(); b.insert(1, X("submit",req=1,tenant=1,prompt_len=3,max_new_tokens=1)); case("l1-unanswered", b, findings=[("VIOLATED","L1",last(b))], clause="L1.unanswered")
@@ -180,6 +183,12 @@ e=[routed(prompt=4), reserve(2,A,[D1]), written(2,A,[D1],0,4), written(2,A,[D1],
 case("s3-attend-rewrite-near-miss", e, near_miss=["S3.attend"], note="rewriting slot 1 keeps the range 0..4")
 e=[routed(prompt=6), reserve(2,A,[D1,D2]), written(2,A,[D1,D2],0,6), written(2,A,[D2],2,2), attend(A,0,8,[D1,D2])]
 case("s3-attend-offset-near-miss", e, near_miss=["S3.attend"], points=[1], note="the second KvWritten lists one page: start 2 is its slot, not sequence position 6")
+e=[routed(prompt=8), reserve(2,A,[D1,D2]), reserve(1,A,[P1,P2]), written(1,A,[P1,P2],0,8,pos=0), sent(A,[P2],[D1]), landed(A,[D1]), sent(A,[P1],[D2],c=1), landed(A,[D2],c=1), attend(A,0,8,[D1,D2])]
+case("s3-attend-position", e, findings=[("VIOLATED","S3",last(e))], clause="S3.attend", points=[14], note="the room's own KV at the wrong offset: its first decode page holds what prefill wrote for positions 4..8 (the write of its second page), read as positions 0..4 (KvWritten.pos)")
+e=[routed(prompt=8), reserve(2,A,[D1,D2]), reserve(1,A,[P1,P2]), written(1,A,[P1,P2],0,8,pos=0), sent(A,[P1],[D1]), landed(A,[D1]), sent(A,[P2],[D2],c=1), landed(A,[D2],c=1), written(2,A,[D2],0,1,pos=4), attend(A,0,8,[D1,D2])]
+case("s3-attend-position-near-miss", e, near_miss=["S3.attend"], note="each page lands where its positions are read; decode's rewrite of slot 0 of its second page is meant for position 4, where it is read")
+e=[routed(prompt=8), reserve(2,A,[D1,D2]), reserve(1,A,[P1,P2]), written(1,A,[P1,P2],0,8), sent(A,[P2],[D1]), landed(A,[D1]), sent(A,[P1],[D2],c=1), landed(A,[D2],c=1), attend(A,0,8,[D1,D2])]
+case("s3-attend-position-unstated-near-miss", e, near_miss=["S3.attend"], points=[14], note="the same swapped landing in a trace whose KvWritten states no pos (before it was added): S3 judges the owner only, which is right")
 e=[routed(prompt=4), reserve(2,A,[D1]), reserve(1,A,[P1]), written(1,A,[P1],0,4), sent(A,[P1],[D1]), landed(A,[D1]), attend(A,0,4,[D1])]
 case("s3-attend-landed-near-miss", e, near_miss=["S3.attend","S3.tag"], note="provenance travels with the write: the landed page holds what its source held when sent")
 e=[routed(prompt=4), reserve(2,A,[D1]), E("TagMismatch",2,room=A,step=0,seq_len=4,pages=[D1],tag=D1,current=2)]

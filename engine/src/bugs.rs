@@ -82,6 +82,17 @@ pub enum Bug {
     /// answer has a cause" property catches it (an availability defect). Found by a
     /// mutation run, not an upstream report.
     AbortAfterSuccess,
+    /// SGLang #30545 (the staging path of #19890/#22536, before that fix, merged July
+    /// 2026): chunks are identified by position, `chunk_idx = start_page //
+    /// full_chunk_pages`, against a uniform grid. A prefill radix-cache hit makes the
+    /// first send carry the cached prefix with the first computed chunk, past one grid
+    /// slot, and every later chunk's index is skewed: its KV lands at the grid slot of
+    /// its index, at the wrong offset inside the room's own pages (owner and tags
+    /// right, positions wrong), and the pages past the skew are never written. Needs
+    /// `prefix_hit_pages` not a multiple of `chunk_pages`. Breaks S4 (the unwritten
+    /// pages; detected by verification when it is on) and S3 by position (the read of
+    /// a slot written for another position).
+    ChunkIndexByPosition,
     /// Issue 37, class 2: SGLang #40125 (fix proposed in #40185; the Mooncake #1400
     /// `check_status` KeyError): `bootstrap_room` is a plain field of the request,
     /// and neither half checks that a room is in use. Prefill's bootstrap state is

@@ -110,6 +110,29 @@ pub enum RouterPolicy {
     /// node aborts its half); the answer is decode's, or prefill's error when only
     /// prefill failed. Defense 6 does not exist under it.
     SglangRouter,
+    /// The observable behaviour of vLLM's router, `vllm-router` 0.1.17 with
+    /// `--vllm-pd-disaggregation`, driving vLLM's NIXL connector's nodes (pull):
+    /// strictly sequential, prefill first with one token, then decode with prefill's
+    /// `kv_transfer_params`; no retries; a prefill failure answers the client 500 and
+    /// decode is never contacted; a decode failure passes through and prefill is never
+    /// told; no abort or release is ever sent to a worker, except that a client
+    /// disconnect closes the one open upstream connection. Defense 6 does not exist
+    /// under it (`nodes/router/vllm.rs`).
+    VllmRouter,
+}
+
+/// The protocol a deployment's prefill and decode nodes speak: which node kinds
+/// [`crate::world::Topology::build`] makes. It follows from the router policy
+/// ([`RouterPolicy::protocol`]): each router drives the nodes of its own family.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    /// SGLang's disaggregation: both halves start at once, prefill pushes (RDMA WRITE)
+    /// into the page list decode sends it, drain acks release an aborted room.
+    Sglang,
+    /// vLLM's NIXL connector, pull mode: prefill runs first and keeps its pages under
+    /// a lease; decode reads them (RDMA READ) and its notification frees them.
+    Vllm,
 }
 
 impl RouterPolicy {
@@ -119,6 +142,23 @@ impl RouterPolicy {
     /// The name a scenario and the CLI use.
     pub fn name(self) -> &'static str {
         self.into()
+    }
+
+    /// The protocol of the nodes this router drives.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            RouterPolicy::Careful | RouterPolicy::SglangRouter => Protocol::Sglang,
+            RouterPolicy::VllmRouter => Protocol::Vllm,
+        }
+    }
+
+    /// The policies that drive `protocol`'s nodes, in declaration order (what a
+    /// scenario's `routers` draws from and the isolation matrix runs under).
+    pub fn of(protocol: Protocol) -> Vec<RouterPolicy> {
+        RouterPolicy::ALL
+            .into_iter()
+            .filter(|r| r.protocol() == protocol)
+            .collect()
     }
 }
 
@@ -138,6 +178,18 @@ pub struct Timeouts {
     pub drain_retries: u32,
     /// Router: a request with no terminal answer from both halves is cancelled.
     pub request_ns: u64,
+    /// vLLM prefill: how long it keeps a finished request's pages for decode to read
+    /// when no notification comes (`kv_lease_duration`, 30 s in vLLM; decode's
+    /// heartbeats renew it every sixth of it while it has not read).
+    #[serde(skip_serializing_if = "is_default_lease")]
+    pub lease_ns: u64,
+}
+
+/// The default lease, scaled as the other timers are (a tenth of the request timeout).
+const LEASE_NS: u64 = 200_000_000;
+
+fn is_default_lease(ns: &u64) -> bool {
+    *ns == LEASE_NS
 }
 
 impl Default for Timeouts {
@@ -148,6 +200,7 @@ impl Default for Timeouts {
             drain_retry_ns: 50_000_000,
             drain_retries: 40,
             request_ns: 2_000_000_000,
+            lease_ns: LEASE_NS,
         }
     }
 }
@@ -181,6 +234,13 @@ pub struct EngineConfig {
     pub chunk_pages: u32,
     /// Most chunk writes one room may have in flight at once.
     pub max_inflight_chunks: u32,
+    /// Prefill's radix-cache hit, in pages: the leading pages of every prompt whose KV
+    /// prefill already holds (a page-aligned match, at most all but the prompt's last
+    /// page). Their forward chunks are skipped, so they are no send of their own: the
+    /// first KV write carries them with the first computed chunk (SGLang's cached-prefix
+    /// early send, sglang #30545). 0 (the default): no prefix hit, every chunk is
+    /// `chunk_pages` long.
+    pub prefix_hit_pages: u32,
     /// Size of the router's room table; room numbers are reused (LIFO).
     pub max_rooms: u32,
     /// Most requests one node holds in its queues (beyond it: 503).
@@ -218,6 +278,7 @@ impl Default for EngineConfig {
             context_len: 8192,
             chunk_pages: 16,
             max_inflight_chunks: 4,
+            prefix_hit_pages: 0,
             max_rooms: 64,
             max_queue: 256,
             max_batch: 32,
@@ -321,6 +382,7 @@ impl EngineConfig {
             self.chunk_pages.into(),
         )?;
         at_least("max_inflight_chunks", 1, self.max_inflight_chunks.into())?;
+        at_most("prefix_hit_pages", 1 << 24, self.prefix_hit_pages.into())?;
         at_most("max_inflight_chunks", 1024, self.max_inflight_chunks.into())?;
         at_least("max_rooms", 1, self.max_rooms.into())?;
         at_most("max_rooms", MAX_ROOMS.into(), self.max_rooms.into())?;

@@ -42,7 +42,7 @@ impl Eq for Counters {}
 impl Counters {
     /// `node` refuses message `kind` about `room` from `from`, a node that is not that
     /// room's peer: count it and say so. Every node refuses the same way.
-    pub fn refuse_peer<E: Trace>(
+    pub fn refuse_peer<E: Trace + ?Sized>(
         &mut self,
         env: &mut E,
         node: NodeId,
@@ -63,7 +63,7 @@ impl Counters {
 
     /// `node`'s peer check of `msg` from `from` gave `verdict`: a refusal is counted and
     /// stated ([`Counters::refuse_peer`]). `true`: the message is admitted.
-    pub fn admit_peer<E: Trace>(
+    pub fn admit_peer<E: Trace + ?Sized>(
         &mut self,
         env: &mut E,
         (node, from): (NodeId, NodeId),

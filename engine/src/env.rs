@@ -36,6 +36,11 @@ pub enum Timer {
     DrainRetry(RoomKey, u32),
     /// Router: the request got no terminal answer in time.
     Request(RoomKey),
+    /// vLLM prefill: the lease on a finished room's pages ran out (setting it again
+    /// is a renewal).
+    Lease(RoomKey),
+    /// vLLM decode: renew the lease on the room's pages at its prefill (a heartbeat).
+    Heartbeat(RoomKey),
 }
 
 impl Timer {
@@ -49,6 +54,8 @@ impl Timer {
             Timer::WaitingForKv(r) => (2, r, 0),
             Timer::DrainRetry(r, n) => (3, r, n),
             Timer::Request(r) => (4, r, 0),
+            Timer::Lease(r) => (5, r, 0),
+            Timer::Heartbeat(r) => (6, r, 0),
         }
     }
 }
@@ -256,6 +263,37 @@ impl<K> Outbox<K> {
     /// Emit an event for oracles and traces (never read back by the engine).
     pub fn trace(&mut self, event: TraceEvent) {
         self.effects.push(Effect::Trace(event));
+    }
+}
+
+/// What a node that posts no KV write and asks for no device work (the router, a
+/// worker front) can ask of its driver: the part of an [`Outbox`] it uses, whatever
+/// the KV type of the node it shares a driver with. Its handlers take `&mut dyn
+/// Control`, so no KV type parameter runs through them as plumbing. Its events go
+/// through [`Trace`].
+pub trait Control: Trace {
+    /// [`Outbox::set_timer`].
+    fn set_timer(&mut self, timer: Timer, after_ns: u64);
+    /// [`Outbox::cancel_timer`].
+    fn cancel_timer(&mut self, timer: Timer);
+    /// [`Outbox::send`].
+    fn send(&mut self, to: NodeId, msg: Msg);
+    /// [`Outbox::stream`].
+    fn stream(&mut self, to: NodeId, req: RequestId, index: u32, token: Token);
+}
+
+impl<K> Control for Outbox<K> {
+    fn set_timer(&mut self, timer: Timer, after_ns: u64) {
+        Outbox::set_timer(self, timer, after_ns);
+    }
+    fn cancel_timer(&mut self, timer: Timer) {
+        Outbox::cancel_timer(self, timer);
+    }
+    fn send(&mut self, to: NodeId, msg: Msg) {
+        Outbox::send(self, to, msg);
+    }
+    fn stream(&mut self, to: NodeId, req: RequestId, index: u32, token: Token) {
+        Outbox::stream(self, to, req, index, token);
     }
 }
 

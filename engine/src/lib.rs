@@ -50,7 +50,7 @@ pub use ids::{
 pub use invariant::{Invariant, Violation};
 pub use msg::{Carried, KvWrite, Msg, Status, TransferOutcome, Why};
 pub use node::{Node, Role};
-pub use nodes::{decode, node, prefill, retired, router};
+pub use nodes::{decode, node, prefill, prefill_vllm, retired, router, worker};
 pub use shared_cfg::Cfg;
 pub use trace::TraceEvent;
 
@@ -62,16 +62,34 @@ mod tests {
     /// tables named them.
     #[test]
     fn derived_tables_keep_every_variant_and_its_name() {
-        assert_eq!(Bug::ALL.len(), 15);
+        assert_eq!(Bug::ALL.len(), 16);
         assert_eq!(Bug::ALL[0], Bug::GateChecksFinishedOnly);
         assert_eq!(Bug::ALL[12], Bug::AbortAfterSuccess);
+        assert_eq!(Bug::ALL[13], Bug::ChunkIndexByPosition);
+        assert_eq!(Bug::ChunkIndexByPosition.name(), "chunk-index-by-position");
         assert_eq!(Bug::FailOpenOnRecvError.name(), "fail-open-on-recv-error");
         assert_eq!(world::DataFault::StaleDuplicate.name(), "stale-duplicate");
         assert_eq!(RouterPolicy::SglangRouter.name(), "sglang-router");
+        assert_eq!(RouterPolicy::VllmRouter.name(), "vllm-router");
         assert_eq!(
             RouterPolicy::ALL,
+            [
+                RouterPolicy::Careful,
+                RouterPolicy::SglangRouter,
+                RouterPolicy::VllmRouter
+            ]
+        );
+        assert_eq!(
+            RouterPolicy::of(config::Protocol::Sglang),
             [RouterPolicy::Careful, RouterPolicy::SglangRouter]
         );
+        assert_eq!(
+            RouterPolicy::of(config::Protocol::Vllm),
+            [RouterPolicy::VllmRouter]
+        );
+        assert!(RouterPolicy::VllmRouter.sequential());
+        assert!(!RouterPolicy::VllmRouter.cancels_other_half());
+        assert_eq!(RouterPolicy::VllmRouter.max_attempts(), 1);
         assert_eq!(Invariant::ALL[10], Invariant::L1);
         assert!(RouterPolicy::Careful.cancels_other_half());
         assert!(!RouterPolicy::SglangRouter.cancels_other_half());

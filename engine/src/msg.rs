@@ -291,6 +291,42 @@ pub enum Msg {
         /// Decode's reason for a status that is not 200, where it has one.
         why: Option<Why>,
     },
+
+    // vLLM's NIXL connector (pull): `nodes/prefill_vllm/`, `nodes/decode/pull.rs`.
+    /// vLLM prefill -> router, just before its 200: the reply's `kv_transfer_params`
+    /// (`remote_block_ids`, `remote_engine_id` as the sender, `remote_num_tokens`).
+    KvParams {
+        room: RoomKey,
+        src: Vec<PageTag>,
+        tokens: u64,
+    },
+    /// Router -> decode: start the decode half of a room whose KV `src` (pages of
+    /// `prefill`, as its `KvParams` named them) decode reads itself.
+    PullStart {
+        room: RoomKey,
+        req: RequestId,
+        prompt: Vec<Token>,
+        max_new_tokens: u32,
+        prefill: NodeId,
+        src: Vec<PageTag>,
+    },
+    /// An RDMA READ request: the reader (`id.writer`) asks the source's NIC for the
+    /// contents of `src`, to be placed in the reader's `dst`. Not handled by the
+    /// source's software: the world serves it (`world::serve_read`). It rides the
+    /// reliable connection as a KV write does (`world::transport`: never lost or
+    /// duplicated; it is served once or fails with one failed completion).
+    KvRead {
+        id: WriteId,
+        src: Vec<PageTag>,
+        dst: Vec<PageTag>,
+    },
+    /// NIXL's notification, posted with a READ (`notif_msg`): the reader's side sends
+    /// it to the source's agent once the READ completed. The source frees the room's
+    /// pages on it.
+    ReadNotify { room: RoomKey },
+    /// vLLM decode -> prefill: renew the lease on the room's pages (the NIXL
+    /// connector's heartbeat, every sixth of the lease while decode has not read).
+    Heartbeat { room: RoomKey },
 }
 
 impl Msg {
@@ -307,15 +343,19 @@ impl Msg {
             | Msg::DrainAck { room }
             | Msg::PrefillFinished { room, .. }
             | Msg::TokenOut { room, .. }
-            | Msg::DecodeFinished { room, .. } => Some(*room),
-            Msg::WriteDone { id, .. } => Some(id.room),
+            | Msg::DecodeFinished { room, .. }
+            | Msg::KvParams { room, .. }
+            | Msg::PullStart { room, .. }
+            | Msg::ReadNotify { room }
+            | Msg::Heartbeat { room } => Some(*room),
+            Msg::WriteDone { id, .. } | Msg::KvRead { id, .. } => Some(id.room),
         }
     }
 
     /// The KV write a completion is about.
     pub fn write_id(&self) -> Option<WriteId> {
         match self {
-            Msg::WriteDone { id, .. } => Some(*id),
+            Msg::WriteDone { id, .. } | Msg::KvRead { id, .. } => Some(*id),
             _ => None,
         }
     }
@@ -337,6 +377,11 @@ impl Msg {
             Msg::PrefillFinished { .. } => "PrefillFinished",
             Msg::TokenOut { .. } => "TokenOut",
             Msg::DecodeFinished { .. } => "DecodeFinished",
+            Msg::KvParams { .. } => "KvParams",
+            Msg::PullStart { .. } => "PullStart",
+            Msg::KvRead { .. } => "KvRead",
+            Msg::ReadNotify { .. } => "ReadNotify",
+            Msg::Heartbeat { .. } => "Heartbeat",
         }
     }
 
@@ -406,7 +451,36 @@ impl Msg {
             Msg::DecodeFinished { room, status, .. } => {
                 format!("DecodeFinished {room} status={status}")
             }
+            pull => pull.pull_summary().unwrap_or_default(),
         }
+    }
+
+    /// [`Msg::summary`] of vLLM pull's messages (`None` for any other).
+    fn pull_summary(&self) -> Option<String> {
+        let tags = |t: &[PageTag]| crate::ids::fmt_tags(t, 6);
+        Some(match self {
+            Msg::KvParams { room, src, tokens } => {
+                format!("KvParams {room} tokens={tokens} src=[{}]", tags(src))
+            }
+            Msg::PullStart {
+                room,
+                req,
+                prompt,
+                prefill,
+                src,
+                ..
+            } => format!(
+                "PullStart {room} {req} prompt={} prefill={prefill} src=[{}]",
+                prompt.len(),
+                tags(src)
+            ),
+            Msg::KvRead { id, src, dst } => {
+                format!("KvRead {id} src=[{}] dst=[{}]", tags(src), tags(dst))
+            }
+            Msg::ReadNotify { room } => format!("ReadNotify {room}"),
+            Msg::Heartbeat { room } => format!("Heartbeat {room}"),
+            _ => return None,
+        })
     }
 }
 
@@ -453,6 +527,12 @@ impl<K> Carried<K> {
             Carried::Msg(m) => m.summary(),
             Carried::Write(w) => w.summary(),
         }
+    }
+
+    /// Does it ride the reliable connection's RDMA operations (a KV write, or an RDMA
+    /// READ request), rather than the control channel?
+    pub fn is_rdma(&self) -> bool {
+        matches!(self, Carried::Write(_) | Carried::Msg(Msg::KvRead { .. }))
     }
 
     /// The message, if it is one.

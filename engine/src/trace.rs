@@ -260,14 +260,20 @@ pub enum TraceEvent {
         pages: Vec<PageTag>,
         freed: Vec<PageTag>,
     },
-    /// The node wrote the KV of `tokens` tokens at sequence positions `start..` into
-    /// `pages` for `room` (prefill's forward; a decode step's own token).
+    /// The node wrote the KV of `tokens` tokens at offset `start` into `pages` for
+    /// `room` (prefill's forward; a decode step's own token), meant for the sequence
+    /// positions `pos..` (added within schema version 2: the position a write was
+    /// meant for, which S3 judges a read against; absent in older traces, where S3
+    /// judges the owner only). The engine writes position `p` to page `p / page_size`
+    /// of the room's list, so `pos - start` is a multiple of the page size.
     KvWritten {
         node: NodeId,
         room: RoomKey,
         pages: Vec<PageTag>,
         start: u64,
         tokens: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pos: Option<u64>,
     },
     /// Pages zeroed on free (defense 7): whatever they held is gone.
     PagesZeroed { node: NodeId, pages: Vec<PageId> },
@@ -393,6 +399,30 @@ pub enum TraceEvent {
     },
     /// Prefill acked a drain request.
     DrainAcked { node: NodeId, room: RoomKey },
+    /// The source's NIC served an RDMA READ (`world::serve_read`): it read `src` (their
+    /// contents as of now, whoever owns them now) for the reader `to`'s `dst`. No
+    /// software of `node` ran.
+    KvReadServed {
+        node: NodeId,
+        read: WriteId,
+        src: Vec<PageTag>,
+        dst: Vec<PageTag>,
+        to: NodeId,
+    },
+    /// vLLM prefill finished the room's forward and keeps its pages for decode to read,
+    /// under a lease.
+    Leased {
+        node: NodeId,
+        room: RoomKey,
+        pages: Vec<PageTag>,
+    },
+    /// vLLM prefill let the room's lease go and released its pages: on decode's read
+    /// notification, or `expired` (no notification within the lease).
+    LeaseEnded {
+        node: NodeId,
+        room: RoomKey,
+        expired: bool,
+    },
     /// The node refused a message about a room from a node that is not that room's
     /// peer (or a write whose id names another writer). Nothing moved.
     PeerRefused {
@@ -434,7 +464,10 @@ impl TraceEvent {
             | Responded { room, .. }
             | RoomCleared { room, .. }
             | RouterRetried { room, .. }
-            | DrainAcked { room, .. } => Some(*room),
+            | DrainAcked { room, .. }
+            | Leased { room, .. }
+            | LeaseEnded { room, .. } => Some(*room),
+            KvReadServed { read, .. } => Some(read.room),
             KvSent { write, .. }
             | KvLanded { write, .. }
             | KvRefused { write, .. }
@@ -481,6 +514,9 @@ impl TraceEvent {
             | RoomCleared { node, .. }
             | RouterRetried { node, .. }
             | DrainAcked { node, .. }
+            | KvReadServed { node, .. }
+            | Leased { node, .. }
+            | LeaseEnded { node, .. }
             | PeerRefused { node, .. }
             | Fault { node, .. } => *node,
         }

@@ -153,7 +153,7 @@ impl KvTransport {
     /// queues), except a KV write on a transport whose writes land while the receiver
     /// is frozen ([`Semantics::while_frozen`]).
     pub fn arrival_waits_for_receiver<K>(self, c: &Carried<K>) -> bool {
-        !matches!(c, Carried::Write(_)) || self.semantics().while_frozen == WhileFrozen::Waits
+        !c.is_rdma() || self.semantics().while_frozen == WhileFrozen::Waits
     }
 
     /// Can the wire and the NICs commit `fault` on this transport?

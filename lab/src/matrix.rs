@@ -56,6 +56,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         include_str!("../../scenarios/data-faults.toml"),
     ),
     (
+        "scenarios/prefix-hit.toml",
+        include_str!("../../scenarios/prefix-hit.toml"),
+    ),
+    (
         "scenarios/client-rooms.toml",
         include_str!("../../scenarios/client-rooms.toml"),
     ),
@@ -76,6 +80,9 @@ pub fn scenario_for(bugs: BugSet) -> &'static str {
         "scenarios/client-disconnects.toml"
     } else if only(Bug::SkipPreflight) {
         "scenarios/glm53-incident.toml"
+    } else if only(Bug::ChunkIndexByPosition) {
+        // Only a prefix hit off the chunk grid skews a chunk's index.
+        "scenarios/prefix-hit.toml"
     } else if only(Bug::DuplicateRoomJoinsLive) {
         "scenarios/client-rooms.toml"
     } else if only(Bug::NoLengthAgreement) {
@@ -285,6 +292,10 @@ pub fn model_order(bugs: BugSet, models: &[&'static str]) -> Vec<&'static str> {
     ]
     .iter()
     .any(|b| bugs == BugSet::NONE.with(*b));
+    if bugs == BugSet::NONE.with(Bug::ChunkIndexByPosition) {
+        // Only a model with a prefix hit off the chunk grid reaches the skew.
+        return vec!["prefix-hit"];
+    }
     let mut order = models.to_vec();
     if abort_first {
         order.sort_by_key(|m| !m.starts_with("abort-race"));

@@ -30,7 +30,7 @@ use kvsim_engine::env::{Effect as Step, Input, Outbox};
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::{Carried, KvWrite, Msg};
-use kvsim_engine::prefill::PrefillNode;
+use kvsim_engine::node::Node;
 use kvsim_engine::router::Router;
 use kvsim_oracle::shared::{hash_of, Shared};
 use std::cell::RefCell;
@@ -279,7 +279,7 @@ thread_local! {
         })
     };
     static ROUTER_MEMO: RefCell<Memo<Router>> = RefCell::new(Memo::new());
-    static PREFILL_MEMO: RefCell<Memo<PrefillNode<SymbolicGpu>>> = RefCell::new(Memo::new());
+    static PREFILL_MEMO: RefCell<Memo<Node<SymbolicGpu>>> = RefCell::new(Memo::new());
     static DECODE_MEMO: RefCell<Memo<DecodeNode<SymbolicGpu>>> = RefCell::new(Memo::new());
 }
 
@@ -307,7 +307,7 @@ macro_rules! machine {
 }
 
 machine!(Router, ROUTER_MEMO);
-machine!(PrefillNode<SymbolicGpu>, PREFILL_MEMO);
+machine!(Node<SymbolicGpu>, PREFILL_MEMO);
 machine!(DecodeNode<SymbolicGpu>, DECODE_MEMO);
 
 /// Run the engine: node `id` in state `before` takes `cause`.

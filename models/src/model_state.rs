@@ -21,7 +21,7 @@ use kvsim_engine::ids::{NodeId, RequestId, RoomKey};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::kv::PagePool;
 use kvsim_engine::msg::{Carried, Msg};
-use kvsim_engine::prefill::PrefillNode;
+use kvsim_engine::node::Node;
 use kvsim_engine::router::Router;
 use kvsim_engine::world::{self, Altered, DataFault, KvTransport, Timers};
 use kvsim_oracle::oracle_state::WriteFacts;
@@ -44,7 +44,8 @@ pub const PREFILL: NodeId = NodeId(1);
 pub const DECODE: NodeId = NodeId(2);
 
 /// The prefill nodes of a state, in id order.
-pub type Prefills = SmallVec<[Shared<PrefillNode<SymbolicGpu>>; 2]>;
+/// A prefill node is a [`Node`]: SGLang's or vLLM's, by the router's protocol.
+pub type Prefills = SmallVec<[Shared<Node<SymbolicGpu>>; 2]>;
 /// The decode nodes of a state, in id order.
 pub type Decodes = SmallVec<[Shared<DecodeNode<SymbolicGpu>>; 2]>;
 
@@ -64,13 +65,11 @@ pub struct Envelope {
 }
 
 impl Envelope {
-    /// KV writes and their completions ride an RDMA reliable connection: they may be
-    /// late or fail, never be lost or duplicated. Everything else is control traffic.
+    /// KV writes, RDMA READ requests and their completions ride an RDMA reliable
+    /// connection: they may be late or fail, never be lost or duplicated. Everything
+    /// else is control traffic.
     pub fn is_rdma(&self) -> bool {
-        matches!(
-            self.msg,
-            Carried::Write(_) | Carried::Msg(Msg::WriteDone { .. })
-        )
+        self.msg.is_rdma() || matches!(self.msg, Carried::Msg(Msg::WriteDone { .. }))
     }
 
     /// Does this message wait in the queues of `frozen` (the world's rule,
@@ -250,7 +249,7 @@ impl State {
     /// The page pool of a prefill or decode node.
     pub fn pool(&self, node: NodeId) -> Option<&PagePool> {
         match self.kv_node(node)? {
-            KvNode::Prefill(i) => Some(self.prefills[i].get().pool()),
+            KvNode::Prefill(i) => self.prefills[i].get().pool(),
             KvNode::Decode(i) => Some(self.decodes[i].get().pool()),
         }
     }
@@ -531,6 +530,8 @@ pub fn timer_text(timer: Timer) -> String {
         Timer::WaitingForKv(r) => format!("WaitingForKv {r}"),
         Timer::DrainRetry(r, n) => format!("DrainRetry {r} #{n}"),
         Timer::Request(r) => format!("Request {r}"),
+        Timer::Lease(r) => format!("Lease {r}"),
+        Timer::Heartbeat(r) => format!("Heartbeat {r}"),
     }
 }
 

@@ -244,6 +244,8 @@ fn parse_timer<'a>(mut words: impl Iterator<Item = &'a str>) -> Result<Timer, St
             Timer::DrainRetry(r?, arming)
         }
         ("Request", Some(r)) => Timer::Request(r?),
+        ("Lease", Some(r)) => Timer::Lease(r?),
+        ("Heartbeat", Some(r)) => Timer::Heartbeat(r?),
         _ => return Err("unknown timer".into()),
     })
 }

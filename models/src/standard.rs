@@ -11,7 +11,7 @@ use kvsim_engine::config::RouterPolicy;
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 19] = [
+    pub const NAMES: [&'static str; 22] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -31,6 +31,9 @@ impl ModelSpec {
         "pause-race-small",
         "two-by-two",
         "two-by-two-small",
+        "prefix-hit",
+        "vllm-pull",
+        "vllm-lease-race",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -405,6 +408,35 @@ impl ModelSpec {
         spec
     }
 
+    /// `prefix-hit`: prefill's radix cache hits the first page of a 7-token prompt
+    /// (4 pages of 2 tokens) on a chunk grid of two pages (sglang #30545): the first
+    /// KV write carries the cached page with the first computed chunk (3 pages), the
+    /// second the last page, off the grid. One prefill and one decode of 4 pages each;
+    /// one KV write may fail. Small enough for the default `cargo test` as it is.
+    pub fn prefix_hit() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.chunk_pages = 2;
+        engine.prefix_hit_pages = 1;
+        ModelSpec {
+            name: "prefix-hit".into(),
+            about: "1 prefill, 1 decode (4 pages of 2 tokens each), context 16, chunks of 2 \
+                    pages; one 7-token request whose first page prefill's cache holds; at \
+                    most 1 failed KV write"
+                .into(),
+            engine,
+            nodes: Nodes::ONE_EACH,
+            prefill_pages: 4,
+            decode_pages: 4,
+            clients: vec![ClientSpec::normal(1, 7)],
+            faults: FaultBounds {
+                write_failures: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES],
+            detections_hold: false,
+        }
+    }
+
     /// `two-by-two`: the real topology, 2 prefill and 2 decode nodes, under the real
     /// gateway's policy (`sglang-router`: pairs taken round robin, no cancel of the
     /// other half, a retryable answer or a request timeout retried in a new room, up to
@@ -457,6 +489,60 @@ impl ModelSpec {
         spec
     }
 
+    /// `vllm-pull`: vLLM's NIXL connector (pull) under `vllm-router` (the nodes of
+    /// `nodes/prefill_vllm/` and `nodes/decode/pull.rs`): prefill runs first and keeps
+    /// its pages under a lease, decode reads them with one RDMA READ and NIXL's
+    /// notification frees them, heartbeats renew the lease. One 3-token request whose
+    /// client may disconnect at any point (the router closes the one open upstream),
+    /// one lost control message (a start, an answer, the params, a heartbeat, the
+    /// notification) and one failed RDMA operation (the READ or its response). No
+    /// timeout fires early: the lease expires only once nothing else can happen (decode
+    /// will never read).
+    pub fn vllm_pull() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.router = RouterPolicy::VllmRouter;
+        ModelSpec {
+            name: "vllm-pull".into(),
+            about: "vllm-router and vLLM's pull; 1 prefill (2 pages), 1 decode (2 pages), \
+                    context 16; one 3-token request whose client may disconnect at any point; \
+                    at most 1 lost control message and 1 failed READ (or its response)"
+                .into(),
+            engine,
+            nodes: Nodes::ONE_EACH,
+            prefill_pages: 2,
+            decode_pages: 2,
+            clients: vec![ClientSpec::normal(1, 3).aborting()],
+            faults: FaultBounds {
+                losses: 1,
+                write_failures: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES],
+            detections_hold: false,
+        }
+    }
+
+    /// `vllm-lease-race`: `vllm-pull` with two requests of two tenants (prefill's
+    /// pool holds one at a time, so the second reuses the first's pages) and one
+    /// timeout that fires early: the lease may run out while the first READ is on
+    /// its way (the READ slower than the lease, aws-samples/aws-do-eks#84). The
+    /// defended pair has nothing against it: the model finds S2 (the READ served
+    /// after its lease expired), and S3 where the pages were handed to the other
+    /// request first.
+    pub fn vllm_lease_race() -> ModelSpec {
+        let mut spec = ModelSpec::vllm_pull();
+        spec.name = "vllm-lease-race".into();
+        spec.about = "vllm-pull with two requests of two tenants sharing prefill's pages, \
+                      no lost message or failed READ, and one premature timeout (the lease)"
+            .into();
+        spec.clients = vec![ClientSpec::normal(1, 3), ClientSpec::normal(2, 3)];
+        spec.faults = FaultBounds {
+            early_timeouts: 1,
+            ..FaultBounds::default()
+        };
+        spec
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -479,6 +565,9 @@ impl ModelSpec {
             "pause-race-small" => Ok(ModelSpec::pause_race_small()),
             "two-by-two" => Ok(ModelSpec::two_by_two()),
             "two-by-two-small" => Ok(ModelSpec::two_by_two_small()),
+            "prefix-hit" => Ok(ModelSpec::prefix_hit()),
+            "vllm-pull" => Ok(ModelSpec::vllm_pull()),
+            "vllm-lease-race" => Ok(ModelSpec::vllm_lease_race()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

@@ -42,6 +42,8 @@ fn timer(t: Timer) -> String {
         Timer::WaitingForKv(k) => format!("WaitingForKv {k}"),
         Timer::DrainRetry(k, n) => format!("DrainRetry {k} #{n}"),
         Timer::Request(k) => format!("Request {k}"),
+        Timer::Lease(k) => format!("Lease {k}"),
+        Timer::Heartbeat(k) => format!("Heartbeat {k}"),
     }
 }
 
@@ -112,7 +114,11 @@ fn clients_text(out: &mut String, s: &State) {
 fn rooms_text(out: &mut String, s: &State) {
     let router = s.router.get();
     // The room's phase on whichever node of each kind holds it.
-    let prefill = |room| s.prefills.iter().find_map(|n| n.get().room_phase(room));
+    let prefill = |room| {
+        s.prefills
+            .iter()
+            .find_map(|n| n.get().prefill_phase_text(room))
+    };
     let decode = |room| s.decodes.iter().find_map(|n| n.get().room_phase(room));
     let _ = writeln!(out, "rooms:");
     let keys = rooms(s);
@@ -136,7 +142,7 @@ fn rooms_text(out: &mut String, s: &State) {
         let _ = writeln!(
             out,
             "  {room}: router {at_router}; prefill {}; decode {}",
-            prefill(room).map_or("-".to_string(), |p| format!("{p:?}")),
+            prefill(room).unwrap_or_else(|| "-".to_string()),
             decode(room).map_or("-".to_string(), |p| format!("{p:?}"))
         );
     }
@@ -154,8 +160,8 @@ fn nodes_text(out: &mut String, s: &State) {
         let _ = writeln!(
             out,
             "prefill {id}: {} requests; pages {}",
-            prefill.requests(),
-            pages(prefill.pool())
+            prefill.live_requests(),
+            prefill.pool().map_or_else(String::new, pages)
         );
     }
     for (id, decode) in s.decode_ids().zip(&s.decodes) {

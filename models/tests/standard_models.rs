@@ -889,7 +889,7 @@ fn stale_control_full_is_clean_with_a_pinned_state_count() {
 #[test]
 #[ignore = "full bounds: cargo test --release -p kvsim-models -- --ignored"]
 fn every_reachable_bug_switch_is_found_and_replays() {
-    let expect: [(&str, &str, Invariant); 11] = [
+    let expect: [(&str, &str, Invariant); 12] = [
         ("gate-checks-finished-only", "handoff-small", Invariant::S5),
         ("gate-checks-finished-only", "timeout-race", Invariant::S9),
         ("success-overwrites-abort", "timeout-race", Invariant::S6),
@@ -912,6 +912,8 @@ fn every_reachable_bug_switch_is_found_and_replays() {
         // A prefill crash, decode's waiting timeout, then the same late ack (the
         // counterexample has a `crash n1` step, so it also checks crash replay).
         ("ack-ignores-generation", "crash-race", Invariant::S9),
+        // Only a prefix hit off the chunk grid skews a chunk (models/tests/prefix_hit.rs).
+        ("chunk-index-by-position", "prefix-hit", Invariant::S4),
     ];
     for (bug, model, inv) in expect {
         let spec = ModelSpec::standard(model)

@@ -19,11 +19,13 @@ use std::sync::Arc;
 /// What wrote a page: the facts of the event, enough to rebuild it for its line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Wrote {
-    /// `KvWritten`: `room`'s KV of `tokens` tokens from position `start`.
+    /// `KvWritten`: `room`'s KV of `tokens` tokens from offset `start`, meant for the
+    /// positions from `pos`.
     Written {
         room: RoomKey,
         start: u64,
         tokens: u64,
+        pos: Option<u64>,
     },
     /// `KvLanded`: the KV write `write` landed.
     Landed { write: WriteId },
@@ -48,12 +50,14 @@ impl WriteEntry {
                 room,
                 start,
                 tokens,
+                pos,
             } => TraceEvent::KvWritten {
                 node,
                 room,
                 pages,
                 start,
                 tokens,
+                pos,
             },
             Wrote::Landed { write } => TraceEvent::KvLanded {
                 node,
@@ -141,8 +145,9 @@ impl LastWrites {
                 pages,
                 start,
                 tokens,
+                pos,
             } => {
-                let (room, start, tokens) = (*room, *start, *tokens);
+                let (room, start, tokens, pos) = (*room, *start, *tokens, *pos);
                 (
                     *node,
                     pages,
@@ -150,6 +155,7 @@ impl LastWrites {
                         room,
                         start,
                         tokens,
+                        pos,
                     },
                 )
             }

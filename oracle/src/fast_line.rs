@@ -86,7 +86,9 @@ fn event(o: &mut Obj) -> Option<TraceEvent> {
         "PagesHeld" => read! { o, PagesHeld { node, pages: tags } },
         "PagesUnheld" => read! { o, PagesUnheld { node, pages: tags, freed: tags } },
         "KvWritten" => {
-            read! { o, KvWritten { node, room: get, pages: tags, start: get, tokens: get } }
+            read! { o, KvWritten {
+                node, room: get, pages: tags, start: get, tokens: get, pos: opt
+            } }
         }
         "KvSent" => read! { o, KvSent { node, write: get, src: tags, dst: tags, to: opt } },
         "KvLanded" => read! { o, KvLanded { node, write: get, dst: tags } },

@@ -44,6 +44,7 @@ pub use crate::check::writes::{WriteFacts, WriteIndex};
 pub use crate::check::{Draft, Drafts};
 
 use crate::check::answers::Answers;
+use crate::check::leases::Leases;
 use crate::check::pages::{Pages, Release};
 use crate::check::rooms::Rooms;
 use crate::check::transfer;
@@ -68,6 +69,8 @@ pub struct OracleState {
     pub writes: Writes,
     /// Requests submitted and unanswered, and the answered ids.
     pub answers: Answers,
+    /// vLLM pull's leases, held and expired.
+    pub leases: Leases,
 }
 
 impl OracleState {
@@ -79,6 +82,7 @@ impl OracleState {
             && self.rooms.same_parts(&other.rooms)
             && self.writes.same_parts(&other.writes)
             && self.answers.same_parts(&other.answers)
+            && self.leases.same_parts(&other.leases)
     }
 
     pub fn new(h: &RunHeader) -> Self {
@@ -87,6 +91,7 @@ impl OracleState {
             rooms: Rooms::default(),
             writes: Writes::default(),
             answers: Answers::default(),
+            leases: Leases::default(),
         }
     }
 
@@ -149,6 +154,7 @@ impl OracleState {
                 }
                 self.pages.crashed(*node);
                 self.rooms.forget_answers(*node);
+                self.leases.forget(*node);
             }
             Record::Fault(FaultEvent::Restart { node, epoch }) => {
                 self.pages.restarted(*node, *epoch)
@@ -180,6 +186,19 @@ impl OracleState {
             | Attend { .. }
             | TagMismatch { .. }
             | DrainAcked { .. } => self.kv_event(h, ev, out),
+            KvReadServed {
+                node,
+                read,
+                src,
+                dst,
+                to,
+            } => self.read_served(*node, *read, (src, dst), *to, out),
+            Leased { node, room, .. } => self.leases.leased(*node, *room),
+            LeaseEnded {
+                node,
+                room,
+                expired,
+            } => self.leases.ended(*node, *room, *expired),
             TransferAccepted { .. } | TransferRefused { .. } => self.transfer_event(ev, out),
             Routed { .. }
             | RoomCleared { .. }
@@ -260,8 +279,9 @@ impl OracleState {
                 pages,
                 start,
                 tokens,
+                pos,
             } => {
-                let span = (*start, *tokens);
+                let span = (*start, *tokens, *pos);
                 let rooms = &self.rooms;
                 self.pages
                     .written(rooms, h, (*node, *room), pages, span, out)

@@ -146,6 +146,7 @@ fn events() -> Vec<TraceEvent> {
             pages: tags(),
             start: 3,
             tokens: 5,
+            pos: Some(67),
         },
         PagesZeroed {
             node,
@@ -241,6 +242,23 @@ fn events() -> Vec<TraceEvent> {
             attempt: 2,
         },
         DrainAcked { node, room },
+        KvReadServed {
+            node,
+            read: write(),
+            src: tags(),
+            dst: vec![tag(8), tag(9)],
+            to: M,
+        },
+        Leased {
+            node,
+            room,
+            pages: tags(),
+        },
+        LeaseEnded {
+            node,
+            room,
+            expired: true,
+        },
         PeerRefused {
             node,
             from: M,
@@ -356,6 +374,26 @@ fn messages() -> Vec<Carried<u8>> {
             status: Status::UNAVAILABLE,
             why: Some(Why::QueueFull { side: Side::Decode }),
         },
+        Msg::KvParams {
+            room,
+            src: tags(),
+            tokens: 700,
+        },
+        Msg::PullStart {
+            room,
+            req,
+            prompt: vec![1, 2],
+            max_new_tokens: 9,
+            prefill: N,
+            src: tags(),
+        },
+        Msg::KvRead {
+            id: write(),
+            src: tags(),
+            dst: vec![tag(8), tag(9)],
+        },
+        Msg::ReadNotify { room },
+        Msg::Heartbeat { room },
     ];
     let mut all: Vec<Carried<u8>> = msgs.into_iter().map(Carried::Msg).collect();
     all.push(kv_write);
@@ -383,6 +421,11 @@ fn msg_name(m: &Carried<u8>) -> &'static str {
         Msg::PrefillFinished { .. } => "PrefillFinished",
         Msg::TokenOut { .. } => "TokenOut",
         Msg::DecodeFinished { .. } => "DecodeFinished",
+        Msg::KvParams { .. } => "KvParams",
+        Msg::PullStart { .. } => "PullStart",
+        Msg::KvRead { .. } => "KvRead",
+        Msg::ReadNotify { .. } => "ReadNotify",
+        Msg::Heartbeat { .. } => "Heartbeat",
     }
 }
 
@@ -566,8 +609,12 @@ fn room_of(m: &Carried<u8>) -> Option<RoomKey> {
     };
     match m {
         Msg::Submit { .. } | Msg::Cancel { .. } | Msg::Response { .. } => None,
-        Msg::WriteDone { id, .. } => Some(id.room),
-        Msg::PrefillStart { room, .. }
+        Msg::WriteDone { id, .. } | Msg::KvRead { id, .. } => Some(id.room),
+        Msg::KvParams { room, .. }
+        | Msg::PullStart { room, .. }
+        | Msg::ReadNotify { room }
+        | Msg::Heartbeat { room }
+        | Msg::PrefillStart { room, .. }
         | Msg::DecodeStart { room, .. }
         | Msg::Abort { room }
         | Msg::KvMeta { room, .. }

@@ -33,8 +33,14 @@ pub struct TransferFigures {
     pub landed_bytes_per_s: f64,
     /// The same bytes per second as a raw TCP copy.
     pub tcp_bytes_per_s: f64,
+    /// The same writes over NIXL, when asked (`kvsim bench-transfer --nixl`).
+    pub nixl_bytes_per_s: Option<f64>,
     pub kv_bytes: u64,
 }
+
+/// Seconds to land `writes` writes of these pages (page size, room, destinations,
+/// payloads) over another path: NIXL's, `crate::nixl::bench::time_nixl`.
+pub type OtherPath = fn(u32, RoomKey, &[PageTag], &[Vec<u32>], u32) -> std::io::Result<f64>;
 
 /// Land `writes` writes of `chunk` pages each (pages of `page_size` tokens) and copy
 /// the same bytes raw, `repeat` times, the two alternating (a run's first half is the
@@ -45,6 +51,15 @@ pub fn bench_transfer(
     chunk: u32,
     writes: u32,
     repeat: u32,
+) -> std::io::Result<Vec<TransferFigures>> {
+    bench_transfer_with(page_size, (chunk, writes, repeat), None)
+}
+
+/// [`bench_transfer`], and `other`'s path timed after the two in each run.
+pub fn bench_transfer_with(
+    page_size: u32,
+    (chunk, writes, repeat): (u32, u32, u32),
+    other: Option<OtherPath>,
 ) -> std::io::Result<Vec<TransferFigures>> {
     let pages = chunk;
     let room = RoomKey::new(1, 1);
@@ -74,9 +89,14 @@ pub fn bench_transfer(
                 t,
             )
         };
+        let other_s = match other {
+            Some(f) => Some(f(page_size, room, &dst, &kv, writes)?),
+            None => None,
+        };
         runs.push(TransferFigures {
             landed_bytes_per_s: total as f64 / path_s,
             tcp_bytes_per_s: total as f64 / tcp_s,
+            nixl_bytes_per_s: other_s.map(|s| total as f64 / s),
             kv_bytes: total,
         });
     }
@@ -110,6 +130,7 @@ fn time_transfer_path(
         Inbound {
             to_loop: loop_tx,
             landing: Some(landing),
+            book: None,
         },
         stop.clone(),
     )?;

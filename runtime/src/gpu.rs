@@ -8,7 +8,7 @@
 
 use crate::sync::{Arc, Mutex, MutexGuard};
 use kvsim_engine::gpu::bytes::{ByteWrite, Fill, Landed};
-use kvsim_engine::gpu::{DeviceError, Gpu, TagError, WireWords, WriteError, WriteTag};
+use kvsim_engine::gpu::{DeviceError, Gpu, HostMemory, TagError, WireWords, WriteError, WriteTag};
 use kvsim_engine::ids::{PageId, PageTag, RoomKey, Token};
 
 /// A [`Gpu`] shared between threads (each call takes the lock once).
@@ -69,6 +69,9 @@ impl<G: Gpu> Gpu for SharedGpu<G> {
     }
     fn page_tag(&self, page: PageId) -> Result<Option<WriteTag>, DeviceError> {
         self.lock().page_tag(page)
+    }
+    fn host_memory(&mut self) -> Option<HostMemory> {
+        self.lock().host_memory()
     }
     fn attend(&self, pages: &[PageId], seq_len: u64, query_pos: u64) -> Result<Token, DeviceError> {
         self.lock().attend(pages, seq_len, query_pos)

@@ -6,11 +6,13 @@
 //! gate before any byte lands, then the landing handed to the node as
 //! `Input::Landed`, which traces it and completes the write.
 //!
-//! Both judge a write the same way, by one function each from the engine:
-//! [`world::write_arrival`] against the node's current incarnation ([`LandingRecord`]),
-//! then the landing rule, [`kvsim_engine::kv::land_with`], gated by the node's one
-//! ownership record (the [`SharedPool`] its loop decides with); both report the landing
-//! to the loop, where the node traces it and completes the write. What differs is only
+//! Both judge a write the same way, by the engine's functions: [`world::write_arrival`]
+//! against the node's current incarnation ([`LandingRecord`]), then the receiver's
+//! copy, [`world::copy_in`] (the one definition `world::receive` lands a two-sided
+//! write by: the writer's peer rule, then the landing rule,
+//! [`kvsim_engine::kv::land_with`]), gated by the node's one ownership record (the
+//! [`SharedPool`] its loop decides with); both report the landing to the loop, where
+//! the node traces it and completes the write. What differs is only
 //! where the payload comes from: a write's pages ([`land`]), or the bytes that follow
 //! a KV head on the connection, read straight into the destination pages' memory
 //! ([`Gpu::land_bytes`]) once the rule admitted the write, and into a scratch buffer
@@ -121,10 +123,10 @@ impl LandingRecord {
 /// The decode node's transfer thread: every KV write that arrives for this node is
 /// judged by the world's arrival rule against the current incarnation (a tag of an
 /// earlier incarnation fails; a write whose connection closed before it was taken is
-/// flushed), then landed by the engine's [`land`] on that incarnation's shared record
-/// and memory, and reported to the node's loop. A write whose id names another writer
-/// than its sender lands nothing: it is reported refused, and the node refuses it by
-/// peer identity ([`named_by_another`]).
+/// flushed), then copied in by the world's one rule for a receiver's copy,
+/// [`world::copy_in`] (the writer's peer rule, then the engine's [`land`] on that
+/// incarnation's shared record and memory), and reported to the node's loop. The
+/// thread does not know a room's prefill node: the node checks it at the landing.
 pub fn transfer_thread<G: Gpu>(
     rx: Receiver<Incoming<G::Kv>>,
     record: Arc<LandingRecord>,
@@ -133,22 +135,20 @@ pub fn transfer_thread<G: Gpu>(
     to_loop: Sender<NodeEvent<G::Kv>>,
 ) {
     for (from, msg, conn_alive) in rx {
-        if msg.id.writer != from {
-            let _ = to_loop.send(named_by_another(from, msg.id, msg.dst));
-            continue;
-        }
         // A write still queued when its connection closed is the dead sender's NIC
         // queue (or one its live sender fails back itself): never applied.
         let sender_alive = conn_alive.load(crate::sync::atomic::Ordering::Acquire);
         let pool = record.current();
         let ev = match arrive(from, msg, sender_alive, &pool) {
             Arrived::Deliver(KvWrite { id, dst, kv, .. }) => {
-                let landing = land(&**pool, &mut gpu, page_tags, id.room, &dst, &kv);
+                let copied = world::copy_in(from, id, None, || {
+                    land(&**pool, &mut gpu, page_tags, id.room, &dst, &kv)
+                });
                 NodeEvent::Landed {
                     from,
                     id,
                     dst,
-                    landing,
+                    landing: copied.and_then(|l| l),
                 }
             }
             Arrived::Drop => continue,
@@ -158,25 +158,6 @@ pub fn transfer_thread<G: Gpu>(
         if to_loop.send(ev).is_err() {
             return;
         }
-    }
-}
-
-/// A write of `from` whose id names another writer: nothing of it lands, and the
-/// node's peer rule refuses it (`Input::Landed` checks the writer first), with the one
-/// failed completion it is owed.
-fn named_by_another<K>(
-    from: NodeId,
-    id: kvsim_engine::ids::WriteId,
-    dst: Vec<kvsim_engine::ids::PageTag>,
-) -> NodeEvent<K> {
-    NodeEvent::Landed {
-        from,
-        id,
-        dst,
-        landing: Err(Refusal {
-            tag: None,
-            reason: format!("the write {id} names another writer"),
-        }),
     }
 }
 
@@ -247,11 +228,6 @@ where
             words,
         } = head;
         let bytes = kvsim_engine::gpu::bytes::payload_bytes(&words);
-        if id.writer != from {
-            // Refused by the node's peer rule; none of its bytes land.
-            skip_payload(r, bytes, scratch)?;
-            return Ok(self.to_loop.send(named_by_another(from, id, dst)).is_ok());
-        }
         let pool = self.record.current();
         let msg = KvWrite {
             id,
@@ -261,7 +237,14 @@ where
         };
         let ev = match arrive(from, msg, true, &pool) {
             Arrived::Deliver(KvWrite { id, dst, .. }) => {
-                let landing = self.land_payload(&pool, id.room, &dst, &words, r, scratch)?;
+                let copied = world::copy_in(from, id, None, || {
+                    self.land_payload(&pool, id.room, &dst, &words, r, scratch)
+                });
+                let landing = match copied {
+                    // Refused by the peer rule: none of its bytes were read.
+                    Err(refusal) => Err((refusal, false)),
+                    Ok(landed) => landed?,
+                };
                 if matches!(landing, Err((_, false))) {
                     skip_payload(r, bytes, scratch)?;
                 }
@@ -474,6 +457,36 @@ mod tests {
             assert_eq!(l.gpu.read_page(t.page), reference.read_page(t.page), "{t}");
             assert_eq!(l.gpu.page_tag(t.page), reference.page_tag(t.page), "{t}");
         }
+    }
+
+    /// A write whose id names another writer than its sender lands nothing: the
+    /// world's receiver copy ([`world::copy_in`]) refuses it by the peer rule before
+    /// any byte is read into the pages, and the next write on the connection lands.
+    #[test]
+    fn a_write_naming_another_writer_lands_nothing() {
+        let room = RoomKey::new(1, 1);
+        let (l, dst, rx) = landing(room, 2);
+        let floats = l.gpu.read_page(dst[0].page).unwrap().len();
+        let mut forged = write(room, 0, vec![dst[0]], vec![vec![7; floats]]);
+        if let Carried::Write(w) = &mut forged {
+            w.id.writer = NodeId(5);
+        }
+        let good = write(room, 1, vec![dst[1]], vec![vec![9; floats]]);
+        assert_eq!(take_all(&l, &[forged, good]), vec![Ok(true), Ok(true)]);
+        let got = landed(&rx);
+        let refusal = got[0].clone().unwrap_err();
+        assert!(
+            refusal.reason.contains("names another writer"),
+            "{refusal:?}"
+        );
+        assert_eq!(got[1], Ok(()));
+        assert!(l
+            .gpu
+            .read_page(dst[0].page)
+            .unwrap()
+            .iter()
+            .all(|&w| w == 0));
+        assert_eq!(l.gpu.read_page(dst[1].page).unwrap(), vec![9; floats]);
     }
 
     /// A connection that ends part way through a payload ends with an error naming

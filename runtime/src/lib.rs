@@ -19,8 +19,11 @@ pub mod gather;
 pub mod gpu;
 pub mod http;
 pub mod http_client;
+pub mod kvpath;
 pub mod landing;
 pub mod net;
+#[cfg(feature = "nixl")]
+pub mod nixl;
 pub mod node;
 pub mod seam;
 pub mod server;

@@ -8,6 +8,7 @@
 //! the engine's rule (lost, or a failed completion for a KV write).
 
 use crate::gather::GatherWriter;
+use crate::kvpath::RemoteBook;
 use crate::node::event::NodeEvent;
 use crate::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use crate::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -17,7 +18,7 @@ use crate::wire::{read_head, read_payload, write_frame_with, Head, KvHead};
 use crate::wire::{FrameReader, WireError};
 use kvsim_engine::gpu::WireWords;
 use kvsim_engine::ids::NodeId;
-use kvsim_engine::msg::{Carried, KvWrite};
+use kvsim_engine::msg::{Carried, KvWrite, Msg};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use std::io::{BufRead, ErrorKind, Read, Write};
@@ -64,6 +65,9 @@ pub struct Inbound<K> {
     /// straight into the node's memory. Without one a KV write goes to the loop as a
     /// message.
     pub landing: Option<Arc<dyn Lander<K>>>,
+    /// A writer's book of its receivers' NIXL memory (`--transport nixl`): fed the
+    /// metadata frames and told of each page list, in the order they arrive.
+    pub book: Option<Arc<dyn RemoteBook>>,
 }
 
 impl<K> Clone for Inbound<K> {
@@ -71,6 +75,7 @@ impl<K> Clone for Inbound<K> {
         Inbound {
             to_loop: self.to_loop.clone(),
             landing: self.landing.clone(),
+            book: self.book.clone(),
         }
     }
 }
@@ -140,13 +145,24 @@ pub fn read_frames<K: DeserializeOwned + WireWords, R: Read>(
     while next_frame_begins(r, stop)? {
         let sent = match read_head(r, &mut buf)? {
             None => return Ok(()),
-            Some(Head::Msg(f)) => inbound
-                .to_loop
-                .send(NodeEvent::Msg {
-                    from: f.from,
-                    msg: f.msg,
-                })
-                .is_ok(),
+            Some(Head::Msg(f)) => {
+                if let (Some(book), Msg::KvMeta { room, .. }) = (&inbound.book, &f.msg) {
+                    book.page_list(f.from, *room);
+                }
+                inbound
+                    .to_loop
+                    .send(NodeEvent::Msg {
+                        from: f.from,
+                        msg: f.msg,
+                    })
+                    .is_ok()
+            }
+            Some(Head::Nixl(meta)) => {
+                if let Some(book) = &inbound.book {
+                    book.meta(meta);
+                }
+                true
+            }
             Some(Head::Kv(head)) => match &inbound.landing {
                 Some(l) => l.take(head, r, &mut scratch)?,
                 None => {
@@ -202,7 +218,7 @@ pub fn spawn_peer<K>(
     addr: SocketAddr,
     rx: Receiver<Carried<K>>,
     to_loop: Sender<NodeEvent<K>>,
-    (connected, incarnation): (Arc<AtomicBool>, Arc<AtomicU32>),
+    (connected, incarnation, hello): (Arc<AtomicBool>, Arc<AtomicU32>, Hello),
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<thread::JoinHandle<()>>
 where
@@ -223,6 +239,7 @@ where
                 to_loop: to_loop.clone(),
                 buf: Vec::new(),
                 writer: Incarnation::new(incarnation),
+                hello,
             };
             while !stop.load(Ordering::Relaxed) {
                 let msg = match rx.recv_timeout(Duration::from_millis(50)) {
@@ -277,7 +294,12 @@ struct Link<K> {
     /// The frame encoding buffer, kept from frame to frame.
     buf: Vec<u8>,
     writer: Incarnation,
+    hello: Hello,
 }
+
+/// The frame a link writes first on each connection it opens (a decode node's NIXL
+/// metadata, `--transport nixl`), already encoded; `None` for none.
+pub type Hello = Option<Arc<Vec<u8>>>;
 
 /// A link's view of its writer's incarnation: the one its connection was opened by,
 /// and the writer's now (which [`crate::seam::NodeRuntime::close_links`] moves on at
@@ -364,7 +386,14 @@ impl<K: Send + 'static> Link<K> {
                         });
                 }
                 self.dead = dead;
-                self.conn = Some(GatherWriter::with_capacity(1 << 16, s));
+                let mut w = GatherWriter::with_capacity(1 << 16, s);
+                if let Some(hello) = &self.hello {
+                    if w.write_all(hello).is_err() {
+                        self.next_try = Instant::now() + self.backoff;
+                        return false;
+                    }
+                }
+                self.conn = Some(w);
                 self.backoff = BACKOFF_MIN;
                 self.connected.store(true, Ordering::Relaxed);
                 true

@@ -11,6 +11,7 @@
 //! loop in process, with a virtual clock, for tests of the loop's rules.
 
 use crate::clock::Clock;
+use crate::kvpath::{Carry, KvPath};
 use crate::node::event::NodeEvent;
 use crate::sync::atomic::{AtomicU32, Ordering};
 use crate::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
@@ -71,6 +72,9 @@ pub struct Threads<K> {
     rx: Receiver<NodeEvent<K>>,
     /// The node's incarnation, shared with its links ([`crate::net::spawn_peer`]).
     incarnation: Arc<AtomicU32>,
+    /// A KV path beside the links (`--transport nixl`): offered every outgoing
+    /// message first.
+    kv_path: Option<Arc<dyn KvPath<K>>>,
 }
 
 impl<K> Threads<K> {
@@ -88,7 +92,14 @@ impl<K> Threads<K> {
             me,
             rx,
             incarnation: Arc::new(AtomicU32::new(0)),
+            kv_path: None,
         }
+    }
+
+    /// Offer every outgoing message to `path` first (`--transport nixl`).
+    pub fn with_kv_path(mut self, path: Option<Arc<dyn KvPath<K>>>) -> Self {
+        self.kv_path = path;
+        self
     }
 
     /// The incarnation cell the links of `peers` were spawned with: what
@@ -132,6 +143,14 @@ impl<K> NodeRuntime for Threads<K> {
     }
 
     fn send(&mut self, to: NodeId, msg: Carried<K>) -> Result<(), Carried<K>> {
+        let msg = match &self.kv_path {
+            Some(path) => match path.carry(to, msg) {
+                Carry::Taken => return Ok(()),
+                Carry::Undeliverable(msg) => return Err(msg),
+                Carry::NotMine(msg) => msg,
+            },
+            None => msg,
+        };
         match self.peers.get(&to) {
             Some(link) => link.send(msg).map_err(|e| e.0),
             None => Err(msg),

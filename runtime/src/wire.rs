@@ -15,6 +15,7 @@
 //! allocate much past the head: postcard reads every byte from the head itself, and
 //! serde preallocates at most 1 MiB for a sequence whatever length it claims.
 
+use crate::kvpath::NixlMeta;
 use kvsim_engine::gpu::bytes::payload_bytes;
 use kvsim_engine::gpu::WireWords;
 use kvsim_engine::ids::{NodeId, PageTag, WriteId};
@@ -65,6 +66,9 @@ impl KvHead {
 pub enum Head {
     Msg(MsgFrame),
     Kv(KvHead),
+    /// A decode node's NIXL agent and registered memory (`--transport nixl`), first on
+    /// each of its connections.
+    Nixl(NixlMeta),
 }
 
 /// Why a frame could not be read.
@@ -94,6 +98,7 @@ struct FrameRef<'a> {
 enum HeadRef<'a, K> {
     Msg(FrameRef<'a>),
     Kv(KvHeadRef<'a, K>),
+    Nixl(&'a NixlMeta),
 }
 
 /// [`KvHead`] as it is written: the page lists and the payloads' lengths, borrowed.
@@ -162,6 +167,19 @@ pub fn write_frame_with<K: WireWords, W: Write>(
     }
 }
 
+/// A decode node's NIXL metadata as one frame (no payload follows).
+pub fn nixl_frame(meta: &NixlMeta) -> Result<Vec<u8>, WireError> {
+    let head: HeadRef<'_, Vec<u32>> = HeadRef::Nixl(meta);
+    let body = postcard::to_stdvec(&head)?;
+    let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
+    (len <= MAX_FRAME)
+        .then_some(())
+        .ok_or(WireError::TooLong(len))?;
+    let mut out = len.to_be_bytes().to_vec();
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
 /// The pages' words as little-endian bytes: on a little-endian host the words' own
 /// memory, every page in one vectored write (a buffered writer passes a payload at
 /// least its size straight to the socket, a [`crate::gather::GatherWriter`] one of
@@ -206,13 +224,14 @@ pub fn read_frame<K: WireWords, R: Read>(r: &mut R) -> Result<Option<Frame<K>>, 
 
 /// [`read_frame`] reading the frame's head into `buf`, a buffer the caller keeps from
 /// frame to frame (it grows to the largest head seen, never past [`MAX_FRAME`]); a KV
-/// write's payload is read into pages of its own.
+/// write's payload is read into pages of its own; a NIXL metadata frame is passed over.
 pub fn read_frame_with<K: WireWords, R: Read>(
     r: &mut R,
     buf: &mut Vec<u8>,
 ) -> Result<Option<Frame<K>>, WireError> {
     Ok(match read_head(r, buf)? {
         None => None,
+        Some(Head::Nixl(_)) => return read_frame_with(r, buf),
         Some(Head::Msg(MsgFrame { from, msg })) => Some(Frame {
             from,
             msg: Carried::Msg(msg),

@@ -15,11 +15,12 @@ use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, WriteId};
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::{PageRecords, SharedRecord};
 use kvsim_engine::msg::{Carried, Msg, Status, TransferOutcome};
-use kvsim_engine::node::Node;
+use kvsim_engine::node::{Node, Role};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::shared_cfg::Cfg;
 use kvsim_engine::trace::TraceEvent;
+use kvsim_engine::worker::WorkerFront;
 use kvsim_engine::world::WriteFailure;
 use kvsim_oracle::schema::{FaultEvent, Record};
 use kvsim_runtime::gpu::SharedGpu;
@@ -485,7 +486,7 @@ fn cleared(lp: &Loop) -> Vec<RoomKey> {
 #[test]
 fn a_restarted_prefill_ends_the_halves_of_its_dead_incarnation() {
     let (mut lp, _landing) = decode_loop(BugSet::default(), Arc::new(SharedPool::new(PAGES, PAGE)));
-    lp.io.worker_router = Some(ROUTER);
+    lp.io.front = Some(WorkerFront::new(DECODE, Role::Decode, ROUTER, true));
     let (a, b, c) = (
         RoomKey::new(1, 11),
         RoomKey::new(2, 12),

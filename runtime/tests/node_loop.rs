@@ -12,11 +12,12 @@ use kvsim_engine::gpu::SymbolicGpu;
 use kvsim_engine::ids::{Generation, NodeId, PageId, PageTag, RequestId, RoomKey, TenantId};
 use kvsim_engine::ids::{Token, WriteId};
 use kvsim_engine::msg::{Carried, Msg, Status};
-use kvsim_engine::node::Node;
+use kvsim_engine::node::{Node, Role};
 use kvsim_engine::prefill::PrefillNode;
 use kvsim_engine::router::Router;
 use kvsim_engine::shared_cfg::Cfg;
 use kvsim_engine::trace::TraceEvent;
+use kvsim_engine::worker::WorkerFront;
 use kvsim_engine::world::WriteFailure;
 use kvsim_oracle::schema::Record;
 use kvsim_runtime::gpu::SharedGpu;
@@ -295,7 +296,7 @@ fn a_closed_intake_refuses_new_requests() {
 #[test]
 fn a_closed_intake_refuses_new_halves() {
     let mut lp = prefill_loop();
-    lp.io.worker_router = Some(ROUTER);
+    lp.io.front = Some(WorkerFront::new(PREFILL, Role::Prefill, ROUTER, true));
     assert!(lp.handle(NodeEvent::CloseIntake));
     let (tx, rx) = channel();
     let start = Msg::PrefillStart {

@@ -51,6 +51,8 @@ pub enum ReachPath {
     RetryWhileLive,
     CrashMidRequest,
     PauseMidRequest,
+    ReadNotified,
+    LeaseExpired,
 }
 
 /// Each path's (path, name, meaning, witness), in declaration order: the one place
@@ -185,6 +187,18 @@ const ABOUT: [(ReachPath, &str, &str, &str); ReachPath::COUNT] = [
         "pause-mid-request",
         "a prefill or decode node froze (a stall) while it held an admitted, unanswered request",
         "the `pause` fault of a node after an `Admitted` there and before that half's `Responded`",
+    ),
+    (
+        ReachPath::ReadNotified,
+        "read-notified",
+        "a vLLM prefill freed a room's leased pages on its reader's notification (pull)",
+        "`LeaseEnded` with `expired: false`",
+    ),
+    (
+        ReachPath::LeaseExpired,
+        "lease-expired",
+        "a vLLM prefill's lease on a room's pages expired with no notification (pull)",
+        "`LeaseEnded` with `expired: true`",
     ),
 ];
 
@@ -344,26 +358,35 @@ impl ReachTracker {
 
     /// An engine event, as it is emitted.
     pub fn event(&mut self, ev: &TraceEvent) {
-        use TraceEvent as E;
         if !self.given_up.is_empty() {
             self.given_up_still_live(ev);
         }
-        let timer = self.timer;
-        let handling = |want: fn(Timer) -> bool, node: &NodeId| {
-            timer.is_some_and(|(n, t)| n == *node && want(t))
-        };
+        self.request_event(ev);
+        self.write_event(ev);
+        self.page_event(ev);
+    }
+
+    /// Is the step being handled `node`'s firing of a timer `want` picks?
+    fn handling(&self, want: fn(Timer) -> bool, node: &NodeId) -> bool {
+        self.timer.is_some_and(|(n, t)| n == *node && want(t))
+    }
+
+    /// The events of a request and its halves: answers, retries, refusals at intake,
+    /// the timers that end them.
+    fn request_event(&mut self, ev: &TraceEvent) {
+        use TraceEvent as E;
         match ev {
             E::RouterResponse { node, status, .. } => {
                 if *status == Status::OK {
                     self.hit(ReachPath::RequestCompletes);
                 }
-                if handling(|t| matches!(t, Timer::Request(_)), node) {
+                if self.handling(|t| matches!(t, Timer::Request(_)), node) {
                     self.hit(ReachPath::RequestTimeout);
                 }
             }
             E::RouterRetried { node, room, .. } => {
                 self.hit(ReachPath::RetryNewRoom);
-                if handling(|t| matches!(t, Timer::Request(_)), node) {
+                if self.handling(|t| matches!(t, Timer::Request(_)), node) {
                     self.hit(ReachPath::RequestTimeout);
                 }
                 if !self.reached.contains(ReachPath::RetryWhileLive) {
@@ -374,7 +397,7 @@ impl ReachTracker {
             E::Truncated { .. } => self.hit(ReachPath::Truncated),
             E::Admitted { node, room, .. } => self.live.push((*node, *room)),
             E::Responded { node, room, .. } => {
-                if handling(|t| matches!(t, Timer::Bootstrap(_)), node) {
+                if self.handling(|t| matches!(t, Timer::Bootstrap(_)), node) {
                     self.hit(ReachPath::BootstrapTimeout);
                 }
                 if let Some(i) = self.live.iter().position(|x| *x == (*node, *room)) {
@@ -382,12 +405,21 @@ impl ReachTracker {
                 }
             }
             E::TransferFailed { node, .. }
-                if handling(|t| matches!(t, Timer::WaitingForKv(_)), node) =>
+                if self.handling(|t| matches!(t, Timer::WaitingForKv(_)), node) =>
             {
                 self.hit(ReachPath::TransferTimeout)
             }
             E::TransferReported { success: false, .. } => self.hit(ReachPath::SendFailed),
             E::TransferRefused { .. } => self.hit(ReachPath::TransferRefused),
+            _ => {}
+        }
+    }
+
+    /// The events of KV writes and the checks on them: sent, landed, refused,
+    /// completed, an abort while one is in flight, a tag or peer refused.
+    fn write_event(&mut self, ev: &TraceEvent) {
+        use TraceEvent as E;
+        match ev {
             E::KvSent { write, .. } => self.in_flight.push(*write),
             E::KvRefused { write, tag, .. } => {
                 if tag.is_some() {
@@ -403,6 +435,26 @@ impl ReachTracker {
             } if self.in_flight.iter().any(|w| w.room == *room) => {
                 self.hit(ReachPath::AbortMidTransfer)
             }
+            E::KvLanded { node, write, .. } => {
+                self.write_done(*write);
+                if self
+                    .quarantined
+                    .iter()
+                    .any(|(n, r, _)| n == node && *r == write.room)
+                {
+                    self.hit(ReachPath::LandedInQuarantine);
+                }
+            }
+            E::TagMismatch { .. } => self.hit(ReachPath::TagMismatch),
+            E::PeerRefused { .. } => self.hit(ReachPath::PeerRefused),
+            _ => {}
+        }
+    }
+
+    /// The events of quarantined pages: quarantine, its release, a drain given up.
+    fn page_event(&mut self, ev: &TraceEvent) {
+        use TraceEvent as E;
+        match ev {
             E::Quarantined { node, room, .. } => {
                 self.hit(ReachPath::Quarantine);
                 self.quarantined.push((*node, *room, 0));
@@ -418,22 +470,14 @@ impl ReachTracker {
                     }
                 }
             }
-            E::KvLanded { node, write, .. } => {
-                self.write_done(*write);
-                if self
-                    .quarantined
-                    .iter()
-                    .any(|(n, r, _)| n == node && *r == write.room)
-                {
-                    self.hit(ReachPath::LandedInQuarantine);
-                }
-            }
             E::Fault {
                 fault: NodeFault::DrainAckMissing { .. },
                 ..
             } => self.hit(ReachPath::DrainGaveUp),
-            E::TagMismatch { .. } => self.hit(ReachPath::TagMismatch),
-            E::PeerRefused { .. } => self.hit(ReachPath::PeerRefused),
+            E::LeaseEnded { expired, .. } => self.hit(match expired {
+                true => ReachPath::LeaseExpired,
+                false => ReachPath::ReadNotified,
+            }),
             _ => {}
         }
     }

@@ -193,6 +193,14 @@ const FOUND: &[(&str, &str, Invariant, u64)] = &[
         Invariant::S2,
         50,
     ),
+    // Verification (defense 2) refuses the transfer whose last pages the skewed
+    // chunks never wrote: S4 detected.
+    (
+        "scenarios/prefix-hit.toml",
+        "chunk-index-by-position",
+        Invariant::S4,
+        20,
+    ),
 ];
 
 #[test]

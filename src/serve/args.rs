@@ -78,6 +78,20 @@ pub struct ServeArgs {
     /// pass waits the scenario's modelled latency first, as in the simulator).
     #[arg(long, value_enum, default_value_t = Compute::Device)]
     pub compute: Compute,
+    /// What carries KV between prefill and decode: `tcp` (kvsim's frames on the nodes'
+    /// connections, copied into place by the receiver: two-sided) or `nixl` (NVIDIA's
+    /// NIXL library, UCX over TCP: one-sided, a write lands with no decode code
+    /// running; needs `--gpu host`, a build with `--features nixl`, and
+    /// `LD_LIBRARY_PATH` at the nixl-cu12 wheel's libraries).
+    #[arg(long, value_enum, default_value_t = Transport::Tcp)]
+    pub transport: Transport,
+}
+
+/// `--transport`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    Tcp,
+    Nixl,
 }
 
 /// `--compute`.

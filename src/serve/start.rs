@@ -2,14 +2,17 @@
 //! client endpoint and the HTTP fronts started, then the wait for a signal and the
 //! drain. Its arguments are [`super::args`]'s; the address lists [`super::peers`]'s.
 
-use crate::serve::args::{Prompts, ServeArgs};
+use crate::serve::args::{Prompts, ServeArgs, Transport};
 use crate::serve::peers::{node_id, node_list, parse_bootstraps, parse_peers};
 use anyhow::{bail, Context, Result};
 use kvsim_cuda::cuda::{CudaDevice, CudaGpu};
 use kvsim_engine::bugs::BugSet;
+use kvsim_engine::config::EngineConfig;
 use kvsim_engine::gpu::{Gpu, HostGpu, SymbolicGpu, WireWords};
 use kvsim_engine::ids::NodeId;
+use kvsim_engine::transport::KvTransport;
 use kvsim_engine::world::{Topology, ROUTER};
+use kvsim_runtime::server::KvWire;
 use kvsim_runtime::{NodePlan, ServeOptions, Server};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -45,6 +48,35 @@ impl Backend {
 
 /// CUDA device 0 with the kernels loaded, or why not: the probe's reason (no driver
 /// library, no device) or the kernel module's (every PTX it tried).
+/// `--transport`: NIXL needs host memory it can register, and the library at hand
+/// (checked here, before any thread starts: its stub aborts on a first call that
+/// cannot load it).
+fn kv_wire(a: &ServeArgs, backend: Backend) -> Result<KvWire> {
+    if a.transport == Transport::Tcp {
+        return Ok(KvWire::Tcp);
+    }
+    if backend != Backend::Host {
+        bail!("--transport nixl registers the KV pool's host memory: it needs --gpu host");
+    }
+    #[cfg(feature = "nixl")]
+    {
+        kvsim_runtime::nixl::available().map_err(anyhow::Error::msg)?;
+        kvsim_runtime::nixl::prepare_env();
+        Ok(KvWire::Nixl)
+    }
+    #[cfg(not(feature = "nixl"))]
+    bail!("--transport nixl: this build has no NIXL (build with `--features nixl`; it needs libclang)")
+}
+
+/// The engine as `wire` carries its KV: NIXL's WRITE lands with no receiver code
+/// running, the one-sided row (no landing gate can exist).
+fn wire_engine(mut cfg: EngineConfig, wire: KvWire) -> EngineConfig {
+    if wire == KvWire::Nixl {
+        cfg.transport = KvTransport::OneSided;
+    }
+    cfg
+}
+
 fn open_cuda() -> Result<CudaDevice> {
     let dev = CudaDevice::open(0)
         .map_err(|e| anyhow::anyhow!("--gpu cuda: cannot use the CUDA backend: {e}"))?;
@@ -74,12 +106,13 @@ pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
     // and a server meets real faults (the fault bed's), so none is drawn here.
     let plan = kvsim_sim::plan::Deployment::draw(&sc, a.seed.unwrap_or(sc.seed), bugs)?;
     plan.engine.validate()?;
+    let kv_wire = kv_wire(a, backend)?;
     let opts = ServeOptions {
         topology: Topology {
             prefill_pools: plan.prefill_pools.clone(),
             decode_pools: plan.decode_pools.clone(),
         },
-        cfg: a.compute.engine(&plan.engine),
+        cfg: wire_engine(a.compute.engine(&plan.engine), kv_wire),
         trace_dir: a.trace_json.clone(),
         scenario: plan.scenario.clone(),
         seed: plan.seed,
@@ -89,6 +122,7 @@ pub fn serve(a: &ServeArgs) -> Result<ExitCode> {
         },
         worker: a.worker_http.is_some(),
         node_invariants: !a.no_invariants,
+        kv_wire,
     };
     if let Some(dir) = &opts.trace_dir {
         std::fs::create_dir_all(dir)

@@ -12,6 +12,7 @@
 //! Invariant: no test passes by skipping silently. Every early return for a missing
 //! need goes through [`skip`] or [`skip_expected`].
 
+pub mod nixl;
 pub mod pins;
 pub mod setup;
 pub mod skips;
@@ -61,6 +62,26 @@ pub fn tool(test: &str, need: Need, tool: &str) -> Option<PathBuf> {
                 setup::apt_package_of(tool)
             );
             skip(test, need, &why);
+            None
+        }
+    }
+}
+
+/// The folder of the pinned NIXL wheel's libraries (installed on first use under
+/// `target/nixl`; `KVSIM_NIXL_LIB_DIR` names another), when this build of `kvsim` has
+/// the `nixl` feature (`built`): otherwise, or when it cannot be had, the test skips
+/// (a failure under `KVSIM_REQUIRE_NIXL=1`, which `cargo xtask test` sets).
+pub fn nixl_lib_dir(test: &str, built: bool) -> Option<PathBuf> {
+    if !built {
+        let why = "kvsim was built without the `nixl` feature (`cargo xtask test` builds \
+                   it; by hand: --features nixl, which needs libclang)";
+        skip(test, Need::Nixl, why);
+        return None;
+    }
+    match nixl::lib_dir() {
+        Ok(dir) => Some(dir),
+        Err(why) => {
+            skip(test, Need::Nixl, &why);
             None
         }
     }

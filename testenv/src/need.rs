@@ -13,6 +13,8 @@ pub enum Need {
     Netns,
     /// Command-line tools from Debian's packages (`curl`, `jq`, `chromium`) and mdBook.
     Tools,
+    /// NVIDIA's NIXL wheel and a `kvsim` built with the `nixl` feature.
+    Nixl,
 }
 
 impl Need {
@@ -23,6 +25,7 @@ impl Need {
             Need::Nvrtc => "KVSIM_REQUIRE_NVRTC",
             Need::Netns => "KVSIM_REQUIRE_NETNS",
             Need::Tools => "KVSIM_REQUIRE_TOOLS",
+            Need::Nixl => "KVSIM_REQUIRE_NIXL",
         }
     }
 }

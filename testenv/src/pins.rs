@@ -30,3 +30,25 @@ pub const APT_PACKAGES: &[(&str, &[&str])] = &[
     ("chromium", &["chromium"]),
     ("binutils", &["nm"]),
 ];
+
+/// NVIDIA's NIXL library for `kvsim serve --transport nixl` (the tests in
+/// tests/serve_nixl.rs): this wheel, downloaded without its dependencies (the meta
+/// package `nixl` pulls CUDA torch) and unzipped under `target/nixl`; its
+/// `.nixl_cu12.mesonpy.libs` folder holds `libnixl_capi.so`, the UCX plugin and the
+/// bundled UCX. Pinned with the `nixl-sys` crate (runtime/Cargo.toml, `=1.5.2`): a
+/// function the crate calls that the wheel lacks aborts on first call.
+pub const NIXL_WHEEL: &str = "nixl-cu12==1.5.1";
+
+/// The folder of the wheel that holds its libraries.
+pub const NIXL_LIB_FOLDER: &str = ".nixl_cu12.mesonpy.libs";
+
+/// The Debian packages the `nixl` feature's build needs (`nixl-sys` runs bindgen,
+/// which loads libclang and needs clang's own headers), each with a file that is there
+/// once it is installed.
+pub const NIXL_BUILD_PACKAGES: &[(&str, &str)] = &[
+    ("libclang1-14", "/usr/lib/x86_64-linux-gnu/libclang-14.so.1"),
+    (
+        "libclang-common-14-dev",
+        "/usr/lib/llvm-14/lib/clang/14.0.6/include/stddef.h",
+    ),
+];

@@ -3,16 +3,16 @@
 //! mdBook go under `target/`; Debian's packages need root ([`system`]).
 
 use crate::paths::target_dir;
-use crate::pins::{APT_PACKAGES, MDBOOK_VERSION, PYTHON_PACKAGES};
+use crate::pins::{APT_PACKAGES, MDBOOK_VERSION, NIXL_BUILD_PACKAGES, PYTHON_PACKAGES};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Holds the set-up lock while alive: one installer at a time, across processes.
-struct SetupLock(File);
+pub(crate) struct SetupLock(File);
 
 impl SetupLock {
-    fn take() -> Result<SetupLock, String> {
+    pub(crate) fn take() -> Result<SetupLock, String> {
         let dir = target_dir();
         std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
         let path = dir.join(".kvsim-setup.lock");
@@ -30,7 +30,7 @@ impl Drop for SetupLock {
 }
 
 /// Run a set-up command to completion; its output is returned in the error.
-fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -175,13 +175,18 @@ pub fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-/// The Debian packages of [`APT_PACKAGES`] whose commands are missing here.
+/// The Debian packages of [`APT_PACKAGES`] whose commands are missing here, and of
+/// [`NIXL_BUILD_PACKAGES`] whose files are.
 pub fn missing_apt_packages() -> Vec<&'static str> {
-    APT_PACKAGES
+    let tools = APT_PACKAGES
         .iter()
         .filter(|(_, cmds)| cmds.iter().any(|c| which(c).is_none()))
-        .map(|(pkg, _)| *pkg)
-        .collect()
+        .map(|(pkg, _)| *pkg);
+    let libs = NIXL_BUILD_PACKAGES
+        .iter()
+        .filter(|(_, file)| !Path::new(file).exists())
+        .map(|(pkg, _)| *pkg);
+    tools.chain(libs).collect()
 }
 
 /// Install the missing Debian packages (root only; `apt-get update` when the package

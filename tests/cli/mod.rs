@@ -79,10 +79,16 @@ pub struct Served {
 
 impl Served {
     pub fn start(args: &[&str]) -> Served {
+        Served::start_env(args, &[])
+    }
+
+    /// [`Served::start`] with `env` added to the server's environment.
+    pub fn start_env(args: &[&str], env: &[(&str, String)]) -> Served {
         let mut child = Command::new(env!("CARGO_BIN_EXE_kvsim"))
             .current_dir(root())
             .arg("serve")
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -2,7 +2,8 @@
 //! its set-up.
 //!
 //! - `setup`: installs what the tests need, pinned and idempotently (Debian's packages
-//!   as root; the Python clients and NVRTC in `target/pyclients`; mdBook in
+//!   as root, libclang among them for the `nixl` feature's build; the Python clients
+//!   and NVRTC in `target/pyclients`; the NIXL wheel in `target/nixl`; mdBook in
 //!   `target/tools`). Prints what it could not install and why.
 //! - `test [ARGS]`: `setup`, then `cargo test --workspace ARGS` with every require
 //!   variable set (the namespace bed's only as root, since it needs root), so a
@@ -43,6 +44,8 @@ fn main() -> Result<ExitCode> {
 struct Installed {
     python: Option<PathBuf>,
     nvrtc: Option<PathBuf>,
+    /// The NIXL wheel's libraries, and whether the `nixl` feature can build here.
+    nixl: (Option<PathBuf>, bool),
     root: bool,
 }
 
@@ -60,6 +63,11 @@ fn setup_all() -> Result<Installed> {
         setup::python_clients().map(show),
     );
     let nvrtc = report("NVRTC wheel", setup::nvrtc_dir().map(show));
+    let nixl = report(
+        "NIXL wheel (target/nixl)",
+        kvsim_testenv::nixl::lib_dir().map(show),
+    );
+    let nixl_builds = setup::missing_apt_packages().is_empty();
     report("mdBook (target/tools)", setup::mdbook().map(show));
     if !root {
         println!(
@@ -69,6 +77,7 @@ fn setup_all() -> Result<Installed> {
     Ok(Installed {
         python: python.map(PathBuf::from),
         nvrtc: nvrtc.map(PathBuf::from),
+        nixl: (nixl.map(PathBuf::from), nixl_builds),
         root,
     })
 }
@@ -97,11 +106,25 @@ fn test(extra: &[String]) -> Result<ExitCode> {
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(workspace_root())
         .args(["test", "--workspace"])
+        .args(
+            installed
+                .nixl
+                .1
+                .then_some(["--features", "kvsim/nixl"])
+                .iter()
+                .flatten(),
+        )
         .args(extra)
         .env("KVSIM_SKIP_RUN", &run)
         .env("KVSIM_REQUIRE_PY_CLIENTS", "1")
         .env("KVSIM_REQUIRE_NVRTC", "1")
-        .env("KVSIM_REQUIRE_TOOLS", "1");
+        .env("KVSIM_REQUIRE_TOOLS", "1")
+        // The `nixl` feature (`kvsim serve --transport nixl`) builds where libclang is
+        // (installed above as root); without it the NIXL tests fail, naming why.
+        .env("KVSIM_REQUIRE_NIXL", "1");
+    if let Some(dir) = &installed.nixl.0 {
+        cmd.env("KVSIM_NIXL_LIB_DIR", dir);
+    }
     if installed.root {
         cmd.env("KVSIM_REQUIRE_NETNS", "1");
     }

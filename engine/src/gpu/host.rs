@@ -11,6 +11,7 @@ use crate::gpu::bytes::wire::{ByteWrite, Fill, Landed};
 use crate::gpu::echo::{hadamard, key_width, locate, locate_tag, VALUE_LANES};
 use crate::gpu::errors::{DeviceError, TagError, WriteError, WriteTag};
 use crate::gpu::layout::{self, TAG_WORDS};
+use crate::gpu::memory::{HostMemory, Region};
 use crate::gpu::seam::{land_bytes_by_page, Gpu, KvPayload};
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 use std::io::IoSliceMut;
@@ -250,6 +251,24 @@ impl Gpu for HostGpu {
 
     fn page_tag(&self, page: PageId) -> Result<Option<WriteTag>, DeviceError> {
         Ok(self.stored_tag(page))
+    }
+
+    /// The two buffers, made once in [`HostGpu::new`] and never resized: their
+    /// addresses hold for the backend's life. A transport that registers them lets a
+    /// peer write into them as a NIC does, outside this backend's `&mut` (the hazard
+    /// one-sided transports have, which the page tags and verification exist for).
+    fn host_memory(&mut self) -> Option<HostMemory> {
+        let region = |ptr: *mut u8, len: usize| Region {
+            addr: ptr as u64,
+            len: len as u64,
+        };
+        Some(HostMemory {
+            data: region(self.data.as_mut_ptr().cast(), self.data.len() * 4),
+            tags: region(self.tags.as_mut_ptr().cast(), self.tags.len() * 8),
+            pages: self.pages,
+            page_size: self.page_size,
+            key_width: self.key_width,
+        })
     }
 
     /// The kernel's check: [`layout::validate_tags`] over the stored words.

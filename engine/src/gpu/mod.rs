@@ -29,6 +29,7 @@ mod echo;
 mod errors;
 mod host;
 pub mod layout;
+pub mod memory;
 mod seam;
 mod symbolic;
 mod traced;
@@ -39,6 +40,7 @@ pub use echo::{
 };
 pub use errors::{DeviceError, TagError, TagMismatch, WriteError, WriteRefused, WriteTag};
 pub use host::HostGpu;
+pub use memory::{HostMemory, Region};
 pub use seam::{ids, AttendRequest, Gpu, KvPayload};
 pub use symbolic::{SymbolicGpu, SymbolicPage};
 pub use traced::{device_fault, trace_write, write_traced, zero_on_free, zero_pages};

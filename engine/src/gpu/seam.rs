@@ -7,6 +7,7 @@
 use crate::gpu::bytes::wire::{payload_bytes, ByteWrite, Fill, LandBytesError, Landed, WireWords};
 use crate::gpu::echo::digest_tokens;
 use crate::gpu::errors::{DeviceError, TagError, TagMismatch, WriteError, WriteTag};
+use crate::gpu::memory::HostMemory;
 use crate::ids::{PageId, PageTag, RoomKey, Token};
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -121,6 +122,14 @@ pub trait Gpu {
 
     /// Zero a page (defense 7, zero-on-free).
     fn zero_page(&mut self, page: PageId) -> Result<(), DeviceError>;
+
+    /// The host memory a KV write lands in, for a transport that registers it with a
+    /// NIC-like library and lets the peer write into it with no code of this node
+    /// running (NIXL, `kvsim serve --transport nixl`). `None` (the default) for a
+    /// backend whose pages are not plain host memory in [`HostMemory`]'s layout.
+    fn host_memory(&mut self) -> Option<HostMemory> {
+        None
+    }
 
     /// Digest of the first `tokens` positions, keyed by position (the transfer
     /// checksum of #39500).

@@ -10,8 +10,8 @@ use crate::ids::{NodeId, PageId, PageTag, RoomKey, Token};
 use crate::trace::{NodeFault, Trace, TraceEvent};
 
 /// Write the KV of `tokens` at sequence positions `start..` of `pages` for `room` and
-/// state it as a [`TraceEvent::KvWritten`] naming only the pages it touched (positions
-/// renumbered from the first of them). Every KV write a node makes goes through here.
+/// state it as a [`TraceEvent::KvWritten`] naming only the pages it touched (offsets
+/// renumbered from the first of them, the sequence position `start` kept as `pos`). Every KV write a node makes goes through here.
 /// A write the backend refuses (past the page list, outside the pool) is stated as a
 /// [`NodeFault::WriteRefused`], a device failure as a [`NodeFault::DeviceFailed`], and
 /// returned: the caller fails the request.
@@ -73,6 +73,7 @@ pub fn trace_write<E: Trace>(
         pages: pages[first..=last].to_vec(),
         start: start - first as u64 * ps,
         tokens: tokens.len() as u64,
+        pos: Some(start),
     });
     Ok(())
 }

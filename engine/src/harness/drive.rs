@@ -216,8 +216,9 @@ impl<G: Gpu> Harness<G> {
             }
             Arrival::Drop(why) => Ok(Delivered::Dropped(why)),
             Arrival::Fail { reason, completion } => {
-                // The writer's NIC reports to the incarnation that posted the write.
-                self.push_completion(f.to, f.from, f.from_epoch, completion);
+                // The poster's NIC reports to the incarnation that posted it.
+                let (to, epoch) = world::poster(&f.msg).unwrap_or((f.from, f.from_epoch));
+                self.push_completion(f.to, to, epoch, completion);
                 Ok(Delivered::Failed(reason))
             }
         }

@@ -124,6 +124,7 @@ impl<G: Gpu> Harness<G> {
             Some(Node::Router(r)) => r.counters().peer_refused,
             Some(Node::Prefill(p)) => p.counters().peer_refused,
             Some(Node::Decode(d)) => d.counters().peer_refused,
+            Some(Node::VllmPrefill(p)) => p.counters().peer_refused,
             None => 0,
         }
     }

@@ -26,7 +26,7 @@
 use super::pool::PagePool;
 use super::shared::{SharedError, SharedPool, WriteGuard};
 use crate::gpu::Gpu;
-use crate::ids::{PageTag, RoomKey};
+use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
 
 /// Why a write did not land: the first destination refused and the reason, in the
 /// words the trace's `KvRefused` event carries.
@@ -88,6 +88,21 @@ impl WriteGate for SharedPool {
             }
             Err(e) => Err(e.to_string()),
         }
+    }
+}
+
+/// The peer rule of a KV write's receiver: the write's id names its sender as the
+/// writer, and a room whose prefill node the receiver knows (`room_prefill`) is
+/// written only by that node. For a room it does not know there is no recorded peer:
+/// the write is judged by the page tags alone. Asked before a receiver's copy lands
+/// anything (`world::copy_in`) and by the decode node at the landing.
+pub fn writer_rule(from: NodeId, id: WriteId, room_prefill: Option<NodeId>) -> Result<(), String> {
+    if id.writer != from {
+        return Err(format!("the write {id} names another writer"));
+    }
+    match room_prefill {
+        Some(p) if p != from => Err(format!("{}'s prefill node is {p}", id.room)),
+        _ => Ok(()),
     }
 }
 

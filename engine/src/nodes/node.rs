@@ -12,9 +12,12 @@ use crate::gpu::Gpu;
 use crate::ids::NodeId;
 use crate::invariant::Violation;
 use crate::kv::{PagePool, PageRecords};
+use crate::msg::Msg;
 use crate::nodes::decode::DecodeNode;
 use crate::nodes::prefill::PrefillNode;
+use crate::nodes::prefill_vllm::VllmPrefill;
 use crate::nodes::router::Router;
+use crate::world::read::serve_read;
 
 /// The role a node plays.
 #[derive(
@@ -31,6 +34,8 @@ pub enum Node<G, P = PagePool> {
     Router(Router),
     Prefill(PrefillNode<G>),
     Decode(DecodeNode<G, P>),
+    /// vLLM's prefill (its NIXL connector's pull mode): role `Prefill`.
+    VllmPrefill(VllmPrefill<G>),
 }
 
 impl<G: Gpu, P: PageRecords> Node<G, P> {
@@ -39,23 +44,43 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
             Node::Router(n) => n.id(),
             Node::Prefill(n) => n.id(),
             Node::Decode(n) => n.id(),
+            Node::VllmPrefill(n) => n.id(),
         }
     }
 
     pub fn role(&self) -> Role {
         match self {
             Node::Router(_) => Role::Router,
-            Node::Prefill(_) => Role::Prefill,
+            Node::Prefill(_) | Node::VllmPrefill(_) => Role::Prefill,
             Node::Decode(_) => Role::Decode,
         }
     }
 
     /// Feed one input. The node's effects leave through `env`, in the order issued.
+    /// An RDMA READ request (`Msg::KvRead`) is not the node's to handle: its NIC
+    /// serves it ([`crate::world::serve_read`]) and its software runs nothing.
     pub fn handle(&mut self, input: Input, env: &mut Outbox<G::Kv>) {
+        let input = match input {
+            Input::Message {
+                from,
+                msg: Msg::KvRead { id, src, dst },
+            } => return serve_read(self.read_source(), from, (id, src, dst), env),
+            other => other,
+        };
         match self {
             Node::Router(n) => n.handle(input, env),
             Node::Prefill(n) => n.handle(input, env),
             Node::Decode(n) => n.handle(input, env),
+            Node::VllmPrefill(n) => n.handle(input, env),
+        }
+    }
+
+    /// The node's memory as an RDMA READ's source, with its id: registered for remote
+    /// reads only on a node that hands out its pages to readers (vLLM's prefill).
+    fn read_source(&self) -> Result<(NodeId, &G), NodeId> {
+        match self {
+            Node::VllmPrefill(n) => Ok((n.id(), n.gpu())),
+            other => Err(other.id()),
         }
     }
 
@@ -71,6 +96,7 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
             ),
             Node::Prefill(n) => n.reincarnate(epoch),
             Node::Decode(n) => n.reincarnate(epoch),
+            Node::VllmPrefill(n) => n.reincarnate(epoch),
         }
     }
 
@@ -80,6 +106,7 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
             Node::Router(n) => n.invariants(),
             Node::Prefill(n) => n.invariants(),
             Node::Decode(n) => n.invariants(),
+            Node::VllmPrefill(n) => n.invariants(),
         }
     }
 
@@ -88,6 +115,27 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
             Node::Router(_) => None,
             Node::Prefill(n) => Some(n.gpu()),
             Node::Decode(n) => Some(n.gpu()),
+            Node::VllmPrefill(n) => Some(n.gpu()),
+        }
+    }
+
+    /// The requests (rooms, on the router) the node holds now.
+    pub fn live_requests(&self) -> usize {
+        match self {
+            Node::Router(n) => n.live_rooms(),
+            Node::Prefill(n) => n.requests(),
+            Node::Decode(n) => n.requests(),
+            Node::VllmPrefill(n) => n.requests(),
+        }
+    }
+
+    /// A prefill node's phase of `room`, as text (`None`: not a prefill node, or no
+    /// request of the room there).
+    pub fn prefill_phase_text(&self, room: crate::ids::RoomKey) -> Option<String> {
+        match self {
+            Node::Prefill(n) => n.room_phase(room).map(|p| format!("{p:?}")),
+            Node::VllmPrefill(n) => n.room_phase(room).map(|p| format!("{p:?}")),
+            Node::Router(_) | Node::Decode(_) => None,
         }
     }
 
@@ -112,6 +160,7 @@ impl<G: Gpu> Node<G> {
             Node::Router(_) => None,
             Node::Prefill(n) => Some(n.pool()),
             Node::Decode(n) => Some(n.pool()),
+            Node::VllmPrefill(n) => Some(n.pool()),
         }
     }
 }
@@ -125,6 +174,7 @@ impl<G: Gpu, P: PageRecords> crate::step::Stepper<G::Kv> for Node<G, P> {
             Node::Router(_) => unreachable!("the router asks for no compute"),
             Node::Prefill(n) => crate::step::Stepper::compute(n, job),
             Node::Decode(n) => crate::step::Stepper::compute(n, job),
+            Node::VllmPrefill(n) => crate::step::Stepper::compute(n, job),
         }
     }
 }

@@ -26,7 +26,7 @@ pub enum Transport {
 pub fn transport<K>(from: NodeId, to: NodeId, client: NodeId, c: &Carried<K>) -> Transport {
     match c {
         _ if from == client || to == client => Transport::Client,
-        Carried::Write(_) => Transport::Write,
+        Carried::Write(_) | Carried::Msg(Msg::KvRead { .. }) => Transport::Write,
         Carried::Msg(Msg::WriteDone { .. }) => Transport::Completion,
         Carried::Msg(_) => Transport::Control,
     }
@@ -101,6 +101,7 @@ pub enum Arrival {
 pub fn arrival<K>(c: &Carried<K>, at: &Arriving) -> Arrival {
     let msg = match c {
         Carried::Write(w) => return write_arrival(w, at),
+        Carried::Msg(Msg::KvRead { id, src, .. }) => return read_arrival(*id, src, at),
         Carried::Msg(msg) => msg,
     };
     match msg {
@@ -146,8 +147,34 @@ pub fn write_arrival<K>(w: &KvWrite<K>, at: &Arriving) -> Arrival {
     }
 }
 
-/// `WriteDone { ok: false }` for a KV write, `None` for a message: the one completion
-/// a failed write produces, which travels back to the writer.
+/// Where the failed completion of `c` goes: the node that posted the write or the
+/// READ (`id.writer`) and the incarnation that posted it (`id.epoch`). For a KV
+/// write it is the node that sent it; for a READ's response, carried from the
+/// source, it is the reader.
+pub fn poster<K>(c: &Carried<K>) -> Option<(NodeId, u32)> {
+    c.write_id().map(|id| (id.writer, id.epoch))
+}
+
+/// An RDMA READ request (`Msg::KvRead` `id` of `src`) as it arrives at its source:
+/// the rule of a KV write ([`write_arrival`]), with the source pages naming the
+/// registration (a read of an earlier incarnation's pages fails back).
+fn read_arrival(id: crate::ids::WriteId, src: &[crate::ids::PageTag], at: &Arriving) -> Arrival {
+    let probe: KvWrite<()> = KvWrite {
+        id,
+        src: Vec::new(),
+        dst: src.to_vec(),
+        kv: Vec::new(),
+    };
+    write_arrival(&probe, at)
+}
+
+/// `WriteDone { ok: false }` for a KV write or an RDMA READ request, `None` for any
+/// other message: the one completion a failed write or read produces, which travels
+/// back to the node that posted it (`id.writer`).
 pub fn failed_completion<K>(c: &Carried<K>) -> Option<Msg> {
-    c.write().map(KvWrite::failed)
+    match c {
+        Carried::Write(w) => Some(w.failed()),
+        Carried::Msg(Msg::KvRead { id, .. }) => Some(Msg::WriteDone { id: *id, ok: false }),
+        Carried::Msg(_) => None,
+    }
 }

@@ -39,7 +39,7 @@ pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Carried<K>
             Some(_) => CrashFate::Lose,
             None => CrashFate::Keep,
         }
-    } else if from == crashed && matches!(msg, Carried::Write(_)) {
+    } else if from == crashed && msg.is_rdma() {
         CrashFate::Flush
     } else {
         CrashFate::Keep

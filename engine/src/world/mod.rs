@@ -22,6 +22,7 @@ mod apply;
 mod arrival;
 mod crash;
 mod data_faults;
+pub(crate) mod read;
 mod receive;
 mod timers;
 mod topology;
@@ -35,14 +36,15 @@ pub use crate::step::{step, Stepper};
 pub use crate::transport::KvTransport;
 pub use apply::{apply, Driver};
 pub use arrival::{
-    arrival, failed_completion, transport, write_arrival, Arrival, Arriving, DropReason, Transport,
-    WriteFailure,
+    arrival, failed_completion, poster, transport, write_arrival, Arrival, Arriving, DropReason,
+    Transport, WriteFailure,
 };
 pub use crash::{crash_fate, restart, CrashFate, CrashWalk, Flying, Incarnation, Travel};
 #[cfg(feature = "testing")]
 pub use data_faults::{alter, duplicate_completion, stale_landing, WriteHistory};
 pub use data_faults::{Altered, DataFault, DUPLICATE_WINDOW};
-pub use receive::{receive, Receiver};
+pub use read::{is_read_response, serve_read};
+pub use receive::{copy_in, receive, Receiver};
 pub use timers::Timers;
 pub use topology::{Topology, ROUTER};
 pub use writes::WritesInFlight;

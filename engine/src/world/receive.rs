@@ -3,11 +3,13 @@
 //! and read from the transport's [`Semantics`](crate::transport::Semantics) row. No
 //! node handler takes a write or asks which transport carried it.
 
+use super::read::is_read_response;
 use crate::decode::DecodeNode;
 use crate::env::{Input, Outbox};
 use crate::gpu::Gpu;
-use crate::ids::NodeId;
-use crate::kv::{PagePool, PageRecords, Refusal};
+use crate::ids::{NodeId, WriteId};
+use crate::kv::landing::{writer_rule, Refusal};
+use crate::kv::{PagePool, PageRecords};
 use crate::msg::{KvWrite, Msg};
 use crate::node::Node;
 use crate::prefill::PrefillNode;
@@ -26,7 +28,7 @@ impl<G: Gpu, P: PageRecords> Receiver<G, P> for Node<G, P> {
     fn write_target(&mut self) -> Option<&mut DecodeNode<G, P>> {
         match self {
             Node::Decode(d) => Some(d),
-            Node::Router(_) | Node::Prefill(_) => None,
+            Node::Router(_) | Node::Prefill(_) | Node::VllmPrefill(_) => None,
         }
     }
 }
@@ -80,18 +82,20 @@ pub fn receive<G: Gpu, P: PageRecords, N: Receiver<G, P>>(
     // The gate exists only where receiver software sees the write (the row's
     // `receiver_sees`), and only with defense 4b on.
     let gate = d.config().landing_gated();
+    // A READ's response is one-sided whatever the row: the reader's NIC places it.
+    let nic = is_read_response(at, write.id);
     match d.config().transport.semantics().completed_by {
+        _ if nic => {
+            let landing = d.take_write(&write, false);
+            nic_landed(at, from, write, landing, out);
+        }
         CompletedBy::WriterNic => {
             let landing = d.take_write(&write, gate);
             nic_landed(at, from, write, landing, out);
         }
         CompletedBy::ReceiverSoftware => {
-            let landing = match d.check_writer(from, id) {
-                // Refused by the peer rule before any byte lands; `handle` refuses it
-                // again, by the same rule, and completes it once.
-                Err(reason) => Err(Refusal { tag: None, reason }),
-                Ok(()) => d.take_write(&write, gate),
-            };
+            let prefill = d.room_prefill(id.room);
+            let landing = copy_in(from, id, prefill, || d.take_write(&write, gate)).and_then(|l| l);
             let dst = write.dst;
             step(
                 node,
@@ -107,8 +111,27 @@ pub fn receive<G: Gpu, P: PageRecords, N: Receiver<G, P>>(
     }
 }
 
+/// The receiver's copy of a two-sided transport, stated once for every driver (this
+/// module's [`receive`], the hardware runtime's transfer thread and its connection
+/// readers): the writer's peer rule ([`writer_rule`], against the room's prefill
+/// where the copier knows it) before any byte lands, then `land` (the landing gate
+/// and the memory write, [`crate::kv::land`] or a byte transport's `land_with`). A
+/// write the rule refuses runs nothing of `land`; the node hears the refusal as
+/// [`Input::Landed`], refuses it again by the same rule, and completes it once.
+pub fn copy_in<T>(
+    from: NodeId,
+    id: WriteId,
+    room_prefill: Option<NodeId>,
+    land: impl FnOnce() -> T,
+) -> Result<T, Refusal> {
+    writer_rule(from, id, room_prefill).map_err(|reason| Refusal { tag: None, reason })?;
+    Ok(land())
+}
+
 /// A write the receiver's NIC placed (or refused): the world's record of it and the
-/// completion the writer's NIC reports, exactly one.
+/// completion the poster's NIC reports, exactly one: the writer's for a write, the
+/// reader's own for a READ's response ([`is_read_response`]), which also carries
+/// NIXL's notification to the source once it landed.
 fn nic_landed<K>(
     at: NodeId,
     from: NodeId,
@@ -131,5 +154,12 @@ fn nic_landed<K>(
             reason,
         }),
     }
-    out.send(from, Msg::WriteDone { id, ok });
+    if is_read_response(at, id) {
+        out.send(at, Msg::WriteDone { id, ok });
+        if ok {
+            out.send(from, Msg::ReadNotify { room: id.room });
+        }
+    } else {
+        out.send(from, Msg::WriteDone { id, ok });
+    }
 }

@@ -54,7 +54,10 @@ impl TimerKey {
             1 => Timer::Bootstrap(room),
             2 => Timer::WaitingForKv(room),
             3 => Timer::DrainRetry(room, self.arming),
-            _ => Timer::Request(room),
+            4 => Timer::Request(room),
+            5 => Timer::Lease(room),
+            6 => Timer::Heartbeat(room),
+            v => unreachable!("no timer has variant {v} (Timer::parts)"),
         };
         (node, timer)
     }

@@ -2,11 +2,13 @@
 //! them for a driver.
 
 use crate::config::EngineConfig;
+use crate::config::Protocol;
 use crate::decode::DecodeNode;
 use crate::gpu::Gpu;
 use crate::ids::NodeId;
 use crate::node::{Node, Role};
 use crate::prefill::PrefillNode;
+use crate::prefill_vllm::VllmPrefill;
 use crate::router::Router;
 use crate::shared_cfg::Cfg;
 use serde::{Deserialize, Serialize};
@@ -88,12 +90,14 @@ impl Topology {
             decodes.clone(),
         ))];
         for (id, &pages) in prefills.iter().zip(&self.prefill_pools) {
-            nodes.push(Node::Prefill(PrefillNode::new(
-                *id,
-                cfg.clone(),
-                ROUTER,
-                make_gpu(pages, cfg.page_size),
-            )));
+            let gpu = make_gpu(pages, cfg.page_size);
+            // The prefill of the router's protocol family; decode serves both.
+            nodes.push(match cfg.router.protocol() {
+                Protocol::Sglang => Node::Prefill(PrefillNode::new(*id, cfg.clone(), ROUTER, gpu)),
+                Protocol::Vllm => {
+                    Node::VllmPrefill(VllmPrefill::new(*id, cfg.clone(), ROUTER, gpu))
+                }
+            });
         }
         for (id, &pages) in decodes.iter().zip(&self.decode_pools) {
             nodes.push(Node::Decode(DecodeNode::new(

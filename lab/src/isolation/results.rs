@@ -6,7 +6,7 @@ use crate::isolation::cell::{cell_in, Cell};
 use crate::isolation::configs::{adds_only, configurations_under, expected, TRANSPORTS};
 use crate::isolation::hazard::{hazards, Hazard, LEAKS};
 use crate::LabError;
-use kvsim_engine::config::{Defenses, RouterPolicy};
+use kvsim_engine::config::{Defenses, Protocol, RouterPolicy};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::world::KvTransport;
 
@@ -152,10 +152,11 @@ impl Isolation {
     }
 }
 
-/// Run the matrix on `seeds` seeds per cell under every router policy (`progress`
-/// hears each configuration).
+/// Run the matrix on `seeds` seeds per cell under every router policy of SGLang's
+/// family, whose nodes the matrix's scenarios run (`progress` hears each
+/// configuration).
 pub fn run(seeds: u64, progress: impl FnMut(&str)) -> Result<Isolation, LabError> {
-    run_under(&RouterPolicy::ALL, seeds, progress)
+    run_under(&RouterPolicy::of(Protocol::Sglang), seeds, progress)
 }
 
 /// Run the matrix on `seeds` seeds per cell under `routers`.

@@ -22,8 +22,9 @@ impl HandoffModel {
     fn write_actions(&self, s: &State, e: &Shared<Envelope>, out: &mut Vec<Action>) {
         let bounds = &self.spec.faults;
         let used = &s.faults();
+        let is_rdma = e.get().msg.is_rdma();
         let is_write = matches!(e.get().msg, Carried::Write(_));
-        if is_write && used.write_failures < bounds.write_failures {
+        if is_rdma && used.write_failures < bounds.write_failures {
             out.push(Action::FailWrite(e.clone()));
         }
         if !is_write || used.data_faults >= bounds.data_faults {

@@ -21,7 +21,7 @@ impl Tx<'_> {
             return;
         };
         let busy = match kv {
-            KvNode::Prefill(i) => self.s.prefills[i].get().requests() > 0,
+            KvNode::Prefill(i) => self.s.prefills[i].get().live_requests() > 0,
             KvNode::Decode(i) => {
                 let d = self.s.decodes[i].get();
                 d.requests() > 0 || d.quarantined_rooms() > 0

@@ -90,10 +90,11 @@ impl Tx<'_> {
                         reason,
                     });
                 }
-                // The writer's NIC reports the failure.
+                // The poster's NIC reports the failure (the writer, or a READ's reader).
+                let to = world::poster(&env.msg).map_or(env.from, |(p, _)| p);
                 self.s.send(Envelope {
                     from: env.to,
-                    to: env.from,
+                    to,
                     msg: Carried::Msg(completion),
                 });
             }

@@ -8,11 +8,14 @@
 use crate::memo::{self, Cause, Effect, Machine};
 use crate::model_state::{Book, Client, FaultsUsed, State, ROUTER};
 use crate::spec::{ClientSpec, ModelSpec, SpecError};
+use kvsim_engine::config::Protocol;
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::gpu::SymbolicGpu;
 use kvsim_engine::ids::{NodeId, RequestId};
 use kvsim_engine::msg::Status;
+use kvsim_engine::node::Node;
 use kvsim_engine::prefill::PrefillNode;
+use kvsim_engine::prefill_vllm::VllmPrefill;
 use kvsim_engine::router::Router;
 use kvsim_engine::trace::Side;
 use kvsim_engine::world::{Arriving, Timers, Topology};
@@ -220,7 +223,12 @@ impl HandoffModel {
         let ps = self.cfg.page_size;
         let prefill = |&id: &NodeId| {
             let gpu = SymbolicGpu::new(self.spec.prefill_pages, ps);
-            Shared::new(PrefillNode::new(id, self.cfg.clone(), ROUTER, gpu))
+            let cfg = self.cfg.clone();
+            // The prefill of the router's protocol family.
+            Shared::new(match cfg.router.protocol() {
+                Protocol::Sglang => Node::Prefill(PrefillNode::new(id, cfg, ROUTER, gpu)),
+                Protocol::Vllm => Node::VllmPrefill(VllmPrefill::new(id, cfg, ROUTER, gpu)),
+            })
         };
         let decode = |&id: &NodeId| {
             let gpu = SymbolicGpu::new(self.spec.decode_pages, ps);

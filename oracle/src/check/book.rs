@@ -9,61 +9,76 @@ use kvsim_engine::ids::{Generation, PageId, PageTag, RoomKey};
 use kvsim_engine::kv::PageState;
 use kvsim_engine::node::Role;
 
-/// Who wrote a page's slots last: the room use, and the contiguous slot range
-/// `lo..hi` it covered. Slots outside the range hold an earlier writer's KV (stale).
+/// Who wrote a page's slots last: the room use, the contiguous slot range `lo..hi` it
+/// covered, and the sequence position that write meant for the page's slot 0 (`at`:
+/// slot `s` holds the KV of position `at + s`; `None` where the trace does not say,
+/// a `KvWritten` without `pos`). Slots outside the range hold an earlier writer's KV
+/// (stale); a write meant for other positions is another writer's as far as the
+/// range goes.
 #[derive(Clone, Copy, Debug, Default, Hash, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Provenance {
     pub writer: Option<RoomKey>,
+    pub at: Option<u64>,
     pub lo: u32,
     pub hi: u32,
 }
 
 impl Provenance {
-    /// The provenance after `writer` writes slot `slot`.
-    pub fn after_write(self, writer: RoomKey, slot: u32) -> Provenance {
-        if self.writer == Some(writer) && slot >= self.lo && slot <= self.hi {
+    /// The provenance after `writer` writes slot `slot`, meant for position `at + slot`.
+    pub fn after_write(self, writer: RoomKey, at: Option<u64>, slot: u32) -> Provenance {
+        let same = self.writer == Some(writer) && self.at == at;
+        if same && slot >= self.lo && slot <= self.hi {
             Provenance {
                 hi: self.hi.max(slot + 1),
                 ..self
             }
-        } else if self.writer == Some(writer) && slot + 1 == self.lo {
+        } else if same && slot + 1 == self.lo {
             Provenance { lo: slot, ..self }
         } else {
             Provenance {
                 writer: Some(writer),
+                at,
                 lo: slot,
                 hi: slot + 1,
             }
         }
     }
 
-    /// The provenance after `writer` writes `slots`, one after another: what
-    /// [`Provenance::after_write`] gives slot by slot. Once a slot extends the writer's
-    /// range (it lies in `lo..=hi`), every later slot of the run does too, so the rest
-    /// of the run only raises `hi` to its end.
-    pub fn after_writes(self, writer: RoomKey, slots: std::ops::Range<u32>) -> Provenance {
+    /// The provenance after `writer` writes `slots`, one after another (meant for the
+    /// positions `at + slot`): what [`Provenance::after_write`] gives slot by slot.
+    /// Once a slot extends the writer's range (it lies in `lo..=hi`), every later slot
+    /// of the run does too, so the rest of the run only raises `hi` to its end.
+    pub fn after_writes(
+        self,
+        writer: RoomKey,
+        at: Option<u64>,
+        slots: std::ops::Range<u32>,
+    ) -> Provenance {
         let mut p = self;
         for s in slots.clone() {
-            if p.writer == Some(writer) && p.lo <= s && s <= p.hi {
+            if p.writer == Some(writer) && p.at == at && p.lo <= s && s <= p.hi {
                 return Provenance {
                     hi: p.hi.max(slots.end),
                     ..p
                 };
             }
-            p = p.after_write(writer, s);
+            p = p.after_write(writer, at, s);
         }
         p
     }
 
     /// The provenance after a KV write of provenance `landed` lands over this page: a
-    /// write places only the slots it carries, so a landing of the same writer over
-    /// slots that writer already holds (a late copy of its own write) keeps the rest
-    /// of its range; any other landing takes the page's provenance.
+    /// write places only the slots it carries, so a landing of the same writer, meant
+    /// for the same positions, over slots that writer already holds (a late copy of
+    /// its own write) keeps the rest of its range; any other landing takes the page's
+    /// provenance.
     pub fn after_landing(self, landed: Provenance) -> Provenance {
         let overlaps = landed.lo <= self.hi && self.lo <= landed.hi;
-        if landed.writer.is_some() && landed.writer == self.writer && overlaps {
+        let same = landed.writer == self.writer && landed.at == self.at;
+        if landed.writer.is_some() && same && overlaps {
             Provenance {
                 writer: self.writer,
+                at: self.at,
                 lo: self.lo.min(landed.lo),
                 hi: self.hi.max(landed.hi),
             }
@@ -75,6 +90,13 @@ impl Provenance {
     /// Did `writer` write slots `0..need`?
     pub fn covers(&self, writer: RoomKey, need: u32) -> bool {
         self.writer == Some(writer) && self.lo == 0 && self.hi >= need
+    }
+
+    /// Were the slots written for the positions from `start` (the page read as the one
+    /// holding positions `start..`)? A write whose trace states no position is taken
+    /// as meant for where it is read.
+    pub fn meant_for(&self, start: u64) -> bool {
+        self.at.is_none_or(|at| at == start)
     }
 }
 
@@ -102,7 +124,7 @@ pub struct PageFact {
 }
 
 /// Written by hand: the model checker hashes these on every transition, so each page
-/// is packed into four words. It hashes exactly the fields `Eq` compares.
+/// is packed into five words. It hashes exactly the fields `Eq` compares.
 impl std::hash::Hash for PageFact {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         let room =
@@ -114,6 +136,7 @@ impl std::hash::Hash for PageFact {
         let flags = u64::from(self.stray) | u64::from(self.landed) << 1;
         h.write_u64(writer_room | flags << 32 | u64::from(self.prov.lo) << 40);
         h.write_u64(writer_gen ^ u64::from(self.prov.hi).rotate_left(48));
+        h.write_u64(self.prov.at.map_or(0, |at| at.wrapping_add(1)));
     }
 }
 

@@ -18,6 +18,8 @@
 //!   own; it reads the room registry).
 //! - [`answers`]: requests submitted and not answered, the answered ids: S5 and L5 (a
 //!   request past its limit getting something), S6, S10 and the canary.
+//! - [`leases`]: vLLM pull's leases on finished rooms' pages: S2 for a READ served
+//!   after its lease expired, L2 for a lease outliving its room.
 //! - [`liveness`]: the end of a run: L1-L4 over every checker's state.
 //!
 //! Nothing here has timestamps, and every state is `Clone + Hash + Eq`: the model
@@ -25,6 +27,7 @@
 
 pub mod answers;
 pub mod book;
+pub mod leases;
 pub mod liveness;
 pub mod pages;
 pub mod rooms;

@@ -107,6 +107,31 @@ impl OracleState {
         });
     }
 
+    /// A source's NIC served an RDMA READ: the leases checker judges a READ after its
+    /// lease expired; the bytes read are the source pages' as of now (S2 where the
+    /// room does not own them), and they travel to the reader as a write in flight
+    /// that reads nothing more (its source pages are already read).
+    pub(super) fn read_served(
+        &mut self,
+        node: NodeId,
+        read: WriteId,
+        (src, dst): (&[PageTag], &[PageTag]),
+        to: NodeId,
+        out: &mut Drafts,
+    ) {
+        let room = read.room;
+        self.leases
+            .served(node, read, &self.rooms.describe(room), out);
+        let prov = self.pages.sending(&self.rooms, (node, room), src, out);
+        self.writes.put(WriteFacts {
+            id: read,
+            to,
+            src: Vec::new().into(),
+            dst: dst.into(),
+            prov,
+        });
+    }
+
     /// A landing: the write leaves flight and its pages take its provenance.
     pub(super) fn landed(&mut self, h: &RunHeader, node: NodeId, write: WriteId, dst: &[PageTag]) {
         let facts = self.writes.take(write);
@@ -175,5 +200,8 @@ impl OracleState {
             answers: &self.answers,
         };
         liveness::at_end(ends, outcome, detail, out);
+        if outcome == EndOutcome::Drained {
+            self.leases.at_end(out);
+        }
     }
 }

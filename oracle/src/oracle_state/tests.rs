@@ -10,19 +10,40 @@ fn provenance_grows_over_contiguous_writes_and_resets_on_another_writer() {
     let (a, b) = (RoomKey::new(1, 1), RoomKey::new(2, 1));
     let mut p = Provenance::default();
     for s in 0..3 {
-        p = p.after_write(a, s);
+        p = p.after_write(a, None, s);
     }
     assert!(p.covers(a, 3) && !p.covers(a, 4) && !p.covers(b, 1));
-    p = p.after_write(b, 1);
+    p = p.after_write(b, None, 1);
     assert_eq!(
         p,
         Provenance {
             writer: Some(b),
+            at: None,
             lo: 1,
             hi: 2
         }
     );
     assert!(!p.covers(b, 2));
+}
+
+#[test]
+fn a_write_meant_for_other_positions_starts_afresh_and_is_not_meant_for_the_read() {
+    let a = RoomKey::new(1, 1);
+    // Slots 0..2 written for positions 4..6 (the page read as positions 4..).
+    let p = Provenance::default().after_writes(a, Some(4), 0..2);
+    assert!(p.covers(a, 2) && p.meant_for(4) && !p.meant_for(2));
+    // The same room's write of slot 1 meant for position 7 (page 6..) is another
+    // write as far as the range goes: the page no longer holds 0..2 for 4..
+    let q = p.after_write(a, Some(6), 1);
+    assert!(!q.covers(a, 2) && q.meant_for(6));
+    // A landing carrying KV meant for positions 6.. over the page takes it whole.
+    let landed = Provenance::default().after_writes(a, Some(6), 0..2);
+    let r = p.after_landing(landed);
+    assert!(r.covers(a, 2) && !r.meant_for(4));
+    // A trace without positions judges the owner only.
+    assert!(Provenance::default()
+        .after_writes(a, None, 0..2)
+        .meant_for(4));
 }
 
 #[test]
@@ -32,15 +53,20 @@ fn a_run_of_slots_gives_the_provenance_slot_by_slot_does() {
     for writer in [Some(a), Some(b)] {
         for lo in 0..6 {
             for hi in 0..6 {
-                starts.push(Provenance { writer, lo, hi });
+                for at in [None, Some(0), Some(2)] {
+                    starts.push(Provenance { writer, at, lo, hi });
+                }
             }
         }
     }
     for p in starts {
         for lo in 0..7 {
             for hi in lo..8 {
-                let one_by_one = (lo..hi).fold(p, |q, s| q.after_write(a, s));
-                assert_eq!(p.after_writes(a, lo..hi), one_by_one, "{p:?} {lo}..{hi}");
+                for at in [None, Some(0), Some(2)] {
+                    let one_by_one = (lo..hi).fold(p, |q, s| q.after_write(a, at, s));
+                    let run = p.after_writes(a, at, lo..hi);
+                    assert_eq!(run, one_by_one, "{p:?} {at:?} {lo}..{hi}");
+                }
             }
         }
     }

@@ -47,6 +47,8 @@ pub fn timer_name(t: &Timer) -> String {
         Timer::WaitingForKv(r) => format!("WaitingForKv({r})"),
         Timer::DrainRetry(r, n) => format!("DrainRetry({r}, {n})"),
         Timer::Request(r) => format!("Request({r})"),
+        Timer::Lease(r) => format!("Lease({r})"),
+        Timer::Heartbeat(r) => format!("Heartbeat({r})"),
     }
 }
 
@@ -55,7 +57,9 @@ fn timer_room(t: &Timer) -> Option<RoomKey> {
         Timer::Bootstrap(r)
         | Timer::WaitingForKv(r)
         | Timer::DrainRetry(r, _)
-        | Timer::Request(r) => Some(*r),
+        | Timer::Request(r)
+        | Timer::Lease(r)
+        | Timer::Heartbeat(r) => Some(*r),
         Timer::Compute => None,
     }
 }
@@ -153,6 +157,35 @@ impl Entry {
             Record::ClientCancel { req, how, plan } => {
                 format!("client {} {req} ({plan})", cancel_verb(*how))
             }
+            Record::Send { .. }
+            | Record::Deliver { .. }
+            | Record::Drop { .. }
+            | Record::WriteFailed { .. } => self.network_text(),
+            Record::TimerSet { .. } | Record::TimerCancel { .. } | Record::TimerFire { .. } => {
+                self.timer_text()
+            }
+            Record::Engine(ev) => format!("  {}", describe_event(ev)),
+            Record::Response {
+                req,
+                status,
+                tokens,
+            } => response_text(*req, *status, tokens),
+            Record::Fault(f) => fault_text(f),
+            Record::Violation {
+                violation,
+                detected_by,
+                ..
+            } => match detected_by {
+                None => format!("!! VIOLATION {violation}"),
+                Some(d) => format!("!! DETECTED (refused by {d}, nothing leaked) {violation}"),
+            },
+            Record::End { outcome, detail } => format!("END {outcome:?}: {detail}"),
+        }
+    }
+
+    /// A message's or KV write's fate on the network, as one line.
+    fn network_text(&self) -> String {
+        match &self.rec {
             Record::Send {
                 from,
                 to,
@@ -181,6 +214,13 @@ impl Entry {
                 write,
                 reason,
             } => format!("KV write {write} {from} -> {to} fails, not applied ({reason:?})"),
+            _ => unreachable!("network_text is called for the network's records only"),
+        }
+    }
+
+    /// A timer's set, cancel or firing, as one line.
+    fn timer_text(&self) -> String {
+        match &self.rec {
             Record::TimerSet {
                 node,
                 timer,
@@ -196,22 +236,7 @@ impl Entry {
             Record::TimerFire { node, timer } => {
                 format!("{node} timer {} fires", timer_name(timer))
             }
-            Record::Engine(ev) => format!("  {}", describe_event(ev)),
-            Record::Response {
-                req,
-                status,
-                tokens,
-            } => response_text(*req, *status, tokens),
-            Record::Fault(f) => fault_text(f),
-            Record::Violation {
-                violation,
-                detected_by,
-                ..
-            } => match detected_by {
-                None => format!("!! VIOLATION {violation}"),
-                Some(d) => format!("!! DETECTED (refused by {d}, nothing leaked) {violation}"),
-            },
-            Record::End { outcome, detail } => format!("END {outcome:?}: {detail}"),
+            _ => unreachable!("timer_text is called for timer records only"),
         }
     }
 

@@ -69,11 +69,42 @@ pub fn describe_event(ev: &TraceEvent) -> String {
             attempt,
         } => format!("{node} gives up {room} of {req} ({status}) and starts attempt {attempt}"),
         DrainAcked { node, room } => format!("{node} acks the drain of {room}"),
+        KvReadServed { .. } | Leased { .. } | LeaseEnded { .. } => describe_pull_event(ev),
         PeerRefused { node, from, room, msg, reason } => {
             let room = room.map_or(String::new(), |r| format!(" about {r}"));
             format!("{node} refuses {msg}{room} from {from}: {reason}")
         }
         Fault { node, fault } => format!("{node} FAULT ({:?}): {fault}", fault.action()),
+    }
+}
+
+/// An event of vLLM's pull (a READ served, a lease) as a sentence fragment.
+fn describe_pull_event(ev: &TraceEvent) -> String {
+    use TraceEvent::*;
+    match ev {
+        KvReadServed {
+            node,
+            read,
+            src,
+            dst,
+            to,
+        } => format!(
+            "{node}'s NIC serves READ {read} of [{}] for {to}'s [{}]",
+            tags(src),
+            tags(dst)
+        ),
+        Leased { node, room, pages } => {
+            format!("{node} keeps [{}] of {room} under a lease", tags(pages))
+        }
+        LeaseEnded {
+            node,
+            room,
+            expired,
+        } => match expired {
+            true => format!("{node}'s lease on {room} expires: its pages are freed"),
+            false => format!("{node} frees {room}'s pages on the read notification"),
+        },
+        _ => unreachable!("not a pull event: {}", ev.name()),
     }
 }
 
@@ -134,6 +165,7 @@ fn describe_page_event(ev: &TraceEvent) -> String {
             pages,
             start,
             tokens,
+            ..
         } => format!(
             "{node} writes {tokens} tokens of {room} at position {start} of [{}]",
             tags(pages)

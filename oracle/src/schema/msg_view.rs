@@ -95,6 +95,30 @@ pub enum MsgView {
         #[serde(default)]
         why: Option<Why>,
     },
+    KvParams {
+        room: RoomKey,
+        src: Vec<PageTag>,
+        tokens: u64,
+    },
+    PullStart {
+        room: RoomKey,
+        req: RequestId,
+        prompt_len: usize,
+        max_new_tokens: u32,
+        prefill: NodeId,
+        src: Vec<PageTag>,
+    },
+    KvRead {
+        id: WriteId,
+        src: Vec<PageTag>,
+        dst: Vec<PageTag>,
+    },
+    ReadNotify {
+        room: RoomKey,
+    },
+    Heartbeat {
+        room: RoomKey,
+    },
 }
 
 /// What a trace shows as a message: a [`Msg`], a [`KvWrite`] (a write is its own
@@ -137,6 +161,23 @@ impl MsgView {
 
     fn of_msg(m: &Msg) -> MsgView {
         match m {
+            Msg::Submit { .. } | Msg::Cancel { .. } | Msg::Response { .. } => Self::of_client(m),
+            Msg::PrefillStart { .. } | Msg::DecodeStart { .. } => Self::of_start(m),
+            Msg::TokenOut { .. } | Msg::PrefillFinished { .. } | Msg::DecodeFinished { .. } => {
+                Self::of_answer(m)
+            }
+            Msg::KvParams { .. }
+            | Msg::PullStart { .. }
+            | Msg::KvRead { .. }
+            | Msg::ReadNotify { .. }
+            | Msg::Heartbeat { .. } => Self::of_pull(m),
+            _ => Self::of_transfer(m),
+        }
+    }
+
+    /// A client's message: its request, its cancel, its answer.
+    fn of_client(m: &Msg) -> MsgView {
+        match m {
             Msg::Submit {
                 req,
                 tenant,
@@ -160,6 +201,13 @@ impl MsgView {
                 tokens: tokens.clone(),
                 why: *why,
             },
+            _ => unreachable!("of_client is called for its own messages only"),
+        }
+    }
+
+    /// A half's start, as the router sends it.
+    fn of_start(m: &Msg) -> MsgView {
+        match m {
             Msg::PrefillStart {
                 room,
                 req,
@@ -184,6 +232,35 @@ impl MsgView {
                 max_new_tokens: *max_new_tokens,
                 prefill: *prefill,
             },
+            _ => unreachable!("of_start is called for its own messages only"),
+        }
+    }
+
+    /// What a half tells the router: its tokens and its finish.
+    fn of_answer(m: &Msg) -> MsgView {
+        match m {
+            Msg::PrefillFinished { room, status, why } => MsgView::PrefillFinished {
+                room: *room,
+                status: *status,
+                why: *why,
+            },
+            Msg::TokenOut { room, index, token } => MsgView::TokenOut {
+                room: *room,
+                index: *index,
+                token: *token,
+            },
+            Msg::DecodeFinished { room, status, why } => MsgView::DecodeFinished {
+                room: *room,
+                status: *status,
+                why: *why,
+            },
+            _ => unreachable!("of_answer is called for its own messages only"),
+        }
+    }
+
+    /// An abort, and the transfer between the halves and its cleanup.
+    fn of_transfer(m: &Msg) -> MsgView {
+        match m {
             Msg::Abort { room } => MsgView::Abort { room: *room },
             Msg::KvMeta {
                 room,
@@ -206,21 +283,41 @@ impl MsgView {
                 epoch: *epoch,
             },
             Msg::DrainAck { room } => MsgView::DrainAck { room: *room },
-            Msg::PrefillFinished { room, status, why } => MsgView::PrefillFinished {
+            _ => unreachable!("of_transfer is called for its own messages only"),
+        }
+    }
+
+    /// [`MsgView::of_msg`] of vLLM pull's messages.
+    fn of_pull(m: &Msg) -> MsgView {
+        match m {
+            Msg::KvParams { room, src, tokens } => MsgView::KvParams {
                 room: *room,
-                status: *status,
-                why: *why,
+                src: src.clone(),
+                tokens: *tokens,
             },
-            Msg::TokenOut { room, index, token } => MsgView::TokenOut {
+            Msg::PullStart {
+                room,
+                req,
+                prompt,
+                max_new_tokens,
+                prefill,
+                src,
+            } => MsgView::PullStart {
                 room: *room,
-                index: *index,
-                token: *token,
+                req: *req,
+                prompt_len: prompt.len(),
+                max_new_tokens: *max_new_tokens,
+                prefill: *prefill,
+                src: src.clone(),
             },
-            Msg::DecodeFinished { room, status, why } => MsgView::DecodeFinished {
-                room: *room,
-                status: *status,
-                why: *why,
+            Msg::KvRead { id, src, dst } => MsgView::KvRead {
+                id: *id,
+                src: src.clone(),
+                dst: dst.clone(),
             },
+            Msg::ReadNotify { room } => MsgView::ReadNotify { room: *room },
+            Msg::Heartbeat { room } => MsgView::Heartbeat { room: *room },
+            other => unreachable!("{} is not a pull message", other.kind()),
         }
     }
 
@@ -237,8 +334,12 @@ impl MsgView {
             | DrainAck { room }
             | PrefillFinished { room, .. }
             | TokenOut { room, .. }
-            | DecodeFinished { room, .. } => Some(*room),
-            WriteDone { id, .. } | KvWrite { id, .. } => Some(id.room),
+            | DecodeFinished { room, .. }
+            | KvParams { room, .. }
+            | PullStart { room, .. }
+            | ReadNotify { room }
+            | Heartbeat { room } => Some(*room),
+            WriteDone { id, .. } | KvWrite { id, .. } | KvRead { id, .. } => Some(id.room),
         }
     }
 
@@ -292,6 +393,25 @@ impl MsgView {
             PrefillFinished { room, status, .. } => format!("PrefillFinished {room} status={status}"),
             TokenOut { room, index, token } => format!("TokenOut {room} #{index} token={token:#x}"),
             DecodeFinished { room, status, .. } => format!("DecodeFinished {room} status={status}"),
+            KvParams { room, src, tokens } => {
+                format!("KvParams {room} tokens={tokens} src=[{}]", tags(src))
+            }
+            PullStart {
+                room,
+                req,
+                prompt_len,
+                prefill,
+                src,
+                ..
+            } => format!(
+                "PullStart {room} {req} prompt={prompt_len} prefill={prefill} src=[{}]",
+                tags(src)
+            ),
+            KvRead { id, src, dst } => {
+                format!("KvRead {id} src=[{}] dst=[{}]", tags(src), tags(dst))
+            }
+            ReadNotify { room } => format!("ReadNotify {room}"),
+            Heartbeat { room } => format!("Heartbeat {room}"),
         }
     }
 }

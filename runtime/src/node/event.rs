@@ -7,7 +7,7 @@ use crate::node::status::NodeStatus;
 use crate::sync::mpsc::Sender;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::kv::Refusal;
-use kvsim_engine::msg::{Carried, KvWrite, Msg, Status};
+use kvsim_engine::msg::{Carried, KvWrite, Msg, Status, Why};
 use kvsim_engine::world::WriteFailure;
 use kvsim_oracle::schema::EndOutcome;
 
@@ -33,6 +33,23 @@ pub enum NodeEvent<K> {
         id: WriteId,
         dst: Vec<PageTag>,
         landing: Result<(), Refusal>,
+    },
+    /// The transfer carrying a KV write this node posted to `to` on its KV path
+    /// (`--transport nixl`) finished: the library placed the bytes in `to`'s
+    /// registered memory with no code of `to` running. The world's record of the
+    /// landing (`KvLanded` at `to`), then the write's completion (the writer NIC's
+    /// own on a one-sided transport).
+    TransferDone {
+        to: NodeId,
+        id: WriteId,
+        dst: Vec<PageTag>,
+    },
+    /// The transfer carrying a KV write this node posted to `to` on its KV path ended
+    /// in an error (the peer disconnected, the request was refused): the write's one
+    /// failed completion.
+    TransferFailed {
+        to: NodeId,
+        id: WriteId,
     },
     /// The node's landing failed a KV write on arrival (the world's rule).
     WriteFailedHere {
@@ -93,8 +110,8 @@ pub enum NodeEvent<K> {
     PeerHalfDone {
         room: RoomKey,
         status: Status,
-        /// Prefill's reason, when its half failed.
-        reason: Option<String>,
+        /// The engine's reason prefill's half ended with, where it gave one.
+        why: Option<Why>,
     },
     Status(Sender<NodeStatus>),
     /// Stop taking client requests (router).

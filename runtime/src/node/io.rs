@@ -2,7 +2,7 @@
 //! effects (its sends, timers and events, as [`Driver`]) over the loop's runtime, the
 //! KV writes in flight, the clients waiting for answers, and the world's rule for a
 //! message that cannot be delivered. Not the loop's turns (`NodeLoop`) and not worker
-//! mode's halves (their methods are in `halves`), though `Io` holds their state.
+//! mode's halves (their methods are in `halves`), though `Io` holds their front.
 
 use crate::clock::TimerHeap;
 use crate::node::event::NodeEvent;
@@ -10,22 +10,13 @@ use crate::node::reply::{Reply, ReplyEv, ReplySink};
 use crate::node::status::NodeCounts;
 use crate::seam::NodeRuntime;
 use kvsim_engine::env::TimerOp;
-use kvsim_engine::ids::{NodeId, RequestId, RoomKey, Token, WriteId};
-use kvsim_engine::msg::{Carried, KvWrite, Msg, Status};
+use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
+use kvsim_engine::msg::{Carried, KvWrite, Msg};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
+use kvsim_engine::worker::WorkerFront;
 use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure, WritesInFlight};
 use kvsim_oracle::schema::{MsgView, Record};
 use std::collections::BTreeMap;
-
-/// A worker-mode half: where its answers go and its tokens so far. Its failure's
-/// reason is the engine's own, typed, in the half's finish message.
-pub(super) struct Half {
-    pub(super) sink: ReplySink,
-    pub(super) tokens: Vec<Token>,
-}
-
-/// Most early prefill-done words a decode worker keeps.
-pub(super) const EARLY_DONE: usize = 4096;
 
 /// Everything of a loop but the node: what carries out the node's effects, over the
 /// loop's runtime `R`.
@@ -39,23 +30,11 @@ pub struct Io<R: NodeRuntime> {
     /// KV writes posted to each peer and not completed yet.
     pub(super) writes: WritesInFlight,
     pub(super) clients: BTreeMap<RequestId, ReplySink>,
-    /// Worker mode: the router's id, whose messages go to the worker front's halves.
-    pub worker_router: Option<NodeId>,
-    /// Worker mode: a failed prefill half ends its decode half with prefill's status
-    /// (the router's cancel-both, defense 6: `router_cancels_both`).
-    pub worker_cancels_both: bool,
-    /// Worker mode: each started half's answers, and (decode) its tokens so far.
-    pub(super) halves: BTreeMap<RoomKey, Half>,
-    /// Worker mode, decode: which halves of each room are terminal (1: decode's, 2:
-    /// prefill's; both: the room is cleared), and the prefill node and incarnation
-    /// that took the room's registration, where it said.
-    pub(super) clearing: BTreeMap<RoomKey, (u8, Option<(NodeId, u32)>)>,
-    /// Worker mode, decode: the latest incarnation each prefill node's bootstrap has
-    /// answered with.
-    pub(super) prefill_epochs: BTreeMap<NodeId, u32>,
-    /// Worker mode, decode: prefill's word that a room's half is done, come before
-    /// decode's half started (at most [`EARLY_DONE`], the oldest dropped).
-    pub(super) early_done: std::collections::VecDeque<(RoomKey, Status, Option<String>)>,
+    /// Worker mode: SGLang's worker front before the node (the engine's
+    /// [`WorkerFront`]), whose router's messages are its halves' answers.
+    pub front: Option<WorkerFront>,
+    /// Worker mode: where each started half's answers go.
+    pub(super) sinks: BTreeMap<RoomKey, ReplySink>,
     pub(super) fault: Option<String>,
     /// The node asked to be restarted (a fault whose action is a restart).
     pub(super) restart_asked: bool,
@@ -72,12 +51,8 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
             timers: TimerHeap::new(),
             writes: WritesInFlight::new(),
             clients: BTreeMap::new(),
-            worker_router: None,
-            worker_cancels_both: false,
-            halves: BTreeMap::new(),
-            clearing: BTreeMap::new(),
-            prefill_epochs: BTreeMap::new(),
-            early_done: std::collections::VecDeque::new(),
+            front: None,
+            sinks: BTreeMap::new(),
             fault: None,
             restart_asked: false,
             counts: NodeCounts::default(),
@@ -178,6 +153,29 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
         }
     }
 
+    /// A write this node posted landed in `to`'s registered memory with no code of
+    /// `to` running (`--transport nixl`): the world's record of it, as
+    /// `world::receive` states a one-sided landing, written when the library reports
+    /// the transfer done (the first moment anyone knows the bytes are placed; `to`
+    /// learns of it later, from the write's notification, or not at all). Recorded
+    /// even for a write already failed back: its bytes landed all the same.
+    pub(super) fn landed_at(&mut self, to: NodeId, id: WriteId, dst: Vec<PageTag>) {
+        self.trace(|| {
+            Record::Engine(TraceEvent::KvLanded {
+                node: to,
+                write: id,
+                dst,
+            })
+        });
+    }
+
+    /// The transfer of a write this node posted to `to` ended in an error: its one
+    /// failed completion, unless it already had one.
+    pub(super) fn transfer_failed(&mut self, to: NodeId, id: WriteId) {
+        let done = Msg::WriteDone { id, ok: false };
+        self.fail_back(to, id, WriteFailure::ReceiverGone, done);
+    }
+
     /// The connection to `peer` broke: every write posted on it fails back.
     pub(super) fn peer_lost(&mut self, peer: NodeId) {
         for id in self.writes.peer_lost(peer) {
@@ -195,7 +193,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg, TraceEvent, KvWrite<K>> for I
     }
 
     fn send(&mut self, _from: NodeId, to: NodeId, msg: Msg) {
-        if self.worker_router == Some(to) {
+        if self.front.as_ref().is_some_and(|f| f.router() == to) {
             self.for_half(msg);
             return;
         }
@@ -218,6 +216,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg, TraceEvent, KvWrite<K>> for I
                         status: status.0,
                         tokens,
                         reason: why.map(|w| w.to_string()),
+                        why,
                     }));
                 }
             }

@@ -179,6 +179,13 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 0,
                 0,
             ),
+            Node::VllmPrefill(p) => (
+                Some(p.pool().free_count()),
+                Some(p.pool().capacity()),
+                p.requests(),
+                0,
+                0,
+            ),
             Node::Decode(d) => (
                 Some(d.records().shared().free_count()),
                 Some(d.records().capacity()),
@@ -269,6 +276,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 status: Status::UNAVAILABLE.0,
                 tokens: Vec::new(),
                 reason: None,
+                why: None,
             }));
             return;
         }
@@ -356,6 +364,11 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 reason,
                 completion,
             } => self.io.failed_here(from, id, reason, completion),
+            NodeEvent::TransferDone { to, id, dst } => {
+                self.io.landed_at(to, id, dst);
+                self.on_msg(to, Msg::WriteDone { id, ok: true });
+            }
+            NodeEvent::TransferFailed { to, id } => self.io.transfer_failed(to, id),
             NodeEvent::SendFailed { to, msg } => self.io.undeliverable(to, msg),
             NodeEvent::PeerLost { peer } => self.io.peer_lost(peer),
             NodeEvent::Submit {
@@ -374,11 +387,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 prefill_epoch,
             } => self.start_half(room, msg, max_new_tokens, reply, prefill_epoch),
             NodeEvent::AbortHalf { room } => self.abort_half(room),
-            NodeEvent::PeerHalfDone {
-                room,
-                status,
-                reason,
-            } => self.peer_half_done(room, status, reason),
+            NodeEvent::PeerHalfDone { room, status, why } => self.peer_half_done(room, status, why),
             NodeEvent::Status(tx) => {
                 let _ = tx.send(self.status());
             }

@@ -3,6 +3,7 @@
 //! decides what to answer (the loop, [`crate::node`]) nor how a front renders it.
 
 use crate::sync::mpsc::Sender;
+use kvsim_engine::msg::Why;
 use serde::Serialize;
 
 /// A reply to a client.
@@ -18,6 +19,10 @@ pub struct Reply {
     /// (the same words for a refusal at intake, more detail for a failed transfer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The engine's typed reason behind `reason`, where the node that answers gave one
+    /// (a worker-mode prefill half tells decode's worker it; not on the wire).
+    #[serde(skip)]
+    pub why: Option<Why>,
 }
 
 /// What a client's request hears from the router's loop.

@@ -6,8 +6,9 @@
 
 use crate::server::options::{ServeError, ServeOptions};
 use crate::trace::Tracer;
-use kvsim_engine::ids::{NodeId, RoomKey, WriteId};
+use kvsim_engine::ids::{NodeId, WriteId};
 use kvsim_engine::trace::TraceEvent;
+use kvsim_engine::worker::LeftOpen;
 use kvsim_engine::world::WritesInFlight;
 use kvsim_oracle::schema::{EndOutcome, FaultEvent, Record};
 use std::collections::BTreeMap;
@@ -42,9 +43,9 @@ struct Ended {
     last: u32,
     /// The KV writes that incarnation posted and never saw complete.
     flushed: Vec<WriteId>,
-    /// Worker mode, decode: the rooms its stand-in for the router (`routed` by another
-    /// node id, this node the decode) opened and never cleared.
-    open_rooms: Vec<(NodeId, RoomKey)>,
+    /// Worker mode, decode: what the next process records for the rooms its worker
+    /// front opened and never cleared (the engine's rule, [`LeftOpen`]).
+    cleared: Vec<TraceEvent>,
 }
 
 /// How a process of node `id` ended, as its trace file tells ([`Ended`]); the writes
@@ -54,12 +55,12 @@ struct Ended {
 fn replay_incarnations(path: &std::path::Path, id: NodeId, started: u32) -> Ended {
     use std::io::BufRead as _;
     let (mut last, mut writes) = (started, WritesInFlight::new());
-    let mut open: BTreeMap<RoomKey, NodeId> = BTreeMap::new();
+    let mut open = LeftOpen::new(id);
     let Ok(f) = std::fs::File::open(path) else {
         return Ended {
             last,
             flushed: Vec::new(),
-            open_rooms: Vec::new(),
+            cleared: Vec::new(),
         };
     };
     for line in std::io::BufReader::new(f).lines().map_while(Result::ok) {
@@ -88,23 +89,14 @@ fn replay_incarnations(path: &std::path::Path, id: NodeId, started: u32) -> Ende
                 writes.crash();
             }
             Record::Fault(FaultEvent::Restart { epoch, .. }) => last = last.max(epoch),
-            // The worker front's stand-in for the router lives in this process (a restart
-            // in process keeps it), so only its rooms still open at the kill died with it.
-            Record::Engine(TraceEvent::Routed {
-                node, room, decode, ..
-            }) if node != id && decode == id => {
-                open.insert(room, node);
-            }
-            Record::Engine(TraceEvent::RoomCleared { room, .. }) => {
-                open.remove(&room);
-            }
+            Record::Engine(ev) => open.event(&ev),
             _ => {}
         }
     }
     Ended {
         last,
         flushed: writes.crash(),
-        open_rooms: open.into_iter().map(|(room, node)| (node, room)).collect(),
+        cleared: open.cleared(),
     }
 }
 
@@ -215,10 +207,10 @@ pub(super) fn open_tracer(
         source,
     })?;
     if epoch > 0 {
-        let (dead, flushed, open_rooms) = match ended {
+        let (dead, flushed, cleared) = match ended {
             Some((file, end)) => {
                 end_killed_process(&file, id, end.last);
-                (end.last, end.flushed, end.open_rooms)
+                (end.last, end.flushed, end.cleared)
             }
             None => (epoch - 1, Vec::new(), Vec::new()),
         };
@@ -229,13 +221,10 @@ pub(super) fn open_tracer(
             flushed,
         }));
         t.write(Record::Fault(FaultEvent::Restart { node: id, epoch }));
-        // Worker mode, decode: the router's rooms whose client was the killed process
-        // (the router's connections to it broke, so it has its answer: an error, and
-        // it moves on to a new room) are let go, as the engine router records an
-        // abandoned attempt; each prefill half of them still ends on its own, which the
-        // audit judges (L1).
-        for (node, room) in open_rooms {
-            t.write(Record::Engine(TraceEvent::RoomCleared { node, room }));
+        // Worker mode, decode: the rooms the killed process's front left open are
+        // cleared (the engine's rule, `LeftOpen::cleared`).
+        for ev in cleared {
+            t.write(Record::Engine(ev));
         }
     }
     Ok(Some(t))
@@ -255,7 +244,7 @@ mod tests {
     use super::*;
     use crate::server::options::PromptMode;
     use kvsim_engine::config::EngineConfig;
-    use kvsim_engine::ids::{RequestId, TenantId};
+    use kvsim_engine::ids::{RequestId, RoomKey, TenantId};
     use kvsim_engine::world::{Topology, ROUTER};
     use kvsim_oracle::schema::{entry_line, header_line, parse_line, Entry, Line};
 
@@ -279,6 +268,7 @@ mod tests {
             prompts: PromptMode::Own,
             worker: true,
             node_invariants: true,
+            kv_wire: Default::default(),
         }
     }
 

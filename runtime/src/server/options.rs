@@ -38,6 +38,8 @@ pub enum ServeError {
         used: u32,
         trace: String,
     },
+    #[error("{node}: --transport nixl: {reason}")]
+    Nixl { node: NodeId, reason: String },
     #[error("{node}: cannot make its KV memory ({pages} pages of {page_size} slots): {reason}")]
     Gpu {
         node: NodeId,
@@ -64,6 +66,20 @@ pub struct ServeOptions {
     pub worker: bool,
     /// Check each node's own invariants after every input (`--no-invariants`: off).
     pub node_invariants: bool,
+    /// What carries KV between prefill and decode nodes.
+    pub kv_wire: KvWire,
+}
+
+/// What carries KV between prefill and decode nodes (`kvsim serve --transport`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvWire {
+    /// kvsim's own frames on the nodes' TCP connections, copied into place by the
+    /// receiver's reader (two-sided, with the landing gate).
+    #[default]
+    Tcp,
+    /// NVIDIA's NIXL library, UCX over TCP (one-sided: a write lands with no code of
+    /// the receiver running; the `nixl` feature, `crate::nixl`).
+    Nixl,
 }
 
 /// What prompts the fronts submit to the engine.

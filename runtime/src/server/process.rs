@@ -8,13 +8,14 @@ use crate::http::front::{spawn_http_front, FrontParts};
 use crate::http::info::front_info;
 use crate::http::limits::FrontLimits;
 use crate::http::state::NodesFn;
-use crate::net::{spawn_listener, spawn_peer, Inbound};
+use crate::net::{spawn_listener, spawn_peer, Hello, Inbound};
 use crate::node::event::NodeEvent;
 use crate::node::io::Io;
 use crate::node::node_loop::NodeLoop;
 use crate::node::status::NodeStatus;
 use crate::seam::Threads;
 use crate::server::incarnations::open_tracer;
+use crate::server::kv_wire::{wire_parts, WireParts};
 use crate::server::options::{NodePlan, ServeError, ServeOptions};
 use crate::server::report::{statuses, ExitReport};
 use crate::server::roles::build_node;
@@ -27,6 +28,8 @@ use crate::worker::state::WorkerParts;
 use kvsim_engine::gpu::{Gpu, WireWords};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Carried;
+use kvsim_engine::node::Role;
+use kvsim_engine::worker::WorkerFront;
 use kvsim_engine::world::ROUTER;
 use kvsim_engine::Cfg;
 use kvsim_oracle::schema::EndOutcome;
@@ -54,6 +57,9 @@ pub struct Server<K> {
     front: Option<(Sender<NodeEvent<K>>, StatusFn, NodesFn)>,
     next: Arc<crate::sync::atomic::AtomicU64>,
     opts: ServeOptions,
+    /// What the nodes' KV wires need alive while the server runs (a NIXL receiver's
+    /// registrations).
+    keep: Vec<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl<K> Server<K>
@@ -119,6 +125,7 @@ where
             front: None,
             next: Arc::new(crate::sync::atomic::AtomicU64::new(0)),
             opts: opts.clone(),
+            keep: Vec::new(),
         };
         let mut client_endpoint = None;
         for plan in plans {
@@ -127,23 +134,24 @@ where
                 .role(id)
                 .ok_or(ServeError::NoSuchNode(id, topo.client().0 - 1))?;
             let (tx, rx) = channel::<NodeEvent<K>>();
-            let incarnation = Arc::new(AtomicU32::new(plan.epoch));
-            let peers = server.link_peers(&plan, &tx, &incarnation)?;
-            let tracer = open_tracer(opts, id, plan.epoch)?;
-            let rt = Threads::new(tracer, peers, tx.clone(), rx).with_incarnation(incarnation);
-            let mut io = Io::new(id, plan.epoch, topo.client(), rt);
-            io.worker_router = opts.worker.then_some(ROUTER);
-            io.worker_cancels_both = opts.cfg.defenses.router_cancels_both;
             let (node, transfer) = build_node(role, id, plan.epoch, topo, &cfg, &make_gpu, &tx)?;
+            let wire = wire_parts(opts.kv_wire, id, &node, &tx, &stop)?;
+            let rt = server.runtime(&plan, (tx.clone(), rx), &wire)?;
+            let mut io = Io::new(id, plan.epoch, topo.client(), rt);
+            let cancels_both = opts.cfg.defenses.router_cancels_both;
+            io.front = (opts.worker && role != Role::Router)
+                .then(|| WorkerFront::new(id, role, ROUTER, cancels_both));
             spawn_listener(
                 id,
                 plan.listener,
                 Inbound {
                     to_loop: tx.clone(),
                     landing: transfer.as_ref().map(|(l, _)| l.clone()),
+                    book: wire.book.clone(),
                 },
                 stop.clone(),
             )?;
+            server.keep.extend(wire.keep);
             if let Some(cl) = plan.client {
                 server.client_addr = Some(cl.local_addr()?);
                 client_endpoint = Some((cl, tx.clone()));
@@ -167,13 +175,32 @@ where
         Ok(server)
     }
 
+    /// Node `plan.id`'s runtime: its loop's channel, its links (each writing `wire`'s
+    /// first frame on every connection), its trace, and `wire`'s KV path.
+    fn runtime(
+        &mut self,
+        plan: &NodePlan,
+        (tx, rx): (
+            Sender<NodeEvent<K>>,
+            crate::sync::mpsc::Receiver<NodeEvent<K>>,
+        ),
+        wire: &WireParts<K>,
+    ) -> Result<Threads<K>, ServeError> {
+        let incarnation = Arc::new(AtomicU32::new(plan.epoch));
+        let peers = self.link_peers(plan, &tx, (&incarnation, &wire.hello))?;
+        let tracer = open_tracer(&self.opts, plan.id, plan.epoch)?;
+        Ok(Threads::new(tracer, peers, tx, rx)
+            .with_incarnation(incarnation)
+            .with_kv_path(wire.path.clone()))
+    }
+
     /// A link from node `plan.id` to every other node of the topology (in worker mode,
     /// none to the engine router), each on its own thread delivering to `to_loop`.
     fn link_peers(
         &mut self,
         plan: &NodePlan,
         to_loop: &Sender<NodeEvent<K>>,
-        incarnation: &Arc<AtomicU32>,
+        (incarnation, hello): (&Arc<AtomicU32>, &Hello),
     ) -> Result<BTreeMap<NodeId, Sender<Carried<K>>>, ServeError> {
         let id = plan.id;
         let mut peers = BTreeMap::new();
@@ -190,7 +217,7 @@ where
                 addr,
                 prx,
                 to_loop.clone(),
-                (flag.clone(), incarnation.clone()),
+                (flag.clone(), incarnation.clone(), hello.clone()),
                 self.stop.clone(),
             )?;
             self.connected.push((id, peer, flag));

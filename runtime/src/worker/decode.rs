@@ -197,25 +197,27 @@ impl<K> Drop for ReleaseOnDrop<K> {
     }
 }
 
-/// Decode: prefill's half of a room is done (`POST /kvsim/prefill_done {"room": R}`).
+/// Decode: prefill's half of a room is done (`POST /kvsim/prefill_done {"room": R,
+/// "status": S, "why": W}`; `why`, the engine's typed reason, where it gave one; the
+/// human `reason` beside it is not read).
 pub(super) fn prefill_done<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
     #[derive(serde::Deserialize)]
     struct Done {
         room: Option<body::Int>,
         status: Option<body::Int>,
-        reason: Option<body::Str>,
+        why: Option<Value>,
     }
     match body::parse::<Done>(b) {
         Ok(Done {
             room: Some(body::Int(r)),
             status,
-            reason,
+            why,
         }) if r >= 0 => {
             let st = status.map_or(500, |s| u16::try_from(s.0).unwrap_or(500));
             let _ = w.p.node.send(NodeEvent::PeerHalfDone {
                 room: room_key(r as u64),
                 status: kvsim_engine::msg::Status(st),
-                reason: reason.map(|r| r.0.chars().take(1000).collect()),
+                why: why.and_then(|v| serde_json::from_value(v).ok()),
             });
             json_reply(200, &json!({"ok": true}))
         }

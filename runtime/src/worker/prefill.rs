@@ -14,7 +14,7 @@ use crate::worker::state::{bootstrap_wait, count, fail, room_key, Told, Worker, 
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use kvsim_engine::ids::{NodeId, RequestId};
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Msg, Why};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -23,8 +23,10 @@ use std::time::{Duration, Instant};
 /// room then stays open in the audit, which is what is known).
 pub(super) fn tell_decode(rx: crate::sync::mpsc::Receiver<Told>) {
     let a = crate::http_client::agent(Duration::from_secs(2));
-    for (room, status, reason, url) in rx {
-        let body = json!({ "room": room, "status": status, "reason": reason }).to_string();
+    for (room, status, why, url) in rx {
+        let reason = why.map(|w| w.to_string());
+        let body = json!({ "room": room, "status": status, "reason": reason, "why": why });
+        let body = body.to_string();
         let _ = crate::http_client::fetch_with(
             &a,
             &url,
@@ -135,9 +137,9 @@ pub(super) async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -
         decode,
     };
     let tell = w.done_tx.lock().ok().map(|t| t.clone());
-    let on_done = move |status: u16, reason: Option<String>| {
+    let on_done = move |status: u16, why: Option<Why>| {
         if let Some(t) = tell {
-            let _ = t.send((r, status, reason, decode_url));
+            let _ = t.send((r, status, why, decode_url));
         }
     };
     let mut pending = match start(w, key, msg, &half.job, Some(Box::new(on_done)), None) {

@@ -10,7 +10,7 @@ use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
 use crate::worker::state::Worker;
 use kvsim_engine::ids::RoomKey;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Msg, Why};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -22,8 +22,8 @@ pub(super) fn engine_error(status: u16, side: &str) -> String {
     }
 }
 
-/// Called with a half's terminal status and reason.
-type OnDone = Box<dyn FnOnce(u16, Option<String>) + Send>;
+/// Called with a half's terminal status and the engine's reason.
+type OnDone = Box<dyn FnOnce(u16, Option<Why>) + Send>;
 
 /// Start a half at the node; the guard aborts it when dropped armed.
 pub(super) fn start<K: Send + 'static>(
@@ -39,7 +39,7 @@ pub(super) fn start<K: Send + 'static>(
     let sink = ReplySink::new(move |ev| {
         if let ReplyEv::Done(r) = &ev {
             if let Some(f) = on_done.take() {
-                f(r.status, r.reason.clone());
+                f(r.status, r.why);
             }
         }
         tx.send(ev).is_ok()

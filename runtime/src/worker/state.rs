@@ -14,6 +14,7 @@ use crate::tokenizer::Vocab;
 use hyper::Response;
 use kvsim_engine::config::EngineConfig;
 use kvsim_engine::ids::{Generation, NodeId, RoomId, RoomKey};
+use kvsim_engine::msg::Why;
 use kvsim_engine::node::Role;
 use kvsim_engine::retired::{GenTable, RETIRED_MIN_HALF};
 use std::collections::{BTreeMap, BTreeSet};
@@ -92,8 +93,9 @@ pub(super) struct Worker<K> {
     pub(super) bootstrap_port: Option<u16>,
 }
 
-/// What prefill tells decode: the room, its half's status and reason, decode's URL.
-pub(super) type Told = (u64, u16, Option<String>, String);
+/// What prefill tells decode: the room, its half's status and the engine's reason,
+/// decode's URL.
+pub(super) type Told = (u64, u16, Option<Why>, String);
 
 /// Take room `r` for a half here, or say why not (status, message).
 pub(super) fn take_room<K>(w: &Worker<K>, r: u64) -> Result<(), (u16, String)> {

@@ -193,6 +193,7 @@ impl Bed {
                         Reader::Wire(Inbound {
                             to_loop: self.txs[&to].clone(),
                             landing: Some(landing),
+                            book: None,
                         })
                     }
                     _ => Reader::Loop(self.txs[&to].clone()),

@@ -10,7 +10,7 @@ use crate::scenario::{
     SwarmSpec, WorkloadSpec,
 };
 use crate::stall::{self, ClockRates, PausePlan};
-use kvsim_engine::config::{EngineConfig, RouterPolicy};
+use kvsim_engine::config::{EngineConfig, Protocol, RouterPolicy};
 use kvsim_engine::ids::{NodeId, RequestId, TenantId};
 use rand::RngExt;
 use std::collections::BTreeSet;
@@ -66,9 +66,11 @@ pub(super) fn draw_router(sc: &Scenario, seed: u64, engine: &mut EngineConfig) {
     let mut r = rng::stream(seed, Component::Router);
     let pick = r.random_range(0..1024u32) as usize;
     engine.router_seed = r.random::<u64>();
+    // A swarm draws the routers of SGLang's family (its nodes are SGLang's).
+    let sglang = RouterPolicy::of(Protocol::Sglang);
     let routers: &[RouterPolicy] = match (&sc.swarm, sc.routers.is_empty()) {
         (_, false) => &sc.routers,
-        (Some(_), true) => &RouterPolicy::ALL,
+        (Some(_), true) => &sglang,
         (None, true) => &[],
     };
     if !routers.is_empty() {

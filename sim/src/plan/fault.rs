@@ -2,6 +2,7 @@
 //! ([`NetParams`]), partitions and crashes as scheduled, and the cleanup bound the
 //! engine's timeouts imply. Data only: drawing them from a seed is `draw`'s.
 
+use kvsim_engine::config::Protocol;
 use kvsim_engine::ids::NodeId;
 use std::fmt;
 use strum::{EnumCount, VariantArray};
@@ -146,6 +147,11 @@ pub fn derived_cleanup_bound_ns(
         .saturating_add(net.slow_write_max_ns.max(net.late_write_max_ns))
         .saturating_add(slow_writer_ns);
     let timer = t.bootstrap_ns.max(t.waiting_ns).max(t.request_ns);
+    // vLLM's prefill keeps an unread room's pages for its lease after answering.
+    let timer = match engine.router.protocol() {
+        Protocol::Vllm => timer.max(t.lease_ns),
+        Protocol::Sglang => timer,
+    };
     let steps = l
         .decode_step_ns
         .saturating_mul(u64::from(engine.max_new_tokens_limit));

@@ -255,8 +255,9 @@ impl<G: Gpu> Simulator<G> {
         });
     }
 
-    /// A KV write failed on the wire: it is not applied, and its one failed completion
-    /// travels back to the incarnation of the writer that posted it.
+    /// A KV write (or an RDMA READ) failed on the wire: it is not applied, and its one
+    /// failed completion travels back to the incarnation that posted it
+    /// (`world::poster`: the writer, or a READ's reader).
     pub(super) fn write_failed(
         &mut self,
         from: NodeId,
@@ -278,7 +279,7 @@ impl<G: Gpu> Simulator<G> {
             at,
             Pending::Deliver {
                 from: to,
-                to: from,
+                to: id.writer,
                 from_epoch: self.epochs[to.0 as usize],
                 to_epoch: id.epoch,
                 msg: Carried::Msg(completion),

@@ -100,15 +100,7 @@ pub fn run_sweep_streaming(
         halt: AtomicBool::new(false),
         error: Mutex::new(None),
     };
-    let mut coverage = Coverage::new(&sc.faults.cancel_phases);
-    coverage.declared_reach = sc.reach.clone();
-    let mut s = SweepSummary::empty(
-        (sc.name.clone(), path.to_string()),
-        opts.bugs.unwrap_or(sc.engine.bugs).to_string(),
-        opts.seeds,
-        coverage,
-    );
-    (s.shards, s.seeds_planned, s.jobs) = (vec![opts.shard], planned, jobs);
+    let mut s = empty_summary(sc, path, opts, (planned, jobs));
     let batch_len = (jobs as u64).saturating_mul(BATCH_PER_JOB);
     let mut seeds = opts.shard.seeds(opts.seeds).peekable();
     let mut printed = 0usize;
@@ -147,6 +139,26 @@ pub fn run_sweep_streaming(
     s.wall_s = runner.started.elapsed().as_secs_f64();
     runner.bar.finish_and_clear();
     Ok(s)
+}
+
+/// The summary of a sweep of `sc` before any seed ran: its scenario, bugs, shard,
+/// the seeds planned and the workers to run them.
+fn empty_summary(
+    sc: &Scenario,
+    path: &str,
+    opts: &SweepOptions,
+    (planned, jobs): (u64, usize),
+) -> SweepSummary {
+    let mut coverage = Coverage::new(&sc.faults.cancel_phases);
+    coverage.declared_reach = sc.reach.clone();
+    let mut s = SweepSummary::empty(
+        (sc.name.clone(), path.to_string()),
+        opts.bugs.unwrap_or(sc.engine.bugs).to_string(),
+        opts.seeds,
+        coverage,
+    );
+    (s.shards, s.seeds_planned, s.jobs) = (vec![opts.shard], planned, jobs);
+    s
 }
 
 /// Sort a batch's results by seed; with `stop_at_first`, keep none after its first

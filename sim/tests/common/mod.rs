@@ -15,10 +15,12 @@ pub const GLM53_INCIDENT: &str = include_str!("../../../scenarios/glm53-incident
 pub const GLM53_TRUNCATE: &str = include_str!("../../../scenarios/glm53-truncate.toml");
 pub const DATA_FAULTS: &str = include_str!("../../../scenarios/data-faults.toml");
 pub const STALLS: &str = include_str!("../../../scenarios/stalls.toml");
+pub const PREFIX_HIT: &str = include_str!("../../../scenarios/prefix-hit.toml");
 pub const CLIENT_ROOMS: &str = include_str!("../../../scenarios/client-rooms.toml");
+pub const VLLM_PULL: &str = include_str!("../../../scenarios/vllm-pull.toml");
 
 /// Every scenario file, by the path a replay command names.
-pub const ALL: [(&str, &str); 11] = [
+pub const ALL: [(&str, &str); 13] = [
     ("scenarios/mixed-faults.toml", MIXED_FAULTS),
     ("scenarios/abort-storm.toml", ABORT_STORM),
     (
@@ -32,6 +34,8 @@ pub const ALL: [(&str, &str); 11] = [
     ("scenarios/data-faults.toml", DATA_FAULTS),
     ("scenarios/client-disconnects.toml", CLIENT_DISCONNECTS),
     ("scenarios/stalls.toml", STALLS),
+    ("scenarios/prefix-hit.toml", PREFIX_HIT),
+    ("scenarios/vllm-pull.toml", VLLM_PULL),
     ("scenarios/client-rooms.toml", CLIENT_ROOMS),
 ];
 

@@ -6,7 +6,7 @@ use super::state::{DecodeNode, Phase, Request};
 use crate::bugs::Bug;
 use crate::env::{Outbox, Timer};
 use crate::gpu::Gpu;
-use crate::ids::{NodeId, RequestId, RoomKey};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey};
 use crate::kv::PageRecords;
 use crate::msg::{Msg, Status, Why};
 use crate::trace::{Side, TraceEvent};
@@ -20,7 +20,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         req: RequestId,
         prompt_len: u64,
         max_new_tokens: u32,
-        prefill: NodeId,
+        (prefill, remote): (NodeId, Option<Vec<PageTag>>),
         env: &mut Outbox<G::Kv>,
     ) {
         if self.requests.contains_key(&room) || self.is_stale(room) {
@@ -56,12 +56,14 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             Request {
                 req,
                 prefill,
+                remote,
                 prompt_len,
                 max_new_tokens,
                 phase: Phase::Prealloc,
             },
         );
         self.prealloc.push_back(room);
+        self.start_heartbeat(room, env);
         self.try_prealloc(env);
     }
 
@@ -146,10 +148,15 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 .expect_write(room, &dst)
                 .expect("fresh allocation is owned and Reserved (S1)");
             let (prefill, prompt_len) = (req.prefill, req.prompt_len);
+            let remote = req.remote.clone();
             self.flush(env, None);
             if let Some(r) = self.requests.get_mut(&room) {
                 assert_eq!(r.phase, Phase::Prealloc);
                 r.phase = Phase::Transferring { pages, dst_pages };
+            }
+            if let Some(src) = remote {
+                self.post_read(room, prefill, src, dst, env);
+                continue;
             }
             env.send(
                 prefill,

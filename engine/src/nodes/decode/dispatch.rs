@@ -8,6 +8,7 @@ use crate::compute::{Done, Job};
 use crate::env::{Input, Outbox, Timer};
 use crate::gpu::Gpu;
 use crate::ids::{NodeId, RoomKey, WriteId};
+use crate::kv::landing::writer_rule;
 use crate::kv::PageRecords;
 use crate::msg::{in_use, only_router, Msg, Status, Why};
 use crate::trace::{NodeFault, Side, TraceEvent};
@@ -40,12 +41,18 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 .or_else(|| self.quarantine.get(room).map(|q| q.prefill))
         };
         match msg {
-            Msg::DecodeStart { .. } | Msg::Abort { .. } if from != self.router => {
+            Msg::DecodeStart { .. } | Msg::PullStart { .. } | Msg::Abort { .. }
+                if from != self.router =>
+            {
                 Err(only_router(self.router, from))
             }
-            Msg::DecodeStart { room, prefill, .. } if !self.prefills.contains(prefill) => Err(
-                format!("{room}'s start names {prefill}, which is not a prefill node"),
-            ),
+            Msg::DecodeStart { room, prefill, .. } | Msg::PullStart { room, prefill, .. }
+                if !self.prefills.contains(prefill) =>
+            {
+                Err(format!(
+                    "{room}'s start names {prefill}, which is not a prefill node"
+                ))
+            }
             Msg::DecodeStart { room, req, .. } => match self.requests.get(room) {
                 Some(held)
                     if held.req != *req && !self.cfg.bugs.has(Bug::DuplicateRoomJoinsLive) =>
@@ -54,6 +61,12 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 }
                 _ => Ok(()),
             },
+            // A READ's completion is the reader NIC's own report (from its own NIC when
+            // the READ completed, from the wire's side when it failed there): it names
+            // one of this node's own READs.
+            Msg::WriteDone { id, .. } if id.writer != self.id => {
+                Err(format!("the completion of {id} is not of this node's READ"))
+            }
             Msg::KvDone { room, .. } => match prefill_of(room) {
                 Some(p) if p != from => Err(format!("{room}'s prefill node is {p}")),
                 _ => Ok(()),
@@ -85,25 +98,21 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
-    /// The peer rule of a KV write the receiver's software copies (a two-sided
-    /// transport; the world asks it before the copy, [`crate::world::receive`], and
-    /// `handle` again at the landing): its id names its sender, and a room this node
-    /// knows is written only by its prefill. For a room this node does not know there
-    /// is no recorded peer: the write is judged by the page tags alone. On a one-sided
-    /// transport nothing at the receiver asks.
-    pub(crate) fn check_writer(&self, from: NodeId, id: WriteId) -> Result<(), String> {
-        if id.writer != from {
-            return Err(format!("the write {id} names another writer"));
-        }
-        let prefill = self
-            .requests
-            .get(&id.room)
+    /// The prefill node this node knows for `room` (a live request's, or a
+    /// quarantined room's), the peer its writes must come from.
+    pub(crate) fn room_prefill(&self, room: RoomKey) -> Option<NodeId> {
+        self.requests
+            .get(&room)
             .map(|r| r.prefill)
-            .or_else(|| self.quarantine.get(&id.room).map(|q| q.prefill));
-        match prefill {
-            Some(p) if p != from => Err(format!("{}'s prefill node is {p}", id.room)),
-            _ => Ok(()),
-        }
+            .or_else(|| self.quarantine.get(&room).map(|q| q.prefill))
+    }
+
+    /// The peer rule of a KV write the receiver's software copies (a two-sided
+    /// transport): [`writer_rule`] with the room's prefill as this node
+    /// knows it, asked before the copy (`world::copy_in`) and by `handle`
+    /// again at the landing. On a one-sided transport nothing at the receiver asks.
+    pub(crate) fn check_writer(&self, from: NodeId, id: WriteId) -> Result<(), String> {
+        writer_rule(from, id, self.room_prefill(id.room))
     }
 
     /// Become the next incarnation, `epoch` (a driver asks for it through
@@ -177,8 +186,21 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                         max_new_tokens,
                         prefill,
                     } => {
-                        self.on_start(room, req, prompt.len() as u64, max_new_tokens, prefill, env)
+                        let peers = (prefill, None);
+                        self.on_start(room, req, prompt.len() as u64, max_new_tokens, peers, env)
                     }
+                    Msg::PullStart {
+                        room,
+                        req,
+                        prompt,
+                        max_new_tokens,
+                        prefill,
+                        src,
+                    } => {
+                        let peers = (prefill, Some(src));
+                        self.on_start(room, req, prompt.len() as u64, max_new_tokens, peers, env)
+                    }
+                    Msg::WriteDone { id, ok } => self.on_read_done(id, ok, env),
                     // A conclusion about a dead incarnation's page list: not ours.
                     Msg::KvDone { epoch, .. } if epoch != self.pool.epoch() => {}
                     Msg::KvDone { room, outcome, .. } => self.on_kv_done(from, room, outcome, env),
@@ -191,20 +213,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                 self.compute_armed = false;
                 self.on_tick(env)
             }
-            Input::Timer(Timer::WaitingForKv(room)) => {
-                if matches!(
-                    self.requests.get(&room).map(|r| &r.phase),
-                    Some(Phase::Transferring { .. })
-                ) {
-                    env.trace(TraceEvent::TransferFailed {
-                        node: self.id,
-                        room,
-                        reason: "waiting timeout".into(),
-                    });
-                    self.fail(room, Status::INTERNAL, Some(Why::TransferFailed), env);
-                }
-            }
+            Input::Timer(Timer::WaitingForKv(room)) => self.on_waiting_timeout(room, env),
             Input::Timer(Timer::DrainRetry(room, arming)) => self.on_drain_retry(room, arming, env),
+            Input::Timer(Timer::Heartbeat(room)) => self.on_heartbeat(room, env),
             Input::Timer(_) => {}
             Input::Landed {
                 from,
@@ -218,6 +229,21 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             }
             // A forward is a prefill node's.
             Input::Computed(Done::Forward { .. }) => {}
+        }
+    }
+
+    /// The room's KV never completed in time: a transferring room fails.
+    fn on_waiting_timeout(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
+        if matches!(
+            self.requests.get(&room).map(|r| &r.phase),
+            Some(Phase::Transferring { .. })
+        ) {
+            env.trace(TraceEvent::TransferFailed {
+                node: self.id,
+                room,
+                reason: "waiting timeout".into(),
+            });
+            self.fail(room, Status::INTERNAL, Some(Why::TransferFailed), env);
         }
     }
 

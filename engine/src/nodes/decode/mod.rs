@@ -24,6 +24,7 @@
 mod admission;
 mod dispatch;
 mod landing;
+mod pull;
 mod queries;
 mod release;
 mod state;

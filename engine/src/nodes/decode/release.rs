@@ -101,7 +101,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             Phase::Transferring { pages, .. } => {
                 let deferred = self.cfg.defenses.deferred_release
                     && !self.cfg.bugs.has(Bug::DecodeReleaseImmediate);
-                if deferred {
+                if req.remote.is_some() {
+                    // A pull: its own READ may still land; its completion releases.
+                    self.quarantine_read(room, req.prefill, pages, env);
+                } else if deferred {
                     if let Err(e) = self.pool.quarantine(room, &pages) {
                         self.fault(NodeFault::record_refused(room, "quarantine", &e), env);
                     } else {
@@ -112,6 +115,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
                                 pages,
                                 prefill: req.prefill,
                                 retries: 0,
+                                read: false,
                             },
                         );
                         env.send(req.prefill, Msg::DrainRequest { room });

@@ -77,6 +77,9 @@ pub(super) struct Request {
     /// use is refused (the peer check).
     pub(super) req: RequestId,
     pub(super) prefill: NodeId,
+    /// vLLM's pull (`nodes/decode/pull.rs`): prefill's pages, which decode reads
+    /// itself; `None` under SGLang's push.
+    pub(super) remote: Option<Vec<PageTag>>,
     pub(super) prompt_len: u64,
     pub(super) max_new_tokens: u32,
     pub(super) phase: Phase,
@@ -124,6 +127,9 @@ pub(super) struct Quarantine {
     pub(super) pages: Vec<PageTag>,
     pub(super) prefill: NodeId,
     pub(super) retries: u32,
+    /// A pull's quarantine: released by the completion of decode's own READ (which
+    /// always comes, success or failure), not by a drain ack.
+    pub(super) read: bool,
 }
 
 /// The decode node state machine, generic over its KV memory and over the form of its

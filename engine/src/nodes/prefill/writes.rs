@@ -7,7 +7,7 @@ use crate::bugs::Bug;
 use crate::env::{Outbox, Timer};
 use crate::gpu::KvPayload;
 use crate::gpu::{ids, zero_on_free, DeviceError, Gpu};
-use crate::ids::{PageTag, RoomKey, WriteId};
+use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
 use crate::kv::PageState;
 use crate::msg::{KvWrite, Msg, Status, TransferOutcome, Why};
 use crate::trace::{NodeFault, Side, TraceEvent};
@@ -39,7 +39,7 @@ impl<G: Gpu> PrefillNode<G> {
         if in_flight >= self.cfg.max_inflight_chunks || next_page >= to_send {
             return None;
         }
-        let end = (next_page + self.cfg.chunk_pages as usize).min(to_send);
+        let (end, at) = self.chunk_bounds(next_page, pages.len(), to_send);
         // The prompt's last page, when partial, is sent as the slots it holds: a
         // one-sided write places the bytes it carries, so decode's generated KV in the
         // rest of that page is out of reach of this write and of any late copy of it
@@ -52,14 +52,40 @@ impl<G: Gpu> PrefillNode<G> {
             }
             _ => None,
         };
-        assert!(next_page < end && end <= to_send);
+        assert!(next_page < end && end <= to_send && at + (end - next_page) <= to_send);
         Some(Chunk {
             src: pages[next_page..end].to_vec(),
-            dst: dst[next_page..end].to_vec(),
+            dst: dst[at..at + (end - next_page)].to_vec(),
             end,
             tail,
             to: req.decode,
         })
+    }
+
+    /// Where the chunk starting at page `next_page` of a prompt of `pages` pages ends,
+    /// and where in decode's page list it lands. A prefix hit (`prefix_hit_pages`, at
+    /// most all but the last page) skips the cached pages' forward chunks, so the first
+    /// send carries them with the first computed chunk; every chunk after it is
+    /// `chunk_pages` long. The defended sender writes each chunk at exactly its own
+    /// position (`next_page`). Under `chunk-index-by-position` (sglang #30545) a chunk
+    /// is identified by its index on the uniform chunk grid, `next_page / chunk_pages`,
+    /// and lands at that grid slot: after a prefix hit that is not a whole number of
+    /// chunks, every chunk after the first lands short of its position.
+    fn chunk_bounds(&self, next_page: usize, pages: usize, to_send: usize) -> (usize, usize) {
+        let grid = self.cfg.chunk_pages as usize;
+        let hit = if next_page == 0 {
+            (self.cfg.prefix_hit_pages as usize).min(pages.saturating_sub(1))
+        } else {
+            0
+        };
+        let end = (next_page + hit + grid).min(to_send);
+        let at = if self.cfg.bugs.has(Bug::ChunkIndexByPosition) {
+            next_page / grid * grid
+        } else {
+            next_page
+        };
+        assert!(at <= next_page, "a chunk never lands past its own position");
+        (end, at)
     }
 
     /// Send one chunk write: read the source, hold it until the write completes (with
@@ -81,37 +107,13 @@ impl<G: Gpu> PrefillNode<G> {
         // Read before holding: a device that fails here fails the send with no hold
         // taken for a write that never leaves.
         let mut kv = self.gpu.read_pages(&ids(&src))?;
-        let hold = !self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain)
-            && self.cfg.defenses.deferred_release;
-        if hold {
-            for &t in &src {
-                // Our own Ready pages: a refusal means the record is corrupt.
-                self.pool
-                    .hold(t)
-                    .expect("sending room owns its source pages (S1)");
-            }
-            for c in self.pool.take_changes() {
-                env.trace(c.into_event(self.id, None));
-            }
-        }
+        let hold = self.hold_sources(&src, env);
         if let Some((i, slots)) = tail {
             if let Some(k) = kv.get_mut(i) {
                 k.keep_slots(slots);
             }
         }
-        let out = self.outstanding.entry(room).or_insert_with(|| Outstanding {
-            to,
-            ..Outstanding::default()
-        });
-        let id = WriteId {
-            writer: self.id,
-            epoch: self.pool.epoch(),
-            room,
-            chunk: out.next_chunk,
-        };
-        out.next_chunk += 1;
-        out.chunks
-            .insert(id.chunk, if hold { src.clone() } else { Vec::new() });
+        let id = self.record_write(room, to, if hold { src.clone() } else { Vec::new() });
         env.trace(TraceEvent::KvSent {
             node: self.id,
             write: id,
@@ -134,6 +136,43 @@ impl<G: Gpu> PrefillNode<G> {
             .get(&room)
             .is_some_and(|o| o.chunks.contains_key(&id.chunk)));
         Ok(())
+    }
+
+    /// Hold a chunk's source pages until its write completes (deferred release, unless
+    /// a bug switch releases before the drain): whether they are held.
+    fn hold_sources(&mut self, src: &[PageTag], env: &mut Outbox<G::Kv>) -> bool {
+        let hold = !self.cfg.bugs.has(Bug::PrefillReleaseBeforeDrain)
+            && self.cfg.defenses.deferred_release;
+        if hold {
+            for &t in src {
+                // Our own Ready pages: a refusal means the record is corrupt.
+                self.pool
+                    .hold(t)
+                    .expect("sending room owns its source pages (S1)");
+            }
+            for c in self.pool.take_changes() {
+                env.trace(c.into_event(self.id, None));
+            }
+        }
+        hold
+    }
+
+    /// The id of a new chunk write of `room` to `to`, recorded as outstanding with the
+    /// source pages it holds.
+    fn record_write(&mut self, room: RoomKey, to: NodeId, held: Vec<PageTag>) -> WriteId {
+        let out = self.outstanding.entry(room).or_insert_with(|| Outstanding {
+            to,
+            ..Outstanding::default()
+        });
+        let id = WriteId {
+            writer: self.id,
+            epoch: self.pool.epoch(),
+            room,
+            chunk: out.next_chunk,
+        };
+        out.next_chunk += 1;
+        out.chunks.insert(id.chunk, held);
+        id
     }
 
     /// Every chunk was sent and completed: report the transfer to decode (M7) with

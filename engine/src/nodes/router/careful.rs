@@ -7,7 +7,7 @@
 use super::rules::Policy;
 use super::state::{other_side, reply, Answer, RoomUse, Router};
 use crate::bugs::Bug;
-use crate::env::Outbox;
+use crate::env::Control;
 use crate::ids::{RoomId, RoomKey};
 use crate::msg::{Msg, Status, Why};
 use crate::trace::Side;
@@ -17,6 +17,7 @@ pub(super) struct Careful;
 
 impl Policy for Careful {
     const CANCELS_OTHER_HALF: bool = true;
+    const SEQUENTIAL: bool = false;
     const MAX_ATTEMPTS: u32 = 1;
 
     /// The last freed room.
@@ -24,12 +25,12 @@ impl Policy for Careful {
         free.pop()
     }
 
-    fn on_half<K>(
+    fn on_half(
         r: &mut Router,
         key: RoomKey,
         (status, why): (Status, Option<Why>),
         side: Side,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     ) {
         let propagate = Self::CANCELS_OTHER_HALF
             && r.cfg.defenses.router_cancels_both
@@ -72,7 +73,7 @@ impl Policy for Careful {
     }
 
     /// Answer 500 once, then keep asking both halves to abort until they answered.
-    fn on_request_timeout<K>(r: &mut Router, key: RoomKey, env: &mut Outbox<K>) {
+    fn on_request_timeout(r: &mut Router, key: RoomKey, env: &mut dyn Control) {
         let Some(u) = r.slot(key) else { return };
         let first = !u.answers.client && !u.abandoned;
         u.answers.client = true;

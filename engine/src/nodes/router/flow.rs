@@ -5,14 +5,14 @@
 
 use super::state::{Answer, Answers, Attempt, Retry, RoomUse, Router};
 use crate::bugs::Bug;
-use crate::env::{Input, Outbox, Timer};
+use crate::env::{Control, Input, Timer};
 use crate::ids::{Generation, NodeId, RequestId, RoomKey, TenantId, Token};
 use crate::msg::{Msg, Status, Why};
 use crate::trace::{Side, TraceEvent};
 
 impl Router {
     /// Handle one input. Drain order of effects: messages in the order sent.
-    pub fn handle<K>(&mut self, input: Input, env: &mut Outbox<K>) {
+    pub fn handle(&mut self, input: Input, env: &mut dyn Control) {
         match input {
             Input::Message { from, msg } => {
                 let verdict = self.check_peer(from, &msg);
@@ -33,7 +33,7 @@ impl Router {
         }
     }
 
-    fn on_message<K>(&mut self, from: NodeId, msg: Msg, env: &mut Outbox<K>) {
+    fn on_message(&mut self, from: NodeId, msg: Msg, env: &mut dyn Control) {
         {
             match msg {
                 Msg::Submit {
@@ -50,6 +50,7 @@ impl Router {
                     self.on_half(room, (status, why), Side::Decode, env)
                 }
                 Msg::TokenOut { room, index, token } => self.on_token(room, index, token, env),
+                Msg::KvParams { room, src, .. } => self.on_params(room, src, env),
                 // Anything else is not for a router: ignore it rather than trust a peer.
                 _ => {}
             }
@@ -59,7 +60,7 @@ impl Router {
     /// Decode's token `index` of room use `room` (the peer check admitted it from the
     /// room's decode node): kept at its index, and, the first time that index is taken
     /// for a request not yet answered nor given up, streamed to the client.
-    fn on_token<K>(&mut self, room: RoomKey, index: u32, token: Token, env: &mut Outbox<K>) {
+    fn on_token(&mut self, room: RoomKey, index: u32, token: Token, env: &mut dyn Control) {
         let limit = self.cfg.max_new_tokens_limit as usize;
         let Some(u) = self.slot(room) else {
             return;
@@ -78,9 +79,9 @@ impl Router {
         }
     }
 
-    pub(super) fn respond<K>(
+    pub(super) fn respond(
         &self,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
         client: NodeId,
         req: RequestId,
         room: Option<RoomKey>,
@@ -109,14 +110,14 @@ impl Router {
         );
     }
 
-    fn on_submit<K>(
+    fn on_submit(
         &mut self,
         client: NodeId,
         req: RequestId,
         tenant: TenantId,
         prompt: Vec<Token>,
         max_new_tokens: u32,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     ) {
         if self.by_req.contains_key(&req) {
             return; // a duplicate of a live request
@@ -166,11 +167,11 @@ impl Router {
 
     /// Send one attempt of a request to a pair of halves in a new room (in `reuse`'s,
     /// see [`Router::open_room`]); `false` when the room table is full.
-    pub(super) fn start_attempt<K>(
+    pub(super) fn start_attempt(
         &mut self,
         a: Attempt,
         reuse: Option<RoomKey>,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     ) -> bool {
         let Some(key) = self.open_room(reuse) else {
             return false;
@@ -179,7 +180,8 @@ impl Router {
         self.next_pair = self.next_pair.wrapping_add(1);
         let prefill = self.prefills[pick % self.prefills.len()];
         let decode = self.decodes[pick % self.decodes.len()];
-        let retries = self.retries();
+        let retries = self.retries() || self.cfg.router.sequential();
+        let sequential = self.cfg.router.sequential();
         let slot = &mut self.rooms[key.room.0 as usize - 1];
         let retry = retries.then(|| Retry {
             tenant: a.tenant,
@@ -198,6 +200,8 @@ impl Router {
             attempt: a.number,
             retry,
             abandoned: false,
+            decode_started: !sequential,
+            params: None,
         });
         self.by_req.insert(a.req, key);
         env.trace(TraceEvent::Routed {
@@ -210,16 +214,17 @@ impl Router {
             prompt_len: a.prompt.len() as u64,
             max_new_tokens: a.max_new_tokens,
         });
-        env.send(
-            decode,
-            Msg::DecodeStart {
+        if !sequential {
+            let (req, prompt, max_new_tokens) = (a.req, a.prompt.clone(), a.max_new_tokens);
+            let start = Msg::DecodeStart {
                 room: key,
-                req: a.req,
-                prompt: a.prompt.clone(),
-                max_new_tokens: a.max_new_tokens,
+                req,
+                prompt,
+                max_new_tokens,
                 prefill,
-            },
-        );
+            };
+            env.send(decode, start);
+        }
         env.send(
             prefill,
             Msg::PrefillStart {
@@ -233,7 +238,7 @@ impl Router {
         true
     }
 
-    fn on_cancel<K>(&mut self, req: RequestId, env: &mut Outbox<K>) {
+    fn on_cancel(&mut self, req: RequestId, env: &mut dyn Control) {
         let Some(&key) = self.by_req.get(&req) else {
             return;
         };
@@ -244,7 +249,7 @@ impl Router {
         }
         u.answers.client = true;
         let (client, prefill, decode) = (u.client, u.prefill, u.decode);
-        let (p_open, d_open) = u.answers.open();
+        let (p_open, d_open) = u.open();
         self.respond(
             env,
             client,
@@ -278,12 +283,12 @@ impl Router {
 
     /// Give up the attempt in `key` (answered `status`) and start `next`; a full room
     /// table answers the client 503.
-    pub(super) fn retry<K>(
+    pub(super) fn retry(
         &mut self,
         key: RoomKey,
         status: Status,
         next: Attempt,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     ) {
         env.trace(TraceEvent::RouterRetried {
             node: self.id,
@@ -304,7 +309,7 @@ impl Router {
         }
     }
 
-    pub(super) fn clear<K>(&mut self, key: RoomKey, env: &mut Outbox<K>) {
+    pub(super) fn clear(&mut self, key: RoomKey, env: &mut dyn Control) {
         let idx = key.room.0 as usize - 1;
         if let Some(u) = self.rooms[idx].live.take() {
             // An abandoned attempt's request may be served by a newer one.
@@ -323,11 +328,11 @@ impl Router {
     /// After the request timeout: keep asking both halves to abort until they answered
     /// (an abort may have been lost; a closed connection is noticed, however late), and
     /// set the request timer again.
-    pub(super) fn keep_asking<K>(&mut self, key: RoomKey, env: &mut Outbox<K>) {
+    pub(super) fn keep_asking(&mut self, key: RoomKey, env: &mut dyn Control) {
         let request_ns = self.cfg.timeouts.request_ns;
         let Some(u) = self.slot(key) else { return };
         let (prefill, decode) = (u.prefill, u.decode);
-        let (p_open, d_open) = u.answers.open();
+        let (p_open, d_open) = u.open();
         if p_open {
             env.send(prefill, Msg::Abort { room: key });
         }

@@ -5,7 +5,9 @@
 //! either half reports, or with decode's tokens when decode finishes. Unlike mini_lb
 //! before #29017 it cancels both halves on any abort, disconnect or failure
 //! (defense 6). It owns no pages and does no I/O: inputs arrive through
-//! [`Router::handle`], effects leave through its [`Outbox`](crate::env::Outbox).
+//! [`Router::handle`], effects leave through the
+//! [`Control`](crate::env::Control) part of its driver's `Outbox` (it posts no KV write,
+//! so no KV type runs through it).
 //!
 //! Room numbers come from a bounded table and are reused LIFO; each reuse bumps the
 //! room's generation, so a late message for an earlier use is recognisably stale.
@@ -28,6 +30,7 @@ mod policy;
 mod rules;
 mod sglang;
 mod state;
+mod vllm;
 
 pub use sglang::SGLANG_MAX_ATTEMPTS;
 pub use state::{Router, RouterRoomState};

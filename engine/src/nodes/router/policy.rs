@@ -7,8 +7,9 @@ use super::careful::Careful;
 use super::rules::Policy;
 use super::sglang::SglangRouter;
 use super::state::Router;
+use super::vllm::VllmRouter;
 use crate::config::RouterPolicy;
-use crate::env::Outbox;
+use crate::env::Control;
 use crate::ids::{RoomId, RoomKey};
 use crate::msg::{Status, Why};
 use crate::trace::Side;
@@ -20,6 +21,7 @@ impl RouterPolicy {
         match self {
             RouterPolicy::Careful => Careful::MAX_ATTEMPTS,
             RouterPolicy::SglangRouter => SglangRouter::MAX_ATTEMPTS,
+            RouterPolicy::VllmRouter => VllmRouter::MAX_ATTEMPTS,
         }
     }
 
@@ -28,6 +30,16 @@ impl RouterPolicy {
         match self {
             RouterPolicy::Careful => Careful::CANCELS_OTHER_HALF,
             RouterPolicy::SglangRouter => SglangRouter::CANCELS_OTHER_HALF,
+            RouterPolicy::VllmRouter => VllmRouter::CANCELS_OTHER_HALF,
+        }
+    }
+
+    /// Does decode start only after prefill's 200, with its `kv_transfer_params`?
+    pub fn sequential(self) -> bool {
+        match self {
+            RouterPolicy::Careful => Careful::SEQUENTIAL,
+            RouterPolicy::SglangRouter => SglangRouter::SEQUENTIAL,
+            RouterPolicy::VllmRouter => VllmRouter::SEQUENTIAL,
         }
     }
 }
@@ -48,27 +60,30 @@ impl Router {
         match self.cfg.router {
             RouterPolicy::Careful => Careful::take_room(free, rng),
             RouterPolicy::SglangRouter => SglangRouter::take_room(free, rng),
+            RouterPolicy::VllmRouter => VllmRouter::take_room(free, rng),
         }
     }
 
-    pub(super) fn on_half<K>(
+    pub(super) fn on_half(
         &mut self,
         key: RoomKey,
         (status, why): (Status, Option<Why>),
         side: Side,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     ) {
         let answer = (status, why);
         match self.cfg.router {
             RouterPolicy::Careful => Careful::on_half(self, key, answer, side, env),
             RouterPolicy::SglangRouter => SglangRouter::on_half(self, key, answer, side, env),
+            RouterPolicy::VllmRouter => VllmRouter::on_half(self, key, answer, side, env),
         }
     }
 
-    pub(super) fn on_request_timeout<K>(&mut self, key: RoomKey, env: &mut Outbox<K>) {
+    pub(super) fn on_request_timeout(&mut self, key: RoomKey, env: &mut dyn Control) {
         match self.cfg.router {
             RouterPolicy::Careful => Careful::on_request_timeout(self, key, env),
             RouterPolicy::SglangRouter => SglangRouter::on_request_timeout(self, key, env),
+            RouterPolicy::VllmRouter => VllmRouter::on_request_timeout(self, key, env),
         }
     }
 }

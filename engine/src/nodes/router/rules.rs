@@ -2,7 +2,7 @@
 //! (`careful.rs`, `sglang.rs`); `policy.rs` dispatches to the configured one.
 
 use super::state::Router;
-use crate::env::Outbox;
+use crate::env::Control;
 use crate::ids::{RoomId, RoomKey};
 use crate::msg::{Status, Why};
 use crate::trace::Side;
@@ -18,20 +18,23 @@ pub(super) trait Policy {
     /// Does a failed half make the router cancel the other (defense 6, when the
     /// defense is on)? A policy without it has no such defense to turn on.
     const CANCELS_OTHER_HALF: bool;
+    /// Does decode start only after prefill answered 200, with prefill's
+    /// `kv_transfer_params` (`vllm-router`)? Otherwise both halves start at once.
+    const SEQUENTIAL: bool;
 
     /// A free room for a new attempt, taken out of `free` (the router's seeded
     /// generator `rng` is the policy's to draw from).
     fn take_room(free: &mut Vec<RoomId>, rng: &mut u64) -> Option<RoomId>;
 
     /// `side` of the room use `key` answered `status` (for the reason `why`).
-    fn on_half<K>(
+    fn on_half(
         r: &mut Router,
         key: RoomKey,
         answer: (Status, Option<Why>),
         side: Side,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     );
 
     /// The request timer of `key` fired.
-    fn on_request_timeout<K>(r: &mut Router, key: RoomKey, env: &mut Outbox<K>);
+    fn on_request_timeout(r: &mut Router, key: RoomKey, env: &mut dyn Control);
 }

@@ -10,7 +10,7 @@
 
 use super::rules::Policy;
 use super::state::{reply, Answer, Router};
-use crate::env::Outbox;
+use crate::env::Control;
 use crate::ids::{RoomId, RoomKey};
 use crate::msg::{Status, Why};
 use crate::trace::Side;
@@ -33,6 +33,7 @@ pub(super) struct SglangRouter;
 
 impl Policy for SglangRouter {
     const CANCELS_OTHER_HALF: bool = false;
+    const SEQUENTIAL: bool = false;
     const MAX_ATTEMPTS: u32 = SGLANG_MAX_ATTEMPTS;
 
     /// A room drawn at random from the free rooms: a new random room every attempt.
@@ -47,12 +48,12 @@ impl Policy for SglangRouter {
     /// Wait for both halves, never cancel one; then answer with decode's reply
     /// (prefill's error when only prefill failed), or retry a retryable status in a new
     /// room while attempts are left.
-    fn on_half<K>(
+    fn on_half(
         r: &mut Router,
         key: RoomKey,
         (status, why): (Status, Option<Why>),
         side: Side,
-        env: &mut Outbox<K>,
+        env: &mut dyn Control,
     ) {
         let Some(u) = r.slot(key) else { return };
         if !u.answers.record(side, status) {
@@ -91,7 +92,7 @@ impl Policy for SglangRouter {
     /// The attempt's HTTP requests time out, which closes both connections (each node
     /// aborts its half) and is retried as a 502; the attempt stays, abandoned, until
     /// both halves answered.
-    fn on_request_timeout<K>(r: &mut Router, key: RoomKey, env: &mut Outbox<K>) {
+    fn on_request_timeout(r: &mut Router, key: RoomKey, env: &mut dyn Control) {
         let Some(u) = r.slot(key) else { return };
         let give_up = !u.answers.client && !u.abandoned;
         if give_up {

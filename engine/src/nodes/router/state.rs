@@ -5,7 +5,7 @@
 
 use crate::counters::Counters;
 use crate::env::Input;
-use crate::ids::{Generation, NodeId, RequestId, RoomId, RoomKey, TenantId, Token};
+use crate::ids::{Generation, NodeId, PageTag, RequestId, RoomId, RoomKey, TenantId, Token};
 use crate::invariant::{Invariant, Violation};
 use crate::msg::{Msg, Status, Why};
 use crate::shared_cfg::Cfg;
@@ -31,12 +31,24 @@ pub(super) struct RoomUse {
     pub(super) max_new_tokens: u32,
     pub(super) tokens: Vec<Option<Token>>,
     /// `sglang-router`: which attempt of the request this is (1 to 5), and what a
-    /// retry needs to send the request again.
+    /// retry needs to send the request again (and `vllm-router`, its decode start).
     pub(super) attempt: u32,
     pub(super) retry: Option<Retry>,
     /// `sglang-router`: the router gave this attempt up (its timeout closed the
     /// connections); no answer of it reaches the client.
     pub(super) abandoned: bool,
+    /// `vllm-router` (sequential): decode was sent its start (from the first, under
+    /// the other policies), and prefill's `kv_transfer_params` once they came.
+    pub(super) decode_started: bool,
+    pub(super) params: Option<Vec<PageTag>>,
+}
+
+impl RoomUse {
+    /// Which halves are open: started and not reported yet, `(prefill, decode)`.
+    pub(super) fn open(&self) -> (bool, bool) {
+        let (p, d) = self.answers.open();
+        (p, d && self.decode_started)
+    }
 }
 
 /// Where a room use's answers stand: each half's terminal status once reported, and
@@ -233,7 +245,7 @@ impl Router {
             slot.live.as_ref()
         };
         match msg {
-            Msg::PrefillFinished { room, .. } => match live(room) {
+            Msg::PrefillFinished { room, .. } | Msg::KvParams { room, .. } => match live(room) {
                 Some(u) if u.prefill != from => {
                     Err(format!("{room}'s prefill node is {}", u.prefill))
                 }

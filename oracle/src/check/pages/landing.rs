@@ -56,6 +56,7 @@ impl Pages {
             .collect();
         let whole = Provenance {
             writer: Some(room),
+            at: None,
             lo: 0,
             hi: h.page_size,
         };
@@ -144,7 +145,8 @@ impl Pages {
     }
 
     /// S3: the first attended page whose slots `0..need` were not all written by
-    /// `room`, with its provenance.
+    /// `room`, or were written for other positions than the ones read from them, with
+    /// its provenance.
     fn isolation_breach(
         &self,
         h: &RunHeader,
@@ -161,7 +163,7 @@ impl Pages {
             }
             let need = (seq_len - start).min(ps) as u32;
             let prov = book.page(t.page).map(|p| p.prov).unwrap_or_default();
-            if !prov.covers(room, need) {
+            if !prov.covers(room, need) || !prov.meant_for(start) {
                 return Some((i, *t, prov));
             }
         }
@@ -181,13 +183,19 @@ impl Pages {
         let Some((i, t, prov)) = self.isolation_breach(h, (node, room), seq_len, pages) else {
             return;
         };
-        let whose = match prov.writer {
-            Some(w) if w == room => format!("only slots {}..{} are its own", prov.lo, prov.hi),
-            Some(w) => format!("it holds KV written by {}", rooms.describe(w)),
-            None => "it was never written".to_string(),
-        };
         let ps = u64::from(h.page_size);
         let start = i as u64 * ps;
+        let whose = match (prov.writer, prov.at) {
+            (Some(w), Some(at)) if w == room && at != start => format!(
+                "its slots were written for positions {at}..{}",
+                at + u64::from(prov.hi)
+            ),
+            (Some(w), _) if w == room => {
+                format!("only slots {}..{} are its own", prov.lo, prov.hi)
+            }
+            (Some(w), _) => format!("it holds KV written by {}", rooms.describe(w)),
+            (None, _) => "it was never written".to_string(),
+        };
         let end = (start + ps).min(seq_len);
         let verb = if detected_by.is_some() {
             "the page-tag check refused the read of"

@@ -184,15 +184,17 @@ impl Pages {
         }
     }
 
-    /// `node` wrote `tokens` tokens of `room`'s KV from position `start` into `pages`:
-    /// S2 when one of them is no longer the room's; the provenance follows the write.
+    /// `node` wrote `tokens` tokens of `room`'s KV from offset `start` into `pages`,
+    /// meant for the sequence positions from `pos` where the trace says: S2 when one of
+    /// them is no longer the room's; the provenance follows the write, each page with
+    /// the position its slot 0 was meant for.
     pub fn written(
         &mut self,
         rooms: &Rooms,
         h: &RunHeader,
         (node, room): (NodeId, RoomKey),
         pages: &[PageTag],
-        (start, tokens): (u64, u64),
+        (start, tokens, pos): (u64, u64, Option<u64>),
         out: &mut Drafts,
     ) {
         let lost = self
@@ -214,9 +216,15 @@ impl Pages {
         let Some(mut b) = self.book_mut(node) else {
             return;
         };
-        for (t, slots) in page_runs(pages, u64::from(h.page_size), start, tokens) {
+        let ps = u64::from(h.page_size);
+        for (i, (t, slots)) in page_runs(pages, ps, start, tokens).enumerate() {
+            // Page `first + i` of the list holds offsets from `(first + i) * ps`, and
+            // offset `start` is position `pos`.
+            let first = start / ps.max(1);
+            let offset = (first + i as u64) * ps;
+            let at = pos.and_then(|pos| (pos + offset).checked_sub(start));
             if let Some(p) = b.page_mut(t.page) {
-                p.prov = p.prov.after_writes(room, slots);
+                p.prov = p.prov.after_writes(room, at, slots);
                 // Written by `room` now: its own bytes, not a stray landing's.
                 p.stray = false;
             }

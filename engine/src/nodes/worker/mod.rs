@@ -1,0 +1,33 @@
+//! Worker mode's front ([`WorkerFront`]): what SGLang's worker HTTP front decides in
+//! front of one prefill or decode node when the real `sglang-router` drives the
+//! nodes (`kvsim serve --worker-http`). No engine router runs there: the router sends
+//! the same request, with its `bootstrap_room`, to a prefill worker and a decode
+//! worker, and each worker's front plays the router's part for its own half. The
+//! front starts the half (the engine's own `PrefillStart` or `DecodeStart`, delivered
+//! to the node as from the router), aborts it when its client goes away, turns what
+//! the half sends the router (`TokenOut`, `PrefillFinished`, `DecodeFinished`) into
+//! the half's answer, and, on a decode node, clears a room once both halves are
+//! terminal, traced as the engine router traces it so the audit closes the room; a
+//! prefill node's later incarnation ends the prefill halves of its earlier ones (the
+//! epoch rule, `epochs.rs`); a killed decode process's open rooms are cleared by
+//! the next one (`killed.rs`).
+//!
+//! It is a state machine like the nodes: inputs in ([`FrontInput`], and
+//! [`WorkerFront::from_node`] for the node's messages to the router), effects out
+//! ([`FrontEffect`], in the order issued), no I/O. The runtime parses HTTP into its
+//! inputs and carries out its effects (`runtime/src/node/halves.rs`). Not the HTTP
+//! worker API itself (`runtime/src/worker/`), nor the nodes behind it.
+//!
+//! Its parts: the state and the vocabulary (`state.rs`), a half's start, abort and
+//! answer (`halves.rs`), room clearing and the epoch rule (`epochs.rs`), the rooms a
+//! killed decode process left open and their clearing by its successor (`killed.rs`).
+
+mod epochs;
+mod halves;
+mod killed;
+mod state;
+#[cfg(test)]
+mod tests;
+
+pub use killed::LeftOpen;
+pub use state::{FrontEffect, FrontInput, HalfEv, WorkerFront, EARLY_DONE};
