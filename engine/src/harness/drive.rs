@@ -6,7 +6,8 @@ use crate::env::{Input, Outbox, Timer};
 use crate::gpu::{Gpu, SymbolicGpu};
 use crate::ids::{NodeId, RequestId, RoomKey, TenantId, Token};
 use crate::msg::{Carried, KvWrite, Msg};
-use crate::node::{Node, Role};
+use crate::node::Node;
+use crate::nodes::role::Role;
 use crate::shared_cfg::Cfg;
 use crate::world::{self, Arrival, Arriving, CrashWalk, Flying, Timers, Topology, ROUTER};
 

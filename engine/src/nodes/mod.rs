@@ -12,5 +12,6 @@ pub mod decode;
 pub mod node;
 pub mod prefill;
 pub mod retired;
+pub mod role;
 pub mod router;
 pub mod worker;

@@ -15,16 +15,9 @@ use crate::kv::{PagePool, PageRecords};
 use crate::nodes::decode::DecodeNode;
 use crate::nodes::prefill::PrefillNode;
 use crate::nodes::router::Router;
+use crate::nodes::worker::WorkerFront;
 
-/// The role a node plays.
-#[derive(
-    Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-pub enum Role {
-    Router,
-    Prefill,
-    Decode,
-}
+pub use crate::nodes::role::Role;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Node<G, P = PagePool> {
@@ -56,6 +49,26 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
             Node::Router(n) => n.handle(input, env),
             Node::Prefill(n) => n.handle(input, env),
             Node::Decode(n) => n.handle(input, env),
+        }
+    }
+
+    /// Put a prefill or decode node behind its worker front, whose router is
+    /// `router` (worker mode under an engine router, `nodes/worker/behind.rs`); the
+    /// front ends a decode half on its prefill's failure where `cancels_both`.
+    pub fn put_behind(&mut self, router: NodeId, cancels_both: bool) {
+        match self {
+            Node::Router(_) => {}
+            Node::Prefill(n) => n.put_behind(router, cancels_both),
+            Node::Decode(n) => n.put_behind(router, cancels_both),
+        }
+    }
+
+    /// The worker front the node is behind, if it is.
+    pub fn front(&self) -> Option<&WorkerFront> {
+        match self {
+            Node::Router(_) => None,
+            Node::Prefill(n) => n.front.as_ref(),
+            Node::Decode(n) => n.front.as_ref(),
         }
     }
 

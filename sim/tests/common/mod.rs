@@ -15,9 +15,10 @@ pub const GLM53_INCIDENT: &str = include_str!("../../../scenarios/glm53-incident
 pub const GLM53_TRUNCATE: &str = include_str!("../../../scenarios/glm53-truncate.toml");
 pub const DATA_FAULTS: &str = include_str!("../../../scenarios/data-faults.toml");
 pub const STALLS: &str = include_str!("../../../scenarios/stalls.toml");
+pub const WORKER_MODE: &str = include_str!("../../../scenarios/worker-mode.toml");
 
 /// Every scenario file, by the path a replay command names.
-pub const ALL: [(&str, &str); 10] = [
+pub const ALL: [(&str, &str); 11] = [
     ("scenarios/mixed-faults.toml", MIXED_FAULTS),
     ("scenarios/abort-storm.toml", ABORT_STORM),
     (
@@ -31,6 +32,7 @@ pub const ALL: [(&str, &str); 10] = [
     ("scenarios/data-faults.toml", DATA_FAULTS),
     ("scenarios/client-disconnects.toml", CLIENT_DISCONNECTS),
     ("scenarios/stalls.toml", STALLS),
+    ("scenarios/worker-mode.toml", WORKER_MODE),
 ];
 
 pub fn scenario(path: &str) -> Scenario {
