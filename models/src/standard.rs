@@ -11,7 +11,7 @@ use kvsim_engine::config::RouterPolicy;
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 19] = [
+    pub const NAMES: [&'static str; 20] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -31,6 +31,7 @@ impl ModelSpec {
         "pause-race-small",
         "two-by-two",
         "two-by-two-small",
+        "worker-front",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -431,6 +432,7 @@ impl ModelSpec {
             nodes: Nodes {
                 prefill: 2,
                 decode: 2,
+                fronts: false,
             },
             prefill_pages: 2,
             decode_pages: 2,
@@ -457,6 +459,20 @@ impl ModelSpec {
         spec
     }
 
+    /// `worker-front`: `retry-race-small` in worker mode: the prefill and the decode
+    /// node each behind its SGLang worker front, the `sglang-router` policy reaching
+    /// them only through the fronts (a start or an abort is the front's; its answer
+    /// goes back as the half's message; an abort of a half the front no longer has is
+    /// the router's closed connection). One 3-token request whose client may
+    /// disconnect at any point, at most 1 premature timeout.
+    pub fn worker_front() -> ModelSpec {
+        let mut spec = ModelSpec::retry_race_small();
+        spec.name = "worker-front".into();
+        spec.about = "retry-race-small with each node behind its SGLang worker front".into();
+        spec.nodes.fronts = true;
+        spec
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -479,6 +495,7 @@ impl ModelSpec {
             "pause-race-small" => Ok(ModelSpec::pause_race_small()),
             "two-by-two" => Ok(ModelSpec::two_by_two()),
             "two-by-two-small" => Ok(ModelSpec::two_by_two_small()),
+            "worker-front" => Ok(ModelSpec::worker_front()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

@@ -79,6 +79,16 @@ impl<G: Gpu> Harness<G> {
         })
     }
 
+    /// Worker mode: every prefill and decode node behind its worker front, as
+    /// [`Topology::build_behind_fronts`] builds them (before any step); a decode
+    /// front ends its half on prefill's failure where `cancels_both`.
+    pub fn behind_fronts(mut self, cancels_both: bool) -> Self {
+        for n in self.nodes.iter_mut().skip(1) {
+            n.put_behind(ROUTER, cancels_both);
+        }
+        self
+    }
+
     // ---- the topology -------------------------------------------------------------
 
     pub fn topology(&self) -> &Topology {

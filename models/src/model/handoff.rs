@@ -218,13 +218,24 @@ impl HandoffModel {
         let (prefills, decodes) = (self.topology.prefill_ids(), self.topology.decode_ids());
         let router = Router::new(ROUTER, self.cfg.clone(), prefills.clone(), decodes.clone());
         let ps = self.cfg.page_size;
+        let (fronts, cancels_both) = (
+            self.spec.nodes.fronts,
+            self.cfg.defenses.router_cancels_both,
+        );
         let prefill = |&id: &NodeId| {
             let gpu = SymbolicGpu::new(self.spec.prefill_pages, ps);
-            Shared::new(PrefillNode::new(id, self.cfg.clone(), ROUTER, gpu))
+            let mut node = PrefillNode::new(id, self.cfg.clone(), ROUTER, gpu);
+            if fronts {
+                node.put_behind(ROUTER, cancels_both);
+            }
+            Shared::new(node)
         };
         let decode = |&id: &NodeId| {
             let gpu = SymbolicGpu::new(self.spec.decode_pages, ps);
-            let node = DecodeNode::new(id, self.cfg.clone(), ROUTER, prefills.clone(), gpu);
+            let mut node = DecodeNode::new(id, self.cfg.clone(), ROUTER, prefills.clone(), gpu);
+            if fronts {
+                node.put_behind(ROUTER, cancels_both);
+            }
             Shared::new(node)
         };
         State {
