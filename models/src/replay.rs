@@ -469,8 +469,11 @@ pub fn replay(spec: &ModelSpec, schedule: &Schedule) -> Result<ReplayOutcome, Re
         &spec.engine,
         &topology,
     );
-    let h = Harness::with_gpu(spec.engine.clone(), topology, SymbolicGpu::new)
+    let mut h = Harness::with_gpu(spec.engine.clone(), topology, SymbolicGpu::new)
         .map_err(|e| ReplayError::Topology(e.to_string()))?;
+    if spec.nodes.fronts {
+        h = h.behind_fronts(spec.engine.defenses.router_cancels_both);
+    }
     let mut r = Replayer {
         spec,
         h,

@@ -8,7 +8,7 @@
 //! Nothing here runs anything.
 
 use kvsim_engine::bugs::BugSet;
-use kvsim_engine::config::{ConfigError, EngineConfig, Timeouts};
+use kvsim_engine::config::{ConfigError, EngineConfig, RouterPolicy, Timeouts};
 
 /// What one client does: submit one request, and perhaps cancel it later.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -95,6 +95,10 @@ pub struct FaultBounds {
 pub struct Nodes {
     pub prefill: u8,
     pub decode: u8,
+    /// Worker mode: each prefill and decode node behind its SGLang worker front,
+    /// which the router (policy `sglang-router`) reaches it through
+    /// (`engine/src/nodes/worker/behind.rs`).
+    pub fronts: bool,
 }
 
 impl Nodes {
@@ -103,6 +107,7 @@ impl Nodes {
     pub const ONE_EACH: Nodes = Nodes {
         prefill: 1,
         decode: 1,
+        fronts: false,
     };
 }
 
@@ -197,6 +202,11 @@ impl ModelSpec {
         if !(1..=4).contains(&self.nodes.prefill) || !(1..=4).contains(&self.nodes.decode) {
             return Err(invalid(
                 "a model has 1 to 4 prefill and 1 to 4 decode nodes",
+            ));
+        }
+        if self.nodes.fronts && self.engine.router != RouterPolicy::SglangRouter {
+            return Err(invalid(
+                "worker fronts stand behind the sglang-router policy only",
             ));
         }
         if self.faults.pauses > 3 {

@@ -11,7 +11,7 @@ use kvsim_engine::config::RouterPolicy;
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 22] = [
+    pub const NAMES: [&'static str; 23] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -34,6 +34,7 @@ impl ModelSpec {
         "prefix-hit",
         "vllm-pull",
         "vllm-lease-race",
+        "worker-front",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -463,6 +464,7 @@ impl ModelSpec {
             nodes: Nodes {
                 prefill: 2,
                 decode: 2,
+                fronts: false,
             },
             prefill_pages: 2,
             decode_pages: 2,
@@ -543,6 +545,20 @@ impl ModelSpec {
         spec
     }
 
+    /// `worker-front`: `retry-race-small` in worker mode: the prefill and the decode
+    /// node each behind its SGLang worker front, the `sglang-router` policy reaching
+    /// them only through the fronts (a start or an abort is the front's; its answer
+    /// goes back as the half's message; an abort of a half the front no longer has is
+    /// the router's closed connection). One 3-token request whose client may
+    /// disconnect at any point, at most 1 premature timeout.
+    pub fn worker_front() -> ModelSpec {
+        let mut spec = ModelSpec::retry_race_small();
+        spec.name = "worker-front".into();
+        spec.about = "retry-race-small with each node behind its SGLang worker front".into();
+        spec.nodes.fronts = true;
+        spec
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -568,6 +584,7 @@ impl ModelSpec {
             "prefix-hit" => Ok(ModelSpec::prefix_hit()),
             "vllm-pull" => Ok(ModelSpec::vllm_pull()),
             "vllm-lease-race" => Ok(ModelSpec::vllm_lease_race()),
+            "worker-front" => Ok(ModelSpec::worker_front()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

@@ -6,7 +6,8 @@ use crate::env::{Input, Outbox, Timer};
 use crate::gpu::{Gpu, SymbolicGpu};
 use crate::ids::{NodeId, RequestId, RoomKey, TenantId, Token};
 use crate::msg::{Carried, KvWrite, Msg};
-use crate::node::{Node, Role};
+use crate::node::Node;
+use crate::nodes::role::Role;
 use crate::shared_cfg::Cfg;
 use crate::world::{self, Arrival, Arriving, CrashWalk, Flying, Timers, Topology, ROUTER};
 
@@ -76,6 +77,16 @@ impl<G: Gpu> Harness<G> {
             nodes,
             out: Outbox::new(0),
         })
+    }
+
+    /// Worker mode: every prefill and decode node behind its worker front, as
+    /// [`Topology::build_behind_fronts`] builds them (before any step); a decode
+    /// front ends its half on prefill's failure where `cancels_both`.
+    pub fn behind_fronts(mut self, cancels_both: bool) -> Self {
+        for n in self.nodes.iter_mut().skip(1) {
+            n.put_behind(ROUTER, cancels_both);
+        }
+        self
     }
 
     // ---- the topology -------------------------------------------------------------

@@ -13,5 +13,6 @@ pub mod node;
 pub mod prefill;
 pub mod prefill_vllm;
 pub mod retired;
+pub mod role;
 pub mod router;
 pub mod worker;

@@ -17,17 +17,10 @@ use crate::nodes::decode::DecodeNode;
 use crate::nodes::prefill::PrefillNode;
 use crate::nodes::prefill_vllm::VllmPrefill;
 use crate::nodes::router::Router;
+use crate::nodes::worker::WorkerFront;
 use crate::world::read::serve_read;
 
-/// The role a node plays.
-#[derive(
-    Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-pub enum Role {
-    Router,
-    Prefill,
-    Decode,
-}
+pub use crate::nodes::role::Role;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub enum Node<G, P = PagePool> {
@@ -81,6 +74,28 @@ impl<G: Gpu, P: PageRecords> Node<G, P> {
         match self {
             Node::VllmPrefill(n) => Ok((n.id(), n.gpu())),
             other => Err(other.id()),
+        }
+    }
+
+    /// Put a prefill or decode node behind its worker front, whose router is
+    /// `router` (worker mode under an engine router, `nodes/worker/behind.rs`); the
+    /// front ends a decode half on its prefill's failure where `cancels_both`.
+    pub fn put_behind(&mut self, router: NodeId, cancels_both: bool) {
+        match self {
+            // SGLang's worker front stands before SGLang's nodes only: worker mode
+            // needs the `sglang-router` policy, which builds no vLLM node.
+            Node::Router(_) | Node::VllmPrefill(_) => {}
+            Node::Prefill(n) => n.put_behind(router, cancels_both),
+            Node::Decode(n) => n.put_behind(router, cancels_both),
+        }
+    }
+
+    /// The worker front the node is behind, if it is.
+    pub fn front(&self) -> Option<&WorkerFront> {
+        match self {
+            Node::Router(_) | Node::VllmPrefill(_) => None,
+            Node::Prefill(n) => n.front.as_ref(),
+            Node::Decode(n) => n.front.as_ref(),
         }
     }
 

@@ -6,7 +6,8 @@ use crate::config::Protocol;
 use crate::decode::DecodeNode;
 use crate::gpu::Gpu;
 use crate::ids::NodeId;
-use crate::node::{Node, Role};
+use crate::node::Node;
+use crate::nodes::role::Role;
 use crate::prefill::PrefillNode;
 use crate::prefill_vllm::VllmPrefill;
 use crate::router::Router;
@@ -107,6 +108,23 @@ impl Topology {
                 prefills.clone(),
                 make_gpu(pages, cfg.page_size),
             )));
+        }
+        nodes
+    }
+
+    /// [`Topology::build`] in worker mode: each prefill and decode node sits behind
+    /// its SGLang worker front (`nodes/worker/behind.rs`), which the router reaches
+    /// it through; the router is then the real router in front of worker fronts (its
+    /// policy `sglang-router`: the scenario's `worker_mode` requires it).
+    pub fn build_behind_fronts<G: Gpu>(
+        &self,
+        cfg: &Cfg,
+        make_gpu: impl Fn(u32, u32) -> G,
+    ) -> Vec<Node<G>> {
+        let mut nodes = self.build(cfg, make_gpu);
+        let cancels_both = cfg.defenses.router_cancels_both;
+        for n in nodes.iter_mut().skip(1) {
+            n.put_behind(ROUTER, cancels_both);
         }
         nodes
     }

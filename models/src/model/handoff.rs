@@ -221,18 +221,31 @@ impl HandoffModel {
         let (prefills, decodes) = (self.topology.prefill_ids(), self.topology.decode_ids());
         let router = Router::new(ROUTER, self.cfg.clone(), prefills.clone(), decodes.clone());
         let ps = self.cfg.page_size;
+        let (fronts, cancels_both) = (
+            self.spec.nodes.fronts,
+            self.cfg.defenses.router_cancels_both,
+        );
         let prefill = |&id: &NodeId| {
             let gpu = SymbolicGpu::new(self.spec.prefill_pages, ps);
             let cfg = self.cfg.clone();
             // The prefill of the router's protocol family.
             Shared::new(match cfg.router.protocol() {
-                Protocol::Sglang => Node::Prefill(PrefillNode::new(id, cfg, ROUTER, gpu)),
+                Protocol::Sglang => {
+                    let mut node = PrefillNode::new(id, cfg, ROUTER, gpu);
+                    if fronts {
+                        node.put_behind(ROUTER, cancels_both);
+                    }
+                    Node::Prefill(node)
+                }
                 Protocol::Vllm => Node::VllmPrefill(VllmPrefill::new(id, cfg, ROUTER, gpu)),
             })
         };
         let decode = |&id: &NodeId| {
             let gpu = SymbolicGpu::new(self.spec.decode_pages, ps);
-            let node = DecodeNode::new(id, self.cfg.clone(), ROUTER, prefills.clone(), gpu);
+            let mut node = DecodeNode::new(id, self.cfg.clone(), ROUTER, prefills.clone(), gpu);
+            if fronts {
+                node.put_behind(ROUTER, cancels_both);
+            }
             Shared::new(node)
         };
         State {

@@ -27,6 +27,8 @@ pub struct Deployment {
     pub engine: EngineConfig,
     pub prefill_pools: Vec<u32>,
     pub decode_pools: Vec<u32>,
+    /// Each prefill and decode node behind its worker front (`topology.worker_mode`).
+    pub worker_mode: bool,
 }
 
 impl Deployment {
@@ -47,6 +49,7 @@ impl Deployment {
             engine,
             prefill_pools,
             decode_pools,
+            worker_mode: sc.topology.worker_mode,
         })
     }
 }
@@ -60,6 +63,8 @@ pub struct Plan {
     pub engine: EngineConfig,
     pub prefill_pools: Vec<u32>,
     pub decode_pools: Vec<u32>,
+    /// Each prefill and decode node behind its worker front (`topology.worker_mode`).
+    pub worker_mode: bool,
     pub net: NetParams,
     pub partitions: Vec<Partition>,
     /// The slow writer: a prefill node and how late each of its writes lands during
@@ -105,6 +110,7 @@ impl Plan {
             mut engine,
             prefill_pools,
             decode_pools,
+            worker_mode,
             ..
         } = Deployment::draw(sc, seed, bugs)?;
         let np = prefill_pools.len() as u16;
@@ -145,6 +151,7 @@ impl Plan {
             engine,
             prefill_pools,
             decode_pools,
+            worker_mode,
             net,
             partitions,
             slow_writer,

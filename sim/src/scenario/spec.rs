@@ -260,6 +260,11 @@ pub struct Topology {
     pub prefill_pool_pages: Vec<u32>,
     /// Pool size in pages of each decode node (one entry per node).
     pub decode_pool_pages: Vec<u32>,
+    /// Worker mode: each prefill and decode node sits behind its SGLang worker
+    /// front, which the router (policy `sglang-router`) reaches it through
+    /// (`Topology::build_behind_fronts`). Off by default.
+    #[serde(default)]
+    pub worker_mode: bool,
 }
 
 /// The network between nodes: FIFO per link with a fixed latency.

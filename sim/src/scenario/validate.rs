@@ -145,6 +145,7 @@ impl Scenario {
         self.engine.validate()?;
         self.validate_durations()?;
         self.validate_routers()?;
+        self.validate_worker_mode()?;
         self.validate_reach()?;
         if self.run.max_time_ms == 0 {
             return Err(Self::invalid(
@@ -193,6 +194,27 @@ impl Scenario {
             return Err(Self::invalid(
                 "routers",
                 "lists a router policy twice (each seed draws one of them)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// `topology.worker_mode`: the real router in front of worker fronts is the
+    /// engine router of policy `sglang-router`, on a topology as written.
+    fn validate_worker_mode(&self) -> Result<(), ScenarioError> {
+        if !self.topology.worker_mode {
+            return Ok(());
+        }
+        let sglang = kvsim_engine::RouterPolicy::SglangRouter;
+        let only_sglang = match self.routers.is_empty() {
+            true => self.engine.router == sglang,
+            false => self.routers.iter().all(|r| *r == sglang),
+        };
+        if !only_sglang || self.swarm.is_some() {
+            return Err(Self::invalid(
+                "topology.worker_mode",
+                "worker fronts stand behind the sglang-router policy only (routers = \
+                 [\"sglang-router\"]), on a topology as written (no [swarm])",
             ));
         }
         Ok(())

@@ -124,7 +124,10 @@ impl<G: Gpu> Simulator<G> {
             prefill_pools: plan.prefill_pools.clone(),
             decode_pools: plan.decode_pools.clone(),
         };
-        let nodes = topology.build(&cfg, make_gpu);
+        let nodes = match plan.worker_mode {
+            true => topology.build_behind_fronts(&cfg, make_gpu),
+            false => topology.build(&cfg, make_gpu),
+        };
         let client = topology.client();
         let mut requests = plan.requests.clone();
         requests.sort_by_key(|r| r.req);

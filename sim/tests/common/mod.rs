@@ -17,10 +17,11 @@ pub const DATA_FAULTS: &str = include_str!("../../../scenarios/data-faults.toml"
 pub const STALLS: &str = include_str!("../../../scenarios/stalls.toml");
 pub const PREFIX_HIT: &str = include_str!("../../../scenarios/prefix-hit.toml");
 pub const CLIENT_ROOMS: &str = include_str!("../../../scenarios/client-rooms.toml");
+pub const WORKER_MODE: &str = include_str!("../../../scenarios/worker-mode.toml");
 pub const VLLM_PULL: &str = include_str!("../../../scenarios/vllm-pull.toml");
 
 /// Every scenario file, by the path a replay command names.
-pub const ALL: [(&str, &str); 13] = [
+pub const ALL: [(&str, &str); 14] = [
     ("scenarios/mixed-faults.toml", MIXED_FAULTS),
     ("scenarios/abort-storm.toml", ABORT_STORM),
     (
@@ -37,6 +38,7 @@ pub const ALL: [(&str, &str); 13] = [
     ("scenarios/prefix-hit.toml", PREFIX_HIT),
     ("scenarios/vllm-pull.toml", VLLM_PULL),
     ("scenarios/client-rooms.toml", CLIENT_ROOMS),
+    ("scenarios/worker-mode.toml", WORKER_MODE),
 ];
 
 pub fn scenario(path: &str) -> Scenario {

@@ -11,6 +11,8 @@ use crate::ids::{NodeId, RoomKey, WriteId};
 use crate::kv::landing::writer_rule;
 use crate::kv::PageRecords;
 use crate::msg::{in_use, only_router, Msg, Status, Why};
+use crate::nodes::worker::handle_behind;
+use crate::nodes::worker::WorkerFront;
 use crate::trace::{NodeFault, Side, TraceEvent};
 
 impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
@@ -144,7 +146,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             batch,
             fatal,
             counters: _,
+            front,
         } = self;
+        *front = front.as_ref().map(WorkerFront::fresh);
         *pool = pool.restarted(epoch);
         requests.clear();
         prealloc.clear();
@@ -168,7 +172,19 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         }
     }
 
+    /// Feed one input; the effects leave through `env`, in the order issued. A node
+    /// behind its worker front is reached through it (`nodes/worker/behind.rs`).
     pub fn handle(&mut self, input: Input, env: &mut Outbox<G::Kv>) {
+        match self.front.take() {
+            Some(mut f) => {
+                handle_behind(&mut f, input, env, &mut |i, e| self.handle_own(i, e));
+                self.front = Some(f);
+            }
+            None => self.handle_own(input, env),
+        }
+    }
+
+    fn handle_own(&mut self, input: Input, env: &mut Outbox<G::Kv>) {
         match input {
             Input::Message { from, msg } => {
                 let verdict = self.check_peer(from, &msg);

@@ -9,6 +9,8 @@ use crate::gpu::{DeviceError, Gpu};
 use crate::ids::{NodeId, PageTag, RequestId, RoomKey};
 use crate::kv::{PagePool, PageRecords};
 use crate::nodes::retired::RetiredRooms;
+use crate::nodes::role::Role;
+use crate::nodes::worker::WorkerFront;
 use crate::shared_cfg::Cfg;
 use crate::trace::TransferClaim;
 use std::collections::{BTreeMap, VecDeque};
@@ -161,6 +163,10 @@ pub struct DecodeNode<G, P = PagePool> {
     /// Set when the node stopped itself (a drain ack never came).
     pub(super) fatal: Option<String>,
     pub(super) counters: Counters,
+    /// Worker mode under an engine router: the node's worker front, which the
+    /// router reaches it through (`nodes/worker/behind.rs`); in its process, so a
+    /// restart gives it a fresh one.
+    pub(crate) front: Option<WorkerFront>,
 }
 
 impl<G: Gpu> DecodeNode<G> {
@@ -203,7 +209,17 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             batch: VecDeque::new(),
             fatal: None,
             counters: Counters::default(),
+            front: None,
         }
+    }
+
+    /// Worker mode under an engine router: the node sits behind its worker front,
+    /// whose router is `router`, and is reached only through it
+    /// (`nodes/worker/behind.rs`); the front ends a decode half on its prefill's
+    /// failure where `cancels_both`.
+    pub fn put_behind(&mut self, router: NodeId, cancels_both: bool) {
+        let front = WorkerFront::new(self.id, Role::Decode, router, cancels_both);
+        self.front = Some(front);
     }
 
     /// The room uses this node retired (bounded: [`RetiredRooms::bound`]).

@@ -9,10 +9,23 @@ use crate::env::{Input, Outbox, Timer};
 use crate::gpu::Gpu;
 use crate::ids::{NodeId, RoomKey};
 use crate::msg::{in_use, only_router, Msg, Status};
+use crate::nodes::worker::handle_behind;
 use crate::trace::NodeFault;
 
 impl<G: Gpu> PrefillNode<G> {
+    /// Feed one input; the effects leave through `env`, in the order issued. A node
+    /// behind its worker front is reached through it (`nodes/worker/behind.rs`).
     pub fn handle(&mut self, input: Input, env: &mut Outbox<G::Kv>) {
+        match self.front.take() {
+            Some(mut f) => {
+                handle_behind(&mut f, input, env, &mut |i, e| self.handle_own(i, e));
+                self.front = Some(f);
+            }
+            None => self.handle_own(input, env),
+        }
+    }
+
+    fn handle_own(&mut self, input: Input, env: &mut Outbox<G::Kv>) {
         match input {
             Input::Message { from, msg } => {
                 let verdict = self.check_peer(from, &msg);

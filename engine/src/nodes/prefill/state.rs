@@ -11,6 +11,8 @@ use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token};
 use crate::kv::PagePool;
 use crate::msg::{Msg, Status, TransferOutcome};
 use crate::nodes::retired::{holds, GenTable, RetiredRooms, RETIRED_MIN_HALF};
+use crate::nodes::role::Role;
+use crate::nodes::worker::WorkerFront;
 use crate::shared_cfg::Cfg;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -234,6 +236,10 @@ pub struct PrefillNode<G> {
     /// steps of every driver: a pass starts and ends in one step.
     pub(super) batch: VecDeque<RoomKey>,
     pub(super) counters: Counters,
+    /// Worker mode under an engine router: the node's worker front, which the
+    /// router reaches it through (`nodes/worker/behind.rs`); in its process, so a
+    /// restart gives it a fresh one.
+    pub(crate) front: Option<WorkerFront>,
 }
 
 impl<G: Gpu> PrefillNode<G> {
@@ -259,7 +265,17 @@ impl<G: Gpu> PrefillNode<G> {
             compute_armed: false,
             batch: VecDeque::new(),
             counters: Counters::default(),
+            front: None,
         }
+    }
+
+    /// Worker mode under an engine router: the node sits behind its worker front,
+    /// whose router is `router`, and is reached only through it
+    /// (`nodes/worker/behind.rs`); the front ends a decode half on its prefill's
+    /// failure where `cancels_both`.
+    pub fn put_behind(&mut self, router: NodeId, cancels_both: bool) {
+        let front = WorkerFront::new(self.id, Role::Prefill, router, cancels_both);
+        self.front = Some(front);
     }
 
     /// Become the next incarnation, `epoch` (a driver asks for it through
@@ -293,7 +309,9 @@ impl<G: Gpu> PrefillNode<G> {
             compute_armed,
             batch,
             counters: _,
+            front,
         } = self;
+        *front = front.as_ref().map(WorkerFront::fresh);
         *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch).journal();
         requests.clear();
         waiting.clear();

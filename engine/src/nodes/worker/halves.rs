@@ -5,7 +5,7 @@
 use super::state::{Clearing, FrontEffect, FrontInput, Half, HalfEv, WorkerFront, EARLY_DONE};
 use crate::ids::{RequestId, RoomKey, TenantId};
 use crate::msg::{Msg, Side, Status, Why};
-use crate::nodes::node::Role;
+use crate::nodes::role::Role;
 use crate::trace::TraceEvent;
 
 impl WorkerFront {
@@ -79,9 +79,12 @@ impl WorkerFront {
 
     /// The half's client went away: the half is aborted, as the router aborts it. A
     /// prefill half keeps its answer until it is terminal (its finish still tells
-    /// decode); a decode half's client is answered now (it went away).
+    /// decode); a decode half's client is answered now (it went away). A room with no
+    /// half here (never started, answered, or the process that had it is gone) has
+    /// only its client's channel to close.
     fn abort(&mut self, room: RoomKey, out: &mut Vec<FrontEffect>) {
         if !self.halves.contains_key(&room) {
+            out.push(FrontEffect::Close { room });
             return;
         }
         if self.role == Role::Decode {

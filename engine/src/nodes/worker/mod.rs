@@ -20,8 +20,12 @@
 //!
 //! Its parts: the state and the vocabulary (`state.rs`), a half's start, abort and
 //! answer (`halves.rs`), room clearing and the epoch rule (`epochs.rs`), the rooms a
-//! killed decode process left open and their clearing by its successor (`killed.rs`).
+//! killed decode process left open and their clearing by its successor (`killed.rs`),
+//! a node behind its front under an engine router (`behind.rs`).
 
+mod behind;
+#[cfg(test)]
+mod behind_tests;
 mod epochs;
 mod halves;
 mod killed;
@@ -29,5 +33,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use behind::handle_behind;
+pub use behind::router_traced;
 pub use killed::LeftOpen;
 pub use state::{FrontEffect, FrontInput, HalfEv, WorkerFront, EARLY_DONE};

@@ -4,7 +4,7 @@
 
 use crate::ids::{NodeId, RequestId, RoomKey, Token};
 use crate::msg::{Msg, Side, Status, Why};
-use crate::nodes::node::Role;
+use crate::nodes::role::Role;
 use crate::trace::TraceEvent;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -132,6 +132,12 @@ impl WorkerFront {
             prefill_epochs: BTreeMap::new(),
             early_done: VecDeque::new(),
         }
+    }
+
+    /// The same front, new: what a killed process's front knew dies with it (a node
+    /// behind its front restarts with a fresh one).
+    pub fn fresh(&self) -> Self {
+        WorkerFront::new(self.node, self.role, self.router, self.cancels_both)
     }
 
     /// The router whose part the front plays: the node's messages to it are the

@@ -5,7 +5,7 @@
 use super::state::{FrontEffect, FrontInput, HalfEv, WorkerFront};
 use crate::ids::{NodeId, RequestId, RoomKey};
 use crate::msg::{Msg, Side, Status, Why};
-use crate::nodes::node::Role;
+use crate::nodes::role::Role;
 use crate::trace::TraceEvent;
 
 const ROUTER: NodeId = NodeId(0);
