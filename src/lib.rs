@@ -14,3 +14,4 @@ pub mod raw_http;
 pub mod render;
 pub mod serve;
 pub mod suite;
+pub mod suite_protocols;

@@ -501,6 +501,16 @@ pub fn run_default_suite(quiet: bool) -> Result<ExitCode> {
         model_check_handoff,
     )?);
     rows.push(start(quiet, "stalls and skewed clocks", stalls)?);
+    rows.push(start(
+        quiet,
+        "vLLM pull under vllm-router",
+        crate::suite_protocols::vllm_pull,
+    )?);
+    rows.push(start(
+        quiet,
+        "SGLang worker mode",
+        crate::suite_protocols::worker_mode,
+    )?);
     rows.push(start(quiet, "bug matrix (quick)", bug_matrix_quick)?);
     rows.push(start(quiet, "defense isolation", isolation_matrix)?);
 
