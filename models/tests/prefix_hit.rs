@@ -93,3 +93,31 @@ fn without_verification_or_tags_the_skewed_chunk_is_read_and_breaks_s3_by_positi
         s3.violation.detail
     );
 }
+
+/// With verification off and the read-time tag check on, the tag check refuses the
+/// read at the page the skewed chunk never wrote (its tag is not the room's), while
+/// the first page the oracle finds wrong is the misplaced one before it: the
+/// detection names both, the page it judges and the page whose check failed.
+#[test]
+fn the_tag_checks_refusal_names_the_page_whose_tag_failed() {
+    let mut spec = ModelSpec::prefix_hit().with_bugs(BugSet::NONE.with(Bug::ChunkIndexByPosition));
+    spec.engine.defenses.verify_on_completion = false;
+    let r = run(spec);
+    let c = r.counterexample(names::S3).expect("S3 (detected) is found");
+    let out = c.replay.as_ref().expect("every counterexample replays");
+    let s3 = out
+        .findings
+        .iter()
+        .find(|f| f.violation.invariant == Invariant::S3)
+        .expect("the replay finds S3");
+    assert_eq!(s3.detected_by, Some("page_tags"), "{}", s3.violation.detail);
+    assert!(
+        s3.violation.detail.contains("written for positions 6..7")
+            && s3
+                .violation
+                .detail
+                .contains("(the check failed at page p4@g1)"),
+        "{}",
+        s3.violation.detail
+    );
+}

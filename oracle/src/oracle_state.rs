@@ -311,8 +311,12 @@ impl OracleState {
                 room,
                 seq_len,
                 pages,
+                tag,
                 ..
-            } => self.read(h, (*node, *room), (*seq_len, pages), Some("page_tags"), out),
+            } => {
+                let refused = Some(("page_tags", *tag));
+                self.read(h, (*node, *room), (*seq_len, pages), refused, out)
+            }
             DrainAcked { node, room } => self.drain_acked(*node, *room, out),
             _ => unreachable!("not a KV event: {ev:?}"),
         }

@@ -139,20 +139,22 @@ impl OracleState {
         self.pages.landed(h, (node, write.room), dst, prov);
     }
 
-    /// A read (`detected_by` `None`) or a refused read of `pages`: S2 by the effect of
-    /// stray bytes, then S3.
+    /// A read (`refused` `None`) or a read of `pages` refused by a defense at one of
+    /// its pages (`refused`: the defense and the page whose check failed): S2 by the
+    /// effect of stray bytes, then S3.
     pub(super) fn read(
         &mut self,
         h: &RunHeader,
         at: (NodeId, RoomKey),
         (seq_len, pages): (u64, &[PageTag]),
-        detected_by: Option<&'static str>,
+        refused: Option<(&'static str, PageTag)>,
         out: &mut Drafts,
     ) {
         let rooms = &self.rooms;
+        let detected_by = refused.map(|(by, _)| by);
         self.pages.stray_effect(rooms, at, pages, detected_by, out);
         let read = (seq_len, pages);
-        self.pages.read((rooms, h), at, read, detected_by, out);
+        self.pages.read((rooms, h), at, read, refused, out);
     }
 
     /// Prefill acked a drain: S9 with its writes in flight; the fact is remembered only

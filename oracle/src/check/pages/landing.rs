@@ -171,15 +171,17 @@ impl Pages {
     }
 
     /// S3 on a read of `seq_len` positions of `room` over `pages` on decode `node`
-    /// (`detected_by`: the defense that refused the read, if one did).
+    /// (`refused`: the defense that refused the read, if one did, and the page whose
+    /// check failed, which may be another than the first page the oracle finds wrong).
     pub fn read(
         &self,
         (rooms, h): (&Rooms, &RunHeader),
         (node, room): (NodeId, RoomKey),
         (seq_len, pages): (u64, &[PageTag]),
-        detected_by: Option<&'static str>,
+        refused: Option<(&'static str, PageTag)>,
         out: &mut Drafts,
     ) {
+        let detected_by = refused.map(|(by, _)| by);
         let Some((i, t, prov)) = self.isolation_breach(h, (node, room), seq_len, pages) else {
             return;
         };
@@ -202,10 +204,13 @@ impl Pages {
         } else {
             "reads"
         };
-        let detail = format!(
+        let mut detail = format!(
             "decode {node} {verb} page {t} (positions {start}..{end}) for {} but {whose}",
             rooms.describe(room)
         );
+        if let Some((_, at)) = refused.filter(|(_, at)| at.page != t.page) {
+            detail.push_str(&format!(" (the check failed at page {at})"));
+        }
         out.push(
             draft(Invariant::S3, Some(room), detail)
                 .detected(detected_by)
