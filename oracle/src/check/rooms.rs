@@ -11,7 +11,7 @@ use enumset::{EnumSet, EnumSetType};
 use kvsim_engine::ids::{Generation, NodeId, RequestId, RoomId, RoomKey, TenantId};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::Status;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// What the oracle remembers about a room use, from the router's `Routed` event until
 /// the router clears the room.
@@ -51,16 +51,67 @@ pub struct Rooms {
     pub rooms: Shared<Vec<(RoomKey, RoomFacts)>>,
     /// Per room number, the newest generation the router routed in it: a room use is
     /// one attempt's, so a `Routed` at that generation or an older one is a room use
-    /// routed twice (S7). One entry per room number used: the router's room table
-    /// bounds it (an audit of the worker front's 63-bit rooms keeps one per request).
-    pub newest: Shared<BTreeMap<RoomId, Generation>>,
+    /// routed twice (S7).
+    newest: Shared<Newest>,
 }
+
+/// How many room numbers [`Newest`] remembers. The engine router's room table bounds
+/// the numbers it uses far below this; SGLang's router (and an audit of a deployment
+/// under it) draws a fresh random 63-bit room per request, so without a bound an audit
+/// of a stream would keep one entry per request for ever.
+pub const NEWEST_ROOMS: usize = 1 << 16;
+
+/// The newest generation routed per room number, for at most [`NEWEST_ROOMS`] numbers:
+/// past that, the number first remembered longest ago is forgotten (a replay of a room
+/// routed more than that many room numbers ago passes S7 unjudged). `order` is the
+/// numbers in the order they were first remembered; it is left out of the hash and of
+/// equality, since it changes nothing until the bound is reached, which no model does.
+#[derive(Clone, Debug, Default)]
+pub struct Newest {
+    gens: BTreeMap<RoomId, Generation>,
+    order: VecDeque<RoomId>,
+}
+
+impl Newest {
+    fn get(&self, room: RoomId) -> Option<Generation> {
+        self.gens.get(&room).copied()
+    }
+
+    /// Remember `gen` as the newest of `room`, forgetting the oldest number past the
+    /// bound.
+    fn put(&mut self, room: RoomId, gen: Generation) {
+        if self.gens.insert(room, gen).is_none() {
+            self.order.push_back(room);
+        }
+        while self.gens.len() > NEWEST_ROOMS {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            self.gens.remove(&old);
+        }
+        debug_assert_eq!(self.gens.len(), self.order.len());
+    }
+}
+
+impl std::hash::Hash for Newest {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.gens.hash(state);
+    }
+}
+
+impl PartialEq for Newest {
+    fn eq(&self, other: &Self) -> bool {
+        self.gens == other.gens
+    }
+}
+
+impl Eq for Newest {}
 
 impl Default for Rooms {
     fn default() -> Self {
         Rooms {
             rooms: Shared::new(Vec::new()),
-            newest: Shared::new(BTreeMap::new()),
+            newest: Shared::new(Newest::default()),
         }
     }
 }
@@ -98,8 +149,8 @@ impl Rooms {
     /// attempt in it is a second start for state the first may still hold, and the
     /// router can no longer tell whose answers it gets.
     pub fn routed(&mut self, room: RoomKey, facts: RoomFacts, out: &mut Drafts) {
-        match self.newest.get().get(&room.room) {
-            Some(&newest) if newest >= room.gen => {
+        match self.newest.get().get(room.room) {
+            Some(newest) if newest >= room.gen => {
                 let open = match self.get(room) {
                     Some(f) => format!("its earlier attempt ({}) still open", f.req),
                     None => "after it was cleared".to_string(),
@@ -110,7 +161,7 @@ impl Rooms {
                 )));
             }
             _ => {
-                self.newest.edit().insert(room.room, room.gen);
+                self.newest.edit().put(room.room, room.gen);
             }
         }
         match self.index(room) {
@@ -206,5 +257,46 @@ impl Rooms {
             self.all().windows(2).all(|w| w[0].0 < w[1].0),
             "the room registry is sorted by key, one entry per key"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(req: u64) -> RoomFacts {
+        RoomFacts {
+            req: RequestId(req),
+            tenant: TenantId(1),
+            prefill: NodeId(1),
+            decode: NodeId(2),
+            prompt_len: 4,
+            max_new_tokens: 1,
+            flags: EnumSet::empty(),
+            answered: [None, None],
+        }
+    }
+
+    /// One routing per room number, each cleared, past the bound: the registry keeps
+    /// [`NEWEST_ROOMS`] numbers, a replay of a recent one is S7 and one of the first,
+    /// forgotten, passes.
+    #[test]
+    fn the_newest_generations_are_bounded_and_forget_the_oldest_first() {
+        let mut rooms = Rooms::default();
+        let mut out = Drafts::new();
+        let n = NEWEST_ROOMS as u32 + 10;
+        for r in 0..n {
+            let key = RoomKey::new(r, 1);
+            rooms.routed(key, facts(u64::from(r)), &mut out);
+            rooms.cleared(key);
+        }
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(rooms.newest.get().gens.len(), NEWEST_ROOMS);
+        rooms.routed(RoomKey::new(n - 1, 1), facts(1 << 40), &mut out);
+        assert_eq!(out.len(), 1, "a recent replay is S7");
+        assert_eq!(out[0].invariant, Invariant::S7);
+        out.clear();
+        rooms.routed(RoomKey::new(0, 1), facts(1 << 41), &mut out);
+        assert!(out.is_empty(), "the oldest number was forgotten: {out:?}");
     }
 }
