@@ -41,6 +41,9 @@ pub enum Timer {
     Lease(RoomKey),
     /// vLLM decode: renew the lease on the room's pages at its prefill (a heartbeat).
     Heartbeat(RoomKey),
+    /// Prefill's worker front: the room's pairing (decode's registration, or the
+    /// router's request for prefill's half) did not complete in time.
+    Pairing(RoomKey),
 }
 
 impl Timer {
@@ -56,6 +59,7 @@ impl Timer {
             Timer::Request(r) => (4, r, 0),
             Timer::Lease(r) => (5, r, 0),
             Timer::Heartbeat(r) => (6, r, 0),
+            Timer::Pairing(r) => (7, r, 0),
         }
     }
 }

@@ -54,6 +54,8 @@ impl Status {
     pub const BAD_GATEWAY: Status = Status(502);
     /// No capacity to take the request now (queue or room table full).
     pub const UNAVAILABLE: Status = Status(503);
+    /// A worker front's half waited past its bound (a pairing never completed).
+    pub const GATEWAY_TIMEOUT: Status = Status(504);
 
     /// The statuses SGLang's gateway retries (`is_retryable_status`: 408, 429, 500,
     /// 502, 503, 504).
@@ -327,6 +329,21 @@ pub enum Msg {
     /// vLLM decode -> prefill: renew the lease on the room's pages (the NIXL
     /// connector's heartbeat, every sixth of the lease while decode has not read).
     Heartbeat { room: RoomKey },
+
+    // SGLang worker mode, between the two halves' worker fronts (`nodes/worker/`).
+    /// Decode's front -> prefill's bootstrap: the sender is `room`'s decode half
+    /// (SGLang's decode registering its KV receiver with prefill's bootstrap server).
+    Register { room: RoomKey },
+    /// Prefill's bootstrap -> decode's front: `room`'s registration was taken by the
+    /// prefill node's incarnation `epoch`.
+    Registered { room: RoomKey, epoch: u32 },
+    /// Prefill's front -> decode's front: prefill's half of `room` ended with `status`
+    /// (the engine's reason `why` where it gave one), run or not.
+    PrefillDone {
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+    },
 }
 
 impl Msg {
@@ -347,7 +364,10 @@ impl Msg {
             | Msg::KvParams { room, .. }
             | Msg::PullStart { room, .. }
             | Msg::ReadNotify { room }
-            | Msg::Heartbeat { room } => Some(*room),
+            | Msg::Heartbeat { room }
+            | Msg::Register { room }
+            | Msg::Registered { room, .. }
+            | Msg::PrefillDone { room, .. } => Some(*room),
             Msg::WriteDone { id, .. } | Msg::KvRead { id, .. } => Some(id.room),
         }
     }
@@ -382,6 +402,9 @@ impl Msg {
             Msg::KvRead { .. } => "KvRead",
             Msg::ReadNotify { .. } => "ReadNotify",
             Msg::Heartbeat { .. } => "Heartbeat",
+            Msg::Register { .. } => "Register",
+            Msg::Registered { .. } => "Registered",
+            Msg::PrefillDone { .. } => "PrefillDone",
         }
     }
 
@@ -455,7 +478,8 @@ impl Msg {
         }
     }
 
-    /// [`Msg::summary`] of vLLM pull's messages (`None` for any other).
+    /// [`Msg::summary`] of vLLM pull's and the worker fronts' messages (`None` for any
+    /// other).
     fn pull_summary(&self) -> Option<String> {
         let tags = |t: &[PageTag]| crate::ids::fmt_tags(t, 6);
         Some(match self {
@@ -479,6 +503,9 @@ impl Msg {
             }
             Msg::ReadNotify { room } => format!("ReadNotify {room}"),
             Msg::Heartbeat { room } => format!("Heartbeat {room}"),
+            Msg::Register { room } => format!("Register {room}"),
+            Msg::Registered { room, epoch } => format!("Registered {room} epoch={epoch}"),
+            Msg::PrefillDone { room, status, .. } => format!("PrefillDone {room} status={status}"),
             _ => return None,
         })
     }

@@ -397,6 +397,14 @@ pub enum TraceEvent {
         status: Status,
         attempt: u32,
     },
+    /// SGLang worker mode: decode `node`'s worker front ended its half of `room` on
+    /// prefill's word that prefill's half failed with `status` (the cancel-both
+    /// defense at the front): the client is answered `status`, the node's half aborted.
+    FrontCancelled {
+        node: NodeId,
+        room: RoomKey,
+        status: Status,
+    },
     /// Prefill acked a drain request.
     DrainAcked { node: NodeId, room: RoomKey },
     /// The source's NIC served an RDMA READ (`world::serve_read`): it read `src` (their
@@ -464,6 +472,7 @@ impl TraceEvent {
             | Responded { room, .. }
             | RoomCleared { room, .. }
             | RouterRetried { room, .. }
+            | FrontCancelled { room, .. }
             | DrainAcked { room, .. }
             | Leased { room, .. }
             | LeaseEnded { room, .. } => Some(*room),
@@ -513,6 +522,7 @@ impl TraceEvent {
             | RouterResponse { node, .. }
             | RoomCleared { node, .. }
             | RouterRetried { node, .. }
+            | FrontCancelled { node, .. }
             | DrainAcked { node, .. }
             | KvReadServed { node, .. }
             | Leased { node, .. }

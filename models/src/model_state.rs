@@ -532,6 +532,7 @@ pub fn timer_text(timer: Timer) -> String {
         Timer::Request(r) => format!("Request {r}"),
         Timer::Lease(r) => format!("Lease {r}"),
         Timer::Heartbeat(r) => format!("Heartbeat {r}"),
+        Timer::Pairing(r) => format!("Pairing {r}"),
     }
 }
 

@@ -246,6 +246,7 @@ fn parse_timer<'a>(mut words: impl Iterator<Item = &'a str>) -> Result<Timer, St
         ("Request", Some(r)) => Timer::Request(r?),
         ("Lease", Some(r)) => Timer::Lease(r?),
         ("Heartbeat", Some(r)) => Timer::Heartbeat(r?),
+        ("Pairing", Some(r)) => Timer::Pairing(r?),
         _ => return Err("unknown timer".into()),
     })
 }

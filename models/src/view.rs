@@ -44,6 +44,7 @@ fn timer(t: Timer) -> String {
         Timer::Request(k) => format!("Request {k}"),
         Timer::Lease(k) => format!("Lease {k}"),
         Timer::Heartbeat(k) => format!("Heartbeat {k}"),
+        Timer::Pairing(k) => format!("Pairing {k}"),
     }
 }
 

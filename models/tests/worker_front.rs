@@ -8,7 +8,7 @@ use kvsim_engine::invariant::Invariant;
 use kvsim_models::check::Verdict;
 use kvsim_models::{check, names, CheckOptions, ModelSpec};
 
-const WORKER_FRONT: usize = 75_129;
+const WORKER_FRONT: usize = 193_808;
 
 #[test]
 fn worker_front_is_clean_with_a_pinned_state_count() {

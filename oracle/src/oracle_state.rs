@@ -218,7 +218,8 @@ impl OracleState {
             | WriteCompleted { .. }
             | PeerRefused { .. }
             | TransferFailed { .. }
-            | RouterRetried { .. } => {}
+            | RouterRetried { .. }
+            | FrontCancelled { .. } => {}
         }
     }
 

@@ -241,6 +241,11 @@ fn events() -> Vec<TraceEvent> {
             status: Status(502),
             attempt: 2,
         },
+        FrontCancelled {
+            node,
+            room,
+            status: Status(400),
+        },
         DrainAcked { node, room },
         KvReadServed {
             node,
@@ -394,6 +399,13 @@ fn messages() -> Vec<Carried<u8>> {
         },
         Msg::ReadNotify { room },
         Msg::Heartbeat { room },
+        Msg::Register { room },
+        Msg::Registered { room, epoch: 2 },
+        Msg::PrefillDone {
+            room,
+            status: Status(504),
+            why: Some(Why::TransferFailed),
+        },
     ];
     let mut all: Vec<Carried<u8>> = msgs.into_iter().map(Carried::Msg).collect();
     all.push(kv_write);
@@ -426,6 +438,9 @@ fn msg_name(m: &Carried<u8>) -> &'static str {
         Msg::KvRead { .. } => "KvRead",
         Msg::ReadNotify { .. } => "ReadNotify",
         Msg::Heartbeat { .. } => "Heartbeat",
+        Msg::Register { .. } => "Register",
+        Msg::Registered { .. } => "Registered",
+        Msg::PrefillDone { .. } => "PrefillDone",
     }
 }
 
@@ -614,6 +629,9 @@ fn room_of(m: &Carried<u8>) -> Option<RoomKey> {
         | Msg::PullStart { room, .. }
         | Msg::ReadNotify { room }
         | Msg::Heartbeat { room }
+        | Msg::Register { room }
+        | Msg::Registered { room, .. }
+        | Msg::PrefillDone { room, .. }
         | Msg::PrefillStart { room, .. }
         | Msg::DecodeStart { room, .. }
         | Msg::Abort { room }

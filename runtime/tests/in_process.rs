@@ -447,8 +447,8 @@ fn a_write_flushed_by_an_in_process_restart_never_lands() {
     assert_ne!(answer(&rx).status, 0, "the request is answered");
 }
 
-/// Worker mode, decode: start a half of `room` as the worker front does once prefill's
-/// bootstrap took the registration as incarnation `prefill_epoch`.
+/// Worker mode, decode: start a half of `room` at the worker front, and prefill's
+/// bootstrap's answer that incarnation `prefill_epoch` took its registration.
 fn start_worker_half(lp: &mut Loop, room: RoomKey, prefill_epoch: u32) {
     let (tx, _rx) = channel();
     let msg = Msg::DecodeStart {
@@ -463,8 +463,13 @@ fn start_worker_half(lp: &mut Loop, room: RoomKey, prefill_epoch: u32) {
         msg,
         max_new_tokens: 2,
         reply: ReplySink::channel(tx),
-        prefill_epoch: Some(prefill_epoch),
+        refused: false,
     }));
+    let msg = Msg::Registered {
+        room,
+        epoch: prefill_epoch,
+    };
+    assert!(lp.handle(NodeEvent::FrontPeer { from: PREFILL, msg }));
 }
 
 fn cleared(lp: &Loop) -> Vec<RoomKey> {

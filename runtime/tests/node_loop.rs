@@ -310,7 +310,7 @@ fn a_closed_intake_refuses_new_halves() {
         msg: start,
         max_new_tokens: 2,
         reply: ReplySink::channel(tx),
-        prefill_epoch: None,
+        refused: false,
     }));
     match rx.try_recv() {
         Ok(ReplyEv::Done(reply)) => assert_eq!(reply.status, Status::UNAVAILABLE.0),

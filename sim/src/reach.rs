@@ -53,6 +53,7 @@ pub enum ReachPath {
     PauseMidRequest,
     ReadNotified,
     LeaseExpired,
+    FrontCancelBoth,
 }
 
 /// Each path's (path, name, meaning, witness), in declaration order: the one place
@@ -199,6 +200,12 @@ const ABOUT: [(ReachPath, &str, &str, &str); ReachPath::COUNT] = [
         "lease-expired",
         "a vLLM prefill's lease on a room's pages expired with no notification (pull)",
         "`LeaseEnded` with `expired: true`",
+    ),
+    (
+        ReachPath::FrontCancelBoth,
+        "front-cancel-both",
+        "a decode worker front heard prefill's failure (`PrefillDone`) and ended decode's half (worker mode)",
+        "`FrontCancelled`",
     ),
 ];
 
@@ -384,6 +391,7 @@ impl ReachTracker {
                     self.hit(ReachPath::RequestTimeout);
                 }
             }
+            E::FrontCancelled { .. } => self.hit(ReachPath::FrontCancelBoth),
             E::RouterRetried { node, room, .. } => {
                 self.hit(ReachPath::RetryNewRoom);
                 if self.handling(|t| matches!(t, Timer::Request(_)), node) {

@@ -57,6 +57,7 @@ impl TimerKey {
             4 => Timer::Request(room),
             5 => Timer::Lease(room),
             6 => Timer::Heartbeat(room),
+            7 => Timer::Pairing(room),
             v => unreachable!("no timer has variant {v} (Timer::parts)"),
         };
         (node, timer)

@@ -49,6 +49,7 @@ pub fn timer_name(t: &Timer) -> String {
         Timer::Request(r) => format!("Request({r})"),
         Timer::Lease(r) => format!("Lease({r})"),
         Timer::Heartbeat(r) => format!("Heartbeat({r})"),
+        Timer::Pairing(r) => format!("Pairing({r})"),
     }
 }
 
@@ -59,7 +60,8 @@ fn timer_room(t: &Timer) -> Option<RoomKey> {
         | Timer::DrainRetry(r, _)
         | Timer::Request(r)
         | Timer::Lease(r)
-        | Timer::Heartbeat(r) => Some(*r),
+        | Timer::Heartbeat(r)
+        | Timer::Pairing(r) => Some(*r),
         Timer::Compute => None,
     }
 }

@@ -61,6 +61,9 @@ pub fn describe_event(ev: &TraceEvent) -> String {
             format!("{node} answers the client for {req}{room}: {status}, {} tokens", tokens.len())
         }
         RoomCleared { node, room } => format!("{node} clears {room}"),
+        FrontCancelled { node, room, status } => {
+            format!("{node}'s worker front ends {room} on prefill's {status}")
+        }
         RouterRetried {
             node,
             req,

@@ -119,6 +119,21 @@ pub enum MsgView {
     Heartbeat {
         room: RoomKey,
     },
+    /// SGLang worker mode: decode's front registers a room at prefill's bootstrap.
+    Register {
+        room: RoomKey,
+    },
+    /// SGLang worker mode: prefill's bootstrap took the registration (its incarnation).
+    Registered {
+        room: RoomKey,
+        epoch: u32,
+    },
+    /// SGLang worker mode: prefill's front tells decode's that its half ended.
+    PrefillDone {
+        room: RoomKey,
+        status: Status,
+        why: Option<Why>,
+    },
 }
 
 /// What a trace shows as a message: a [`Msg`], a [`KvWrite`] (a write is its own
@@ -171,6 +186,16 @@ impl MsgView {
             | Msg::KvRead { .. }
             | Msg::ReadNotify { .. }
             | Msg::Heartbeat { .. } => Self::of_pull(m),
+            Msg::Register { room } => MsgView::Register { room: *room },
+            Msg::Registered { room, epoch } => MsgView::Registered {
+                room: *room,
+                epoch: *epoch,
+            },
+            Msg::PrefillDone { room, status, why } => MsgView::PrefillDone {
+                room: *room,
+                status: *status,
+                why: *why,
+            },
             _ => Self::of_transfer(m),
         }
     }
@@ -338,7 +363,10 @@ impl MsgView {
             | KvParams { room, .. }
             | PullStart { room, .. }
             | ReadNotify { room }
-            | Heartbeat { room } => Some(*room),
+            | Heartbeat { room }
+            | Register { room }
+            | Registered { room, .. }
+            | PrefillDone { room, .. } => Some(*room),
             WriteDone { id, .. } | KvWrite { id, .. } | KvRead { id, .. } => Some(id.room),
         }
     }
@@ -412,6 +440,9 @@ impl MsgView {
             }
             ReadNotify { room } => format!("ReadNotify {room}"),
             Heartbeat { room } => format!("Heartbeat {room}"),
+            Register { room } => format!("Register {room}"),
+            Registered { room, epoch } => format!("Registered {room} epoch={epoch}"),
+            PrefillDone { room, status, .. } => format!("PrefillDone {room} status={status}"),
         }
     }
 }

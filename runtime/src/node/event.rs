@@ -7,7 +7,7 @@ use crate::node::status::NodeStatus;
 use crate::sync::mpsc::Sender;
 use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, TenantId, Token, WriteId};
 use kvsim_engine::kv::Refusal;
-use kvsim_engine::msg::{Carried, KvWrite, Msg, Status, Why};
+use kvsim_engine::msg::{Carried, KvWrite, Msg};
 use kvsim_engine::world::WriteFailure;
 use kvsim_oracle::schema::EndOutcome;
 
@@ -95,24 +95,23 @@ pub enum NodeEvent<K> {
         /// The reply length the request asked for (for the trace's `routed` record).
         max_new_tokens: u32,
         reply: ReplySink,
-        /// A decode half: the incarnation of the prefill node whose bootstrap took the
-        /// room's registration (`None`: it did not say).
-        prefill_epoch: Option<u32>,
+        /// The worker refuses it (`--worker-fail-first`): answered 503, never run.
+        refused: bool,
     },
     /// The worker front's client of `room` went away: the half is aborted, as the
     /// router aborts it.
     AbortHalf {
         room: RoomKey,
     },
-    /// Worker mode, decode: the prefill half of `room` is terminal (prefill's worker
-    /// said so). Once decode's half is too, the room is cleared (traced as the engine
-    /// router traces it, for the audit).
-    PeerHalfDone {
-        room: RoomKey,
-        status: Status,
-        /// The engine's reason prefill's half ended with, where it gave one.
-        why: Option<Why>,
+    /// Worker mode: a message from node `from`'s worker front to this one's (the
+    /// pairing: `Register`, `Registered`, `PrefillDone`), as the worker API carried it.
+    FrontPeer {
+        from: NodeId,
+        msg: Msg,
     },
+    /// Worker mode: where this node's worker front's messages to the other half's
+    /// front go (the worker API carries them over HTTP).
+    FrontLink(Sender<(NodeId, Msg)>),
     Status(Sender<NodeStatus>),
     /// Stop taking client requests (router).
     CloseIntake,

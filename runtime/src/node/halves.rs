@@ -4,16 +4,18 @@
 //! node sends the router, the room clearing and the epoch rule). The loop hands it
 //! the worker front's events and carries out its effects: a delivery to the node is
 //! a step of the node, an answer goes to the half's [`ReplySink`], an engine event
-//! goes through the loop's [`Driver`] as the node's own do. Not the loop's other
+//! goes through the loop's [`Driver`] as the node's own do, a message to the other
+//! half's front goes to the worker API's carrier (HTTP), the pairing's wait is a
+//! timer of the loop. Not the loop's other
 //! inputs ([`NodeLoop::handle`]) nor the HTTP worker API ([`crate::worker`]).
 
 use crate::node::io::Io;
 use crate::node::node_loop::NodeLoop;
 use crate::node::reply::{Reply, ReplyEv, ReplySink};
 use crate::seam::NodeRuntime;
-use kvsim_engine::env::Input;
+use kvsim_engine::env::{Input, Timer, TimerOp};
 use kvsim_engine::gpu::Gpu;
-use kvsim_engine::ids::RoomKey;
+use kvsim_engine::ids::{NodeId, RoomKey};
 use kvsim_engine::msg::{Msg, Status, Why};
 use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::worker::{FrontEffect, FrontInput, HalfEv};
@@ -49,6 +51,18 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
                 plan: "the router closed its connection to this worker".into(),
             }),
             FrontEffect::Trace(ev) => self.front_event(ev),
+            FrontEffect::Send { to, msg } => {
+                // Carried by the worker API (HTTP); without a carrier it is lost, as
+                // a message to a peer that cannot be reached.
+                if let Some(tx) = &self.front_out {
+                    let _ = tx.send((to, msg));
+                }
+            }
+            FrontEffect::Wait { room, after_ns } => {
+                let (id, now) = (self.id, self.rt.now_ns());
+                let timer = Timer::Pairing(room);
+                self.timers.apply(id, TimerOp::Set { timer, after_ns }, now);
+            }
             e @ (FrontEffect::ToNode(_) | FrontEffect::Then(_)) => return Some(e),
         }
         None
@@ -137,19 +151,18 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         msg: Msg,
         max_new_tokens: u32,
         mut reply: ReplySink,
-        prefill_epoch: Option<u32>,
+        refused: bool,
     ) {
         if self.io.front.is_none() {
             reply.send(done(room, Status::UNAVAILABLE, Vec::new(), None, None));
             return;
         }
         self.io.sinks.insert(room, reply);
-        let intake_open = self.intake_open;
+        let intake_open = self.intake_open && !refused;
         self.feed_front(FrontInput::Start {
             room,
             msg,
             max_new_tokens,
-            prefill_epoch,
             intake_open,
         });
     }
@@ -159,8 +172,13 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         self.feed_front(FrontInput::Abort { room });
     }
 
-    /// Worker mode, decode: prefill's word that its half of `room` ended.
-    pub(super) fn peer_half_done(&mut self, room: RoomKey, status: Status, why: Option<Why>) {
-        self.feed_front(FrontInput::PeerDone { room, status, why });
+    /// Worker mode: a message from node `from`'s worker front (the pairing).
+    pub(super) fn front_peer(&mut self, from: NodeId, msg: Msg) {
+        self.feed_front(FrontInput::Peer { from, msg });
+    }
+
+    /// Worker mode: the front's pairing wait for `room` is over (`Timer::Pairing`).
+    pub(super) fn pairing_over(&mut self, room: RoomKey) {
+        self.feed_front(FrontInput::WaitOver { room });
     }
 }

@@ -35,6 +35,9 @@ pub struct Io<R: NodeRuntime> {
     pub front: Option<WorkerFront>,
     /// Worker mode: where each started half's answers go.
     pub(super) sinks: BTreeMap<RoomKey, ReplySink>,
+    /// Worker mode: the worker API's carrier of the front's messages to the other
+    /// half's front (`NodeEvent::FrontLink`).
+    pub(super) front_out: Option<crate::sync::mpsc::Sender<(NodeId, Msg)>>,
     pub(super) fault: Option<String>,
     /// The node asked to be restarted (a fault whose action is a restart).
     pub(super) restart_asked: bool,
@@ -53,6 +56,7 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
             clients: BTreeMap::new(),
             front: None,
             sinks: BTreeMap::new(),
+            front_out: None,
             fault: None,
             restart_asked: false,
             counts: NodeCounts::default(),

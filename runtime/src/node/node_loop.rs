@@ -232,7 +232,10 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         }
         if let Some(timer) = self.io.timers.due(id, now) {
             self.timer_turn = true;
-            self.dispatch(Input::Timer(timer));
+            match timer {
+                Timer::Pairing(room) => self.pairing_over(room),
+                timer => self.dispatch(Input::Timer(timer)),
+            }
             return true;
         }
         let wait = self.io.timers.wait(id, now);
@@ -384,10 +387,11 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 msg,
                 max_new_tokens,
                 reply,
-                prefill_epoch,
-            } => self.start_half(room, msg, max_new_tokens, reply, prefill_epoch),
+                refused,
+            } => self.start_half(room, msg, max_new_tokens, reply, refused),
             NodeEvent::AbortHalf { room } => self.abort_half(room),
-            NodeEvent::PeerHalfDone { room, status, why } => self.peer_half_done(room, status, why),
+            NodeEvent::FrontPeer { from, msg } => self.front_peer(from, msg),
+            NodeEvent::FrontLink(tx) => self.io.front_out = Some(tx),
             NodeEvent::Status(tx) => {
                 let _ = tx.send(self.status());
             }

@@ -139,8 +139,10 @@ where
             let rt = server.runtime(&plan, (tx.clone(), rx), &wire)?;
             let mut io = Io::new(id, plan.epoch, topo.client(), rt);
             let cancels_both = opts.cfg.defenses.router_cancels_both;
-            io.front = (opts.worker && role != Role::Router)
-                .then(|| WorkerFront::new(id, role, ROUTER, cancels_both));
+            let wait_ns = kvsim_engine::worker::pairing_wait_ns(&opts.cfg.timeouts);
+            io.front = (opts.worker && role != Role::Router).then(|| {
+                WorkerFront::new(id, role, ROUTER, cancels_both).pairing(plan.epoch, wait_ns)
+            });
             spawn_listener(
                 id,
                 plan.listener,

@@ -19,7 +19,6 @@ use kvsim_engine::ids::{NodeId, RequestId};
 use kvsim_engine::msg::Msg;
 use serde_json::{json, Value};
 use std::net::ToSocketAddrs;
-use std::time::Duration;
 
 /// The prefill node a `bootstrap_host:bootstrap_port` names.
 fn prefill_of<K>(w: &Worker<K>, bootstrap: &str) -> Option<NodeId> {
@@ -29,7 +28,8 @@ fn prefill_of<K>(w: &Worker<K>, bootstrap: &str) -> Option<NodeId> {
         .find_map(|a| w.p.prefills.get(&a).copied())
 }
 
-/// Decode: find prefill, register the room at its bootstrap, run the half.
+/// Decode: find prefill and hand the half to the front, which registers the room at
+/// prefill's bootstrap (carried by [`crate::worker::carry`]) and then runs it.
 pub(super) async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<Out> {
     let r = half.room;
     let Some(prefill) = prefill_of(w, &half.bootstrap) else {
@@ -42,10 +42,6 @@ pub(super) async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) ->
             ),
         );
     };
-    let prefill_epoch = match register_at_prefill(w, r, &half.bootstrap).await {
-        Ok(e) => e,
-        Err((status, msg)) => return fail(w, status, &msg),
-    };
     let key = room_key(r);
     let msg = Msg::DecodeStart {
         room: key,
@@ -54,7 +50,7 @@ pub(super) async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) ->
         max_new_tokens: half.job.max_new_tokens,
         prefill,
     };
-    let mut pending = match start(w, key, msg, &half.job, None, prefill_epoch) {
+    let mut pending = match start(w, key, msg, &half.job, false) {
         Ok(p) => p,
         Err(m) => return fail(w, 503, &m),
     };
@@ -70,36 +66,6 @@ pub(super) async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) ->
         );
     };
     decode_answer(w, &half, reply, tokens)
-}
-
-/// Register room `r` at the prefill node's bootstrap (`host:port` as the router sent
-/// it), naming this decode node and its URL: the prefill node's incarnation, as its
-/// bootstrap says (`None` when it does not); the error is the HTTP status and why.
-async fn register_at_prefill<K>(
-    w: &Worker<K>,
-    r: u64,
-    bootstrap: &str,
-) -> Result<Option<u32>, (u16, String)> {
-    let url = format!("http://{bootstrap}");
-    let (me, my_url) = (w.p.id.0, w.p.url.clone());
-    let registered = tokio::task::spawn_blocking(move || {
-        let body = json!({"room": r, "decode": me, "notify": my_url}).to_string();
-        let a = crate::http_client::agent(Duration::from_secs(5));
-        crate::http_client::fetch_with(&a, &url, "POST", "/kvsim/bootstrap", Some(body.as_bytes()))
-    })
-    .await;
-    match registered {
-        Ok(Ok(rep)) if rep.status == 200 => Ok(serde_json::from_slice::<Value>(&rep.body)
-            .ok()
-            .and_then(|v| v["epoch"].as_u64())
-            .and_then(|e| u32::try_from(e).ok())),
-        Ok(Ok(rep)) => Err((
-            502,
-            format!("prefill's bootstrap refused room {r}: {}", rep.text()),
-        )),
-        Ok(Err(e)) => Err((502, format!("prefill's bootstrap: {e}"))),
-        Err(e) => Err((500, format!("bootstrap registration: {e}"))),
-    }
 }
 
 /// The HTTP answer of a decode half that ended with `reply` and `tokens`.
@@ -197,31 +163,41 @@ impl<K> Drop for ReleaseOnDrop<K> {
     }
 }
 
-/// Decode: prefill's half of a room is done (`POST /kvsim/prefill_done {"room": R,
-/// "status": S, "why": W}`; `why`, the engine's typed reason, where it gave one; the
-/// human `reason` beside it is not read).
+/// Decode: prefill's word that its half of a room ended (`POST /kvsim/prefill_done
+/// {"room": R, "status": S, "why": W, "prefill": P}`; `why`, the engine's typed reason,
+/// where it gave one; the human `reason` beside it is not read), handed to the front
+/// as prefill node `P`'s `PrefillDone`.
 pub(super) fn prefill_done<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
     #[derive(serde::Deserialize)]
     struct Done {
         room: Option<body::Int>,
         status: Option<body::Int>,
         why: Option<Value>,
+        prefill: Option<body::Int>,
     }
     match body::parse::<Done>(b) {
         Ok(Done {
             room: Some(body::Int(r)),
             status,
             why,
+            prefill: Some(body::Int(p)),
         }) if r >= 0 => {
+            let Ok(from) = u16::try_from(p).map(NodeId) else {
+                return error(400, &format!("prefill: {p} is no node id"));
+            };
             let st = status.map_or(500, |s| u16::try_from(s.0).unwrap_or(500));
-            let _ = w.p.node.send(NodeEvent::PeerHalfDone {
+            let msg = Msg::PrefillDone {
                 room: room_key(r as u64),
                 status: kvsim_engine::msg::Status(st),
                 why: why.and_then(|v| serde_json::from_value(v).ok()),
-            });
+            };
+            let _ = w.p.node.send(NodeEvent::FrontPeer { from, msg });
             json_reply(200, &json!({"ok": true}))
         }
-        Ok(_) => error(400, "room: a room (0..2^63) is required"),
+        Ok(_) => error(
+            400,
+            "room and prefill: a room (0..2^63) and the prefill node are required",
+        ),
         Err(m) => error(400, &m),
     }
 }

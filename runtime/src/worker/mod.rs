@@ -32,6 +32,7 @@
 //! asks for (`check`), a half at the node (`start`), prefill's side (`prefill`),
 //! decode's side (`decode`), and which endpoint answers what (`routes`).
 
+pub(crate) mod carry;
 pub(crate) mod check;
 pub(crate) mod decode;
 pub(crate) mod prefill;

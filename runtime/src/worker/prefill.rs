@@ -1,148 +1,48 @@
-//! A prefill worker: its half, run once decode has registered the room at its
-//! bootstrap endpoint, and the word it owes decode when its half ends (or never
-//! starts). Not decode's side ([`crate::worker::decode`]).
+//! A prefill worker: its half, handed to the engine front, which waits for decode's
+//! registration at the bootstrap endpoint before the node runs it, and the bootstrap
+//! endpoint itself (a registration goes to the front, whose answer goes back). The
+//! pairing's decisions are the front's (`kvsim_engine::worker`); what it sends decode
+//! is carried by [`crate::worker::carry`]. Not decode's side ([`crate::worker::decode`]).
 
 use crate::http::body;
 use crate::http::conn::read_body;
 use crate::http::response::{error, full, json_reply, Out};
+use crate::node::event::NodeEvent;
 use crate::node::reply::Reply;
 use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
 use crate::worker::check::Half;
 use crate::worker::start::{bounded, engine_error, start};
-use crate::worker::state::{bootstrap_wait, count, fail, room_key, Told, Worker, MAX_REGISTERED};
+use crate::worker::state::{count, fail, room_key, Worker};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use kvsim_engine::ids::{NodeId, RequestId};
-use kvsim_engine::msg::{Msg, Why};
+use kvsim_engine::msg::Msg;
+use kvsim_engine::worker::MAX_REGISTERED;
 use serde_json::json;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Prefill: tell each finished half's decode node (`POST /kvsim/prefill_done`), in
-/// order, one at a time; a decode node that cannot be reached is told nothing (its
-/// room then stays open in the audit, which is what is known).
-pub(super) fn tell_decode(rx: crate::sync::mpsc::Receiver<Told>) {
-    let a = crate::http_client::agent(Duration::from_secs(2));
-    for (room, status, why, url) in rx {
-        let reason = why.map(|w| w.to_string());
-        let body = json!({ "room": room, "status": status, "reason": reason, "why": why });
-        let body = body.to_string();
-        let _ = crate::http_client::fetch_with(
-            &a,
-            &url,
-            "POST",
-            "/kvsim/prefill_done",
-            Some(body.as_bytes()),
-        );
-    }
-}
+/// How long a registration waits for the front's answer (it answers at once; this
+/// bounds a loop that stopped).
+const REGISTRATION_ANSWER: Duration = Duration::from_secs(5);
 
-/// Prefill: room `r` ends here without its half running, with `status`: its decode
-/// node (registered now or later) is told.
-fn prefill_gone<K>(w: &Worker<K>, r: u64, status: u16) {
-    let reg = w.registered.lock().ok().and_then(|mut m| m.remove(&r));
-    match reg {
-        Some((_, url, _)) => tell(w, r, status, url),
-        None => {
-            if let Ok(mut g) = w.gone.lock() {
-                let wait = bootstrap_wait(w);
-                g.retain(|_, (_, at)| at.elapsed() < wait * 4);
-                if g.len() < MAX_REGISTERED {
-                    g.insert(r, (status, Instant::now()));
-                }
-            }
-        }
-    }
-}
-
-fn tell<K>(w: &Worker<K>, r: u64, status: u16, url: String) {
-    if let Ok(t) = w.done_tx.lock() {
-        let _ = t.send((r, status, None, url));
-    }
-}
-
-/// Prefill: registrations no `/generate` took within the bootstrap wait (the router's
-/// request to prefill never came, or went away unread) are dropped, and their decode
-/// nodes told, so the abandoned decode halves' rooms end.
-pub(super) fn prune_registrations<K>(w: &Worker<K>) {
-    let wait = bootstrap_wait(w);
-    let stale: Vec<(u64, String)> = match w.registered.lock() {
-        Ok(mut m) => {
-            let old: Vec<u64> = m
-                .iter()
-                .filter(|(_, (_, _, at))| at.elapsed() >= wait)
-                .map(|(r, _)| *r)
-                .collect();
-            old.into_iter()
-                .filter_map(|r| m.remove(&r).map(|(_, url, _)| (r, url)))
-                .collect()
-        }
-        Err(_) => Vec::new(),
-    };
-    for (r, url) in stale {
-        tell(w, r, 504, url);
-    }
-}
-
-/// Prefill: tells decode when the `/generate` ends (or is dropped) before the half
-/// started.
-struct NotStarted<'a, K> {
-    w: &'a Worker<K>,
-    r: u64,
-    status: Option<u16>,
-}
-
-impl<K> Drop for NotStarted<'_, K> {
-    fn drop(&mut self) {
-        if let Some(st) = self.status {
-            prefill_gone(self.w, self.r, st);
-        }
-    }
-}
-
-/// Prefill: wait for decode's registration, run the half, answer when it is done.
+/// Prefill: hand the half to the front (which runs it once decode registered the
+/// room), answer when it is done.
 pub(super) async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -> Response<Out> {
     let r = half.room;
-    // Until the half starts, its end (an answer, or the router gone) is told to decode.
-    let mut not_started = NotStarted {
-        w,
-        r,
-        status: Some(499),
-    };
-    let failing = w
+    let refused = w
         .fail_first
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
         .is_ok();
-    if failing {
-        not_started.status = Some(503);
-        return fail(
-            w,
-            503,
-            &format!("room {r}: this prefill fails its first halves (--worker-fail-first)"),
-        );
-    }
-    let (decode, decode_url) = match registered_decode(w, r).await {
-        Ok(d) => d,
-        Err(msg) => {
-            not_started.status = Some(504);
-            return fail(w, 504, &msg);
-        }
-    };
-    not_started.status = None;
     let key = room_key(r);
+    // The router names no decode node: the front takes the registrant as the decode.
     let msg = Msg::PrefillStart {
         room: key,
         req: RequestId(r),
         prompt: half.job.ids.clone(),
-        decode,
+        decode: NodeId(0),
     };
-    let tell = w.done_tx.lock().ok().map(|t| t.clone());
-    let on_done = move |status: u16, why: Option<Why>| {
-        if let Some(t) = tell {
-            let _ = t.send((r, status, why, decode_url));
-        }
-    };
-    let mut pending = match start(w, key, msg, &half.job, Some(Box::new(on_done)), None) {
+    let mut pending = match start(w, key, msg, &half.job, refused) {
         Ok(p) => p,
         Err(m) => return fail(w, 503, &m),
     };
@@ -153,27 +53,11 @@ pub(super) async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -
             &format!("the prefill half of room {r} got no answer in time"),
         );
     };
-    prefill_answer(w, &half, reply)
-}
-
-/// The decode node that registered room `r` at this prefill's bootstrap (its id and
-/// URL), waited for up to the bootstrap bound; the error says it never came.
-async fn registered_decode<K>(w: &Worker<K>, r: u64) -> Result<(NodeId, String), String> {
-    let wait = bootstrap_wait(w);
-    let end = tokio::time::Instant::now() + wait;
-    loop {
-        let notified = w.registered_changed.notified();
-        let got = w.registered.lock().ok().and_then(|mut m| m.remove(&r));
-        if let Some((d, url, _)) = got {
-            return Ok((d, url));
-        }
-        if tokio::time::timeout_at(end, notified).await.is_err() {
-            return Err(format!(
-                "no decode node registered bootstrap_room {r} within {} ms",
-                wait.as_millis()
-            ));
-        }
+    if refused {
+        let why = format!("room {r}: this prefill fails its first halves (--worker-fail-first)");
+        return fail(w, reply.status, &why);
     }
+    prefill_answer(w, &half, reply)
 }
 
 /// The HTTP answer of a prefill half that ended with `reply`.
@@ -196,7 +80,7 @@ fn prefill_answer<K>(w: &Worker<K>, half: &Half, reply: Reply) -> Response<Out> 
 }
 
 /// A prefill node's bootstrap endpoint: `POST /kvsim/bootstrap {"room": R, "decode":
-/// N}` registers decode node `N` as room `R`'s decode half.
+/// N, "notify": URL}` registers decode node `N` as room `R`'s decode half.
 pub(super) async fn bootstrap_route<K: Send + 'static>(
     w: &Arc<Worker<K>>,
     req: Request<Incoming>,
@@ -205,7 +89,7 @@ pub(super) async fn bootstrap_route<K: Send + 'static>(
         (Method::GET, "/health") => full(200, "text/plain", ""),
         (Method::POST, "/kvsim/bootstrap") => {
             match read_body(req, w.p.limits.read_deadline).await {
-                Ok(b) => register(w, &b),
+                Ok(b) => register(w, &b).await,
                 Err(r) => r,
             }
         }
@@ -221,7 +105,11 @@ struct Registration {
     notify: Option<body::Str>,
 }
 
-fn register<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
+/// A registration, checked, handed to the front as decode's `Register`; the answer
+/// is the front's: `{"ok": true, "epoch": E}` (taken by incarnation `E`), or
+/// `{"ok": false, "prefill_status": S, "why": W}` (prefill's half already ended, or
+/// the front refused it).
+async fn register<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
     let reg = match body::parse::<Registration>(b) {
         Ok(r) => r,
         Err(m) => return error(400, &m),
@@ -233,33 +121,39 @@ fn register<K>(w: &Worker<K>, b: &[u8]) -> Response<Out> {
     if room < 0 || !w.p.decodes.contains(&decode) {
         return error(
             400,
-            &format!("decode: {d} is not a decode node of this deployment"),
+            &format!("room {room}, decode {d}: a room (0..2^63) and a decode node of this deployment are required"),
         );
     }
-    let Ok(mut m) = w.registered.lock() else {
-        return error(500, "bootstrap table poisoned");
-    };
-    // (Registrations no prefill half takes within the wait are dropped by the prune.)
-    if m.len() >= MAX_REGISTERED {
-        return error(503, "too many rooms registered and not taken");
+    let r = room as u64;
+    if let (Some(url), Ok(mut urls)) = (reg.notify, w.decode_urls.lock()) {
+        urls.insert(decode, url.0);
     }
-    let url = reg.notify.map(|u| u.0).unwrap_or_default();
-    let gone = w
-        .gone
-        .lock()
-        .ok()
-        .and_then(|mut g| g.remove(&(room as u64)));
-    if let Some((status, _)) = gone {
-        // Prefill's half of this room already ended here without running.
-        drop(m);
-        tell(w, room as u64, status, url);
-        return json_reply(
-            200,
-            &json!({"ok": true, "prefill_status": status, "epoch": w.p.epoch}),
-        );
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    match w.pending.lock() {
+        Ok(mut m) if m.len() < MAX_REGISTERED => {
+            m.insert(r, tx);
+        }
+        Ok(_) => return error(503, "too many registrations waiting for an answer"),
+        Err(_) => return error(500, "bootstrap table poisoned"),
     }
-    m.insert(room as u64, (decode, url, Instant::now()));
-    drop(m);
-    w.registered_changed.notify_waiters();
-    json_reply(200, &json!({"ok": true, "epoch": w.p.epoch}))
+    let msg = Msg::Register { room: room_key(r) };
+    if w.p
+        .node
+        .send(NodeEvent::FrontPeer { from: decode, msg })
+        .is_err()
+    {
+        return error(503, "the node is shutting down");
+    }
+    match tokio::time::timeout(REGISTRATION_ANSWER, rx).await {
+        Ok(Ok(v)) => json_reply(200, &v),
+        _ => {
+            if let Ok(mut m) = w.pending.lock() {
+                m.remove(&r);
+            }
+            error(
+                503,
+                &format!("room {r}: the prefill front did not answer the registration"),
+            )
+        }
+    }
 }

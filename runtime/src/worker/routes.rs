@@ -12,19 +12,17 @@ use crate::http::state::FrontCounters;
 use crate::sync::atomic::Ordering;
 use crate::sync::{Arc, Mutex};
 use crate::tokenizer::Vocab;
+use crate::worker::carry::spawn_carrier;
 use crate::worker::check::{check_halves, Half};
 use crate::worker::decode::{decode, prefill_done};
-use crate::worker::prefill::{bootstrap_route, prefill, prune_registrations, tell_decode};
-use crate::worker::state::{
-    bootstrap_wait, count, fail, release_room, take_room, Rooms, Told, Worker, WorkerParts,
-};
+use crate::worker::prefill::{bootstrap_route, prefill};
+use crate::worker::state::{count, fail, release_room, take_room, Rooms, Worker, WorkerParts};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use kvsim_engine::node::Role;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::net::TcpListener;
-use tokio::sync::Notify;
 
 /// Serve the worker API on `listener` (and a prefill node's bootstrap on `bootstrap`).
 pub fn spawn_worker<K: Send + 'static>(
@@ -37,32 +35,18 @@ pub fn spawn_worker<K: Send + 'static>(
         None => None,
     };
     let max = p.limits.max_connections;
-    let (done_tx, done_rx) = crate::sync::mpsc::channel::<Told>();
-    crate::sync::thread::Builder::new()
-        .name(format!("{}-done", p.id))
-        .spawn(move || tell_decode(done_rx))?;
     let rooms = Mutex::new(Rooms::new(&p.cfg));
     let w = Arc::new(Worker {
-        done_tx: Mutex::new(done_tx),
-        gone: Mutex::new(BTreeMap::new()),
         fail_first: crate::sync::atomic::AtomicU64::new(p.fail_first),
         p,
         vocab: Mutex::new(Vocab::new()),
         rooms,
-        registered: Mutex::new(BTreeMap::new()),
-        registered_changed: Notify::new(),
+        pending: Mutex::new(BTreeMap::new()),
+        decode_urls: Mutex::new(BTreeMap::new()),
         counters: FrontCounters::default(),
         bootstrap_port,
     });
-    if w.p.role == Role::Prefill {
-        let w2 = w.clone();
-        crate::sync::thread::Builder::new()
-            .name(format!("{}-bootstrap-prune", w.p.id))
-            .spawn(move || loop {
-                crate::sync::thread::sleep(bootstrap_wait(&w2) / 4);
-                prune_registrations(&w2);
-            })?;
-    }
+    spawn_carrier(&w)?;
     let name = format!("{}-worker", w.p.id);
     let w1 = w.clone();
     let handler: Handler = Arc::new(move |req| {

@@ -1,5 +1,5 @@
-//! A half at the node: started with the engine's own message as from the router
-//! ([`start`]), its answer awaited within a bound ([`bounded`]), and the words for a
+//! A half at the node: handed to the engine front with the engine's own message as
+//! from the router ([`start`]), its answer awaited within a bound ([`bounded`]), and the words for a
 //! half that failed without the engine's reason. Not what a prefill or decode half
 //! does around it.
 
@@ -10,7 +10,7 @@ use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
 use crate::worker::state::Worker;
 use kvsim_engine::ids::RoomKey;
-use kvsim_engine::msg::{Msg, Why};
+use kvsim_engine::msg::Msg;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -18,38 +18,33 @@ pub(super) fn engine_error(status: u16, side: &str) -> String {
     match status {
         400 => format!("the {side} half refused the request (the prompt does not fit)"),
         503 => format!("the {side} half has no capacity now (queue full or intake closed)"),
+        504 => format!(
+            "the {side} half was not paired in time (no decode node registered its \
+             bootstrap_room, or no request for it came)"
+        ),
         st => format!("the {side} half failed the request (status {st})"),
     }
 }
 
-/// Called with a half's terminal status and the engine's reason.
-type OnDone = Box<dyn FnOnce(u16, Option<Why>) + Send>;
-
-/// Start a half at the node; the guard aborts it when dropped armed.
+/// Hand the engine front a half (it pairs it, then starts it at the node); the
+/// guard aborts it when dropped armed. `refused`: the worker refuses it
+/// (`--worker-fail-first`), answered 503 by the front.
 pub(super) fn start<K: Send + 'static>(
     w: &Arc<Worker<K>>,
     key: RoomKey,
     msg: Msg,
     job: &Job,
-    mut on_done: Option<OnDone>,
-    prefill_epoch: Option<u32>,
+    refused: bool,
 ) -> Result<Pending, String> {
     let (tx, rx) = mpsc::unbounded_channel();
     let prompt_len = job.ids.len();
-    let sink = ReplySink::new(move |ev| {
-        if let ReplyEv::Done(r) = &ev {
-            if let Some(f) = on_done.take() {
-                f(r.status, r.why);
-            }
-        }
-        tx.send(ev).is_ok()
-    });
+    let sink = ReplySink::new(move |ev: ReplyEv| tx.send(ev).is_ok());
     let sent = w.p.node.send(NodeEvent::StartHalf {
         room: key,
         msg,
         max_new_tokens: job.max_new_tokens,
         reply: sink,
-        prefill_epoch,
+        refused,
     });
     if sent.is_err() {
         return Err("the node is shutting down".into());

@@ -1,7 +1,8 @@
 //! What a worker front is given ([`WorkerParts`]) and keeps ([`Worker`]): the rooms
 //! it was given (none taken twice, none reused at an older generation), prefill's
-//! registrations and the word it owes decode, and its counters. Not the endpoints
-//! that read and change them.
+//! registrations waiting for the engine front's answer and its decode nodes' URLs,
+//! and its counters. Not the endpoints that read and change them, nor the pairing's
+//! decisions (the engine's `WorkerFront`).
 
 use crate::http::info::FrontInfo;
 use crate::http::limits::FrontLimits;
@@ -14,16 +15,10 @@ use crate::tokenizer::Vocab;
 use hyper::Response;
 use kvsim_engine::config::EngineConfig;
 use kvsim_engine::ids::{Generation, NodeId, RoomId, RoomKey};
-use kvsim_engine::msg::Why;
 use kvsim_engine::node::Role;
 use kvsim_engine::retired::{GenTable, RETIRED_MIN_HALF};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
-use tokio::sync::Notify;
-
-/// Most rooms registered at a prefill node's bootstrap and not yet taken.
-pub(super) const MAX_REGISTERED: usize = 1 << 16;
 
 /// What a worker front is given.
 pub struct WorkerParts<K> {
@@ -77,25 +72,18 @@ pub(super) struct Worker<K> {
     pub(super) p: WorkerParts<K>,
     pub(super) vocab: Mutex<Vocab>,
     pub(super) rooms: Mutex<Rooms>,
-    /// Prefill: rooms registered by decode nodes (the node, its URL), with when.
-    pub(super) registered: Mutex<BTreeMap<u64, (NodeId, String, Instant)>>,
-    /// Prefill: (room, decode's URL) of each finished half, to tell decode.
-    pub(super) done_tx: Mutex<crate::sync::mpsc::Sender<Told>>,
-    /// Prefill: rooms whose half ended here without running (no registration in time,
-    /// refused, the router gone), with the status: a decode node that registers one
-    /// later is told at once, so its half ends too.
-    pub(super) gone: Mutex<BTreeMap<u64, (u16, Instant)>>,
+    /// Prefill: registrations at the bootstrap endpoint waiting for the front's
+    /// answer (`Registered`, or prefill's word that its half ended), by router room.
+    pub(super) pending: Mutex<BTreeMap<u64, tokio::sync::oneshot::Sender<serde_json::Value>>>,
+    /// Prefill: each decode node's URL, as its registrations named it (where prefill's
+    /// word that a half ended goes).
+    pub(super) decode_urls: Mutex<BTreeMap<NodeId, String>>,
     /// Prefill: answer this many more `/generate` requests 503 without running them
     /// (`--worker-fail-first`: a half that fails, for the router's retries).
     pub(super) fail_first: crate::sync::atomic::AtomicU64,
-    pub(super) registered_changed: Notify,
     pub(super) counters: FrontCounters,
     pub(super) bootstrap_port: Option<u16>,
 }
-
-/// What prefill tells decode: the room, its half's status and the engine's reason,
-/// decode's URL.
-pub(super) type Told = (u64, u16, Option<Why>, String);
 
 /// Take room `r` for a half here, or say why not (status, message).
 pub(super) fn take_room<K>(w: &Worker<K>, r: u64) -> Result<(), (u16, String)> {
@@ -142,10 +130,6 @@ pub(super) fn fail<K>(w: &Worker<K>, status: u16, msg: &str) -> Response<Out> {
     error(status, msg)
 }
 
-pub(super) fn bootstrap_wait<K>(w: &Worker<K>) -> Duration {
-    Duration::from_nanos(w.p.cfg.timeouts.bootstrap_ns.max(1_000_000) * 10)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,10 +163,8 @@ mod tests {
             },
             vocab: Mutex::new(Vocab::new()),
             rooms: Mutex::new(Rooms::new(&EngineConfig::default())),
-            registered: Mutex::new(BTreeMap::new()),
-            registered_changed: Notify::new(),
-            done_tx: Mutex::new(crate::sync::mpsc::channel().0),
-            gone: Mutex::new(BTreeMap::new()),
+            pending: Mutex::new(BTreeMap::new()),
+            decode_urls: Mutex::new(BTreeMap::new()),
             fail_first: crate::sync::atomic::AtomicU64::new(0),
             counters: FrontCounters::default(),
             bootstrap_port: None,

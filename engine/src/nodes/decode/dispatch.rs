@@ -12,7 +12,6 @@ use crate::kv::landing::writer_rule;
 use crate::kv::PageRecords;
 use crate::msg::{in_use, only_router, Msg, Status, Why};
 use crate::nodes::worker::handle_behind;
-use crate::nodes::worker::WorkerFront;
 use crate::trace::{NodeFault, Side, TraceEvent};
 
 impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
@@ -148,7 +147,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             counters: _,
             front,
         } = self;
-        *front = front.as_ref().map(WorkerFront::fresh);
+        *front = front.as_ref().map(|f| f.fresh(epoch));
         *pool = pool.restarted(epoch);
         requests.clear();
         prealloc.clear();

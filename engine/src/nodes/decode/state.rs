@@ -219,7 +219,8 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     /// failure where `cancels_both`.
     pub fn put_behind(&mut self, router: NodeId, cancels_both: bool) {
         let front = WorkerFront::new(self.id, Role::Decode, router, cancels_both);
-        self.front = Some(front);
+        let wait_ns = super::super::worker::pairing_wait_ns(&self.cfg.timeouts);
+        self.front = Some(front.pairing(self.pool.epoch(), wait_ns));
     }
 
     /// The room uses this node retired (bounded: [`RetiredRooms::bound`]).

@@ -275,7 +275,8 @@ impl<G: Gpu> PrefillNode<G> {
     /// failure where `cancels_both`.
     pub fn put_behind(&mut self, router: NodeId, cancels_both: bool) {
         let front = WorkerFront::new(self.id, Role::Prefill, router, cancels_both);
-        self.front = Some(front);
+        let wait_ns = super::super::worker::pairing_wait_ns(&self.cfg.timeouts);
+        self.front = Some(front.pairing(self.pool.epoch(), wait_ns));
     }
 
     /// Become the next incarnation, `epoch` (a driver asks for it through
@@ -311,7 +312,7 @@ impl<G: Gpu> PrefillNode<G> {
             counters: _,
             front,
         } = self;
-        *front = front.as_ref().map(WorkerFront::fresh);
+        *front = front.as_ref().map(|f| f.fresh(epoch));
         *pool = PagePool::with_epoch(gpu.pages(), gpu.page_size(), epoch).journal();
         requests.clear();
         waiting.clear();

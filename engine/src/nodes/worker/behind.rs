@@ -7,7 +7,10 @@
 //! front's ([`WorkerFront::from_node`]), and the front's answer goes back to the
 //! router as the engine's own message of that half (`TokenOut`, `PrefillFinished`,
 //! `DecodeFinished`). The front is in the node's process: what passes between them
-//! is no message the world carries; what passes between the router and the front is.
+//! is no message the world carries; what passes between the router and the front is,
+//! and so is the pairing between the two halves' fronts (`Msg::Register`,
+//! `Msg::Registered`, `Msg::PrefillDone`, sent as the node; `Timer::Pairing` is
+//! the node's timer).
 //!
 //! The one rule of the trace (docs/DECISIONS.md, "Worker fronts under an engine
 //! router"): where an engine router runs, it is the real router and traces what it
@@ -18,7 +21,7 @@
 //! and the one oracle judges both deployments.
 
 use super::state::{FrontEffect, FrontInput, HalfEv, WorkerFront};
-use crate::env::{Effect, Input, Outbox};
+use crate::env::{Effect, Input, Outbox, Timer};
 use crate::ids::RoomKey;
 use crate::msg::{Msg, Side, Status};
 use crate::trace::TraceEvent;
@@ -54,9 +57,16 @@ fn start(room: RoomKey, msg: Msg, max_new_tokens: u32) -> FrontInput {
         room,
         msg,
         max_new_tokens,
-        prefill_epoch: None,
         intake_open: true,
     }
+}
+
+/// Is `msg` one the fronts exchange (the pairing), not one for the node?
+fn between_fronts(msg: &Msg) -> bool {
+    matches!(
+        msg,
+        Msg::Register { .. } | Msg::Registered { .. } | Msg::PrefillDone { .. }
+    )
 }
 
 /// The engine's message to the router that a half's answer event is.
@@ -87,6 +97,10 @@ pub(crate) fn handle_behind<K>(
                 feed(front, first, out, node);
             }
         }
+        Input::Message { from, msg } if between_fronts(&msg) => {
+            feed(front, FrontInput::Peer { from, msg }, out, node)
+        }
+        Input::Timer(Timer::Pairing(room)) => feed(front, FrontInput::WaitOver { room }, out, node),
         input => to_node(front, input, out, node),
     }
     jobs_last(out);
@@ -143,7 +157,8 @@ fn to_node<K>(
 }
 
 /// One effect of the front that is neither a delivery to the node nor an input
-/// handed back: an answer goes to the router as the half's message; a closed
+/// handed back: a message to the other half's front and the pairing's timer are
+/// the world's; an answer goes to the router as the half's message; a closed
 /// answer channel is the router's own closed connection, which it notices as the
 /// half's end (499); an event the router authors is not the front's.
 fn carry<K>(front: &WorkerFront, e: FrontEffect, out: &mut Outbox<K>) {
@@ -160,6 +175,8 @@ fn carry<K>(front: &WorkerFront, e: FrontEffect, out: &mut Outbox<K>) {
             out.send(router, answer_msg(side, room, ev));
         }
         FrontEffect::Trace(ev) if !router_traced(&ev) => out.trace(ev),
+        FrontEffect::Send { to, msg } => out.send(to, msg),
+        FrontEffect::Wait { room, after_ns } => out.set_timer(Timer::Pairing(room), after_ns),
         // The router's abort is not a client's disconnect: the router traces its own.
         FrontEffect::Trace(_) | FrontEffect::ClientGone { .. } => {}
         FrontEffect::ToNode(_) | FrontEffect::Then(_) => {

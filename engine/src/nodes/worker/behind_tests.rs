@@ -1,5 +1,6 @@
 //! A decode node behind its worker front, stepped by hand: the router's start
 //! reaches the node through the front, which traces nothing the router traces; an
+//! start waits for prefill's bootstrap to take its registration; an
 //! abort of a half the front does not have is the router's closed connection, which
 //! the router hears as the half's end; a message the worker API does not carry never
 //! reaches the node.
@@ -72,11 +73,23 @@ fn the_router_reaches_a_node_only_through_its_front() {
         prefill: PREFILL,
     };
     let out = from_router(&mut n, start);
-    let sends = |to| {
-        out.iter()
-            .any(|e| matches!(e, Effect::Send { to: t, .. } if *t == to))
-    };
-    assert!(sends(PREFILL), "{out:?}");
+    let register = Msg::Register { room };
+    assert_eq!(
+        out,
+        vec![Effect::Send {
+            to: PREFILL,
+            msg: register
+        }]
+    );
+    // Prefill's bootstrap takes the registration: the half reaches the node.
+    let mut o = Outbox::new(0);
+    let msg = Msg::Registered { room, epoch: 0 };
+    n.handle(Input::Message { from: PREFILL, msg }, &mut o);
+    let out = o.effects;
+    let meta = out
+        .iter()
+        .any(|e| matches!(e, Effect::Send { to, msg: Msg::KvMeta { .. } } if *to == PREFILL));
+    assert!(meta, "{out:?}");
     assert!(!out
         .iter()
         .any(|e| matches!(e, Effect::Trace(TraceEvent::Routed { .. }))));

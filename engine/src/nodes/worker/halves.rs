@@ -16,41 +16,89 @@ impl WorkerFront {
                 room,
                 msg,
                 max_new_tokens,
-                prefill_epoch,
                 intake_open,
-            } => self.start(room, msg, (max_new_tokens, prefill_epoch), intake_open, out),
+            } => self.start(room, msg, max_new_tokens, intake_open, out),
             FrontInput::Abort { room } => self.abort(room, out),
-            FrontInput::PeerDone { room, status, why } => self.peer_done(room, status, why, out),
+            FrontInput::Peer { from, msg } => self.from_peer(from, msg, out),
+            FrontInput::WaitOver { room } => self.wait_over(room, out),
             FrontInput::Early { room, status, why } => self.prefill_done(room, status, why, out),
         }
     }
 
-    /// Start the half of `room` the router asked for with `msg`: refused 503 with the
-    /// node's intake closed (the node never sees it). Decode's half traces the pairing
-    /// as the engine router traces it, so the audit knows each room's halves with no
-    /// router trace (the client's answer is decode's: a room whose decode half never
-    /// started is no room to the audit), and registers the room for clearing. Prefill's
-    /// word of its half's end, come early, is handed back once the start was delivered.
+    /// The router asked for the half of `room` with `msg`: refused 503 with the
+    /// node's intake closed (the node never sees it; a prefill half's decode hears of
+    /// it). Otherwise held for the pairing: decode's front registers the room at its
+    /// prefill's bootstrap, prefill's waits (at most its bound) for that registration,
+    /// unless it came first.
     fn start(
         &mut self,
         room: RoomKey,
-        msg: Msg,
-        (max_new_tokens, prefill_epoch): (u32, Option<u32>),
+        mut msg: Msg,
+        max_new_tokens: u32,
         intake_open: bool,
         out: &mut Vec<FrontEffect>,
     ) {
-        let req = match &msg {
-            Msg::PrefillStart { req, .. } | Msg::DecodeStart { req, .. } if intake_open => *req,
+        if self.has_half(room) {
+            // A copy of a start: the node judges a copy of one it has; a held one waits.
+            if self.halves.contains_key(&room) {
+                out.push(FrontEffect::ToNode(msg));
+            }
+            return;
+        }
+        match &mut msg {
+            Msg::PrefillStart { .. } | Msg::DecodeStart { .. } if intake_open => {}
             _ => {
-                let ev = HalfEv::Done {
-                    status: Status::UNAVAILABLE,
-                    why: None,
-                    side: self.side(),
-                    tokens: Vec::new(),
-                };
+                let ev = self.done(Status::UNAVAILABLE, None, self.side(), Vec::new());
                 out.push(FrontEffect::Answer { room, ev });
+                if self.role != Role::Decode {
+                    self.ended_unrun(room, Status::UNAVAILABLE, out);
+                }
                 return;
             }
+        }
+        match &mut msg {
+            Msg::DecodeStart { prefill, .. } => {
+                let to = *prefill;
+                self.held.insert(room, (msg, max_new_tokens));
+                out.push(FrontEffect::Send {
+                    to,
+                    msg: Msg::Register { room },
+                });
+            }
+            Msg::PrefillStart { decode, .. } => match self.registered.remove(&room) {
+                Some(d) => {
+                    *decode = d;
+                    self.begin(room, msg, max_new_tokens, None, out);
+                }
+                None => {
+                    self.held.insert(room, (msg, max_new_tokens));
+                    let after_ns = self.wait_ns;
+                    out.push(FrontEffect::Wait { room, after_ns });
+                }
+            },
+            _ => {}
+        }
+    }
+
+    /// The pairing of `room` is done: its half goes to the node. Decode's half traces
+    /// the pairing as the engine router traces it, so the audit knows each room's
+    /// halves with no router trace (the client's answer is decode's: a room whose
+    /// decode half never started is no room to the audit), and registers the room for
+    /// clearing with `prefill_epoch`, the incarnation of the prefill node whose
+    /// bootstrap took the registration. Prefill's word of its half's end, come early,
+    /// is handed back once the start was delivered.
+    pub(super) fn begin(
+        &mut self,
+        room: RoomKey,
+        msg: Msg,
+        max_new_tokens: u32,
+        prefill_epoch: Option<u32>,
+        out: &mut Vec<FrontEffect>,
+    ) {
+        let (req, peer) = match &msg {
+            Msg::PrefillStart { req, decode, .. } => (*req, Some(*decode)),
+            Msg::DecodeStart { req, .. } => (*req, None),
+            _ => return,
         };
         if let Msg::DecodeStart {
             prompt, prefill, ..
@@ -68,8 +116,7 @@ impl WorkerFront {
             }));
             self.register(room, *prefill, prefill_epoch, out);
         }
-        let tokens = Vec::new();
-        self.halves.insert(room, Half { req, tokens });
+        self.halves.insert(room, Half::new(req, peer));
         out.push(FrontEffect::ToNode(msg));
         let early = self.early_done.iter().position(|(r, _, _)| *r == room);
         if let Some((_, status, why)) = early.and_then(|i| self.early_done.remove(i)) {
@@ -83,6 +130,15 @@ impl WorkerFront {
     /// half here (never started, answered, or the process that had it is gone) has
     /// only its client's channel to close.
     fn abort(&mut self, room: RoomKey, out: &mut Vec<FrontEffect>) {
+        if self.held.remove(&room).is_some() {
+            // Not at the node yet: its client's channel closes; a prefill half's
+            // decode hears that it ended.
+            out.push(FrontEffect::Close { room });
+            if self.role != Role::Decode {
+                self.ended_unrun(room, Status::CLIENT_CLOSED, out);
+            }
+            return;
+        }
         if !self.halves.contains_key(&room) {
             out.push(FrontEffect::Close { room });
             return;
@@ -111,9 +167,15 @@ impl WorkerFront {
                     out.push(FrontEffect::Answer { room, ev });
                 }
             }
-            Msg::PrefillFinished { room, status, why } if self.halves.remove(&room).is_some() => {
-                let ev = self.done(status, why, Side::Prefill, Vec::new());
-                out.push(FrontEffect::Answer { room, ev });
+            Msg::PrefillFinished { room, status, why } => {
+                if let Some(h) = self.halves.remove(&room) {
+                    let ev = self.done(status, why, Side::Prefill, Vec::new());
+                    out.push(FrontEffect::Answer { room, ev });
+                    if let Some(to) = h.peer {
+                        let msg = Msg::PrefillDone { room, status, why };
+                        out.push(FrontEffect::Send { to, msg });
+                    }
+                }
             }
             Msg::DecodeFinished { room, status, why } => {
                 self.half_done(room, Side::Decode, out);
@@ -129,7 +191,7 @@ impl WorkerFront {
 
     /// Decode: prefill's word that its half of `room` is terminal, kept for a moment
     /// when decode's half has not started yet.
-    fn peer_done(
+    pub(super) fn peer_done(
         &mut self,
         room: RoomKey,
         status: Status,
@@ -165,6 +227,12 @@ impl WorkerFront {
         let Some(h) = self.halves.remove(&room) else {
             return;
         };
+        let node = self.node;
+        out.push(FrontEffect::Trace(TraceEvent::FrontCancelled {
+            node,
+            room,
+            status,
+        }));
         self.answered(room, h.req, status, Vec::new(), out);
         let ev = self.done(status, why, Side::Prefill, Vec::new());
         out.push(FrontEffect::Answer { room, ev });
@@ -216,7 +284,7 @@ impl WorkerFront {
         }));
     }
 
-    fn done(
+    pub(super) fn done(
         &self,
         status: Status,
         why: Option<Why>,

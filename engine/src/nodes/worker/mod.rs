@@ -21,7 +21,10 @@
 //! Its parts: the state and the vocabulary (`state.rs`), a half's start, abort and
 //! answer (`halves.rs`), room clearing and the epoch rule (`epochs.rs`), the rooms a
 //! killed decode process left open and their clearing by its successor (`killed.rs`),
-//! a node behind its front under an engine router (`behind.rs`).
+//! a node behind its front under an engine router (`behind.rs`), the pairing of a
+//! room's halves between their fronts (`pairing.rs`: decode's registration at
+//! prefill's bootstrap, prefill's wait for it, prefill's word that its half ended,
+//! engine messages the world carries).
 
 mod behind;
 #[cfg(test)]
@@ -29,6 +32,9 @@ mod behind_tests;
 mod epochs;
 mod halves;
 mod killed;
+mod pairing;
+#[cfg(test)]
+mod pairing_tests;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -36,4 +42,6 @@ mod tests;
 pub(crate) use behind::handle_behind;
 pub use behind::router_traced;
 pub use killed::LeftOpen;
-pub use state::{FrontEffect, FrontInput, HalfEv, WorkerFront, EARLY_DONE};
+pub use state::{
+    pairing_wait_ns, FrontEffect, FrontInput, HalfEv, WorkerFront, EARLY_DONE, MAX_REGISTERED,
+};

@@ -8,33 +8,44 @@ use crate::nodes::role::Role;
 use crate::trace::TraceEvent;
 use std::collections::{BTreeMap, VecDeque};
 
-/// Most early words of a prefill half's end a decode front keeps (the oldest go).
+/// Most early words of a prefill half's end a decode front keeps (the oldest go),
+/// and most ends of prefill halves that never ran a prefill front keeps for a decode
+/// node that registers late.
 pub const EARLY_DONE: usize = 4096;
+
+/// Most rooms registered at a prefill front's bootstrap and not yet taken by a half.
+pub const MAX_REGISTERED: usize = 1 << 16;
+
+/// How long a prefill front's half waits for decode's registration, and a
+/// registration for the router's request: ten of the engine's bootstrap bounds (at
+/// least 1 ms each), in every driver.
+pub fn pairing_wait_ns(t: &crate::config::Timeouts) -> u64 {
+    t.bootstrap_ns.max(1_000_000).saturating_mul(10)
+}
 
 /// What a worker front is handed (besides the node's messages to the router,
 /// [`WorkerFront::from_node`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FrontInput {
     /// The router asked this worker for its half of `room`: `msg` is the engine's
-    /// `PrefillStart` or `DecodeStart` for it. `prefill_epoch`: a decode half's prefill
-    /// node's incarnation, as its bootstrap said when it took the room's registration
-    /// (`None`: it did not say). `intake_open`: the node takes new requests.
+    /// `PrefillStart` or `DecodeStart` for it. `intake_open`: the node takes new
+    /// requests. A decode half starts once prefill's bootstrap took its registration
+    /// (`Msg::Registered`); a prefill half once decode registered (`Msg::Register`),
+    /// with the registrant as its `decode` (SGLang's prefill learns its decode peer
+    /// from the registration, not from the router).
     Start {
         room: RoomKey,
         msg: Msg,
         max_new_tokens: u32,
-        prefill_epoch: Option<u32>,
         intake_open: bool,
     },
+    /// A message from the other half's front (`Msg::Register`, `Msg::Registered`,
+    /// `Msg::PrefillDone`), sent by node `from`.
+    Peer { from: NodeId, msg: Msg },
+    /// Prefill: the room's pairing wait (`FrontEffect::Wait`) is over.
+    WaitOver { room: RoomKey },
     /// The half's client (the router's connection) went away.
     Abort { room: RoomKey },
-    /// Decode: the prefill half of `room` is terminal with `status` (prefill's worker
-    /// said so), for the engine's reason `why` where it gave one.
-    PeerDone {
-        room: RoomKey,
-        status: Status,
-        why: Option<Why>,
-    },
     /// Decode: prefill's word that its half of `room` ended, kept from before decode's
     /// half started and handed back by the driver once the start reached the node
     /// ([`FrontEffect::Then`]), so that the node's own answer to its start comes first.
@@ -78,13 +89,31 @@ pub enum FrontEffect {
     /// Hand this input back to the front once every effect before it was carried out
     /// (a delivery to the node included).
     Then(FrontInput),
+    /// Send `msg` to node `to`'s worker front (the pairing's messages): the world
+    /// carries it as any control message.
+    Send { to: NodeId, msg: Msg },
+    /// Prefill: hand back [`FrontInput::WaitOver`] for `room` after `after_ns`
+    /// (the engine's `Timer::Pairing`).
+    Wait { room: RoomKey, after_ns: u64 },
 }
 
-/// A started half: its request and (decode) its tokens so far.
+/// A started half: its request, (decode) its tokens so far, and (prefill) the
+/// decode node that registered its room, told when it ends.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub(super) struct Half {
     pub(super) req: RequestId,
     pub(super) tokens: Vec<Token>,
+    pub(super) peer: Option<NodeId>,
+}
+
+impl Half {
+    pub(super) fn new(req: RequestId, peer: Option<NodeId>) -> Self {
+        Half {
+            req,
+            tokens: Vec::new(),
+            peer,
+        }
+    }
 }
 
 /// Decode: which halves of a room are terminal, and the prefill node and
@@ -108,6 +137,19 @@ pub struct WorkerFront {
     /// A failed prefill half ends its decode half with prefill's status (the router's
     /// cancel-both, defense 6: `router_cancels_both`).
     pub(super) cancels_both: bool,
+    /// The node's incarnation (a prefill bootstrap answers registrations with it).
+    pub(super) epoch: u32,
+    /// Prefill: how long a half waits for decode's registration, and a registration
+    /// for the router's request (the bootstrap bound).
+    pub(super) wait_ns: u64,
+    /// A half the router asked for, not yet at the node: (prefill) waiting for
+    /// decode's registration, (decode) for prefill's bootstrap to take its own.
+    pub(super) held: BTreeMap<RoomKey, (Msg, u32)>,
+    /// Prefill: rooms decode nodes registered that no half took yet.
+    pub(super) registered: BTreeMap<RoomKey, NodeId>,
+    /// Prefill: halves that ended here without running, with their status, for a
+    /// decode node that registers later (at most [`EARLY_DONE`]).
+    pub(super) gone: VecDeque<(RoomKey, Status)>,
     /// Each started half not yet answered.
     pub(super) halves: BTreeMap<RoomKey, Half>,
     /// Decode: the rooms not yet cleared.
@@ -127,6 +169,11 @@ impl WorkerFront {
             role,
             router,
             cancels_both,
+            epoch: 0,
+            wait_ns: 200_000_000,
+            held: BTreeMap::new(),
+            registered: BTreeMap::new(),
+            gone: VecDeque::new(),
             halves: BTreeMap::new(),
             clearing: BTreeMap::new(),
             prefill_epochs: BTreeMap::new(),
@@ -134,10 +181,20 @@ impl WorkerFront {
         }
     }
 
-    /// The same front, new: what a killed process's front knew dies with it (a node
-    /// behind its front restarts with a fresh one).
-    pub fn fresh(&self) -> Self {
-        WorkerFront::new(self.node, self.role, self.router, self.cancels_both)
+    /// The same front with the node's incarnation `epoch` and the pairing bound
+    /// `wait_ns` (a prefill half's wait for decode's registration).
+    pub fn pairing(mut self, epoch: u32, wait_ns: u64) -> Self {
+        self.epoch = epoch;
+        self.wait_ns = wait_ns;
+        self
+    }
+
+    /// The same front, new, for the node's incarnation `epoch`: what a killed
+    /// process's front knew dies with it (a node behind its front restarts with a
+    /// fresh one).
+    pub fn fresh(&self, epoch: u32) -> Self {
+        let f = WorkerFront::new(self.node, self.role, self.router, self.cancels_both);
+        f.pairing(epoch, self.wait_ns)
     }
 
     /// The router whose part the front plays: the node's messages to it are the
@@ -146,9 +203,9 @@ impl WorkerFront {
         self.router
     }
 
-    /// Is `room`'s half started and not yet answered?
+    /// Is `room`'s half asked for (started or held) and not yet answered?
     pub fn has_half(&self, room: RoomKey) -> bool {
-        self.halves.contains_key(&room)
+        self.halves.contains_key(&room) || self.held.contains_key(&room)
     }
 
     /// The side of the half this front serves.

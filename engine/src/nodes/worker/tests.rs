@@ -22,17 +22,29 @@ fn decode_start(room: RoomKey) -> Msg {
     }
 }
 
-fn start(f: &mut WorkerFront, room: RoomKey, epoch: Option<u32>) -> Vec<FrontEffect> {
+/// Decode's half of `room` asked for, and its registration taken by prefill's
+/// incarnation `epoch`: the effects of the registration's answer.
+fn start(f: &mut WorkerFront, room: RoomKey, epoch: u32) -> Vec<FrontEffect> {
     let mut out = Vec::new();
     let msg = decode_start(room);
     let input = FrontInput::Start {
         room,
         msg,
         max_new_tokens: 2,
-        prefill_epoch: epoch,
         intake_open: true,
     };
     f.handle(input, &mut out);
+    let register = Msg::Register { room };
+    assert_eq!(
+        out,
+        vec![FrontEffect::Send {
+            to: PREFILL,
+            msg: register
+        }]
+    );
+    let mut out = Vec::new();
+    let msg = Msg::Registered { room, epoch };
+    f.handle(FrontInput::Peer { from: PREFILL, msg }, &mut out);
     out
 }
 
@@ -61,7 +73,7 @@ fn decode_front(cancels_both: bool) -> WorkerFront {
 fn a_decode_half_runs_and_answers_with_its_tokens() {
     let mut f = decode_front(true);
     let room = RoomKey::new(1, 11);
-    let out = start(&mut f, room, Some(0));
+    let out = start(&mut f, room, 0);
     assert!(matches!(
         &out[0],
         FrontEffect::Trace(TraceEvent::Routed {
@@ -120,7 +132,6 @@ fn a_closed_intake_answers_503() {
         room,
         msg,
         max_new_tokens: 2,
-        prefill_epoch: None,
         intake_open: false,
     };
     f.handle(input, &mut out);
@@ -148,9 +159,10 @@ fn a_failed_prefill_ends_decodes_half_only_with_cancel_both() {
         let why = Some(Why::TransferFailed);
         let mut out = Vec::new();
         let status = Status::INTERNAL;
-        f.handle(FrontInput::PeerDone { room, status, why }, &mut out);
+        let msg = Msg::PrefillDone { room, status, why };
+        f.handle(FrontInput::Peer { from: PREFILL, msg }, &mut out);
         assert!(out.is_empty(), "kept until decode's half starts");
-        let mut out = start(&mut f, room, None);
+        let mut out = start(&mut f, room, 0);
         let early = FrontInput::Early { room, status, why };
         assert_eq!(out.pop(), Some(FrontEffect::Then(early.clone())));
         f.handle(early, &mut out);
@@ -185,7 +197,7 @@ fn a_restarted_prefill_ends_the_halves_of_its_dead_incarnation() {
         RoomKey::new(3, 13),
         RoomKey::new(4, 14),
     );
-    let mut all = start(&mut f, a, Some(0));
+    let mut all = start(&mut f, a, 0);
     let out = abort(&mut f, a);
     assert!(out.contains(&FrontEffect::ClientGone { req: RequestId(11) }));
     assert!(out.contains(&FrontEffect::Close { room: a }));
@@ -200,12 +212,12 @@ fn a_restarted_prefill_ends_the_halves_of_its_dead_incarnation() {
         },
         &mut all,
     );
-    all.extend(start(&mut f, b, Some(0)));
+    all.extend(start(&mut f, b, 0));
     assert!(
         cleared(&all).is_empty(),
         "no prefill word, same incarnation"
     );
-    all.extend(start(&mut f, c, Some(1)));
+    all.extend(start(&mut f, c, 1));
     assert_eq!(
         cleared(&all),
         vec![a],
@@ -221,7 +233,7 @@ fn a_restarted_prefill_ends_the_halves_of_its_dead_incarnation() {
         &mut all,
     );
     assert_eq!(cleared(&all), vec![a, b]);
-    all.extend(start(&mut f, d, Some(0)));
+    all.extend(start(&mut f, d, 0));
     all.extend(abort(&mut f, d));
     f.from_node(
         Msg::DecodeFinished {
