@@ -392,7 +392,7 @@ fn messages() -> Vec<Carried<u8>> {
             src: tags(),
             dst: vec![tag(8), tag(9)],
         },
-        Msg::ReadNotify { room },
+        Msg::ReadNotify { room, rank: 1 },
         Msg::Heartbeat { room },
     ];
     let mut all: Vec<Carried<u8>> = msgs.into_iter().map(Carried::Msg).collect();
@@ -612,7 +612,7 @@ fn room_of(m: &Carried<u8>) -> Option<RoomKey> {
         Msg::WriteDone { id, .. } | Msg::KvRead { id, .. } => Some(id.room),
         Msg::KvParams { room, .. }
         | Msg::PullStart { room, .. }
-        | Msg::ReadNotify { room }
+        | Msg::ReadNotify { room, .. }
         | Msg::Heartbeat { room }
         | Msg::PrefillStart { room, .. }
         | Msg::DecodeStart { room, .. }

@@ -315,7 +315,7 @@ impl MsgView {
                 src: src.clone(),
                 dst: dst.clone(),
             },
-            Msg::ReadNotify { room } => MsgView::ReadNotify { room: *room },
+            Msg::ReadNotify { room, .. } => MsgView::ReadNotify { room: *room },
             Msg::Heartbeat { room } => MsgView::Heartbeat { room: *room },
             other => unreachable!("{} is not a pull message", other.kind()),
         }

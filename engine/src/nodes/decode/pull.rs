@@ -6,6 +6,7 @@
 //! the READ's completion is the whole transfer. A pull aborted or failed while its
 //! READ may still land keeps its pages quarantined until that READ's completion.
 
+use super::handles::Count;
 use super::state::{DecodeNode, Phase, Quarantine, TransferFacts};
 use crate::env::{Outbox, Timer};
 use crate::gpu::Gpu;
@@ -15,28 +16,6 @@ use crate::msg::{Msg, Status, Why};
 use crate::trace::{NodeFault, TraceEvent};
 
 impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
-    /// Post the READ of prefill's `src` into the room's `dst` (one read, the id's
-    /// chunk 0), to `prefill`'s NIC.
-    pub(super) fn post_read(
-        &mut self,
-        room: RoomKey,
-        prefill: NodeId,
-        mut src: Vec<PageTag>,
-        dst: Vec<PageTag>,
-        env: &mut Outbox<G::Kv>,
-    ) {
-        let id = WriteId {
-            writer: self.id,
-            epoch: self.pool.epoch(),
-            room,
-            chunk: 0,
-        };
-        // vLLM reads as many blocks as both sides list (its block ids are aligned).
-        src.truncate(dst.len());
-        let dst = dst[..src.len()].to_vec();
-        env.send(prefill, Msg::KvRead { id, src, dst });
-    }
-
     /// A pulled room heartbeats its prefill every sixth of the lease while it has not
     /// read (vLLM's `_heartbeat_interval`).
     pub(super) fn start_heartbeat(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
@@ -84,13 +63,17 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.quarantine.insert(room, q);
     }
 
-    /// The completion of this node's READ `id` (its own NIC's report): a quarantined
-    /// pull is released; a transferring one runs (`ok`) or fails.
+    /// The completion of this node's READ handle `id` (its own NIC's report), counted
+    /// ([`Self::count_handle`]): once the room's count ends, a quarantined pull is
+    /// released, a transferring one runs (`ok`) or fails.
     pub(super) fn on_read_done(&mut self, id: WriteId, ok: bool, env: &mut Outbox<G::Kv>) {
         let room = id.room;
         if id.epoch != self.pool.epoch() {
             return;
         }
+        let Count::Ended { ok } = self.count_handle(id, ok) else {
+            return;
+        };
         if self.quarantine.get(&room).is_some_and(|q| q.read) {
             return self.on_drain_ack(room, env);
         }
