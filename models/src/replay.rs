@@ -436,9 +436,13 @@ impl Replayer<'_> {
                 });
             }
             MessageStep::FailWrite => {
-                if !is_write {
+                // What the model fails (`write_actions`): an RDMA operation, a KV write
+                // or a READ request (`Msg::KvRead`), which the world fails back to its
+                // poster alike.
+                if !self.h.in_flight()[i].msg.is_rdma() {
                     return Err(Refused::Invalid(
-                        "only a KV write can fail on the wire".into(),
+                        "only an RDMA operation (a KV write or a READ) can fail on the wire"
+                            .into(),
                     ));
                 }
                 self.deliver(i, Landing::FailedOnTheWire)?;
