@@ -115,6 +115,8 @@ pub enum MsgView {
     },
     ReadNotify {
         room: RoomKey,
+        /// The READ handle's rank (`EngineConfig::ranks`; 0 with one rank).
+        rank: u32,
     },
     Heartbeat {
         room: RoomKey,
@@ -315,7 +317,10 @@ impl MsgView {
                 src: src.clone(),
                 dst: dst.clone(),
             },
-            Msg::ReadNotify { room, .. } => MsgView::ReadNotify { room: *room },
+            Msg::ReadNotify { room, rank } => MsgView::ReadNotify {
+                room: *room,
+                rank: *rank,
+            },
             Msg::Heartbeat { room } => MsgView::Heartbeat { room: *room },
             other => unreachable!("{} is not a pull message", other.kind()),
         }
@@ -337,7 +342,7 @@ impl MsgView {
             | DecodeFinished { room, .. }
             | KvParams { room, .. }
             | PullStart { room, .. }
-            | ReadNotify { room }
+            | ReadNotify { room, .. }
             | Heartbeat { room } => Some(*room),
             WriteDone { id, .. } | KvWrite { id, .. } | KvRead { id, .. } => Some(id.room),
         }
@@ -410,7 +415,7 @@ impl MsgView {
             KvRead { id, src, dst } => {
                 format!("KvRead {id} src=[{}] dst=[{}]", tags(src), tags(dst))
             }
-            ReadNotify { room } => format!("ReadNotify {room}"),
+            ReadNotify { room, rank } => format!("ReadNotify {room} rank {rank}"),
             Heartbeat { room } => format!("Heartbeat {room}"),
         }
     }
