@@ -77,7 +77,10 @@ fn each_rank_reads_its_slice_and_prefill_waits_for_every_notification() {
         h.deliver(0).unwrap();
     }
     handled(h.deliver_kind("ReadNotify", P).unwrap());
-    assert!(leased(&h, room), "one rank's notification does not end the lease");
+    assert!(
+        leased(&h, room),
+        "one rank's notification does not end the lease"
+    );
     handled(h.deliver_kind("ReadNotify", P).unwrap());
     assert!(!leased(&h, room), "every rank's notification ends it");
     h.settle(500).unwrap();
@@ -125,5 +128,8 @@ fn a_failed_handle_frees_nothing_while_its_sibling_may_land() {
 fn first_failed_handle_frees_lets_go_of_the_pages_at_the_first_failure() {
     let (at_failure, _, h) = first_failure(BugSet::NONE.with(Bug::FirstFailedHandleFrees));
     let capacity = h.node(D).and_then(|n| n.pool()).unwrap().capacity();
-    assert_eq!(at_failure, capacity, "freed with the sibling READ in flight");
+    assert_eq!(
+        at_failure, capacity,
+        "freed with the sibling READ in flight"
+    );
 }

@@ -436,13 +436,10 @@ impl Replayer<'_> {
                 });
             }
             MessageStep::FailWrite => {
-                // What the model fails (`write_actions`): an RDMA operation, a KV write
-                // or a READ request (`Msg::KvRead`), which the world fails back to its
-                // poster alike.
+                // As the model (`write_actions`): a KV write or a READ request.
                 if !self.h.in_flight()[i].msg.is_rdma() {
                     return Err(Refused::Invalid(
-                        "only an RDMA operation (a KV write or a READ) can fail on the wire"
-                            .into(),
+                        "only an RDMA operation (a KV write or a READ) can fail on the wire".into(),
                     ));
                 }
                 self.deliver(i, Landing::FailedOnTheWire)?;

@@ -63,7 +63,11 @@ fn each_class_one_switch_is_found_and_replays() {
         ("first-failed-handle-frees", names::S9, &[Invariant::S9]),
         ("failed-slice-counted-twice", names::S9, &[Invariant::S9]),
         ("rejected-scatter-returns-ok", names::S4, &[Invariant::S4]),
-        ("failed-handle-skipped", names::QUIESCENCE, &[Invariant::L3, Invariant::L4]),
+        (
+            "failed-handle-skipped",
+            names::QUIESCENCE,
+            &[Invariant::L3, Invariant::L4],
+        ),
     ];
     for (bug, property, replays_to) in cases {
         let spec = ModelSpec::vllm_ranks().with_bugs(BugSet::parse(bug).unwrap());
@@ -77,7 +81,11 @@ fn each_class_one_switch_is_found_and_replays() {
         let c = r.counterexample(property).unwrap();
         let out = c.replay.as_ref().expect("the counterexample replays");
         for inv in replays_to {
-            assert!(out.broken.contains(inv), "{bug}: replays to {:?}", out.broken);
+            assert!(
+                out.broken.contains(inv),
+                "{bug}: replays to {:?}",
+                out.broken
+            );
         }
     }
 }

@@ -7,18 +7,13 @@
 //! slice is a head range of every block; kvsim's KV has no heads, so a slice is a set
 //! of whole pages: what the invariants judge, which destination bytes each handle
 //! writes and when, is the same). With one rank there is one handle, the whole list.
+//! Decode posts and counts them (`pull.rs`); this module is the count alone.
 //!
 //! The count is where the four issue-37 class-1 switches live (`bugs.rs`):
 //! `first-failed-handle-frees`, `failed-slice-counted-twice`,
 //! `rejected-scatter-returns-ok`, `failed-handle-skipped`.
 
-use super::state::DecodeNode;
-use crate::bugs::Bug;
-use crate::env::Outbox;
-use crate::gpu::Gpu;
-use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
-use crate::kv::PageRecords;
-use crate::msg::Msg;
+use crate::bugs::{Bug, BugSet};
 use std::collections::BTreeSet;
 
 /// The READ handles of one pulled room use still to be counted, and whether one that
@@ -55,82 +50,88 @@ pub fn handle_count(len: usize, ranks: u32) -> u32 {
     (ranks.max(1) as usize).min(len.max(1)) as u32
 }
 
-impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
-    /// Post one READ of prefill's `src` into the room's `dst` per rank (each its slice,
-    /// its id's chunk the rank), to `prefill`'s NIC, and record them as pending.
-    pub(super) fn post_read(
-        &mut self,
-        room: RoomKey,
-        prefill: NodeId,
-        mut src: Vec<PageTag>,
-        dst: Vec<PageTag>,
-        env: &mut Outbox<G::Kv>,
-    ) {
-        // vLLM reads as many blocks as both sides list (its block ids are aligned).
-        src.truncate(dst.len());
-        let dst = &dst[..src.len()];
-        let n = handle_count(src.len(), self.cfg.ranks);
-        let mut pending = BTreeSet::new();
-        for rank in 0..n {
-            let id = WriteId {
-                writer: self.id,
-                epoch: self.pool.epoch(),
-                room,
-                chunk: rank,
-            };
-            let at: Vec<usize> = slice(src.len(), n, rank).collect();
-            let read = Msg::KvRead {
-                id,
-                src: at.iter().map(|&i| src[i]).collect(),
-                dst: at.iter().map(|&i| dst[i]).collect(),
-            };
-            env.send(prefill, read);
-            pending.insert(rank);
-        }
-        assert_eq!(pending.len(), n as usize, "one handle per rank");
-        let handles = Handles {
-            pending,
+impl Handles {
+    /// `n` handles, ranks `0..n`, none counted.
+    pub(super) fn new(n: u32) -> Handles {
+        Handles {
+            pending: (0..n).collect(),
             failed: false,
-        };
-        self.handles.insert(room, handles);
+        }
     }
 
-    /// Count the completion of READ handle `id` (`ok`: its bytes landed). The
-    /// defended count removes the handle once and ends the transfer when none is
-    /// pending, failed if any failed: a failure is reported, and the pages let go,
-    /// only once every sibling handle has stopped (vLLM #56104's fix).
-    pub(super) fn count_handle(&mut self, id: WriteId, ok: bool) -> Count {
-        let room = id.room;
-        let bugs = self.cfg.bugs;
-        let Some(h) = self.handles.get_mut(&room) else {
-            return Count::Ignored;
-        };
-        if !h.pending.contains(&id.chunk) {
+    /// Count the completion of handle `rank` (`ok`: its bytes landed). The defended
+    /// count removes the handle once and ends the transfer when none is pending,
+    /// failed if any failed: a failure is reported, and the pages let go, only once
+    /// every sibling handle has stopped (vLLM #56104's fix).
+    pub(super) fn count(&mut self, rank: u32, ok: bool, bugs: BugSet) -> Count {
+        if !self.pending.contains(&rank) {
             return Count::Ignored;
         }
         if !ok && bugs.has(Bug::FailedHandleSkipped) {
             // vLLM #50754: logged (a log line, no event), neither counted nor failed.
             return Count::Waiting;
         }
-        h.pending.remove(&id.chunk);
-        if !ok && bugs.has(Bug::RejectedScatterReturnsOk) {
-            // Mooncake #3000: nothing written, and the handle reports OK.
-        } else if !ok {
-            h.failed = true;
+        self.pending.remove(&rank);
+        // Mooncake #3000: a handle that wrote nothing reports OK.
+        if !ok && !bugs.has(Bug::RejectedScatterReturnsOk) {
+            self.failed = true;
         }
         if !ok && bugs.has(Bug::FailedSliceCountedTwice) {
             // Mooncake #1865: the failed handle is counted again, for a sibling.
-            let sibling = h.pending.iter().next().copied();
-            if let Some(s) = sibling {
-                h.pending.remove(&s);
+            if let Some(sibling) = self.pending.iter().next().copied() {
+                self.pending.remove(&sibling);
             }
         }
+        // vLLM #56104 before its fix: the first failed handle ends the count.
         let first_failure_ends = !ok && bugs.has(Bug::FirstFailedHandleFrees);
-        if !h.pending.is_empty() && !first_failure_ends {
+        if !self.pending.is_empty() && !first_failure_ends {
             return Count::Waiting;
         }
-        let ok = !h.failed;
-        self.handles.remove(&room);
-        Count::Ended { ok }
+        Count::Ended { ok: !self.failed }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slices_cover_the_list_once() {
+        let mut seen: Vec<usize> = (0..3).flat_map(|r| slice(7, 3, r)).collect();
+        seen.sort();
+        assert_eq!(seen, (0..7).collect::<Vec<_>>());
+        assert_eq!(handle_count(7, 3), 3);
+        assert_eq!(handle_count(2, 3), 2);
+        assert_eq!(handle_count(0, 3), 1);
+        assert_eq!(handle_count(5, 1), 1);
+    }
+
+    #[test]
+    fn the_defended_count_ends_once_every_handle_stopped() {
+        let mut h = Handles::new(3);
+        assert_eq!(h.count(1, false, BugSet::NONE), Count::Waiting);
+        assert_eq!(h.count(1, true, BugSet::NONE), Count::Ignored);
+        assert_eq!(h.count(0, true, BugSet::NONE), Count::Waiting);
+        assert_eq!(h.count(2, true, BugSet::NONE), Count::Ended { ok: false });
+    }
+
+    #[test]
+    fn each_switch_changes_the_count_its_way() {
+        let one = |b: Bug| BugSet::NONE.with(b);
+        let mut h = Handles::new(3);
+        let b = one(Bug::FirstFailedHandleFrees);
+        assert_eq!(h.count(0, false, b), Count::Ended { ok: false });
+        let mut h = Handles::new(3);
+        let b = one(Bug::FailedSliceCountedTwice);
+        assert_eq!(h.count(0, false, b), Count::Waiting);
+        assert_eq!(h.count(2, true, b), Count::Ended { ok: false });
+        let mut h = Handles::new(2);
+        let b = one(Bug::RejectedScatterReturnsOk);
+        assert_eq!(h.count(0, false, b), Count::Waiting);
+        assert_eq!(h.count(1, true, b), Count::Ended { ok: true });
+        let mut h = Handles::new(2);
+        let b = one(Bug::FailedHandleSkipped);
+        assert_eq!(h.count(0, false, b), Count::Waiting);
+        assert_eq!(h.count(1, true, b), Count::Waiting);
     }
 }

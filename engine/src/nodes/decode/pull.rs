@@ -6,7 +6,7 @@
 //! the READ's completion is the whole transfer. A pull aborted or failed while its
 //! READ may still land keeps its pages quarantined until that READ's completion.
 
-use super::handles::Count;
+use super::handles::{handle_count, slice, Count, Handles};
 use super::state::{DecodeNode, Phase, Quarantine, TransferFacts};
 use crate::env::{Outbox, Timer};
 use crate::gpu::Gpu;
@@ -16,6 +16,38 @@ use crate::msg::{Msg, Status, Why};
 use crate::trace::{NodeFault, TraceEvent};
 
 impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
+    /// Post one READ of prefill's `src` into the room's `dst` per rank (each its slice,
+    /// its id's chunk the rank), to `prefill`'s NIC, and record them as pending.
+    pub(super) fn post_read(
+        &mut self,
+        room: RoomKey,
+        prefill: NodeId,
+        mut src: Vec<PageTag>,
+        dst: Vec<PageTag>,
+        env: &mut Outbox<G::Kv>,
+    ) {
+        // vLLM reads as many blocks as both sides list (its block ids are aligned).
+        src.truncate(dst.len());
+        let dst = &dst[..src.len()];
+        let n = handle_count(src.len(), self.cfg.ranks);
+        for rank in 0..n {
+            let id = WriteId {
+                writer: self.id,
+                epoch: self.pool.epoch(),
+                room,
+                chunk: rank,
+            };
+            let at: Vec<usize> = slice(src.len(), n, rank).collect();
+            let read = Msg::KvRead {
+                id,
+                src: at.iter().map(|&i| src[i]).collect(),
+                dst: at.iter().map(|&i| dst[i]).collect(),
+            };
+            env.send(prefill, read);
+        }
+        self.handles.insert(room, Handles::new(n));
+    }
+
     /// A pulled room heartbeats its prefill every sixth of the lease while it has not
     /// read (vLLM's `_heartbeat_interval`).
     pub(super) fn start_heartbeat(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
@@ -64,16 +96,19 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
     }
 
     /// The completion of this node's READ handle `id` (its own NIC's report), counted
-    /// ([`Self::count_handle`]): once the room's count ends, a quarantined pull is
+    /// ([`Handles::count`]): once the room's count ends, a quarantined pull is
     /// released, a transferring one runs (`ok`) or fails.
     pub(super) fn on_read_done(&mut self, id: WriteId, ok: bool, env: &mut Outbox<G::Kv>) {
         let room = id.room;
         if id.epoch != self.pool.epoch() {
             return;
         }
-        let Count::Ended { ok } = self.count_handle(id, ok) else {
+        let bugs = self.cfg.bugs;
+        let count = self.handles.get_mut(&room);
+        let Some(Count::Ended { ok }) = count.map(|h| h.count(id.chunk, ok, bugs)) else {
             return;
         };
+        self.handles.remove(&room);
         if self.quarantine.get(&room).is_some_and(|q| q.read) {
             return self.on_drain_ack(room, env);
         }
