@@ -67,6 +67,10 @@ fn bug_line(b: Bug) -> &'static str {
         Bug::ChunkIndexByPosition => "SGLang #30545: after a prefill prefix hit, chunks identified by grid index land at wrong offsets in the room's own pages (S4, S3 by position)",
         Bug::DuplicateRoomJoinsLive => "SGLang #40125 / Mooncake #1400: a start for a live room from another request takes the room's bootstrap state over (S10, S4)",
         Bug::RetryReusesRoom => "kthena #1423 / SGLang #34570 class: sglang-router replays a retry in the room of the attempt it gave up, which may still be live (S7)",
+        Bug::FirstFailedHandleFrees => "vLLM #56104: the first failed per-rank READ handle fails the request and frees its pages while sibling handles still land (S2)",
+        Bug::FailedSliceCountedTwice => "Mooncake #1865: a failed handle is counted again for a sibling, so the count completes early and the pages are freed while the sibling lands (S2)",
+        Bug::RejectedScatterReturnsOk => "Mooncake #3000: a handle whose fragments were all rejected returns OK with nothing written; decode runs on a slice never read (S3)",
+        Bug::FailedHandleSkipped => "vLLM #50754: a failed handle is logged and skipped, so the count of handles never completes and the request never ends (L1)",
     }
 }
 

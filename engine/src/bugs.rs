@@ -116,6 +116,43 @@ pub enum Bug {
     /// halves' answers are taken for the replay's). Breaks S7 first (a room use routed
     /// for two attempts: the halves cannot tell whose metadata they hold).
     RetryReusesRoom,
+    /// Issue 37, class 1: vLLM #56104 (fixed by that PR, "Fix multiple handles xfer
+    /// race", merged 2026-09): a request owns one NIXL transfer handle per remote TP
+    /// rank (heterogeneous TP), and on `main` before it the first handle to reach
+    /// `ERR` invalidated the request's blocks and reported the failure to the
+    /// scheduler at once, while the sibling handles were still posting RDMA into those
+    /// blocks (a posted transfer cannot be aborted). Here: decode's pull, on the first
+    /// failed READ handle of a room, fails the request and frees its pages while its
+    /// sibling handles may still land. Needs `ranks` > 1. Breaks S2 (a sibling's bytes
+    /// land in pages the room no longer owns), then S3 for their next owner.
+    FirstFailedHandleFrees,
+    /// Issue 37, class 1: Mooncake #1865 (grouped scatter RDMA reads; closed, not
+    /// merged): a transfer task completes when its completed and failed slices add up
+    /// to its slice count, and a slice marked failed before it was counted is counted
+    /// again when its completion is, so the count is reached while a sibling slice is
+    /// still in flight and the task completes (failed) early. Here: decode's pull
+    /// counts a failed READ handle twice (for itself and for a sibling still pending),
+    /// so the room's count completes early, the request fails and its pages are freed
+    /// while the uncounted sibling still lands. Needs `ranks` > 1. Breaks S2.
+    FailedSliceCountedTwice,
+    /// Issue 37, class 1: Mooncake #3000 (scatter transfers in the Transfer Engine,
+    /// merged as commit 98e17a2d7; the review thread on `transferScatter` before
+    /// 258f10d6): validation and `openSegment()` failures were reported only through
+    /// optional per-fragment callbacks, so when every fragment was rejected before
+    /// submission the request list was empty and the call returned `OK` with nothing
+    /// written. Here: a READ handle that failed is counted as a success, so the pull
+    /// runs on a slice that was never written. Breaks S3 (decode reads slots its
+    /// request never wrote) and S10.
+    RejectedScatterReturnsOk,
+    /// Issue 37, class 1: vLLM #50754 (open; row C2 of #48633): in push mode decode
+    /// knows it has everything by counting notifications, and a prefill that cannot
+    /// post one of its NIXL writes logs and moves on, so the count never reaches its
+    /// number and the request hangs holding its blocks. Here, on the count kvsim's
+    /// vLLM protocol keeps (decode's pull counts its READ handles, one per remote
+    /// rank): a handle that failed is logged and skipped, neither counted nor failed,
+    /// so the room never completes. Breaks L1 (the request is never answered by
+    /// decode), L2 and L4.
+    FailedHandleSkipped,
 }
 
 impl Bug {

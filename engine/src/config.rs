@@ -241,6 +241,13 @@ pub struct EngineConfig {
     /// early send, sglang #30545). 0 (the default): no prefix hit, every chunk is
     /// `chunk_pages` long.
     pub prefix_hit_pages: u32,
+    /// Sender ranks per room (tensor-parallel prefill): each rank holds its slice of
+    /// the room's KV and moves it with a transfer handle of its own, and the transfer
+    /// ends only when every rank's handle has been counted. Read by vLLM's pull
+    /// (`nodes/decode/handles.rs`: one READ handle per remote prefill rank, as vLLM's
+    /// NIXL connector under heterogeneous TP; the prefill counts one notification per
+    /// rank). 1 (the default): one sender per room.
+    pub ranks: u32,
     /// Size of the router's room table; room numbers are reused (LIFO).
     pub max_rooms: u32,
     /// Most requests one node holds in its queues (beyond it: 503).
@@ -279,6 +286,7 @@ impl Default for EngineConfig {
             chunk_pages: 16,
             max_inflight_chunks: 4,
             prefix_hit_pages: 0,
+            ranks: 1,
             max_rooms: 64,
             max_queue: 256,
             max_batch: 32,
@@ -343,6 +351,9 @@ pub const MAX_NEW_TOKENS_LIMIT: u32 = 1 << 20;
 /// The most pages in one KV write message (at most a whole pool).
 pub const MAX_CHUNK_PAGES: u32 = 1 << 24;
 
+/// The most sender ranks of one room (a tensor-parallel group).
+pub const MAX_RANKS: u32 = 64;
+
 /// The most unanswered drain requests before a decode node fails loudly.
 pub const MAX_DRAIN_RETRIES: u32 = 1 << 20;
 
@@ -383,6 +394,8 @@ impl EngineConfig {
         )?;
         at_least("max_inflight_chunks", 1, self.max_inflight_chunks.into())?;
         at_most("prefix_hit_pages", 1 << 24, self.prefix_hit_pages.into())?;
+        at_least("ranks", 1, self.ranks.into())?;
+        at_most("ranks", MAX_RANKS.into(), self.ranks.into())?;
         at_most("max_inflight_chunks", 1024, self.max_inflight_chunks.into())?;
         at_least("max_rooms", 1, self.max_rooms.into())?;
         at_most("max_rooms", MAX_ROOMS.into(), self.max_rooms.into())?;

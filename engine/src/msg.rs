@@ -323,9 +323,10 @@ pub enum Msg {
         dst: Vec<PageTag>,
     },
     /// NIXL's notification, posted with a READ (`notif_msg`): the reader's side sends
-    /// it to the source's agent once the READ completed. The source frees the room's
-    /// pages on it.
-    ReadNotify { room: RoomKey },
+    /// it to the source's agent once the READ completed, one per READ handle: `rank`
+    /// is the handle's (its `WriteId::chunk`, `EngineConfig::ranks`). The source frees
+    /// the room's pages once every rank's notification came.
+    ReadNotify { room: RoomKey, rank: u32 },
     /// vLLM decode -> prefill: renew the lease on the room's pages (the NIXL
     /// connector's heartbeat, every sixth of the lease while decode has not read).
     Heartbeat { room: RoomKey },
@@ -363,7 +364,7 @@ impl Msg {
             | Msg::DecodeFinished { room, .. }
             | Msg::KvParams { room, .. }
             | Msg::PullStart { room, .. }
-            | Msg::ReadNotify { room }
+            | Msg::ReadNotify { room, .. }
             | Msg::Heartbeat { room }
             | Msg::Register { room }
             | Msg::Registered { room, .. }
@@ -501,7 +502,7 @@ impl Msg {
             Msg::KvRead { id, src, dst } => {
                 format!("KvRead {id} src=[{}] dst=[{}]", tags(src), tags(dst))
             }
-            Msg::ReadNotify { room } => format!("ReadNotify {room}"),
+            Msg::ReadNotify { room, rank } => format!("ReadNotify {room} rank {rank}"),
             Msg::Heartbeat { room } => format!("Heartbeat {room}"),
             Msg::Register { room } => format!("Register {room}"),
             Msg::Registered { room, epoch } => format!("Registered {room} epoch={epoch}"),

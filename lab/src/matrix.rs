@@ -63,7 +63,25 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "scenarios/client-rooms.toml",
         include_str!("../../scenarios/client-rooms.toml"),
     ),
+    (
+        "scenarios/multi-rank.toml",
+        include_str!("../../scenarios/multi-rank.toml"),
+    ),
 ];
+
+/// The switches of rooms with several sender ranks (issue 37, class 1): the count of
+/// a pull's per-rank READ handles (`nodes/decode/handles.rs`).
+pub const RANK_SWITCHES: [Bug; 4] = [
+    Bug::FirstFailedHandleFrees,
+    Bug::FailedSliceCountedTwice,
+    Bug::RejectedScatterReturnsOk,
+    Bug::FailedHandleSkipped,
+];
+
+/// Is `bugs` one of the [`RANK_SWITCHES`] alone?
+fn rank_switch(bugs: BugSet) -> bool {
+    RANK_SWITCHES.iter().any(|b| bugs == BugSet::NONE.with(*b))
+}
 
 /// Which scenario hunts which switch (the one whose faults reach its code path).
 pub fn scenario_for(bugs: BugSet) -> &'static str {
@@ -85,6 +103,9 @@ pub fn scenario_for(bugs: BugSet) -> &'static str {
         "scenarios/prefix-hit.toml"
     } else if only(Bug::DuplicateRoomJoinsLive) {
         "scenarios/client-rooms.toml"
+    } else if rank_switch(bugs) {
+        // Only a room with several ranks has sibling handles to count.
+        "scenarios/multi-rank.toml"
     } else if only(Bug::NoLengthAgreement) {
         // Alone, the length check has nothing to catch unless something else makes the
         // halves disagree: prompt truncation at asymmetric limits does.
@@ -296,6 +317,10 @@ pub fn model_order(bugs: BugSet, models: &[&'static str]) -> Vec<&'static str> {
         // Only a model with a prefix hit off the chunk grid reaches the skew.
         return vec!["prefix-hit"];
     }
+    if rank_switch(bugs) {
+        // Only a model with two READ handles a room has a sibling to count.
+        return vec!["vllm-ranks"];
+    }
     let mut order = models.to_vec();
     if abort_first {
         order.sort_by_key(|m| !m.starts_with("abort-race"));
@@ -433,12 +458,19 @@ pub fn defenses_table(seeds: u64) -> Result<Vec<DefenseRow>, LabError> {
         if baseline || bugs.has(Bug::SkipPreflight) {
             continue;
         }
-        for tags in [true, false] {
-            let mut r = reported(bugs, seeds, |sc| sc.engine.defenses.page_tags = tags)?;
-            r.config = format!("page tags {}", if tags { "on" } else { "off" });
-            r.bugs = label.clone();
-            rows.push(r);
-        }
+        rows.extend(tag_rows(&label, bugs, seeds)?);
+    }
+    Ok(rows)
+}
+
+/// The defenses table's two rows for one configuration: the page-tag check on, off.
+pub fn tag_rows(label: &str, bugs: BugSet, seeds: u64) -> Result<Vec<DefenseRow>, LabError> {
+    let mut rows = Vec::new();
+    for tags in [true, false] {
+        let mut r = reported(bugs, seeds, |sc| sc.engine.defenses.page_tags = tags)?;
+        r.config = format!("page tags {}", if tags { "on" } else { "off" });
+        r.bugs = label.to_string();
+        rows.push(r);
     }
     Ok(rows)
 }

@@ -436,9 +436,10 @@ impl Replayer<'_> {
                 });
             }
             MessageStep::FailWrite => {
-                if !is_write {
+                // As the model (`write_actions`): a KV write or a READ request.
+                if !self.h.in_flight()[i].msg.is_rdma() {
                     return Err(Refused::Invalid(
-                        "only a KV write can fail on the wire".into(),
+                        "only an RDMA operation (a KV write or a READ) can fail on the wire".into(),
                     ));
                 }
                 self.deliver(i, Landing::FailedOnTheWire)?;

@@ -11,7 +11,7 @@ use kvsim_engine::config::RouterPolicy;
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 23] = [
+    pub const NAMES: [&'static str; 24] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -34,6 +34,7 @@ impl ModelSpec {
         "prefix-hit",
         "vllm-pull",
         "vllm-lease-race",
+        "vllm-ranks",
         "worker-front",
     ];
 
@@ -584,6 +585,7 @@ impl ModelSpec {
             "prefix-hit" => Ok(ModelSpec::prefix_hit()),
             "vllm-pull" => Ok(ModelSpec::vllm_pull()),
             "vllm-lease-race" => Ok(ModelSpec::vllm_lease_race()),
+            "vllm-ranks" => Ok(ModelSpec::vllm_ranks()),
             "worker-front" => Ok(ModelSpec::worker_front()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }

@@ -397,7 +397,7 @@ fn messages() -> Vec<Carried<u8>> {
             src: tags(),
             dst: vec![tag(8), tag(9)],
         },
-        Msg::ReadNotify { room },
+        Msg::ReadNotify { room, rank: 1 },
         Msg::Heartbeat { room },
         Msg::Register { room },
         Msg::Registered { room, epoch: 2 },
@@ -627,7 +627,7 @@ fn room_of(m: &Carried<u8>) -> Option<RoomKey> {
         Msg::WriteDone { id, .. } | Msg::KvRead { id, .. } => Some(id.room),
         Msg::KvParams { room, .. }
         | Msg::PullStart { room, .. }
-        | Msg::ReadNotify { room }
+        | Msg::ReadNotify { room, .. }
         | Msg::Heartbeat { room }
         | Msg::Register { room }
         | Msg::Registered { room, .. }

@@ -157,7 +157,13 @@ fn nic_landed<K>(
     if is_read_response(at, id) {
         out.send(at, Msg::WriteDone { id, ok });
         if ok {
-            out.send(from, Msg::ReadNotify { room: id.room });
+            out.send(
+                from,
+                Msg::ReadNotify {
+                    room: id.room,
+                    rank: id.chunk,
+                },
+            );
         }
     } else {
         out.send(from, Msg::WriteDone { id, ok });

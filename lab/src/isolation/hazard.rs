@@ -2,7 +2,7 @@
 //! the scenario each runs in, and what counts as a leak. Which defenses face them is
 //! [`super::configs`]'s; running a cell is [`super::cell`]'s.
 
-use crate::matrix::{load, scenario_for};
+use crate::matrix::{load, scenario_for, RANK_SWITCHES};
 use crate::LabError;
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::config::Defenses;
@@ -108,6 +108,10 @@ impl Hazard {
 /// and no node defense can tell a replay from a duplicated start. Nor
 /// `duplicate-room-joins-live`: the peer check refuses the colliding start, which is
 /// no defense switch (`engine/tests/duplicate_room.rs`, `scenarios/client-rooms.toml`).
+/// Nor the switches of rooms with several ranks ([`RANK_SWITCHES`]): they are vLLM's
+/// pull's count of READ handles, whose defense is the count itself (no switch of
+/// [`Defenses`]); the matrix's defenses are SGLang's push path's, and its columns are
+/// not yet run on vLLM's protocol.
 pub fn hazards() -> Vec<Hazard> {
     let router_only = [
         Bug::SkipPreflight,
@@ -117,7 +121,7 @@ pub fn hazards() -> Vec<Hazard> {
     ];
     let mut v: Vec<Hazard> = Bug::ALL
         .into_iter()
-        .filter(|b| !router_only.contains(b))
+        .filter(|b| !router_only.contains(b) && !RANK_SWITCHES.contains(b))
         .map(|b| Hazard::Bugs(BugSet::NONE.with(b)))
         .collect();
     v.push(Hazard::Bugs(BugSet::INCIDENT));

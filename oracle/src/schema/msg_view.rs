@@ -115,6 +115,8 @@ pub enum MsgView {
     },
     ReadNotify {
         room: RoomKey,
+        /// The READ handle's rank (`EngineConfig::ranks`; 0 with one rank).
+        rank: u32,
     },
     Heartbeat {
         room: RoomKey,
@@ -340,7 +342,10 @@ impl MsgView {
                 src: src.clone(),
                 dst: dst.clone(),
             },
-            Msg::ReadNotify { room } => MsgView::ReadNotify { room: *room },
+            Msg::ReadNotify { room, rank } => MsgView::ReadNotify {
+                room: *room,
+                rank: *rank,
+            },
             Msg::Heartbeat { room } => MsgView::Heartbeat { room: *room },
             other => unreachable!("{} is not a pull message", other.kind()),
         }
@@ -362,7 +367,7 @@ impl MsgView {
             | DecodeFinished { room, .. }
             | KvParams { room, .. }
             | PullStart { room, .. }
-            | ReadNotify { room }
+            | ReadNotify { room, .. }
             | Heartbeat { room }
             | Register { room }
             | Registered { room, .. }
@@ -438,7 +443,7 @@ impl MsgView {
             KvRead { id, src, dst } => {
                 format!("KvRead {id} src=[{}] dst=[{}]", tags(src), tags(dst))
             }
-            ReadNotify { room } => format!("ReadNotify {room}"),
+            ReadNotify { room, rank } => format!("ReadNotify {room} rank {rank}"),
             Heartbeat { room } => format!("Heartbeat {room}"),
             Register { room } => format!("Register {room}"),
             Registered { room, epoch } => format!("Registered {room} epoch={epoch}"),

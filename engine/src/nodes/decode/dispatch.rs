@@ -139,6 +139,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             requests,
             prealloc,
             quarantine,
+            handles,
             retired,
             finished_pages,
             compute_armed,
@@ -152,6 +153,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         requests.clear();
         prealloc.clear();
         quarantine.clear();
+        handles.clear();
         retired.clear();
         finished_pages.clear();
         *compute_armed = false;

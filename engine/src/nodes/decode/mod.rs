@@ -23,6 +23,7 @@
 
 mod admission;
 mod dispatch;
+mod handles;
 mod landing;
 mod pull;
 mod queries;
@@ -30,4 +31,5 @@ mod release;
 mod state;
 mod steps;
 
+pub use handles::handle_count;
 pub use state::{DecodeNode, DecodePhase};

@@ -6,6 +6,7 @@
 //! the READ's completion is the whole transfer. A pull aborted or failed while its
 //! READ may still land keeps its pages quarantined until that READ's completion.
 
+use super::handles::{handle_count, slice, Count, Handles};
 use super::state::{DecodeNode, Phase, Quarantine, TransferFacts};
 use crate::env::{Outbox, Timer};
 use crate::gpu::Gpu;
@@ -15,8 +16,8 @@ use crate::msg::{Msg, Status, Why};
 use crate::trace::{NodeFault, TraceEvent};
 
 impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
-    /// Post the READ of prefill's `src` into the room's `dst` (one read, the id's
-    /// chunk 0), to `prefill`'s NIC.
+    /// Post one READ of prefill's `src` into the room's `dst` per rank (each its slice,
+    /// its id's chunk the rank), to `prefill`'s NIC, and record them as pending.
     pub(super) fn post_read(
         &mut self,
         room: RoomKey,
@@ -25,16 +26,26 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         dst: Vec<PageTag>,
         env: &mut Outbox<G::Kv>,
     ) {
-        let id = WriteId {
-            writer: self.id,
-            epoch: self.pool.epoch(),
-            room,
-            chunk: 0,
-        };
         // vLLM reads as many blocks as both sides list (its block ids are aligned).
         src.truncate(dst.len());
-        let dst = dst[..src.len()].to_vec();
-        env.send(prefill, Msg::KvRead { id, src, dst });
+        let dst = &dst[..src.len()];
+        let n = handle_count(src.len(), self.cfg.ranks);
+        for rank in 0..n {
+            let id = WriteId {
+                writer: self.id,
+                epoch: self.pool.epoch(),
+                room,
+                chunk: rank,
+            };
+            let at: Vec<usize> = slice(src.len(), n, rank).collect();
+            let read = Msg::KvRead {
+                id,
+                src: at.iter().map(|&i| src[i]).collect(),
+                dst: at.iter().map(|&i| dst[i]).collect(),
+            };
+            env.send(prefill, read);
+        }
+        self.handles.insert(room, Handles::new(n));
     }
 
     /// A pulled room heartbeats its prefill every sixth of the lease while it has not
@@ -84,13 +95,20 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         self.quarantine.insert(room, q);
     }
 
-    /// The completion of this node's READ `id` (its own NIC's report): a quarantined
-    /// pull is released; a transferring one runs (`ok`) or fails.
+    /// The completion of this node's READ handle `id` (its own NIC's report), counted
+    /// ([`Handles::count`]): once the room's count ends, a quarantined pull is
+    /// released, a transferring one runs (`ok`) or fails.
     pub(super) fn on_read_done(&mut self, id: WriteId, ok: bool, env: &mut Outbox<G::Kv>) {
         let room = id.room;
         if id.epoch != self.pool.epoch() {
             return;
         }
+        let bugs = self.cfg.bugs;
+        let count = self.handles.get_mut(&room);
+        let Some(Count::Ended { ok }) = count.map(|h| h.count(id.chunk, ok, bugs)) else {
+            return;
+        };
+        self.handles.remove(&room);
         if self.quarantine.get(&room).is_some_and(|q| q.read) {
             return self.on_drain_ack(room, env);
         }

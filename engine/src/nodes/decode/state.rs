@@ -3,6 +3,7 @@
 //! transitions live in the sibling concern files, which take names from here; this
 //! file takes none from them.
 
+use super::handles::Handles;
 use crate::config::EngineConfig;
 use crate::counters::Counters;
 use crate::gpu::{DeviceError, Gpu};
@@ -151,6 +152,8 @@ pub struct DecodeNode<G, P = PagePool> {
     pub(super) requests: BTreeMap<RoomKey, Request>,
     pub(super) prealloc: VecDeque<RoomKey>,
     pub(super) quarantine: BTreeMap<RoomKey, Quarantine>,
+    /// A pull's READ handles not yet counted, per room use (`handles.rs`).
+    pub(super) handles: BTreeMap<RoomKey, Handles>,
     pub(super) retired: RetiredRooms,
     /// Pages of recently finished requests, kept for the `double-free-on-finish` bug's
     /// second release path (bounded by `max_queue`; empty unless the bug is on).
@@ -203,6 +206,7 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             requests: BTreeMap::new(),
             prealloc: VecDeque::new(),
             quarantine: BTreeMap::new(),
+            handles: BTreeMap::new(),
             retired,
             finished_pages: VecDeque::new(),
             compute_armed: false,

@@ -8,6 +8,7 @@ use crate::gpu::{trace_write, Gpu};
 use crate::ids::{NodeId, RequestId, RoomKey, Token};
 use crate::msg::{only_router, Msg, Status, Why};
 use crate::trace::{Side, TraceEvent};
+use std::collections::BTreeSet;
 
 impl<G: Gpu> VllmPrefill<G> {
     /// The router starts and aborts rooms; a room's notification and heartbeats are
@@ -17,7 +18,7 @@ impl<G: Gpu> VllmPrefill<G> {
             Msg::PrefillStart { .. } | Msg::Abort { .. } if from != self.router => {
                 Err(only_router(self.router, from))
             }
-            Msg::ReadNotify { room } | Msg::Heartbeat { room } => {
+            Msg::ReadNotify { room, .. } | Msg::Heartbeat { room } => {
                 match self.requests.get(room).map(|r| r.decode) {
                     Some(d) if d != from => Err(format!("{room}'s decode node is {d}")),
                     _ => Ok(()),
@@ -45,7 +46,7 @@ impl<G: Gpu> VllmPrefill<G> {
                         decode,
                     } => self.on_start(room, req, prompt, decode, env),
                     Msg::Abort { room } => self.on_abort(room, env),
-                    Msg::ReadNotify { room } => self.lease_ended(room, false, env),
+                    Msg::ReadNotify { room, rank } => self.on_notify(room, rank, env),
                     Msg::Heartbeat { room } => self.renew(room, env),
                     _ => {}
                 }
@@ -186,7 +187,10 @@ impl<G: Gpu> VllmPrefill<G> {
         let tokens = prompt.len() as u64;
         let src = pages.clone();
         if let Some(r) = self.requests.get_mut(&room) {
-            r.phase = Phase::Leased { pages };
+            r.phase = Phase::Leased {
+                pages,
+                notified: BTreeSet::new(),
+            };
         }
         let node = self.id;
         env.trace(TraceEvent::Leased {

@@ -3,6 +3,7 @@
 //! `_reqs_to_send` expiry in the worker); an abort before the forward.
 
 use super::state::{Phase, VllmPrefill};
+use crate::decode::handle_count;
 use crate::env::{Outbox, Timer};
 use crate::gpu::{zero_on_free, Gpu};
 use crate::ids::{PageTag, RoomKey};
@@ -15,7 +16,7 @@ impl<G: Gpu> VllmPrefill<G> {
     /// timer. The pages are released and the room retired; anything else (a
     /// duplicate notification, a stale timer) changes nothing.
     pub(super) fn lease_ended(&mut self, room: RoomKey, expired: bool, env: &mut Outbox<G::Kv>) {
-        let Some(Phase::Leased { pages }) = self.requests.get(&room).map(|r| &r.phase) else {
+        let Some(Phase::Leased { pages, .. }) = self.requests.get(&room).map(|r| &r.phase) else {
             return;
         };
         let pages = pages.clone();
@@ -30,6 +31,27 @@ impl<G: Gpu> VllmPrefill<G> {
         }
         self.release(room, &pages, env);
         self.requests.remove(&room);
+    }
+
+    /// NIXL's notification of READ handle `rank`: the lease ends once every handle
+    /// decode posts for the room ([`handle_count`] over the room's pages and
+    /// `EngineConfig::ranks`) has notified (vLLM counts a request's notifications up
+    /// to its number of remote ranks before it frees the blocks); a repeated or
+    /// out-of-range rank counts nothing.
+    pub(super) fn on_notify(&mut self, room: RoomKey, rank: u32, env: &mut Outbox<G::Kv>) {
+        let ranks = self.cfg.ranks;
+        let Some(Phase::Leased { pages, notified }) =
+            self.requests.get_mut(&room).map(|r| &mut r.phase)
+        else {
+            return;
+        };
+        let expected = handle_count(pages.len(), ranks);
+        if rank < expected {
+            notified.insert(rank);
+        }
+        if notified.len() as u32 >= expected {
+            self.lease_ended(room, false, env);
+        }
     }
 
     /// A heartbeat from the room's decode: the lease runs from now again.

@@ -8,7 +8,7 @@ use crate::invariant::{Invariant, Violation};
 use crate::kv::PagePool;
 use crate::nodes::retired::RetiredRooms;
 use crate::shared_cfg::Cfg;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Where a request is; each phase after `Waiting` holds the pages it owns.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -17,8 +17,12 @@ pub(super) enum Phase {
     Waiting,
     /// Pages allocated; the forward runs at the next scheduler tick.
     Forward { pages: Vec<PageTag> },
-    /// Answered 200; the pages wait for decode's read under a lease.
-    Leased { pages: Vec<PageTag> },
+    /// Answered 200; the pages wait for decode's READ handles under a lease:
+    /// `notified` holds the ranks whose notification came (`lease.rs`, `on_notify`).
+    Leased {
+        pages: Vec<PageTag>,
+        notified: BTreeSet<u32>,
+    },
 }
 
 /// A room's phase as [`VllmPrefill::room_phase`] reports it (read-only).
@@ -132,7 +136,7 @@ impl<G: Gpu> VllmPrefill<G> {
         Some(match &self.requests.get(&room)?.phase {
             Phase::Waiting => VllmPhase::Waiting,
             Phase::Forward { .. } => VllmPhase::Forward,
-            Phase::Leased { pages } => VllmPhase::Leased {
+            Phase::Leased { pages, .. } => VllmPhase::Leased {
                 pages: pages.clone(),
             },
         })
