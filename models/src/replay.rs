@@ -282,7 +282,7 @@ impl Replayer<'_> {
                 from,
                 to,
                 write,
-                reason: WriteFailure::ReceiverGone,
+                reason: kvsim_engine::world::crash_failure(node, to),
             });
         }
         self.record(Record::Fault(FaultEvent::Restart {

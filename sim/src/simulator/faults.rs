@@ -226,7 +226,8 @@ impl<G: Gpu> Simulator<G> {
             if let Some((from, to, id)) =
                 delivery(&q).and_then(|(f, t, m)| Some((f, t, m.write_id()?)))
             {
-                self.write_failed(from, to, id, done, WriteFailure::ReceiverGone);
+                let why = env_world::crash_failure(node, to);
+                self.write_failed(from, to, id, done, why);
             }
         }
     }
