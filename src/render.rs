@@ -67,6 +67,8 @@ fn bug_line(b: Bug) -> &'static str {
         Bug::ChunkIndexByPosition => "SGLang #30545: after a prefill prefix hit, chunks identified by grid index land at wrong offsets in the room's own pages (S4, S3 by position)",
         Bug::DuplicateRoomJoinsLive => "SGLang #40125 / Mooncake #1400: a start for a live room from another request takes the room's bootstrap state over (S10, S4)",
         Bug::RetryReusesRoom => "kthena #1423 / SGLang #34570 class: sglang-router replays a retry in the room of the attempt it gave up, which may still be live (S7)",
+        Bug::LeaseIgnoresHeartbeat => "vLLM #20139 (#21570, #25897): prefill's block timeout runs from the finish and heartbeats never renew it; a backed-up decode reads freed blocks (S2)",
+        Bug::ReadErrorLeavesPending => "vLLM #55181: a NIXL transfer exception leaves the request with no terminal state; its pages are never let go (L3)",
     }
 }
 

@@ -23,7 +23,7 @@ use kvsim_engine::ids::{NodeId, TenantId};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::{Carried, Msg};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{Altered, DataFault, DropReason, WriteFailure};
+use kvsim_engine::world::{Altered, DataFault, DropReason};
 use kvsim_engine::Timer;
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::{
@@ -436,9 +436,11 @@ impl Replayer<'_> {
                 });
             }
             MessageStep::FailWrite => {
-                if !is_write {
+                // A KV write or an RDMA READ request (the model's `FailWrite` of an
+                // RDMA message: `Carried::is_rdma`).
+                if !self.h.in_flight()[i].msg.is_rdma() {
                     return Err(Refused::Invalid(
-                        "only a KV write can fail on the wire".into(),
+                        "only a KV write or an RDMA READ can fail on the wire".into(),
                     ));
                 }
                 self.deliver(i, Landing::FailedOnTheWire)?;

@@ -10,7 +10,7 @@ use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Carried;
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{Side, TraceEvent};
-use kvsim_engine::world::{self as env_world, CrashWalk, DropReason, Flying, Travel, WriteFailure};
+use kvsim_engine::world::{self as env_world, CrashWalk, DropReason, Flying, Travel};
 use kvsim_oracle::schema::{FaultEvent, MsgView, Record};
 use std::hash::Hash;
 

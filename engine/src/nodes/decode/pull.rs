@@ -7,6 +7,7 @@
 //! READ may still land keeps its pages quarantined until that READ's completion.
 
 use super::state::{DecodeNode, Phase, Quarantine, TransferFacts};
+use crate::bugs::Bug;
 use crate::env::{Outbox, Timer};
 use crate::gpu::Gpu;
 use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
@@ -91,6 +92,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         if id.epoch != self.pool.epoch() {
             return;
         }
+        if !ok && self.cfg.bugs.has(Bug::ReadErrorLeavesPending) {
+            // vLLM #55181: the transfer exception escapes before any terminal state.
+            return;
+        }
         if self.quarantine.get(&room).is_some_and(|q| q.read) {
             return self.on_drain_ack(room, env);
         }
@@ -107,7 +112,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             fully_written: ok,
         };
         let sent_pages = r.remote.as_ref().map_or(0, |s| s.len() as u32);
-        if ok {
+        // vLLM #52234: a failed READ taken for done; the request runs on whatever its
+        // pages hold.
+        if ok || self.cfg.bugs.has(Bug::FailOpenOnRecvError) {
             return self.accept_transfer(room, facts, r.prompt_len, sent_pages, env);
         }
         let node = self.id;
