@@ -33,7 +33,10 @@ pub fn parse_leases_ms(list: &str) -> Result<Vec<u64>> {
             let ms: u64 = p
                 .parse()
                 .with_context(|| format!("--leases-ms: `{p}` is not a whole number of ms"))?;
-            anyhow::ensure!(ms > 0, "--leases-ms: a lease of 0 ms frees the pages at once");
+            anyhow::ensure!(
+                ms > 0,
+                "--leases-ms: a lease of 0 ms frees the pages at once"
+            );
             ms.checked_mul(1_000_000)
                 .with_context(|| format!("--leases-ms: {ms} ms is too long"))
         })
@@ -59,7 +62,10 @@ mod tests {
 
     #[test]
     fn candidate_lists_parse_or_name_the_bad_entry() {
-        assert_eq!(parse_leases_ms("50, 100").unwrap(), vec![50_000_000, 100_000_000]);
+        assert_eq!(
+            parse_leases_ms("50, 100").unwrap(),
+            vec![50_000_000, 100_000_000]
+        );
         let e = parse_leases_ms("50,abc").unwrap_err().to_string();
         assert!(e.contains("`abc`"), "{e}");
         assert!(parse_leases_ms("0").is_err());

@@ -47,10 +47,10 @@ impl LeaseFloor {
         let mut s = format!("lease floor of {}\n", self.scenario);
         s.push_str("  lease      failing seeds   first failure\n");
         for r in &self.rows {
-            let first = r
-                .first
-                .as_ref()
-                .map_or_else(|| "-".to_string(), |(seed, inv)| format!("seed {seed}: {inv}"));
+            let first = r.first.as_ref().map_or_else(
+                || "-".to_string(),
+                |(seed, inv)| format!("seed {seed}: {inv}"),
+            );
             s.push_str(&format!(
                 "  {:>7} ms {:>5} of {:<6} {first}\n",
                 r.lease_ns / 1_000_000,
@@ -150,11 +150,21 @@ mod tests {
             rows,
         };
         assert_eq!(
-            f(vec![row(50, 3), row(100, 0), row(200, 1), row(400, 0), row(800, 0)]).floor_ns(),
+            f(vec![
+                row(50, 3),
+                row(100, 0),
+                row(200, 1),
+                row(400, 0),
+                row(800, 0)
+            ])
+            .floor_ns(),
             Some(400_000_000),
             "a clean candidate below a failing one is luck, not the floor"
         );
-        assert_eq!(f(vec![row(50, 0), row(100, 0)]).floor_ns(), Some(50_000_000));
+        assert_eq!(
+            f(vec![row(50, 0), row(100, 0)]).floor_ns(),
+            Some(50_000_000)
+        );
         assert_eq!(f(vec![row(50, 2), row(100, 1)]).floor_ns(), None);
     }
 
@@ -168,7 +178,10 @@ mod tests {
         let f = lease_floor(&sc, path, &[2_000_000_000, 50_000_000], 10, Some(1)).unwrap();
         assert_eq!(f.rows[0].lease_ns, 50_000_000, "shortest first");
         assert!(f.rows[0].failing_seeds > 0, "{}", f.render());
-        assert_eq!(f.rows[0].first.as_ref().map(|(_, i)| i.as_str()), Some("S2"));
+        assert_eq!(
+            f.rows[0].first.as_ref().map(|(_, i)| i.as_str()),
+            Some("S2")
+        );
         assert_eq!(f.floor_ns(), Some(2_000_000_000), "{}", f.render());
         let sglang = crate::matrix::load("scenarios/partition.toml").unwrap();
         let e = lease_floor(&sglang, "partition", &[1], 1, Some(1)).unwrap_err();

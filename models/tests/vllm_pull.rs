@@ -77,7 +77,11 @@ fn vllm_switches_are_found_and_replay() {
             );
             for c in &r.counterexamples {
                 let replayed = c.replay.as_ref().expect("every counterexample replays");
-                assert!(!replayed.broken.is_empty(), "{bug} on {name}: {} replays clean", c.property);
+                assert!(
+                    !replayed.broken.is_empty(),
+                    "{bug} on {name}: {} replays clean",
+                    c.property
+                );
             }
         }
     }

@@ -422,7 +422,13 @@ fn a_source_crash_fails_a_read_response_back_to_its_reader() {
     let CrashFate::FailBack(done) = crash_fate(d, d, p, &response) else {
         panic!("a READ response from a crashed source must fail back to its reader");
     };
-    assert_eq!(done, Msg::WriteDone { id: response.write_id().unwrap(), ok: false });
+    assert_eq!(
+        done,
+        Msg::WriteDone {
+            id: response.write_id().unwrap(),
+            ok: false
+        }
+    );
     assert_eq!(crash_failure(d, p), WriteFailure::SourceGone);
     assert_eq!(crash_failure(d, d), WriteFailure::ReceiverGone);
     // Its own write (posted by the crashed node) is flushed, never failed back.
