@@ -7,6 +7,7 @@ mod bench;
 pub mod cmd_audit;
 pub mod cmd_bugs;
 pub mod cmd_check;
+pub mod cmd_lease;
 pub mod cmd_sim;
 pub mod cmd_ttc;
 pub mod html;

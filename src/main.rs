@@ -65,6 +65,9 @@ enum Command {
     Check(kvsim::cmd_check::CheckArgs),
     /// Hunt every historical bug switch with both tools; write target/reports/bugs.{md,svg}.
     Bugs(kvsim::cmd_bugs::BugsArgs),
+    /// The minimum safe lease of vLLM's pull for a scenario: sweep seeds at each
+    /// candidate lease and print the failing seeds and the shortest clean one.
+    LeaseFloor(kvsim::cmd_lease::LeaseFloorArgs),
     /// Judge a run from its trace files alone (any engine that writes the schema).
     Audit(kvsim::cmd_audit::AuditArgs),
     /// Serve a scenario's topology for real: threads, TCP, a monotonic clock.
@@ -191,6 +194,7 @@ fn main() -> ExitCode {
         Some(Command::Check(args)) => kvsim::cmd_check::run(&args),
         Some(Command::Bugs(args)) => kvsim::cmd_bugs::run(&args),
         Some(Command::Audit(args)) => kvsim::cmd_audit::run(&args),
+        Some(Command::LeaseFloor(args)) => kvsim::cmd_lease::run(&args),
         Some(Command::Serve(_)) => serve_in_its_own_binary(),
         Some(Command::BenchClient(args)) => kvsim::serve::bench(&args),
         Some(Command::BenchHttp(args)) => kvsim::serve::bench_http(&args),

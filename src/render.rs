@@ -71,6 +71,8 @@ fn bug_line(b: Bug) -> &'static str {
         Bug::FailedSliceCountedTwice => "Mooncake #1865: a failed handle is counted again for a sibling, so the count completes early and the pages are freed while the sibling lands (S2)",
         Bug::RejectedScatterReturnsOk => "Mooncake #3000: a handle whose fragments were all rejected returns OK with nothing written; decode runs on a slice never read (S3)",
         Bug::FailedHandleSkipped => "vLLM #50754: a failed handle is logged and skipped, so the count of handles never completes and the request never ends (L1)",
+        Bug::LeaseIgnoresHeartbeat => "vLLM #20139 (#21570, #25897): prefill's block timeout runs from the finish and heartbeats never renew it; a backed-up decode reads freed blocks (S2)",
+        Bug::ReadErrorLeavesPending => "vLLM #55181: a NIXL transfer exception leaves the request with no terminal state; its pages are never let go (L3)",
     }
 }
 

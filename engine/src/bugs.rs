@@ -68,8 +68,9 @@ pub enum Bug {
     /// SGLang #29249: the admission limit uses the context length only, so a request
     /// larger than the pool is admitted and waits for pages forever. Breaks L5.
     AdmitBeyondPool,
-    /// vLLM #52234: a KV receive failure is answered with 200 and whatever the
-    /// destination pages held. Breaks S3/S6.
+    /// vLLM #52234 (NIXL pull, `kv_load_failure_policy: fail`, v0.29.0): a KV receive
+    /// failure is answered with 200 and whatever the destination pages held: SGLang's
+    /// failed transfer and vLLM's failed READ alike. Breaks S3/S6.
     FailOpenOnRecvError,
     /// The GLM-5.3 configuration: a node starts with a pool smaller than its advertised
     /// context. Breaks the pre-flight rule (a config check, not a runtime invariant).
@@ -153,6 +154,22 @@ pub enum Bug {
     /// so the room never completes. Breaks L1 (the request is never answered by
     /// decode), L2 and L4.
     FailedHandleSkipped,
+    /// vLLM #20139 (merged June 2025, `nixl_connector.py`'s `get_finished`): prefill
+    /// keeps a finished request's blocks for a fixed `VLLM_NIXL_ABORT_REQUEST_TIMEOUT`
+    /// counted from the request's finish, which nothing renews (the heartbeat-renewed
+    /// lease came later, #38027/#41383). When decode's queue backs up the timeout runs
+    /// out before decode reads (#21570: "the D node retrieves the already released kv
+    /// blocks"; #25897 raised the default from 120 s to 480 s for it). Here prefill
+    /// ignores decode's heartbeats. Breaks S2 first (the READ served after the lease
+    /// expired), then S3/S10 where the pages were handed on.
+    LeaseIgnoresHeartbeat,
+    /// vLLM #55181 (the class of wtdcode/vllm-backport#33): a NIXL transfer exception
+    /// (`NIXL_ERR_REMOTE_DISCONNECT`) escapes the completion path, so the request gets
+    /// no terminal transition: it stays waiting for its KV until the client gives up.
+    /// Here decode drops its READ's failed completion unhandled: the request neither
+    /// runs nor fails, and once it is aborted its pages wait in quarantine for a
+    /// completion that already came. Breaks L3 first (then L1/L4).
+    ReadErrorLeavesPending,
 }
 
 impl Bug {

@@ -8,6 +8,7 @@
 //! runtime; the CLI (`src/cmd_bugs.rs`, `src/suite.rs`) only calls these and prints.
 
 pub mod isolation;
+pub mod lease_floor;
 pub mod matrix;
 pub mod matrix_report;
 

@@ -67,6 +67,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "scenarios/multi-rank.toml",
         include_str!("../../scenarios/multi-rank.toml"),
     ),
+    (
+        "scenarios/vllm-pull.toml",
+        include_str!("../../scenarios/vllm-pull.toml"),
+    ),
 ];
 
 /// The switches of rooms with several sender ranks (issue 37, class 1): the count of
@@ -83,10 +87,20 @@ fn rank_switch(bugs: BugSet) -> bool {
     RANK_SWITCHES.iter().any(|b| bugs == BugSet::NONE.with(*b))
 }
 
+/// The switches of vLLM's pull protocol (its NIXL connector's prefill and decode
+/// nodes): hunted in `scenarios/vllm-pull.toml` and the `vllm-*` models.
+pub const VLLM_SWITCHES: [Bug; 2] = [Bug::LeaseIgnoresHeartbeat, Bug::ReadErrorLeavesPending];
+
+fn is_vllm_switch(bugs: BugSet) -> bool {
+    VLLM_SWITCHES.iter().any(|b| bugs == BugSet::NONE.with(*b))
+}
+
 /// Which scenario hunts which switch (the one whose faults reach its code path).
 pub fn scenario_for(bugs: BugSet) -> &'static str {
     let only = |b: Bug| bugs == BugSet::NONE.with(b);
-    if only(Bug::SuccessOverwritesAbort) || only(Bug::RetryReusesRoom) {
+    if is_vllm_switch(bugs) {
+        "scenarios/vllm-pull.toml"
+    } else if only(Bug::SuccessOverwritesAbort) || only(Bug::RetryReusesRoom) {
         "scenarios/abort-storm.toml"
     } else if only(Bug::DecodeReleaseImmediate) || only(Bug::PrefillReleaseBeforeDrain) {
         "scenarios/disconnect-mid-transfer.toml"
@@ -134,6 +148,12 @@ pub fn load_for(bugs: BugSet) -> Result<Scenario, LabError> {
     Ok(sc)
 }
 
+/// Why the models cannot reach `lease-ignores-heartbeat`: a heartbeat changes when a
+/// lease runs out, not whether it may; the models' timers carry no time, so a renewed
+/// and an unrenewed lease fire in the same orders (`vllm-lease-race` shows the
+/// premature expiry itself, on the defended engine too).
+const NO_LEASE_CLOCK: &str = "a heartbeat changes when a lease runs out, not whether: model timers carry no time (vllm-lease-race shows the premature expiry itself)";
+
 /// Why the models cannot reach `duplicate-room-joins-live`: it needs a start for a live
 /// room use from another request; the simulator's `client_room_permille` supplies one
 /// (`scenarios/client-rooms.toml`), the models have no such client yet.
@@ -157,6 +177,8 @@ pub fn mc_not_applicable(bugs: BugSet) -> Option<&'static str> {
         Some("a start-up config rule, not a runtime transition")
     } else if only(Bug::DuplicateRoomJoinsLive) {
         Some(NO_COLLIDING_SUPPLIER)
+    } else if only(Bug::LeaseIgnoresHeartbeat) {
+        Some(NO_LEASE_CLOCK)
     } else {
         None
     }
@@ -295,8 +317,13 @@ fn defended_baseline(
 /// ones first for a switch on the abort, drain or failed-transfer paths (their faults
 /// reach its code), as given otherwise; a switch of `sglang-router`'s retries is
 /// searched in `retry-race-small` first, the model of that router (the others run the
-/// careful router, which never retries).
+/// careful router, which never retries); a switch of vLLM's nodes only in the vLLM
+/// models (the only ones that run them).
 pub fn model_order(bugs: BugSet, models: &[&'static str]) -> Vec<&'static str> {
+    if is_vllm_switch(bugs) {
+        // Only the vLLM models run vLLM's nodes.
+        return vec!["vllm-pull", "vllm-crash"];
+    }
     if bugs == BugSet::NONE.with(Bug::RetryReusesRoom) {
         let mut order = vec!["retry-race-small"];
         order.extend(models.iter().filter(|m| **m != "retry-race-small"));

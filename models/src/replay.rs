@@ -23,7 +23,7 @@ use kvsim_engine::ids::{NodeId, TenantId};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::{Carried, Msg};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{Altered, DataFault, DropReason, WriteFailure};
+use kvsim_engine::world::{Altered, DataFault, DropReason};
 use kvsim_engine::Timer;
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::{
@@ -282,7 +282,7 @@ impl Replayer<'_> {
                 from,
                 to,
                 write,
-                reason: WriteFailure::ReceiverGone,
+                reason: kvsim_engine::world::crash_failure(node, to),
             });
         }
         self.record(Record::Fault(FaultEvent::Restart {

@@ -36,6 +36,7 @@ impl ModelSpec {
         "vllm-lease-race",
         "vllm-ranks",
         "worker-front",
+        "vllm-crash",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -546,6 +547,28 @@ impl ModelSpec {
         spec
     }
 
+    /// `vllm-crash`: `vllm-pull` with one crash (and restart) of the prefill or the
+    /// decode node instead of the lost message: the remote disconnect of vLLM's unit
+    /// tests (`test_nixl_connector.py`'s transfer failures and aborts): a prefill that
+    /// dies with its lease while the READ or its response is on the wire (the READ
+    /// fails back to its reader, `world::crash_fate`), a decode that dies with its READ
+    /// posted. One 3-token request whose client may disconnect at any point, one failed
+    /// READ (or its response).
+    pub fn vllm_crash() -> ModelSpec {
+        let mut spec = ModelSpec::vllm_pull();
+        spec.name = "vllm-crash".into();
+        spec.about = "vllm-pull with one crash of the prefill or the decode node (no lost \
+                      message): a client that may disconnect, 1 failed READ, 1 crash"
+            .into();
+        spec.faults = FaultBounds {
+            write_failures: 1,
+            crashes: 1,
+            ..FaultBounds::default()
+        };
+        spec.reaches = vec![names::COMPLETES, names::CRASH];
+        spec
+    }
+
     /// `worker-front`: `retry-race-small` in worker mode: the prefill and the decode
     /// node each behind its SGLang worker front, the `sglang-router` policy reaching
     /// them only through the fronts (a start or an abort is the front's; its answer
@@ -587,6 +610,7 @@ impl ModelSpec {
             "vllm-lease-race" => Ok(ModelSpec::vllm_lease_race()),
             "vllm-ranks" => Ok(ModelSpec::vllm_ranks()),
             "worker-front" => Ok(ModelSpec::worker_front()),
+            "vllm-crash" => Ok(ModelSpec::vllm_crash()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

@@ -201,6 +201,28 @@ const FOUND: &[(&str, &str, Invariant, u64)] = &[
         Invariant::S4,
         20,
     ),
+    // vLLM's pull (issue 36 item 3): the timeout that heartbeats never renew (vLLM
+    // #20139) lets a late READ be served after the lease (S2, seed 7); a failed READ
+    // left with no terminal state (#55181) keeps its pages quarantined for good (L3,
+    // seed 4); a failed READ answered 200 (#52234) runs on unwritten pages (S4, then S3).
+    (
+        "scenarios/vllm-pull.toml",
+        "lease-ignores-heartbeat",
+        Invariant::S2,
+        20,
+    ),
+    (
+        "scenarios/vllm-pull.toml",
+        "read-error-leaves-pending",
+        Invariant::L3,
+        20,
+    ),
+    (
+        "scenarios/vllm-pull.toml",
+        "fail-open-on-recv-error",
+        Invariant::S4,
+        20,
+    ),
     // Behind worker fronts, the incident's placeholder still walks the handoff.
     (
         "scenarios/worker-mode.toml",

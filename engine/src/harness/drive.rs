@@ -414,9 +414,15 @@ impl<G: Gpu> Harness<G> {
         self.world.flights = walk.kept.into_iter().map(|(f, _)| f).collect();
         for (f, done) in walk.failed {
             if let Some(write) = done.write_id() {
-                report.failed.push((f.from, node, write));
+                report.failed.push((f.from, f.to, write));
             }
-            self.push_completion(node, f.from, f.from_epoch, done);
+            // To its poster: a write's sender, or the reader of a READ response.
+            let (poster, epoch) = if f.to == node {
+                (f.from, f.from_epoch)
+            } else {
+                (f.to, f.to_epoch)
+            };
+            self.push_completion(node, poster, epoch, done);
         }
         self.world.timers.crash(node);
         if let Some(n) = self.nodes.get_mut(node.0 as usize) {

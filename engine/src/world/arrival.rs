@@ -60,6 +60,9 @@ pub enum WriteFailure {
     /// The destination tags belong to an earlier incarnation of the receiver (the
     /// memory registration they name no longer exists).
     StaleRegistration,
+    /// The response of a READ whose source crashed while serving it: the connection
+    /// is gone and the reader's NIC completes the READ with an error.
+    SourceGone,
 }
 
 /// What the driver knows about a message as it arrives.

@@ -13,6 +13,16 @@ use crate::node::Node;
 use crate::prefill::PrefillNode;
 use std::fmt::Debug;
 
+/// Why a message that [`crash_fate`] fails back failed: a KV write to the crashed
+/// node lost its receiver; a READ response from it lost its source.
+pub fn crash_failure(crashed: NodeId, to: NodeId) -> super::WriteFailure {
+    if to == crashed {
+        super::WriteFailure::ReceiverGone
+    } else {
+        super::WriteFailure::SourceGone
+    }
+}
+
 /// What a crash of `crashed` does to one message in flight from `from` to `to`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CrashFate {
@@ -20,8 +30,9 @@ pub enum CrashFate {
     Keep,
     /// Lost with the dead incarnation's connections.
     Lose,
-    /// A KV write to the dead incarnation: it fails, and this failed completion
-    /// travels back to its writer instead.
+    /// A KV write to the dead incarnation, or the response of a READ the dead
+    /// incarnation was serving: it fails, and this failed completion travels to the
+    /// node that posted it (the completion's `id.writer`) instead.
     FailBack(Msg),
     /// One of the dead incarnation's own KV writes: flushed from its NIC, never applied.
     Flush,
@@ -31,7 +42,11 @@ pub enum CrashFate {
 /// memory registration is gone); any other message to it stays on its way and reaches
 /// the restarted incarnation late, if it is up by then ([`arrival`](crate::world::arrival)), as a completion
 /// of a write the dead one posted does; the dead incarnation's own KV writes are
-/// flushed; its control messages travel on.
+/// flushed; its control messages travel on. The response of a READ the dead
+/// incarnation's NIC was serving (a KV write from it that another node posted:
+/// [`is_read_response`](crate::world::is_read_response)) is cut with the connection:
+/// the reader's NIC completes its READ with an error (a transport error, NIXL's
+/// `NIXL_ERR_REMOTE_DISCONNECT`), so the reader is never left waiting for it.
 pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Carried<K>) -> CrashFate {
     if to == crashed {
         match failed_completion(msg) {
@@ -40,7 +55,10 @@ pub fn crash_fate<K>(crashed: NodeId, from: NodeId, to: NodeId, msg: &Carried<K>
             None => CrashFate::Keep,
         }
     } else if from == crashed && msg.is_rdma() {
-        CrashFate::Flush
+        match (msg.write_id(), failed_completion(msg)) {
+            (Some(id), Some(done)) if id.writer != crashed => CrashFate::FailBack(done),
+            _ => CrashFate::Flush,
+        }
     } else {
         CrashFate::Keep
     }
@@ -84,8 +102,9 @@ pub struct CrashWalk<T> {
     /// The dead incarnation's own KV writes, flushed with its NIC's queue, never
     /// applied: the crash record's `flushed` list.
     pub flushed: Vec<WriteId>,
-    /// KV writes to the dead incarnation, each with the failed completion that
-    /// travels back to its writer instead.
+    /// KV writes to the dead incarnation and READ responses it was serving, each with
+    /// the failed completion that travels to its poster instead (the completion's
+    /// `id.writer`: a write's sender, a READ response's receiver).
     pub failed: Vec<(T, Msg)>,
     /// Lost with the dead incarnation's connections.
     pub lost: Vec<T>,

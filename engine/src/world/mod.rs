@@ -39,7 +39,9 @@ pub use arrival::{
     arrival, failed_completion, poster, transport, write_arrival, Arrival, Arriving, DropReason,
     Transport, WriteFailure,
 };
-pub use crash::{crash_fate, restart, CrashFate, CrashWalk, Flying, Incarnation, Travel};
+pub use crash::{
+    crash_failure, crash_fate, restart, CrashFate, CrashWalk, Flying, Incarnation, Travel,
+};
 #[cfg(feature = "testing")]
 pub use data_faults::{alter, duplicate_completion, stale_landing, WriteHistory};
 pub use data_faults::{Altered, DataFault, DUPLICATE_WINDOW};

@@ -412,6 +412,43 @@ fn a_crash_keeps_fails_back_or_flushes() {
     assert_eq!(crash_fate(d, r, p, &abort), CrashFate::Keep);
 }
 
+/// vLLM's pull: the response of a READ (a KV write posted by its reader, `p` here,
+/// carried from the source `d`) is cut when the source crashes, and the reader's NIC
+/// completes its READ with an error; the source's own writes are flushed as before.
+#[test]
+fn a_source_crash_fails_a_read_response_back_to_its_reader() {
+    let (p, d) = (NodeId(1), NodeId(2));
+    let response = write(0);
+    let CrashFate::FailBack(done) = crash_fate(d, d, p, &response) else {
+        panic!("a READ response from a crashed source must fail back to its reader");
+    };
+    assert_eq!(
+        done,
+        Msg::WriteDone {
+            id: response.write_id().unwrap(),
+            ok: false
+        }
+    );
+    assert_eq!(crash_failure(d, p), WriteFailure::SourceGone);
+    assert_eq!(crash_failure(d, d), WriteFailure::ReceiverGone);
+    // Its own write (posted by the crashed node) is flushed, never failed back.
+    assert_eq!(crash_fate(p, p, d, &response), CrashFate::Flush);
+    // The walk routes the completion to the reader (the completion's writer).
+    let flights = [(d, p, response.clone())];
+    let walk = CrashWalk::new(d, 0).walk(flights, |(from, to, msg)| {
+        Some(Flying {
+            from: *from,
+            to: *to,
+            msg,
+            epochs: None,
+            duplicate: false,
+        })
+    });
+    assert_eq!(walk.failed.len(), 1);
+    assert!(walk.flushed.is_empty());
+    assert_eq!(walk.failed[0].1.write_id().map(|id| id.writer), Some(p));
+}
+
 #[test]
 fn timers_replace_cancel_and_die_with_their_node() {
     let mut t: Timers<u64> = Timers::new();

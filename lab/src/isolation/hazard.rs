@@ -2,7 +2,7 @@
 //! the scenario each runs in, and what counts as a leak. Which defenses face them is
 //! [`super::configs`]'s; running a cell is [`super::cell`]'s.
 
-use crate::matrix::{load, scenario_for, RANK_SWITCHES};
+use crate::matrix::{load, scenario_for, RANK_SWITCHES, VLLM_SWITCHES};
 use crate::LabError;
 use kvsim_engine::bugs::{Bug, BugSet};
 use kvsim_engine::config::Defenses;
@@ -108,10 +108,11 @@ impl Hazard {
 /// and no node defense can tell a replay from a duplicated start. Nor
 /// `duplicate-room-joins-live`: the peer check refuses the colliding start, which is
 /// no defense switch (`engine/tests/duplicate_room.rs`, `scenarios/client-rooms.toml`).
-/// Nor the switches of rooms with several ranks ([`RANK_SWITCHES`]): they are vLLM's
-/// pull's count of READ handles, whose defense is the count itself (no switch of
-/// [`Defenses`]); the matrix's defenses are SGLang's push path's, and its columns are
-/// not yet run on vLLM's protocol.
+/// Nor the switches of rooms with several ranks ([`RANK_SWITCHES`]) or of vLLM's
+/// nodes ([`VLLM_SWITCHES`]): they are vLLM's pull's (the count of READ handles, the
+/// lease, the READ's error path), whose defenses are no switch of [`Defenses`]; the
+/// matrix's defenses are SGLang's push path's, and its columns are not yet run on
+/// vLLM's protocol.
 pub fn hazards() -> Vec<Hazard> {
     let router_only = [
         Bug::SkipPreflight,
@@ -121,7 +122,8 @@ pub fn hazards() -> Vec<Hazard> {
     ];
     let mut v: Vec<Hazard> = Bug::ALL
         .into_iter()
-        .filter(|b| !router_only.contains(b) && !RANK_SWITCHES.contains(b))
+        .filter(|b| !router_only.contains(b))
+        .filter(|b| !RANK_SWITCHES.contains(b) && !VLLM_SWITCHES.contains(b))
         .map(|b| Hazard::Bugs(BugSet::NONE.with(b)))
         .collect();
     v.push(Hazard::Bugs(BugSet::INCIDENT));

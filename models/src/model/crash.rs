@@ -8,7 +8,7 @@ use crate::model::tx::Tx;
 use crate::model_state::{note, Envelope, KvNode};
 use kvsim_engine::ids::{NodeId, WriteId};
 use kvsim_engine::msg::{Carried, Msg};
-use kvsim_engine::world::{self, CrashWalk, Flying, WriteFailure};
+use kvsim_engine::world::{self, CrashWalk, Flying};
 use kvsim_oracle::schema::{FaultEvent, Record};
 
 impl Tx<'_> {
@@ -60,7 +60,7 @@ impl Tx<'_> {
             epoch: dead,
             flushed,
         }));
-        self.fail_back(failed);
+        self.fail_back(node, failed);
         self.record(&Record::Fault(FaultEvent::Restart {
             node,
             epoch: dead + 1,
@@ -134,22 +134,24 @@ impl Tx<'_> {
         (walk.flushed, failed.collect())
     }
 
-    /// Writes to a dead incarnation fail: the oracle hears each, and its failed
-    /// completion travels back to its writer.
+    /// Writes to the dead incarnation of `node` and READ responses it was serving
+    /// fail: the oracle hears each, and its failed completion travels to its poster
+    /// (a write's sender, a READ response's reader).
     #[inline]
-    fn fail_back(&mut self, failed: Vec<(NodeId, NodeId, Msg)>) {
+    fn fail_back(&mut self, node: NodeId, failed: Vec<(NodeId, NodeId, Msg)>) {
         for (from, to, done) in failed {
             if let Some(write) = done.write_id() {
                 self.record(&Record::WriteFailed {
                     from,
                     to,
                     write,
-                    reason: WriteFailure::ReceiverGone,
+                    reason: world::crash_failure(node, to),
                 });
             }
+            let (poster, other) = if to == node { (from, to) } else { (to, from) };
             self.s.send(Envelope {
-                from: to,
-                to: from,
+                from: other,
+                to: poster,
                 msg: Carried::Msg(done),
             });
         }

@@ -10,7 +10,7 @@ use kvsim_engine::ids::NodeId;
 use kvsim_engine::msg::Carried;
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::trace::{Side, TraceEvent};
-use kvsim_engine::world::{self as env_world, CrashWalk, DropReason, Flying, Travel, WriteFailure};
+use kvsim_engine::world::{self as env_world, CrashWalk, DropReason, Flying, Travel};
 use kvsim_oracle::schema::{FaultEvent, MsgView, Record};
 use std::hash::Hash;
 
@@ -226,7 +226,8 @@ impl<G: Gpu> Simulator<G> {
             if let Some((from, to, id)) =
                 delivery(&q).and_then(|(f, t, m)| Some((f, t, m.write_id()?)))
             {
-                self.write_failed(from, to, id, done, WriteFailure::ReceiverGone);
+                let why = env_world::crash_failure(node, to);
+                self.write_failed(from, to, id, done, why);
             }
         }
     }

@@ -8,6 +8,7 @@
 
 use super::handles::{handle_count, slice, Count, Handles};
 use super::state::{DecodeNode, Phase, Quarantine, TransferFacts};
+use crate::bugs::Bug;
 use crate::env::{Outbox, Timer};
 use crate::gpu::Gpu;
 use crate::ids::{NodeId, PageTag, RoomKey, WriteId};
@@ -103,6 +104,10 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
         if id.epoch != self.pool.epoch() {
             return;
         }
+        if !ok && self.cfg.bugs.has(Bug::ReadErrorLeavesPending) {
+            // vLLM #55181: the transfer exception escapes before any terminal state.
+            return;
+        }
         let bugs = self.cfg.bugs;
         let count = self.handles.get_mut(&room);
         let Some(Count::Ended { ok }) = count.map(|h| h.count(id.chunk, ok, bugs)) else {
@@ -125,7 +130,9 @@ impl<G: Gpu, P: PageRecords> DecodeNode<G, P> {
             fully_written: ok,
         };
         let sent_pages = r.remote.as_ref().map_or(0, |s| s.len() as u32);
-        if ok {
+        // vLLM #52234: a failed READ taken for done; the request runs on whatever its
+        // pages hold.
+        if ok || self.cfg.bugs.has(Bug::FailOpenOnRecvError) {
             return self.accept_transfer(room, facts, r.prompt_len, sent_pages, env);
         }
         let node = self.id;

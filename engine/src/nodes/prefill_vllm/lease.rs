@@ -4,6 +4,7 @@
 
 use super::state::{Phase, VllmPrefill};
 use crate::decode::handle_count;
+use crate::bugs::Bug;
 use crate::env::{Outbox, Timer};
 use crate::gpu::{zero_on_free, Gpu};
 use crate::ids::{PageTag, RoomKey};
@@ -54,8 +55,12 @@ impl<G: Gpu> VllmPrefill<G> {
         }
     }
 
-    /// A heartbeat from the room's decode: the lease runs from now again.
+    /// A heartbeat from the room's decode: the lease runs from now again (not with
+    /// `lease-ignores-heartbeat`: vLLM #20139's timeout counts from the finish).
     pub(super) fn renew(&mut self, room: RoomKey, env: &mut Outbox<G::Kv>) {
+        if self.cfg.bugs.has(Bug::LeaseIgnoresHeartbeat) {
+            return;
+        }
         if let Some(Phase::Leased { .. }) = self.requests.get(&room).map(|r| &r.phase) {
             env.set_timer(Timer::Lease(room), self.cfg.timeouts.lease_ns);
         }
