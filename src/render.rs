@@ -67,6 +67,7 @@ fn bug_line(b: Bug) -> &'static str {
         Bug::ChunkIndexByPosition => "SGLang #30545: after a prefill prefix hit, chunks identified by grid index land at wrong offsets in the room's own pages (S4, S3 by position)",
         Bug::DuplicateRoomJoinsLive => "SGLang #40125 / Mooncake #1400: a start for a live room from another request takes the room's bootstrap state over (S10, S4)",
         Bug::RetryReusesRoom => "kthena #1423 / SGLang #34570 class: sglang-router replays a retry in the room of the attempt it gave up, which may still be live (S7)",
+        Bug::PrefillDropsFailedPageList => "issue 37 class 6 (kvsim before f4fe9ff): prefill drops the page list of a room it failed; decode holds its pages until its own waiting timeout (L1-L4 within the liveness bound)",
     }
 }
 

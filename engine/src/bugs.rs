@@ -116,6 +116,17 @@ pub enum Bug {
     /// halves' answers are taken for the replay's). Breaks S7 first (a room use routed
     /// for two attempts: the halves cannot tell whose metadata they hold).
     RetryReusesRoom,
+    /// Issue 37, class 6: kvsim's own defended engine before commit f4fe9ff (found by a
+    /// peer's test under the `sglang-router` policy). A room use prefill fails for a
+    /// reason of its own before the transfer begins (refused at intake, its bootstrap
+    /// timed out, too large for its pool) is retired silently: decode's page list,
+    /// kept early or arriving later, is dropped, and nobody tells the decode node
+    /// that reserved pages for it. Behind SGLang's gateway nobody cancels the other
+    /// half, so decode holds its pages until its own waiting timeout (300 s upstream)
+    /// and the router's retry waits as long. No safety invariant breaks: the
+    /// liveness bound does (L1-L4 at the end of a run shorter than that timeout; the
+    /// models with no timer longer than the run, `failed-room`).
+    PrefillDropsFailedPageList,
 }
 
 impl Bug {

@@ -63,6 +63,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "scenarios/client-rooms.toml",
         include_str!("../../scenarios/client-rooms.toml"),
     ),
+    (
+        "scenarios/failed-room.toml",
+        include_str!("../../scenarios/failed-room.toml"),
+    ),
 ];
 
 /// Which scenario hunts which switch (the one whose faults reach its code path).
@@ -85,6 +89,9 @@ pub fn scenario_for(bugs: BugSet) -> &'static str {
         "scenarios/prefix-hit.toml"
     } else if only(Bug::DuplicateRoomJoinsLive) {
         "scenarios/client-rooms.toml"
+    } else if only(Bug::PrefillDropsFailedPageList) {
+        // Only behind the real gateway is decode left to hear of it from prefill.
+        "scenarios/failed-room.toml"
     } else if only(Bug::NoLengthAgreement) {
         // Alone, the length check has nothing to catch unless something else makes the
         // halves disagree: prompt truncation at asymmetric limits does.
@@ -295,6 +302,11 @@ pub fn model_order(bugs: BugSet, models: &[&'static str]) -> Vec<&'static str> {
     if bugs == BugSet::NONE.with(Bug::ChunkIndexByPosition) {
         // Only a model with a prefix hit off the chunk grid reaches the skew.
         return vec!["prefix-hit"];
+    }
+    if bugs == BugSet::NONE.with(Bug::PrefillDropsFailedPageList) {
+        // Only a model whose run ends before decode's waiting timeout can tell that
+        // decode waited for it (every other model fires it once nothing else can happen).
+        return vec!["failed-room"];
     }
     let mut order = models.to_vec();
     if abort_first {

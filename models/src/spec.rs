@@ -85,6 +85,13 @@ pub struct FaultBounds {
     /// come first). Once it wakes its timers are overdue: they may fire before its
     /// queued inputs, not counted as early, until it handles a message.
     pub pauses: u8,
+    /// How long one run lasts, for its timers: a timeout armed for longer than this
+    /// never fires (the rest of the run is fast next to it, as a transfer of
+    /// milliseconds is next to SGLang's 300 s decode waiting timeout), so a run whose
+    /// cleanup needs such a timer ends with it pending, and the quiescence property
+    /// judges what it left. `None`: every timer may fire (every model but
+    /// `failed-room`).
+    pub horizon_ns: Option<u64>,
 }
 
 /// How many prefill and decode nodes a model deploys (every prefill node has

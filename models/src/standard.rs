@@ -11,7 +11,7 @@ use kvsim_engine::config::RouterPolicy;
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 23] = [
+    pub const NAMES: [&'static str; 24] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -35,6 +35,7 @@ impl ModelSpec {
         "vllm-pull",
         "vllm-lease-race",
         "worker-front",
+        "failed-room",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -559,6 +560,42 @@ impl ModelSpec {
         spec
     }
 
+    /// `failed-room`: issue 37, class 6, under the real gateway's policy
+    /// (`sglang-router`: it never cancels the half that did not fail). One prefill (3
+    /// pages of 2 tokens) and one decode (4 pages): a 3-token request, and a 7-token
+    /// one that prefill refuses at intake (over its pool) after decode reserved pages
+    /// for it. The run lasts 300 ms ([`FaultBounds::horizon_ns`]): prefill's bootstrap
+    /// timer (200 ms) and decode's drain retry (50 ms) may fire, decode's waiting
+    /// timeout (400 ms) and the router's request timeout (2 s) never do, as SGLang's
+    /// 300 s and 1800 s never do within a transfer. So decode must hear of the refusal
+    /// from prefill to let its pages go. One page list may overtake its start (kept
+    /// early, then answered when the start is refused).
+    pub fn failed_room() -> ModelSpec {
+        let mut engine = model_engine();
+        engine.router = RouterPolicy::SglangRouter;
+        ModelSpec {
+            name: "failed-room".into(),
+            about: "sglang-router policy; 1 prefill (3 pages of 2 tokens), 1 decode (4 pages), \
+                    context 16; one 3-token request and one 7-token request prefill refuses \
+                    after decode reserved pages; no timer longer than 300 ms fires (decode's \
+                    waiting timeout, the router's request timeout); at most 1 overtaking \
+                    control message"
+                .into(),
+            engine,
+            nodes: Nodes::ONE_EACH,
+            prefill_pages: 3,
+            decode_pages: 4,
+            clients: vec![ClientSpec::normal(1, 3), ClientSpec::normal(2, 7)],
+            faults: FaultBounds {
+                overtakes: 1,
+                horizon_ns: Some(300_000_000),
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES],
+            detections_hold: false,
+        }
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -585,6 +622,7 @@ impl ModelSpec {
             "vllm-pull" => Ok(ModelSpec::vllm_pull()),
             "vllm-lease-race" => Ok(ModelSpec::vllm_lease_race()),
             "worker-front" => Ok(ModelSpec::worker_front()),
+            "failed-room" => Ok(ModelSpec::failed_room()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

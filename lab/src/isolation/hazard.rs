@@ -108,12 +108,15 @@ impl Hazard {
 /// and no node defense can tell a replay from a duplicated start. Nor
 /// `duplicate-room-joins-live`: the peer check refuses the colliding start, which is
 /// no defense switch (`engine/tests/duplicate_room.rs`, `scenarios/client-rooms.toml`).
+/// Nor `prefill-drops-failed-page-list`: it puts no page at risk, only decode's
+/// cleanup waits for its own timer (`scenarios/failed-room.toml`, model `failed-room`).
 pub fn hazards() -> Vec<Hazard> {
     let router_only = [
         Bug::SkipPreflight,
         Bug::AbortAfterSuccess,
         Bug::DuplicateRoomJoinsLive,
         Bug::RetryReusesRoom,
+        Bug::PrefillDropsFailedPageList,
     ];
     let mut v: Vec<Hazard> = Bug::ALL
         .into_iter()

@@ -386,6 +386,15 @@ impl<'r> Driver<&'r Routed, &'r TraceEvent> for Tx<'_> {
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {
+        if let TimerOp::Set { timer, after_ns } = op {
+            if self.m.spec.faults.horizon_ns.is_some_and(|h| after_ns > h) {
+                // Due after the run is over: it never fires (one set before is
+                // replaced by this one, so it is gone too).
+                self.event_text(|| format!("{node}'s {timer:?} is due after the run ends"));
+                self.s.timers.apply(node, TimerOp::Cancel { timer }, ());
+                return;
+            }
+        }
         if let TimerOp::Cancel { timer } = op {
             if self.s.timers.get(node, timer).is_some() {
                 self.spent(node, timer);
