@@ -120,11 +120,6 @@ pub fn load_for(bugs: BugSet) -> Result<Scenario, LabError> {
     Ok(sc)
 }
 
-/// Why the models cannot reach `duplicate-room-joins-live`: it needs a start for a live
-/// room use from another request; the simulator's `client_room_permille` supplies one
-/// (`scenarios/client-rooms.toml`), the models have no such client yet.
-const NO_COLLIDING_SUPPLIER: &str = "no model has a client that supplies a live room (the simulator's client_room_permille does); engine/tests/duplicate_room.rs drives it by hand";
-
 /// Why the simulator cannot catch a switch, if it cannot by design.
 pub fn sim_not_applicable(bugs: BugSet) -> Option<&'static str> {
     if bugs == BugSet::NONE.with(Bug::AbortAfterSuccess) {
@@ -141,8 +136,6 @@ pub fn mc_not_applicable(bugs: BugSet) -> Option<&'static str> {
         Some("liveness over time: decode's own waiting timer (300 s upstream) rescues it, and model timers carry no time")
     } else if only(Bug::SkipPreflight) {
         Some("a start-up config rule, not a runtime transition")
-    } else if only(Bug::DuplicateRoomJoinsLive) {
-        Some(NO_COLLIDING_SUPPLIER)
     } else {
         None
     }
@@ -302,6 +295,10 @@ pub fn model_order(bugs: BugSet, models: &[&'static str]) -> Vec<&'static str> {
     if bugs == BugSet::NONE.with(Bug::ChunkIndexByPosition) {
         // Only a model with a prefix hit off the chunk grid reaches the skew.
         return vec!["prefix-hit"];
+    }
+    if bugs == BugSet::NONE.with(Bug::DuplicateRoomJoinsLive) {
+        // Only a model with another party's start for a live room use reaches it.
+        return vec!["client-rooms"];
     }
     if bugs == BugSet::NONE.with(Bug::PrefillDropsFailedPageList) {
         // Only a model whose run ends before decode's waiting timeout can tell that

@@ -92,6 +92,13 @@ pub struct FaultBounds {
     /// judges what it left. `None`: every timer may fire (every model but
     /// `failed-room`).
     pub horizon_ns: Option<u64>,
+    /// Start pairs for a live room use from a request of another party (issue 37,
+    /// class 2: a client of SGLang's worker API supplying a `bootstrap_room` a live
+    /// request holds, SGLang #40125, or a second gateway drawing the same room), sent
+    /// by the world's one definition, `world::colliding_starts`, from the router's
+    /// address, with a prompt one token shorter than the live request's (so that a
+    /// half taking it over breaks length agreement; the models judge no reply text).
+    pub colliding_rooms: u8,
 }
 
 /// How many prefill and decode nodes a model deploys (every prefill node has

@@ -11,7 +11,7 @@ use kvsim_engine::config::RouterPolicy;
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 24] = [
+    pub const NAMES: [&'static str; 25] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -36,6 +36,7 @@ impl ModelSpec {
         "vllm-lease-race",
         "worker-front",
         "failed-room",
+        "client-rooms",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -596,6 +597,31 @@ impl ModelSpec {
         }
     }
 
+    /// `client-rooms`: issue 37, class 2 (SGLang #40125): one prefill (3 pages of 2
+    /// tokens), one decode (4 pages), one 3-token request, and at any point while the
+    /// router waits on its room use, one start pair for that room use from a request
+    /// of another party (a client of the worker API supplying the room, or a second
+    /// gateway drawing it), from the router's address, with a 2-token prompt
+    /// ([`FaultBounds::colliding_rooms`]). Each half must refuse a start naming another
+    /// request for a room use it holds; a start reaching a half before the router's
+    /// own is the room's first, and the router's is refused in its place.
+    pub fn client_rooms() -> ModelSpec {
+        ModelSpec {
+            name: "client-rooms".into(),
+            about: "1 prefill (3 pages of 2 tokens), 1 decode (4 pages), context 16; one \
+                    3-token request; at most 1 start pair for its live room use from another \
+                    party's request (a 2-token prompt), from the router's address"
+                .into(),
+            clients: vec![ClientSpec::normal(1, 3)],
+            faults: FaultBounds {
+                colliding_rooms: 1,
+                ..FaultBounds::default()
+            },
+            reaches: vec![names::COMPLETES],
+            ..ModelSpec::handoff()
+        }
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -623,6 +649,7 @@ impl ModelSpec {
             "vllm-lease-race" => Ok(ModelSpec::vllm_lease_race()),
             "worker-front" => Ok(ModelSpec::worker_front()),
             "failed-room" => Ok(ModelSpec::failed_room()),
+            "client-rooms" => Ok(ModelSpec::client_rooms()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }
