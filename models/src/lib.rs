@@ -50,6 +50,7 @@ pub use kvsim_oracle::shared;
 pub mod model_state;
 pub mod spec;
 mod standard;
+mod standard_rooms;
 pub mod two_phase;
 pub mod view;
 

@@ -570,7 +570,11 @@ impl fmt::Display for Action {
             Action::Crash(node) => write!(f, "crash {node}"),
             Action::Pause(node) => write!(f, "pause {node}"),
             Action::Wake(node) => write!(f, "wake {node}"),
-            Action::Collide(c) => write!(f, "{}", crate::schedule::Step::collide(c)),
+            Action::Collide(c) => write!(
+                f,
+                "collide {} {} prompt={} max_new={}",
+                c.room, c.req, c.prompt_len, c.max_new_tokens
+            ),
         }
     }
 }

@@ -406,9 +406,19 @@ refire n2 WaitingForKv room1.g1
 deliver-corrupt n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 deliver-keep-copy n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 refire n2 DrainRetry room1.g1 #1
+collide room1.g1 req281474976710657 prompt=2 max_new=1
 ";
         let s = Schedule::parse(text).unwrap();
-        assert_eq!(s.0.len(), 13);
+        assert_eq!(s.0.len(), 14);
+        assert_eq!(
+            s.0[13],
+            Step::Collide {
+                room: RoomKey::new(1, 1),
+                req: RequestId(1 << 48 | 1),
+                prompt_len: 2,
+                max_new_tokens: 1,
+            }
+        );
         assert_eq!(s.0[7], Step::Pause { node: NodeId(1) });
         assert!(matches!(
             s.0[11],
