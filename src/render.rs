@@ -73,6 +73,7 @@ fn bug_line(b: Bug) -> &'static str {
         Bug::FailedHandleSkipped => "vLLM #50754: a failed handle is logged and skipped, so the count of handles never completes and the request never ends (L1)",
         Bug::LeaseIgnoresHeartbeat => "vLLM #20139 (#21570, #25897): prefill's block timeout runs from the finish and heartbeats never renew it; a backed-up decode reads freed blocks (S2)",
         Bug::ReadErrorLeavesPending => "vLLM #55181: a NIXL transfer exception leaves the request with no terminal state; its pages are never let go (L3)",
+        Bug::PrefillDropsFailedPageList => "issue 37 class 6 (kvsim before f4fe9ff): prefill drops the page list of a room it failed; decode holds its pages until its own waiting timeout (L1-L4 within the liveness bound)",
     }
 }
 

@@ -170,6 +170,23 @@ pub enum Bug {
     /// runs nor fails, and once it is aborted its pages wait in quarantine for a
     /// completion that already came. Breaks L3 first (then L1/L4).
     ReadErrorLeavesPending,
+    /// Issue 37, class 6: kvsim's own defended engine before commit f4fe9ff (found by a
+    /// peer's test under the `sglang-router` policy), and SGLang's: a prefill 400 (an
+    /// over-length prompt with auto-truncation off) leaves decode waiting and the
+    /// gateway with it until the request times out (the 2026-06-26 report on SGLang
+    /// #29017, whose fix is the gateway's); SGLang #36033 (NIXL pushes no failure to
+    /// decode, which waits out `SGLANG_DISAGGREGATION_WAITING_TIMEOUT`, 300 s, at
+    /// `c9f6b9ba25`), with the prefill-side fix proposed in #30329 (bounded per-room
+    /// failure state for decodes that register after prefill failed). A room use
+    /// prefill fails for a reason of its own before the transfer begins (refused at
+    /// intake, its bootstrap timed out, too large for its pool) is retired silently:
+    /// decode's page list, kept early or arriving later, is dropped, and nobody tells
+    /// the decode node that reserved pages for it. Behind SGLang's gateway nobody
+    /// cancels the other half, so decode holds its pages until its own waiting timeout
+    /// (300 s upstream) and the router's retry waits as long. No safety invariant breaks: the
+    /// liveness bound does (L1-L4 at the end of a run shorter than that timeout; the
+    /// models with no timer longer than the run, `failed-room`).
+    PrefillDropsFailedPageList,
 }
 
 impl Bug {

@@ -62,7 +62,12 @@ mod tests {
     /// tables named them.
     #[test]
     fn derived_tables_keep_every_variant_and_its_name() {
-        assert_eq!(Bug::ALL.len(), 16);
+        assert_eq!(Bug::ALL.len(), 17);
+        assert_eq!(Bug::ALL[16], Bug::PrefillDropsFailedPageList);
+        assert_eq!(
+            Bug::PrefillDropsFailedPageList.name(),
+            "prefill-drops-failed-page-list"
+        );
         assert_eq!(Bug::ALL[0], Bug::GateChecksFinishedOnly);
         assert_eq!(Bug::ALL[12], Bug::AbortAfterSuccess);
         assert_eq!(Bug::ALL[13], Bug::ChunkIndexByPosition);

@@ -231,16 +231,14 @@ fn the_room_of_each_attempt_comes_from_the_routers_seed() {
     assert_ne!(rooms(11), rooms(12), "another seed, other rooms");
 }
 
-/// Issue 37, class 6: behind this router nobody cancels the half that did not fail.
-/// Prefill refuses request 5 at intake (its queue is full) after decode reserved pages
-/// and sent its page list. Prefill tells decode the transfer failed; decode fails the
-/// room at once, quarantines, asks for the drain, prefill (no write left) acks, decode
-/// releases every page and answers 500, all without its waiting timeout (which `settle`
-/// never fires). Before the fix prefill dropped the page list and decode held its pages
-/// until that timeout.
-#[test]
-fn a_start_refused_by_prefill_frees_decodes_pages_before_its_waiting_timeout() {
-    let mut h = h(7);
+/// Request 5 refused at prefill's intake (its queue of 4 is full) after decode reserved
+/// pages for it and sent its page list, under `bugs`; everything that follows settled
+/// without decode's waiting timeout (which `settle` never fires). Returns the room and
+/// the harness.
+fn refused_at_intake_after_decode_reserved(bugs: kvsim_engine::bugs::BugSet) -> (H, RoomKey) {
+    let mut cfg = sglang(7);
+    cfg.bugs = bugs;
+    let mut h: H = Harness::new(cfg).unwrap();
     for req in 1..=5 {
         handled(h.submit(req, prompt(LEN), NEW).unwrap());
     }
@@ -253,6 +251,19 @@ fn a_start_refused_by_prefill_frees_decodes_pages_before_its_waiting_timeout() {
     assert!(h.timer_pending(D, Timer::WaitingForKv(room)));
     handled(h.deliver_for("KvMeta", P, room).unwrap());
     h.settle(256).unwrap();
+    (h, room)
+}
+
+/// Issue 37, class 6: behind this router nobody cancels the half that did not fail.
+/// Prefill refuses request 5 at intake (its queue is full) after decode reserved pages
+/// and sent its page list. Prefill tells decode the transfer failed; decode fails the
+/// room at once, quarantines, asks for the drain, prefill (no write left) acks, decode
+/// releases every page and answers 500, all without its waiting timeout. Before the
+/// fix (commit f4fe9ff; `prefill-drops-failed-page-list` restores it) prefill dropped
+/// the page list and decode held its pages until that timeout.
+#[test]
+fn a_start_refused_by_prefill_frees_decodes_pages_before_its_waiting_timeout() {
+    let (h, room) = refused_at_intake_after_decode_reserved(kvsim_engine::bugs::BugSet::NONE);
     assert!(!h.timer_pending(D, Timer::WaitingForKv(room)));
     assert_eq!(h.decode_phase(D, room), None);
     assert!(h.decode(D).unwrap().quarantined_rooms() == 0);
@@ -267,6 +278,26 @@ fn a_start_refused_by_prefill_frees_decodes_pages_before_its_waiting_timeout() {
         })
         .collect();
     assert_eq!(decode_answers, vec![Status::INTERNAL]);
+    h.invariants().unwrap();
+}
+
+/// `prefill-drops-failed-page-list` restores the silence: the same run leaves decode
+/// holding request 5's room, and its pages, for its waiting timeout, and the router
+/// waiting for decode; only that timer ends it (decode answers 500).
+#[test]
+fn prefill_drops_failed_page_list_leaves_decode_to_its_waiting_timeout() {
+    let bugs =
+        kvsim_engine::bugs::BugSet::NONE.with(kvsim_engine::bugs::Bug::PrefillDropsFailedPageList);
+    let (mut h, room) = refused_at_intake_after_decode_reserved(bugs);
+    assert!(h.timer_pending(D, Timer::WaitingForKv(room)));
+    assert!(
+        h.decode_phase(D, room).is_some(),
+        "decode still holds the room"
+    );
+    assert!(h.router_room(room).is_some(), "the router still waits");
+    h.fire(D, Timer::WaitingForKv(room)).unwrap();
+    h.settle(256).unwrap();
+    assert_eq!(h.decode_phase(D, room), None);
     h.invariants().unwrap();
 }
 

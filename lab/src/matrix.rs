@@ -71,6 +71,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "scenarios/vllm-pull.toml",
         include_str!("../../scenarios/vllm-pull.toml"),
     ),
+    (
+        "scenarios/failed-room.toml",
+        include_str!("../../scenarios/failed-room.toml"),
+    ),
 ];
 
 /// The switches of rooms with several sender ranks (issue 37, class 1): the count of
@@ -120,6 +124,9 @@ pub fn scenario_for(bugs: BugSet) -> &'static str {
     } else if rank_switch(bugs) {
         // Only a room with several ranks has sibling handles to count.
         "scenarios/multi-rank.toml"
+    } else if only(Bug::PrefillDropsFailedPageList) {
+        // Only behind the real gateway is decode left to hear of it from prefill.
+        "scenarios/failed-room.toml"
     } else if only(Bug::NoLengthAgreement) {
         // Alone, the length check has nothing to catch unless something else makes the
         // halves disagree: prompt truncation at asymmetric limits does.
@@ -154,11 +161,6 @@ pub fn load_for(bugs: BugSet) -> Result<Scenario, LabError> {
 /// premature expiry itself, on the defended engine too).
 const NO_LEASE_CLOCK: &str = "a heartbeat changes when a lease runs out, not whether: model timers carry no time (vllm-lease-race shows the premature expiry itself)";
 
-/// Why the models cannot reach `duplicate-room-joins-live`: it needs a start for a live
-/// room use from another request; the simulator's `client_room_permille` supplies one
-/// (`scenarios/client-rooms.toml`), the models have no such client yet.
-const NO_COLLIDING_SUPPLIER: &str = "no model has a client that supplies a live room (the simulator's client_room_permille does); engine/tests/duplicate_room.rs drives it by hand";
-
 /// Why the simulator cannot catch a switch, if it cannot by design.
 pub fn sim_not_applicable(bugs: BugSet) -> Option<&'static str> {
     if bugs == BugSet::NONE.with(Bug::AbortAfterSuccess) {
@@ -175,8 +177,6 @@ pub fn mc_not_applicable(bugs: BugSet) -> Option<&'static str> {
         Some("liveness over time: decode's own waiting timer (300 s upstream) rescues it, and model timers carry no time")
     } else if only(Bug::SkipPreflight) {
         Some("a start-up config rule, not a runtime transition")
-    } else if only(Bug::DuplicateRoomJoinsLive) {
-        Some(NO_COLLIDING_SUPPLIER)
     } else if only(Bug::LeaseIgnoresHeartbeat) {
         Some(NO_LEASE_CLOCK)
     } else {
@@ -347,6 +347,15 @@ pub fn model_order(bugs: BugSet, models: &[&'static str]) -> Vec<&'static str> {
     if rank_switch(bugs) {
         // Only a model with two READ handles a room has a sibling to count.
         return vec!["vllm-ranks"];
+    }
+    if bugs == BugSet::NONE.with(Bug::DuplicateRoomJoinsLive) {
+        // Only a model with another party's start for a live room use reaches it.
+        return vec!["client-rooms"];
+    }
+    if bugs == BugSet::NONE.with(Bug::PrefillDropsFailedPageList) {
+        // Only a model whose run ends before decode's waiting timeout can tell that
+        // decode waited for it (every other model fires it once nothing else can happen).
+        return vec!["failed-room"];
     }
     let mut order = models.to_vec();
     if abort_first {

@@ -3,11 +3,11 @@
 //! Pure formatting over [`Matrix`]; the runs that fill it live in `matrix.rs`.
 
 use plotters::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 
 /// What the simulator found for one configuration.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SimCell {
     pub scenario: String,
     /// Seeds run before (and including) the first violation; all seeds if none.
@@ -19,7 +19,7 @@ pub struct SimCell {
 }
 
 /// What the model checker found for one configuration.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct McCell {
     pub model: String,
     pub counterexample_len: Option<usize>,
@@ -29,7 +29,7 @@ pub struct McCell {
 }
 
 /// One row: a bug switch (or the incident pair, or the default engine).
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MatrixRow {
     pub label: String,
     pub sim: SimCell,
@@ -57,7 +57,7 @@ impl MatrixRow {
 }
 
 /// One row of the defenses table: a configuration and what the harness still reports.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct DefenseRow {
     pub config: String,
     pub bugs: String,
@@ -70,7 +70,7 @@ pub struct DefenseRow {
     pub seeds_run: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Matrix {
     pub rows: Vec<MatrixRow>,
     pub defenses: Vec<DefenseRow>,

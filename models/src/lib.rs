@@ -51,6 +51,7 @@ pub mod model_state;
 pub mod spec;
 mod standard;
 mod standard_ranks;
+mod standard_rooms;
 pub mod two_phase;
 pub mod view;
 

@@ -468,6 +468,18 @@ pub enum Action {
     Pause(NodeId),
     /// The frozen node runs again; its timers are overdue.
     Wake(NodeId),
+    /// Another party's start pair for a live room use goes in flight.
+    Collide(Collision),
+}
+
+/// A start pair for the live room use `room` from request `req` of another party
+/// (prompt `prompt_len` tokens, `max_new_tokens`): [`Action::Collide`].
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Collision {
+    pub room: RoomKey,
+    pub req: RequestId,
+    pub prompt_len: u64,
+    pub max_new_tokens: u32,
 }
 
 /// The salt the model checker gives [`world::alter`]: the first page of a write, its
@@ -559,6 +571,11 @@ impl fmt::Display for Action {
             Action::Crash(node) => write!(f, "crash {node}"),
             Action::Pause(node) => write!(f, "pause {node}"),
             Action::Wake(node) => write!(f, "wake {node}"),
+            Action::Collide(c) => write!(
+                f,
+                "collide {} {} prompt={} max_new={}",
+                c.room, c.req, c.prompt_len, c.max_new_tokens
+            ),
         }
     }
 }

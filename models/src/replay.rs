@@ -19,11 +19,11 @@ use crate::schedule::{MessageStep, Schedule, Step};
 use crate::spec::ModelSpec;
 use kvsim_engine::gpu::{SymbolicGpu, SymbolicPage};
 use kvsim_engine::harness::{Delivered, Flight, Happened, Harness, HarnessError, Mark};
-use kvsim_engine::ids::{NodeId, TenantId};
+use kvsim_engine::ids::{NodeId, RequestId, RoomKey, TenantId};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::{Carried, Msg};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{Altered, DataFault, DropReason};
+use kvsim_engine::world::{self, Altered, DataFault, DropReason, WriteFailure};
 use kvsim_engine::Timer;
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::{
@@ -265,6 +265,27 @@ impl Replayer<'_> {
         Ok(())
     }
 
+    /// Another party's start pair for the live room use `room` goes in flight from the
+    /// router's address, as the model sent it (`world::colliding_starts`).
+    fn collide(
+        &mut self,
+        room: RoomKey,
+        req: RequestId,
+        (prompt_len, max_new): (u64, u32),
+    ) -> Result<(), Refused> {
+        let live = self
+            .h
+            .router_room(room)
+            .ok_or_else(|| Refused::Invalid(format!("{room} is not live at the router")))?;
+        let prompt = world::colliding_prompt(prompt_len);
+        let halves = (live.prefill, live.decode);
+        for (to, msg) in world::colliding_starts(room, halves, req, prompt, max_new) {
+            self.note(sent_record(ROUTER, to, &msg));
+            self.h.post(ROUTER, to, msg);
+        }
+        Ok(())
+    }
+
     /// A crash and an immediate restart, by the world's rules.
     fn crash(&mut self, node: NodeId) -> Result<(), String> {
         let report = self
@@ -371,6 +392,12 @@ impl Replayer<'_> {
             // The order of the steps between a pause and its wake is what the pause
             // did; the replay forces that order and has nothing more to do.
             Step::Pause { .. } | Step::Wake { .. } => Ok(()),
+            Step::Collide {
+                room,
+                req,
+                prompt_len,
+                max_new_tokens,
+            } => self.collide(*room, *req, (*prompt_len, *max_new_tokens)),
             Step::Fire { node, timer } => self.fire(*node, *timer),
             Step::Refire { node, timer } => self.refire(*node, *timer),
         }

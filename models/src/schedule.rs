@@ -59,6 +59,26 @@ pub enum Step {
     Wake {
         node: NodeId,
     },
+    /// Another party's start pair for the live room use `room`, from request `req`
+    /// (`world::colliding_starts`), goes in flight from the router's address.
+    Collide {
+        room: RoomKey,
+        req: RequestId,
+        prompt_len: u64,
+        max_new_tokens: u32,
+    },
+}
+
+impl Step {
+    /// The step of a collision.
+    pub fn collide(c: &crate::model_state::Collision) -> Step {
+        Step::Collide {
+            room: c.room,
+            req: c.req,
+            prompt_len: c.prompt_len,
+            max_new_tokens: c.max_new_tokens,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,6 +156,15 @@ impl fmt::Display for Step {
             Step::Crash { node } => write!(f, "crash {node}"),
             Step::Pause { node } => write!(f, "pause {node}"),
             Step::Wake { node } => write!(f, "wake {node}"),
+            Step::Collide {
+                room,
+                req,
+                prompt_len,
+                max_new_tokens,
+            } => write!(
+                f,
+                "collide {room} {req} prompt={prompt_len} max_new={max_new_tokens}"
+            ),
         }
     }
 }
@@ -191,6 +220,18 @@ fn parse_step(text: &str) -> Result<Step, String> {
                 "crash" => Step::Crash { node: n },
                 "pause" => Step::Pause { node: n },
                 _ => Step::Wake { node: n },
+            });
+        }
+        "collide" => {
+            let rm = room(words.next().unwrap_or("")).ok_or("expected roomN.gM")?;
+            let r = req(words.next().unwrap_or("")).ok_or("expected reqN")?;
+            let prompt_len = field(words.next(), "prompt").ok_or("expected prompt=N")?;
+            let max_new_tokens = field(words.next(), "max_new").ok_or("expected max_new=N")?;
+            return Ok(Step::Collide {
+                room: rm,
+                req: r,
+                prompt_len,
+                max_new_tokens,
             });
         }
         "deliver" => MessageStep::Deliver,
@@ -342,6 +383,7 @@ pub fn step_of(model: &HandoffModel, s: &State, a: &Action) -> Step {
         Action::Crash(node) => Step::Crash { node: *node },
         Action::Pause(node) => Step::Pause { node: *node },
         Action::Wake(node) => Step::Wake { node: *node },
+        Action::Collide(c) => Step::collide(c),
     }
 }
 
@@ -365,9 +407,19 @@ refire n2 WaitingForKv room1.g1
 deliver-corrupt n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 deliver-keep-copy n1 -> n2 | KvWrite room1.g1 chunk=0 src=[p1@g1] dst=[p1@g1]
 refire n2 DrainRetry room1.g1 #1
+collide room1.g1 req281474976710657 prompt=2 max_new=1
 ";
         let s = Schedule::parse(text).unwrap();
-        assert_eq!(s.0.len(), 13);
+        assert_eq!(s.0.len(), 14);
+        assert_eq!(
+            s.0[13],
+            Step::Collide {
+                room: RoomKey::new(1, 1),
+                req: RequestId(1 << 48 | 1),
+                prompt_len: 2,
+                max_new_tokens: 1,
+            }
+        );
         assert_eq!(s.0[7], Step::Pause { node: NodeId(1) });
         assert!(matches!(
             s.0[11],

@@ -85,6 +85,20 @@ pub struct FaultBounds {
     /// come first). Once it wakes its timers are overdue: they may fire before its
     /// queued inputs, not counted as early, until it handles a message.
     pub pauses: u8,
+    /// How long one run lasts, for its timers: a timeout armed for longer than this
+    /// never fires (the rest of the run is fast next to it, as a transfer of
+    /// milliseconds is next to SGLang's 300 s decode waiting timeout), so a run whose
+    /// cleanup needs such a timer ends with it pending, and the quiescence property
+    /// judges what it left. `None`: every timer may fire (every model but
+    /// `failed-room`).
+    pub horizon_ns: Option<u64>,
+    /// Start pairs for a live room use from a request of another party (issue 37,
+    /// class 2: a client of SGLang's worker API supplying a `bootstrap_room` a live
+    /// request holds, SGLang #40125, or a second gateway drawing the same room), sent
+    /// by the world's one definition, `world::colliding_starts`, from the router's
+    /// address, with a prompt one token shorter than the live request's (so that a
+    /// half taking it over breaks length agreement; the models judge no reply text).
+    pub colliding_rooms: u8,
 }
 
 /// How many prefill and decode nodes a model deploys (every prefill node has

@@ -11,7 +11,7 @@ use kvsim_engine::config::RouterPolicy;
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 24] = [
+    pub const NAMES: [&'static str; 26] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -37,6 +37,8 @@ impl ModelSpec {
         "vllm-ranks",
         "worker-front",
         "vllm-crash",
+        "failed-room",
+        "client-rooms",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -611,6 +613,8 @@ impl ModelSpec {
             "vllm-ranks" => Ok(ModelSpec::vllm_ranks()),
             "worker-front" => Ok(ModelSpec::worker_front()),
             "vllm-crash" => Ok(ModelSpec::vllm_crash()),
+            "failed-room" => Ok(ModelSpec::failed_room()),
+            "client-rooms" => Ok(ModelSpec::client_rooms()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

@@ -223,6 +223,14 @@ const FOUND: &[(&str, &str, Invariant, u64)] = &[
         Invariant::S4,
         20,
     ),
+    // Issue 37, class 6: decode holds a room prefill refused for its 300 s waiting
+    // timeout, past the liveness bound (requests unanswered at its end).
+    (
+        "scenarios/failed-room.toml",
+        "prefill-drops-failed-page-list",
+        Invariant::L1,
+        5,
+    ),
     // Behind worker fronts, the incident's placeholder still walks the handoff.
     (
         "scenarios/worker-mode.toml",

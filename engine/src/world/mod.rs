@@ -20,6 +20,7 @@
 
 mod apply;
 mod arrival;
+mod collide;
 mod crash;
 mod data_faults;
 pub(crate) mod read;
@@ -39,6 +40,7 @@ pub use arrival::{
     arrival, failed_completion, poster, transport, write_arrival, Arrival, Arriving, DropReason,
     Transport, WriteFailure,
 };
+pub use collide::{colliding_prompt, colliding_starts, COLLIDING_REQ};
 pub use crash::{
     crash_failure, crash_fate, restart, CrashFate, CrashWalk, Flying, Incarnation, Travel,
 };

@@ -113,12 +113,15 @@ impl Hazard {
 /// lease, the READ's error path), whose defenses are no switch of [`Defenses`]; the
 /// matrix's defenses are SGLang's push path's, and its columns are not yet run on
 /// vLLM's protocol.
+/// Nor `prefill-drops-failed-page-list`: it puts no page at risk, only decode's
+/// cleanup waits for its own timer (`scenarios/failed-room.toml`, model `failed-room`).
 pub fn hazards() -> Vec<Hazard> {
     let router_only = [
         Bug::SkipPreflight,
         Bug::AbortAfterSuccess,
         Bug::DuplicateRoomJoinsLive,
         Bug::RetryReusesRoom,
+        Bug::PrefillDropsFailedPageList,
     ];
     let mut v: Vec<Hazard> = Bug::ALL
         .into_iter()

@@ -7,7 +7,8 @@
 
 use crate::model::handoff::HandoffModel;
 use crate::model::properties;
-use crate::model_state::{altered, Action, Envelope, FaultsUsed, State};
+use crate::model_state::{altered, Action, Collision, Envelope, FaultsUsed, State};
+use kvsim_engine::ids::RequestId;
 use kvsim_engine::msg::Carried;
 use kvsim_engine::world::{self, Arrival, DataFault};
 use kvsim_engine::Timer;
@@ -65,6 +66,29 @@ impl HandoffModel {
             if timer == Timer::Compute || timeouts_left || used.is_overdue(node) {
                 out.push(Action::Fire(node, timer));
             }
+        }
+    }
+
+    /// Another party's start pair for each room use the router waits on: a request
+    /// of its own, numbered after the collisions so far, with a prompt one token
+    /// shorter than the live request's.
+    fn collide_actions(&self, s: &State, out: &mut Vec<Action>) {
+        let n = u64::from(s.faults().colliding_rooms);
+        let router = s.router.get();
+        for room in router.waiting_rooms() {
+            let Some(live) = router.room_state(room) else {
+                continue;
+            };
+            let Some(c) = s.clients().iter().find(|c| c.req == Some(live.req)) else {
+                continue;
+            };
+            let spec = self.client_spec(c);
+            out.push(Action::Collide(Collision {
+                room,
+                req: RequestId(world::COLLIDING_REQ + n + 1),
+                prompt_len: spec.prompt_len.saturating_sub(1).max(1),
+                max_new_tokens: spec.max_new_tokens,
+            }));
         }
     }
 
@@ -151,6 +175,9 @@ impl Model for HandoffModel {
             }
         }
         self.timer_actions(s, out);
+        if used.colliding_rooms < bounds.colliding_rooms {
+            self.collide_actions(s, out);
+        }
         // A crash races whatever else can happen; once nothing else can, the run is
         // over (and the quiescence property judges it), so a crash is not enabled.
         if used.crashes < bounds.crashes && !out.is_empty() {

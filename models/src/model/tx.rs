@@ -7,13 +7,13 @@
 
 use crate::memo::{Cause, Routed};
 use crate::model::handoff::HandoffModel;
-use crate::model_state::{note, Action, KvNode, State, ROUTER};
+use crate::model_state::{note, Action, Collision, Envelope, KvNode, State, ROUTER};
 use kvsim_engine::decode::DecodePhase;
 use kvsim_engine::env::{Effect as Step, Input, TimerOp};
 use kvsim_engine::ids::{NodeId, RequestId, TenantId, Token, WriteId};
 use kvsim_engine::invariant::Violation;
 use kvsim_engine::kv::PageState;
-use kvsim_engine::msg::Msg;
+use kvsim_engine::msg::{Carried, Msg};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
 use kvsim_engine::world::{self, Driver};
 use kvsim_engine::Timer;
@@ -89,6 +89,7 @@ impl HandoffModel {
             Action::Wake(node) => tx.wake(*node),
             Action::Fire(node, timer) => tx.fire_timer(*node, *timer),
             Action::Refire(node, timer) => tx.refire(*node, *timer),
+            Action::Collide(c) => tx.collide(c),
         }
         tx.finish()
     }
@@ -198,6 +199,25 @@ impl Tx<'_> {
         };
         let from = self.s.client_id();
         self.dispatch(ROUTER, Cause::Input(Input::Message { from, msg }));
+    }
+
+    /// Another party's start pair for a live room use goes in flight from the
+    /// router's address (`world::colliding_starts`).
+    fn collide(&mut self, c: &Collision) {
+        let Some(live) = self.s.router.get().room_state(c.room) else {
+            return;
+        };
+        self.s.book(|b| b.faults.colliding_rooms += 1);
+        let prompt = world::colliding_prompt(c.prompt_len);
+        let halves = (live.prefill, live.decode);
+        for (to, msg) in world::colliding_starts(c.room, halves, c.req, prompt, c.max_new_tokens) {
+            self.event_text(|| format!("{} sends a start for {} to {to}", c.req, c.room));
+            self.s.send(Envelope {
+                from: ROUTER,
+                to,
+                msg: Carried::Msg(msg),
+            });
+        }
     }
 
     /// Client `slot` disconnects: the router hears a cancel if it has a request.
@@ -386,6 +406,15 @@ impl<'r> Driver<&'r Routed, &'r TraceEvent> for Tx<'_> {
     }
 
     fn timer(&mut self, node: NodeId, op: TimerOp) {
+        if let TimerOp::Set { timer, after_ns } = op {
+            if self.m.spec.faults.horizon_ns.is_some_and(|h| after_ns > h) {
+                // Due after the run is over: it never fires (one set before is
+                // replaced by this one, so it is gone too).
+                self.event_text(|| format!("{node}'s {timer:?} is due after the run ends"));
+                self.s.timers.apply(node, TimerOp::Cancel { timer }, ());
+                return;
+            }
+        }
         if let TimerOp::Cancel { timer } = op {
             if self.s.timers.get(node, timer).is_some() {
                 self.spent(node, timer);

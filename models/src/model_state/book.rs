@@ -52,6 +52,8 @@ pub struct FaultsUsed {
     /// none): its timers fell due while it was frozen, so they may fire before its
     /// queued inputs without counting as early.
     pub overdue: u8,
+    /// Start pairs sent for a live room use by another party.
+    pub colliding_rooms: u8,
 }
 
 impl FaultsUsed {
@@ -141,6 +143,10 @@ impl Hash for Book {
                 | u64::from(f.frozen & 0xf) << 56
                 | u64::from(f.overdue & 0xf) << 60,
         );
+        // Hashed only when used, so a model without collisions hashes as before.
+        if f.colliding_rooms != 0 {
+            h.write_u64(u64::from(f.colliding_rooms));
+        }
         for (node, t) in &self.spent {
             let (a, b) = timer_words(*node, *t);
             h.write_u64(a);

@@ -15,13 +15,12 @@ use kvsim_engine::trace::TraceEvent;
 use kvsim_engine::world::{
     self as env_world, Altered, Arrival, Arriving, DataFault, DropReason, Transport, WriteFailure,
 };
-use kvsim_engine::Token;
 use kvsim_oracle::schema::{FaultEvent, MsgView, Record};
 use std::hash::Hash;
 
 /// The first request id of a client that supplies a live room use's room
-/// ([`Simulator::client_room`]): far above any workload's.
-pub const CLIENT_ROOM_REQ: u64 = 1 << 48;
+/// ([`Simulator::client_room`]): far above any workload's (the world's one value).
+pub const CLIENT_ROOM_REQ: u64 = env_world::COLLIDING_REQ;
 
 impl<G: Gpu> Simulator<G> {
     /// Keep a control message of a room use for a stale replay at the number's reuse.
@@ -106,29 +105,10 @@ impl<G: Gpu> Simulator<G> {
         }
         self.stats.client_rooms += 1;
         let req = RequestId(CLIENT_ROOM_REQ + self.stats.client_rooms);
-        let prompt: Vec<Token> = (0..prompt_len as u32).map(|i| 7 + 3 * i).collect();
+        let prompt = env_world::colliding_prompt(prompt_len);
         let at = self.now_ns + 2 * self.net.latency_ns();
-        let starts = [
-            (
-                decode,
-                Msg::DecodeStart {
-                    room,
-                    req,
-                    prompt: prompt.clone(),
-                    max_new_tokens,
-                    prefill,
-                },
-            ),
-            (
-                prefill,
-                Msg::PrefillStart {
-                    room,
-                    req,
-                    prompt,
-                    decode,
-                },
-            ),
-        ];
+        let starts =
+            env_world::colliding_starts(room, (prefill, decode), req, prompt, max_new_tokens);
         for (to, msg) in starts {
             let msg = Carried::Msg(msg);
             self.log_send(router, to, &msg, at, false);

@@ -20,6 +20,7 @@ pub const CLIENT_ROOMS: &str = include_str!("../../../scenarios/client-rooms.tom
 pub const WORKER_MODE: &str = include_str!("../../../scenarios/worker-mode.toml");
 pub const VLLM_PULL: &str = include_str!("../../../scenarios/vllm-pull.toml");
 pub const MULTI_RANK: &str = include_str!("../../../scenarios/multi-rank.toml");
+pub const FAILED_ROOM: &str = include_str!("../../../scenarios/failed-room.toml");
 
 /// Every scenario file, by the path a replay command names.
 pub const ALL: [(&str, &str); 15] = [
@@ -41,6 +42,7 @@ pub const ALL: [(&str, &str); 15] = [
     ("scenarios/multi-rank.toml", MULTI_RANK),
     ("scenarios/client-rooms.toml", CLIENT_ROOMS),
     ("scenarios/worker-mode.toml", WORKER_MODE),
+    ("scenarios/failed-room.toml", FAILED_ROOM),
 ];
 
 pub fn scenario(path: &str) -> Scenario {

@@ -179,6 +179,11 @@ impl<G: Gpu> PrefillNode<G> {
     /// list is here already (kept early), or record that it is owed the news
     /// ([`Self::on_failed_meta`]).
     pub(super) fn owe_failure(&mut self, room: RoomKey, decode: NodeId, env: &mut Outbox<G::Kv>) {
+        if self.cfg.bugs.has(Bug::PrefillDropsFailedPageList) {
+            // The old silence: the retirement drops a list kept early, and a later
+            // one finds nothing owed.
+            return;
+        }
         if let Some(dst) = self.early_meta.remove(&(room, decode)) {
             tell_failed(env, room, decode, epoch_of(&dst));
             return;

@@ -82,7 +82,9 @@ impl<G: Gpu> PrefillNode<G> {
                 // Can never fit: fail it now rather than let it block the queue forever,
                 // and tell decode, which holds pages for it (nobody else will).
                 self.waiting.pop_front();
-                self.notify_decode_failed(room, env);
+                if !self.cfg.bugs.has(Bug::PrefillDropsFailedPageList) {
+                    self.notify_decode_failed(room, env);
+                }
                 self.retire(room, Status::INTERNAL, None, env);
                 continue;
             }

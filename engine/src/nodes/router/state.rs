@@ -272,6 +272,19 @@ impl Router {
         self.rooms.iter().filter(|r| r.live.is_some()).count()
     }
 
+    /// The room uses of the attempts it still waits on (live, not given up), in room
+    /// order.
+    pub fn waiting_rooms(&self) -> Vec<RoomKey> {
+        (1u32..)
+            .zip(&self.rooms)
+            .filter(|(_, r)| r.live.as_ref().is_some_and(|u| !u.abandoned))
+            .map(|(n, r)| RoomKey {
+                room: RoomId(n),
+                gen: r.gen,
+            })
+            .collect()
+    }
+
     /// Rooms of attempts the router gave up (`sglang-router`) whose halves have not
     /// both answered yet.
     pub fn abandoned_rooms(&self) -> usize {
