@@ -19,9 +19,10 @@ pub const PREFIX_HIT: &str = include_str!("../../../scenarios/prefix-hit.toml");
 pub const CLIENT_ROOMS: &str = include_str!("../../../scenarios/client-rooms.toml");
 pub const WORKER_MODE: &str = include_str!("../../../scenarios/worker-mode.toml");
 pub const VLLM_PULL: &str = include_str!("../../../scenarios/vllm-pull.toml");
+pub const NIXL: &str = include_str!("../../../scenarios/nixl.toml");
 
 /// Every scenario file, by the path a replay command names.
-pub const ALL: [(&str, &str); 14] = [
+pub const ALL: [(&str, &str); 15] = [
     ("scenarios/mixed-faults.toml", MIXED_FAULTS),
     ("scenarios/abort-storm.toml", ABORT_STORM),
     (
@@ -39,6 +40,7 @@ pub const ALL: [(&str, &str); 14] = [
     ("scenarios/vllm-pull.toml", VLLM_PULL),
     ("scenarios/client-rooms.toml", CLIENT_ROOMS),
     ("scenarios/worker-mode.toml", WORKER_MODE),
+    ("scenarios/nixl.toml", NIXL),
 ];
 
 pub fn scenario(path: &str) -> Scenario {
