@@ -17,7 +17,14 @@
 # prefill worker with a restart at a new epoch at the same address (the router keeps
 # its worker list: it finds the restarted worker by its health checks and retries).
 #
-#   scripts/netns-bed.sh SEED [--bugs LIST] [--scenario FILE] [--router PY]
+# With `--transport nixl`: prefill's KV writes go over NIXL (the `nixl-cu12` wheel's
+# UCX backend over TCP, `kvsim serve --transport nixl`) between the namespaces, UCX on
+# each namespace's own interface (`UCX_TLS=tcp`, `UCX_NET_DEVICES=v<k><id>`), the
+# wheel's libraries from `KVSIM_NIXL_LIB_DIR` (SKIPPED without it); the schedule also
+# stops the decode process (SIGSTOP/SIGCONT: NIXL has no transport timeout, so its
+# writes wait for it).
+#
+#   scripts/netns-bed.sh SEED [--bugs LIST] [--scenario FILE] [--router PY] [--transport nixl]
 #
 # Environment: KVSIM (the kvsim binary; default target/debug/kvsim), BED_DIR (where
 # traces and logs go; default a temporary folder, kept), BED_SECONDS (canary load,
@@ -30,11 +37,13 @@ shift
 BUGS=""
 SC=tests/serve/loopback.toml
 ROUTER_PY=""
+TRANSPORT=tcp
 while [ $# -gt 0 ]; do
     case $1 in
         --bugs) BUGS=$2; shift 2 ;;
         --scenario) SC=$2; shift 2 ;;
         --router) ROUTER_PY=$2; shift 2 ;;
+        --transport) TRANSPORT=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -48,6 +57,12 @@ command -v nft >/dev/null || skip "no \`nft\` command (package nftables)"
 command -v tc >/dev/null || skip "no \`tc\` command (package iproute2)"
 ip netns add "kvprobe$$" 2>/dev/null || skip "cannot create a network namespace here"
 ip netns del "kvprobe$$"
+case $TRANSPORT in
+    tcp) ;;
+    nixl) [ -f "${KVSIM_NIXL_LIB_DIR:-}/libnixl_capi.so" ] \
+              || skip "--transport nixl: KVSIM_NIXL_LIB_DIR names no folder with libnixl_capi.so" ;;
+    *) echo "unknown transport $TRANSPORT (tcp or nixl)" >&2; exit 2 ;;
+esac
 if [ -n "$ROUTER_PY" ]; then
     "$ROUTER_PY" -c 'import sglang_router' 2>/dev/null \
         || skip "\`$ROUTER_PY\` cannot import sglang_router (pip install sglang-router==0.3.2)"
@@ -105,7 +120,12 @@ start() { # KEY NODE EPOCH
     local more=()
     [ -n "$BUGS" ] && more=(--bugs "$BUGS")
     if [ -n "$ROUTER_PY" ]; then more+=(--worker-http "${HTTP[$1]}"); else more+=(--prompts canary); fi
-    ip netns exec "${NS[$1]}" "$KVSIM" serve "$SC" --node "$2" --peers "$DIR/peers" \
+    local envs=()
+    if [ "$TRANSPORT" = nixl ]; then
+        more+=(--transport nixl)
+        envs=(LD_LIBRARY_PATH="$KVSIM_NIXL_LIB_DIR" UCX_TLS=tcp UCX_NET_DEVICES="v$1$ID")
+    fi
+    ip netns exec "${NS[$1]}" env "${envs[@]}" "$KVSIM" serve "$SC" --node "$2" --peers "$DIR/peers" \
         --epoch "$3" --trace-json "$DIR/traces" --drain-secs 20 "${more[@]}" \
         > "$DIR/$2-e$3.out" 2>&1 &
     PID[$1]=$!
@@ -164,11 +184,13 @@ if [ -n "$ROUTER_PY" ]; then
         "kill p $(ms 200 400)"
     )
 fi
+# Over NIXL a stopped decode holds prefill's writes (no transport timeout).
+[ "$TRANSPORT" = nixl ] && SCHEDULE+=("pause d $(ms 300 700)")
 # Shuffle the order by the seed.
 for (( i=${#SCHEDULE[@]}-1; i>0; i-- )); do
     j=$(( RANDOM % (i + 1) )); t=${SCHEDULE[$i]}; SCHEDULE[$i]=${SCHEDULE[$j]}; SCHEDULE[$j]=$t
 done
-echo "bed seed $SEED, scenario $SC, bugs '${BUGS:-none}', dir $DIR"
+echo "bed seed $SEED, scenario $SC, bugs '${BUGS:-none}', transport $TRANSPORT, dir $DIR"
 printf 'schedule: %s\n' "${SCHEDULE[@]}"
 
 ip netns exec "${NS[r]}" true

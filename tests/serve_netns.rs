@@ -17,6 +17,11 @@
 //! epoch behind the router, `kvsim canary` through the router with client disconnects;
 //! then the audit of both nodes' traces (every incarnation's) and both pools whole. The router comes from `KVSIM_PYTHON`'s
 //! environment (SKIPPED without it, failing under `KVSIM_REQUIRE_PY_CLIENTS=1`).
+//!
+//! The same real-router bed with the KV over NIXL between the namespaces (`--transport
+//! nixl`: the wheel's UCX over TCP on each namespace's interface), a stopped decode
+//! added to the faults: SKIPPED without the wheel or a `kvsim` built with the `nixl`
+//! feature (failing under `KVSIM_REQUIRE_NIXL=1`).
 
 mod cli;
 
@@ -26,6 +31,16 @@ use std::process::Command;
 
 /// Run the bed; `None` when it skipped (the reason is printed).
 fn bed(seed: u64, extra: &[&str], name: &str) -> Option<(i32, String)> {
+    bed_with(seed, extra, name, &[])
+}
+
+/// [`bed`] with more environment for the bed script.
+fn bed_with(
+    seed: u64,
+    extra: &[&str],
+    name: &str,
+    envs: &[(&str, String)],
+) -> Option<(i32, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = std::env::temp_dir().join(format!("kvsim-bed-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -38,6 +53,7 @@ fn bed(seed: u64, extra: &[&str], name: &str) -> Option<(i32, String)> {
         .env("KVSIM", env!("CARGO_BIN_EXE_kvsim"))
         .env("BED_DIR", &dir)
         .env("BED_SECONDS", "5")
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .expect("bash runs the bed");
     let text = format!(
@@ -180,4 +196,43 @@ fn netns_bed_real_router_incident_bugs_leak_and_audit_names_it() {
     );
     assert!(text.contains("audit rc 1"), "{text}");
     assert!(text.contains("VIOLATED S3"), "{text}");
+}
+
+#[test]
+fn netns_bed_real_router_over_nixl_survives_link_faults_stops_and_kills() {
+    const TEST: &str = "netns_bed_real_router_over_nixl_survives_link_faults_stops_and_kills";
+    let Some(py) = router_python(TEST) else {
+        return;
+    };
+    let Some(lib) = kvsim_testenv::nixl_lib_dir(TEST, cfg!(feature = "nixl")) else {
+        return;
+    };
+    let envs = [("KVSIM_NIXL_LIB_DIR", lib.display().to_string())];
+    let args = ["--router", &py, "--transport", "nixl"];
+    let Some((code, text)) = bed_with(23, &args, "router-nixl", &envs) else {
+        return;
+    };
+    assert!(text.contains("transport nixl"), "{text}");
+    for fault in [
+        "fault: loss r ",
+        "fault: loss d ",
+        "fault: partition p d ",
+        "fault: pause p ",
+        "fault: pause d ",
+        "fault: kill d ",
+        "fault: kill p ",
+    ] {
+        assert!(text.contains(fault), "{fault} was applied:\n{text}");
+    }
+    assert_eq!(code, 0, "{text}");
+    for restarted in ["Prefill (epoch 1)", "Decode (epoch 1)"] {
+        assert!(text.contains(restarted), "{restarted} drained: {text}");
+    }
+    assert!(
+        text.contains("bed result: canary rc 0, audit rc 0, drained 1"),
+        "{text}"
+    );
+    assert!(text.contains("canary: PASS"), "{text}");
+    assert!(text.contains("32 of 32 pages free"), "{text}");
+    assert!(text.contains("128 of 128 pages free"), "{text}");
 }

@@ -26,7 +26,7 @@ pub struct Defenses {
     /// 4a. Page tags, checked at read time: every KV write stamps each page it lands in
     ///    with the tag its writer meant (the tag bytes travel with the write), and
     ///    decode compares every page's tag with the (room use, generation) it expects
-    ///    before each step; a mismatch fails that request. Real on either transport.
+    ///    before each step; a mismatch fails that request. Real on every transport.
     pub page_tags: bool,
     /// 4b. The landing gate: the receiver's software checks a KV write's destination
     ///    tags against its page record before any byte lands, and refuses a write into

@@ -40,6 +40,11 @@ pub enum KvTransport {
     /// A receive that the receiver's thread copies into place (kvsim's runtime over
     /// TCP).
     TwoSided,
+    /// NVIDIA's NIXL library, `nixl-cu12` 1.5.1 through `nixl-sys` 1.5.2, with its UCX
+    /// backend over TCP (what runs without an RDMA card; issue 41 measured it): a
+    /// WRITE that the receiver's NIXL progress thread places, with no application
+    /// code running there.
+    Nixl,
 }
 
 /// What the receiver's software sees of a KV write.
@@ -75,6 +80,21 @@ pub enum WhileFrozen {
     Waits,
 }
 
+/// What a KV write addressed through stale metadata does: its destination tags name
+/// pages of an earlier incarnation of the receiver (a page list taken before it
+/// restarted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaleWrite {
+    /// It fails back to its writer (`WriteFailure::StaleRegistration`): the
+    /// registration it names is gone, and the hardware or the receiver says so.
+    FailsBack,
+    /// It lands, silently, where its descriptors point in the receiver's memory: the
+    /// transport checks a descriptor only against the writer's last-known copy of the
+    /// receiver's metadata, and deregistering memory revokes nothing on the wire. Only
+    /// the page generations the write stamps (their epoch) can tell a reader.
+    Lands,
+}
+
 /// One transport's semantics, at each end of a KV write and between them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Semantics {
@@ -98,6 +118,9 @@ pub struct Semantics {
     /// A write addressed with page tags of an earlier incarnation of its receiver
     /// (a stale registration): it fails back as a write to a dead receiver does.
     pub stale_registration: &'static str,
+    /// What such a stale write does, as the world carries it out
+    /// ([`crate::world::write_arrival`]).
+    pub stale_write: StaleWrite,
     /// The data faults the wire and the NICs can commit on a write that lands (the
     /// completion still says success).
     pub data_faults: &'static [DataFault],
@@ -115,6 +138,7 @@ const ONE_SIDED: Semantics = Semantics {
     while_frozen: WhileFrozen::Lands,
     dead_receiver: "the memory key is invalid: a remote access error at the writer",
     stale_registration: "the region was deregistered: a remote access error at the writer",
+    stale_write: StaleWrite::FailsBack,
     data_faults: &DataFault::ALL,
 };
 
@@ -128,6 +152,30 @@ const TWO_SIDED: Semantics = Semantics {
     while_frozen: WhileFrozen::Waits,
     dead_receiver: "the connection is gone: the write fails at the writer",
     stale_registration: "the receiver's incarnation check refuses it",
+    stale_write: StaleWrite::FailsBack,
+    data_faults: &DataFault::ALL,
+};
+
+/// NIXL 1.5.1 with UCX over TCP, as issue 41 measured it (two processes on one host,
+/// `UCX_TLS=tcp`; docs/DECISIONS.md, "Two transports", has the NIXL column).
+const NIXL: Semantics = Semantics {
+    name: "nixl",
+    at_writer: "the writer's agent posts a WRITE of its registered source pages to \
+                descriptors in the receiver's registered memory, checked only against \
+                the writer's last-known copy of the receiver's metadata (an address \
+                outside it is refused locally, NIXL_ERR_NOT_FOUND), with a notification \
+                tagged with the writer's agent name that the receiver pulls",
+    receiver_sees: ReceiverSees::Nothing,
+    visible: "as the receiver's NIXL progress thread copies them off the socket; no \
+              application code runs and nothing there checks a page's owner or tag",
+    completed_by: CompletedBy::WriterNic,
+    while_frozen: WhileFrozen::Waits,
+    dead_receiver: "the peer's process is gone: REMOTE_DISCONNECT at the writer within \
+                    25-500 ms (nixl-sys reports it as a generic BackendError)",
+    stale_registration: "lands silently: deregistering memory revokes nothing over TCP, \
+                         and a restarted incarnation in the same process keeps the \
+                         registration; only the epoch in the page tags tells a reader",
+    stale_write: StaleWrite::Lands,
     data_faults: &DataFault::ALL,
 };
 
@@ -140,6 +188,7 @@ impl KvTransport {
         match self {
             KvTransport::OneSided => &ONE_SIDED,
             KvTransport::TwoSided => &TWO_SIDED,
+            KvTransport::Nixl => &NIXL,
         }
     }
 
@@ -222,8 +271,11 @@ impl DataFault {
 mod tests {
     use super::*;
 
-    /// The rows agree with themselves: a receiver that sees no write cannot gate one,
-    /// cannot be the one completing it, and does not hold it while frozen.
+    /// The rows agree with themselves: a receiver that sees no write cannot gate one
+    /// or be the one completing it; one whose software sees every write holds it while
+    /// frozen and refuses a stale one. A write may wait for a frozen receiver whose
+    /// software sees nothing (NIXL: the progress thread that copies it is the frozen
+    /// process's).
     #[test]
     fn each_row_is_consistent() {
         for t in KvTransport::ALL {
@@ -235,11 +287,29 @@ mod tests {
                 "{}",
                 s.name
             );
-            assert_eq!(s.while_frozen == WhileFrozen::Waits, software, "{}", s.name);
+            if software {
+                assert_eq!(s.while_frozen, WhileFrozen::Waits, "{}", s.name);
+                assert_eq!(s.stale_write, StaleWrite::FailsBack, "{}", s.name);
+            }
             assert_eq!(t.receiver_sees_writes(), software);
             assert!(!s.data_faults.is_empty(), "{}", s.name);
         }
         assert_eq!(KvTransport::OneSided.name(), "one-sided");
         assert_eq!(KvTransport::TwoSided.name(), "two-sided");
+        assert_eq!(KvTransport::Nixl.name(), "nixl");
+    }
+
+    /// NIXL's row is the measured one: nothing at the receiver sees a write, a stopped
+    /// receiver holds it (no transport timeout), stale metadata lands.
+    #[test]
+    fn nixl_row_is_the_measured_one() {
+        let s = KvTransport::Nixl.semantics();
+        assert_eq!(s.receiver_sees, ReceiverSees::Nothing);
+        assert_eq!(s.while_frozen, WhileFrozen::Waits);
+        assert_eq!(s.stale_write, StaleWrite::Lands);
+        assert_eq!(
+            KvTransport::OneSided.semantics().stale_write,
+            StaleWrite::FailsBack
+        );
     }
 }

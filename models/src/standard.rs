@@ -11,7 +11,7 @@ use kvsim_engine::config::RouterPolicy;
 
 impl ModelSpec {
     /// The standard models, by name.
-    pub const NAMES: [&'static str; 26] = [
+    pub const NAMES: [&'static str; 27] = [
         "handoff",
         "abort-race",
         "timeout-race",
@@ -39,6 +39,7 @@ impl ModelSpec {
         "vllm-crash",
         "failed-room",
         "client-rooms",
+        "nixl-race",
     ];
 
     /// The standard models `kvsim check --model all` exhausts (the small ones are
@@ -585,6 +586,32 @@ impl ModelSpec {
         spec
     }
 
+    /// `nixl-race`: KV over NIXL (`KvTransport::Nixl`, the measured row of NIXL 1.5.1
+    /// over UCX/TCP): `crash-race-small` (one request, its prompt in one KV write) with
+    /// one crash (with restart) of the prefill or the decode node and one pause
+    /// (SIGSTOP, then SIGCONT) of either at any point, and no duplicated message. On
+    /// NIXL a write prefill posts through the page list of decode's earlier
+    /// incarnation lands in the restarted one's memory (on RDMA it fails back), and a
+    /// write to a stopped decode waits for its progress thread, with no transport
+    /// timeout: only the engine's own timers end a room. (With a second request of
+    /// another tenant the model has 11,631,925 states, 283 s: too many for the
+    /// default `cargo test`.)
+    pub fn nixl_race() -> ModelSpec {
+        let mut spec = ModelSpec::crash_race_small();
+        spec.name = "nixl-race".into();
+        spec.about = "crash-race-small over NIXL: at most 1 crash (with restart) and 1 pause \
+                      of the prefill or the decode node, no duplicated message"
+            .into();
+        spec.engine.transport = kvsim_engine::world::KvTransport::Nixl;
+        spec.faults = FaultBounds {
+            crashes: 1,
+            pauses: 1,
+            ..FaultBounds::default()
+        };
+        spec.reaches = vec![names::COMPLETES, names::CRASH, names::FROZEN_TIMEOUT];
+        spec
+    }
+
     /// A standard model by name.
     pub fn standard(name: &str) -> Result<ModelSpec, SpecError> {
         match name {
@@ -615,6 +642,7 @@ impl ModelSpec {
             "vllm-crash" => Ok(ModelSpec::vllm_crash()),
             "failed-room" => Ok(ModelSpec::failed_room()),
             "client-rooms" => Ok(ModelSpec::client_rooms()),
+            "nixl-race" => Ok(ModelSpec::nixl_race()),
             other => Err(SpecError::UnknownModel(other.to_string())),
         }
     }

@@ -29,7 +29,7 @@ use kvsim_engine::ids::NodeId;
 use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::{land, land_with, Refusal};
 use kvsim_engine::msg::KvWrite;
-use kvsim_engine::world::{self, Arrival, Arriving};
+use kvsim_engine::world::{self, Arrival, Arriving, KvTransport};
 use std::io::Read;
 use std::time::Instant;
 
@@ -180,6 +180,8 @@ fn arrive<K>(from: NodeId, msg: KvWrite<K>, sender_alive: bool, pool: &SharedPoo
         receiver_epoch: pool.epoch(),
         partitioned: false,
         injected_failure: false,
+        // This connection reader is the TCP transport's receiver copy.
+        transport: KvTransport::TwoSided,
     };
     match world::write_arrival(&msg, &at) {
         Arrival::Fail { reason, completion } => Arrived::Fail(NodeEvent::WriteFailedHere {

@@ -54,6 +54,7 @@ pub enum ReachPath {
     ReadNotified,
     LeaseExpired,
     FrontCancelBoth,
+    StaleLanded,
 }
 
 /// Each path's (path, name, meaning, witness), in declaration order: the one place
@@ -207,6 +208,13 @@ const ABOUT: [(ReachPath, &str, &str, &str); ReachPath::COUNT] = [
         "a decode worker front heard prefill's failure (`PrefillDone`) and ended decode's half (worker mode)",
         "`FrontCancelled`",
     ),
+    // NIXL's stale metadata (`StaleWrite::Lands`): on RDMA the registration is gone.
+    (
+        ReachPath::StaleLanded,
+        "stale-landed",
+        "a KV write addressed to an earlier incarnation of its receiver landed in the restarted one's memory (NIXL)",
+        "`KvLanded` at a node with a destination tag of an epoch before the node's last crash",
+    ),
 ];
 
 impl ReachPath {
@@ -312,6 +320,8 @@ pub struct ReachTracker {
     live: Vec<(NodeId, RoomKey)>,
     /// Room uses the router gave up and retried (with the router's id).
     given_up: Vec<(NodeId, RoomKey)>,
+    /// How often each node crashed: its current incarnation's epoch.
+    epochs: Vec<(NodeId, u32)>,
 }
 
 impl ReachTracker {
@@ -340,6 +350,10 @@ impl ReachTracker {
     /// Node `node` crashed: its incarnation's requests, quarantines and posted writes
     /// are gone.
     pub fn crashed(&mut self, node: NodeId) {
+        match self.epochs.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, e)) => *e += 1,
+            None => self.epochs.push((node, 1)),
+        }
         if self.live.iter().any(|(n, _)| *n == node) {
             self.hit(ReachPath::CrashMidRequest);
         }
@@ -443,8 +457,16 @@ impl ReachTracker {
             } if self.in_flight.iter().any(|w| w.room == *room) => {
                 self.hit(ReachPath::AbortMidTransfer)
             }
-            E::KvLanded { node, write, .. } => {
+            E::KvLanded { node, write, dst } => {
                 self.write_done(*write);
+                let epoch = self
+                    .epochs
+                    .iter()
+                    .find(|(n, _)| n == node)
+                    .map_or(0, |(_, e)| *e);
+                if dst.iter().any(|t| t.gen.epoch() < epoch) {
+                    self.hit(ReachPath::StaleLanded);
+                }
                 if self
                     .quarantined
                     .iter()

@@ -156,15 +156,15 @@ fn the_defended_engine_is_clean_under_every_data_fault() {
     assert_eq!(bad, 0, "{found:?}");
 }
 
-/// On both transports the defended engine is clean; on one-sided (the default) no write
+/// On every transport the defended engine is clean; on one-sided (the default) and NIXL no write
 /// is refused at landing (no receiver software sees it) and the stray pages are
 /// detected where their effect would be (the read-time tag check, verification), on
 /// two-sided the landing gate refuses them. Before the one-sided fixes, with the gate
 /// gone, 20 of 300 seeds read another write's slots (S3) and 130 showed S2.
 #[test]
-fn both_transports_are_clean_and_only_two_sided_refuses_at_landing() {
+fn every_transport_is_clean_and_only_two_sided_refuses_at_landing() {
     use kvsim_engine::world::KvTransport;
-    for t in [KvTransport::OneSided, KvTransport::TwoSided] {
+    for t in KvTransport::ALL {
         let mut sc = Scenario::parse(DATA_FAULTS, "scenarios/data-faults.toml").unwrap();
         sc.engine.transport = t;
         let (mut refused, mut stray_detected) = (0, 0);
@@ -185,8 +185,8 @@ fn both_transports_are_clean_and_only_two_sided_refuses_at_landing() {
             }
         }
         match t {
-            KvTransport::OneSided => {
-                assert_eq!(refused, 0, "a one-sided write was refused at landing");
+            KvTransport::OneSided | KvTransport::Nixl => {
+                assert_eq!(refused, 0, "a {} write was refused at landing", t.name());
                 assert!(stray_detected > 0, "no stray landing was ever stopped");
             }
             KvTransport::TwoSided => assert!(refused > 0, "the landing gate never refused"),

@@ -68,11 +68,11 @@ fn kv_wire(a: &ServeArgs, backend: Backend) -> Result<KvWire> {
     bail!("--transport nixl: this build has no NIXL (build with `--features nixl`; it needs libclang)")
 }
 
-/// The engine as `wire` carries its KV: NIXL's WRITE lands with no receiver code
-/// running, the one-sided row (no landing gate can exist).
+/// The engine as `wire` carries its KV: NIXL's row (its WRITE lands with no receiver
+/// code running, so no landing gate can exist; `engine/src/transport.rs`).
 fn wire_engine(mut cfg: EngineConfig, wire: KvWire) -> EngineConfig {
     if wire == KvWire::Nixl {
-        cfg.transport = KvTransport::OneSided;
+        cfg.transport = KvTransport::Nixl;
     }
     cfg
 }

@@ -257,6 +257,9 @@ impl Gpu for HostGpu {
     /// addresses hold for the backend's life. A transport that registers them lets a
     /// peer write into them as a NIC does, outside this backend's `&mut` (the hazard
     /// one-sided transports have, which the page tags and verification exist for).
+    /// Such a write races this backend's slices over the same bytes: a data race under
+    /// Rust's memory model, not made sound here (docs/DECISIONS.md, "Two transports":
+    /// the progress thread's writes).
     fn host_memory(&mut self) -> Option<HostMemory> {
         let region = |ptr: *mut u8, len: usize| Region {
             addr: ptr as u64,

@@ -208,6 +208,12 @@ impl<G: Gpu> Harness<G> {
                 .map_or(0, |p| p.epoch()),
             partitioned: self.world.cut.contains(&pair(f.from, f.to)),
             injected_failure: delivery == Delivery::InjectedFailure,
+            // Every node holds the one config; a decode node's says the transport.
+            transport: self
+                .nodes
+                .iter()
+                .find_map(|n| n.as_decode())
+                .map_or_else(Default::default, |d| d.config().transport),
         }
     }
 

@@ -5,6 +5,7 @@
 
 use crate::ids::NodeId;
 use crate::msg::{Carried, KvWrite, Msg};
+use crate::transport::{KvTransport, StaleWrite};
 use serde::{Deserialize, Serialize};
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -58,7 +59,8 @@ pub enum WriteFailure {
     /// The receiver was down or restarted since.
     ReceiverGone,
     /// The destination tags belong to an earlier incarnation of the receiver (the
-    /// memory registration they name no longer exists).
+    /// memory registration they name no longer exists), on a transport whose stale
+    /// writes fail back ([`StaleWrite::FailsBack`]).
     StaleRegistration,
     /// The response of a READ whose source crashed while serving it: the connection
     /// is gone and the reader's NIC completes the READ with an error.
@@ -81,6 +83,8 @@ pub struct Arriving {
     pub partitioned: bool,
     /// The driver decided to fail this write (a fault it injects).
     pub injected_failure: bool,
+    /// The transport that carries KV writes (its row says what a stale write does).
+    pub transport: KvTransport,
 }
 
 /// The world's verdict on one arriving message or write.
@@ -128,7 +132,9 @@ pub fn arrival<K>(c: &Carried<K>, at: &Arriving) -> Arrival {
 
 /// A KV write as it arrives: flushed with a crashed writer's NIC, failed back (the
 /// receiver gone, a partition, a stale registration, an injected failure), or
-/// delivered to land.
+/// delivered to land. A stale write to a live receiver is delivered on a transport
+/// whose stale writes land (NIXL: [`StaleWrite::Lands`]); it lands where its
+/// descriptors point, with the earlier epoch's tags.
 pub fn write_arrival<K>(w: &KvWrite<K>, at: &Arriving) -> Arrival {
     if !at.sender_alive {
         return Arrival::Drop(DropReason::SenderCrashed);
@@ -139,7 +145,9 @@ pub fn write_arrival<K>(w: &KvWrite<K>, at: &Arriving) -> Arrival {
         WriteFailure::ReceiverGone
     } else if at.partitioned {
         WriteFailure::Partitioned
-    } else if w.dst.iter().any(|t| t.gen.epoch() != at.receiver_epoch) {
+    } else if w.dst.iter().any(|t| t.gen.epoch() != at.receiver_epoch)
+        && at.transport.semantics().stale_write == StaleWrite::FailsBack
+    {
         WriteFailure::StaleRegistration
     } else {
         return Arrival::Deliver;

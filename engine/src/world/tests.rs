@@ -46,6 +46,7 @@ const ALIVE: Arriving = Arriving {
     receiver_epoch: 0,
     partitioned: false,
     injected_failure: false,
+    transport: KvTransport::OneSided,
 };
 
 #[test]
@@ -86,6 +87,30 @@ fn a_write_fails_back_for_every_reason_and_lands_otherwise() {
             ..alive
         },
         WriteFailure::StaleRegistration,
+    );
+    // Over NIXL a stale write to a live receiver lands (its tags keep the old epoch);
+    // every other reason fails it back there too.
+    let nixl = Arriving {
+        transport: KvTransport::Nixl,
+        ..alive
+    };
+    assert_eq!(
+        arrival(
+            &write(0),
+            &Arriving {
+                receiver_epoch: 1,
+                ..nixl
+            }
+        ),
+        Arrival::Deliver
+    );
+    fails(
+        Arriving {
+            receiver_alive: false,
+            receiver_epoch: 1,
+            ..nixl
+        },
+        WriteFailure::ReceiverGone,
     );
     assert_eq!(
         arrival(
@@ -140,6 +165,7 @@ fn what_was_on_its_way_to_a_crashed_node_reaches_its_next_incarnation() {
         receiver_epoch: 1,
         partitioned: false,
         injected_failure: false,
+        transport: KvTransport::OneSided,
     };
     assert_eq!(arrival(&abort, &restarted), Arrival::Deliver);
     assert_eq!(arrival(&done, &restarted), Arrival::Deliver);

@@ -287,6 +287,7 @@ impl HandoffModel {
             receiver_epoch: s.epoch(to),
             partitioned: false,
             injected_failure: fail,
+            transport: self.spec.engine.transport,
         }
     }
 }

@@ -14,7 +14,9 @@ use kvsim_engine::ids::{NodeId, PageTag, RequestId, RoomKey, Token, WriteId};
 use kvsim_engine::msg::{Carried, KvWrite, Msg};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
 use kvsim_engine::worker::WorkerFront;
-use kvsim_engine::world::{self, Arrival, Arriving, Driver, WriteFailure, WritesInFlight};
+use kvsim_engine::world::{
+    self, Arrival, Arriving, Driver, KvTransport, WriteFailure, WritesInFlight,
+};
 use kvsim_oracle::schema::{MsgView, Record};
 use std::collections::BTreeMap;
 
@@ -79,6 +81,8 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
             receiver_epoch: 0,
             partitioned: false,
             injected_failure: false,
+            // The receiver is gone: no transport lands this, whatever its row.
+            transport: KvTransport::default(),
         };
         match world::arrival(&msg, &at) {
             Arrival::Fail { reason, completion } => {

@@ -66,7 +66,7 @@ prompt_len = 10
         let bad = MINIMAL.replace("[topology]", "[engine]\nbugs = [\"no-such\"]\n[topology]");
         let err = Scenario::parse(&bad, "t.toml").unwrap_err().to_string();
         assert!(err.contains("no-such"), "{err}");
-        // The transport: one-sided by default, two-sided on request, nothing else.
+        // The transport: one-sided by default, two-sided or nixl on request, nothing else.
         assert_eq!(
             Scenario::parse(MINIMAL, "t.toml").unwrap().engine.transport,
             kvsim_engine::world::KvTransport::OneSided
@@ -82,7 +82,10 @@ prompt_len = 10
         let bad = MINIMAL.replace("[topology]", "[engine]\ntransport = \"rdma\"\n[topology]");
         let err = Scenario::parse(&bad, "t.toml").unwrap_err().to_string();
         assert!(
-            err.contains("transport") && err.contains("one-sided") && err.contains("two-sided"),
+            err.contains("transport")
+                && err.contains("one-sided")
+                && err.contains("two-sided")
+                && err.contains("nixl"),
             "{err}"
         );
         let bad = format!("{MINIMAL}[faults]\nstale_duplicate_write_permille = 1001\n");

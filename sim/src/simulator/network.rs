@@ -289,6 +289,7 @@ impl<G: Gpu> Simulator<G> {
             receiver_epoch: self.epochs[ti],
             partitioned: self.partitioned(from, to),
             injected_failure,
+            transport: self.transport,
         })
     }
 

@@ -21,6 +21,7 @@ pub const WORKER_MODE: &str = include_str!("../../../scenarios/worker-mode.toml"
 pub const VLLM_PULL: &str = include_str!("../../../scenarios/vllm-pull.toml");
 pub const MULTI_RANK: &str = include_str!("../../../scenarios/multi-rank.toml");
 pub const FAILED_ROOM: &str = include_str!("../../../scenarios/failed-room.toml");
+pub const NIXL: &str = include_str!("../../../scenarios/nixl.toml");
 
 /// Every scenario file, by the path a replay command names.
 pub const ALL: [(&str, &str); 15] = [
@@ -43,6 +44,7 @@ pub const ALL: [(&str, &str); 15] = [
     ("scenarios/client-rooms.toml", CLIENT_ROOMS),
     ("scenarios/worker-mode.toml", WORKER_MODE),
     ("scenarios/failed-room.toml", FAILED_ROOM),
+    ("scenarios/nixl.toml", NIXL),
 ];
 
 pub fn scenario(path: &str) -> Scenario {
