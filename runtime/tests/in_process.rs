@@ -199,7 +199,7 @@ impl Deployment {
 fn answer(rx: &Receiver<ReplyEv>) -> Reply {
     let done = rx.try_iter().find_map(|ev| match ev {
         ReplyEv::Done(reply) => Some(reply),
-        ReplyEv::Token { .. } => None,
+        ReplyEv::Token { .. } | ReplyEv::Params { .. } => None,
     });
     done.expect("the request was answered")
 }

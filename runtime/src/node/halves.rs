@@ -68,6 +68,11 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
                     s.send(ReplyEv::Token { index, token });
                 }
             }
+            HalfEv::Params { src, tokens } => {
+                if let Some(s) = self.sinks.get_mut(&room) {
+                    s.send(ReplyEv::Params { src, tokens });
+                }
+            }
             HalfEv::Done {
                 status,
                 why,

@@ -22,7 +22,7 @@ use std::net::ToSocketAddrs;
 use std::time::Duration;
 
 /// The prefill node a `bootstrap_host:bootstrap_port` names.
-fn prefill_of<K>(w: &Worker<K>, bootstrap: &str) -> Option<NodeId> {
+pub(super) fn prefill_of<K>(w: &Worker<K>, bootstrap: &str) -> Option<NodeId> {
     let addrs = bootstrap.to_socket_addrs().ok()?;
     addrs
         .into_iter()
@@ -103,7 +103,12 @@ async fn register_at_prefill<K>(
 }
 
 /// The HTTP answer of a decode half that ended with `reply` and `tokens`.
-fn decode_answer<K>(w: &Worker<K>, half: &Half, reply: Reply, tokens: Vec<u32>) -> Response<Out> {
+pub(super) fn decode_answer<K>(
+    w: &Worker<K>,
+    half: &Half,
+    reply: Reply,
+    tokens: Vec<u32>,
+) -> Response<Out> {
     let r = half.room;
     count(w, reply.status);
     if reply.status != 200 {
@@ -143,7 +148,11 @@ fn meta(r: u64, job: &Job, n: usize, done: bool) -> Value {
 
 /// Decode's stream (SGLang's events, or OpenAI's chunks): an event per token as decode
 /// makes it, then the end; the room is released when the body ends.
-fn stream<K: Send + 'static>(w: &Arc<Worker<K>>, pending: Pending, half: Half) -> Response<Out> {
+pub(super) fn stream<K: Send + 'static>(
+    w: &Arc<Worker<K>>,
+    pending: Pending,
+    half: Half,
+) -> Response<Out> {
     let w2 = w.clone();
     let r = half.room;
     let mut s: Box<dyn Streamer> = match &half.openai {
@@ -164,7 +173,7 @@ fn stream<K: Send + 'static>(w: &Arc<Worker<K>>, pending: Pending, half: Half) -
                 s.token(&word, token, &mut out);
                 sent += 1;
             }
-            ReplyEv::Token { .. } => {}
+            ReplyEv::Token { .. } | ReplyEv::Params { .. } => {}
             ReplyEv::Done(reply) => {
                 count(&w2, reply.status);
                 if reply.status == 200 {

@@ -203,6 +203,7 @@ pub(super) async fn bootstrap_route<K: Send + 'static>(
 ) -> Response<Out> {
     match (req.method().clone(), req.uri().path()) {
         (Method::GET, "/health") => full(200, "text/plain", ""),
+        (Method::GET, "/kvsim/vllm_handshake") => crate::worker::vllm::handshake_reply(w).await,
         (Method::POST, "/kvsim/bootstrap") => {
             match read_body(req, w.p.limits.read_deadline).await {
                 Ok(b) => register(w, &b),

@@ -59,6 +59,7 @@ pub(super) fn start<K: Send + 'static>(
         req: key.gen.0,
         prompt_len,
         rx,
+        params: None,
         guard: CancelGuard::new(move || {
             w2.counters.disconnects.fetch_add(1, Ordering::Relaxed);
             let _ = node.send(NodeEvent::AbortHalf { room: key });

@@ -91,6 +91,11 @@ pub(super) struct Worker<K> {
     pub(super) registered_changed: Notify,
     pub(super) counters: FrontCounters,
     pub(super) bootstrap_port: Option<u16>,
+    /// A vLLM-kind prefill's side channel (its bootstrap address), named in the params.
+    pub(super) bootstrap_addr: Option<std::net::SocketAddr>,
+    /// A vLLM-kind prefill: the next room it gives a request (vLLM's router has none):
+    /// from the incarnation up, so a restarted node's rooms are newer.
+    pub(super) next_room: crate::sync::atomic::AtomicU64,
 }
 
 /// What prefill tells decode: the room, its half's status and the engine's reason,
@@ -186,6 +191,8 @@ mod tests {
             fail_first: crate::sync::atomic::AtomicU64::new(0),
             counters: FrontCounters::default(),
             bootstrap_port: None,
+            bootstrap_addr: None,
+            next_room: crate::sync::atomic::AtomicU64::new(1),
         }
     }
 

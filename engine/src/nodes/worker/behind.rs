@@ -63,6 +63,7 @@ fn start(room: RoomKey, msg: Msg, max_new_tokens: u32) -> FrontInput {
 fn answer_msg(side: Side, room: RoomKey, ev: HalfEv) -> Msg {
     match (ev, side) {
         (HalfEv::Token { index, token }, _) => Msg::TokenOut { room, index, token },
+        (HalfEv::Params { src, tokens }, _) => Msg::KvParams { room, src, tokens },
         (HalfEv::Done { status, why, .. }, Side::Prefill) => {
             Msg::PrefillFinished { room, status, why }
         }

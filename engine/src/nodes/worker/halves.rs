@@ -41,6 +41,7 @@ impl WorkerFront {
     ) {
         let req = match &msg {
             Msg::PrefillStart { req, .. } | Msg::DecodeStart { req, .. } if intake_open => *req,
+            Msg::PullStart { req, .. } if intake_open => *req,
             _ => {
                 let ev = HalfEv::Done {
                     status: Status::UNAVAILABLE,
@@ -52,21 +53,32 @@ impl WorkerFront {
                 return;
             }
         };
-        if let Msg::DecodeStart {
-            prompt, prefill, ..
-        } = &msg
-        {
+        // A decode half (SGLang's, or vLLM's pull, whose prefill half already
+        // answered 200: vllm-router starts decode only then).
+        let pairing = match &msg {
+            Msg::DecodeStart {
+                prompt, prefill, ..
+            } => Some((prompt.len(), *prefill, false)),
+            Msg::PullStart {
+                prompt, prefill, ..
+            } => Some((prompt.len(), *prefill, true)),
+            _ => None,
+        };
+        if let Some((prompt_len, prefill, prefill_ended)) = pairing {
             out.push(FrontEffect::Trace(TraceEvent::Routed {
                 node: self.router,
                 req,
                 tenant: TenantId(0),
                 room,
-                prefill: *prefill,
+                prefill,
                 decode: self.node,
-                prompt_len: prompt.len() as u64,
+                prompt_len: prompt_len as u64,
                 max_new_tokens,
             }));
-            self.register(room, *prefill, prefill_epoch, out);
+            self.register(room, prefill, prefill_epoch, out);
+            if prefill_ended {
+                self.half_done(room, Side::Prefill, out);
+            }
         }
         let tokens = Vec::new();
         self.halves.insert(room, Half { req, tokens });
@@ -110,6 +122,11 @@ impl WorkerFront {
                     let ev = HalfEv::Token { index, token };
                     out.push(FrontEffect::Answer { room, ev });
                 }
+            }
+            // vLLM's prefill: its reply's `kv_transfer_params`, before its answer.
+            Msg::KvParams { room, src, tokens } if self.halves.contains_key(&room) => {
+                let ev = HalfEv::Params { src, tokens };
+                out.push(FrontEffect::Answer { room, ev });
             }
             Msg::PrefillFinished { room, status, why } if self.halves.remove(&room).is_some() => {
                 let ev = self.done(status, why, Side::Prefill, Vec::new());

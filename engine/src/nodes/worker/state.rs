@@ -2,7 +2,7 @@
 //! ([`FrontInput`]) and what it asks for ([`FrontEffect`], [`HalfEv`]). Not its
 //! transitions (`halves.rs`, `epochs.rs`).
 
-use crate::ids::{NodeId, RequestId, RoomKey, Token};
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token};
 use crate::msg::{Msg, Side, Status, Why};
 use crate::nodes::role::Role;
 use crate::trace::TraceEvent;
@@ -50,6 +50,9 @@ pub enum FrontInput {
 pub enum HalfEv {
     /// Token `index` of decode's reply, as decode made it.
     Token { index: u32, token: Token },
+    /// vLLM's prefill: the reply's `kv_transfer_params` (`Msg::KvParams`), its pages
+    /// under the lease and the prompt's tokens, before its `Done`.
+    Params { src: Vec<PageTag>, tokens: u64 },
     /// The half's one terminal answer: `status` and the engine's reason `why`, given
     /// by `side`'s half (a decode half ends with prefill's failure where the
     /// cancel-both defense is on), and decode's tokens.
