@@ -113,12 +113,12 @@ fn time_transfer_path(
     writes: u32,
 ) -> std::io::Result<f64> {
     let (me, writer) = (NodeId(2), NodeId(1));
-    let gpu = SharedGpu::new(HostGpu::new(dst.len() as u32, pool.page_size()));
     let stop = Arc::new(AtomicBool::new(false));
     let (loop_tx, loop_rx) = channel::<NodeEvent<Vec<u32>>>();
     let landing = Arc::new(WireLanding {
+        node: me,
+        gpu: SharedGpu::new(HostGpu::new(dst.len() as u32, pool.page_size())),
         record: LandingRecord::new(pool),
-        gpu,
         page_tags: true,
         to_loop: loop_tx.clone(),
     });

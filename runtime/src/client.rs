@@ -170,7 +170,7 @@ fn await_reply<K>(
 ) -> bool {
     loop {
         match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(ReplyEv::Token { .. }) => {}
+            Ok(ReplyEv::Token { .. } | ReplyEv::Params { .. }) => {}
             Ok(ReplyEv::Done(reply)) => {
                 let text = serde_json::to_string(&reply).unwrap_or_default();
                 return writeln!(out, "{text}").is_ok();

@@ -23,7 +23,7 @@ use crate::net::{Incoming, Lander};
 use crate::node::event::NodeEvent;
 use crate::sync::mpsc::{Receiver, Sender};
 use crate::sync::{Arc, RwLock, RwLockReadGuard};
-use crate::wire::{skip_payload, FrameReader, KvHead, WireError};
+use crate::wire::{read_payload, skip_payload, FrameReader, KvHead, WireError};
 use kvsim_engine::gpu::{ByteWrite, Gpu, LandBytesError, WireWords};
 use kvsim_engine::ids::NodeId;
 use kvsim_engine::kv::shared::SharedPool;
@@ -204,6 +204,10 @@ fn arrive<K>(from: NodeId, msg: KvWrite<K>, sender_alive: bool, pool: &SharedPoo
 /// refused or fails on arrival has its payload read through the connection's scratch
 /// buffer: none of its bytes reach the pages.
 pub struct WireLanding<G: Gpu> {
+    /// The node whose connections these are: a write it posted itself is its own
+    /// RDMA READ's response (vLLM's pull), which its NIC places
+    /// ([`world::is_read_response`]).
+    pub node: NodeId,
     pub record: Arc<LandingRecord>,
     pub gpu: SharedGpu<G>,
     /// The landing gate (defense 4b).
@@ -229,6 +233,14 @@ where
             dst,
             words,
         } = head;
+        if world::is_read_response(self.node, id) {
+            // One-sided whatever the connection: no receiver copy, no peer rule, no
+            // gate. The loop lands it by the world's rule (`world::receive`), which
+            // completes the READ and notifies the source.
+            let kv = read_payload(r, &words)?;
+            let write = KvWrite { id, src, dst, kv };
+            return Ok(self.to_loop.send(NodeEvent::Write { from, write }).is_ok());
+        }
         let bytes = kvsim_engine::gpu::bytes::payload_bytes(&words);
         let pool = self.record.current();
         let msg = KvWrite {
@@ -350,6 +362,7 @@ mod tests {
         pool.expect_write(room, &dst).unwrap();
         let (to_loop, rx) = channel();
         let l = WireLanding {
+            node: NodeId(2),
             record: LandingRecord::new(pool),
             gpu: SharedGpu::new(HostGpu::new(PAGES, PAGE)),
             page_tags: true,

@@ -199,7 +199,7 @@ impl Deployment {
 fn answer(rx: &Receiver<ReplyEv>) -> Reply {
     let done = rx.try_iter().find_map(|ev| match ev {
         ReplyEv::Done(reply) => Some(reply),
-        ReplyEv::Token { .. } => None,
+        ReplyEv::Token { .. } | ReplyEv::Params { .. } => None,
     });
     done.expect("the request was answered")
 }
@@ -464,6 +464,7 @@ fn start_worker_half(lp: &mut Loop, room: RoomKey, prefill_epoch: u32) {
         max_new_tokens: 2,
         reply: ReplySink::channel(tx),
         refused: false,
+        prefill_epoch: None,
     }));
     let msg = Msg::Registered {
         room,

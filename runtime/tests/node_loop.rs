@@ -311,6 +311,7 @@ fn a_closed_intake_refuses_new_halves() {
         max_new_tokens: 2,
         reply: ReplySink::channel(tx),
         refused: false,
+        prefill_epoch: None,
     }));
     match rx.try_recv() {
         Ok(ReplyEv::Done(reply)) => assert_eq!(reply.status, Status::UNAVAILABLE.0),

@@ -183,9 +183,11 @@ where
         .map(|s| format!("{} {:?}", s.node, s.role))
         .collect();
     println!(
-        "kvsim serve: running {} (epoch {})",
+        "kvsim serve: running {} (epoch {}; {:?}'s protocol, under {:?})",
         nodes.join(", "),
-        a.epoch
+        a.epoch,
+        opts.cfg.router.protocol(),
+        opts.cfg.router
     );
     std::io::stdout().flush().ok();
     // Wait for SIGINT or SIGTERM.

@@ -39,6 +39,19 @@ pub fn python(test: &str, module: &str) -> Option<PathBuf> {
     }
 }
 
+/// vLLM's router's executable (the pinned wheel under `target/vllm-router`, installed
+/// on first use; `KVSIM_VLLM_ROUTER` names another), or the test skips (a failure under
+/// `KVSIM_REQUIRE_VLLM_ROUTER=1`, which `cargo xtask test` sets).
+pub fn vllm_router(test: &str) -> Option<PathBuf> {
+    match setup::vllm_router() {
+        Ok(p) => Some(p),
+        Err(why) => {
+            skip(test, Need::VllmRouter, &why);
+            None
+        }
+    }
+}
+
 /// The folder that holds NVRTC's libraries (`KVSIM_NVRTC_DIR`, else the pinned wheel
 /// in the clients' environment, installed on first use), or the test skips.
 pub fn nvrtc_dir(test: &str) -> Option<PathBuf> {

@@ -15,6 +15,8 @@ pub enum Need {
     Tools,
     /// NVIDIA's NIXL wheel and a `kvsim` built with the `nixl` feature.
     Nixl,
+    /// vLLM's router (`vllm-router`, pinned, under `target/vllm-router`).
+    VllmRouter,
 }
 
 impl Need {
@@ -26,6 +28,7 @@ impl Need {
             Need::Netns => "KVSIM_REQUIRE_NETNS",
             Need::Tools => "KVSIM_REQUIRE_TOOLS",
             Need::Nixl => "KVSIM_REQUIRE_NIXL",
+            Need::VllmRouter => "KVSIM_REQUIRE_VLLM_ROUTER",
         }
     }
 }

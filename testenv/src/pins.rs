@@ -13,6 +13,12 @@ pub const PYTHON_PACKAGES: &[&str] = &[
     "nvidia-cuda-nvrtc-cu12==12.4.127",
 ];
 
+/// vLLM's router, the Rust gateway wheel (no torch, no GPU), in its own virtual
+/// environment (`target/vllm-router`: its dependencies are not the clients' pins):
+/// `vllm-router --vllm-pd-disaggregation` drives kvsim's vLLM-kind workers
+/// (tests/serve_vllm_router.rs).
+pub const VLLM_ROUTER: &str = "vllm-router==0.1.17";
+
 /// mdBook, which builds the guide under `docs/` (installed with `cargo install
 /// --locked` into `target/tools`, without its `serve` and `watch` features).
 pub const MDBOOK_VERSION: &str = "0.5.4";

@@ -3,7 +3,9 @@
 //! mdBook go under `target/`; Debian's packages need root ([`system`]).
 
 use crate::paths::target_dir;
-use crate::pins::{APT_PACKAGES, MDBOOK_VERSION, NIXL_BUILD_PACKAGES, PYTHON_PACKAGES};
+use crate::pins::{
+    APT_PACKAGES, MDBOOK_VERSION, NIXL_BUILD_PACKAGES, PYTHON_PACKAGES, VLLM_ROUTER,
+};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -96,6 +98,57 @@ pub fn python_clients() -> Result<PathBuf, String> {
     std::fs::write(&stamp, pins_stamp())
         .map_err(|e| format!("writing {}: {e}", stamp.display()))?;
     Ok(py)
+}
+
+/// vLLM's router's own environment.
+pub fn vllm_router_dir() -> PathBuf {
+    target_dir().join("vllm-router")
+}
+
+/// The `vllm-router` executable: `KVSIM_VLLM_ROUTER` when set, else the pinned wheel
+/// ([`VLLM_ROUTER`]) in its own virtual environment under `target/` (made and installed
+/// on first use; a no-op when its stamp matches the pin).
+pub fn vllm_router() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("KVSIM_VLLM_ROUTER") {
+        let p = PathBuf::from(p);
+        return match p.is_file() {
+            true => Ok(p),
+            false => Err(format!("KVSIM_VLLM_ROUTER={} is not a file", p.display())),
+        };
+    }
+    let venv = vllm_router_dir();
+    let (py, exe) = (venv.join("bin/python"), venv.join("bin/vllm-router"));
+    let stamp = venv.join("kvsim-pins.txt");
+    let current = || std::fs::read_to_string(&stamp).ok().as_deref() == Some(VLLM_ROUTER);
+    if exe.exists() && current() {
+        return Ok(exe);
+    }
+    let _lock = SetupLock::take()?;
+    if exe.exists() && current() {
+        return Ok(exe);
+    }
+    if !py.exists() {
+        run(
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+            "python3 -m venv target/vllm-router (Debian: apt-get install python3-venv)",
+        )?;
+    }
+    let mut pip = Command::new(&py);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ])
+    .arg(VLLM_ROUTER)
+    .env("PIP_NO_INPUT", "1");
+    run(&mut pip, &format!("pip install {VLLM_ROUTER}"))?;
+    std::fs::write(&stamp, VLLM_ROUTER).map_err(|e| format!("writing {}: {e}", stamp.display()))?;
+    match exe.is_file() {
+        true => Ok(exe),
+        false => Err(format!("{VLLM_ROUTER} installed no {}", exe.display())),
+    }
 }
 
 /// A Python that can import `module`: `KVSIM_PYTHON` when set, else the pinned

@@ -3,7 +3,8 @@
 //!
 //! - `setup`: installs what the tests need, pinned and idempotently (Debian's packages
 //!   as root, libclang among them for the `nixl` feature's build; the Python clients
-//!   and NVRTC in `target/pyclients`; the NIXL wheel in `target/nixl`; mdBook in
+//!   and NVRTC in `target/pyclients`; vLLM's router in `target/vllm-router`; the
+//!   NIXL wheel in `target/nixl`; mdBook in
 //!   `target/tools`). Prints what it could not install and why.
 //! - `test [ARGS]`: `setup`, then `cargo test --workspace ARGS` with every require
 //!   variable set (the namespace bed's only as root, since it needs root), so a
@@ -63,6 +64,10 @@ fn setup_all() -> Result<Installed> {
         setup::python_clients().map(show),
     );
     let nvrtc = report("NVRTC wheel", setup::nvrtc_dir().map(show));
+    report(
+        "vLLM's router (target/vllm-router)",
+        setup::vllm_router().map(show),
+    );
     let nixl = report(
         "NIXL wheel (target/nixl)",
         kvsim_testenv::nixl::lib_dir().map(show),
@@ -119,6 +124,7 @@ fn test(extra: &[String]) -> Result<ExitCode> {
         .env("KVSIM_REQUIRE_PY_CLIENTS", "1")
         .env("KVSIM_REQUIRE_NVRTC", "1")
         .env("KVSIM_REQUIRE_TOOLS", "1")
+        .env("KVSIM_REQUIRE_VLLM_ROUTER", "1")
         // The `nixl` feature (`kvsim serve --transport nixl`) builds where libclang is
         // (installed above as root); without it the NIXL tests fail, naming why.
         .env("KVSIM_REQUIRE_NIXL", "1");

@@ -9,7 +9,7 @@ use crate::node::reply::{Reply, ReplyEv, ReplySink};
 use crate::sync::atomic::Ordering;
 use crate::sync::Arc;
 use hyper::body::{Body, Bytes, Frame};
-use kvsim_engine::ids::{RequestId, TenantId};
+use kvsim_engine::ids::{PageTag, RequestId, TenantId};
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -53,6 +53,8 @@ pub struct Pending {
     pub prompt_len: usize,
     pub rx: mpsc::UnboundedReceiver<ReplyEv>,
     pub guard: CancelGuard,
+    /// vLLM's prefill half: its reply's `kv_transfer_params`, once they came.
+    pub params: Option<(Vec<PageTag>, u64)>,
 }
 
 impl Pending {
@@ -66,6 +68,7 @@ impl Pending {
                         tokens.push(token);
                     }
                 }
+                ReplyEv::Params { src, tokens } => self.params = Some((src, tokens)),
                 ReplyEv::Done(r) => {
                     self.guard.disarm();
                     return Some(r);
@@ -119,6 +122,7 @@ pub fn submit<K: Send + 'static>(sh: &Arc<Shared<K>>, job: &Job) -> Result<Pendi
         req: id,
         prompt_len: job.ids.len(),
         rx,
+        params: None,
         guard: CancelGuard::new(move || {
             sh2.counters.disconnects.fetch_add(1, Ordering::Relaxed);
             let _ = sh2.router.send(NodeEvent::Cancel { req: RequestId(id) });

@@ -41,6 +41,7 @@ pub fn stream_reply<K: Send + 'static, S: Streamer>(
                 }
                 return Bytes::from(out);
             }
+            ReplyEv::Params { .. } => return Bytes::new(),
             ReplyEv::Done(reply) => reply,
         };
         sh.count_status(reply.status);

@@ -97,6 +97,9 @@ pub enum NodeEvent<K> {
         reply: ReplySink,
         /// The worker refuses it (`--worker-fail-first`): answered 503, never run.
         refused: bool,
+        /// vLLM's decode half: the prefill incarnation the side channel's handshake
+        /// named (`None` elsewhere; SGLang's comes with the bootstrap's registration).
+        prefill_epoch: Option<u32>,
     },
     /// The worker front's client of `room` went away: the half is aborted, as the
     /// router aborts it.

@@ -82,6 +82,11 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
                     s.send(ReplyEv::Token { index, token });
                 }
             }
+            HalfEv::Params { src, tokens } => {
+                if let Some(s) = self.sinks.get_mut(&room) {
+                    s.send(ReplyEv::Params { src, tokens });
+                }
+            }
             HalfEv::Done {
                 status,
                 why,
@@ -151,7 +156,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
         msg: Msg,
         max_new_tokens: u32,
         mut reply: ReplySink,
-        refused: bool,
+        (refused, prefill_epoch): (bool, Option<u32>),
     ) {
         if self.io.front.is_none() {
             reply.send(done(room, Status::UNAVAILABLE, Vec::new(), None, None));
@@ -163,6 +168,7 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
             room,
             msg,
             max_new_tokens,
+            prefill_epoch,
             intake_open,
         });
     }

@@ -85,11 +85,15 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
             transport: KvTransport::default(),
         };
         match world::arrival(&msg, &at) {
-            Arrival::Fail { reason, completion } => {
-                if let Some(id) = msg.write_id() {
-                    self.fail_back(to, id, reason, completion);
+            Arrival::Fail { reason, completion } => match msg.write_id() {
+                // An RDMA READ request is no write of this node's in flight: its one
+                // failed completion is its poster's own, at once.
+                Some(id) if matches!(msg, Carried::Msg(Msg::KvRead { .. })) => {
+                    self.failed_back(to, id, reason, completion)
                 }
-            }
+                Some(id) => self.fail_back(to, id, reason, completion),
+                None => {}
+            },
             Arrival::Drop(reason) => {
                 let from = self.id;
                 self.trace(|| Record::Drop {
@@ -196,13 +200,23 @@ impl<K: Clone, R: NodeRuntime<Kv = K>> Io<R> {
 impl<K: Clone, R: NodeRuntime<Kv = K>> Driver<Msg, TraceEvent, KvWrite<K>> for Io<R> {
     /// A KV write leaves on the link to `to`, in flight until its one completion.
     fn write(&mut self, _from: NodeId, to: NodeId, write: KvWrite<K>) {
-        self.writes.post(to, &write);
+        // An RDMA READ's response, served here for its reader, is the reader's to
+        // complete (`world::serve_read`): not a write of this node's in flight.
+        if !world::is_read_response(to, write.id) {
+            self.writes.post(to, &write);
+        }
         self.leave(to, Carried::Write(write));
     }
 
     fn send(&mut self, _from: NodeId, to: NodeId, msg: Msg) {
         if self.front.as_ref().is_some_and(|f| f.router() == to) {
             self.for_half(msg);
+            return;
+        }
+        if to == self.id {
+            // The node's own NIC reporting to it (an RDMA READ's completion at its
+            // reader, `world::receive`): back into its own loop.
+            self.rt.to_self(NodeEvent::Msg { from: to, msg });
             return;
         }
         if to == self.client {

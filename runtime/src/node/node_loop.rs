@@ -255,8 +255,9 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
     fn on_msg(&mut self, from: NodeId, msg: Msg) {
         if let Msg::WriteDone { id, .. } = &msg {
             // Exactly one completion per write: one already failed back (its connection
-            // broke) is not completed again.
-            if !self.io.writes.complete(from, *id) {
+            // broke) is not completed again. A READ's completion is the node's own
+            // NIC's (`from` is the node): no write of its own in flight.
+            if from != self.io.id && !self.io.writes.complete(from, *id) {
                 return;
             }
         }
@@ -388,7 +389,8 @@ impl<G: Gpu, R: NodeRuntime<Kv = G::Kv>> NodeLoop<G, R> {
                 max_new_tokens,
                 reply,
                 refused,
-            } => self.start_half(room, msg, max_new_tokens, reply, refused),
+                prefill_epoch,
+            } => self.start_half(room, msg, max_new_tokens, reply, (refused, prefill_epoch)),
             NodeEvent::AbortHalf { room } => self.abort_half(room),
             NodeEvent::FrontPeer { from, msg } => self.front_peer(from, msg),
             NodeEvent::FrontLink(tx) => self.io.front_out = Some(tx),

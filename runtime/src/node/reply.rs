@@ -3,6 +3,7 @@
 //! decides what to answer (the loop, [`crate::node`]) nor how a front renders it.
 
 use crate::sync::mpsc::Sender;
+use kvsim_engine::ids::PageTag;
 use kvsim_engine::msg::Why;
 use serde::Serialize;
 
@@ -30,6 +31,9 @@ pub struct Reply {
 pub enum ReplyEv {
     /// A token decode produced (index `index` of the reply), as it was produced.
     Token { index: u32, token: u32 },
+    /// vLLM's prefill half: its reply's `kv_transfer_params` (the pages it holds under
+    /// its lease for decode's READ, and the prompt's tokens), before its answer.
+    Params { src: Vec<PageTag>, tokens: u64 },
     /// The request's one terminal answer.
     Done(Reply),
 }

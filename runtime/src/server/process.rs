@@ -141,7 +141,9 @@ where
             let cancels_both = opts.cfg.defenses.router_cancels_both;
             let wait_ns = kvsim_engine::worker::pairing_wait_ns(&opts.cfg.timeouts);
             io.front = (opts.worker && role != Role::Router).then(|| {
-                WorkerFront::new(id, role, ROUTER, cancels_both).pairing(plan.epoch, wait_ns)
+                WorkerFront::new(id, role, ROUTER, cancels_both)
+                    .pairing(plan.epoch, wait_ns)
+                    .protocol(opts.cfg.router.protocol())
             });
             spawn_listener(
                 id,

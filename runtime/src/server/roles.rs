@@ -11,6 +11,7 @@ use crate::node::step::RuntimeNode;
 use crate::server::options::ServeError;
 use crate::sync::mpsc::Sender;
 use crate::sync::Arc;
+use kvsim_engine::config::Protocol;
 use kvsim_engine::decode::DecodeNode;
 use kvsim_engine::gpu::{Gpu, WireWords};
 use kvsim_engine::ids::NodeId;
@@ -18,6 +19,7 @@ use kvsim_engine::kv::shared::SharedPool;
 use kvsim_engine::kv::SharedRecord;
 use kvsim_engine::node::{Node, Role};
 use kvsim_engine::prefill::PrefillNode;
+use kvsim_engine::prefill_vllm::VllmPrefill;
 use kvsim_engine::router::Router;
 use kvsim_engine::world::{self, Topology, ROUTER};
 use kvsim_engine::Cfg;
@@ -27,6 +29,20 @@ use serde::Serialize;
 /// How a decode node's connections land the KV writes that arrive on them, and the
 /// record they land them on (replaced at an in-process restart).
 pub(super) type Transfer<K> = (Arc<dyn Lander<K>>, Arc<LandingRecord>);
+
+/// A prefill node of the protocol its router drives, as incarnation `epoch`: SGLang's,
+/// or vLLM's (a scenario under `vllm-router`), whose prefill keeps a finished room's
+/// pages under a lease for decode's READ.
+fn prefill_node<G: Gpu>(id: NodeId, epoch: u32, cfg: &Cfg, gpu: SharedGpu<G>) -> RuntimeNode<G> {
+    let mut p = match cfg.router.protocol() {
+        Protocol::Vllm => Node::VllmPrefill(VllmPrefill::new(id, cfg.clone(), ROUTER, gpu)),
+        Protocol::Sglang => Node::Prefill(PrefillNode::new(id, cfg.clone(), ROUTER, gpu)),
+    };
+    if epoch > 0 {
+        world::restart(&mut p, epoch);
+    }
+    p
+}
 
 /// The engine node of `role`, and for a decode node the landing of the KV writes that
 /// arrive on its listener.
@@ -62,14 +78,10 @@ where
             )),
             None,
         ),
-        Role::Prefill => {
-            let gpu = SharedGpu::new(node_gpu()?);
-            let mut p = PrefillNode::new(id, cfg.clone(), ROUTER, gpu);
-            if epoch > 0 {
-                world::restart(&mut p, epoch);
-            }
-            (Node::Prefill(p), None)
-        }
+        Role::Prefill => (
+            prefill_node(id, epoch, cfg, SharedGpu::new(node_gpu()?)),
+            None,
+        ),
         Role::Decode => {
             let pool = Arc::new(SharedPool::with_epoch(pages, cfg.page_size, epoch));
             let gpu = SharedGpu::new(node_gpu()?);
@@ -78,6 +90,7 @@ where
             // connection's reader judges each one before its bytes land, so the
             // landing gate exists here whatever the scenario's `transport` says.
             let landing: Arc<dyn Lander<K>> = Arc::new(WireLanding {
+                node: id,
                 record: record.clone(),
                 gpu: gpu.clone(),
                 page_tags: cfg.defenses.landing_gate,

@@ -93,13 +93,7 @@ pub(super) fn check_halves<K>(
         })
     };
     if path != "/generate" {
-        let checks = openai::Checks {
-            tokenize: &tokenize,
-            max_new: &max_new,
-            default_max: limit.min(128),
-            model: &w.p.info.model_path,
-        };
-        let c = openai::check(path, body, &checks)?;
+        let c = check_openai(w, path, body)?;
         return Ok((vec![half(c.job.clone(), Some(c), 0)?], false));
     }
     let g = body::parse::<GenerateBody>(body)?;
@@ -123,6 +117,29 @@ pub(super) fn check_halves<K>(
         .collect::<Result<Vec<Half>, String>>()?;
     distinct_rooms(&halves)?;
     Ok((halves, true))
+}
+
+/// An OpenAI API body (`/v1/completions` or `/v1/chat/completions`), checked.
+pub(super) fn check_openai<K>(
+    w: &Worker<K>,
+    path: &str,
+    b: &[u8],
+) -> Result<openai::Checked, String> {
+    let limit = w.p.info.max_new_tokens_limit;
+    let tokenize = |_: &str, t: &str| -> Result<Vec<u32>, String> {
+        Ok(w.vocab
+            .lock()
+            .map_err(|_| "tokenizer unavailable")?
+            .encode(t))
+    };
+    let max_new = |name: &str, v: Option<body::Int>| max_new_tokens(limit, name, v);
+    let checks = openai::Checks {
+        tokenize: &tokenize,
+        max_new: &max_new,
+        default_max: limit.min(128),
+        model: &w.p.info.model_path,
+    };
+    openai::check(path, b, &checks)
 }
 
 /// A request's `max_new_tokens` (field `name`), within the server's `limit`.

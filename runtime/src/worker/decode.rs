@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use std::net::ToSocketAddrs;
 
 /// The prefill node a `bootstrap_host:bootstrap_port` names.
-fn prefill_of<K>(w: &Worker<K>, bootstrap: &str) -> Option<NodeId> {
+pub(super) fn prefill_of<K>(w: &Worker<K>, bootstrap: &str) -> Option<NodeId> {
     let addrs = bootstrap.to_socket_addrs().ok()?;
     addrs
         .into_iter()
@@ -50,7 +50,7 @@ pub(super) async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) ->
         max_new_tokens: half.job.max_new_tokens,
         prefill,
     };
-    let mut pending = match start(w, key, msg, &half.job, false) {
+    let mut pending = match start(w, key, msg, &half.job, (false, None)) {
         Ok(p) => p,
         Err(m) => return fail(w, 503, &m),
     };
@@ -69,7 +69,12 @@ pub(super) async fn decode<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) ->
 }
 
 /// The HTTP answer of a decode half that ended with `reply` and `tokens`.
-fn decode_answer<K>(w: &Worker<K>, half: &Half, reply: Reply, tokens: Vec<u32>) -> Response<Out> {
+pub(super) fn decode_answer<K>(
+    w: &Worker<K>,
+    half: &Half,
+    reply: Reply,
+    tokens: Vec<u32>,
+) -> Response<Out> {
     let r = half.room;
     count(w, reply.status);
     if reply.status != 200 {
@@ -109,7 +114,11 @@ fn meta(r: u64, job: &Job, n: usize, done: bool) -> Value {
 
 /// Decode's stream (SGLang's events, or OpenAI's chunks): an event per token as decode
 /// makes it, then the end; the room is released when the body ends.
-fn stream<K: Send + 'static>(w: &Arc<Worker<K>>, pending: Pending, half: Half) -> Response<Out> {
+pub(super) fn stream<K: Send + 'static>(
+    w: &Arc<Worker<K>>,
+    pending: Pending,
+    half: Half,
+) -> Response<Out> {
     let w2 = w.clone();
     let r = half.room;
     let mut s: Box<dyn Streamer> = match &half.openai {
@@ -130,7 +139,7 @@ fn stream<K: Send + 'static>(w: &Arc<Worker<K>>, pending: Pending, half: Half) -
                 s.token(&word, token, &mut out);
                 sent += 1;
             }
-            ReplyEv::Token { .. } => {}
+            ReplyEv::Token { .. } | ReplyEv::Params { .. } => {}
             ReplyEv::Done(reply) => {
                 count(&w2, reply.status);
                 if reply.status == 200 {

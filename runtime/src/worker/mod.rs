@@ -28,6 +28,9 @@
 //! half the engine leaves unanswered is aborted and answered 504 after a bound; a
 //! client that closes the connection aborts its half, as the router would.
 //!
+//! On a node of vLLM's family (a scenario under `vllm-router`) the completions
+//! endpoints are vLLM's instead, with `kv_transfer_params` in and out ([`vllm`]).
+//!
 //! The worker front's parts: what it is given and keeps (`state`), the halves a body
 //! asks for (`check`), a half at the node (`start`), prefill's side (`prefill`),
 //! decode's side (`decode`), and which endpoint answers what (`routes`).
@@ -39,6 +42,7 @@ pub(crate) mod prefill;
 pub(crate) mod routes;
 pub(crate) mod start;
 pub(crate) mod state;
+pub(crate) mod vllm;
 
 pub use routes::spawn_worker;
 pub use state::{room_key, WorkerParts};

@@ -42,7 +42,7 @@ pub(super) async fn prefill<K: Send + 'static>(w: &Arc<Worker<K>>, half: Half) -
         prompt: half.job.ids.clone(),
         decode: NodeId(0),
     };
-    let mut pending = match start(w, key, msg, &half.job, refused) {
+    let mut pending = match start(w, key, msg, &half.job, (refused, None)) {
         Ok(p) => p,
         Err(m) => return fail(w, 503, &m),
     };
@@ -87,6 +87,7 @@ pub(super) async fn bootstrap_route<K: Send + 'static>(
 ) -> Response<Out> {
     match (req.method().clone(), req.uri().path()) {
         (Method::GET, "/health") => full(200, "text/plain", ""),
+        (Method::GET, "/kvsim/vllm_handshake") => crate::worker::vllm::handshake_reply(w).await,
         (Method::POST, "/kvsim/bootstrap") => {
             match read_body(req, w.p.limits.read_deadline).await {
                 Ok(b) => register(w, &b).await,

@@ -17,8 +17,10 @@ use crate::worker::check::{check_halves, Half};
 use crate::worker::decode::{decode, prefill_done};
 use crate::worker::prefill::{bootstrap_route, prefill};
 use crate::worker::state::{count, fail, release_room, take_room, Rooms, Worker, WorkerParts};
+use crate::worker::vllm;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
+use kvsim_engine::config::Protocol;
 use kvsim_engine::node::Role;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -30,12 +32,14 @@ pub fn spawn_worker<K: Send + 'static>(
     bootstrap: Option<TcpListener>,
     p: WorkerParts<K>,
 ) -> std::io::Result<()> {
-    let bootstrap_port = match &bootstrap {
-        Some(b) => Some(b.local_addr()?.port()),
+    let bootstrap_addr = match &bootstrap {
+        Some(b) => Some(b.local_addr()?),
         None => None,
     };
+    let bootstrap_port = bootstrap_addr.map(|a| a.port());
     let max = p.limits.max_connections;
     let rooms = Mutex::new(Rooms::new(&p.cfg));
+    let p_epoch = p.epoch;
     let w = Arc::new(Worker {
         fail_first: crate::sync::atomic::AtomicU64::new(p.fail_first),
         p,
@@ -45,6 +49,8 @@ pub fn spawn_worker<K: Send + 'static>(
         decode_urls: Mutex::new(BTreeMap::new()),
         counters: FrontCounters::default(),
         bootstrap_port,
+        bootstrap_addr,
+        next_room: crate::sync::atomic::AtomicU64::new((u64::from(p_epoch) << 40) + 1),
     });
     spawn_carrier(&w)?;
     let name = format!("{}-worker", w.p.id);
@@ -73,6 +79,7 @@ async fn route<K: Send + 'static>(w: &Arc<Worker<K>>, req: Request<Incoming>) ->
             json_reply(200, &model_info(&w.p.info))
         }
         (&Method::GET, "/get_server_info" | "/server_info") => json_reply(200, &server_info(w)),
+        (&Method::GET, "/v1/models") => json_reply(200, &openai::models(&w.p.info)),
         (&Method::GET, "/get_load") => {
             let live = w.rooms.lock().map(|r| r.live.len()).unwrap_or(0);
             json_reply(200, &json!({"load": live, "num_reqs": live}))
@@ -91,6 +98,13 @@ async fn route<K: Send + 'static>(w: &Arc<Worker<K>>, req: Request<Incoming>) ->
                 Err(r) => r,
             }
         }
+        (&Method::POST, "/v1/completions" | "/v1/chat/completions") if vllm_kind(w) => {
+            vllm::generate(w, &path, req).await
+        }
+        (&Method::POST, "/generate") if vllm_kind(w) => error(
+            404,
+            "no endpoint /generate on a vLLM worker (/v1/completions, /v1/chat/completions)",
+        ),
         (&Method::POST, "/generate" | "/v1/completions" | "/v1/chat/completions") => {
             match read_body(req, w.p.limits.read_deadline).await {
                 Ok(b) => generate(w, &path, &b).await,
@@ -102,6 +116,12 @@ async fn route<K: Send + 'static>(w: &Arc<Worker<K>>, req: Request<Incoming>) ->
         }
         _ => error(404, &format!("no endpoint {path}")),
     }
+}
+
+/// A worker of vLLM's family (its scenario's router is `vllm-router`): vLLM's worker
+/// API ([`vllm`]).
+fn vllm_kind<K>(w: &Worker<K>) -> bool {
+    w.p.cfg.router.protocol() == Protocol::Vllm
 }
 
 /// `/get_server_info`: this node's facts, SGLang's names first.

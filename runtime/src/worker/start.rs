@@ -28,13 +28,14 @@ pub(super) fn engine_error(status: u16, side: &str) -> String {
 
 /// Hand the engine front a half (it pairs it, then starts it at the node); the
 /// guard aborts it when dropped armed. `refused`: the worker refuses it
-/// (`--worker-fail-first`), answered 503 by the front.
+/// (`--worker-fail-first`), answered 503 by the front. `prefill_epoch`: vLLM's
+/// decode half's prefill incarnation, as its handshake named it.
 pub(super) fn start<K: Send + 'static>(
     w: &Arc<Worker<K>>,
     key: RoomKey,
     msg: Msg,
     job: &Job,
-    refused: bool,
+    (refused, prefill_epoch): (bool, Option<u32>),
 ) -> Result<Pending, String> {
     let (tx, rx) = mpsc::unbounded_channel();
     let prompt_len = job.ids.len();
@@ -45,6 +46,7 @@ pub(super) fn start<K: Send + 'static>(
         max_new_tokens: job.max_new_tokens,
         reply: sink,
         refused,
+        prefill_epoch,
     });
     if sent.is_err() {
         return Err("the node is shutting down".into());
@@ -54,6 +56,7 @@ pub(super) fn start<K: Send + 'static>(
         req: key.gen.0,
         prompt_len,
         rx,
+        params: None,
         guard: CancelGuard::new(move || {
             w2.counters.disconnects.fetch_add(1, Ordering::Relaxed);
             let _ = node.send(NodeEvent::AbortHalf { room: key });

@@ -83,6 +83,11 @@ pub(super) struct Worker<K> {
     pub(super) fail_first: crate::sync::atomic::AtomicU64,
     pub(super) counters: FrontCounters,
     pub(super) bootstrap_port: Option<u16>,
+    /// A vLLM-kind prefill's side channel (its bootstrap address), named in the params.
+    pub(super) bootstrap_addr: Option<std::net::SocketAddr>,
+    /// A vLLM-kind prefill: the next room it gives a request (vLLM's router has none):
+    /// from the incarnation up, so a restarted node's rooms are newer.
+    pub(super) next_room: crate::sync::atomic::AtomicU64,
 }
 
 /// Take room `r` for a half here, or say why not (status, message).
@@ -168,6 +173,8 @@ mod tests {
             fail_first: crate::sync::atomic::AtomicU64::new(0),
             counters: FrontCounters::default(),
             bootstrap_port: None,
+            bootstrap_addr: None,
+            next_room: crate::sync::atomic::AtomicU64::new(1),
         }
     }
 

@@ -185,6 +185,7 @@ impl Bed {
                 let reader = match to {
                     DECODE => {
                         let landing: Arc<dyn Lander<Kv>> = Arc::new(WireLanding {
+                            node: DECODE,
                             record: decode.record.clone(),
                             gpu: decode.gpu.clone(),
                             page_tags: cfg.defenses.landing_gate,

@@ -131,7 +131,7 @@ fn wait_answer(c: &mut Client) {
     loop {
         match c.rx.recv() {
             Ok(ReplyEv::Done(_)) => break,
-            Ok(ReplyEv::Token { .. }) => {}
+            Ok(ReplyEv::Token { .. } | ReplyEv::Params { .. }) => {}
             Err(_) => panic!("request {} was dropped unanswered", c.req),
         }
     }

@@ -57,6 +57,7 @@ fn start(room: RoomKey, msg: Msg, max_new_tokens: u32) -> FrontInput {
         room,
         msg,
         max_new_tokens,
+        prefill_epoch: None,
         intake_open: true,
     }
 }
@@ -73,6 +74,7 @@ fn between_fronts(msg: &Msg) -> bool {
 fn answer_msg(side: Side, room: RoomKey, ev: HalfEv) -> Msg {
     match (ev, side) {
         (HalfEv::Token { index, token }, _) => Msg::TokenOut { room, index, token },
+        (HalfEv::Params { src, tokens }, _) => Msg::KvParams { room, src, tokens },
         (HalfEv::Done { status, why, .. }, Side::Prefill) => {
             Msg::PrefillFinished { room, status, why }
         }

@@ -3,6 +3,7 @@
 //! sends the router. Not when a room is cleared (`epochs.rs`).
 
 use super::state::{Clearing, FrontEffect, FrontInput, Half, HalfEv, WorkerFront, EARLY_DONE};
+use crate::config::Protocol;
 use crate::ids::{RequestId, RoomKey, TenantId};
 use crate::msg::{Msg, Side, Status, Why};
 use crate::nodes::role::Role;
@@ -16,8 +17,9 @@ impl WorkerFront {
                 room,
                 msg,
                 max_new_tokens,
+                prefill_epoch,
                 intake_open,
-            } => self.start(room, msg, max_new_tokens, intake_open, out),
+            } => self.start(room, msg, (max_new_tokens, prefill_epoch), intake_open, out),
             FrontInput::Abort { room } => self.abort(room, out),
             FrontInput::Peer { from, msg } => self.from_peer(from, msg, out),
             FrontInput::WaitOver { room } => self.wait_over(room, out),
@@ -27,14 +29,14 @@ impl WorkerFront {
 
     /// The router asked for the half of `room` with `msg`: refused 503 with the
     /// node's intake closed (the node never sees it; a prefill half's decode hears of
-    /// it). Otherwise held for the pairing: decode's front registers the room at its
-    /// prefill's bootstrap, prefill's waits (at most its bound) for that registration,
-    /// unless it came first.
+    /// it). Otherwise, under SGLang's protocol, held for the pairing: decode's front
+    /// registers the room at its prefill's bootstrap, prefill's waits (at most its
+    /// bound) for that registration, unless it came first. vLLM's halves start at once.
     fn start(
         &mut self,
         room: RoomKey,
         mut msg: Msg,
-        max_new_tokens: u32,
+        (max_new_tokens, prefill_epoch): (u32, Option<u32>),
         intake_open: bool,
         out: &mut Vec<FrontEffect>,
     ) {
@@ -46,7 +48,8 @@ impl WorkerFront {
             return;
         }
         match &mut msg {
-            Msg::PrefillStart { .. } | Msg::DecodeStart { .. } if intake_open => {}
+            Msg::PrefillStart { .. } | Msg::DecodeStart { .. } | Msg::PullStart { .. }
+                if intake_open => {}
             _ => {
                 let ev = self.done(Status::UNAVAILABLE, None, self.side(), Vec::new());
                 out.push(FrontEffect::Answer { room, ev });
@@ -55,6 +58,9 @@ impl WorkerFront {
                 }
                 return;
             }
+        }
+        if self.protocol == Protocol::Vllm {
+            return self.begin(room, msg, max_new_tokens, prefill_epoch, out);
         }
         match &mut msg {
             Msg::DecodeStart { prefill, .. } => {
@@ -95,26 +101,40 @@ impl WorkerFront {
         prefill_epoch: Option<u32>,
         out: &mut Vec<FrontEffect>,
     ) {
+        // Prefill's word of its half's end goes to its decode's front under SGLang's
+        // protocol only (vllm-router starts decode once prefill answered).
+        let sglang = self.protocol == Protocol::Sglang;
         let (req, peer) = match &msg {
-            Msg::PrefillStart { req, decode, .. } => (*req, Some(*decode)),
-            Msg::DecodeStart { req, .. } => (*req, None),
+            Msg::PrefillStart { req, decode, .. } => (*req, Some(*decode).filter(|_| sglang)),
+            Msg::DecodeStart { req, .. } | Msg::PullStart { req, .. } => (*req, None),
             _ => return,
         };
-        if let Msg::DecodeStart {
-            prompt, prefill, ..
-        } = &msg
-        {
+        // A decode half (SGLang's, or vLLM's pull, whose prefill half already
+        // answered 200: vllm-router starts decode only then).
+        let pairing = match &msg {
+            Msg::DecodeStart {
+                prompt, prefill, ..
+            } => Some((prompt.len(), *prefill, false)),
+            Msg::PullStart {
+                prompt, prefill, ..
+            } => Some((prompt.len(), *prefill, true)),
+            _ => None,
+        };
+        if let Some((prompt_len, prefill, prefill_ended)) = pairing {
             out.push(FrontEffect::Trace(TraceEvent::Routed {
                 node: self.router,
                 req,
                 tenant: TenantId(0),
                 room,
-                prefill: *prefill,
+                prefill,
                 decode: self.node,
-                prompt_len: prompt.len() as u64,
+                prompt_len: prompt_len as u64,
                 max_new_tokens,
             }));
-            self.register(room, *prefill, prefill_epoch, out);
+            self.register(room, prefill, prefill_epoch, out);
+            if prefill_ended {
+                self.half_done(room, Side::Prefill, out);
+            }
         }
         self.halves.insert(room, Half::new(req, peer));
         out.push(FrontEffect::ToNode(msg));
@@ -166,6 +186,11 @@ impl WorkerFront {
                     let ev = HalfEv::Token { index, token };
                     out.push(FrontEffect::Answer { room, ev });
                 }
+            }
+            // vLLM's prefill: its reply's `kv_transfer_params`, before its answer.
+            Msg::KvParams { room, src, tokens } if self.halves.contains_key(&room) => {
+                let ev = HalfEv::Params { src, tokens };
+                out.push(FrontEffect::Answer { room, ev });
             }
             Msg::PrefillFinished { room, status, why } => {
                 if let Some(h) = self.halves.remove(&room) {

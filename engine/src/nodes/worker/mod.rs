@@ -10,7 +10,10 @@
 //! terminal, traced as the engine router traces it so the audit closes the room; a
 //! prefill node's later incarnation ends the prefill halves of its earlier ones (the
 //! epoch rule, `epochs.rs`); a killed decode process's open rooms are cleared by
-//! the next one (`killed.rs`).
+//! the next one (`killed.rs`). The same front stands before vLLM's pair under the
+//! real `vllm-router` (`kvsim serve` of a scenario under it): a prefill half's
+//! `KvParams` is its answer's `kv_transfer_params` ([`HalfEv::Params`]), and a decode
+//! half's `PullStart` comes after its prefill half answered 200.
 //!
 //! It is a state machine like the nodes: inputs in ([`FrontInput`], and
 //! [`WorkerFront::from_node`] for the node's messages to the router), effects out

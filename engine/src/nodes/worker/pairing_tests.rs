@@ -40,6 +40,7 @@ fn ask(f: &mut WorkerFront, room: RoomKey) -> Vec<FrontEffect> {
         room,
         msg,
         max_new_tokens: 0,
+        prefill_epoch: None,
         intake_open: true,
     };
     feed(f, input)
@@ -164,6 +165,7 @@ fn a_held_decode_half_ends_with_prefills_failure() {
         room,
         msg,
         max_new_tokens: 2,
+        prefill_epoch: None,
         intake_open: true,
     };
     let out = feed(&mut f, input);

@@ -2,7 +2,8 @@
 //! ([`FrontInput`]) and what it asks for ([`FrontEffect`], [`HalfEv`]). Not its
 //! transitions (`halves.rs`, `epochs.rs`).
 
-use crate::ids::{NodeId, RequestId, RoomKey, Token};
+use crate::config::Protocol;
+use crate::ids::{NodeId, PageTag, RequestId, RoomKey, Token};
 use crate::msg::{Msg, Side, Status, Why};
 use crate::nodes::role::Role;
 use crate::trace::TraceEvent;
@@ -28,15 +29,20 @@ pub fn pairing_wait_ns(t: &crate::config::Timeouts) -> u64 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FrontInput {
     /// The router asked this worker for its half of `room`: `msg` is the engine's
-    /// `PrefillStart` or `DecodeStart` for it. `intake_open`: the node takes new
-    /// requests. A decode half starts once prefill's bootstrap took its registration
-    /// (`Msg::Registered`); a prefill half once decode registered (`Msg::Register`),
-    /// with the registrant as its `decode` (SGLang's prefill learns its decode peer
-    /// from the registration, not from the router).
+    /// `PrefillStart` or `DecodeStart` for it (vLLM's decode: `PullStart`).
+    /// `intake_open`: the node takes new requests. Under SGLang's protocol a decode
+    /// half starts once prefill's bootstrap took its registration (`Msg::Registered`);
+    /// a prefill half once decode registered (`Msg::Register`), with the registrant as
+    /// its `decode` (SGLang's prefill learns its decode peer from the registration,
+    /// not from the router). Under vLLM's nothing pairs at a bootstrap: each half
+    /// starts at once, and `prefill_epoch` is the prefill incarnation a vLLM decode's
+    /// side-channel handshake named (`None` elsewhere: SGLang's comes in
+    /// `Msg::Registered`).
     Start {
         room: RoomKey,
         msg: Msg,
         max_new_tokens: u32,
+        prefill_epoch: Option<u32>,
         intake_open: bool,
     },
     /// A message from the other half's front (`Msg::Register`, `Msg::Registered`,
@@ -61,6 +67,9 @@ pub enum FrontInput {
 pub enum HalfEv {
     /// Token `index` of decode's reply, as decode made it.
     Token { index: u32, token: Token },
+    /// vLLM's prefill: the reply's `kv_transfer_params` (`Msg::KvParams`), its pages
+    /// under the lease and the prompt's tokens, before its `Done`.
+    Params { src: Vec<PageTag>, tokens: u64 },
     /// The half's one terminal answer: `status` and the engine's reason `why`, given
     /// by `side`'s half (a decode half ends with prefill's failure where the
     /// cancel-both defense is on), and decode's tokens.
@@ -137,6 +146,10 @@ pub struct WorkerFront {
     /// A failed prefill half ends its decode half with prefill's status (the router's
     /// cancel-both, defense 6: `router_cancels_both`).
     pub(super) cancels_both: bool,
+    /// The protocol of the halves: SGLang's pair at prefill's bootstrap (the
+    /// registration), vLLM's do not (its decode starts once prefill answered, with
+    /// prefill's `kv_transfer_params`).
+    pub(super) protocol: Protocol,
     /// The node's incarnation (a prefill bootstrap answers registrations with it).
     pub(super) epoch: u32,
     /// Prefill: how long a half waits for decode's registration, and a registration
@@ -169,6 +182,7 @@ impl WorkerFront {
             role,
             router,
             cancels_both,
+            protocol: Protocol::Sglang,
             epoch: 0,
             wait_ns: 200_000_000,
             held: BTreeMap::new(),
@@ -189,12 +203,18 @@ impl WorkerFront {
         self
     }
 
+    /// The same front serving `protocol`'s halves (SGLang's by default).
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
     /// The same front, new, for the node's incarnation `epoch`: what a killed
     /// process's front knew dies with it (a node behind its front restarts with a
     /// fresh one).
     pub fn fresh(&self, epoch: u32) -> Self {
         let f = WorkerFront::new(self.node, self.role, self.router, self.cancels_both);
-        f.pairing(epoch, self.wait_ns)
+        f.pairing(epoch, self.wait_ns).protocol(self.protocol)
     }
 
     /// The router whose part the front plays: the node's messages to it are the

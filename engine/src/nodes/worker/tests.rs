@@ -31,6 +31,7 @@ fn start(f: &mut WorkerFront, room: RoomKey, epoch: u32) -> Vec<FrontEffect> {
         room,
         msg,
         max_new_tokens: 2,
+        prefill_epoch: None,
         intake_open: true,
     };
     f.handle(input, &mut out);
@@ -132,6 +133,7 @@ fn a_closed_intake_answers_503() {
         room,
         msg,
         max_new_tokens: 2,
+        prefill_epoch: None,
         intake_open: false,
     };
     f.handle(input, &mut out);
@@ -300,4 +302,89 @@ fn a_killed_decode_front_leaves_its_open_rooms_to_be_cleared() {
         room: a,
     }];
     assert_eq!(left.cleared(), cleared);
+}
+
+/// vLLM's pair under the real `vllm-router`: a prefill half's `KvParams` is its
+/// answer's `kv_transfer_params`, before its 200; a decode half's `PullStart` is
+/// traced as the pairing, its prefill half already over (the router asks decode only
+/// after prefill's 200), so decode's answer clears the room.
+#[test]
+fn a_vllm_pair_answers_params_then_clears_the_room_at_decodes_answer() {
+    use crate::ids::{Generation, PageId, PageTag};
+    let room = RoomKey::new(3, 33);
+    let src = vec![PageTag {
+        page: PageId(5),
+        gen: Generation(2),
+    }];
+    let vllm = crate::config::Protocol::Vllm;
+    let mut p = WorkerFront::new(PREFILL, Role::Prefill, ROUTER, false).protocol(vllm);
+    let mut out = Vec::new();
+    let msg = Msg::PrefillStart {
+        room,
+        req: RequestId(33),
+        prompt: (1..=8).collect(),
+        decode: DECODE,
+    };
+    let input = FrontInput::Start {
+        room,
+        msg: msg.clone(),
+        max_new_tokens: 1,
+        prefill_epoch: None,
+        intake_open: true,
+    };
+    p.handle(input, &mut out);
+    assert_eq!(out, vec![FrontEffect::ToNode(msg)]);
+    let mut out = Vec::new();
+    let (src2, tokens) = (src.clone(), 8);
+    p.from_node(
+        Msg::KvParams {
+            room,
+            src: src2,
+            tokens,
+        },
+        &mut out,
+    );
+    let params = HalfEv::Params {
+        src: src.clone(),
+        tokens,
+    };
+    assert_eq!(out, vec![FrontEffect::Answer { room, ev: params }]);
+    let mut d = decode_front(false).protocol(vllm);
+    let mut out = Vec::new();
+    let pull = Msg::PullStart {
+        room,
+        req: RequestId(33),
+        prompt: (1..=8).collect(),
+        max_new_tokens: 2,
+        prefill: PREFILL,
+        src,
+    };
+    let input = FrontInput::Start {
+        room,
+        msg: pull.clone(),
+        max_new_tokens: 2,
+        prefill_epoch: Some(0),
+        intake_open: true,
+    };
+    d.handle(input, &mut out);
+    assert!(matches!(
+        &out[0],
+        FrontEffect::Trace(TraceEvent::Routed {
+            prefill: PREFILL,
+            ..
+        })
+    ));
+    assert!(out.contains(&FrontEffect::ToNode(pull)));
+    assert!(cleared(&out).is_empty(), "decode's half is not over yet");
+    let mut out = Vec::new();
+    let (status, why) = (Status::OK, None::<Why>);
+    d.from_node(Msg::DecodeFinished { room, status, why }, &mut out);
+    assert_eq!(cleared(&out), vec![room]);
+    // No word of prefill's end goes to decode's front: it was prefill's 200.
+    let mut out = Vec::new();
+    p.from_node(Msg::PrefillFinished { room, status, why }, &mut out);
+    assert!(
+        !out.iter().any(|e| matches!(e, FrontEffect::Send { .. })),
+        "{out:?}"
+    );
 }
