@@ -52,6 +52,7 @@ pub mod spec;
 mod standard;
 mod standard_ranks;
 mod standard_rooms;
+mod standard_vllm;
 pub mod two_phase;
 pub mod view;
 

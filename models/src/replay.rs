@@ -23,7 +23,7 @@ use kvsim_engine::ids::{NodeId, RequestId, RoomKey, TenantId};
 use kvsim_engine::invariant::Invariant;
 use kvsim_engine::msg::{Carried, Msg};
 use kvsim_engine::trace::{FaultAction, TraceEvent};
-use kvsim_engine::world::{self, Altered, DataFault, DropReason, WriteFailure};
+use kvsim_engine::world::{self, Altered, DataFault, DropReason};
 use kvsim_engine::Timer;
 use kvsim_oracle::render::describe_event;
 use kvsim_oracle::schema::{

@@ -24,7 +24,7 @@ pub const FAILED_ROOM: &str = include_str!("../../../scenarios/failed-room.toml"
 pub const NIXL: &str = include_str!("../../../scenarios/nixl.toml");
 
 /// Every scenario file, by the path a replay command names.
-pub const ALL: [(&str, &str); 15] = [
+pub const ALL: [(&str, &str); 17] = [
     ("scenarios/mixed-faults.toml", MIXED_FAULTS),
     ("scenarios/abort-storm.toml", ABORT_STORM),
     (

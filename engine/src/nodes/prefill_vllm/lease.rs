@@ -3,8 +3,8 @@
 //! `_reqs_to_send` expiry in the worker); an abort before the forward.
 
 use super::state::{Phase, VllmPrefill};
-use crate::decode::handle_count;
 use crate::bugs::Bug;
+use crate::decode::handle_count;
 use crate::env::{Outbox, Timer};
 use crate::gpu::{zero_on_free, Gpu};
 use crate::ids::{PageTag, RoomKey};
