@@ -122,7 +122,7 @@ start() { # KEY NODE EPOCH
     if [ -n "$ROUTER_PY" ]; then more+=(--worker-http "${HTTP[$1]}"); else more+=(--prompts canary); fi
     local envs=()
     if [ "$TRANSPORT" = nixl ]; then
-        more+=(--transport nixl)
+        more+=(--transport nixl --gpu host)
         envs=(LD_LIBRARY_PATH="$KVSIM_NIXL_LIB_DIR" UCX_TLS=tcp UCX_NET_DEVICES="v$1$ID")
     fi
     ip netns exec "${NS[$1]}" env "${envs[@]}" "$KVSIM" serve "$SC" --node "$2" --peers "$DIR/peers" \
