@@ -16,3 +16,4 @@ pub mod render;
 pub mod serve;
 pub mod suite;
 pub mod suite_protocols;
+pub mod suite_row;

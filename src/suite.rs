@@ -23,15 +23,7 @@ pub const MIXED_FAULTS: &str = include_str!("../scenarios/mixed-faults.toml");
 /// Stalled nodes and skewed clocks under swarm testing.
 pub const STALLS: &str = include_str!("../scenarios/stalls.toml");
 
-/// One row of the summary table.
-#[derive(Clone, Debug)]
-pub struct Row {
-    pub check: String,
-    pub expected: String,
-    pub observed: String,
-    pub ok: bool,
-    pub wall_s: f64,
-}
+pub use crate::suite_row::Row;
 
 /// The incident with the historical bugs: tenant 2 gets 200 carrying tenant 1's
 /// canary tokens, and the oracles name S5, S4 and S3.
@@ -510,6 +502,12 @@ pub fn run_default_suite(quiet: bool) -> Result<ExitCode> {
         quiet,
         "SGLang worker mode",
         crate::suite_protocols::worker_mode,
+    )?);
+    rows.push(start(quiet, "KV over NIXL", crate::suite_protocols::nixl)?);
+    rows.push(start(
+        quiet,
+        "rooms with several ranks",
+        crate::suite_protocols::multi_rank,
     )?);
     rows.push(start(quiet, "bug matrix (quick)", bug_matrix_quick)?);
     rows.push(start(quiet, "defense isolation", isolation_matrix)?);

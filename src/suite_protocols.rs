@@ -1,10 +1,11 @@
 //! The default suite's rows for the deployments beside SGLang's plain push under
-//! kvsim's router: vLLM's pull protocol under `vllm-router`, and SGLang's worker mode
-//! (each node behind its worker front under the `sglang-router` policy). Each row
-//! sweeps the deployment's scenario on the defended engine (clean, every declared path
-//! reached) and model-checks it, and shows that the tools see a bug there.
+//! kvsim's router: vLLM's pull protocol under `vllm-router`, SGLang's worker mode
+//! (each node behind its worker front under the `sglang-router` policy), KV over
+//! NIXL, and rooms with several sender ranks. Each row sweeps the deployment's
+//! scenario on the defended engine (clean, every declared path reached) and
+//! model-checks it, and shows that the tools see a bug there.
 
-use crate::suite::Row;
+use crate::suite_row::Row;
 use anyhow::Result;
 use kvsim_engine::bugs::BugSet;
 use kvsim_models::check::Verdict;
@@ -19,6 +20,12 @@ pub const VLLM_PULL: &str = include_str!("../scenarios/vllm-pull.toml");
 /// Nodes behind SGLang worker fronts under the sglang-router policy, with faults.
 pub const WORKER_MODE: &str = include_str!("../scenarios/worker-mode.toml");
 
+/// KV over NIXL: stale metadata landing in a restarted decode, stopped peers.
+pub const NIXL: &str = include_str!("../scenarios/nixl.toml");
+
+/// vLLM's pull with three sender ranks a room (issue 37, class 1).
+pub const MULTI_RANK: &str = include_str!("../scenarios/multi-rank.toml");
+
 /// Sweep seeds `0..seeds` of a compiled-in scenario, stopping at the first failure
 /// when `stop_at_first`.
 fn sweep(
@@ -28,7 +35,17 @@ fn sweep(
     bugs: Option<BugSet>,
     stop_at_first: bool,
 ) -> Result<SweepSummary> {
-    let sc = Scenario::parse(text, path)?;
+    sweep_of(&Scenario::parse(text, path)?, path, seeds, bugs, stop_at_first)
+}
+
+/// [`sweep`] of a scenario already parsed (and perhaps changed).
+fn sweep_of(
+    sc: &Scenario,
+    path: &str,
+    seeds: u64,
+    bugs: Option<BugSet>,
+    stop_at_first: bool,
+) -> Result<SweepSummary> {
     let opts = SweepOptions {
         seeds: SeedRange {
             start: 0,
@@ -38,7 +55,7 @@ fn sweep(
         stop_at_first,
         ..Default::default()
     };
-    Ok(run_sweep(&sc, path, &opts)?)
+    Ok(run_sweep(sc, path, &opts)?)
 }
 
 /// Exhaust a standard model on two threads.
@@ -128,6 +145,80 @@ pub fn worker_mode() -> Result<Row> {
         expected: "clean; the incident's bugs caught behind the fronts".into(),
         observed: format!(
             "sweep: {} seeds, {}; incident bugs: {}; model worker-front: {}",
+            s.seeds_run,
+            verdict(&s),
+            first.map_or_else(
+                || format!("no violation in {} seeds", bugged.seeds_run),
+                |f| format!("seed {} breaks {}", f.seed, f.invariant)
+            ),
+            model_words(&m)
+        ),
+        ok,
+        wall_s: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// KV over NIXL (nixl-cu12 1.5.1's measured row: no landing gate, writes wait for a
+/// stopped receiver, a write through stale metadata lands): 200 seeds of `nixl.toml`
+/// clean with every declared path reached (a stale landing among them), the model
+/// `nixl-race` exhausted clean, and with the page tags (4a) off a stale landing is
+/// read within 50 seeds: the defense that stands where NIXL lands what RDMA refuses.
+pub fn nixl() -> Result<Row> {
+    let t = Instant::now();
+    let path = "scenarios/nixl.toml";
+    let s = sweep(NIXL, path, 200, None, false)?;
+    let mut untagged = Scenario::parse(NIXL, path)?;
+    untagged.engine.defenses.page_tags = false;
+    let exposed = sweep_of(&untagged, path, 50, None, true)?;
+    let m = model(ModelSpec::nixl_race())?;
+    let first = exposed.failures.first();
+    let ok = s.clean()
+        && s.seeds_run == 200
+        && s.reach_failure().is_none()
+        && first.is_some()
+        && m.complete
+        && !m.violated();
+    Ok(Row {
+        check: "KV over NIXL (sweep nixl.toml, model nixl-race)".into(),
+        expected: "clean; with page tags off a stale landing is read".into(),
+        observed: format!(
+            "sweep: {} seeds, {}; page tags off: {}; model nixl-race: {}",
+            s.seeds_run,
+            verdict(&s),
+            first.map_or_else(
+                || format!("no violation in {} seeds", exposed.seeds_run),
+                |f| format!("seed {} breaks {}", f.seed, f.invariant)
+            ),
+            model_words(&m)
+        ),
+        ok,
+        wall_s: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// Rooms with several sender ranks under vLLM's pull (issue 37, class 1): 200 seeds
+/// of `multi-rank.toml` clean with every declared path reached, the model
+/// `vllm-ranks` exhausted clean, and vLLM #56104's first-failed-handle-frees caught
+/// within 20 seeds.
+pub fn multi_rank() -> Result<Row> {
+    let t = Instant::now();
+    let path = "scenarios/multi-rank.toml";
+    let s = sweep(MULTI_RANK, path, 200, None, false)?;
+    let bug = BugSet::NONE.with(kvsim_engine::bugs::Bug::FirstFailedHandleFrees);
+    let bugged = sweep(MULTI_RANK, path, 20, Some(bug), true)?;
+    let m = model(ModelSpec::vllm_ranks())?;
+    let first = bugged.failures.first();
+    let ok = s.clean()
+        && s.seeds_run == 200
+        && s.reach_failure().is_none()
+        && first.is_some()
+        && m.complete
+        && !m.violated();
+    Ok(Row {
+        check: "rooms with several ranks (sweep multi-rank.toml, model vllm-ranks)".into(),
+        expected: "clean; vLLM #56104's early free caught".into(),
+        observed: format!(
+            "sweep: {} seeds, {}; first-failed-handle-frees: {}; model vllm-ranks: {}",
             s.seeds_run,
             verdict(&s),
             first.map_or_else(

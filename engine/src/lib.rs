@@ -62,8 +62,10 @@ mod tests {
     /// tables named them.
     #[test]
     fn derived_tables_keep_every_variant_and_its_name() {
-        assert_eq!(Bug::ALL.len(), 17);
-        assert_eq!(Bug::ALL[16], Bug::PrefillDropsFailedPageList);
+        assert_eq!(Bug::ALL.len(), 23);
+        assert_eq!(Bug::ALL[16], Bug::FirstFailedHandleFrees);
+        assert_eq!(Bug::ALL[20], Bug::LeaseIgnoresHeartbeat);
+        assert_eq!(Bug::ALL[22], Bug::PrefillDropsFailedPageList);
         assert_eq!(
             Bug::PrefillDropsFailedPageList.name(),
             "prefill-drops-failed-page-list"

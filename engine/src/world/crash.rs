@@ -1,7 +1,7 @@
 //! A crash and a restart: what a crash does to each message in flight (the one crash
 //! walk of every driver) and the one way a node becomes its next incarnation.
 
-use super::arrival::failed_completion;
+use super::arrival::{failed_completion, WriteFailure};
 use super::writes::WritesInFlight;
 use crate::decode::DecodeNode;
 use crate::gpu::Gpu;
@@ -15,11 +15,11 @@ use std::fmt::Debug;
 
 /// Why a message that [`crash_fate`] fails back failed: a KV write to the crashed
 /// node lost its receiver; a READ response from it lost its source.
-pub fn crash_failure(crashed: NodeId, to: NodeId) -> super::WriteFailure {
+pub fn crash_failure(crashed: NodeId, to: NodeId) -> WriteFailure {
     if to == crashed {
-        super::WriteFailure::ReceiverGone
+        WriteFailure::ReceiverGone
     } else {
-        super::WriteFailure::SourceGone
+        WriteFailure::SourceGone
     }
 }
 

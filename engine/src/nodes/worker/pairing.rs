@@ -87,18 +87,28 @@ impl WorkerFront {
             return;
         }
         let epoch = self.epoch;
-        let msg = Msg::Registered { room, epoch };
-        out.push(FrontEffect::Send { to: decode, msg });
+        let registered = FrontEffect::Send {
+            to: decode,
+            msg: Msg::Registered { room, epoch },
+        };
         if copy || taken.is_some() {
+            out.push(registered);
             return;
         }
         if let Some((mut msg, max_new_tokens)) = self.held.remove(&room) {
             if let Msg::PrefillStart { decode: d, .. } = &mut msg {
                 *d = decode;
             }
+            // The half goes to the node before the answer to decode: a start the node
+            // refuses at once is answered (`PrefillDone`) before `Registered` leaves,
+            // so decode's held half ends with prefill's status and reason instead of
+            // starting a transfer prefill will fail (a driver delivering `ToNode` in
+            // the same step, as the runtime does, sends the two in that order).
             self.begin(room, msg, max_new_tokens, None, out);
+            out.push(registered);
             return;
         }
+        out.push(registered);
         if let Some(i) = self.gone.iter().position(|(r, _)| *r == room) {
             let (_, status) = self.gone.remove(i).unwrap_or((room, Status::INTERNAL));
             tell(out, decode, room, status, None);
