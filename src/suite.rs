@@ -411,7 +411,7 @@ pub fn isolation_matrix() -> Result<Row> {
             })
         });
     Ok(Row {
-        check: "defense isolation: each defense alone, data faults, both transports and routers"
+        check: "defense isolation: each defense alone, data faults, every transport, both routers"
             .into(),
         expected: "every expected stop holds, none looks worse, defended clean".into(),
         observed: format!(

@@ -21,7 +21,7 @@ impl WorkerFront {
                 intake_open,
             } => self.start(room, msg, (max_new_tokens, prefill_epoch), intake_open, out),
             FrontInput::Abort { room } => self.abort(room, out),
-            FrontInput::Peer { from, msg } => self.from_peer(from, msg, out),
+            FrontInput::Peer { from, msg } => self.on_peer(from, msg, out),
             FrontInput::WaitOver { room } => self.wait_over(room, out),
             FrontInput::Early { room, status, why } => self.prefill_done(room, status, why, out),
         }

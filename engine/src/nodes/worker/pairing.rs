@@ -13,7 +13,7 @@ use crate::nodes::role::Role;
 
 impl WorkerFront {
     /// A message from node `from`'s front. A front ignores what is not its side's.
-    pub(super) fn from_peer(&mut self, from: NodeId, msg: Msg, out: &mut Vec<FrontEffect>) {
+    pub(super) fn on_peer(&mut self, from: NodeId, msg: Msg, out: &mut Vec<FrontEffect>) {
         match (self.role, msg) {
             (Role::Decode, Msg::Registered { room, epoch }) => {
                 self.registered_at(from, room, epoch, out)
