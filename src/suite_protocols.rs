@@ -35,7 +35,13 @@ fn sweep(
     bugs: Option<BugSet>,
     stop_at_first: bool,
 ) -> Result<SweepSummary> {
-    sweep_of(&Scenario::parse(text, path)?, path, seeds, bugs, stop_at_first)
+    sweep_of(
+        &Scenario::parse(text, path)?,
+        path,
+        seeds,
+        bugs,
+        stop_at_first,
+    )
 }
 
 /// [`sweep`] of a scenario already parsed (and perhaps changed).
