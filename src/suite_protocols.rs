@@ -128,40 +128,67 @@ pub fn vllm_pull() -> Result<Row> {
     })
 }
 
+/// What a deployment's row ran: a clean sweep of `seeds` seeds, a sweep that must
+/// find a violation (`caught`, named `caught_as`), and a model that must be clean.
+struct Judged {
+    clean: SweepSummary,
+    seeds: u64,
+    caught_as: &'static str,
+    caught: SweepSummary,
+    model_name: &'static str,
+    model: CheckReport,
+}
+
+/// The row of `j`: ok when the clean sweep ran every seed clean with every declared
+/// path reached, the other sweep found a violation and the model is exhausted clean.
+fn judged_row(check: &str, expected: &str, j: &Judged, t: Instant) -> Row {
+    let first = j.caught.failures.first();
+    let ok = j.clean.clean()
+        && j.clean.seeds_run == j.seeds
+        && j.clean.reach_failure().is_none()
+        && first.is_some()
+        && j.model.complete
+        && !j.model.violated();
+    Row {
+        check: check.into(),
+        expected: expected.into(),
+        observed: format!(
+            "sweep: {} seeds, {}; {}: {}; model {}: {}",
+            j.clean.seeds_run,
+            verdict(&j.clean),
+            j.caught_as,
+            first.map_or_else(
+                || format!("no violation in {} seeds", j.caught.seeds_run),
+                |f| format!("seed {} breaks {}", f.seed, f.invariant)
+            ),
+            j.model_name,
+            model_words(&j.model)
+        ),
+        ok,
+        wall_s: t.elapsed().as_secs_f64(),
+    }
+}
+
 /// SGLang worker mode: 100 seeds of `worker-mode.toml` clean on the defended engine,
 /// the incident's bugs caught within 20 seeds behind the fronts, and the model
 /// `worker-front` exhausted clean.
 pub fn worker_mode() -> Result<Row> {
     let t = Instant::now();
     let path = "scenarios/worker-mode.toml";
-    let s = sweep(WORKER_MODE, path, 100, None, false)?;
-    let bugged = sweep(WORKER_MODE, path, 20, Some(BugSet::INCIDENT), true)?;
-    let m = model(ModelSpec::worker_front())?;
-    let first = bugged.failures.first();
-    let caught = first.is_some_and(|f| f.seed < 20);
-    let ok = s.clean()
-        && s.seeds_run == 100
-        && s.reach_failure().is_none()
-        && caught
-        && m.complete
-        && !m.violated();
-    Ok(Row {
-        check: "SGLang worker mode behind fronts (sweep worker-mode.toml, model worker-front)"
-            .into(),
-        expected: "clean; the incident's bugs caught behind the fronts".into(),
-        observed: format!(
-            "sweep: {} seeds, {}; incident bugs: {}; model worker-front: {}",
-            s.seeds_run,
-            verdict(&s),
-            first.map_or_else(
-                || format!("no violation in {} seeds", bugged.seeds_run),
-                |f| format!("seed {} breaks {}", f.seed, f.invariant)
-            ),
-            model_words(&m)
-        ),
-        ok,
-        wall_s: t.elapsed().as_secs_f64(),
-    })
+    let j = Judged {
+        clean: sweep(WORKER_MODE, path, 100, None, false)?,
+        seeds: 100,
+        caught_as: "incident bugs",
+        caught: sweep(WORKER_MODE, path, 20, Some(BugSet::INCIDENT), true)?,
+        model_name: "worker-front",
+        model: model(ModelSpec::worker_front())?,
+    };
+    Ok(judged_row(
+        "SGLang worker mode behind fronts (sweep worker-mode.toml, model worker-front)",
+        "clean; the incident's bugs caught behind the fronts",
+        &j,
+        t,
+    ))
 }
 
 /// KV over NIXL (nixl-cu12 1.5.1's measured row: no landing gate, writes wait for a
@@ -172,34 +199,22 @@ pub fn worker_mode() -> Result<Row> {
 pub fn nixl() -> Result<Row> {
     let t = Instant::now();
     let path = "scenarios/nixl.toml";
-    let s = sweep(NIXL, path, 200, None, false)?;
     let mut untagged = Scenario::parse(NIXL, path)?;
     untagged.engine.defenses.page_tags = false;
-    let exposed = sweep_of(&untagged, path, 50, None, true)?;
-    let m = model(ModelSpec::nixl_race())?;
-    let first = exposed.failures.first();
-    let ok = s.clean()
-        && s.seeds_run == 200
-        && s.reach_failure().is_none()
-        && first.is_some()
-        && m.complete
-        && !m.violated();
-    Ok(Row {
-        check: "KV over NIXL (sweep nixl.toml, model nixl-race)".into(),
-        expected: "clean; with page tags off a stale landing is read".into(),
-        observed: format!(
-            "sweep: {} seeds, {}; page tags off: {}; model nixl-race: {}",
-            s.seeds_run,
-            verdict(&s),
-            first.map_or_else(
-                || format!("no violation in {} seeds", exposed.seeds_run),
-                |f| format!("seed {} breaks {}", f.seed, f.invariant)
-            ),
-            model_words(&m)
-        ),
-        ok,
-        wall_s: t.elapsed().as_secs_f64(),
-    })
+    let j = Judged {
+        clean: sweep(NIXL, path, 200, None, false)?,
+        seeds: 200,
+        caught_as: "page tags off",
+        caught: sweep_of(&untagged, path, 50, None, true)?,
+        model_name: "nixl-race",
+        model: model(ModelSpec::nixl_race())?,
+    };
+    Ok(judged_row(
+        "KV over NIXL (sweep nixl.toml, model nixl-race)",
+        "clean; with page tags off a stale landing is read",
+        &j,
+        t,
+    ))
 }
 
 /// Rooms with several sender ranks under vLLM's pull (issue 37, class 1): 200 seeds
@@ -209,31 +224,19 @@ pub fn nixl() -> Result<Row> {
 pub fn multi_rank() -> Result<Row> {
     let t = Instant::now();
     let path = "scenarios/multi-rank.toml";
-    let s = sweep(MULTI_RANK, path, 200, None, false)?;
     let bug = BugSet::NONE.with(kvsim_engine::bugs::Bug::FirstFailedHandleFrees);
-    let bugged = sweep(MULTI_RANK, path, 20, Some(bug), true)?;
-    let m = model(ModelSpec::vllm_ranks())?;
-    let first = bugged.failures.first();
-    let ok = s.clean()
-        && s.seeds_run == 200
-        && s.reach_failure().is_none()
-        && first.is_some()
-        && m.complete
-        && !m.violated();
-    Ok(Row {
-        check: "rooms with several ranks (sweep multi-rank.toml, model vllm-ranks)".into(),
-        expected: "clean; vLLM #56104's early free caught".into(),
-        observed: format!(
-            "sweep: {} seeds, {}; first-failed-handle-frees: {}; model vllm-ranks: {}",
-            s.seeds_run,
-            verdict(&s),
-            first.map_or_else(
-                || format!("no violation in {} seeds", bugged.seeds_run),
-                |f| format!("seed {} breaks {}", f.seed, f.invariant)
-            ),
-            model_words(&m)
-        ),
-        ok,
-        wall_s: t.elapsed().as_secs_f64(),
-    })
+    let j = Judged {
+        clean: sweep(MULTI_RANK, path, 200, None, false)?,
+        seeds: 200,
+        caught_as: "first-failed-handle-frees",
+        caught: sweep(MULTI_RANK, path, 20, Some(bug), true)?,
+        model_name: "vllm-ranks",
+        model: model(ModelSpec::vllm_ranks())?,
+    };
+    Ok(judged_row(
+        "rooms with several ranks (sweep multi-rank.toml, model vllm-ranks)",
+        "clean; vLLM #56104's early free caught",
+        &j,
+        t,
+    ))
 }
