@@ -304,18 +304,22 @@ fn a_killed_decode_front_leaves_its_open_rooms_to_be_cleared() {
     assert_eq!(left.cleared(), cleared);
 }
 
-/// vLLM's pair under the real `vllm-router`: a prefill half's `KvParams` is its
-/// answer's `kv_transfer_params`, before its 200; a decode half's `PullStart` is
-/// traced as the pairing, its prefill half already over (the router asks decode only
-/// after prefill's 200), so decode's answer clears the room.
-#[test]
-fn a_vllm_pair_answers_params_then_clears_the_room_at_decodes_answer() {
+/// The page and the room of the vLLM pair tests.
+fn vllm_room() -> (RoomKey, Vec<crate::ids::PageTag>) {
     use crate::ids::{Generation, PageId, PageTag};
-    let room = RoomKey::new(3, 33);
     let src = vec![PageTag {
         page: PageId(5),
         gen: Generation(2),
     }];
+    (RoomKey::new(3, 33), src)
+}
+
+/// vLLM's prefill half under the real `vllm-router`: its `KvParams` is its answer's
+/// `kv_transfer_params`, before its 200, and no word of its end goes to a decode
+/// front (vllm-router asks decode only after prefill's 200).
+#[test]
+fn a_vllm_prefill_half_answers_params_and_tells_no_decode() {
+    let (room, src) = vllm_room();
     let vllm = crate::config::Protocol::Vllm;
     let mut p = WorkerFront::new(PREFILL, Role::Prefill, ROUTER, false).protocol(vllm);
     let mut out = Vec::new();
@@ -349,6 +353,23 @@ fn a_vllm_pair_answers_params_then_clears_the_room_at_decodes_answer() {
         tokens,
     };
     assert_eq!(out, vec![FrontEffect::Answer { room, ev: params }]);
+    let (status, why) = (Status::OK, None::<Why>);
+    // No word of prefill's end goes to decode's front: it was prefill's 200.
+    let mut out = Vec::new();
+    p.from_node(Msg::PrefillFinished { room, status, why }, &mut out);
+    assert!(
+        !out.iter().any(|e| matches!(e, FrontEffect::Send { .. })),
+        "{out:?}"
+    );
+}
+
+/// vLLM's decode half: its `PullStart` is traced as the pairing, its prefill half
+/// already over (the router asks decode only after prefill's 200), so decode's answer
+/// clears the room.
+#[test]
+fn a_vllm_decode_half_is_the_pairing_and_clears_the_room_at_its_answer() {
+    let (room, src) = vllm_room();
+    let vllm = crate::config::Protocol::Vllm;
     let mut d = decode_front(false).protocol(vllm);
     let mut out = Vec::new();
     let pull = Msg::PullStart {
@@ -380,11 +401,4 @@ fn a_vllm_pair_answers_params_then_clears_the_room_at_decodes_answer() {
     let (status, why) = (Status::OK, None::<Why>);
     d.from_node(Msg::DecodeFinished { room, status, why }, &mut out);
     assert_eq!(cleared(&out), vec![room]);
-    // No word of prefill's end goes to decode's front: it was prefill's 200.
-    let mut out = Vec::new();
-    p.from_node(Msg::PrefillFinished { room, status, why }, &mut out);
-    assert!(
-        !out.iter().any(|e| matches!(e, FrontEffect::Send { .. })),
-        "{out:?}"
-    );
 }
